@@ -1,0 +1,69 @@
+/* Courier plugin ABI: the header every plugin struct opens with.
+ *
+ * This layout is frozen forever: the registry reads it before it knows which
+ * ABI major the plugin speaks. Every plugin struct of every major version
+ * starts with exactly these fields, in this order.
+ */
+#ifndef COURIER_ABI_PLUGIN_HEADER_H
+#define COURIER_ABI_PLUGIN_HEADER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct courier_plugin_header {
+  uint32_t struct_size; /* sizeof the whole plugin struct as the plugin was built */
+  uint16_t abi_major;   /* must equal the major the symbol name promises */
+  uint16_t abi_minor;   /* additive revisions; the core reads only up to struct_size */
+  const char *name;     /* short backend name, e.g. "ofi"; matches the file name */
+} courier_plugin_header;
+
+/* Status codes returned by every plugin entry point. Negative values are
+ * negated errno codes (-EINVAL, -ENOMEM, -EAGAIN, -ENOTSUP, ...); details are
+ * available from the plugin's last_error(). */
+#define COURIER_OK 0
+#define COURIER_IN_PROGRESS 1
+
+/* Log levels passed to courier_host_services_v1.log. */
+#define COURIER_LOG_ERROR 0
+#define COURIER_LOG_WARN 1
+#define COURIER_LOG_INFO 2
+#define COURIER_LOG_DEBUG 3
+#define COURIER_LOG_TRACE 4
+
+/* Services the core hands to a plugin in init(), so that plugins never link
+ * against the core. All function pointers are always non-NULL. */
+typedef struct courier_host_services_v1 {
+  uint32_t struct_size;
+  uint32_t reserved;
+  void *ctx;
+  void (*log)(void *ctx, int level, const char *backend, const char *message);
+  /* Returns the value of an environment variable, or NULL when unset. */
+  const char *(*get_env)(void *ctx, const char *name);
+  void *(*alloc)(void *ctx, size_t size, size_t alignment);
+  void (*free)(void *ctx, void *ptr);
+} courier_host_services_v1;
+
+/* A configuration knob a plugin reads through get_env. The core validates
+ * enumerated knobs before init() and shows all of them in courier-info. */
+typedef struct courier_knob_v1 {
+  const char *name;          /* e.g. "COURIER_OFI_PROVIDER" */
+  const char *default_value; /* shown when unset */
+  const char *allowed;       /* "a|b|c" for an enumeration, NULL for free-form */
+  const char *help;
+} courier_knob_v1;
+
+/* Memory kinds a backend allocates or registers (bitmask). */
+#define COURIER_MEM_HOST (1u << 0)
+#define COURIER_MEM_CUDA (1u << 1)
+#define COURIER_MEM_ROCM (1u << 2)
+#define COURIER_MEM_DMABUF (1u << 3)
+#define COURIER_MEM_ODP (1u << 4)
+
+#ifdef __cplusplus
+}
+#endif
+#endif
