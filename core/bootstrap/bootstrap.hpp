@@ -1,0 +1,60 @@
+// Out-of-band bootstrap: how the ranks of a job find each other and exchange
+// endpoint names and memory keys before the data path exists.
+//
+// Two implementations: a TCP rendezvous hosted by rank 0 (tcp_bootstrap.cpp,
+// the default) and MPI (mpi_bootstrap.cpp, with COURIER_WITH_MPI). Both are
+// collective: every rank calls the same operations in the same order.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace courier {
+
+class Logger;
+
+struct BootstrapOptions {
+  int rank = -1;
+  int world_size = -1;
+  // TCP rendezvous: rank 0 listens on `port` (bound on `host`'s address, or
+  // on all addresses when host is empty); the others connect to host:port.
+  std::string host;
+  uint16_t port = 0;
+  // The job's secret; every connection to rank 0 must present it.
+  std::string job_token;
+  // Any wait longer than this fails with a message naming the missing ranks.
+  int timeout_s = 60;
+  // Largest message a rank-0 server accepts from one rank (bytes).
+  size_t max_message_bytes = size_t{64} << 20;
+};
+
+class Bootstrap {
+ public:
+  virtual ~Bootstrap() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // "tcp" or "mpi".
+  virtual std::string_view kind() const = 0;
+  // Every rank contributes `mine` (all ranks the same number of bytes); the
+  // result holds size() blocks ordered by rank. A rank contributing a
+  // different size is an Error naming that rank.
+  virtual std::vector<std::byte> allgather(std::span<const std::byte> mine) = 0;
+  virtual void barrier() = 0;
+};
+
+// Connects (or, on rank 0, listens and accepts) and returns once all ranks
+// have joined. Throws courier::Error on timeout, naming the missing ranks.
+std::unique_ptr<Bootstrap> make_tcp_bootstrap(const BootstrapOptions& options, Logger& log);
+
+// True when this build has MPI support (COURIER_WITH_MPI).
+bool mpi_bootstrap_available();
+// Uses MPI_COMM_WORLD (initializing MPI when the program did not). Throws
+// courier::Error when MPI support was not built.
+std::unique_ptr<Bootstrap> make_mpi_bootstrap(Logger& log);
+
+}  // namespace courier

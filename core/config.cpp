@@ -1,0 +1,294 @@
+#include "core/config.hpp"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cstdlib>
+
+#include "core/bootstrap/bootstrap.hpp"
+#include "core/check.hpp"
+
+extern char** environ;
+
+namespace courier {
+
+EnvLookup process_env() {
+  return [](std::string_view name) -> std::optional<std::string> {
+    const char* value = std::getenv(std::string(name).c_str());
+    if (value == nullptr) return std::nullopt;
+    return std::string(value);
+  };
+}
+
+std::vector<std::string> process_env_names() {
+  std::vector<std::string> names;
+  for (char** entry = environ; entry != nullptr && *entry != nullptr; ++entry) {
+    std::string_view text(*entry);
+    names.emplace_back(text.substr(0, text.find('=')));
+  }
+  return names;
+}
+
+std::string_view to_string(AtomicsMode mode) {
+  switch (mode) {
+    case AtomicsMode::automatic: return "auto";
+    case AtomicsMode::hw: return "hw";
+    case AtomicsMode::imm: return "imm";
+    case AtomicsMode::provider: return "provider";
+  }
+  return "?";
+}
+
+namespace {
+
+// How one knob is parsed. Integers carry an inclusive range; `power_of_two`
+// adds that constraint; enumerations list their accepted words.
+struct Knob {
+  const char* name;
+  const char* default_value;
+  const char* help;
+};
+
+constexpr Knob kKnobs[] = {
+    {"COURIER_FIFO_DEPTH", "1024", "slots per FIFO channel (power of two, 8..8192)"},
+    {"COURIER_MAX_INFLIGHT", "256", "commands in flight per channel before producers wait"},
+    {"COURIER_PROXY_THREADS", "4", "proxy threads per GPU (1..64)"},
+    {"COURIER_CHANNELS", "8", "FIFO channels per GPU (1..1024)"},
+    {"COURIER_DRAIN_BATCH", "32", "completions polled per batch (1..4096)"},
+    {"COURIER_ATOMICS", "auto", "atomic strategy: auto, hw, imm, provider"},
+    {"COURIER_TIMEOUT_S", "60", "a wait longer than this fails with a diagnostic (1..86400)"},
+    {"COURIER_LOG_LEVEL", "warn", "error, warn, info, debug, trace"},
+    {"COURIER_GPU_BACKEND", "", "force a GPU backend: name, path, or ^name,... to exclude"},
+    {"COURIER_NIC_BACKEND", "", "force a NIC backend: name, path, or ^name,... to exclude"},
+    {"COURIER_BACKEND_PATH", "", "':'-separated directories searched for plugins first"},
+    {"COURIER_BOOTSTRAP", "", "rendezvous host:port (rank 0 listens), or 'mpi'"},
+    {"COURIER_JOB_TOKEN", "", "the job's secret, presented by every rank to the rendezvous"},
+    {"COURIER_RANK", "", "this process's rank (set by courier-run)"},
+    {"COURIER_WORLD_SIZE", "", "number of ranks (set by courier-run)"},
+    {"COURIER_LOCAL_RANK", "", "rank among the processes of this host"},
+    {"COURIER_LOCAL_SIZE", "", "processes on this host"},
+};
+
+class Parser {
+ public:
+  explicit Parser(const EnvLookup& env) : env_(env) {}
+
+  // The raw value, recording the entry for courier-info.
+  std::optional<std::string> raw(const char* name) {
+    const Knob& knob = find(name);
+    std::optional<std::string> value = env_(name);
+    entries_.push_back({name, value ? *value : knob.default_value,
+                        value ? "environment" : "default", knob.help});
+    return value;
+  }
+
+  uint32_t unsigned_in(const char* name, uint32_t fallback, uint32_t min, uint32_t max,
+                       bool power_of_two = false) {
+    std::optional<std::string> text = raw(name);
+    if (!text) return fallback;
+    uint64_t value = 0;
+    const char* end = text->data() + text->size();
+    auto [ptr, ec] = std::from_chars(text->data(), end, value);
+    bool ok = !text->empty() && ec == std::errc() && ptr == end && value >= min && value <= max;
+    if (ok && power_of_two) ok = (value & (value - 1)) == 0;
+    if (!ok) {
+      fail("{}='{}' is invalid: expected {}an integer in [{}, {}]", name, *text,
+           power_of_two ? "a power of two, " : "", min, max);
+    }
+    return static_cast<uint32_t>(value);
+  }
+
+  template <class T, size_t N>
+  T choice(const char* name, T fallback, const std::pair<std::string_view, T> (&options)[N]) {
+    std::optional<std::string> text = raw(name);
+    if (!text) return fallback;
+    std::string accepted;
+    for (const auto& [word, value] : options) {
+      if (*text == word) return value;
+      accepted += accepted.empty() ? std::string(word) : ", " + std::string(word);
+    }
+    fail("{}='{}' is invalid: expected one of {}", name, *text, accepted);
+  }
+
+  std::string text(const char* name) { return raw(name).value_or(""); }
+
+  std::vector<ConfigEntry> take_entries() { return std::move(entries_); }
+
+ private:
+  static const Knob& find(const char* name) {
+    for (const Knob& knob : kKnobs) {
+      if (std::string_view(knob.name) == name) return knob;
+    }
+    fail("internal: knob {} is not declared in config.cpp", name);
+  }
+
+  const EnvLookup& env_;
+  std::vector<ConfigEntry> entries_;
+};
+
+int parse_rank_number(std::string_view name, const std::string& text, int min, int max) {
+  int value = 0;
+  const char* end = text.data() + text.size();
+  auto [ptr, ec] = std::from_chars(text.data(), end, value);
+  if (text.empty() || ec != std::errc() || ptr != end || value < min || value > max) {
+    fail("{}='{}' is invalid: expected an integer in [{}, {}]", name, text, min, max);
+  }
+  return value;
+}
+
+// A launcher's pair of variables naming rank and size.
+struct LauncherVars {
+  const char* launcher;
+  const char* rank;
+  const char* size;
+  const char* local_rank;
+  const char* local_size;
+};
+
+constexpr LauncherVars kLaunchers[] = {
+    {"courier-run", "COURIER_RANK", "COURIER_WORLD_SIZE", "COURIER_LOCAL_RANK",
+     "COURIER_LOCAL_SIZE"},
+    {"mpirun", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+     "OMPI_COMM_WORLD_LOCAL_SIZE"},
+    {"pmi", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"},
+    {"srun", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE"},
+    {"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"},
+};
+
+constexpr int kMaxRanks = 1 << 16;  // TransferCmd carries a 16-bit rank
+
+JobInfo detect_job(Parser& parser, const EnvLookup& env) {
+  JobInfo job;
+  job.launcher = "single";
+  // COURIER_* entries are always recorded for courier-info, whichever launcher wins.
+  std::optional<std::string> courier_rank = parser.raw("COURIER_RANK");
+  std::optional<std::string> courier_size = parser.raw("COURIER_WORLD_SIZE");
+  std::optional<std::string> courier_local_rank = parser.raw("COURIER_LOCAL_RANK");
+  std::optional<std::string> courier_local_size = parser.raw("COURIER_LOCAL_SIZE");
+  std::string bootstrap = parser.text("COURIER_BOOTSTRAP");
+  job.job_token = parser.text("COURIER_JOB_TOKEN");
+
+  for (const LauncherVars& vars : kLaunchers) {
+    std::optional<std::string> rank = env(vars.rank);
+    std::optional<std::string> size = env(vars.size);
+    if (!rank && !size) continue;
+    if (!rank || !size) {
+      fail("{} is set but {} is not: both are needed to place this process in the job",
+           rank ? vars.rank : vars.size, rank ? vars.size : vars.rank);
+    }
+    job.launcher = vars.launcher;
+    job.world_size = parse_rank_number(vars.size, *size, 1, kMaxRanks);
+    job.rank = parse_rank_number(vars.rank, *rank, 0, job.world_size - 1);
+    std::optional<std::string> local_rank = env(vars.local_rank);
+    std::optional<std::string> local_size = env(vars.local_size);
+    job.local_size = local_size ? parse_rank_number(vars.local_size, *local_size, 1, kMaxRanks)
+                                : job.world_size;
+    job.local_rank =
+        local_rank ? parse_rank_number(vars.local_rank, *local_rank, 0, job.local_size - 1)
+                   : job.rank % job.local_size;
+    break;
+  }
+  (void)courier_rank, (void)courier_size, (void)courier_local_rank, (void)courier_local_size;
+
+  if (bootstrap == "mpi") {
+    if (!mpi_bootstrap_available()) {
+      fail("COURIER_BOOTSTRAP=mpi but this Courier was built without MPI: rebuild with "
+           "-DCOURIER_WITH_MPI=ON");
+    }
+    job.use_mpi = true;
+    return job;
+  }
+  if (!bootstrap.empty()) {
+    size_t colon = bootstrap.rfind(':');
+    if (colon == std::string::npos || colon == 0) {
+      fail("COURIER_BOOTSTRAP='{}' is invalid: expected host:port or mpi", bootstrap);
+    }
+    job.bootstrap_host = bootstrap.substr(0, colon);
+    job.bootstrap_port = static_cast<uint16_t>(
+        parse_rank_number("COURIER_BOOTSTRAP port", bootstrap.substr(colon + 1), 1, 65535));
+  } else if (job.launcher == "torchrun") {
+    // torch's own store owns MASTER_PORT; Courier's rendezvous takes the next one.
+    std::optional<std::string> addr = env("MASTER_ADDR");
+    std::optional<std::string> port = env("MASTER_PORT");
+    if (!addr || !port) {
+      fail("RANK/WORLD_SIZE are set but MASTER_ADDR or MASTER_PORT is not; set them or "
+           "COURIER_BOOTSTRAP=host:port");
+    }
+    job.bootstrap_host = *addr;
+    job.bootstrap_port =
+        static_cast<uint16_t>(parse_rank_number("MASTER_PORT", *port, 1, 65534) + 1);
+  } else if (job.world_size > 1) {
+    if (mpi_bootstrap_available() && job.launcher == "mpirun") {
+      job.use_mpi = true;
+      return job;
+    }
+    fail("{} ranks were launched by {} but no rendezvous is configured: set "
+         "COURIER_BOOTSTRAP=host:port (reachable from every rank){}",
+         job.world_size, job.launcher,
+         mpi_bootstrap_available() ? " or COURIER_BOOTSTRAP=mpi" : "");
+  }
+  if (job.world_size > 1 && job.job_token.empty()) {
+    fail("COURIER_JOB_TOKEN is not set: the rendezvous at {}:{} admits only ranks presenting "
+         "the job's secret. courier-run sets it; otherwise export the same random value on "
+         "every rank",
+         job.bootstrap_host, job.bootstrap_port);
+  }
+  return job;
+}
+
+}  // namespace
+
+Config Config::load(const EnvLookup& env, bool need_job) {
+  Parser parser(env);
+  Config config;
+  config.fifo_depth =
+      parser.unsigned_in("COURIER_FIFO_DEPTH", config.fifo_depth, 8, kMaxFifoDepth, true);
+  config.max_inflight = parser.unsigned_in("COURIER_MAX_INFLIGHT", config.max_inflight, 1,
+                                           kMaxFifoDepth);
+  if (config.max_inflight > config.fifo_depth) {
+    fail("COURIER_MAX_INFLIGHT={} is invalid: it may not exceed COURIER_FIFO_DEPTH={}",
+         config.max_inflight, config.fifo_depth);
+  }
+  config.proxy_threads = parser.unsigned_in("COURIER_PROXY_THREADS", config.proxy_threads, 1, 64);
+  config.channels = parser.unsigned_in("COURIER_CHANNELS", config.channels, 1, 1024);
+  config.drain_batch = parser.unsigned_in("COURIER_DRAIN_BATCH", config.drain_batch, 1, 4096);
+  config.atomics = parser.choice("COURIER_ATOMICS", config.atomics,
+                                 {std::pair<std::string_view, AtomicsMode>{"auto", AtomicsMode::automatic},
+                                  {"hw", AtomicsMode::hw},
+                                  {"imm", AtomicsMode::imm},
+                                  {"provider", AtomicsMode::provider}});
+  config.timeout_s = parser.unsigned_in("COURIER_TIMEOUT_S", config.timeout_s, 1, 86400);
+  config.log_level = parser.choice("COURIER_LOG_LEVEL", config.log_level,
+                                   {std::pair<std::string_view, LogLevel>{"error", LogLevel::error},
+                                    {"warn", LogLevel::warn},
+                                    {"info", LogLevel::info},
+                                    {"debug", LogLevel::debug},
+                                    {"trace", LogLevel::trace}});
+  config.gpu_backend = parser.text("COURIER_GPU_BACKEND");
+  config.nic_backend = parser.text("COURIER_NIC_BACKEND");
+  config.backend_path = parser.text("COURIER_BACKEND_PATH");
+  if (need_job) config.job = detect_job(parser, env);
+  config.entries = parser.take_entries();
+  // The token is a secret: never show it.
+  for (ConfigEntry& entry : config.entries) {
+    if (entry.name == "COURIER_JOB_TOKEN" && !entry.value.empty()) entry.value = "(set)";
+  }
+  return config;
+}
+
+std::vector<std::string> Config::unknown_variables(const std::vector<std::string>& present,
+                                                   const std::vector<std::string>& extra_known) {
+  std::vector<std::string> unknown;
+  for (const std::string& name : present) {
+    if (!name.starts_with("COURIER_")) continue;
+    bool known = std::any_of(std::begin(kKnobs), std::end(kKnobs),
+                             [&](const Knob& knob) { return name == knob.name; }) ||
+                 std::find(extra_known.begin(), extra_known.end(), name) != extra_known.end();
+    if (!known) unknown.push_back(name);
+  }
+  return unknown;
+}
+
+}  // namespace courier

@@ -1,0 +1,81 @@
+// Every COURIER_* variable is parsed and validated here, and only here.
+//
+// A bad value fails start-up with an Error naming the variable, the value and
+// the accepted range. Launcher variables (torchrun, mpirun, srun, PMI) are
+// read here too, to find this process's rank, the job size and the
+// rendezvous address.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/log.hpp"
+
+namespace courier {
+
+// Looks up one environment variable; std::nullopt when unset.
+using EnvLookup = std::function<std::optional<std::string>(std::string_view name)>;
+
+// The process environment.
+EnvLookup process_env();
+// Names of all variables in the process environment (for typo detection).
+std::vector<std::string> process_env_names();
+
+enum class AtomicsMode { automatic, hw, imm, provider };
+std::string_view to_string(AtomicsMode mode);
+
+// Where this process sits in the job and how the ranks meet.
+struct JobInfo {
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = 0;
+  int local_size = 1;
+  std::string launcher;  // "single", "courier-run", "torchrun", "mpirun", "srun", "pmi"
+  bool use_mpi = false;  // COURIER_BOOTSTRAP=mpi
+  std::string bootstrap_host;
+  uint16_t bootstrap_port = 0;
+  std::string job_token;
+};
+
+// One line of the effective configuration, as courier-info shows it.
+struct ConfigEntry {
+  std::string name;
+  std::string value;
+  std::string source;  // "default" or "environment"
+  std::string help;
+};
+
+struct Config {
+  uint32_t fifo_depth = 1024;
+  uint32_t max_inflight = 256;
+  uint32_t proxy_threads = 4;
+  uint32_t channels = 8;
+  uint32_t drain_batch = 32;
+  AtomicsMode atomics = AtomicsMode::automatic;
+  uint32_t timeout_s = 60;
+  LogLevel log_level = LogLevel::warn;
+  std::string gpu_backend;   // COURIER_GPU_BACKEND: "", a name, a path or "^a,b"
+  std::string nic_backend;   // COURIER_NIC_BACKEND
+  std::string backend_path;  // COURIER_BACKEND_PATH: ':'-separated directories
+  JobInfo job;
+  std::vector<ConfigEntry> entries;
+
+  // Parses every knob; throws courier::Error naming the first bad variable.
+  // `need_job` = false skips launcher detection (tools that do not join a job).
+  static Config load(const EnvLookup& env, bool need_job = true);
+
+  // COURIER_* names in `present` that neither the core nor `extra_known`
+  // (knobs declared by plugins) define: most likely typos.
+  static std::vector<std::string> unknown_variables(const std::vector<std::string>& present,
+                                                    const std::vector<std::string>& extra_known);
+};
+
+// Largest FIFO depth: a TransferCmd's 14-bit sequence number must tell two
+// laps of the ring apart.
+inline constexpr uint32_t kMaxFifoDepth = 8192;
+
+}  // namespace courier
