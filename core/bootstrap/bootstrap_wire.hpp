@@ -1,0 +1,124 @@
+// The TCP bootstrap's wire format (documented for humans in docs/bootstrap.md).
+//
+// Every message is one frame: a fixed 24-byte header followed by `length`
+// payload bytes. Integers are unsigned and big-endian (network order).
+//
+//   offset size field
+//        0    4 magic     0x43524253 ("CRBS": Courier Bootstrap)
+//        4    2 version   kWireVersion
+//        6    2 type      FrameType
+//        8    8 sequence  collective number (0 for hello/welcome/error)
+//       16    8 length    payload bytes that follow
+//
+// Payloads:
+//   hello   (rank -> 0)  rank u32, world_size u32, token_length u32, token bytes
+//   welcome (0 -> rank)  empty: every rank has joined
+//   block   (rank -> 0)  this rank's allgather contribution
+//   result  (0 -> rank)  the concatenation of all blocks in rank order
+//   error   (0 -> rank)  UTF-8 text; the receiver throws it as courier::Error
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace courier::wire {
+
+inline constexpr uint32_t kMagic = 0x43524253;  // "CRBS"
+inline constexpr uint16_t kWireVersion = 1;
+inline constexpr size_t kHeaderBytes = 24;
+// A job token longer than this is refused (courier-run's is 64 hex digits).
+inline constexpr size_t kMaxTokenBytes = 1024;
+inline constexpr size_t kHelloFixedBytes = 12;
+inline constexpr size_t kMaxHelloBytes = kHelloFixedBytes + kMaxTokenBytes;
+// Error texts are truncated to this many bytes when sent.
+inline constexpr size_t kMaxErrorBytes = 4096;
+
+enum class FrameType : uint16_t { hello = 1, welcome = 2, block = 3, result = 4, error = 5 };
+std::string_view to_string(FrameType type);
+
+struct FrameHeader {
+  uint32_t magic = kMagic;
+  uint16_t version = kWireVersion;
+  uint16_t type = 0;
+  uint64_t sequence = 0;
+  uint64_t length = 0;
+};
+
+std::array<std::byte, kHeaderBytes> encode_header(const FrameHeader& header);
+FrameHeader decode_header(std::span<const std::byte, kHeaderBytes> bytes);
+
+// Why a header cannot start an acceptable frame (bad magic, unknown version
+// or type, length above `max_length`), or nullopt when it is fine.
+// `limit_name` names the limit in the reason ("max_message_bytes").
+std::optional<std::string> check_header(const FrameHeader& header, uint64_t max_length,
+                                        std::string_view limit_name);
+
+// Header and payload in one buffer, ready to send.
+std::vector<std::byte> encode_frame(FrameType type, uint64_t sequence,
+                                    std::span<const std::byte> payload);
+std::vector<std::byte> encode_error_frame(std::string_view message);
+
+struct Hello {
+  int32_t rank = -1;
+  int32_t world_size = -1;
+  std::string token;
+};
+std::vector<std::byte> encode_hello_payload(const Hello& hello);
+// Parses a hello payload; on failure returns nullopt and sets *reason.
+std::optional<Hello> decode_hello_payload(std::span<const std::byte> payload, std::string* reason);
+
+// Compares the job token in time that depends only on the lengths, so that a
+// peer cannot learn the token byte by byte from response times.
+bool tokens_equal(std::string_view expected, std::string_view presented);
+
+// Assembles one frame from a non-blocking socket across as many reads as it
+// takes, so a server can serve many connections from one poll() loop. The
+// header is checked as soon as it is complete: an oversized length is
+// refused before any payload is buffered.
+class FrameReader {
+ public:
+  enum class State {
+    reading,    // need more bytes
+    complete,   // header() and payload() hold a frame
+    closed,     // the peer closed the connection (problem() says where)
+    malformed,  // bad header (problem() says why)
+    failed,     // socket error (problem() says which)
+  };
+
+  FrameReader(uint64_t max_length, std::string limit_name)
+      : max_length_(max_length), limit_name_(std::move(limit_name)) {}
+
+  // Reads what the socket holds now, without blocking.
+  State read_available(int fd);
+  State state() const { return state_; }
+  const FrameHeader& header() const { return header_; }
+  std::vector<std::byte>& payload() { return payload_; }
+  const std::string& problem() const { return problem_; }
+  // Bytes of the current frame received so far.
+  uint64_t bytes_received() const { return header_filled_ + payload_filled_; }
+  // Forgets the current frame, to read the next one.
+  void reset();
+  void set_max_length(uint64_t max_length, std::string limit_name) {
+    max_length_ = max_length;
+    limit_name_ = std::move(limit_name);
+  }
+
+ private:
+  uint64_t max_length_;
+  std::string limit_name_;
+  State state_ = State::reading;
+  std::array<std::byte, kHeaderBytes> header_bytes_{};
+  size_t header_filled_ = 0;
+  FrameHeader header_;
+  std::vector<std::byte> payload_;
+  uint64_t payload_filled_ = 0;
+  std::string problem_;
+};
+
+}  // namespace courier::wire

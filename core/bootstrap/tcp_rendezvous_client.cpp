@@ -1,0 +1,245 @@
+// The side of the TCP bootstrap that ranks 1..N-1 run: connect to rank 0
+// (retrying, since rank 0 may start later), say hello, wait for the welcome;
+// then each collective is "send my block, receive everybody's".
+//
+// Rank 0 reports job failures as error frames; they are thrown here verbatim,
+// so every rank fails with the same message. Failures only this rank can see
+// (rank 0 gone, its own timeout) are phrased from this rank's point of view.
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <optional>
+#include <thread>
+
+#include "core/bootstrap/bootstrap_wire.hpp"
+#include "core/bootstrap/socket.hpp"
+#include "core/bootstrap/tcp_bootstrap.hpp"
+#include "core/check.hpp"
+#include "core/log.hpp"
+
+namespace courier {
+
+namespace {
+
+constexpr std::string_view kComponent = "bootstrap";
+
+// After a failed send, how long to look for the error frame rank 0 may have
+// sent to explain why it stopped reading.
+constexpr std::chrono::milliseconds kLastWordsTime{1'000};
+
+class TcpRendezvousClient final : public Bootstrap {
+ public:
+  TcpRendezvousClient(const BootstrapOptions& options, Logger& log,
+                      const TcpBootstrapTuning& tuning)
+      : options_(options),
+        log_(log),
+        tuning_(tuning),
+        address_(net::format_address(options.host, options.port)) {
+    const net::Deadline deadline = net::deadline_after(std::chrono::seconds(options_.timeout_s));
+    connect_to_rank0(deadline);
+    wire::Hello hello{options_.rank, options_.world_size, options_.job_token};
+    send_frame(wire::encode_frame(wire::FrameType::hello, 0, wire::encode_hello_payload(hello)),
+               deadline, "its hello");
+    wire::FrameReader reply =
+        receive_frame(deadline + tuning_.reply_grace, 0, "the signal that all ranks joined");
+    if (reply.header().type != static_cast<uint16_t>(wire::FrameType::welcome)) {
+      protocol_error(reply, "a welcome");
+    }
+    log_.debug(kComponent, "rank {} joined the job at {}", options_.rank, address_);
+  }
+
+  int rank() const override { return options_.rank; }
+  int size() const override { return options_.world_size; }
+  std::string_view kind() const override { return "tcp"; }
+  std::vector<std::byte> allgather(std::span<const std::byte> mine) override;
+  void barrier() override { (void)allgather({}); }
+
+ private:
+  void connect_to_rank0(net::Deadline deadline);
+  void send_frame(const std::vector<std::byte>& frame, net::Deadline deadline,
+                  std::string_view what);
+  // Reads one frame from rank 0. An error frame is thrown as the job's
+  // failure; so are end-of-stream, a bad frame and the deadline.
+  wire::FrameReader receive_frame(net::Deadline deadline, uint64_t max_length,
+                                  std::string_view waiting_for);
+  // The text of an error frame rank 0 sent before closing, if one arrives
+  // by the deadline.
+  std::optional<std::string> read_error_frame(net::Deadline deadline);
+  [[noreturn]] void protocol_error(const wire::FrameReader& reply, std::string_view expected);
+  [[noreturn]] void fail_here(std::string message) {
+    failure_ = message;
+    throw Error(message);
+  }
+
+  BootstrapOptions options_;
+  Logger& log_;
+  TcpBootstrapTuning tuning_;
+  std::string address_;
+  net::Fd fd_;
+  uint64_t sequence_ = 0;
+  std::optional<std::string> failure_;
+};
+
+void TcpRendezvousClient::connect_to_rank0(net::Deadline deadline) {
+  // Rank 0 may not be listening yet: retry, backing off up to half a second.
+  std::chrono::milliseconds pause{10};
+  std::string last_error;
+  for (;;) {
+    net::ConnectAttempt attempt =
+        net::connect_tcp_once(options_.host, options_.port,
+                              std::min(deadline, net::deadline_after(std::chrono::seconds(5))));
+    if (attempt.fd) {
+      fd_ = std::move(attempt.fd);
+      return;
+    }
+    last_error = attempt.error;
+    if (!attempt.retryable) {
+      fail_here(fmt::format("bootstrap: rank {} cannot reach rank 0 at {}: {}", options_.rank,
+                            address_, last_error));
+    }
+    log_.debug(kComponent, "rank {}: connecting to {} failed ({}); retrying", options_.rank,
+               address_, last_error);
+    if (net::Clock::now() + pause >= deadline) break;
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::milliseconds(500));
+  }
+  fail_here(fmt::format("bootstrap: rank {} timed out after {} s connecting to rank 0 at {}: {}",
+                        options_.rank, options_.timeout_s, address_, last_error));
+}
+
+void TcpRendezvousClient::send_frame(const std::vector<std::byte>& frame, net::Deadline deadline,
+                                     std::string_view what) {
+  std::span<const std::byte> left(frame);
+  std::string problem;
+  while (!left.empty()) {
+    ssize_t sent = ::send(fd_.get(), left.data(), left.size(), MSG_NOSIGNAL);
+    if (sent > 0) {
+      left = left.subspan(static_cast<size_t>(sent));
+      continue;
+    }
+    if (sent < 0 && errno == EINTR) continue;
+    if (sent < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
+      problem = std::strerror(errno);
+      break;
+    }
+    // Full socket: wait for room, but also listen, because rank 0 stops
+    // reading when the job fails and sends an error frame instead.
+    pollfd watch{fd_.get(), POLLOUT | POLLIN, 0};
+    int ready = ::poll(&watch, 1, net::milliseconds_until(deadline));
+    if (ready < 0 && errno != EINTR) {
+      problem = std::strerror(errno);
+      break;
+    }
+    if (ready == 0) {
+      fail_here(fmt::format("bootstrap: rank {} timed out after {} s sending {} to rank 0 at {}",
+                            options_.rank, options_.timeout_s, what, address_));
+    }
+    if (ready > 0 && (watch.revents & POLLIN) != 0) {
+      problem = "rank 0 answered before the message was complete";
+      break;
+    }
+  }
+  if (problem.empty()) return;
+  // Rank 0 stopped listening; its error frame, if any, says why.
+  if (std::optional<std::string> reason = read_error_frame(net::deadline_after(kLastWordsTime))) {
+    fail_here(std::move(*reason));
+  }
+  fail_here(
+      fmt::format("bootstrap: rank {} lost its connection to rank 0 at {} while sending {}: "
+                  "{}",
+                  options_.rank, address_, what, problem));
+}
+
+wire::FrameReader TcpRendezvousClient::receive_frame(net::Deadline deadline, uint64_t max_length,
+                                                     std::string_view waiting_for) {
+  wire::FrameReader reader(std::max<uint64_t>(max_length, wire::kMaxErrorBytes),
+                           "the expected reply size");
+  for (;;) {
+    switch (reader.read_available(fd_.get())) {
+      case wire::FrameReader::State::reading:
+        break;
+      case wire::FrameReader::State::complete:
+        if (reader.header().type == static_cast<uint16_t>(wire::FrameType::error)) {
+          const std::vector<std::byte>& text = reader.payload();
+          fail_here(std::string(reinterpret_cast<const char*>(text.data()), text.size()));
+        }
+        return reader;
+      case wire::FrameReader::State::closed:
+        fail_here(
+            fmt::format("bootstrap: rank {} lost its connection to rank 0 at {} while "
+                        "waiting for {}: rank 0 {}",
+                        options_.rank, address_, waiting_for, reader.problem()));
+      case wire::FrameReader::State::malformed:
+      case wire::FrameReader::State::failed:
+        fail_here(
+            fmt::format("bootstrap: rank {} got a bad message from rank 0 at {} while "
+                        "waiting for {}: {}",
+                        options_.rank, address_, waiting_for, reader.problem()));
+    }
+    net::IoResult waited = net::wait_readable(fd_.get(), deadline);
+    if (waited.status == net::IoStatus::timed_out) {
+      fail_here(
+          fmt::format("bootstrap: rank {} timed out after {} s waiting for rank 0 at {} to "
+                      "send {}",
+                      options_.rank, options_.timeout_s, address_, waiting_for));
+    }
+    if (!waited.ok()) {
+      fail_here(fmt::format("bootstrap: rank {} failed waiting for rank 0 at {}: {}", options_.rank,
+                            address_, waited.describe()));
+    }
+  }
+}
+
+std::optional<std::string> TcpRendezvousClient::read_error_frame(net::Deadline deadline) {
+  wire::FrameReader reader(wire::kMaxErrorBytes, "error message limit");
+  for (;;) {
+    wire::FrameReader::State state = reader.read_available(fd_.get());
+    if (state == wire::FrameReader::State::complete &&
+        reader.header().type == static_cast<uint16_t>(wire::FrameType::error)) {
+      const std::vector<std::byte>& text = reader.payload();
+      return std::string(reinterpret_cast<const char*>(text.data()), text.size());
+    }
+    if (state != wire::FrameReader::State::reading) return std::nullopt;
+    if (!net::wait_readable(fd_.get(), deadline).ok()) return std::nullopt;
+  }
+}
+
+void TcpRendezvousClient::protocol_error(const wire::FrameReader& reply,
+                                         std::string_view expected) {
+  fail_here(
+      fmt::format("bootstrap: protocol error: rank {} expected {} from rank 0 at {} but got "
+                  "a {} message #{} of {} bytes",
+                  options_.rank, expected, address_,
+                  wire::to_string(static_cast<wire::FrameType>(reply.header().type)),
+                  reply.header().sequence, reply.header().length));
+}
+
+std::vector<std::byte> TcpRendezvousClient::allgather(std::span<const std::byte> mine) {
+  if (failure_) throw Error(*failure_);
+  const uint64_t sequence = ++sequence_;
+  const net::Deadline deadline = net::deadline_after(std::chrono::seconds(options_.timeout_s));
+  const std::string what = fmt::format("allgather #{}", sequence);
+  send_frame(wire::encode_frame(wire::FrameType::block, sequence, mine), deadline,
+             "its block for " + what);
+  const uint64_t expected = static_cast<uint64_t>(options_.world_size) * mine.size();
+  wire::FrameReader reply =
+      receive_frame(deadline + tuning_.reply_grace, expected, "the result of " + what);
+  const wire::FrameHeader& header = reply.header();
+  if (header.type != static_cast<uint16_t>(wire::FrameType::result) ||
+      header.sequence != sequence || header.length != expected) {
+    protocol_error(reply, fmt::format("the {}-byte result of {}", expected, what));
+  }
+  return std::move(reply.payload());
+}
+
+}  // namespace
+
+std::unique_ptr<Bootstrap> make_tcp_rendezvous_client(const BootstrapOptions& options, Logger& log,
+                                                      const TcpBootstrapTuning& tuning) {
+  return std::make_unique<TcpRendezvousClient>(options, log, tuning);
+}
+
+}  // namespace courier

@@ -1,0 +1,432 @@
+// Rank 0's side of the TCP bootstrap: hosts the rendezvous.
+//
+// Join phase: one poll() loop over the listening socket, every connection
+// that has not yet said hello, and every rank that already joined. Each
+// unauthenticated connection gets its own hello deadline, so a silent or
+// hostile peer is refused without holding up anyone else. Anything wrong with
+// a connection (token, format, rank, size) refuses that connection with a
+// logged reason; the job keeps waiting for the real ranks.
+//
+// Collectives: gather one block per rank (again one poll() loop, so a large
+// block from one rank never waits behind another), check them, and send the
+// concatenation back. A failure of the job (timeout, a rank that hung up, a
+// size mismatch) is sent as an error frame to every rank still connected, so
+// all ranks throw the same message.
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <optional>
+
+#include "core/bootstrap/bootstrap_wire.hpp"
+#include "core/bootstrap/collective_messages.hpp"
+#include "core/bootstrap/socket.hpp"
+#include "core/bootstrap/tcp_bootstrap.hpp"
+#include "core/check.hpp"
+#include "core/log.hpp"
+
+namespace courier {
+
+namespace {
+
+constexpr std::string_view kComponent = "bootstrap";
+
+// Connections that have not yet sent a hello, beyond the ranks we expect. A
+// flood of idle connections is refused at accept time instead of growing the
+// poll set without bound.
+constexpr size_t kExtraPendingConnections = 64;
+
+// How long rank 0 spends telling the ranks about a failure before it throws.
+constexpr std::chrono::milliseconds kErrorNoticeTime{1'000};
+
+// A connection that has not yet said hello.
+struct PendingConnection {
+  net::Fd fd;
+  std::string address;
+  net::Deadline hello_deadline;
+  wire::FrameReader reader;
+};
+
+// A rank that joined.
+struct JoinedRank {
+  net::Fd fd;
+  std::string address;
+  // False after a partial send: the stream is out of frame, so nothing more
+  // may be written to it.
+  bool writable = true;
+};
+
+class TcpRendezvousHost final : public Bootstrap {
+ public:
+  TcpRendezvousHost(const BootstrapOptions& options, Logger& log, const TcpBootstrapTuning& tuning)
+      : options_(options),
+        log_(log),
+        tuning_(tuning),
+        ranks_(static_cast<size_t>(options.world_size)) {
+    if (options_.world_size == 1) return;  // nobody to meet
+    if (options_.job_token.empty()) {
+      log_.warn(kComponent,
+                "no job token is set: any process that reaches port {} can join this job",
+                options_.port);
+    }
+    bool fell_back = false;
+    listener_ = net::listen_tcp(options_.host, options_.port, options_.world_size + 16, &fell_back);
+    address_ =
+        net::format_address(options_.host.empty() ? "0.0.0.0" : options_.host, options_.port);
+    if (fell_back) {
+      log_.info(kComponent, "{} is not an address of this machine; listening on all addresses",
+                options_.host);
+    }
+    log_.info(kComponent, "rank 0 is waiting for {} ranks at {}", options_.world_size - 1,
+              address_);
+    accept_ranks();
+  }
+
+  int rank() const override { return 0; }
+  int size() const override { return options_.world_size; }
+  std::string_view kind() const override { return "tcp"; }
+  std::vector<std::byte> allgather(std::span<const std::byte> mine) override;
+  void barrier() override { (void)allgather({}); }
+
+ private:
+  void accept_ranks();
+  void accept_new_connections(std::vector<PendingConnection>& pending, net::Deadline job_deadline);
+  // Registers the rank a complete hello names, or refuses the connection.
+  void admit(PendingConnection& connection);
+  void refuse(PendingConnection& connection, std::string_view reason);
+  void watch_joined_rank(int rank);
+  std::vector<int> missing_ranks() const;
+  // Tells every connected rank and throws `message` as courier::Error.
+  [[noreturn]] void fail_job(std::string message);
+  std::chrono::milliseconds hello_timeout() const {
+    return std::min(tuning_.hello_timeout,
+                    std::chrono::milliseconds(std::chrono::seconds(options_.timeout_s)));
+  }
+
+  BootstrapOptions options_;
+  Logger& log_;
+  TcpBootstrapTuning tuning_;
+  std::string address_;
+  net::Fd listener_;
+  std::vector<JoinedRank> ranks_;  // by rank; entry 0 is this process
+  uint64_t sequence_ = 0;
+  // Set once the job failed: every later call throws it again.
+  std::optional<std::string> failure_;
+  // A rank lost while sending the last result: the other ranks completed that
+  // collective, so the loss is reported at the next one, to everybody.
+  std::optional<std::string> deferred_failure_;
+};
+
+void TcpRendezvousHost::accept_ranks() {
+  const net::Deadline deadline = net::deadline_after(std::chrono::seconds(options_.timeout_s));
+  std::vector<PendingConnection> pending;
+  while (!missing_ranks().empty()) {
+    // Poll set: the listener, the pending connections, then the joined ranks.
+    std::vector<pollfd> fds;
+    fds.push_back({listener_.get(), POLLIN, 0});
+    net::Deadline wake = deadline;
+    for (const PendingConnection& connection : pending) {
+      fds.push_back({connection.fd.get(), POLLIN, 0});
+      wake = std::min(wake, connection.hello_deadline);
+    }
+    std::vector<int> joined;
+    for (int rank = 1; rank < options_.world_size; ++rank) {
+      if (!ranks_[static_cast<size_t>(rank)].fd) continue;
+      fds.push_back({ranks_[static_cast<size_t>(rank)].fd.get(), POLLIN, 0});
+      joined.push_back(rank);
+    }
+    if (::poll(fds.data(), fds.size(), net::milliseconds_until(wake)) < 0 && errno != EINTR) {
+      fail_job(fmt::format("bootstrap: poll() failed while waiting for ranks at {}: {}", address_,
+                           std::strerror(errno)));
+    }
+    const net::Clock::time_point now = net::Clock::now();
+
+    // A rank that joined and then hung up cannot take part in the job.
+    for (size_t i = 0; i < joined.size(); ++i) {
+      if (fds[1 + pending.size() + i].revents != 0) watch_joined_rank(joined[i]);
+    }
+    // Progress every pending connection; drop the finished and the expired.
+    for (size_t i = 0; i < pending.size(); ++i) {
+      PendingConnection& connection = pending[i];
+      if (fds[1 + i].revents != 0) {
+        switch (connection.reader.read_available(connection.fd.get())) {
+          case wire::FrameReader::State::reading:
+            break;
+          case wire::FrameReader::State::complete:
+            admit(connection);
+            break;
+          case wire::FrameReader::State::closed:
+          case wire::FrameReader::State::malformed:
+          case wire::FrameReader::State::failed:
+            refuse(connection, connection.reader.problem());
+            break;
+        }
+      }
+      if (connection.fd && now >= connection.hello_deadline) {
+        refuse(connection,
+               fmt::format("no complete hello within {} ms of connecting ({} bytes received)",
+                           hello_timeout().count(), connection.reader.bytes_received()));
+      }
+    }
+    std::erase_if(pending, [](const PendingConnection& c) { return !c.fd; });
+    if (fds[0].revents != 0) accept_new_connections(pending, deadline);
+
+    if (now >= deadline && !missing_ranks().empty()) {
+      for (PendingConnection& connection : pending) {
+        refuse(connection, "the job timed out waiting for its ranks");
+      }
+      fail_job(fmt::format("bootstrap: timed out after {} s waiting for {} to join {}",
+                           options_.timeout_s, format_rank_list(missing_ranks()), address_));
+    }
+  }
+
+  // Everybody is here: no more connections are needed.
+  for (PendingConnection& connection : pending) {
+    log_.info(kComponent, "closing connection from {}: all {} ranks have already joined",
+              connection.address, options_.world_size);
+    refuse(connection, "all ranks of this job have already joined");
+  }
+  listener_.reset();
+  const net::Deadline send_deadline = net::deadline_after(std::chrono::seconds(options_.timeout_s));
+  const std::vector<std::byte> welcome = wire::encode_frame(wire::FrameType::welcome, 0, {});
+  for (int rank = 1; rank < options_.world_size; ++rank) {
+    JoinedRank& peer = ranks_[static_cast<size_t>(rank)];
+    net::IoResult sent = net::send_all(peer.fd.get(), welcome, send_deadline);
+    if (!sent.ok()) {
+      peer.writable = false;
+      fail_job(fmt::format("bootstrap: rank {} ({}) disconnected from {} as the job started: {}",
+                           rank, peer.address, address_, sent.describe()));
+    }
+  }
+  log_.info(kComponent, "all {} ranks joined at {}", options_.world_size, address_);
+}
+
+void TcpRendezvousHost::accept_new_connections(std::vector<PendingConnection>& pending,
+                                               net::Deadline job_deadline) {
+  const size_t max_pending = static_cast<size_t>(options_.world_size) + kExtraPendingConnections;
+  for (;;) {
+    std::string address;
+    net::Fd fd = net::accept_tcp(listener_, &address);
+    if (!fd) return;
+    PendingConnection connection{
+        std::move(fd), std::move(address),
+        std::min(job_deadline, net::Clock::now() + hello_timeout()),
+        wire::FrameReader(std::min<uint64_t>(options_.max_message_bytes, wire::kMaxHelloBytes),
+                          options_.max_message_bytes < wire::kMaxHelloBytes ? "max_message_bytes"
+                                                                            : "hello size limit")};
+    if (pending.size() >= max_pending) {
+      refuse(connection, fmt::format("too many connections ({}) are already waiting to say hello",
+                                     pending.size()));
+      continue;
+    }
+    log_.debug(kComponent, "connection from {}", connection.address);
+    pending.push_back(std::move(connection));
+  }
+}
+
+void TcpRendezvousHost::admit(PendingConnection& connection) {
+  const wire::FrameHeader& header = connection.reader.header();
+  if (header.type != static_cast<uint16_t>(wire::FrameType::hello)) {
+    refuse(connection, fmt::format("expected a hello but got a {} message",
+                                   wire::to_string(static_cast<wire::FrameType>(header.type))));
+    return;
+  }
+  std::string reason;
+  std::optional<wire::Hello> hello =
+      wire::decode_hello_payload(connection.reader.payload(), &reason);
+  if (!hello) {
+    refuse(connection, reason);
+    return;
+  }
+  // The token first: a peer that cannot prove it belongs to the job learns
+  // nothing about the job's shape from the refusal.
+  if (!wire::tokens_equal(options_.job_token, hello->token)) {
+    refuse(connection, "wrong job token");
+    return;
+  }
+  if (header.sequence != 0) {
+    refuse(connection,
+           fmt::format("malformed hello: sequence number {} (expected 0)", header.sequence));
+    return;
+  }
+  if (hello->world_size != options_.world_size) {
+    refuse(connection, fmt::format("it claims world size {} but rank 0's world size is {}",
+                                   hello->world_size, options_.world_size));
+    return;
+  }
+  if (hello->rank < 0 || hello->rank >= options_.world_size) {
+    refuse(connection, fmt::format("rank {} is outside [0, {})", hello->rank, options_.world_size));
+    return;
+  }
+  if (hello->rank == 0) {
+    refuse(connection, "it claims rank 0, which is this process");
+    return;
+  }
+  JoinedRank& slot = ranks_[static_cast<size_t>(hello->rank)];
+  if (slot.fd) {
+    refuse(connection,
+           fmt::format("duplicate rank {}: it already joined from {}", hello->rank, slot.address));
+    return;
+  }
+  slot.fd = std::move(connection.fd);
+  slot.address = connection.address;
+  log_.info(kComponent, "rank {} joined from {} ({} of {} ranks present)", hello->rank,
+            slot.address, options_.world_size - static_cast<int>(missing_ranks().size()),
+            options_.world_size);
+}
+
+void TcpRendezvousHost::refuse(PendingConnection& connection, std::string_view reason) {
+  log_.warn(kComponent, "refused connection from {}: {}", connection.address, reason);
+  // Best effort, without waiting: tell an honest but misconfigured rank why,
+  // so it fails with the reason instead of a bare "connection closed". A
+  // fresh connection's send buffer always has room for this small frame.
+  const std::vector<std::byte> frame = wire::encode_error_frame(
+      fmt::format("bootstrap: rank 0 at {} refused this connection: {}", address_, reason));
+  (void)net::send_all(connection.fd.get(), frame, net::Clock::now());
+  connection.fd.reset();
+}
+
+void TcpRendezvousHost::watch_joined_rank(int rank) {
+  JoinedRank& peer = ranks_[static_cast<size_t>(rank)];
+  std::byte probe{};
+  size_t received = 0;
+  net::IoResult result = net::receive_some(peer.fd.get(), std::span(&probe, 1), &received);
+  if (!result.ok()) {
+    peer.writable = false;
+    fail_job(fmt::format("bootstrap: rank {} ({}) disconnected from {} before all ranks joined",
+                         rank, peer.address, address_));
+  }
+  if (received > 0) {
+    fail_job(
+        fmt::format("bootstrap: protocol error: rank {} ({}) sent data before all ranks "
+                    "joined",
+                    rank, peer.address));
+  }
+}
+
+std::vector<int> TcpRendezvousHost::missing_ranks() const {
+  std::vector<int> missing;
+  for (int rank = 1; rank < options_.world_size; ++rank) {
+    if (!ranks_[static_cast<size_t>(rank)].fd) missing.push_back(rank);
+  }
+  return missing;
+}
+
+void TcpRendezvousHost::fail_job(std::string message) {
+  failure_ = message;
+  const std::vector<std::byte> frame = wire::encode_error_frame(message);
+  const net::Deadline deadline = net::deadline_after(kErrorNoticeTime);
+  for (JoinedRank& peer : ranks_) {
+    if (!peer.fd || !peer.writable) continue;
+    if (!net::send_all(peer.fd.get(), frame, deadline).ok()) peer.writable = false;
+    // No more frames will follow: let the rank see end-of-stream after it.
+    ::shutdown(peer.fd.get(), SHUT_WR);
+  }
+  throw Error(message);
+}
+
+std::vector<std::byte> TcpRendezvousHost::allgather(std::span<const std::byte> mine) {
+  if (failure_) throw Error(*failure_);
+  const uint64_t sequence = ++sequence_;
+  if (deferred_failure_) fail_job(*deferred_failure_);
+  const size_t world = static_cast<size_t>(options_.world_size);
+  if (world == 1) return {mine.begin(), mine.end()};
+
+  std::vector<std::vector<std::byte>> blocks(world);
+  blocks[0].assign(mine.begin(), mine.end());
+  std::vector<std::optional<wire::FrameReader>> readers(world);
+  for (size_t rank = 1; rank < world; ++rank) {
+    readers[rank].emplace(options_.max_message_bytes, "max_message_bytes");
+  }
+  std::vector<int> waiting;
+  for (int rank = 1; rank < options_.world_size; ++rank) waiting.push_back(rank);
+
+  const net::Deadline deadline = net::deadline_after(std::chrono::seconds(options_.timeout_s));
+  while (!waiting.empty()) {
+    std::vector<pollfd> fds;
+    for (int rank : waiting) fds.push_back({ranks_[static_cast<size_t>(rank)].fd.get(), POLLIN, 0});
+    if (::poll(fds.data(), fds.size(), net::milliseconds_until(deadline)) < 0 && errno != EINTR) {
+      fail_job(fmt::format("bootstrap: poll() failed in allgather #{}: {}", sequence,
+                           std::strerror(errno)));
+    }
+    std::vector<int> still_waiting;
+    for (size_t i = 0; i < waiting.size(); ++i) {
+      const int rank = waiting[i];
+      JoinedRank& peer = ranks_[static_cast<size_t>(rank)];
+      wire::FrameReader& reader = *readers[static_cast<size_t>(rank)];
+      if (fds[i].revents == 0) {
+        still_waiting.push_back(rank);
+        continue;
+      }
+      switch (reader.read_available(peer.fd.get())) {
+        case wire::FrameReader::State::reading:
+          still_waiting.push_back(rank);
+          break;
+        case wire::FrameReader::State::complete: {
+          const wire::FrameHeader& header = reader.header();
+          if (header.type != static_cast<uint16_t>(wire::FrameType::block) ||
+              header.sequence != sequence) {
+            fail_job(fmt::format(
+                "bootstrap: protocol error: rank {} ({}) sent a {} message #{} during allgather "
+                "#{} (do all ranks call the same collectives in the same order?)",
+                rank, peer.address, wire::to_string(static_cast<wire::FrameType>(header.type)),
+                header.sequence, sequence));
+          }
+          blocks[static_cast<size_t>(rank)] = std::move(reader.payload());
+          break;
+        }
+        case wire::FrameReader::State::closed:
+        case wire::FrameReader::State::failed:
+          peer.writable = false;
+          fail_job(fmt::format("bootstrap: rank {} ({}) disconnected during allgather #{}: {}",
+                               rank, peer.address, sequence, reader.problem()));
+        case wire::FrameReader::State::malformed:
+          // The stream is out of frame: answer nothing on it but the error.
+          fail_job(fmt::format("bootstrap: rank {} ({}) sent a bad message in allgather #{}: {}",
+                               rank, peer.address, sequence, reader.problem()));
+      }
+    }
+    waiting = std::move(still_waiting);
+    if (!waiting.empty() && net::Clock::now() >= deadline) {
+      fail_job(fmt::format("bootstrap: timed out after {} s in allgather #{} waiting for {} at {}",
+                           options_.timeout_s, sequence, format_rank_list(waiting), address_));
+    }
+  }
+
+  std::vector<uint64_t> sizes;
+  for (const std::vector<std::byte>& block : blocks) sizes.push_back(block.size());
+  if (auto mismatch = describe_size_mismatch(sizes, sequence)) fail_job(std::move(*mismatch));
+
+  std::vector<std::byte> result;
+  result.reserve(world * mine.size());
+  for (const std::vector<std::byte>& block : blocks) {
+    result.insert(result.end(), block.begin(), block.end());
+  }
+  const std::vector<std::byte> frame =
+      wire::encode_frame(wire::FrameType::result, sequence, result);
+  const net::Deadline send_deadline = net::deadline_after(std::chrono::seconds(options_.timeout_s));
+  for (size_t rank = 1; rank < world; ++rank) {
+    JoinedRank& peer = ranks_[rank];
+    net::IoResult sent = net::send_all(peer.fd.get(), frame, send_deadline);
+    if (sent.ok()) continue;
+    peer.writable = false;
+    log_.warn(kComponent, "could not deliver allgather #{} to rank {} ({}): {}", sequence, rank,
+              peer.address, sent.describe());
+    if (!deferred_failure_) {
+      deferred_failure_ = fmt::format("bootstrap: rank {} ({}) disconnected during allgather #{}",
+                                      rank, peer.address, sequence);
+    }
+  }
+  return result;
+}
+
+}  // namespace
+
+std::unique_ptr<Bootstrap> make_tcp_rendezvous_host(const BootstrapOptions& options, Logger& log,
+                                                    const TcpBootstrapTuning& tuning) {
+  return std::make_unique<TcpRendezvousHost>(options, log, tuning);
+}
+
+}  // namespace courier
