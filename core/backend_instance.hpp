@@ -3,8 +3,10 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "core/config.hpp"
 #include "core/registry.hpp"
@@ -12,7 +14,9 @@
 namespace courier {
 
 // The courier_host_services_v1 table handed to plugins: logging through a
-// Logger, environment through an EnvLookup, aligned allocation.
+// Logger, environment through an EnvLookup, aligned allocation. A plugin may
+// keep the table, so it must outlive every backend initialized with it. Its
+// functions may be called from any thread.
 class HostServices {
  public:
   HostServices(Logger& log, EnvLookup env);
@@ -20,6 +24,8 @@ class HostServices {
   HostServices(const HostServices&) = delete;
   HostServices& operator=(const HostServices&) = delete;
   const courier_host_services_v1* table() const;
+  // The environment plugins see (what get_env answers).
+  std::optional<std::string> env(std::string_view name) const;
 
  private:
   struct State;
@@ -30,6 +36,7 @@ class NicBackend {
  public:
   // Validates the plugin's enumerated knobs, then init() + query(). Throws
   // courier::Error naming the backend, its file and the plugin's reason.
+  // `host` must outlive the backend. fini() runs in the destructor.
   NicBackend(const NicPlugin& plugin, const HostServices& host);
   ~NicBackend();
   NicBackend(const NicBackend&) = delete;
@@ -69,10 +76,16 @@ class GpuBackend {
 
 // Tries every choice of `spec` in order and returns the first that
 // initializes; otherwise throws an Error listing each candidate's reason.
+// A bad knob value is the user's mistake, not the backend's, so it is thrown
+// at once instead of moving on to the next choice.
 std::unique_ptr<NicBackend> open_nic_backend(Registry& registry, std::string_view spec,
                                              const HostServices& host, Logger& log);
 std::unique_ptr<GpuBackend> open_gpu_backend(Registry& registry, std::string_view spec,
                                              const HostServices& host, Logger& log);
+
+// Why `value` is not accepted by `knob` ("expected one of a, b, c"), or
+// std::nullopt when it is. Knobs without an `allowed` list accept anything.
+std::optional<std::string> knob_value_error(const courier_knob_v1& knob, std::string_view value);
 
 // Human-readable names of capability bits, e.g. {"rma_write", "write_imm"}.
 std::vector<std::string> nic_capability_names(uint32_t caps);

@@ -61,7 +61,12 @@ class Registry {
   Registry(const Registry&) = delete;
   Registry& operator=(const Registry&) = delete;
 
+  // Directories in search order, made absolute, each listed once.
   std::vector<std::string> search_dirs() const;
+  // The install's plugin directory (the last of search_dirs() unless
+  // COURIER_BACKEND_PATH already named it); "" if libcourier's location is
+  // unknown.
+  std::string default_dir() const;
   const std::vector<PluginCandidate>& candidates() const;
   const std::vector<NicPlugin>& nic_plugins() const;
   const std::vector<GpuPlugin>& gpu_plugins() const;
@@ -69,6 +74,9 @@ class Registry {
   // Usable plugins allowed by `spec` (COURIER_*_BACKEND semantics), in the
   // order they should be tried. A forced name or path that is missing or
   // unusable is an Error naming the variable, the name and the reason.
+  // A path is loaded on first use and recorded in candidates(); the
+  // returned pointers stay valid for the registry's lifetime. Not
+  // thread-safe: select from one thread.
   std::vector<const NicPlugin*> nic_choices(std::string_view spec);
   std::vector<const GpuPlugin*> gpu_choices(std::string_view spec);
 

@@ -1,0 +1,172 @@
+// NicBackend / GpuBackend: a plugin after init(), until fini(). And the
+// selection loop that tries the registry's choices in order.
+#include "core/backend_instance.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <system_error>
+
+#include "core/check.hpp"
+#include "core/log.hpp"
+
+namespace courier {
+
+namespace {
+
+constexpr std::string_view kComponent = "backend";
+
+std::vector<std::string> split_allowed(std::string_view allowed) {
+  std::vector<std::string> words;
+  size_t start = 0;
+  while (start <= allowed.size()) {
+    size_t end = allowed.find('|', start);
+    if (end == std::string_view::npos) end = allowed.size();
+    words.emplace_back(allowed.substr(start, end - start));
+    start = end + 1;
+  }
+  return words;
+}
+
+// The plugin's own explanation; the ABI promises a string, but a plugin that
+// breaks that promise must not crash the message that reports it.
+std::string reason_from(const char* text) {
+  return text != nullptr && text[0] != '\0' ? text : "(the plugin gave no reason)";
+}
+
+std::string describe_status(int status) {
+  if (status < 0) {
+    return fmt::format("status {}: {}", status,
+                       std::error_code(-status, std::generic_category()).message());
+  }
+  return fmt::format("status {}", status);
+}
+
+// Checks the environment the plugin will see against every enumerated knob
+// it declares, before init() acts on a value it may not expect.
+void validate_knobs(std::string_view label, const std::string& backend,
+                    const courier_knob_v1* knobs, uint32_t count, const HostServices& host) {
+  for (uint32_t i = 0; i < count; ++i) {
+    const courier_knob_v1& knob = knobs[i];
+    std::optional<std::string> value = host.env(knob.name);
+    if (!value) continue;
+    if (std::optional<std::string> error = knob_value_error(knob, *value)) {
+      fail("{}='{}' is invalid for {} backend '{}': {}", knob.name, *value, label, backend, *error);
+    }
+  }
+}
+
+// The part NicBackend and GpuBackend share: knobs, init, query.
+template <class Plugin, class Props>
+void* initialize(std::string_view label, const Plugin& plugin, const HostServices& host,
+                 Props& props) {
+  const auto* ops = plugin.ops;
+  validate_knobs(label, plugin.name, ops->knobs, ops->num_knobs, host);
+  void* handle = nullptr;
+  int status = ops->init(host.table(), &handle);
+  if (status != COURIER_OK) {
+    fail("{} backend '{}' ({}) failed to initialize: {} ({})", label, plugin.name, plugin.path,
+         reason_from(ops->last_error(nullptr)), describe_status(status));
+  }
+  props = Props{};
+  props.struct_size = sizeof(Props);
+  status = ops->query(handle, &props);
+  if (status != COURIER_OK) {
+    std::string reason = reason_from(ops->last_error(handle));
+    ops->fini(handle);
+    fail("{} backend '{}' ({}) initialized, but query() failed: {} ({})", label, plugin.name,
+         plugin.path, reason, describe_status(status));
+  }
+  return handle;
+}
+
+// Plugins fill fixed-size text fields; make sure they end, whatever was written.
+template <size_t N>
+void terminate(char (&text)[N]) {
+  text[N - 1] = '\0';
+}
+
+// "searched /a, /b; rejected: x (reason), ..." for an empty choice list.
+std::string search_summary(const Registry& registry, PluginKind kind) {
+  std::vector<std::string> rejected;
+  for (const PluginCandidate& candidate : registry.candidates()) {
+    if (candidate.kind == kind && !candidate.usable) {
+      rejected.push_back(fmt::format("{} ({})", candidate.path, candidate.reason));
+    }
+  }
+  std::vector<std::string> dirs = registry.search_dirs();
+  std::string summary =
+      fmt::format("searched {}",
+                  dirs.empty() ? std::string("nothing") : fmt::format("{}", fmt::join(dirs, ", ")));
+  if (!rejected.empty()) summary += fmt::format("; rejected: {}", fmt::join(rejected, "; "));
+  return summary;
+}
+
+template <class Backend, class Plugin>
+std::unique_ptr<Backend> open_first(std::string_view label, std::string_view variable,
+                                    PluginKind kind, const Registry& registry,
+                                    const std::vector<const Plugin*>& choices,
+                                    std::string_view spec, const HostServices& host, Logger& log) {
+  std::string allowed_by = spec.empty() ? "" : fmt::format(" allowed by {}={}", variable, spec);
+  if (choices.empty()) {
+    fail("no usable {} backend{} ({})", label, allowed_by, search_summary(registry, kind));
+  }
+  std::vector<std::string> failures;
+  for (const Plugin* plugin : choices) {
+    // Outside the try: a bad knob value must stop start-up, not be skipped.
+    validate_knobs(label, plugin->name, plugin->ops->knobs, plugin->ops->num_knobs, host);
+    try {
+      auto backend = std::make_unique<Backend>(*plugin, host);
+      log.info(kComponent, "using {} backend '{}' ({})", label, plugin->name, plugin->path);
+      return backend;
+    } catch (const Error& error) {
+      log.info(kComponent, "{}; trying the next one", error.what());
+      failures.emplace_back(error.what());
+    }
+  }
+  fail("no {} backend{} could be initialized: {}", label, allowed_by, fmt::join(failures, "; "));
+}
+
+}  // namespace
+
+std::optional<std::string> knob_value_error(const courier_knob_v1& knob, std::string_view value) {
+  if (knob.allowed == nullptr) return std::nullopt;
+  std::vector<std::string> allowed = split_allowed(knob.allowed);
+  if (std::find(allowed.begin(), allowed.end(), value) != allowed.end()) return std::nullopt;
+  return fmt::format("expected one of {}", fmt::join(allowed, ", "));
+}
+
+NicBackend::NicBackend(const NicPlugin& plugin, const HostServices& host) : plugin_(plugin) {
+  handle_ = initialize("NIC", plugin_, host, props_);
+  terminate(props_.device);
+  terminate(props_.pci_address);
+}
+
+NicBackend::~NicBackend() { plugin_.ops->fini(handle_); }
+
+std::string NicBackend::last_error() const { return reason_from(plugin_.ops->last_error(handle_)); }
+
+GpuBackend::GpuBackend(const GpuPlugin& plugin, const HostServices& host) : plugin_(plugin) {
+  handle_ = initialize("GPU", plugin_, host, props_);
+  terminate(props_.device_name);
+  terminate(props_.no_device_reason);
+}
+
+GpuBackend::~GpuBackend() { plugin_.ops->fini(handle_); }
+
+std::string GpuBackend::last_error() const { return reason_from(plugin_.ops->last_error(handle_)); }
+
+std::unique_ptr<NicBackend> open_nic_backend(Registry& registry, std::string_view spec,
+                                             const HostServices& host, Logger& log) {
+  return open_first<NicBackend>("NIC", "COURIER_NIC_BACKEND", PluginKind::nic, registry,
+                                registry.nic_choices(spec), spec, host, log);
+}
+
+std::unique_ptr<GpuBackend> open_gpu_backend(Registry& registry, std::string_view spec,
+                                             const HostServices& host, Logger& log) {
+  return open_first<GpuBackend>("GPU", "COURIER_GPU_BACKEND", PluginKind::gpu, registry,
+                                registry.gpu_choices(spec), spec, host, log);
+}
+
+}  // namespace courier

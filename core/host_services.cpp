@@ -1,0 +1,109 @@
+// HostServices: what the core lends to plugins through courier_host_services_v1.
+// These functions are called from C code in the plugins, so no exception may
+// leave them.
+#include <cstdlib>
+#include <deque>
+#include <mutex>
+#include <unordered_map>
+
+#include "core/backend_instance.hpp"
+#include "core/log.hpp"
+
+namespace courier {
+
+namespace {
+
+// What the table's functions reach through their ctx argument.
+struct ServiceContext {
+  ServiceContext(Logger& logger, EnvLookup lookup) : log(logger), env(std::move(lookup)) {}
+
+  Logger& log;
+  EnvLookup env;
+
+  // get_env hands out C strings that a plugin may keep for the lifetime of
+  // the services, so a value, once handed out, is never changed or freed: a
+  // variable whose value changed gets a new string. The deque never moves
+  // its elements. Plugins may call get_env from several threads.
+  std::mutex env_mutex;
+  std::deque<std::string> env_values;
+  std::unordered_map<std::string, const std::string*> env_latest;
+};
+
+LogLevel level_from_abi(int level) {
+  if (level <= COURIER_LOG_ERROR) return LogLevel::error;
+  if (level >= COURIER_LOG_TRACE) return LogLevel::trace;
+  return static_cast<LogLevel>(level);
+}
+
+void host_log(void* ctx, int level, const char* backend, const char* message) {
+  auto* state = static_cast<ServiceContext*>(ctx);
+  try {
+    LogLevel log_level = level_from_abi(level);
+    if (!state->log.enabled(log_level)) return;
+    state->log.write(log_level, backend != nullptr ? backend : "plugin",
+                     message != nullptr ? message : "");
+  } catch (...) {
+    // Logging must never take the plugin down; a lost line is the lesser harm.
+  }
+}
+
+const char* host_get_env(void* ctx, const char* name) {
+  auto* state = static_cast<ServiceContext*>(ctx);
+  if (name == nullptr) return nullptr;
+  try {
+    std::optional<std::string> value = state->env(name);
+    if (!value) return nullptr;
+    std::lock_guard lock(state->env_mutex);
+    auto latest = state->env_latest.find(name);
+    if (latest != state->env_latest.end() && *latest->second == *value) {
+      return latest->second->c_str();
+    }
+    const std::string& stored = state->env_values.emplace_back(std::move(*value));
+    state->env_latest[name] = &stored;
+    return stored.c_str();
+  } catch (...) {
+    return nullptr;
+  }
+}
+
+void* host_alloc(void* /*ctx*/, size_t size, size_t alignment) {
+  if (alignment == 0) alignment = alignof(std::max_align_t);
+  if ((alignment & (alignment - 1)) != 0) return nullptr;  // not a power of two
+  // posix_memalign also wants a multiple of sizeof(void*).
+  if (alignment < sizeof(void*)) alignment = sizeof(void*);
+  void* memory = nullptr;
+  if (posix_memalign(&memory, alignment, size == 0 ? 1 : size) != 0) return nullptr;
+  return memory;
+}
+
+void host_free(void* /*ctx*/, void* ptr) { std::free(ptr); }
+
+}  // namespace
+
+struct HostServices::State {
+  State(Logger& log, EnvLookup env) : context(log, std::move(env)) {}
+
+  ServiceContext context;
+  courier_host_services_v1 table{};
+};
+
+HostServices::HostServices(Logger& log, EnvLookup env)
+    : state_(std::make_unique<State>(log, std::move(env))) {
+  courier_host_services_v1& table = state_->table;
+  table.struct_size = sizeof(courier_host_services_v1);
+  table.ctx = &state_->context;
+  table.log = host_log;
+  table.get_env = host_get_env;
+  table.alloc = host_alloc;
+  table.free = host_free;
+}
+
+HostServices::~HostServices() = default;
+
+const courier_host_services_v1* HostServices::table() const { return &state_->table; }
+
+std::optional<std::string> HostServices::env(std::string_view name) const {
+  return state_->context.env(name);
+}
+
+}  // namespace courier

@@ -1,0 +1,23 @@
+#include "core/plugin_library.hpp"
+
+#include <dlfcn.h>
+
+namespace courier {
+
+std::shared_ptr<PluginLibrary> PluginLibrary::open(const std::string& path, std::string& error) {
+  dlerror();  // forget any message left by an earlier call
+  void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (handle == nullptr) {
+    const char* message = dlerror();
+    error = message != nullptr ? message : "dlopen failed without a message";
+    return nullptr;
+  }
+  // The constructor is private, so make_shared cannot reach it.
+  return std::shared_ptr<PluginLibrary>(new PluginLibrary(handle, path));
+}
+
+PluginLibrary::~PluginLibrary() { dlclose(handle_); }
+
+void* PluginLibrary::symbol(const char* name) const { return dlsym(handle_, name); }
+
+}  // namespace courier
