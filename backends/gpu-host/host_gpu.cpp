@@ -1,0 +1,119 @@
+// gpu-host: Courier's CPU "GPU". Device memory is host memory, mapped host
+// memory is host memory seen at the same address, and a kernel launch is a
+// grid of CPU threads. It lets every layer above run and be tested on
+// machines without a GPU.
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <cstdio>
+#include <string>
+
+#include "courier/abi/gpu_v1.h"
+#include "host_kernel_launch.hpp"
+
+namespace {
+
+thread_local std::string g_last_error;  // per-thread, as the ABI prescribes
+
+int fail(int status, std::string message) {
+  g_last_error = std::move(message);
+  return status;
+}
+
+constexpr size_t kAlignment = 4096;  // page-aligned, like a device allocation
+
+int allocate(size_t bytes, void** ptr) {
+  if (ptr == nullptr) return fail(-EINVAL, "allocation: output pointer is NULL");
+  size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
+  void* p = std::aligned_alloc(kAlignment, rounded == 0 ? kAlignment : rounded);
+  if (p == nullptr) return fail(-ENOMEM, "cannot allocate " + std::to_string(bytes) + " bytes");
+  std::memset(p, 0, rounded == 0 ? kAlignment : rounded);
+  *ptr = p;
+  return 0;
+}
+
+int host_init(const courier_host_services_v1* host, void** backend) {
+  if (host == nullptr || backend == nullptr) return fail(-EINVAL, "init: NULL argument");
+  *backend = const_cast<courier_host_services_v1*>(host);  // nothing else to keep
+  return 0;
+}
+
+void host_fini(void*) {}
+
+const char* host_last_error(void*) { return g_last_error.c_str(); }
+
+int host_query(void*, courier_gpu_props_v1* props) {
+  if (props == nullptr || props->struct_size < sizeof(courier_gpu_props_v1)) {
+    return fail(-EINVAL, "query: props is NULL or its struct_size is too small");
+  }
+  props->caps = COURIER_GPU_CAP_HOST_KERNELS | COURIER_GPU_CAP_MAPPED_HOST;
+  props->device_count = 1;
+  props->warp_size = 1;
+  props->mem_kind = COURIER_MEM_HOST;
+  std::snprintf(props->device_name, sizeof props->device_name, "host CPU threads");
+  props->no_device_reason[0] = '\0';
+  return 0;
+}
+
+int host_mem_alloc(void*, int device, size_t bytes, void** ptr) {
+  if (device != 0) return fail(-ENODEV, "device " + std::to_string(device) + " does not exist");
+  return allocate(bytes, ptr);
+}
+
+int host_mem_free(void*, int, void* ptr) {
+  std::free(ptr);
+  return 0;
+}
+
+int host_alloc_mapped(void*, size_t bytes, void** host_ptr, void** device_ptr) {
+  if (device_ptr == nullptr) return fail(-EINVAL, "host_alloc_mapped: device_ptr is NULL");
+  int rc = allocate(bytes, host_ptr);
+  if (rc == 0) *device_ptr = *host_ptr;
+  return rc;
+}
+
+int host_free_mapped(void*, void* host_ptr) {
+  std::free(host_ptr);
+  return 0;
+}
+
+int host_memcpy(void*, void* dst, const void* src, size_t bytes) {
+  if (bytes > 0 && (dst == nullptr || src == nullptr)) return fail(-EINVAL, "memcpy: NULL");
+  std::memmove(dst, src, bytes);
+  return 0;
+}
+
+int host_launch(void*, const courier_host_kernel_launch_v1* launch) {
+  if (launch == nullptr || launch->struct_size < sizeof(courier_host_kernel_launch_v1)) {
+    return fail(-EINVAL, "launch_host_kernel: launch is NULL or too small");
+  }
+  std::string error;
+  int rc = courier::host_gpu::launch_host_kernel(*launch, &error);
+  if (rc != 0) g_last_error = error;
+  return rc;
+}
+
+const courier_gpu_plugin_v1 kPlugin = {
+    {sizeof(courier_gpu_plugin_v1), COURIER_GPU_ABI_MAJOR, COURIER_GPU_ABI_MINOR, "host"},
+    "CPU threads standing in for a GPU (development and CI)",
+    nullptr,
+    0,
+    0,
+    host_init,
+    host_fini,
+    host_last_error,
+    host_query,
+    host_mem_alloc,
+    host_mem_free,
+    host_alloc_mapped,
+    host_free_mapped,
+    host_memcpy,
+    host_launch,
+};
+
+}  // namespace
+
+extern "C" __attribute__((visibility("default"))) const courier_gpu_plugin_v1*
+courier_gpu_backend_v1(void) {
+  return &kPlugin;
+}

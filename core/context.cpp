@@ -1,0 +1,373 @@
+#include "courier/context.hpp"
+
+#include <cstring>
+#include <map>
+
+#include "core/backend_instance.hpp"
+#include "core/bootstrap/bootstrap.hpp"
+#include "core/check.hpp"
+#include "core/config.hpp"
+#include "core/proxy/nic_endpoint.hpp"
+#include "core/proxy/proxy_thread.hpp"
+#include "core/registry.hpp"
+
+namespace courier {
+
+namespace {
+
+// A job of one process needs no rendezvous.
+class SingleProcessBootstrap final : public Bootstrap {
+ public:
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  std::string_view kind() const override { return "single"; }
+  std::vector<std::byte> allgather(std::span<const std::byte> mine) override {
+    return {mine.begin(), mine.end()};
+  }
+  void barrier() override {}
+};
+
+template <class T>
+std::span<const std::byte> bytes_of(const T& value) {
+  return std::as_bytes(std::span<const T, 1>(&value, 1));
+}
+
+// What every rank must agree on before endpoints are paired.
+struct JobShape {
+  uint32_t proxy_threads;
+  uint32_t ep_name_bytes;
+  char nic_backend[32];
+};
+
+EnvLookup with_overrides(const ContextOptions& options) {
+  std::map<std::string, std::string, std::less<>> overrides(options.env.begin(),
+                                                             options.env.end());
+  EnvLookup process = process_env();
+  return [overrides = std::move(overrides), process](std::string_view name)
+             -> std::optional<std::string> {
+    auto it = overrides.find(name);
+    if (it != overrides.end()) return it->second;
+    return process(name);
+  };
+}
+
+std::string describe_channel_error(uint64_t word) {
+  if (word == 0) return "";
+  uint64_t ticket = (word >> 8) - 1;
+  const char* what = "unknown error";
+  switch (static_cast<ChannelErrorCode>(word & 0xff)) {
+    case ChannelErrorCode::post_failed: what = "the transport refused it"; break;
+    case ChannelErrorCode::completion_failed: what = "the transport reported an error"; break;
+    case ChannelErrorCode::unsupported: what = "its operation is not supported yet"; break;
+    case ChannelErrorCode::bad_command: what = "it is not a valid command"; break;
+    case ChannelErrorCode::none: break;
+  }
+  return fmt::format("command {} failed: {} (details in the log)", ticket, what);
+}
+
+}  // namespace
+
+struct Context::Impl {
+  EnvLookup env;
+  Config config;
+  Logger log;
+  Registry registry;
+  HostServices host;
+  std::unique_ptr<GpuBackend> gpu;
+  std::unique_ptr<NicBackend> nic;
+  std::unique_ptr<Bootstrap> bootstrap;
+
+  // FIFO memory: slots and control blocks in mapped host memory, heads in
+  // device memory.
+  void* ring_host = nullptr;
+  void* ring_device = nullptr;
+  void* heads = nullptr;
+  size_t ring_stride = 0;
+
+  std::vector<std::unique_ptr<ProxyChannel>> channels;
+  std::vector<std::unique_ptr<NicEndpoint>> endpoints;
+  std::vector<std::unique_ptr<ProxyThread>> proxies;
+  uint32_t windows = 0;
+
+  explicit Impl(const ContextOptions& options)
+      : env(with_overrides(options)),
+        config(Config::load(env)),
+        log(config.log_level),
+        registry(config.backend_path, log),
+        host(log, env) {
+    log.set_rank(config.job.rank);
+    for (const std::string& name :
+         Config::unknown_variables(process_env_names(), registry.declared_knob_names())) {
+      log.warn("config", "{} is not a Courier variable (misspelt?); it is ignored", name);
+    }
+    gpu = open_gpu_backend(registry, config.gpu_backend, host, log);
+    if (gpu->props().device_count == 0) {
+      fail("GPU backend '{}' found no device: {}", gpu->plugin().name,
+           gpu->props().no_device_reason);
+    }
+    nic = open_nic_backend(registry, config.nic_backend, host, log);
+    bootstrap = join_job();
+    check_job_shape();
+    allocate_channels();
+    open_endpoints();
+    start_proxies();
+  }
+
+  ~Impl() {
+    for (auto& proxy : proxies) proxy->stop();
+    proxies.clear();
+    endpoints.clear();
+    channels.clear();
+    if (ring_host != nullptr) gpu->ops()->host_free_mapped(gpu->handle(), ring_host);
+    if (heads != nullptr) gpu->ops()->mem_free(gpu->handle(), 0, heads);
+  }
+
+  std::unique_ptr<Bootstrap> join_job() {
+    const JobInfo& job = config.job;
+    if (job.use_mpi) return make_mpi_bootstrap(log);
+    if (job.world_size == 1) return std::make_unique<SingleProcessBootstrap>();
+    BootstrapOptions options;
+    options.rank = job.rank;
+    options.world_size = job.world_size;
+    options.host = job.bootstrap_host;
+    options.port = job.bootstrap_port;
+    options.job_token = job.job_token;
+    options.timeout_s = static_cast<int>(config.timeout_s);
+    return make_tcp_bootstrap(options, log);
+  }
+
+  void check_job_shape() {
+    JobShape mine{};
+    mine.proxy_threads = config.proxy_threads;
+    mine.ep_name_bytes = nic->props().max_ep_name;
+    std::snprintf(mine.nic_backend, sizeof mine.nic_backend, "%s", nic->plugin().name.c_str());
+    std::vector<std::byte> all = bootstrap->allgather(bytes_of(mine));
+    for (int r = 0; r < bootstrap->size(); ++r) {
+      JobShape theirs;
+      std::memcpy(&theirs, all.data() + r * sizeof(JobShape), sizeof(JobShape));
+      if (std::strncmp(theirs.nic_backend, mine.nic_backend, sizeof mine.nic_backend) != 0) {
+        fail("rank {} uses NIC backend '{}' but rank {} uses '{}': every rank must use the same "
+             "(set COURIER_NIC_BACKEND)",
+             r, theirs.nic_backend, bootstrap->rank(), mine.nic_backend);
+      }
+      if (theirs.proxy_threads != mine.proxy_threads) {
+        fail("rank {} runs COURIER_PROXY_THREADS={} but rank {} runs {}: the value must be equal "
+             "on every rank (proxy thread i talks to thread i of each peer)",
+             r, theirs.proxy_threads, bootstrap->rank(), mine.proxy_threads);
+      }
+      if (theirs.ep_name_bytes != mine.ep_name_bytes) {
+        fail("rank {} has {}-byte endpoint names but rank {} has {}: mismatched NIC backends",
+             r, theirs.ep_name_bytes, bootstrap->rank(), mine.ep_name_bytes);
+      }
+    }
+  }
+
+  void allocate_channels() {
+    const uint32_t n = config.channels;
+    const uint32_t depth = config.fifo_depth;
+    ring_stride = depth * sizeof(TransferCmd) + sizeof(FifoControl);
+    const courier_gpu_plugin_v1* ops = gpu->ops();
+    if (ops->host_alloc_mapped(gpu->handle(), ring_stride * n, &ring_host, &ring_device) != 0) {
+      fail("GPU backend '{}': allocating {} bytes of mapped FIFO memory failed: {}",
+           gpu->plugin().name, ring_stride * n, gpu->last_error());
+    }
+    std::memset(ring_host, 0, ring_stride * n);
+    const size_t head_stride = 64;  // one cache line per producer counter
+    if (ops->mem_alloc(gpu->handle(), 0, head_stride * n, &heads) != 0) {
+      fail("GPU backend '{}': allocating FIFO heads failed: {}", gpu->plugin().name,
+           gpu->last_error());
+    }
+    std::vector<std::byte> zeros(head_stride * n);
+    ops->memcpy_sync(gpu->handle(), heads, zeros.data(), zeros.size());
+    for (uint32_t c = 0; c < n; ++c) {
+      auto* base = static_cast<std::byte*>(ring_host) + c * ring_stride;
+      auto* slots = reinterpret_cast<TransferCmd*>(base);
+      auto* control = reinterpret_cast<FifoControl*>(base + depth * sizeof(TransferCmd));
+      channels.push_back(std::make_unique<ProxyChannel>(c, slots, control, depth));
+    }
+  }
+
+  void open_endpoints() {
+    const uint32_t threads = config.proxy_threads;
+    const uint32_t channels_per_thread = (config.channels + threads - 1) / threads;
+    courier_nic_ep_attr_v1 attr{};
+    attr.struct_size = sizeof attr;
+    attr.tx_depth = config.max_inflight * channels_per_thread;
+    attr.rx_depth = 4096;
+    for (uint32_t i = 0; i < threads; ++i) {
+      endpoints.push_back(std::make_unique<NicEndpoint>(*nic, attr, bootstrap->size()));
+    }
+    // One all-gather carries every thread's endpoint name.
+    const size_t stride = nic->props().max_ep_name;
+    std::vector<std::byte> mine;
+    for (auto& ep : endpoints) {
+      std::vector<std::byte> name = ep->name();
+      mine.insert(mine.end(), name.begin(), name.end());
+    }
+    std::vector<std::byte> all = bootstrap->allgather(mine);
+    const size_t per_rank = stride * threads;
+    for (uint32_t i = 0; i < threads; ++i) {
+      std::vector<std::byte> names(stride * bootstrap->size());
+      for (int r = 0; r < bootstrap->size(); ++r) {
+        std::memcpy(names.data() + r * stride, all.data() + r * per_rank + i * stride, stride);
+      }
+      endpoints[i]->connect(names, stride);
+    }
+  }
+
+  void start_proxies() {
+    ProxyOptions options;
+    options.poll_batch = config.drain_batch;
+    const uint32_t threads = config.proxy_threads;
+    for (uint32_t i = 0; i < threads; ++i) {
+      std::vector<ProxyChannel*> mine;
+      for (uint32_t c = i; c < channels.size(); c += threads) mine.push_back(channels[c].get());
+      proxies.push_back(std::make_unique<ProxyThread>(i, *endpoints[i], mine, options, log));
+    }
+    for (auto& proxy : proxies) proxy->start();
+  }
+};
+
+DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
+  if (this != &other) {
+    if (data_ != nullptr) owner_->free_device(data_);
+    owner_ = std::exchange(other.owner_, nullptr);
+    data_ = std::exchange(other.data_, nullptr);
+    size_ = std::exchange(other.size_, 0);
+  }
+  return *this;
+}
+
+DeviceBuffer::~DeviceBuffer() {
+  if (data_ != nullptr) owner_->free_device(data_);
+}
+
+Context::Context(const ContextOptions& options) : impl_(std::make_unique<Impl>(options)) {}
+Context::~Context() = default;
+
+int Context::rank() const { return impl_->bootstrap->rank(); }
+int Context::world_size() const { return impl_->bootstrap->size(); }
+std::string Context::gpu_backend() const { return impl_->gpu->plugin().name; }
+std::string Context::nic_backend() const { return impl_->nic->plugin().name; }
+
+DeviceBuffer Context::alloc(size_t bytes) const {
+  void* ptr = nullptr;
+  if (impl_->gpu->ops()->mem_alloc(impl_->gpu->handle(), 0, bytes, &ptr) != 0) {
+    fail("GPU backend '{}': allocating {} bytes failed: {}", gpu_backend(), bytes,
+         impl_->gpu->last_error());
+  }
+  return DeviceBuffer(this, ptr, bytes);
+}
+
+void Context::free_device(void* ptr) const {
+  impl_->gpu->ops()->mem_free(impl_->gpu->handle(), 0, ptr);
+}
+
+void Context::copy(void* dst, const void* src, size_t bytes) const {
+  if (impl_->gpu->ops()->memcpy_sync(impl_->gpu->handle(), dst, src, bytes) != 0) {
+    fail("GPU backend '{}': copying {} bytes failed: {}", gpu_backend(), bytes,
+         impl_->gpu->last_error());
+  }
+}
+
+uint32_t Context::register_window(void* base, size_t bytes) {
+  Impl& s = *impl_;
+  if (s.windows >= NicEndpoint::kMaxWindows) {
+    fail("register_window: all {} windows are in use", NicEndpoint::kMaxWindows);
+  }
+  if (bytes > TransferCmd::kMaxOffset + 1) {
+    fail("register_window: {} bytes exceed the 4 GiB a window offset can address", bytes);
+  }
+  const uint32_t window = s.windows;
+  const uint32_t threads = s.config.proxy_threads;
+  // Mine: size, then one key per proxy endpoint.
+  std::vector<RemoteWindow> mine(threads);
+  for (uint32_t i = 0; i < threads; ++i) {
+    s.proxies[i]->run([&] {
+      mine[i].key = s.endpoints[i]->register_window(window, base, bytes, s.gpu->props().mem_kind);
+      mine[i].bytes = bytes;
+    });
+  }
+  std::vector<std::byte> all =
+      s.bootstrap->allgather(std::as_bytes(std::span<const RemoteWindow>(mine)));
+  for (uint32_t i = 0; i < threads; ++i) {
+    std::vector<RemoteWindow> peers(s.bootstrap->size());
+    for (int r = 0; r < s.bootstrap->size(); ++r) {
+      std::memcpy(&peers[r], all.data() + (r * threads + i) * sizeof(RemoteWindow),
+                  sizeof(RemoteWindow));
+    }
+    s.proxies[i]->run([&] { s.endpoints[i]->set_remote_window(window, std::move(peers)); });
+  }
+  ++s.windows;
+  return window;
+}
+
+uint32_t Context::num_channels() const { return static_cast<uint32_t>(impl_->channels.size()); }
+
+DeviceChannel Context::channel(uint32_t index) const {
+  const Impl& s = *impl_;
+  if (index >= s.channels.size()) {
+    fail("channel {} does not exist: COURIER_CHANNELS={}", index, s.channels.size());
+  }
+  auto* device_base = static_cast<std::byte*>(s.ring_device) + index * s.ring_stride;
+  DeviceChannel ch;
+  ch.slots = reinterpret_cast<TransferCmd*>(device_base);
+  ch.control = reinterpret_cast<FifoControl*>(device_base +
+                                              s.config.fifo_depth * sizeof(TransferCmd));
+  ch.head = reinterpret_cast<uint64_t*>(static_cast<std::byte*>(s.heads) + index * 64);
+  ch.depth_mask = s.config.fifo_depth - 1;
+  ch.max_inflight = s.config.max_inflight;
+  ch.channel_id = index;
+  ch.timeout_ns = uint64_t{s.config.timeout_s} * 1000000000ull;
+  return ch;
+}
+
+ChannelStats Context::channel_stats(uint32_t index) const {
+  const ProxyChannel& channel = *impl_->channels.at(index);
+  ChannelStats stats;
+  stats.commands = channel.commands.load();
+  stats.errors = channel.errors.load();
+  stats.completed = std::atomic_ref<uint64_t>(channel.control->completed).load();
+  stats.first_error =
+      describe_channel_error(std::atomic_ref<uint64_t>(channel.control->error).load());
+  return stats;
+}
+
+void Context::launch_host_kernel(uint32_t grid, uint32_t block, courier_host_kernel_fn fn,
+                                 void* arg) const {
+  const GpuBackend& gpu = *impl_->gpu;
+  if ((gpu.props().caps & COURIER_GPU_CAP_HOST_KERNELS) == 0) {
+    fail("GPU backend '{}' cannot run host kernels (no host_kernels capability)",
+         gpu.plugin().name);
+  }
+  courier_host_kernel_launch_v1 launch{};
+  launch.struct_size = sizeof launch;
+  launch.grid_dim = grid;
+  launch.block_dim = block;
+  launch.fn = fn;
+  launch.arg = arg;
+  if (gpu.ops()->launch_host_kernel(gpu.handle(), &launch) != 0) {
+    fail("GPU backend '{}': launching {}x{} host threads failed: {}", gpu.plugin().name, grid,
+         block, gpu.last_error());
+  }
+}
+
+void Context::barrier() { impl_->bootstrap->barrier(); }
+
+uint64_t Context::imm_received() const {
+  uint64_t total = 0;
+  for (const auto& proxy : impl_->proxies) total += proxy->imm_received();
+  return total;
+}
+
+const char* to_string(PushStatus status) {
+  switch (status) {
+    case PushStatus::ok: return "ok";
+    case PushStatus::batch_too_large: return "batch larger than 8 commands or max_inflight";
+    case PushStatus::timed_out: return "timed out waiting for the proxy (COURIER_TIMEOUT_S)";
+    case PushStatus::channel_failed: return "the proxy recorded an error on this channel";
+  }
+  return "unknown";
+}
+
+}  // namespace courier

@@ -1,0 +1,42 @@
+#include "core/proxy/fifo_consumer.hpp"
+
+#include <atomic>
+
+#include "core/check.hpp"
+
+namespace courier {
+
+uint32_t FifoConsumer::poll(TransferCmd* out, uint32_t max) {
+  uint32_t count = 0;
+  while (count < max) {
+    TransferCmd& slot = slots_[next_ & mask_];
+    std::atomic_ref<uint64_t> word0(slot.word0);
+    uint64_t header = word0.load(std::memory_order_acquire);
+    if (header == 0) break;  // not published yet
+    TransferCmd cmd;
+    cmd.word0 = header;
+    cmd.word1 = std::atomic_ref<uint64_t>(slot.word1).load(std::memory_order_relaxed);
+    if (cmd.seq() != (next_ & TransferCmd::kSeqMask)) {
+      fail("FIFO channel {}: slot {} holds sequence number {} but ticket {} (sequence {}) was "
+           "expected: the ring was overwritten or corrupted",
+           channel_id_, next_ & mask_, cmd.seq(), next_, next_ & TransferCmd::kSeqMask);
+    }
+    word0.store(0, std::memory_order_relaxed);  // published to producers by `completed`
+    out[count++] = cmd;
+    ++next_;
+  }
+  return count;
+}
+
+CompletionTracker::CompletionTracker(uint32_t depth)
+    : done_(std::make_unique<uint8_t[]>(depth)), mask_(depth - 1) {}
+
+void CompletionTracker::complete(uint64_t ticket) {
+  done_[ticket & mask_] = 1;
+  while (done_[prefix_ & mask_] != 0) {
+    done_[prefix_ & mask_] = 0;
+    ++prefix_;
+  }
+}
+
+}  // namespace courier

@@ -1,0 +1,47 @@
+// The consumer side of a FIFO channel (one proxy thread per channel).
+// Reads published slots in ticket order, checks each slot's sequence number
+// and clears the slot so that its next lap can be told apart.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "courier/transfer_cmd.hpp"
+
+namespace courier {
+
+class FifoConsumer {
+ public:
+  FifoConsumer(TransferCmd* slots, uint32_t depth, uint32_t channel_id)
+      : slots_(slots), mask_(depth - 1), channel_id_(channel_id) {}
+
+  // Copies up to `max` published commands into `out`, in ticket order; the
+  // first has ticket next_ticket() as it was before the call. Throws
+  // courier::Error when a slot's sequence number is not the expected one
+  // (the ring was corrupted).
+  uint32_t poll(TransferCmd* out, uint32_t max);
+
+  uint64_t next_ticket() const { return next_; }
+
+ private:
+  TransferCmd* slots_;
+  uint64_t next_ = 0;
+  uint32_t mask_;
+  uint32_t channel_id_;
+};
+
+// Which tickets of a channel have completed, out of order; exposes the
+// in-order prefix the producers see as control->completed.
+class CompletionTracker {
+ public:
+  explicit CompletionTracker(uint32_t depth);
+  void complete(uint64_t ticket);
+  uint64_t prefix() const { return prefix_; }
+
+ private:
+  std::unique_ptr<uint8_t[]> done_;
+  uint64_t prefix_ = 0;
+  uint32_t mask_;
+};
+
+}  // namespace courier

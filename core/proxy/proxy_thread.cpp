@@ -1,0 +1,258 @@
+#include "core/proxy/proxy_thread.hpp"
+
+#include <cerrno>
+#include <chrono>
+
+#include "courier/error.hpp"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+namespace courier {
+
+namespace {
+constexpr uint64_t kTicketBits = 48;
+constexpr uint64_t kTicketMask = (uint64_t{1} << kTicketBits) - 1;
+
+uint64_t make_cookie(uint32_t channel_slot, uint64_t ticket) {
+  return (uint64_t{channel_slot} << kTicketBits) | (ticket & kTicketMask);
+}
+
+const char* op_name(CmdOp op) {
+  switch (op) {
+    case CmdOp::empty: return "EMPTY";
+    case CmdOp::write: return "WRITE";
+    case CmdOp::atomic: return "ATOMIC";
+    case CmdOp::drain: return "DRAIN";
+    case CmdOp::barrier: return "BARRIER";
+  }
+  return "UNKNOWN";
+}
+}  // namespace
+
+void IdleBackoff::idle(bool outstanding) {
+  ++idle_rounds_;
+  if (idle_rounds_ < 64) {
+#if defined(__x86_64__)
+    _mm_pause();
+#endif
+    return;
+  }
+  if (outstanding || idle_rounds_ < 1024) {
+    std::this_thread::yield();
+    return;
+  }
+  // Nothing in flight for a while: sleep, longer the longer it lasts.
+  auto micros = idle_rounds_ < 4096 ? 10 : (idle_rounds_ < 16384 ? 50 : 200);
+  std::this_thread::sleep_for(std::chrono::microseconds(micros));
+}
+
+ProxyThread::ProxyThread(uint32_t index, ProxyTransport& transport,
+                         std::vector<ProxyChannel*> channels, const ProxyOptions& options,
+                         Logger& log)
+    : index_(index),
+      transport_(transport),
+      channels_(std::move(channels)),
+      options_(options),
+      log_(log),
+      batch_(options.dequeue_batch),
+      completions_(options.poll_batch) {
+  for (uint32_t i = 0; i < channels_.size(); ++i) channels_[i]->thread_slot = i;
+}
+
+ProxyThread::~ProxyThread() { stop(); }
+
+void ProxyThread::start() {
+  if (running_.exchange(true)) return;
+  stop_.store(false);
+  thread_ = std::thread([this] { loop(); });
+}
+
+void ProxyThread::stop() {
+  stop_.store(true);
+  if (thread_.joinable()) thread_.join();
+  running_.store(false);
+}
+
+std::string ProxyThread::fatal_error() const {
+  std::lock_guard lock(mutex_);
+  return fatal_;
+}
+
+void ProxyThread::run(const std::function<void()>& task) {
+  if (!running_.load()) {
+    task();
+    return;
+  }
+  std::packaged_task<void()> packaged(task);
+  std::future<void> done = packaged.get_future();
+  {
+    std::lock_guard lock(mutex_);
+    if (!fatal_.empty()) throw Error("proxy thread " + std::to_string(index_) + " stopped: " + fatal_);
+    tasks_.push_back(std::move(packaged));
+    has_tasks_.store(true, std::memory_order_release);
+  }
+  done.get();
+}
+
+bool ProxyThread::run_pending_tasks() {
+  if (!has_tasks_.load(std::memory_order_acquire)) return false;
+  std::vector<std::packaged_task<void()>> tasks;
+  {
+    std::lock_guard lock(mutex_);
+    tasks.swap(tasks_);
+    has_tasks_.store(false, std::memory_order_relaxed);
+  }
+  for (auto& task : tasks) task();
+  return true;
+}
+
+void ProxyThread::loop() {
+  try {
+    while (!stop_.load(std::memory_order_relaxed)) {
+      if (step()) {
+        backoff_.reset();
+      } else {
+        backoff_.idle(outstanding_ > 0 || !pending_.empty());
+      }
+    }
+  } catch (const std::exception& e) {
+    log_.error("proxy", "proxy thread {} stopped: {}", index_, e.what());
+    std::lock_guard lock(mutex_);
+    fatal_ = e.what();
+  }
+  // Tasks queued after the loop ended must not wait forever.
+  std::lock_guard lock(mutex_);
+  for (auto& task : tasks_) task();
+  tasks_.clear();
+}
+
+bool ProxyThread::step() {
+  bool worked = run_pending_tasks();
+  worked |= poll_completions();
+  worked |= dequeue_and_post();
+  publish();
+  return worked;
+}
+
+bool ProxyThread::dequeue_and_post() {
+  // Retry what the transport refused before taking anything new, so that
+  // commands of a channel are posted in ticket order.
+  size_t retried = 0;
+  while (retried < pending_.size()) {
+    PendingPost& p = pending_[retried];
+    if (!post(*p.channel, p.cmd, p.ticket)) break;
+    ++retried;
+  }
+  if (retried > 0) pending_.erase(pending_.begin(), pending_.begin() + retried);
+  if (!pending_.empty()) return retried > 0;
+
+  bool worked = retried > 0;
+  for (ProxyChannel* channel : channels_) {
+    uint64_t first = channel->consumer.next_ticket();
+    uint32_t n = channel->consumer.poll(batch_.data(), options_.dequeue_batch);
+    if (n == 0) continue;
+    worked = true;
+    channel->commands.fetch_add(n, std::memory_order_relaxed);
+    for (uint32_t i = 0; i < n; ++i) {
+      if (!pending_.empty() || !post(*channel, batch_[i], first + i)) {
+        pending_.push_back({channel, batch_[i], first + i});
+      }
+    }
+    if (!pending_.empty()) break;
+  }
+  return worked;
+}
+
+// Returns false when the transport is full (-EAGAIN) and the command must be
+// retried; true when it was posted, completed or failed.
+bool ProxyThread::post(ProxyChannel& channel, const TransferCmd& cmd, uint64_t ticket) {
+  switch (cmd.op()) {
+    case CmdOp::write: {
+      std::string error;
+      int rc = transport_.post_write(channel.id, cmd, make_cookie(channel.thread_slot, ticket), &error);
+      if (rc == COURIER_OK) {
+        ++outstanding_;
+        return true;
+      }
+      if (rc == -EAGAIN) return false;
+      fail_command(channel, ticket, ChannelErrorCode::post_failed, error);
+      return true;
+    }
+    case CmdOp::drain:
+      // Completion is a prefix: the DRAIN ticket becomes visible as complete
+      // only after every earlier ticket of the channel completed.
+      channel.tracker.complete(ticket);
+      return true;
+    case CmdOp::atomic:
+    case CmdOp::barrier:
+      fail_command(channel, ticket, ChannelErrorCode::unsupported,
+                   std::string(op_name(cmd.op())) + " is not carried out by this proxy yet");
+      return true;
+    default:
+      fail_command(channel, ticket, ChannelErrorCode::bad_command,
+                   "unknown op " + std::to_string(static_cast<int>(cmd.op())));
+      return true;
+  }
+}
+
+void ProxyThread::fail_command(ProxyChannel& channel, uint64_t ticket, ChannelErrorCode code,
+                               const std::string& why) {
+  channel.errors.fetch_add(1, std::memory_order_relaxed);
+  std::atomic_ref<uint64_t> error(channel.control->error);
+  uint64_t expected = 0;
+  if (error.compare_exchange_strong(expected, encode_channel_error(ticket, code))) {
+    log_.error("proxy", "channel {} command {} failed: {}", channel.id, ticket, why);
+  } else {
+    log_.debug("proxy", "channel {} command {} failed: {}", channel.id, ticket, why);
+  }
+  channel.tracker.complete(ticket);
+}
+
+bool ProxyThread::poll_completions() {
+  bool worked = false;
+  for (;;) {
+    int n = transport_.poll(completions_.data(), options_.poll_batch);
+    if (n < 0) {
+      throw Error("proxy thread " + std::to_string(index_) +
+                  ": polling completions failed: " + transport_.last_error());
+    }
+    for (int i = 0; i < n; ++i) {
+      const courier_nic_completion_v1& c = completions_[i];
+      if (c.kind == COURIER_NIC_COMP_RX_IMM) {
+        imm_received_.fetch_add(1, std::memory_order_relaxed);
+        continue;
+      }
+      uint32_t local_index = static_cast<uint32_t>(c.cookie >> kTicketBits);
+      ProxyChannel& channel = *channels_.at(local_index);
+      // Rebuild the full ticket: it lies within one ring depth above the prefix.
+      uint64_t prefix = channel.tracker.prefix();
+      uint64_t ticket = prefix + (((c.cookie & kTicketMask) - prefix) & kTicketMask);
+      --outstanding_;
+      if (c.status != COURIER_OK) {
+        fail_command(channel, ticket, ChannelErrorCode::completion_failed,
+                     "transport reported status " + std::to_string(c.status) + ": " +
+                         transport_.last_error());
+      } else {
+        channel.tracker.complete(ticket);
+      }
+    }
+    worked |= n > 0;
+    if (static_cast<uint32_t>(n) < options_.poll_batch) break;
+  }
+  return worked;
+}
+
+void ProxyThread::publish() {
+  for (ProxyChannel* channel : channels_) {
+    uint64_t prefix = channel->tracker.prefix();
+    if (prefix != channel->published) {
+      channel->published = prefix;
+      std::atomic_ref<uint64_t>(channel->control->completed)
+          .store(prefix, std::memory_order_release);
+    }
+  }
+}
+
+}  // namespace courier

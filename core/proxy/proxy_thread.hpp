@@ -1,0 +1,135 @@
+// A proxy thread: owns some FIFO channels and one transport endpoint, turns
+// the commands it dequeues into transport operations, and publishes
+// completions back to the producers.
+//
+// Channels are mapped to threads round-robin (channel c -> thread c % P).
+// Everything that touches the endpoint runs on this thread, including the
+// set-up tasks other threads hand it with run().
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/log.hpp"
+#include "core/proxy/fifo_consumer.hpp"
+#include "core/proxy/proxy_transport.hpp"
+#include "courier/device_channel.hpp"
+
+namespace courier {
+
+// Why a channel's error word was set (low 8 bits; the rest holds ticket + 1
+// of the first failed command).
+enum class ChannelErrorCode : uint8_t {
+  none = 0,
+  post_failed = 1,        // the transport refused the command
+  completion_failed = 2,  // the transport reported an error completion
+  unsupported = 3,        // an op this proxy does not carry out (yet)
+  bad_command = 4,        // unknown op
+};
+
+inline uint64_t encode_channel_error(uint64_t ticket, ChannelErrorCode code) {
+  return ((ticket + 1) << 8) | static_cast<uint64_t>(code);
+}
+
+// Host-side view of one FIFO channel.
+struct ProxyChannel {
+  ProxyChannel(uint32_t id, TransferCmd* slots, FifoControl* control, uint32_t depth)
+      : id(id), consumer(slots, depth, id), tracker(depth), control(control) {}
+
+  uint32_t id;
+  FifoConsumer consumer;
+  CompletionTracker tracker;
+  FifoControl* control;
+  uint64_t published = 0;    // last value stored to control->completed
+  uint32_t thread_slot = 0;  // index among its proxy thread's channels (cookie)
+  std::atomic<uint64_t> commands{0};
+  std::atomic<uint64_t> errors{0};
+};
+
+struct ProxyOptions {
+  uint32_t dequeue_batch = 32;  // commands taken from one channel per visit
+  uint32_t poll_batch = 32;     // COURIER_DRAIN_BATCH
+};
+
+// Sleeps more the longer a proxy finds nothing to do, so that several busy
+// processes on a 2-core machine still make progress; any work resets it.
+class IdleBackoff {
+ public:
+  void reset() { idle_rounds_ = 0; }
+  // `outstanding`: operations are in flight, so completions are due soon:
+  // never sleep long.
+  void idle(bool outstanding);
+
+ private:
+  uint32_t idle_rounds_ = 0;
+};
+
+class ProxyThread {
+ public:
+  ProxyThread(uint32_t index, ProxyTransport& transport, std::vector<ProxyChannel*> channels,
+              const ProxyOptions& options, Logger& log);
+  ~ProxyThread();
+  ProxyThread(const ProxyThread&) = delete;
+  ProxyThread& operator=(const ProxyThread&) = delete;
+
+  void start();
+  // Stops after the current iteration; outstanding operations are abandoned.
+  void stop();
+
+  // Runs `task` on the proxy thread (or inline when not started) and waits.
+  // Exceptions thrown by the task are rethrown here.
+  void run(const std::function<void()>& task);
+
+  // Immediate-data notifications received by this thread's endpoint.
+  uint64_t imm_received() const { return imm_received_.load(std::memory_order_relaxed); }
+  // Set when the thread stopped on an unrecoverable error.
+  std::string fatal_error() const;
+
+ private:
+  struct PendingPost {
+    ProxyChannel* channel;
+    TransferCmd cmd;
+    uint64_t ticket;
+  };
+
+  void loop();
+  bool step();
+  bool dequeue_and_post();
+  bool post(ProxyChannel& channel, const TransferCmd& cmd, uint64_t ticket);
+  bool poll_completions();
+  void fail_command(ProxyChannel& channel, uint64_t ticket, ChannelErrorCode code,
+                    const std::string& why);
+  void publish();
+  bool run_pending_tasks();
+
+  uint32_t index_;
+  ProxyTransport& transport_;
+  std::vector<ProxyChannel*> channels_;
+  ProxyOptions options_;
+  Logger& log_;
+
+  std::vector<TransferCmd> batch_;
+  std::vector<courier_nic_completion_v1> completions_;
+  std::vector<PendingPost> pending_;  // posts refused with -EAGAIN, retried first
+  uint64_t outstanding_ = 0;
+  IdleBackoff backoff_;
+
+  std::thread thread_;
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> running_{false};
+  std::atomic<uint64_t> imm_received_{0};
+
+  mutable std::mutex mutex_;  // guards tasks_ and fatal_
+  std::atomic<bool> has_tasks_{false};
+  std::vector<std::packaged_task<void()>> tasks_;
+  std::string fatal_;
+};
+
+}  // namespace courier

@@ -1,0 +1,91 @@
+// The producer side of a FIFO channel: what GPU threads call to hand
+// TransferCmds to the proxy. Compiled unchanged by every GPU backend.
+//
+// Protocol (docs/fifo.md):
+//  1. reserve n consecutive tickets with one atomic add on the channel's head;
+//  2. wait until those tickets fit under the in-flight limit
+//     (ticket + n - completed <= max_inflight); because max_inflight <= depth
+//     this also guarantees the slots were consumed and cleared;
+//  3. write each slot's word1, then publish it by storing word0 (which holds
+//     the non-zero op and the ticket's sequence number) with release order.
+// The consumer reads slots in ticket order and clears word0 after reading.
+// Completion is tracked as a prefix: ticket t is complete once
+// control->completed > t, which also means every earlier ticket completed.
+#pragma once
+
+#include <cstdint>
+
+#include "courier/device_channel.hpp"
+#include "gpu/device_atomics.hpp"
+
+namespace courier::device {
+
+COURIER_DEVICE_INLINE bool is_complete(const DeviceChannel& ch, uint64_t ticket) {
+  return load_acquire(&ch.control->completed) > ticket;
+}
+
+// The first error the proxy recorded on this channel (0 = none).
+COURIER_DEVICE_INLINE uint64_t channel_error(const DeviceChannel& ch) {
+  return load_relaxed(&ch.control->error);
+}
+
+// Waits until control->completed >= target. Returns timed_out when the
+// proxy made no progress for ch.timeout_ns.
+COURIER_DEVICE_INLINE PushStatus wait_completed(const DeviceChannel& ch, uint64_t target) {
+  uint64_t seen = load_acquire(&ch.control->completed);
+  if (seen >= target) return PushStatus::ok;
+  Backoff backoff;
+  uint64_t since = now_ns();
+  for (;;) {
+    backoff.pause();
+    uint64_t now_completed = load_acquire(&ch.control->completed);
+    if (now_completed >= target) return PushStatus::ok;
+    if (now_completed != seen) {  // progress resets the deadline
+      seen = now_completed;
+      since = now_ns();
+    } else if (now_ns() - since > ch.timeout_ns) {
+      return PushStatus::timed_out;
+    }
+  }
+}
+
+// Pushes cmds[0..n) (n <= kMaxBatch) as consecutive tickets; *first_ticket
+// receives the first one. Blocks while the channel is at its in-flight limit.
+COURIER_DEVICE_INLINE PushStatus push_batch(const DeviceChannel& ch, const TransferCmd* cmds,
+                                            uint32_t n, uint64_t* first_ticket) {
+  if (n == 0 || n > kMaxBatch || n > ch.max_inflight) return PushStatus::batch_too_large;
+  uint64_t ticket = fetch_add_relaxed(ch.head, n);
+  if (ticket + n > load_acquire(&ch.control->completed) + ch.max_inflight) {
+    PushStatus status = wait_completed(ch, ticket + n - ch.max_inflight);
+    if (status != PushStatus::ok) return status;
+  }
+  for (uint32_t i = 0; i < n; ++i) {
+    TransferCmd cmd = cmds[i];
+    cmd.set_seq(ticket + i);
+    TransferCmd* slot = &ch.slots[(ticket + i) & ch.depth_mask];
+    store_relaxed(&slot->word1, cmd.word1);
+    store_release(&slot->word0, cmd.word0);
+  }
+  if (first_ticket != nullptr) *first_ticket = ticket;
+  return PushStatus::ok;
+}
+
+COURIER_DEVICE_INLINE PushStatus push(const DeviceChannel& ch, const TransferCmd& cmd,
+                                      uint64_t* ticket) {
+  return push_batch(ch, &cmd, 1, ticket);
+}
+
+// DRAIN: returns once every command pushed to this channel before it has
+// completed. Reports channel_failed when the proxy recorded an error.
+COURIER_DEVICE_INLINE PushStatus drain(const DeviceChannel& ch) {
+  TransferCmd cmd;
+  encode_drain(&cmd);
+  uint64_t ticket = 0;
+  PushStatus status = push(ch, cmd, &ticket);
+  if (status != PushStatus::ok) return status;
+  status = wait_completed(ch, ticket + 1);
+  if (status != PushStatus::ok) return status;
+  return channel_error(ch) != 0 ? PushStatus::channel_failed : PushStatus::ok;
+}
+
+}  // namespace courier::device

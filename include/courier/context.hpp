@@ -1,0 +1,108 @@
+// courier::Context: one rank's view of a Courier job.
+//
+// Creating a Context reads and validates the COURIER_* configuration, loads
+// the GPU and NIC backends, joins the job through the bootstrap, opens one
+// NIC endpoint per proxy thread, allocates the FIFO channels and starts the
+// proxies. Kernels then push TransferCmds into channel(i) with the functions
+// of gpu/fifo_push.hpp; the proxies carry them out.
+//
+// Collective calls (every rank, same order): the constructor,
+// register_window(), barrier().
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "courier/abi/gpu_v1.h"
+#include "courier/device_channel.hpp"
+#include "courier/error.hpp"
+
+namespace courier {
+
+struct ContextOptions {
+  // Variables that take precedence over the process environment, e.g. a
+  // program's command-line flag {"COURIER_OFI_PROVIDER", "tcp"}.
+  std::vector<std::pair<std::string, std::string>> env;
+};
+
+struct ChannelStats {
+  uint64_t commands = 0;  // commands the proxy dequeued
+  uint64_t errors = 0;    // commands that failed
+  uint64_t completed = 0; // in-order completion prefix
+  std::string first_error;  // "" when none
+};
+
+class Context;
+
+// Device memory from the GPU backend (host memory on gpu-host); freed on
+// destruction.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  DeviceBuffer(DeviceBuffer&& other) noexcept { *this = std::move(other); }
+  DeviceBuffer& operator=(DeviceBuffer&& other) noexcept;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  ~DeviceBuffer();
+
+  void* data() const { return data_; }
+  size_t size() const { return size_; }
+
+ private:
+  friend class Context;
+  DeviceBuffer(const Context* owner, void* data, size_t size)
+      : owner_(owner), data_(data), size_(size) {}
+  const Context* owner_ = nullptr;
+  void* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+class Context {
+ public:
+  explicit Context(const ContextOptions& options = {});
+  ~Context();
+  Context(const Context&) = delete;
+  Context& operator=(const Context&) = delete;
+
+  int rank() const;
+  int world_size() const;
+  std::string gpu_backend() const;
+  std::string nic_backend() const;
+
+  DeviceBuffer alloc(size_t bytes) const;
+  void copy(void* dst, const void* src, size_t bytes) const;
+
+  // Collective. Registers [base, base + bytes) with every proxy endpoint and
+  // exchanges keys and sizes with all ranks; returns the window id that
+  // TransferCmds name (0, 1, ... in call order; at most 16).
+  uint32_t register_window(void* base, size_t bytes);
+
+  uint32_t num_channels() const;
+  DeviceChannel channel(uint32_t index) const;
+  ChannelStats channel_stats(uint32_t index) const;
+
+  // Runs fn on grid x block "GPU threads" and waits (GPU backends with host
+  // kernels only, i.e. gpu-host).
+  void launch_host_kernel(uint32_t grid, uint32_t block, courier_host_kernel_fn fn,
+                          void* arg) const;
+
+  // Collective, out of band (through the bootstrap).
+  void barrier();
+  // Immediate-data notifications that arrived at this rank.
+  uint64_t imm_received() const;
+
+ private:
+  friend class DeviceBuffer;
+  void free_device(void* ptr) const;
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Human-readable text of a PushStatus.
+const char* to_string(PushStatus status);
+
+}  // namespace courier

@@ -1,0 +1,185 @@
+// ProxyThread against a scripted transport: commands become posts in ticket
+// order, -EAGAIN is retried, completions arrive out of order, failures are
+// recorded on the channel, and set-up tasks run on the proxy thread.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <deque>
+#include <mutex>
+#include <random>
+#include <set>
+#include <thread>
+
+#include "core/proxy/proxy_thread.hpp"
+#include "gpu/fifo_push.hpp"
+#include "test_ring.hpp"
+
+using namespace courier;
+using courier::testing::TestRing;
+using courier::testing::write_cmd;
+
+namespace {
+
+// Accepts writes, refuses every `eagain_every`-th post once with -EAGAIN,
+// fails writes of length `fail_length`, and completes in shuffled order.
+class ScriptedTransport final : public ProxyTransport {
+ public:
+  int post_write(uint32_t channel, const TransferCmd& cmd, uint64_t cookie,
+                 std::string* error) override {
+    ++attempts;
+    if (eagain_every != 0 && attempts % eagain_every == 0) return -EAGAIN;
+    if (cmd.length() == fail_length) {
+      *error = "scripted failure";
+      return -EIO;
+    }
+    posted.push_back({channel, cmd.dst_offset()});
+    pending.push_back(cookie);
+    return COURIER_OK;
+  }
+  int poll(courier_nic_completion_v1* out, uint32_t max) override {
+    std::shuffle(pending.begin(), pending.end(), rng);
+    uint32_t n = 0;
+    while (n < max && !pending.empty()) {
+      out[n] = {};
+      out[n].kind = COURIER_NIC_COMP_TX;
+      out[n].cookie = pending.back();
+      out[n].status = COURIER_OK;
+      pending.pop_back();
+      ++n;
+    }
+    return static_cast<int>(n);
+  }
+  std::string last_error() const override { return "none"; }
+
+  uint64_t attempts = 0;
+  uint64_t eagain_every = 0;
+  uint32_t fail_length = 0;
+  std::vector<std::pair<uint32_t, uint32_t>> posted;  // (channel, dst_offset)
+  std::deque<uint64_t> pending;
+  std::mt19937 rng{7};
+};
+
+struct ProxyFixture {
+  explicit ProxyFixture(uint32_t channels, uint32_t depth = 64, uint32_t inflight = 32) {
+    for (uint32_t c = 0; c < channels; ++c) {
+      rings.push_back(std::make_unique<TestRing>(depth, inflight));
+      rings.back()->ch.channel_id = c;
+      proxy_channels.push_back(std::make_unique<ProxyChannel>(
+          c, rings.back()->slots.data(), rings.back()->control.get(), depth));
+    }
+  }
+  std::unique_ptr<ProxyThread> make_proxy(ProxyTransport& transport) {
+    std::vector<ProxyChannel*> mine;
+    for (auto& c : proxy_channels) mine.push_back(c.get());
+    ProxyOptions options;
+    options.poll_batch = 4;
+    return std::make_unique<ProxyThread>(0, transport, mine, options, log);
+  }
+  Logger log{LogLevel::error};
+  std::vector<std::unique_ptr<TestRing>> rings;
+  std::vector<std::unique_ptr<ProxyChannel>> proxy_channels;
+};
+
+}  // namespace
+
+TEST_CASE("writes from several channels are posted in ticket order and all complete") {
+  ProxyFixture fx(3);
+  ScriptedTransport transport;
+  transport.eagain_every = 5;
+  auto proxy = fx.make_proxy(transport);
+  proxy->start();
+  constexpr uint32_t kPerChannel = 3000;
+  std::vector<std::thread> producers;
+  for (uint32_t c = 0; c < 3; ++c) {
+    producers.emplace_back([&, c] {
+      for (uint32_t i = 0; i < kPerChannel; ++i) {
+        CHECK(device::push(fx.rings[c]->ch, write_cmd(0, i, 16), nullptr) == PushStatus::ok);
+      }
+      CHECK(device::drain(fx.rings[c]->ch) == PushStatus::ok);
+    });
+  }
+  for (auto& t : producers) t.join();
+  proxy->stop();
+  // Per channel, the posts follow ticket order despite -EAGAIN retries.
+  std::vector<uint32_t> next(3, 0);
+  bool ordered = true;
+  for (auto [channel, offset] : transport.posted) {
+    if (offset != next[channel]) ordered = false;
+    next[channel]++;
+  }
+  CHECK(ordered);
+  for (uint32_t c = 0; c < 3; ++c) {
+    CHECK(next[c] == kPerChannel);
+    CHECK(fx.proxy_channels[c]->commands.load() == kPerChannel + 1);  // + DRAIN
+    CHECK(fx.rings[c]->control->completed == kPerChannel + 1);
+    CHECK(fx.rings[c]->control->error == 0);
+  }
+}
+
+TEST_CASE("a failed post and an unsupported op are recorded, completed and reported by DRAIN") {
+  ProxyFixture fx(1);
+  ScriptedTransport transport;
+  transport.fail_length = 13;
+  auto proxy = fx.make_proxy(transport);
+  proxy->start();
+  DeviceChannel& ch = fx.rings[0]->ch;
+  REQUIRE(device::push(ch, write_cmd(0, 0, 8), nullptr) == PushStatus::ok);
+  uint64_t bad = 0;
+  REQUIRE(device::push(ch, write_cmd(0, 1, 13), &bad) == PushStatus::ok);
+  CHECK(device::drain(ch) == PushStatus::channel_failed);
+  uint64_t error = fx.rings[0]->control->error;
+  CHECK((error & 0xff) == static_cast<uint64_t>(ChannelErrorCode::post_failed));
+  CHECK((error >> 8) == bad + 1);
+  CHECK(fx.proxy_channels[0]->errors.load() == 1);
+
+  TransferCmd atomic;
+  REQUIRE(encode_atomic(0, 0, 0, AtomicOp::fetch_add, 1, &atomic) == CmdStatus::ok);
+  REQUIRE(device::push(ch, atomic, nullptr) == PushStatus::ok);
+  CHECK(device::drain(ch) == PushStatus::channel_failed);
+  CHECK(fx.proxy_channels[0]->errors.load() == 2);
+  proxy->stop();
+}
+
+TEST_CASE("run() executes set-up work on the proxy thread and propagates exceptions") {
+  ProxyFixture fx(1);
+  ScriptedTransport transport;
+  auto proxy = fx.make_proxy(transport);
+  std::thread::id inline_id;
+  proxy->run([&] { inline_id = std::this_thread::get_id(); });
+  CHECK(inline_id == std::this_thread::get_id());  // not started: inline
+  proxy->start();
+  std::thread::id proxy_id;
+  proxy->run([&] { proxy_id = std::this_thread::get_id(); });
+  CHECK(proxy_id != std::this_thread::get_id());
+  CHECK_THROWS_WITH_AS(proxy->run([] { throw Error("boom"); }), "boom", Error);
+  proxy->stop();
+}
+
+TEST_CASE("immediate-data arrivals are counted") {
+  class ImmTransport final : public ProxyTransport {
+   public:
+    int post_write(uint32_t, const TransferCmd&, uint64_t, std::string*) override {
+      return -ENOTSUP;
+    }
+    int poll(courier_nic_completion_v1* out, uint32_t max) override {
+      uint32_t n = 0;
+      while (n < max && remaining > 0) {
+        out[n] = {};
+        out[n].kind = COURIER_NIC_COMP_RX_IMM;
+        ++n;
+        --remaining;
+      }
+      return static_cast<int>(n);
+    }
+    std::string last_error() const override { return ""; }
+    std::atomic<int> remaining{37};
+  };
+  ProxyFixture fx(1);
+  ImmTransport transport;
+  auto proxy = fx.make_proxy(transport);
+  proxy->start();
+  while (proxy->imm_received() < 37) std::this_thread::yield();
+  proxy->stop();
+  CHECK(proxy->imm_received() == 37);
+}
