@@ -1,0 +1,38 @@
+// The nic-ofi backend object: reads the COURIER_OFI_PROVIDER knob, maps it to
+// a libfabric provider, probes it once and describes what it can do.
+// Endpoints are opened from the probed profile (nic/ofi/ofi_ep.hpp).
+#pragma once
+
+#include <courier/abi/nic_v1.h>
+
+#include <memory>
+
+#include "nic/ofi/ofi_info.hpp"
+
+namespace courier::nic_ofi {
+
+inline constexpr const char* kProviderKnob = "COURIER_OFI_PROVIDER";
+inline constexpr const char* kProviderDefault = "shm";
+inline constexpr const char* kProviderAllowed = "shm|tcp";
+
+class Backend {
+ public:
+  // Reads the knob through `host`, probes the provider. On failure returns
+  // -errno with last_error() naming the reason.
+  static int create(const courier_host_services_v1* host, std::unique_ptr<Backend>* out);
+
+  const ofi::ProviderProfile& profile() const { return profile_; }
+  // Fills the caller's props up to props->struct_size.
+  int query(courier_nic_props_v1* props) const;
+
+  void log(int level, const char* message) const;
+
+ private:
+  Backend() = default;
+
+  const courier_host_services_v1* host_ = nullptr;
+  ofi::ProviderProfile profile_;
+  courier_nic_props_v1 props_{};
+};
+
+}  // namespace courier::nic_ofi

@@ -1,0 +1,161 @@
+// libcourier-nic-ofi.so: the plugin entry point.
+//
+// This file is the C boundary. Each entry of courier_nic_plugin_v1 turns the
+// opaque handles back into C++ objects (Backend, ofi::Endpoint,
+// ofi::MemoryRegion) and calls them; nothing C++ (exceptions included)
+// crosses back. The data path, post_write and poll, goes straight through.
+#include <courier/abi/nic_v1.h>
+
+#include <cerrno>
+#include <exception>
+#include <memory>
+#include <new>
+
+#include "nic/ofi/ofi_ep.hpp"
+#include "nic/ofi/ofi_error.hpp"
+#include "nic_ofi_backend.hpp"
+
+namespace courier::nic_ofi {
+namespace {
+
+// Control-path entries allocate (std::string, std::vector); an allocation
+// failure must become -ENOMEM, not an exception escaping into C.
+template <typename F>
+int guarded(const char* what, F&& body) {
+  try {
+    return body();
+  } catch (const std::bad_alloc&) {
+    return ofi::set_error(-ENOMEM, "%s: out of memory", what);
+  } catch (const std::exception& e) {
+    return ofi::set_error(-EIO, "%s: %s", what, e.what());
+  }
+}
+
+ofi::Endpoint* as_endpoint(void* ep) { return static_cast<ofi::Endpoint*>(ep); }
+
+int plugin_init(const courier_host_services_v1* host, void** backend) {
+  return guarded("init", [&] {
+    if (!backend) return ofi::set_error(-EINVAL, "init: NULL backend output");
+    std::unique_ptr<Backend> created;
+    const int rc = Backend::create(host, &created);
+    if (rc != 0) return rc;
+    *backend = created.release();
+    return 0;
+  });
+}
+
+void plugin_fini(void* backend) { delete static_cast<Backend*>(backend); }
+
+const char* plugin_last_error(void* /*backend*/) { return ofi::last_error().c_str(); }
+
+int plugin_query(void* backend, courier_nic_props_v1* props) {
+  if (!backend) return ofi::set_error(-EINVAL, "query: NULL backend");
+  return static_cast<Backend*>(backend)->query(props);
+}
+
+int plugin_ep_open(void* backend, const courier_nic_ep_attr_v1* attr, void** ep) {
+  return guarded("ep_open", [&] {
+    if (!backend || !attr || !ep) return ofi::set_error(-EINVAL, "ep_open: NULL argument");
+    if (attr->struct_size < sizeof(courier_nic_ep_attr_v1)) {
+      return ofi::set_error(-EINVAL, "ep_open: attr->struct_size %u is too small",
+                            attr->struct_size);
+    }
+    if (attr->flags != 0) {
+      return ofi::set_error(-EINVAL, "ep_open: unknown flags 0x%x", attr->flags);
+    }
+    std::unique_ptr<ofi::Endpoint> endpoint;
+    const int rc = ofi::Endpoint::open(static_cast<Backend*>(backend)->profile(), attr->tx_depth,
+                                       attr->rx_depth, &endpoint);
+    if (rc != 0) return rc;
+    *ep = endpoint.release();
+    return 0;
+  });
+}
+
+int plugin_ep_close(void* ep) {
+  if (!ep) return ofi::set_error(-EINVAL, "ep_close: NULL endpoint");
+  ofi::Endpoint* endpoint = as_endpoint(ep);
+  // A registered region keeps the domain busy; closing under it would fail
+  // half-way and leave the region dangling.
+  if (endpoint->registered_regions() > 0) {
+    return ofi::set_error(-EBUSY, "ep_close: %u memory regions are still registered",
+                          endpoint->registered_regions());
+  }
+  delete endpoint;
+  return 0;
+}
+
+int plugin_ep_name(void* ep, void* buf, size_t* len) {
+  if (!ep) return ofi::set_error(-EINVAL, "ep_name: NULL endpoint");
+  return as_endpoint(ep)->name(buf, len);
+}
+
+int plugin_ep_connect(void* ep, uint32_t num_peers, const void* names, size_t stride) {
+  return guarded("ep_connect", [&] {
+    if (!ep) return ofi::set_error(-EINVAL, "ep_connect: NULL endpoint");
+    return as_endpoint(ep)->connect(num_peers, names, stride);
+  });
+}
+
+int plugin_mr_register(void* ep, void* addr, size_t len, uint32_t mem_kind, void** mr,
+                       courier_nic_rkey_v1* rkey) {
+  return guarded("mr_register", [&] {
+    if (!ep || !mr) return ofi::set_error(-EINVAL, "mr_register: NULL endpoint or output");
+    std::unique_ptr<ofi::MemoryRegion> region;
+    const int rc = as_endpoint(ep)->register_memory(addr, len, mem_kind, &region, rkey);
+    if (rc != 0) return rc;
+    *mr = region.release();
+    return 0;
+  });
+}
+
+int plugin_mr_deregister(void* mr) {
+  if (!mr) return ofi::set_error(-EINVAL, "mr_deregister: NULL region");
+  auto* region = static_cast<ofi::MemoryRegion*>(mr);
+  // The ABI passes the region alone; it remembers its endpoint.
+  return static_cast<ofi::Endpoint*>(region->owner())->deregister_memory(region);
+}
+
+int plugin_post_write(void* ep, const courier_nic_write_v1* write) {
+  if (!ep || !write) return ofi::set_error(-EINVAL, "post_write: NULL endpoint or write");
+  return as_endpoint(ep)->post_write(*write);
+}
+
+int plugin_poll(void* ep, courier_nic_completion_v1* out, uint32_t max) {
+  if (!ep) return ofi::set_error(-EINVAL, "poll: NULL endpoint");
+  return as_endpoint(ep)->poll(out, max);
+}
+
+const courier_knob_v1 kKnobs[] = {
+    {kProviderKnob, kProviderDefault, kProviderAllowed,
+     "libfabric provider: shm (processes of one host) or tcp (tcp;ofi_rxm, any IP network)"},
+};
+
+const courier_nic_plugin_v1 kPlugin = {
+    /* header */ {sizeof(courier_nic_plugin_v1), COURIER_NIC_ABI_MAJOR, COURIER_NIC_ABI_MINOR,
+                  "ofi"},
+    /* description */ "libfabric RDM endpoints over shm or tcp (one-sided writes, remote CQ data)",
+    /* knobs */ kKnobs,
+    /* num_knobs */ sizeof kKnobs / sizeof kKnobs[0],
+    /* reserved */ 0,
+    plugin_init,
+    plugin_fini,
+    plugin_last_error,
+    plugin_query,
+    plugin_ep_open,
+    plugin_ep_close,
+    plugin_ep_name,
+    plugin_ep_connect,
+    plugin_mr_register,
+    plugin_mr_deregister,
+    plugin_post_write,
+    plugin_poll,
+};
+
+}  // namespace
+}  // namespace courier::nic_ofi
+
+extern "C" __attribute__((visibility("default"))) const courier_nic_plugin_v1*
+courier_nic_backend_v1(void) {
+  return &courier::nic_ofi::kPlugin;
+}

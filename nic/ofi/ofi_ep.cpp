@@ -1,0 +1,112 @@
+#include "ofi_ep.hpp"
+
+#include <rdma/fi_errno.h>
+
+#include <cerrno>
+#include <new>
+
+#include "ofi_error.hpp"
+
+namespace courier::ofi {
+
+int Endpoint::open(const ProviderProfile& profile, uint32_t tx_depth, uint32_t rx_depth,
+                   std::unique_ptr<Endpoint>* out) {
+  if (tx_depth == 0) return set_error(-EINVAL, "ep_open: tx_depth must be at least 1");
+  std::unique_ptr<Endpoint> ep(new (std::nothrow) Endpoint);
+  if (!ep) return set_error(-ENOMEM, "ep_open: out of memory");
+
+  int rc = open_endpoint_stack(profile, tx_depth, rx_depth, &ep->stack_);
+  if (rc != 0) return rc;
+
+  ep->writes_ = ContextPool(tx_depth, OpContext::Kind::kWrite);
+  ep->source_ = profile.source;
+  ep->rx_cq_data_ = profile.rx_cq_data;
+  ep->mr_mode_ = profile.mr_mode;
+  ep->imm_mask_ =
+      profile.imm_bytes >= 8 ? ~uint64_t{0} : (uint64_t{1} << (8 * profile.imm_bytes)) - 1;
+  ep->max_msg_size_ = profile.max_msg_size;
+
+  if (ep->rx_cq_data_) {
+    // Remote CQ data lands in posted receives: keep rx_depth of them posted.
+    ep->receives_ = ContextPool(rx_depth > 0 ? rx_depth : 1, OpContext::Kind::kReceive);
+    rc = ep->replenish_receives();
+    if (rc != 0) return rc;
+  }
+  *out = std::move(ep);
+  return 0;
+}
+
+int Endpoint::name(void* buffer, size_t* len) const {
+  if (!buffer || !len) return set_error(-EINVAL, "ep_name: NULL buffer or length");
+  return get_endpoint_name(stack_, buffer, len);
+}
+
+int Endpoint::connect(uint32_t num_peers, const void* names, size_t stride) {
+  if (!peers_.empty()) {
+    return set_error(-EALREADY, "ep_connect: this endpoint is already connected to %zu peers",
+                     peers_.size());
+  }
+  if (num_peers == 0 || !names || stride == 0) {
+    return set_error(-EINVAL, "ep_connect: need at least one name and a non-zero stride");
+  }
+  std::vector<fi_addr_t> addresses;
+  const int rc = insert_peers(stack_, num_peers, names, stride, &addresses);
+  if (rc != 0) return rc;
+
+  // FI_AV_TABLE hands out 0, 1, 2, ... in insertion order, so a completion's
+  // source address is the sender's rank. Check rather than assume.
+  peers_are_ranks_ = true;
+  for (uint32_t rank = 0; rank < num_peers; ++rank) {
+    if (addresses[rank] != rank) peers_are_ranks_ = false;
+  }
+  peers_ = std::move(addresses);
+  return 0;
+}
+
+int Endpoint::register_memory(void* addr, size_t len, uint32_t mem_kind,
+                              std::unique_ptr<MemoryRegion>* out, courier_nic_rkey_v1* rkey) {
+  if (!addr || len == 0 || !out || !rkey) {
+    return set_error(-EINVAL, "mr_register: NULL address, zero length or NULL output");
+  }
+  if (mem_kind != COURIER_MEM_HOST) {
+    return set_error(-ENOTSUP,
+                     "mr_register: memory kind 0x%x is not supported (this backend registers "
+                     "host memory only)",
+                     mem_kind);
+  }
+  // FI_WRITE: the region is the source of local writes; FI_REMOTE_WRITE:
+  // peers write into it.
+  const uint64_t access = FI_WRITE | FI_REMOTE_WRITE;
+  const int rc = MemoryRegion::create(stack_.domain.get(), stack_.ep.get(), mr_mode_, addr, len,
+                                      access, next_requested_key_++, this, out);
+  if (rc != 0) return rc;
+  rkey->key = (*out)->key();
+  rkey->base = (*out)->base();
+  ++registered_regions_;
+  return 0;
+}
+
+int Endpoint::deregister_memory(MemoryRegion* region) {
+  if (!region || region->owner() != this) {
+    return set_error(-EINVAL, "mr_deregister: the region does not belong to this endpoint");
+  }
+  std::unique_ptr<MemoryRegion> owned(region);
+  --registered_regions_;
+  return owned->close();
+}
+
+int Endpoint::replenish_receives() {
+  while (OpContext* context = receives_.acquire()) {
+    // Zero-length receive: it only carries the remote CQ data.
+    const ssize_t rc = fi_recv(stack_.ep.get(), nullptr, 0, nullptr, FI_ADDR_UNSPEC, context);
+    if (rc != 0) {
+      receives_.release(context);
+      if (rc == -FI_EAGAIN) return 0;  // try again on the next poll
+      return set_error(to_errno(rc), "posting a receive for immediate data: %s",
+                       describe_fi_error("fi_recv", rc).c_str());
+    }
+  }
+  return 0;
+}
+
+}  // namespace courier::ofi

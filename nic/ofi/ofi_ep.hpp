@@ -1,0 +1,73 @@
+// One Courier NIC endpoint over libfabric: the object behind the plugin
+// ABI's ep_* / mr_* / post_write / poll entries (courier/abi/nic_v1.h).
+//
+// Split by responsibility like a libfabric provider:
+//   ofi_ep.cpp   opening, naming, connecting, memory registration
+//   ofi_rma.cpp  post_write (fi_write / fi_writedata)
+//   ofi_cq.cpp   poll (completion queue -> courier_nic_completion_v1)
+//
+// Threading: one thread drives an endpoint at a time (the ABI's rule); the
+// endpoint has no locks and shares nothing with other endpoints.
+#pragma once
+
+#include <courier/abi/nic_v1.h>
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "ofi_context.hpp"
+#include "ofi_fabric.hpp"
+#include "ofi_info.hpp"
+#include "ofi_mr.hpp"
+
+namespace courier::ofi {
+
+class Endpoint {
+ public:
+  static int open(const ProviderProfile& profile, uint32_t tx_depth, uint32_t rx_depth,
+                  std::unique_ptr<Endpoint>* out);
+
+  int name(void* buffer, size_t* len) const;
+  // Installs the peer table once: names[i * stride] is rank i's name.
+  int connect(uint32_t num_peers, const void* names, size_t stride);
+
+  int register_memory(void* addr, size_t len, uint32_t mem_kind, std::unique_ptr<MemoryRegion>* out,
+                      courier_nic_rkey_v1* rkey);
+  // Closes a region this endpoint registered and frees it.
+  int deregister_memory(MemoryRegion* region);
+  // Regions registered and not yet deregistered (they pin the domain open).
+  uint32_t registered_regions() const { return registered_regions_; }
+
+  int post_write(const courier_nic_write_v1& write);
+  int poll(courier_nic_completion_v1* out, uint32_t max);
+
+ private:
+  Endpoint() = default;
+
+  // Under FI_RX_CQ_DATA: posts a receive for every free receive context.
+  // Failures leave contexts free; the next poll() tries again.
+  int replenish_receives();
+  uint32_t translate(const fi_cq_data_entry& entry, fi_addr_t source,
+                     courier_nic_completion_v1* out);
+  uint32_t translate_error(courier_nic_completion_v1* out);
+  uint32_t rank_of(fi_addr_t address) const;
+
+  EndpointStack stack_;
+  ContextPool writes_;            // one context per write in flight (tx_depth)
+  ContextPool receives_;          // posted receives, only under FI_RX_CQ_DATA (rx_depth)
+  std::vector<fi_addr_t> peers_;  // rank -> libfabric address
+  bool peers_are_ranks_ = false;  // peers_[i] == i (FI_AV_TABLE in rank order)
+
+  // Copied from the provider profile so the endpoint outlives the backend.
+  bool source_ = false;
+  bool rx_cq_data_ = false;
+  uint64_t mr_mode_ = 0;
+  uint64_t imm_mask_ = 0;
+  uint64_t max_msg_size_ = 0;
+
+  uint64_t next_requested_key_ = 1;  // unique per domain (see ofi_mr.hpp)
+  uint32_t registered_regions_ = 0;
+};
+
+}  // namespace courier::ofi

@@ -1,0 +1,102 @@
+#include "ofi_fabric.hpp"
+
+#include <rdma/fi_cm.h>
+#include <rdma/fi_errno.h>
+
+#include <algorithm>
+#include <cerrno>
+
+#include "ofi_error.hpp"
+
+namespace courier::ofi {
+namespace {
+
+int fail(long rc, const char* call) {
+  return set_error(to_errno(rc), "opening endpoint: %s", describe_fi_error(call, rc).c_str());
+}
+
+}  // namespace
+
+int open_endpoint_stack(const ProviderProfile& profile, uint32_t tx_depth, uint32_t rx_depth,
+                        EndpointStack* out) {
+  EndpointStack stack;
+  stack.info.reset(fi_dupinfo(profile.info.get()));
+  if (!stack.info) return set_error(-ENOMEM, "opening endpoint: fi_dupinfo failed");
+  fi_info* info = stack.info.get();
+
+  // The provider's queue sizes are hard limits; asking for more would only
+  // turn into -EAGAIN later, so say so now.
+  if (tx_depth > info->tx_attr->size) {
+    return set_error(-EINVAL, "opening endpoint: tx_depth %u exceeds provider %s's tx size %zu",
+                     tx_depth, profile.provider_name.c_str(), info->tx_attr->size);
+  }
+  if (profile.rx_cq_data && rx_depth > info->rx_attr->size) {
+    return set_error(-EINVAL, "opening endpoint: rx_depth %u exceeds provider %s's rx size %zu",
+                     rx_depth, profile.provider_name.c_str(), info->rx_attr->size);
+  }
+
+  long rc = fi_fabric(info->fabric_attr, stack.fabric.out(), nullptr);
+  if (rc != 0) return fail(rc, "fi_fabric");
+  rc = fi_domain(stack.fabric.get(), info, stack.domain.out(), nullptr);
+  if (rc != 0) return fail(rc, "fi_domain");
+
+  fi_av_attr av_attr{};
+  av_attr.type = FI_AV_TABLE;
+  rc = fi_av_open(stack.domain.get(), &av_attr, stack.av.out(), nullptr);
+  if (rc != 0) return fail(rc, "fi_av_open");
+
+  // One queue for both directions: every write completes here, and so does
+  // every incoming write with immediate data. FI_WAIT_NONE: the proxy polls,
+  // nobody blocks on a file descriptor.
+  fi_cq_attr cq_attr{};
+  cq_attr.format = FI_CQ_FORMAT_DATA;
+  cq_attr.wait_obj = FI_WAIT_NONE;
+  cq_attr.size = std::max<size_t>(size_t{tx_depth} + rx_depth, 64);
+  rc = fi_cq_open(stack.domain.get(), &cq_attr, stack.cq.out(), nullptr);
+  if (rc != 0) return fail(rc, "fi_cq_open");
+
+  rc = fi_endpoint(stack.domain.get(), info, stack.ep.out(), nullptr);
+  if (rc != 0) return fail(rc, "fi_endpoint");
+  rc = fi_ep_bind(stack.ep.get(), stack.av.as_fid(), 0);
+  if (rc != 0) return fail(rc, "fi_ep_bind(av)");
+  rc = fi_ep_bind(stack.ep.get(), stack.cq.as_fid(), FI_TRANSMIT | FI_RECV);
+  if (rc != 0) return fail(rc, "fi_ep_bind(cq)");
+  rc = fi_enable(stack.ep.get());
+  if (rc != 0) return fail(rc, "fi_enable");
+
+  *out = std::move(stack);
+  return 0;
+}
+
+int get_endpoint_name(const EndpointStack& stack, void* buffer, size_t* len) {
+  const long rc = fi_getname(stack.ep.as_fid(), buffer, len);
+  if (rc == -FI_ETOOSMALL) {
+    return set_error(-ENOSPC, "ep_name: the name needs %zu bytes", *len);
+  }
+  if (rc != 0) {
+    return set_error(to_errno(rc), "ep_name: %s", describe_fi_error("fi_getname", rc).c_str());
+  }
+  return 0;
+}
+
+int insert_peers(const EndpointStack& stack, uint32_t count, const void* names, size_t stride,
+                 std::vector<fi_addr_t>* out) {
+  std::vector<fi_addr_t> addresses(count, FI_ADDR_NOTAVAIL);
+  const auto* bytes = static_cast<const unsigned char*>(names);
+  for (uint32_t rank = 0; rank < count; ++rank) {
+    const int inserted =
+        fi_av_insert(stack.av.get(), bytes + rank * stride, 1, &addresses[rank], 0, nullptr);
+    if (inserted < 0) {
+      return set_error(to_errno(inserted), "ep_connect: the address of rank %u was rejected: %s",
+                       rank, describe_fi_error("fi_av_insert", inserted).c_str());
+    }
+    if (inserted != 1) {
+      return set_error(-EINVAL, "ep_connect: the address of rank %u is not a valid %s address",
+                       rank, stack.info->fabric_attr->prov_name);
+    }
+  }
+  *out = std::move(addresses);
+  return 0;
+}
+
+}  // namespace courier::ofi

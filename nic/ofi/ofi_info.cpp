@@ -1,0 +1,148 @@
+#include "ofi_info.hpp"
+
+#include <rdma/fi_errno.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "ofi_error.hpp"
+
+namespace courier::ofi {
+
+InfoPtr make_hints(const std::string& prov_name, const FeatureRequest& features) {
+  InfoPtr hints(fi_allocinfo());
+  if (!hints) return hints;
+
+  // One-sided writes, issued here (FI_WRITE) and received (FI_REMOTE_WRITE).
+  hints->caps = FI_RMA | FI_WRITE | FI_REMOTE_WRITE;
+  if (features.source) hints->caps |= FI_SOURCE;
+  if (features.receives) hints->caps |= FI_MSG | FI_RECV;
+
+  // Modes we are able to honour: every operation carries a context of
+  // fi_context2 size (see ofi_context.hpp), and receive buffers can be posted
+  // when remote CQ data needs them.
+  hints->mode = FI_CONTEXT | FI_CONTEXT2 | FI_RX_CQ_DATA;
+
+  hints->ep_attr->type = FI_EP_RDM;
+  hints->domain_attr->mr_mode = kRequestedMrMode;
+  // FI_AV_TABLE: addresses inserted in rank order get fi_addr == rank.
+  hints->domain_attr->av_type = FI_AV_TABLE;
+  // Each endpoint gets its own domain and is driven by one thread at a time,
+  // so the provider may skip its internal locking.
+  hints->domain_attr->threading = FI_THREAD_DOMAIN;
+
+  if (features.delivery_complete) hints->tx_attr->op_flags = FI_DELIVERY_COMPLETE;
+  if (features.ordered_writes) {
+    hints->tx_attr->msg_order = FI_ORDER_RMA_WAW;
+    hints->rx_attr->msg_order = FI_ORDER_RMA_WAW;
+  }
+
+  // fi_freeinfo frees prov_name, so it must come from malloc.
+  hints->fabric_attr->prov_name = strdup(prov_name.c_str());
+  if (!hints->fabric_attr->prov_name) hints.reset();
+  return hints;
+}
+
+namespace {
+
+// Feature sets from the most to the least wanted. Delivery-complete comes
+// first because it decides what a TX completion means; ordering next because
+// it saves the core sequence numbers; FI_SOURCE last because the core can
+// encode the sender in the immediate data when it is missing.
+constexpr FeatureRequest kAttempts[] = {
+    {true, true, true, false},   {true, false, true, false},   {false, true, true, false},
+    {false, false, true, false}, {true, true, false, false},   {true, false, false, false},
+    {false, true, false, false}, {false, false, false, false},
+};
+
+int getinfo(const std::string& prov_name, const FeatureRequest& features, InfoPtr* out) {
+  InfoPtr hints = make_hints(prov_name, features);
+  if (!hints) return -FI_ENOMEM;
+  fi_info* list = nullptr;
+  const int rc = fi_getinfo(kApiVersion, nullptr, nullptr, 0, hints.get(), &list);
+  if (rc != 0) return rc;
+  InfoPtr all(list);
+  // The first entry is the provider's preferred one (for tcp: the first
+  // interface, IPv4 before IPv6). Keep only that entry.
+  out->reset(fi_dupinfo(all.get()));
+  return *out ? 0 : -FI_ENOMEM;
+}
+
+bool has_order(uint64_t order) { return (order & FI_ORDER_RMA_WAW) != 0; }
+
+}  // namespace
+
+int probe_provider(const std::string& prov_name, ProviderProfile* out) {
+  InfoPtr info;
+  FeatureRequest granted;
+  int rc = -FI_ENODATA;
+  for (const FeatureRequest& attempt : kAttempts) {
+    rc = getinfo(prov_name, attempt, &info);
+    if (rc == 0) {
+      granted = attempt;
+      break;
+    }
+  }
+  if (rc != 0) {
+    return set_error(to_errno(rc), "provider '%s' not available: %s", prov_name.c_str(),
+                     describe_fi_error("fi_getinfo", rc).c_str());
+  }
+
+  // FI_RX_CQ_DATA: remote CQ data is only delivered into posted receive
+  // buffers. Posting receives needs FI_MSG|FI_RECV, which the first round did
+  // not ask for (no provider here needs it, and asking for more than needed
+  // can select a slower path), so ask again with them.
+  if (info->mode & FI_RX_CQ_DATA) {
+    granted.receives = true;
+    rc = getinfo(prov_name, granted, &info);
+    if (rc != 0) {
+      return set_error(to_errno(rc),
+                       "provider '%s' requires FI_RX_CQ_DATA but cannot post receives: %s",
+                       prov_name.c_str(), describe_fi_error("fi_getinfo", rc).c_str());
+    }
+  }
+
+  ProviderProfile profile;
+  const fi_info& i = *info;
+  // A TX completion means "visible in remote memory" only with
+  // FI_DELIVERY_COMPLETE; without it the provider may complete once the data
+  // left the local buffer (transmit-complete).
+  profile.delivery_complete =
+      granted.delivery_complete && (i.tx_attr->op_flags & FI_DELIVERY_COMPLETE) != 0;
+  // Write-after-write ordering must hold on both sides and for every size we
+  // allow (max_order_waw_size bounds the ordered message size).
+  profile.ordered_writes = granted.ordered_writes && has_order(i.tx_attr->msg_order) &&
+                           has_order(i.rx_attr->msg_order) &&
+                           i.ep_attr->max_order_waw_size >= i.ep_attr->max_msg_size;
+  profile.source = (i.caps & FI_SOURCE) != 0;
+  profile.rx_cq_data = (i.mode & FI_RX_CQ_DATA) != 0;
+  profile.mr_mode = i.domain_attr->mr_mode;
+  profile.virt_addr = (profile.mr_mode & FI_MR_VIRT_ADDR) != 0;
+  profile.imm_bytes = static_cast<uint32_t>(std::min<size_t>(i.domain_attr->cq_data_size, 8));
+  profile.max_msg_size = i.ep_attr->max_msg_size;
+  profile.provider_name = i.fabric_attr->prov_name ? i.fabric_attr->prov_name : prov_name;
+  profile.info = std::move(info);
+  *out = std::move(profile);
+  return 0;
+}
+
+std::string describe_profile(const ProviderProfile& p) {
+  char mr_mode[256] = "";
+  fi_tostr_r(mr_mode, sizeof mr_mode, &p.mr_mode, FI_TYPE_MR_MODE);
+  std::string text = "provider " + p.provider_name + " (domain " +
+                     (p.info->domain_attr->name ? p.info->domain_attr->name : "?") +
+                     "): mr_mode [" + mr_mode + "]";
+  text += ", delivery-complete ";
+  text += p.delivery_complete ? "yes" : "no";
+  text += ", RMA WAW ordering ";
+  text += p.ordered_writes ? "yes" : "no";
+  text += ", FI_SOURCE ";
+  text += p.source ? "yes" : "no";
+  text += ", FI_RX_CQ_DATA ";
+  text += p.rx_cq_data ? "yes" : "no";
+  text += ", immediate data " + std::to_string(p.imm_bytes) + " bytes";
+  return text;
+}
+
+}  // namespace courier::ofi
