@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "core/proxy/proxy_thread.hpp"
+#include "courier/error.hpp"
 #include "gpu/fifo_push.hpp"
 #include "test_ring.hpp"
 

@@ -2,6 +2,8 @@
 // value that does not fit is refused with a status naming the field.
 #include <doctest/doctest.h>
 
+#include <string>
+
 #include "courier/transfer_cmd.hpp"
 
 using namespace courier;
