@@ -135,13 +135,8 @@ std::optional<Hello> decode_hello_payload(std::span<const std::byte> payload, st
                           payload.size(), token_length, kHelloFixedBytes + token_length);
     return std::nullopt;
   }
-  // Ranks and sizes travel as u32 but are ints here: values above INT32_MAX
-  // are nonsense, not large jobs.
-  if (rank > INT32_MAX || world_size > INT32_MAX) {
-    *reason =
-        fmt::format("malformed hello: rank {} / world size {} out of range", rank, world_size);
-    return std::nullopt;
-  }
+  // Ranks and sizes travel as two's-complement u32: a rank of -1 reads back
+  // as -1 and is refused as out of range.
   Hello hello;
   hello.rank = static_cast<int32_t>(rank);
   hello.world_size = static_cast<int32_t>(world_size);
