@@ -10,6 +10,9 @@ std::shared_ptr<PluginLibrary> PluginLibrary::open(const std::string& path, std:
   if (handle == nullptr) {
     const char* message = dlerror();
     error = message != nullptr ? message : "dlopen failed without a message";
+    // The loader starts its message with the path, which callers print already.
+    std::string prefix = path + ": ";
+    if (error.starts_with(prefix)) error.erase(0, prefix.size());
     return nullptr;
   }
   // The constructor is private, so make_shared cannot reach it.

@@ -1,0 +1,110 @@
+/* libcourier-gpu-sim.so: a GPU backend whose "device memory" is host memory,
+ * so the registry's GPU-side selection has a good plugin to choose.
+ *
+ * The same source is built under other names (SIM_GPU_NAME): as a stand-in
+ * "host" in the override directory (ordering and shadowing tests), and as
+ * libcourier-nic-wrongkind.so (a GPU plugin under a NIC file name).
+ *
+ * It runs no kernels: without COURIER_GPU_CAP_HOST_KERNELS the ABI asks
+ * launch_host_kernel to return -ENOTSUP.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "courier/abi/gpu_v1.h"
+
+#define TEST_PLUGIN_EXPORT __attribute__((visibility("default")))
+
+#ifndef SIM_GPU_NAME
+#define SIM_GPU_NAME "sim"
+#endif
+
+static _Thread_local char sim_error[256] = SIM_GPU_NAME ": no error";
+
+static int sim_fail(int status, const char* message) {
+  snprintf(sim_error, sizeof sim_error, "%s: %s", SIM_GPU_NAME, message);
+  return status;
+}
+
+static int sim_init(const courier_host_services_v1* host, void** backend) {
+  /* The host table outlives the backend, so it can serve as the handle. */
+  *backend = (void*)host;
+  return COURIER_OK;
+}
+
+static void sim_fini(void* backend) { (void)backend; }
+
+static const char* sim_last_error(void* backend) {
+  (void)backend;
+  return sim_error;
+}
+
+static int sim_query(void* backend, courier_gpu_props_v1* props) {
+  (void)backend;
+  if (props->struct_size < sizeof(courier_gpu_props_v1)) {
+    return sim_fail(-EINVAL, "props->struct_size is smaller than ABI 1.0's props");
+  }
+  memset(props, 0, sizeof *props);
+  props->struct_size = sizeof *props;
+  props->caps = COURIER_GPU_CAP_MAPPED_HOST;
+  props->device_count = 1;
+  props->warp_size = 1;
+  props->mem_kind = COURIER_MEM_HOST;
+  snprintf(props->device_name, sizeof props->device_name, "%s (host memory)", SIM_GPU_NAME);
+  return COURIER_OK;
+}
+
+static int sim_mem_alloc(void* backend, int device, size_t bytes, void** ptr) {
+  const courier_host_services_v1* host = backend;
+  if (device != 0) return sim_fail(-ENODEV, "only device 0 exists");
+  *ptr = host->alloc(host->ctx, bytes, 256);
+  return *ptr != NULL ? COURIER_OK : sim_fail(-ENOMEM, "out of memory");
+}
+
+static int sim_mem_free(void* backend, int device, void* ptr) {
+  const courier_host_services_v1* host = backend;
+  (void)device;
+  host->free(host->ctx, ptr);
+  return COURIER_OK;
+}
+
+static int sim_host_alloc_mapped(void* backend, size_t bytes, void** host_ptr, void** device_ptr) {
+  int status = sim_mem_alloc(backend, 0, bytes, host_ptr);
+  *device_ptr = *host_ptr;
+  return status;
+}
+
+static int sim_host_free_mapped(void* backend, void* host_ptr) {
+  return sim_mem_free(backend, 0, host_ptr);
+}
+
+static int sim_memcpy_sync(void* backend, void* dst, const void* src, size_t bytes) {
+  (void)backend;
+  memcpy(dst, src, bytes);
+  return COURIER_OK;
+}
+
+static int sim_launch_host_kernel(void* backend, const courier_host_kernel_launch_v1* launch) {
+  (void)backend;
+  (void)launch;
+  return sim_fail(-ENOTSUP, "runs no kernels (no COURIER_GPU_CAP_HOST_KERNELS)");
+}
+
+static const courier_gpu_plugin_v1 plugin = {
+    .header = {sizeof(courier_gpu_plugin_v1), COURIER_GPU_ABI_MAJOR, COURIER_GPU_ABI_MINOR,
+               SIM_GPU_NAME},
+    .description = "host-memory GPU stand-in for tests",
+    .init = sim_init,
+    .fini = sim_fini,
+    .last_error = sim_last_error,
+    .query = sim_query,
+    .mem_alloc = sim_mem_alloc,
+    .mem_free = sim_mem_free,
+    .host_alloc_mapped = sim_host_alloc_mapped,
+    .host_free_mapped = sim_host_free_mapped,
+    .memcpy_sync = sim_memcpy_sync,
+    .launch_host_kernel = sim_launch_host_kernel,
+};
+
+TEST_PLUGIN_EXPORT const courier_gpu_plugin_v1* courier_gpu_backend_v1(void) { return &plugin; }
