@@ -245,7 +245,7 @@ Config Config::load(const EnvLookup& env, bool need_job) {
   Config config;
   config.fifo_depth =
       parser.unsigned_in("COURIER_FIFO_DEPTH", config.fifo_depth, 8, kMaxFifoDepth, true);
-  config.max_inflight = parser.unsigned_in("COURIER_MAX_INFLIGHT", config.max_inflight, 8,
+  config.max_inflight = parser.unsigned_in("COURIER_MAX_INFLIGHT", config.max_inflight, 1,
                                            kMaxFifoDepth);
   if (config.max_inflight > config.fifo_depth) {
     fail("COURIER_MAX_INFLIGHT={} is invalid: it may not exceed COURIER_FIFO_DEPTH={}",

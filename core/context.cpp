@@ -353,6 +353,7 @@ void Context::launch_host_kernel(uint32_t grid, uint32_t block, courier_host_ker
 }
 
 void Context::barrier() { impl_->bootstrap->barrier(); }
+Bootstrap& Context::bootstrap() { return *impl_->bootstrap; }
 
 uint64_t Context::imm_received() const {
   uint64_t total = 0;

@@ -7,6 +7,7 @@
 // Exit status is non-zero on any mismatch or failed command.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -144,7 +145,7 @@ void producer_kernel(const courier_host_thread_v1* t, void* raw) {
       args.failures.fetch_add(1);
       continue;
     }
-    if (++n == courier::kMaxBatch) flush();
+    if (++n == std::min(courier::kMaxBatch, ch.max_inflight)) flush();
   }
   flush();
   courier::PushStatus status = courier::device::drain(ch);

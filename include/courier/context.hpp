@@ -37,6 +37,7 @@ struct ChannelStats {
 };
 
 class Context;
+class Bootstrap;  // core/bootstrap/bootstrap.hpp
 
 // Device memory from the GPU backend (host memory on gpu-host); freed on
 // destruction.
@@ -94,6 +95,9 @@ class Context {
   void barrier();
   // Immediate-data notifications that arrived at this rank.
   uint64_t imm_received() const;
+  // The job's out-of-band channel, for tools that exchange their own data
+  // (for example courier-bench's plain-libfabric baseline).
+  Bootstrap& bootstrap();
 
  private:
   friend class DeviceBuffer;

@@ -1,0 +1,158 @@
+#include "fifo_bench.hpp"
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "core/log.hpp"
+#include "core/proxy/fifo_consumer.hpp"
+#include "core/proxy/proxy_thread.hpp"
+#include "gpu/fifo_push.hpp"
+
+namespace courier::bench {
+
+namespace {
+
+// A transport that completes every write the moment it is posted.
+class CompletingSink final : public ProxyTransport {
+ public:
+  explicit CompletingSink(uint32_t capacity) : done_(capacity) {}
+  int post_write(uint32_t, const TransferCmd&, uint64_t cookie, std::string*) override {
+    if (count_ == done_.size()) return -EAGAIN;
+    done_[count_++] = cookie;
+    return COURIER_OK;
+  }
+  int poll(courier_nic_completion_v1* out, uint32_t max) override {
+    uint32_t n = 0;
+    while (n < max && taken_ < count_) {
+      out[n] = {};
+      out[n].kind = COURIER_NIC_COMP_TX;
+      out[n].cookie = done_[taken_++];
+      ++n;
+    }
+    if (taken_ == count_) taken_ = count_ = 0;
+    return static_cast<int>(n);
+  }
+  std::string last_error() const override { return ""; }
+
+ private:
+  std::vector<uint64_t> done_;
+  size_t count_ = 0;
+  size_t taken_ = 0;
+};
+
+struct Ring {
+  explicit Ring(const FifoBenchOptions& o) : slots(o.depth), control(std::make_unique<FifoControl>()) {
+    ch.slots = slots.data();
+    ch.control = control.get();
+    ch.head = &head;
+    ch.depth_mask = o.depth - 1;
+    ch.max_inflight = o.max_inflight;
+    ch.timeout_ns = 60'000'000'000ull;
+  }
+  std::vector<TransferCmd> slots;
+  std::unique_ptr<FifoControl> control;
+  alignas(64) uint64_t head = 0;
+  DeviceChannel ch;
+};
+
+// Runs the producers against `ring` and returns the seconds until every
+// command completed.
+double produce(Ring& ring, const FifoBenchOptions& o) {
+  WriteCmdArgs args;
+  args.dst_rank = 1;
+  args.length = 16;
+  TransferCmd cmd;
+  encode_write(args, &cmd);
+  std::atomic<uint32_t> ready{0};
+  std::atomic<bool> go{false};
+  std::vector<std::thread> producers;
+  const uint64_t per_producer = o.commands / o.producers;
+  for (uint32_t p = 0; p < o.producers; ++p) {
+    producers.emplace_back([&] {
+      TransferCmd batch[kMaxBatch];
+      for (auto& c : batch) c = cmd;
+      ready.fetch_add(1);
+      while (!go.load()) std::this_thread::yield();
+      for (uint64_t sent = 0; sent < per_producer; sent += o.batch) {
+        device::push_batch(ring.ch, batch, o.batch, nullptr);
+      }
+    });
+  }
+  while (ready.load() < o.producers) std::this_thread::yield();
+  auto start = std::chrono::steady_clock::now();
+  go.store(true);
+  for (auto& t : producers) t.join();
+  device::wait_completed(ring.ch, device::load_relaxed(ring.ch.head));
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// The baseline: the same ring drained by a bare consume-and-complete loop.
+double run_bare_ring(const FifoBenchOptions& o) {
+  Ring ring(o);
+  std::atomic<bool> stop{false};
+  std::thread consumer([&] {
+    FifoConsumer fifo(ring.slots.data(), o.depth, 0);
+    CompletionTracker tracker(o.depth);
+    TransferCmd batch[64];
+    while (!stop.load(std::memory_order_relaxed)) {
+      uint64_t first = fifo.next_ticket();
+      uint32_t n = fifo.poll(batch, 64);
+      if (n == 0) {
+        std::this_thread::yield();
+        continue;
+      }
+      for (uint32_t i = 0; i < n; ++i) tracker.complete(first + i);
+      std::atomic_ref<uint64_t>(ring.control->completed)
+          .store(tracker.prefix(), std::memory_order_release);
+    }
+  });
+  double seconds = produce(ring, o);
+  stop.store(true);
+  consumer.join();
+  return seconds;
+}
+
+double run_proxy(const FifoBenchOptions& o) {
+  Ring ring(o);
+  Logger log(LogLevel::error);
+  ProxyChannel channel(0, ring.slots.data(), ring.control.get(), o.depth);
+  CompletingSink sink(o.max_inflight);
+  ProxyThread proxy(0, sink, {&channel}, ProxyOptions{}, log);
+  proxy.start();
+  double seconds = produce(ring, o);
+  proxy.stop();
+  return seconds;
+}
+
+BenchResult result_of(const FifoBenchOptions& o, const char* path, double seconds) {
+  BenchResult r;
+  r.bench = "fifo";
+  r.path = path;
+  r.op = "push";
+  r.size = sizeof(TransferCmd);
+  r.window = o.max_inflight;
+  r.iters = o.commands / o.producers * o.producers;
+  r.threads = o.producers;
+  r.seconds = seconds;
+  r.msgs_per_s = static_cast<double>(r.iters) / seconds;
+  r.gbytes_per_s = r.msgs_per_s * static_cast<double>(r.size) / 1e9;
+  return r;
+}
+
+}  // namespace
+
+std::vector<BenchResult> run_fifo_bench(const FifoBenchOptions& options) {
+  FifoBenchOptions o = options;
+  o.commands = o.commands / (uint64_t{o.batch} * o.producers) * o.batch * o.producers;
+  double best_ring = 1e30, best_proxy = 1e30;
+  for (uint32_t i = 0; i < o.repeats; ++i) {
+    best_ring = std::min(best_ring, run_bare_ring(o));
+    best_proxy = std::min(best_proxy, run_proxy(o));
+  }
+  return {result_of(o, "ring", best_ring), result_of(o, "courier", best_proxy)};
+}
+
+}  // namespace courier::bench

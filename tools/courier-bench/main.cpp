@@ -1,0 +1,217 @@
+// courier-bench: Courier's benchmarks, each measured side by side with a
+// baseline in the same run.
+//
+//   courier-bench fifo [--producers P] [--commands N] [--batch B] [--json]
+//   courier-run -n 2 courier-bench transport [--provider shm|tcp] [--size N]
+//       [--window W] [--iters N] [--op write|write_imm] [--raw | --compare] [--json]
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "bench_output.hpp"
+#include "courier/context.hpp"
+#include "fifo_bench.hpp"
+#if COURIER_BENCH_HAVE_RAW_OFI
+#include "raw_ofi_transport.hpp"
+#endif
+#include "transport_bench.hpp"
+
+namespace {
+
+using courier::bench::BenchResult;
+
+constexpr const char* kUsage =
+    "usage: courier-bench fifo [--producers P] [--commands N] [--batch B] [--depth D]\n"
+    "                          [--inflight I] [--repeats R] [--json]\n"
+    "       courier-run -n 2 courier-bench transport [--provider shm|tcp] [--size N |\n"
+    "                          --sizes A,B,...] [--window W] [--iters N]\n"
+    "                          [--op write|write_imm] [--raw | --compare] [--json]\n"
+    "\n"
+    "fifo       host-GPU producer threads into one proxy thread (commands/s); baseline:\n"
+    "           the same ring drained by a bare loop (path 'ring').\n"
+    "transport  rank 0 writes to rank 1 through Courier (path 'courier'); --raw runs the\n"
+    "           same pattern as a plain libfabric program (path 'raw'); --compare runs both.\n";
+
+[[noreturn]] void usage_error(const std::string& message) {
+  fmt::print(stderr, "courier-bench: {}\n{}", message, kUsage);
+  std::exit(2);
+}
+
+uint64_t parse_number(const std::string& flag, const std::string& text, uint64_t min,
+                      uint64_t max) {
+  char* end = nullptr;
+  errno = 0;
+  unsigned long long value = std::strtoull(text.c_str(), &end, 10);
+  if (errno != 0 || text.empty() || *end != '\0' || value < min || value > max) {
+    usage_error(fmt::format("{} '{}' is invalid: expected an integer in [{}, {}]", flag, text,
+                            min, max));
+  }
+  return value;
+}
+
+// Walks argv, handing each flag's value to `on_flag`; returns --json.
+template <class OnFlag>
+bool parse_flags(int argc, char** argv, OnFlag on_flag) {
+  bool json = false;
+  for (int i = 2; i < argc; ++i) {
+    std::string flag = argv[i];
+    if (flag == "--json") {
+      json = true;
+    } else if (flag == "--help" || flag == "-h") {
+      fmt::print("{}", kUsage);
+      std::exit(0);
+    } else if (!on_flag(flag, [&]() -> std::string {
+                 if (i + 1 >= argc) usage_error(flag + " needs a value");
+                 return argv[++i];
+               })) {
+      usage_error("unknown argument '" + flag + "'");
+    }
+  }
+  return json;
+}
+
+void print(const std::vector<BenchResult>& results, bool json) {
+  if (json) {
+    courier::bench::print_json(results);
+  } else {
+    courier::bench::print_table(results);
+  }
+}
+
+int run_fifo(int argc, char** argv) {
+  courier::bench::FifoBenchOptions o;
+  bool json = parse_flags(argc, argv, [&](const std::string& flag, auto value) {
+    if (flag == "--producers") {
+      o.producers = static_cast<uint32_t>(parse_number(flag, value(), 1, 256));
+    } else if (flag == "--commands") {
+      o.commands = parse_number(flag, value(), 1000, uint64_t{1} << 40);
+    } else if (flag == "--batch") {
+      o.batch = static_cast<uint32_t>(parse_number(flag, value(), 1, courier::kMaxBatch));
+    } else if (flag == "--depth") {
+      o.depth = static_cast<uint32_t>(parse_number(flag, value(), 8, 8192));
+      if ((o.depth & (o.depth - 1)) != 0) usage_error("--depth must be a power of two");
+    } else if (flag == "--inflight") {
+      o.max_inflight = static_cast<uint32_t>(parse_number(flag, value(), 1, 8192));
+    } else if (flag == "--repeats") {
+      o.repeats = static_cast<uint32_t>(parse_number(flag, value(), 1, 100));
+    } else {
+      return false;
+    }
+    return true;
+  });
+  if (o.max_inflight > o.depth) usage_error("--inflight may not exceed --depth");
+  if (o.batch > o.max_inflight) usage_error("--batch may not exceed --inflight");
+  print(courier::bench::run_fifo_bench(o), json);
+  return 0;
+}
+
+std::vector<size_t> parse_sizes(const std::string& flag, const std::string& text) {
+  std::vector<size_t> sizes;
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t comma = text.find(',', start);
+    std::string item = text.substr(start, comma == std::string::npos ? comma : comma - start);
+    sizes.push_back(parse_number(flag, item, 1, courier::TransferCmd::kMaxLength));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return sizes;
+}
+
+int run_transport(int argc, char** argv) {
+  courier::bench::TransportOptions o;
+  o.provider = "shm";
+  o.sizes = {8, 64, 512, 4096, 7168, 8192, 65536, 262144, 1 << 20, 4 << 20};
+  bool raw = false, compare = false;
+  bool json = parse_flags(argc, argv, [&](const std::string& flag, auto value) {
+    if (flag == "--provider") {
+      o.provider = value();
+      if (o.provider != "shm" && o.provider != "tcp") {
+        usage_error("--provider '" + o.provider + "' is invalid: expected shm or tcp");
+      }
+    } else if (flag == "--size" || flag == "--sizes") {
+      o.sizes = parse_sizes(flag, value());
+    } else if (flag == "--window") {
+      o.window = static_cast<uint32_t>(parse_number(flag, value(), 1, 4096));
+    } else if (flag == "--iters") {
+      o.iters = parse_number(flag, value(), 1, uint64_t{1} << 32);
+    } else if (flag == "--op") {
+      o.op = value();
+      if (o.op != "write" && o.op != "write_imm") {
+        usage_error("--op '" + o.op + "' is invalid: expected write or write_imm");
+      }
+    } else if (flag == "--raw") {
+      raw = true;
+    } else if (flag == "--compare") {
+      compare = true;
+    } else {
+      return false;
+    }
+    return true;
+  });
+  if (raw && compare) usage_error("--raw and --compare exclude each other");
+
+  // One proxy thread, one channel, `window` commands in flight: the Courier
+  // counterpart of the raw program's single posting thread.
+  uint32_t depth = 64;
+  while (depth < 2 * o.window) depth *= 2;
+  courier::ContextOptions options;
+  options.env = {{"COURIER_OFI_PROVIDER", o.provider},
+                 {"COURIER_PROXY_THREADS", "1"},
+                 {"COURIER_CHANNELS", "1"},
+                 {"COURIER_FIFO_DEPTH", std::to_string(depth)},
+                 {"COURIER_MAX_INFLIGHT", std::to_string(o.window)}};
+  try {
+    courier::Context ctx(options);
+    std::vector<BenchResult> results;
+    if (raw || compare) {
+#if COURIER_BENCH_HAVE_RAW_OFI
+      courier::bench::RawTransportOptions r;
+      r.provider = o.provider;
+      r.sizes = o.sizes;
+      r.window = o.window;
+      r.op = o.op;
+      for (size_t size : o.sizes) {
+        r.iters = courier::bench::iterations_for(size, o.iters);
+        r.sizes = {size};
+        std::vector<BenchResult> one = courier::bench::run_raw_transport(r, ctx.bootstrap());
+        results.insert(results.end(), one.begin(), one.end());
+      }
+#else
+      usage_error("--raw and --compare need libfabric: rebuild with COURIER_WITH_OFI=ON");
+#endif
+    }
+    if (!raw) {
+      std::vector<BenchResult> mine = courier::bench::run_courier_transport(ctx, o);
+      results.insert(results.end(), mine.begin(), mine.end());
+    }
+    if (ctx.rank() == 0) {
+      // Baseline and Courier rows of one size next to each other.
+      std::stable_sort(results.begin(), results.end(),
+                       [](const BenchResult& a, const BenchResult& b) { return a.size < b.size; });
+      print(results, json);
+    }
+    return 0;
+  } catch (const courier::Error& e) {
+    fmt::print(stderr, "courier-bench: {}\n", e.what());
+    return 1;
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) usage_error("missing benchmark name");
+  std::string name = argv[1];
+  if (name == "fifo") return run_fifo(argc, argv);
+  if (name == "transport") return run_transport(argc, argv);
+  if (name == "--help" || name == "-h") {
+    fmt::print("{}", kUsage);
+    return 0;
+  }
+  usage_error("unknown benchmark '" + name + "'");
+}
