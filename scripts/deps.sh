@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs the Debian packages Courier's build and tests need, when missing.
+# Sourced by demo.sh and test.sh; safe to run repeatedly.
+set -euo pipefail
+
+COURIER_PACKAGES=(
+  cmake ninja-build g++ pkg-config python3 clang-format
+  libfmt-dev doctest-dev
+  libfabric-dev libibverbs-dev libhwloc-dev
+  openmpi-bin libopenmpi-dev
+)
+
+missing=()
+for pkg in "${COURIER_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+done
+
+if ((${#missing[@]})); then
+  echo "courier: installing missing packages: ${missing[*]}"
+  SUDO=""
+  if [ "$(id -u)" -ne 0 ]; then
+    command -v sudo >/dev/null || { echo "courier: need root (or sudo) to install: ${missing[*]}" >&2; exit 1; }
+    SUDO=sudo
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -q
+  $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
