@@ -33,10 +33,14 @@ std::vector<std::string> process_env_names() {
 
 std::string_view to_string(AtomicsMode mode) {
   switch (mode) {
-    case AtomicsMode::automatic: return "auto";
-    case AtomicsMode::hw: return "hw";
-    case AtomicsMode::imm: return "imm";
-    case AtomicsMode::provider: return "provider";
+    case AtomicsMode::automatic:
+      return "auto";
+    case AtomicsMode::hw:
+      return "hw";
+    case AtomicsMode::imm:
+      return "imm";
+    case AtomicsMode::provider:
+      return "provider";
   }
   return "?";
 }
@@ -79,8 +83,8 @@ class Parser {
   std::optional<std::string> raw(const char* name) {
     const Knob& knob = find(name);
     std::optional<std::string> value = env_(name);
-    entries_.push_back({name, value ? *value : knob.default_value,
-                        value ? "environment" : "default", knob.help});
+    entries_.push_back(
+        {name, value ? *value : knob.default_value, value ? "environment" : "default", knob.help});
     return value;
   }
 
@@ -183,19 +187,20 @@ JobInfo detect_job(Parser& parser, const EnvLookup& env) {
     job.rank = parse_rank_number(vars.rank, *rank, 0, job.world_size - 1);
     std::optional<std::string> local_rank = env(vars.local_rank);
     std::optional<std::string> local_size = env(vars.local_size);
-    job.local_size = local_size ? parse_rank_number(vars.local_size, *local_size, 1, kMaxRanks)
-                                : job.world_size;
-    job.local_rank =
-        local_rank ? parse_rank_number(vars.local_rank, *local_rank, 0, job.local_size - 1)
-                   : job.rank % job.local_size;
+    job.local_size =
+        local_size ? parse_rank_number(vars.local_size, *local_size, 1, kMaxRanks) : job.world_size;
+    job.local_rank = local_rank
+                         ? parse_rank_number(vars.local_rank, *local_rank, 0, job.local_size - 1)
+                         : job.rank % job.local_size;
     break;
   }
   (void)courier_rank, (void)courier_size, (void)courier_local_rank, (void)courier_local_size;
 
   if (bootstrap == "mpi") {
     if (!mpi_bootstrap_available()) {
-      fail("COURIER_BOOTSTRAP=mpi but this Courier was built without MPI: rebuild with "
-           "-DCOURIER_WITH_MPI=ON");
+      fail(
+          "COURIER_BOOTSTRAP=mpi but this Courier was built without MPI: rebuild with "
+          "-DCOURIER_WITH_MPI=ON");
     }
     job.use_mpi = true;
     return job;
@@ -213,8 +218,9 @@ JobInfo detect_job(Parser& parser, const EnvLookup& env) {
     std::optional<std::string> addr = env("MASTER_ADDR");
     std::optional<std::string> port = env("MASTER_PORT");
     if (!addr || !port) {
-      fail("RANK/WORLD_SIZE are set but MASTER_ADDR or MASTER_PORT is not; set them or "
-           "COURIER_BOOTSTRAP=host:port");
+      fail(
+          "RANK/WORLD_SIZE are set but MASTER_ADDR or MASTER_PORT is not; set them or "
+          "COURIER_BOOTSTRAP=host:port");
     }
     job.bootstrap_host = *addr;
     job.bootstrap_port =
@@ -224,16 +230,17 @@ JobInfo detect_job(Parser& parser, const EnvLookup& env) {
       job.use_mpi = true;
       return job;
     }
-    fail("{} ranks were launched by {} but no rendezvous is configured: set "
-         "COURIER_BOOTSTRAP=host:port (reachable from every rank){}",
-         job.world_size, job.launcher,
-         mpi_bootstrap_available() ? " or COURIER_BOOTSTRAP=mpi" : "");
+    fail(
+        "{} ranks were launched by {} but no rendezvous is configured: set "
+        "COURIER_BOOTSTRAP=host:port (reachable from every rank){}",
+        job.world_size, job.launcher, mpi_bootstrap_available() ? " or COURIER_BOOTSTRAP=mpi" : "");
   }
   if (job.world_size > 1 && job.job_token.empty()) {
-    fail("COURIER_JOB_TOKEN is not set: the rendezvous at {}:{} admits only ranks presenting "
-         "the job's secret. courier-run sets it; otherwise export the same random value on "
-         "every rank",
-         job.bootstrap_host, job.bootstrap_port);
+    fail(
+        "COURIER_JOB_TOKEN is not set: the rendezvous at {}:{} admits only ranks presenting "
+        "the job's secret. courier-run sets it; otherwise export the same random value on "
+        "every rank",
+        job.bootstrap_host, job.bootstrap_port);
   }
   return job;
 }
@@ -245,8 +252,8 @@ Config Config::load(const EnvLookup& env, bool need_job) {
   Config config;
   config.fifo_depth =
       parser.unsigned_in("COURIER_FIFO_DEPTH", config.fifo_depth, 8, kMaxFifoDepth, true);
-  config.max_inflight = parser.unsigned_in("COURIER_MAX_INFLIGHT", config.max_inflight, 1,
-                                           kMaxFifoDepth);
+  config.max_inflight =
+      parser.unsigned_in("COURIER_MAX_INFLIGHT", config.max_inflight, 1, kMaxFifoDepth);
   if (config.max_inflight > config.fifo_depth) {
     fail("COURIER_MAX_INFLIGHT={} is invalid: it may not exceed COURIER_FIFO_DEPTH={}",
          config.max_inflight, config.fifo_depth);
@@ -254,11 +261,12 @@ Config Config::load(const EnvLookup& env, bool need_job) {
   config.proxy_threads = parser.unsigned_in("COURIER_PROXY_THREADS", config.proxy_threads, 1, 64);
   config.channels = parser.unsigned_in("COURIER_CHANNELS", config.channels, 1, 1024);
   config.drain_batch = parser.unsigned_in("COURIER_DRAIN_BATCH", config.drain_batch, 1, 4096);
-  config.atomics = parser.choice("COURIER_ATOMICS", config.atomics,
-                                 {std::pair<std::string_view, AtomicsMode>{"auto", AtomicsMode::automatic},
-                                  {"hw", AtomicsMode::hw},
-                                  {"imm", AtomicsMode::imm},
-                                  {"provider", AtomicsMode::provider}});
+  config.atomics =
+      parser.choice("COURIER_ATOMICS", config.atomics,
+                    {std::pair<std::string_view, AtomicsMode>{"auto", AtomicsMode::automatic},
+                     {"hw", AtomicsMode::hw},
+                     {"imm", AtomicsMode::imm},
+                     {"provider", AtomicsMode::provider}});
   config.timeout_s = parser.unsigned_in("COURIER_TIMEOUT_S", config.timeout_s, 1, 86400);
   config.log_level = parser.choice("COURIER_LOG_LEVEL", config.log_level,
                                    {std::pair<std::string_view, LogLevel>{"error", LogLevel::error},

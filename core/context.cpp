@@ -40,11 +40,10 @@ struct JobShape {
 };
 
 EnvLookup with_overrides(const ContextOptions& options) {
-  std::map<std::string, std::string, std::less<>> overrides(options.env.begin(),
-                                                             options.env.end());
+  std::map<std::string, std::string, std::less<>> overrides(options.env.begin(), options.env.end());
   EnvLookup process = process_env();
-  return [overrides = std::move(overrides), process](std::string_view name)
-             -> std::optional<std::string> {
+  return [overrides = std::move(overrides),
+          process](std::string_view name) -> std::optional<std::string> {
     auto it = overrides.find(name);
     if (it != overrides.end()) return it->second;
     return process(name);
@@ -56,11 +55,20 @@ std::string describe_channel_error(uint64_t word) {
   uint64_t ticket = (word >> 8) - 1;
   const char* what = "unknown error";
   switch (static_cast<ChannelErrorCode>(word & 0xff)) {
-    case ChannelErrorCode::post_failed: what = "the transport refused it"; break;
-    case ChannelErrorCode::completion_failed: what = "the transport reported an error"; break;
-    case ChannelErrorCode::unsupported: what = "its operation is not supported yet"; break;
-    case ChannelErrorCode::bad_command: what = "it is not a valid command"; break;
-    case ChannelErrorCode::none: break;
+    case ChannelErrorCode::post_failed:
+      what = "the transport refused it";
+      break;
+    case ChannelErrorCode::completion_failed:
+      what = "the transport reported an error";
+      break;
+    case ChannelErrorCode::unsupported:
+      what = "its operation is not supported yet";
+      break;
+    case ChannelErrorCode::bad_command:
+      what = "it is not a valid command";
+      break;
+    case ChannelErrorCode::none:
+      break;
   }
   return fmt::format("command {} failed: {} (details in the log)", ticket, what);
 }
@@ -146,18 +154,20 @@ struct Context::Impl {
       JobShape theirs;
       std::memcpy(&theirs, all.data() + r * sizeof(JobShape), sizeof(JobShape));
       if (std::strncmp(theirs.nic_backend, mine.nic_backend, sizeof mine.nic_backend) != 0) {
-        fail("rank {} uses NIC backend '{}' but rank {} uses '{}': every rank must use the same "
-             "(set COURIER_NIC_BACKEND)",
-             r, theirs.nic_backend, bootstrap->rank(), mine.nic_backend);
+        fail(
+            "rank {} uses NIC backend '{}' but rank {} uses '{}': every rank must use the same "
+            "(set COURIER_NIC_BACKEND)",
+            r, theirs.nic_backend, bootstrap->rank(), mine.nic_backend);
       }
       if (theirs.proxy_threads != mine.proxy_threads) {
-        fail("rank {} runs COURIER_PROXY_THREADS={} but rank {} runs {}: the value must be equal "
-             "on every rank (proxy thread i talks to thread i of each peer)",
-             r, theirs.proxy_threads, bootstrap->rank(), mine.proxy_threads);
+        fail(
+            "rank {} runs COURIER_PROXY_THREADS={} but rank {} runs {}: the value must be equal "
+            "on every rank (proxy thread i talks to thread i of each peer)",
+            r, theirs.proxy_threads, bootstrap->rank(), mine.proxy_threads);
       }
       if (theirs.ep_name_bytes != mine.ep_name_bytes) {
-        fail("rank {} has {}-byte endpoint names but rank {} has {}: mismatched NIC backends",
-             r, theirs.ep_name_bytes, bootstrap->rank(), mine.ep_name_bytes);
+        fail("rank {} has {}-byte endpoint names but rank {} has {}: mismatched NIC backends", r,
+             theirs.ep_name_bytes, bootstrap->rank(), mine.ep_name_bytes);
       }
     }
   }
@@ -312,8 +322,8 @@ DeviceChannel Context::channel(uint32_t index) const {
   auto* device_base = static_cast<std::byte*>(s.ring_device) + index * s.ring_stride;
   DeviceChannel ch;
   ch.slots = reinterpret_cast<TransferCmd*>(device_base);
-  ch.control = reinterpret_cast<FifoControl*>(device_base +
-                                              s.config.fifo_depth * sizeof(TransferCmd));
+  ch.control =
+      reinterpret_cast<FifoControl*>(device_base + s.config.fifo_depth * sizeof(TransferCmd));
   ch.head = reinterpret_cast<uint64_t*>(static_cast<std::byte*>(s.heads) + index * 64);
   ch.depth_mask = s.config.fifo_depth - 1;
   ch.max_inflight = s.config.max_inflight;
@@ -363,10 +373,14 @@ uint64_t Context::imm_received() const {
 
 const char* to_string(PushStatus status) {
   switch (status) {
-    case PushStatus::ok: return "ok";
-    case PushStatus::batch_too_large: return "batch larger than 8 commands or max_inflight";
-    case PushStatus::timed_out: return "timed out waiting for the proxy (COURIER_TIMEOUT_S)";
-    case PushStatus::channel_failed: return "the proxy recorded an error on this channel";
+    case PushStatus::ok:
+      return "ok";
+    case PushStatus::batch_too_large:
+      return "batch larger than 8 commands or max_inflight";
+    case PushStatus::timed_out:
+      return "timed out waiting for the proxy (COURIER_TIMEOUT_S)";
+    case PushStatus::channel_failed:
+      return "the proxy recorded an error on this channel";
   }
   return "unknown";
 }

@@ -5,8 +5,7 @@
 namespace courier {
 
 namespace {
-constexpr std::array<std::string_view, 5> kLevelNames = {"error", "warn", "info", "debug",
-                                                         "trace"};
+constexpr std::array<std::string_view, 5> kLevelNames = {"error", "warn", "info", "debug", "trace"};
 }
 
 std::optional<LogLevel> parse_log_level(std::string_view text) {
@@ -19,10 +18,10 @@ std::optional<LogLevel> parse_log_level(std::string_view text) {
 std::string_view to_string(LogLevel level) { return kLevelNames.at(static_cast<size_t>(level)); }
 
 void Logger::write(LogLevel level, std::string_view component, std::string_view message) {
-  std::string line =
-      rank_.load() >= 0 ? fmt::format("courier[rank {}] {} {}: {}\n", rank_.load(), to_string(level), component,
-                               message)
-                 : fmt::format("courier {} {}: {}\n", to_string(level), component, message);
+  std::string line = rank_.load() >= 0
+                         ? fmt::format("courier[rank {}] {} {}: {}\n", rank_.load(),
+                                       to_string(level), component, message)
+                         : fmt::format("courier {} {}: {}\n", to_string(level), component, message);
   std::lock_guard lock(mutex_);
   std::fwrite(line.data(), 1, line.size(), sink_);
   std::fflush(sink_);

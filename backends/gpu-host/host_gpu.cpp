@@ -3,9 +3,9 @@
 // grid of CPU threads. It lets every layer above run and be tested on
 // machines without a GPU.
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <cstdio>
 #include <string>
 
 #include "courier/abi/gpu_v1.h"

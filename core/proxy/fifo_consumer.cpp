@@ -17,9 +17,10 @@ uint32_t FifoConsumer::poll(TransferCmd* out, uint32_t max) {
     cmd.word0 = header;
     cmd.word1 = std::atomic_ref<uint64_t>(slot.word1).load(std::memory_order_relaxed);
     if (cmd.seq() != (next_ & TransferCmd::kSeqMask)) {
-      fail("FIFO channel {}: slot {} holds sequence number {} but ticket {} (sequence {}) was "
-           "expected: the ring was overwritten or corrupted",
-           channel_id_, next_ & mask_, cmd.seq(), next_, next_ & TransferCmd::kSeqMask);
+      fail(
+          "FIFO channel {}: slot {} holds sequence number {} but ticket {} (sequence {}) was "
+          "expected: the ring was overwritten or corrupted",
+          channel_id_, next_ & mask_, cmd.seq(), next_, next_ & TransferCmd::kSeqMask);
     }
     word0.store(0, std::memory_order_relaxed);  // published to producers by `completed`
     out[count++] = cmd;

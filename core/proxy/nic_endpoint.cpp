@@ -29,8 +29,8 @@ std::vector<std::byte> NicEndpoint::name() const {
   size_t length = buffer.size();
   int rc = ops_->ep_name(ep_, buffer.data(), &length);
   if (rc != COURIER_OK || length > buffer.size()) {
-    fail("NIC backend '{}': reading the endpoint name failed ({}): {}", backend_.plugin().name,
-         rc, backend_.last_error());
+    fail("NIC backend '{}': reading the endpoint name failed ({}): {}", backend_.plugin().name, rc,
+         backend_.last_error());
   }
   buffer.resize(backend_.props().max_ep_name);  // fixed stride for the all-gather
   return buffer;
@@ -84,9 +84,9 @@ int NicEndpoint::post_write(uint32_t channel, const TransferCmd& cmd, uint64_t c
     return -EINVAL;
   }
   if (cmd.dst_offset() + length > remote[peer].bytes) {
-    *error = fmt::format("WRITE to [{}, {}) of window {} on rank {}, which has {} bytes there",
-                         cmd.dst_offset(), cmd.dst_offset() + length, window, peer,
-                         remote[peer].bytes);
+    *error =
+        fmt::format("WRITE to [{}, {}) of window {} on rank {}, which has {} bytes there",
+                    cmd.dst_offset(), cmd.dst_offset() + length, window, peer, remote[peer].bytes);
     return -EINVAL;
   }
   courier_nic_write_v1 write{};

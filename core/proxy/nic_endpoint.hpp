@@ -42,8 +42,7 @@ class NicEndpoint final : public ProxyTransport {
   // names holds world_size entries of `stride` bytes, rank order.
   void connect(const std::vector<std::byte>& names, size_t stride);
 
-  courier_nic_rkey_v1 register_window(uint32_t window, void* base, size_t bytes,
-                                      uint32_t mem_kind);
+  courier_nic_rkey_v1 register_window(uint32_t window, void* base, size_t bytes, uint32_t mem_kind);
   void set_remote_window(uint32_t window, std::vector<RemoteWindow> peers);
 
   int post_write(uint32_t channel, const TransferCmd& cmd, uint64_t cookie,

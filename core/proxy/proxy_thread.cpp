@@ -21,11 +21,16 @@ uint64_t make_cookie(uint32_t channel_slot, uint64_t ticket) {
 
 const char* op_name(CmdOp op) {
   switch (op) {
-    case CmdOp::empty: return "EMPTY";
-    case CmdOp::write: return "WRITE";
-    case CmdOp::atomic: return "ATOMIC";
-    case CmdOp::drain: return "DRAIN";
-    case CmdOp::barrier: return "BARRIER";
+    case CmdOp::empty:
+      return "EMPTY";
+    case CmdOp::write:
+      return "WRITE";
+    case CmdOp::atomic:
+      return "ATOMIC";
+    case CmdOp::drain:
+      return "DRAIN";
+    case CmdOp::barrier:
+      return "BARRIER";
   }
   return "UNKNOWN";
 }
@@ -89,7 +94,8 @@ void ProxyThread::run(const std::function<void()>& task) {
   std::future<void> done = packaged.get_future();
   {
     std::lock_guard lock(mutex_);
-    if (!fatal_.empty()) throw Error("proxy thread " + std::to_string(index_) + " stopped: " + fatal_);
+    if (!fatal_.empty())
+      throw Error("proxy thread " + std::to_string(index_) + " stopped: " + fatal_);
     tasks_.push_back(std::move(packaged));
     has_tasks_.store(true, std::memory_order_release);
   }
@@ -171,7 +177,8 @@ bool ProxyThread::post(ProxyChannel& channel, const TransferCmd& cmd, uint64_t t
   switch (cmd.op()) {
     case CmdOp::write: {
       std::string error;
-      int rc = transport_.post_write(channel.id, cmd, make_cookie(channel.thread_slot, ticket), &error);
+      int rc =
+          transport_.post_write(channel.id, cmd, make_cookie(channel.thread_slot, ticket), &error);
       if (rc == COURIER_OK) {
         ++outstanding_;
         return true;

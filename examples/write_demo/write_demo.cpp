@@ -41,8 +41,8 @@ uint64_t parse_number(const char* flag, const char* text, uint64_t min, uint64_t
   errno = 0;
   unsigned long long value = std::strtoull(text, &end, 10);
   if (errno != 0 || end == text || *end != '\0' || value < min || value > max) {
-    usage_error(fmt::format("{} '{}' is invalid: expected an integer in [{}, {}]", flag, text,
-                            min, max));
+    usage_error(
+        fmt::format("{} '{}' is invalid: expected an integer in [{}, {}]", flag, text, min, max));
   }
   return value;
 }
@@ -94,9 +94,9 @@ struct Write {
 };
 
 Write write_of(uint64_t i, int world_size, uint64_t window_bytes) {
-  static constexpr uint32_t kSizes[] = {1,    3,    8,    64,    100,   512,  1024,
-                                        4096, 7168, 7168, 7168,  14336, 7168, 65536,
-                                        7168, 4096, 7168, 262144, 7168, 17};
+  static constexpr uint32_t kSizes[] = {1,    3,    8,    64,     100,   512,  1024,
+                                        4096, 7168, 7168, 7168,   14336, 7168, 65536,
+                                        7168, 4096, 7168, 262144, 7168,  17};
   uint64_t h = mix(i);
   Write w;
   w.dst_rank = 1 + static_cast<uint32_t>(i % static_cast<uint64_t>(world_size - 1));
@@ -181,10 +181,11 @@ int run_sender(courier::Context& ctx, const Options& o, courier::DeviceBuffer& b
       fmt::print(stderr, "write_demo: channel {}: {}\n", c, stats.first_error);
     }
   }
-  fmt::print("rank 0: {} WRITE commands from {} GPU threads over {} channels in {:.3f} s "
-             "({:.0f} commands/s); {} failed\n",
-             args.sent.load(), o.threads, ctx.num_channels(), seconds, args.sent.load() / seconds,
-             args.failures.load() + errors);
+  fmt::print(
+      "rank 0: {} WRITE commands from {} GPU threads over {} channels in {:.3f} s "
+      "({:.0f} commands/s); {} failed\n",
+      args.sent.load(), o.threads, ctx.num_channels(), seconds, args.sent.load() / seconds,
+      args.failures.load() + errors);
   return (args.failures.load() + errors) == 0 ? 0 : 1;
 }
 
@@ -220,9 +221,10 @@ int run_receiver(courier::Context& ctx, const Options& o, courier::DeviceBuffer&
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   uint64_t imm_seen = ctx.imm_received();
-  fmt::print("rank {}: verified {} bytes ({} written by {} WRITEs from rank 0): {} mismatches; "
-             "{} of {} immediate-data notifications arrived\n",
-             me, checked, written, writes, mismatches, imm_seen, imms);
+  fmt::print(
+      "rank {}: verified {} bytes ({} written by {} WRITEs from rank 0): {} mismatches; "
+      "{} of {} immediate-data notifications arrived\n",
+      me, checked, written, writes, mismatches, imm_seen, imms);
   return (mismatches == 0 && imm_seen == imms) ? 0 : 1;
 }
 

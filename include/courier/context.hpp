@@ -30,9 +30,9 @@ struct ContextOptions {
 };
 
 struct ChannelStats {
-  uint64_t commands = 0;  // commands the proxy dequeued
-  uint64_t errors = 0;    // commands that failed
-  uint64_t completed = 0; // in-order completion prefix
+  uint64_t commands = 0;    // commands the proxy dequeued
+  uint64_t errors = 0;      // commands that failed
+  uint64_t completed = 0;   // in-order completion prefix
   std::string first_error;  // "" when none
 };
 

@@ -30,14 +30,14 @@ enum class PushStatus : uint8_t {
 };
 
 struct DeviceChannel {
-  TransferCmd* slots = nullptr;          // depth slots, host-pinned
-  FifoControl* control = nullptr;        // host-pinned
-  uint64_t* head = nullptr;              // next ticket to reserve, device memory
-  uint32_t depth_mask = 0;               // depth - 1 (depth is a power of two)
-  uint32_t max_inflight = 0;             // reserved-but-incomplete commands allowed
+  TransferCmd* slots = nullptr;    // depth slots, host-pinned
+  FifoControl* control = nullptr;  // host-pinned
+  uint64_t* head = nullptr;        // next ticket to reserve, device memory
+  uint32_t depth_mask = 0;         // depth - 1 (depth is a power of two)
+  uint32_t max_inflight = 0;       // reserved-but-incomplete commands allowed
   uint32_t channel_id = 0;
   uint32_t reserved = 0;
-  uint64_t timeout_ns = 0;               // give up waiting after this long
+  uint64_t timeout_ns = 0;  // give up waiting after this long
 };
 
 inline constexpr uint32_t kMaxBatch = 8;  // commands per push_batch

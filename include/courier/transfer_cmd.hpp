@@ -46,15 +46,24 @@ enum class CmdStatus : uint8_t {
 
 COURIER_HOST_DEVICE inline const char* to_string(CmdStatus status) {
   switch (status) {
-    case CmdStatus::ok: return "ok";
-    case CmdStatus::rank_too_large: return "destination rank exceeds 65535";
-    case CmdStatus::window_too_large: return "window id exceeds 15";
-    case CmdStatus::length_zero: return "length is zero";
-    case CmdStatus::length_too_large: return "length exceeds 16777215 bytes";
-    case CmdStatus::src_offset_too_large: return "source offset exceeds 32 bits";
-    case CmdStatus::dst_offset_too_large: return "destination offset exceeds 32 bits";
-    case CmdStatus::flags_invalid: return "unknown flag bits";
-    case CmdStatus::operand_too_large: return "atomic operand exceeds 32 bits";
+    case CmdStatus::ok:
+      return "ok";
+    case CmdStatus::rank_too_large:
+      return "destination rank exceeds 65535";
+    case CmdStatus::window_too_large:
+      return "window id exceeds 15";
+    case CmdStatus::length_zero:
+      return "length is zero";
+    case CmdStatus::length_too_large:
+      return "length exceeds 16777215 bytes";
+    case CmdStatus::src_offset_too_large:
+      return "source offset exceeds 32 bits";
+    case CmdStatus::dst_offset_too_large:
+      return "destination offset exceeds 32 bits";
+    case CmdStatus::flags_invalid:
+      return "unknown flag bits";
+    case CmdStatus::operand_too_large:
+      return "atomic operand exceeds 32 bits";
   }
   return "unknown status";
 }

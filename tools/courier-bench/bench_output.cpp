@@ -26,8 +26,8 @@ std::string json_escape(const std::string& text) {
 }  // namespace
 
 void print_table(const std::vector<BenchResult>& results) {
-  fmt::print("{:<10} {:<8} {:<10} {:<9} {:>9} {:>7} {:>9} {:>8} {:>14} {:>10}\n", "bench",
-             "path", "op", "provider", "size", "window", "iters", "threads", "msgs/s", "GB/s");
+  fmt::print("{:<10} {:<8} {:<10} {:<9} {:>9} {:>7} {:>9} {:>8} {:>14} {:>10}\n", "bench", "path",
+             "op", "provider", "size", "window", "iters", "threads", "msgs/s", "GB/s");
   for (const BenchResult& r : results) {
     fmt::print("{:<10} {:<8} {:<10} {:<9} {:>9} {:>7} {:>9} {:>8} {:>14.0f} {:>10.3f}\n", r.bench,
                r.path, r.op, r.provider.empty() ? "-" : r.provider, human_size(r.size), r.window,

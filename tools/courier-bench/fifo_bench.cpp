@@ -44,7 +44,8 @@ class CompletingSink final : public ProxyTransport {
 };
 
 struct Ring {
-  explicit Ring(const FifoBenchOptions& o) : slots(o.depth), control(std::make_unique<FifoControl>()) {
+  explicit Ring(const FifoBenchOptions& o)
+      : slots(o.depth), control(std::make_unique<FifoControl>()) {
     ch.slots = slots.data();
     ch.control = control.get();
     ch.head = &head;

@@ -47,8 +47,8 @@ uint64_t parse_number(const std::string& flag, const std::string& text, uint64_t
   errno = 0;
   unsigned long long value = std::strtoull(text.c_str(), &end, 10);
   if (errno != 0 || text.empty() || *end != '\0' || value < min || value > max) {
-    usage_error(fmt::format("{} '{}' is invalid: expected an integer in [{}, {}]", flag, text,
-                            min, max));
+    usage_error(
+        fmt::format("{} '{}' is invalid: expected an integer in [{}, {}]", flag, text, min, max));
   }
   return value;
 }

@@ -16,7 +16,7 @@ class Context;
 namespace courier::bench {
 
 struct TransportOptions {
-  std::string provider;      // for the table only; the Context already uses it
+  std::string provider;  // for the table only; the Context already uses it
   std::vector<size_t> sizes;
   uint32_t window = 64;
   uint64_t iters = 20000;

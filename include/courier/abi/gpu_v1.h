@@ -41,12 +41,12 @@ typedef struct courier_host_thread_v1 {
   uint32_t thread_idx;
   uint32_t block_dim;
   uint32_t grid_dim;
-  void *block; /* opaque; pass to sync_block */
+  void* block; /* opaque; pass to sync_block */
   /* Barrier across the threads of this block (__syncthreads). */
-  void (*sync_block)(const struct courier_host_thread_v1 *self);
+  void (*sync_block)(const struct courier_host_thread_v1* self);
 } courier_host_thread_v1;
 
-typedef void (*courier_host_kernel_fn)(const courier_host_thread_v1 *thread, void *arg);
+typedef void (*courier_host_kernel_fn)(const courier_host_thread_v1* thread, void* arg);
 
 typedef struct courier_host_kernel_launch_v1 {
   uint32_t struct_size;
@@ -54,37 +54,37 @@ typedef struct courier_host_kernel_launch_v1 {
   uint32_t block_dim;
   uint32_t reserved;
   courier_host_kernel_fn fn;
-  void *arg;
+  void* arg;
 } courier_host_kernel_launch_v1;
 
 typedef struct courier_gpu_plugin_v1 {
   courier_plugin_header header;
-  const char *description;
-  const courier_knob_v1 *knobs;
+  const char* description;
+  const courier_knob_v1* knobs;
   uint32_t num_knobs;
   uint32_t reserved;
 
   /* Loads the vendor runtime lazily. A machine without a device is not an
    * init failure: init succeeds and query reports device_count == 0. */
-  int (*init)(const courier_host_services_v1 *host, void **backend);
-  void (*fini)(void *backend);
-  const char *(*last_error)(void *backend);
-  int (*query)(void *backend, courier_gpu_props_v1 *props);
+  int (*init)(const courier_host_services_v1* host, void** backend);
+  void (*fini)(void* backend);
+  const char* (*last_error)(void* backend);
+  int (*query)(void* backend, courier_gpu_props_v1* props);
 
   /* Device memory on `device`. */
-  int (*mem_alloc)(void *backend, int device, size_t bytes, void **ptr);
-  int (*mem_free)(void *backend, int device, void *ptr);
+  int (*mem_alloc)(void* backend, int device, size_t bytes, void** ptr);
+  int (*mem_free)(void* backend, int device, void* ptr);
   /* Pinned host memory mapped into the device's address space (FIFO rings). */
-  int (*host_alloc_mapped)(void *backend, size_t bytes, void **host_ptr, void **device_ptr);
-  int (*host_free_mapped)(void *backend, void *host_ptr);
+  int (*host_alloc_mapped)(void* backend, size_t bytes, void** host_ptr, void** device_ptr);
+  int (*host_free_mapped)(void* backend, void* host_ptr);
   /* Synchronous copy between any two addresses the backend knows. */
-  int (*memcpy_sync)(void *backend, void *dst, const void *src, size_t bytes);
+  int (*memcpy_sync)(void* backend, void* dst, const void* src, size_t bytes);
   /* Runs fn on grid_dim x block_dim threads and returns when all finished.
    * Only with COURIER_GPU_CAP_HOST_KERNELS; others return -ENOTSUP. */
-  int (*launch_host_kernel)(void *backend, const courier_host_kernel_launch_v1 *launch);
+  int (*launch_host_kernel)(void* backend, const courier_host_kernel_launch_v1* launch);
 } courier_gpu_plugin_v1;
 
-typedef const courier_gpu_plugin_v1 *(*courier_gpu_backend_v1_fn)(void);
+typedef const courier_gpu_plugin_v1* (*courier_gpu_backend_v1_fn)(void);
 
 #ifdef __cplusplus
 }

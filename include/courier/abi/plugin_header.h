@@ -18,7 +18,7 @@ typedef struct courier_plugin_header {
   uint32_t struct_size; /* sizeof the whole plugin struct as the plugin was built */
   uint16_t abi_major;   /* must equal the major the symbol name promises */
   uint16_t abi_minor;   /* additive revisions; the core reads only up to struct_size */
-  const char *name;     /* short backend name, e.g. "ofi"; matches the file name */
+  const char* name;     /* short backend name, e.g. "ofi"; matches the file name */
 } courier_plugin_header;
 
 /* Status codes returned by every plugin entry point. Negative values are
@@ -39,21 +39,21 @@ typedef struct courier_plugin_header {
 typedef struct courier_host_services_v1 {
   uint32_t struct_size;
   uint32_t reserved;
-  void *ctx;
-  void (*log)(void *ctx, int level, const char *backend, const char *message);
+  void* ctx;
+  void (*log)(void* ctx, int level, const char* backend, const char* message);
   /* Returns the value of an environment variable, or NULL when unset. */
-  const char *(*get_env)(void *ctx, const char *name);
-  void *(*alloc)(void *ctx, size_t size, size_t alignment);
-  void (*free)(void *ctx, void *ptr);
+  const char* (*get_env)(void* ctx, const char* name);
+  void* (*alloc)(void* ctx, size_t size, size_t alignment);
+  void (*free)(void* ctx, void* ptr);
 } courier_host_services_v1;
 
 /* A configuration knob a plugin reads through get_env. The core validates
  * enumerated knobs before init() and shows all of them in courier-info. */
 typedef struct courier_knob_v1 {
-  const char *name;          /* e.g. "COURIER_OFI_PROVIDER" */
-  const char *default_value; /* shown when unset */
-  const char *allowed;       /* "a|b|c" for an enumeration, NULL for free-form */
-  const char *help;
+  const char* name;          /* e.g. "COURIER_OFI_PROVIDER" */
+  const char* default_value; /* shown when unset */
+  const char* allowed;       /* "a|b|c" for an enumeration, NULL for free-form */
+  const char* help;
 } courier_knob_v1;
 
 /* Memory kinds a backend allocates or registers (bitmask). */

@@ -141,7 +141,7 @@ TEST_CASE("is_complete and DRAIN wait for every earlier command") {
 
 TEST_CASE("DRAIN reports a failure the proxy recorded on the channel") {
   TestRing ring(16, 8);
-  ring.control->error = 1;  // as a proxy would set it
+  ring.control->error = 1;      // as a proxy would set it
   ring.control->completed = 1;  // pretend the DRAIN (ticket 0) completed
   CHECK(device::drain(ring.ch) == PushStatus::channel_failed);
 }

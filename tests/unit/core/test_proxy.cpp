@@ -66,8 +66,8 @@ struct ProxyFixture {
     for (uint32_t c = 0; c < channels; ++c) {
       rings.push_back(std::make_unique<TestRing>(depth, inflight));
       rings.back()->ch.channel_id = c;
-      proxy_channels.push_back(std::make_unique<ProxyChannel>(
-          c, rings.back()->slots.data(), rings.back()->control.get(), depth));
+      proxy_channels.push_back(std::make_unique<ProxyChannel>(c, rings.back()->slots.data(),
+                                                              rings.back()->control.get(), depth));
     }
   }
   std::unique_ptr<ProxyThread> make_proxy(ProxyTransport& transport) {
