@@ -6,7 +6,7 @@ namespace courier {
 
 std::shared_ptr<PluginLibrary> PluginLibrary::open(const std::string& path, std::string& error) {
   dlerror();  // forget any message left by an earlier call
-  void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
   if (handle == nullptr) {
     const char* message = dlerror();
     error = message != nullptr ? message : "dlopen failed without a message";

@@ -11,9 +11,13 @@ namespace courier {
 class PluginLibrary {
  public:
   // Opens `path` with RTLD_NOW (an unresolved symbol fails here, with the
-  // loader's message, instead of at the first call) and RTLD_LOCAL (one
-  // plugin's symbols never satisfy another's). Returns nullptr and sets
-  // `error` to the loader's message when the file cannot be loaded.
+  // loader's message, instead of at the first call), RTLD_LOCAL (one
+  // plugin's symbols never satisfy another's) and RTLD_NODELETE: closing the
+  // handle releases our reference but leaves the code mapped, because a
+  // plugin's dependencies (libfabric providers, a GPU driver) may leave
+  // threads, atexit handlers or thread-local destructors behind that would
+  // otherwise run in unmapped code at exit. Returns nullptr and sets `error`
+  // to the loader's message when the file cannot be loaded.
   static std::shared_ptr<PluginLibrary> open(const std::string& path, std::string& error);
 
   ~PluginLibrary();
