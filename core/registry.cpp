@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <map>
 #include <system_error>
+#include <type_traits>
 #include <utility>
 
 #include "core/check.hpp"
@@ -133,10 +134,22 @@ struct Registry::State {
   std::deque<NicPlugin> nic_by_path;
   std::deque<GpuPlugin> gpu_by_path;
 
-  std::vector<NicPlugin>& scanned(NicPlugin*) { return nic; }
-  std::vector<GpuPlugin>& scanned(GpuPlugin*) { return gpu; }
-  std::deque<NicPlugin>& by_path(NicPlugin*) { return nic_by_path; }
-  std::deque<GpuPlugin>& by_path(GpuPlugin*) { return gpu_by_path; }
+  template <class Plugin>
+  std::vector<Plugin>& scanned() {
+    if constexpr (std::is_same_v<Plugin, NicPlugin>) {
+      return nic;
+    } else {
+      return gpu;
+    }
+  }
+  template <class Plugin>
+  std::deque<Plugin>& by_path() {
+    if constexpr (std::is_same_v<Plugin, NicPlugin>) {
+      return nic_by_path;
+    } else {
+      return gpu_by_path;
+    }
+  }
 
   void record(PluginCandidate candidate, bool forced) {
     if (!candidate.usable) {
@@ -204,7 +217,7 @@ struct Registry::State {
   template <class Plugin>
   std::string inventory() {
     std::vector<const Plugin*> usable;
-    for (const Plugin& plugin : scanned(static_cast<Plugin*>(nullptr))) usable.push_back(&plugin);
+    for (const Plugin& plugin : scanned<Plugin>()) usable.push_back(&plugin);
     sort_for_selection(usable);
     std::vector<std::string> usable_names;
     for (const Plugin* plugin : usable) usable_names.push_back(plugin->name);
@@ -226,7 +239,7 @@ struct Registry::State {
     using Traits = KindTraits<Plugin>;
     std::string_view spec = trim(raw_spec);
     std::vector<const Plugin*> all;
-    for (const Plugin& plugin : scanned(static_cast<Plugin*>(nullptr))) all.push_back(&plugin);
+    for (const Plugin& plugin : scanned<Plugin>()) all.push_back(&plugin);
     sort_for_selection(all);
 
     if (spec.empty()) return all;
@@ -285,10 +298,10 @@ struct Registry::State {
                  candidate.reason);
         fail_forced<Plugin>(spec, candidate);
       }
-      for (const Plugin& plugin : scanned(static_cast<Plugin*>(nullptr))) {
+      for (const Plugin& plugin : scanned<Plugin>()) {
         if (plugin.path == candidate.path) return plugin;
       }
-      for (const Plugin& plugin : by_path(static_cast<Plugin*>(nullptr))) {
+      for (const Plugin& plugin : by_path<Plugin>()) {
         if (plugin.path == candidate.path) return plugin;
       }
     }
@@ -303,7 +316,7 @@ struct Registry::State {
     if (candidate.name.empty()) candidate.name = fs::path(path).filename().string();
     record(candidate, true);
     if (!plugin) fail_forced<Plugin>(spec, candidate);
-    std::deque<Plugin>& loaded = by_path(static_cast<Plugin*>(nullptr));
+    std::deque<Plugin>& loaded = by_path<Plugin>();
     loaded.push_back(std::move(*plugin));
     return loaded.back();
   }
