@@ -182,10 +182,8 @@ void TcpRendezvousHost::accept_ranks() {
     }
   }
 
-  // Everybody is here: no more connections are needed.
+  // Everybody is here: connections still without a hello are not ranks.
   for (PendingConnection& connection : pending) {
-    log_.info(kComponent, "closing connection from {}: all {} ranks have already joined",
-              connection.address, options_.world_size);
     refuse(connection, "all ranks of this job have already joined");
   }
   listener_.reset();
