@@ -82,6 +82,30 @@ TEST_CASE("tcp bootstrap: ranks started before rank 0 wait for it") {
   check_rounds(outcomes, 2);
 }
 
+TEST_CASE("tcp bootstrap: rank 0 on all addresses, ranks connecting by host name") {
+  LogCapture log;
+  const uint16_t port = net::pick_free_tcp_port();
+  auto threads = start_ranks({0, 1, 2}, [&](int rank) {
+    BootstrapOptions options = options_for(rank, 3, port);
+    // Rank 0 binds 0.0.0.0; "localhost" may resolve to ::1 first, which the
+    // clients must skip over to 127.0.0.1.
+    options.host = rank == 0 ? "" : "localhost";
+    auto bootstrap = make_tcp_bootstrap(options, log.logger());
+    return std::vector<std::vector<std::byte>>{bootstrap->allgather(pattern(rank, 0, 3))};
+  });
+  std::vector<std::byte> expected;
+  for (int rank = 0; rank < 3; ++rank) {
+    std::vector<std::byte> block = pattern(rank, 0, 3);
+    expected.insert(expected.end(), block.begin(), block.end());
+  }
+  for (const RankOutcome& outcome : join_all(threads)) {
+    INFO(outcome.error);
+    REQUIRE(outcome.ok);
+    CHECK(outcome.results.at(0) == expected);
+  }
+  CHECK(log.contains("rank 0 is waiting for 2 ranks at 0.0.0.0:" + std::to_string(port)));
+}
+
 TEST_CASE("tcp bootstrap: options are checked and errors name the option") {
   LogCapture log;
   BootstrapOptions options = options_for(3, 2, 29500);
