@@ -11,7 +11,8 @@
 //       16    8 length    payload bytes that follow
 //
 // Payloads:
-//   hello   (rank -> 0)  rank u32, world_size u32, token_length u32, token bytes
+//   hello   (rank -> 0)  rank, world_size (32-bit two's complement),
+//                        token_length u32, token bytes
 //   welcome (0 -> rank)  empty: every rank has joined
 //   block   (rank -> 0)  this rank's allgather contribution
 //   result  (0 -> rank)  the concatenation of all blocks in rank order
