@@ -4,6 +4,7 @@
 #include <cerrno>
 #include <cstddef>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <new>
 #include <string>
@@ -14,26 +15,22 @@
 namespace courier::nic_ofi {
 namespace {
 
-// What each value of COURIER_OFI_PROVIDER selects. The nominal figures are
-// the ones measured on the project's CPU machines (DESIGN.md section 5) and
-// only serve backend scoring: half round trip, and bandwidth in megabits per
-// second (shm ~6 GB/s at 1 MiB; tcp ~280 k writes/s of 7 KiB, ~2 GB/s).
-struct ProviderChoice {
-  const char* knob_value;
-  const char* prov_name;  // fi_getinfo's provider name
-  uint32_t latency_ns;
-  uint32_t bandwidth_mbps;
-};
-
-constexpr ProviderChoice kChoices[] = {
-    {"shm", "shm", 700, 48000},
-    // The tcp provider of libfabric 1.17 offers FI_EP_RDM only through the
-    // ofi_rxm utility layer, hence the layered name.
-    {"tcp", "tcp;ofi_rxm", 4500, 16000},
-};
+// COURIER_OFI_WRITE_TIMEOUT_S: whole seconds, 0 (watchdog off) to one day.
+int parse_write_timeout(const char* value, uint32_t* timeout_ms) {
+  if (!value || !*value) value = kWriteTimeoutDefault;
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long seconds = std::strtoul(value, &end, 10);
+  if (errno != 0 || *end != '\0' || value[0] == '-' || seconds > 86400) {
+    return ofi::set_error(-EINVAL,
+                          "%s='%s' is not valid: expected whole seconds from 0 (off) to 86400",
+                          kWriteTimeoutKnob, value);
+  }
+  *timeout_ms = static_cast<uint32_t>(seconds * 1000);
+  return 0;
+}
 
 }  // namespace
-
 int Backend::create(const courier_host_services_v1* host, std::unique_ptr<Backend>* out) {
   if (!host || host->struct_size < sizeof(courier_host_services_v1) || !host->get_env) {
     return ofi::set_error(-EINVAL, "init: host services missing or too old");
@@ -41,10 +38,7 @@ int Backend::create(const courier_host_services_v1* host, std::unique_ptr<Backen
   const char* value = host->get_env(host->ctx, kProviderKnob);
   if (!value || !*value) value = kProviderDefault;
 
-  const ProviderChoice* choice = nullptr;
-  for (const ProviderChoice& c : kChoices) {
-    if (std::strcmp(c.knob_value, value) == 0) choice = &c;
-  }
+  const ofi::ProviderAlias* choice = ofi::find_provider_alias(value);
   if (!choice) {
     return ofi::set_error(-EINVAL, "%s='%s' is not valid: allowed values are %s", kProviderKnob,
                           value, kProviderAllowed);
@@ -53,7 +47,10 @@ int Backend::create(const courier_host_services_v1* host, std::unique_ptr<Backen
   std::unique_ptr<Backend> backend(new (std::nothrow) Backend);
   if (!backend) return ofi::set_error(-ENOMEM, "init: out of memory");
   backend->host_ = host;
-  const int rc = ofi::probe_provider(choice->prov_name, &backend->profile_);
+  int rc =
+      parse_write_timeout(host->get_env(host->ctx, kWriteTimeoutKnob), &backend->write_timeout_ms_);
+  if (rc != 0) return rc;
+  rc = ofi::probe_provider(choice->prov_name, &backend->profile_);
   if (rc != 0) {
     // Keep the probe's reason and say which knob value led there.
     const std::string reason = ofi::last_error();

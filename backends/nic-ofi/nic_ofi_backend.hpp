@@ -14,6 +14,8 @@ namespace courier::nic_ofi {
 inline constexpr const char* kProviderKnob = "COURIER_OFI_PROVIDER";
 inline constexpr const char* kProviderDefault = "shm";
 inline constexpr const char* kProviderAllowed = "shm|tcp";
+inline constexpr const char* kWriteTimeoutKnob = "COURIER_OFI_WRITE_TIMEOUT_S";
+inline constexpr const char* kWriteTimeoutDefault = "30";
 
 class Backend {
  public:
@@ -22,6 +24,8 @@ class Backend {
   static int create(const courier_host_services_v1* host, std::unique_ptr<Backend>* out);
 
   const ofi::ProviderProfile& profile() const { return profile_; }
+  // The write watchdog's timeout (COURIER_OFI_WRITE_TIMEOUT_S), 0 when off.
+  uint32_t write_timeout_ms() const { return write_timeout_ms_; }
   // Fills the caller's props up to props->struct_size.
   int query(courier_nic_props_v1* props) const;
 
@@ -32,6 +36,7 @@ class Backend {
 
   const courier_host_services_v1* host_ = nullptr;
   ofi::ProviderProfile profile_;
+  uint32_t write_timeout_ms_ = 0;
   courier_nic_props_v1 props_{};
 };
 

@@ -63,9 +63,13 @@ int plugin_ep_open(void* backend, const courier_nic_ep_attr_v1* attr, void** ep)
     if (attr->flags != 0) {
       return ofi::set_error(-EINVAL, "ep_open: unknown flags 0x%x", attr->flags);
     }
+    const Backend& owner = *static_cast<Backend*>(backend);
+    ofi::EndpointOptions options;
+    options.tx_depth = attr->tx_depth;
+    options.rx_depth = attr->rx_depth;
+    options.write_timeout_ms = owner.write_timeout_ms();
     std::unique_ptr<ofi::Endpoint> endpoint;
-    const int rc = ofi::Endpoint::open(static_cast<Backend*>(backend)->profile(), attr->tx_depth,
-                                       attr->rx_depth, &endpoint);
+    const int rc = ofi::Endpoint::open(owner.profile(), options, &endpoint);
     if (rc != 0) return rc;
     *ep = endpoint.release();
     return 0;
@@ -129,6 +133,9 @@ int plugin_poll(void* ep, courier_nic_completion_v1* out, uint32_t max) {
 const courier_knob_v1 kKnobs[] = {
     {kProviderKnob, kProviderDefault, kProviderAllowed,
      "libfabric provider: shm (processes of one host) or tcp (tcp;ofi_rxm, any IP network)"},
+    {kWriteTimeoutKnob, kWriteTimeoutDefault, nullptr,
+     "seconds after which a write without completion is reported as failed (-ETIMEDOUT); "
+     "0 turns the watchdog off"},
 };
 
 const courier_nic_plugin_v1 kPlugin = {

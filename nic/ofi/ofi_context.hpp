@@ -23,10 +23,13 @@ namespace courier::ofi {
 struct OpContext {
   enum class Kind : uint32_t { kWrite, kReceive };
 
-  fi_context2 provider;  // must stay first: the provider may write into it
-  uint64_t cookie = 0;   // the caller's cookie (writes)
-  uint32_t peer = 0;     // destination rank (writes), for error messages
+  fi_context2 provider;    // must stay first: the provider may write into it
+  uint64_t cookie = 0;     // the caller's cookie (writes)
+  uint64_t posted_ms = 0;  // when the write was posted (the write watchdog)
+  uint32_t peer = 0;       // destination rank (writes), for error messages
   Kind kind = Kind::kWrite;
+  bool in_flight = false;  // acquired: owned by the provider until it completes
+  bool abandoned = false;  // reported to the caller as timed out; see ofi_cq.cpp
   uint32_t next_free = 0;  // free-list link while not in use
 };
 
@@ -48,11 +51,14 @@ class ContextPool {
     if (free_head_ == kNone) return nullptr;
     OpContext* context = &slots_[free_head_];
     free_head_ = context->next_free;
+    context->in_flight = true;
+    context->abandoned = false;
     ++in_use_;
     return context;
   }
 
   void release(OpContext* context) {
+    context->in_flight = false;
     context->next_free = free_head_;
     free_head_ = static_cast<uint32_t>(context - slots_.data());
     --in_use_;

@@ -7,6 +7,12 @@
 //     fi_cq_readerr and turned into completions with a negative status.
 // Reading the queue is also what drives progress for providers with manual
 // data progress (shm, tcp;ofi_rxm), so poll() reads even when max == 0.
+//
+// When the queue is empty, the write watchdog looks (at most once a second)
+// for writes that have waited longer than the timeout and reports them as
+// failed with -ETIMEDOUT. Their contexts stay "abandoned" (the provider may
+// still own them) until a late completion returns them, which is then
+// swallowed so the caller never sees a write complete twice.
 #include <rdma/fi_errno.h>
 
 #include <algorithm>
@@ -36,13 +42,17 @@ int Endpoint::poll(courier_nic_completion_v1* out, uint32_t max) {
   }
 
   uint32_t produced = 0;
+  bool drained = false;  // the queue was seen empty
   while (produced < max) {
     fi_cq_data_entry entries[kReadBatch];
     fi_addr_t sources[kReadBatch];
     const size_t want = std::min(kReadBatch, max - produced);
     const ssize_t got = source_ ? fi_cq_readfrom(stack_.cq.get(), entries, want, sources)
                                 : fi_cq_read(stack_.cq.get(), entries, want);
-    if (got == -FI_EAGAIN) break;
+    if (got == -FI_EAGAIN) {
+      drained = true;
+      break;
+    }
     if (got == -FI_EAVAIL) {
       produced += translate_error(&out[produced]);
       continue;
@@ -54,15 +64,52 @@ int Endpoint::poll(courier_nic_completion_v1* out, uint32_t max) {
     for (ssize_t i = 0; i < got; ++i) {
       produced += translate(entries[i], source_ ? sources[i] : FI_ADDR_NOTAVAIL, &out[produced]);
     }
-    if (static_cast<size_t>(got) < want) break;  // the queue is empty
+    if (static_cast<size_t>(got) < want) {
+      drained = true;
+      break;
+    }
+  }
+  if (drained && write_timeout_ms_ != 0 && writes_.in_use() > 0 && produced < max) {
+    produced += expire_writes(&out[produced], max - produced);
   }
   return static_cast<int>(produced);
+}
+
+uint32_t Endpoint::expire_writes(courier_nic_completion_v1* out, uint32_t max) {
+  const uint64_t now = coarse_now_ms();
+  if (now - last_watchdog_scan_ms_ < 1000) return 0;
+  last_watchdog_scan_ms_ = now;
+  uint32_t expired = 0;
+  for (uint32_t i = 0; i < writes_.size() && expired < max; ++i) {
+    OpContext& context = writes_.at(i);
+    if (!context.in_flight || context.abandoned || now - context.posted_ms < write_timeout_ms_) {
+      continue;
+    }
+    context.abandoned = true;
+    out[expired] = courier_nic_completion_v1{};
+    out[expired].kind = COURIER_NIC_COMP_TX;
+    out[expired].status = -ETIMEDOUT;
+    out[expired].peer = context.peer;
+    out[expired].cookie = context.cookie;
+    ++expired;
+    set_error(-ETIMEDOUT,
+              "write to peer %u (cookie %llu) got no completion within %u ms: provider %s lost "
+              "it (shm does so when the target rejects the write, e.g. for a bad key or a range "
+              "outside the region)",
+              context.peer, static_cast<unsigned long long>(context.cookie), write_timeout_ms_,
+              provider_name_.c_str());
+  }
+  return expired;
 }
 
 uint32_t Endpoint::translate(const fi_cq_data_entry& entry, fi_addr_t source,
                              courier_nic_completion_v1* out) {
   if (writes_.owns(entry.op_context)) {
     auto* context = static_cast<OpContext*>(entry.op_context);
+    if (context->abandoned) {  // already reported as timed out
+      writes_.release(context);
+      return 0;
+    }
     *out = courier_nic_completion_v1{};
     out->kind = COURIER_NIC_COMP_TX;
     out->status = COURIER_OK;
@@ -81,8 +128,13 @@ uint32_t Endpoint::translate(const fi_cq_data_entry& entry, fi_addr_t source,
     out->kind = COURIER_NIC_COMP_RX_IMM;
     out->status = COURIER_OK;
     out->peer = rank_of(source);
-    out->imm = entry.data & imm_mask_;
-    out->length = entry.len;
+    if (length_in_data_) {
+      out->imm = entry.data & 0xFFFFFFFFu;
+      out->length = entry.data >> 32;
+    } else {
+      out->imm = entry.data & imm_mask_;
+      out->length = entry.len;
+    }
     return 1;
   }
   return 0;  // nothing Courier asked for (for example a plain receive)
@@ -102,6 +154,10 @@ uint32_t Endpoint::translate_error(courier_nic_completion_v1* out) {
   out->status = status;
   if (writes_.owns(error.op_context)) {
     auto* context = static_cast<OpContext*>(error.op_context);
+    if (context->abandoned) {  // already reported as timed out
+      writes_.release(context);
+      return 0;
+    }
     out->kind = COURIER_NIC_COMP_TX;
     out->peer = context->peer;
     out->cookie = context->cookie;

@@ -3,14 +3,23 @@
 #include <rdma/fi_errno.h>
 
 #include <cerrno>
+#include <ctime>
 #include <new>
 
 #include "ofi_error.hpp"
 
 namespace courier::ofi {
 
-int Endpoint::open(const ProviderProfile& profile, uint32_t tx_depth, uint32_t rx_depth,
+uint64_t coarse_now_ms() {
+  timespec now;
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &now);
+  return static_cast<uint64_t>(now.tv_sec) * 1000 + static_cast<uint64_t>(now.tv_nsec) / 1000000;
+}
+
+int Endpoint::open(const ProviderProfile& profile, const EndpointOptions& options,
                    std::unique_ptr<Endpoint>* out) {
+  const uint32_t tx_depth = options.tx_depth;
+  const uint32_t rx_depth = options.rx_depth;
   if (tx_depth == 0) return set_error(-EINVAL, "ep_open: tx_depth must be at least 1");
   std::unique_ptr<Endpoint> ep(new (std::nothrow) Endpoint);
   if (!ep) return set_error(-ENOMEM, "ep_open: out of memory");
@@ -21,6 +30,9 @@ int Endpoint::open(const ProviderProfile& profile, uint32_t tx_depth, uint32_t r
   ep->writes_ = ContextPool(tx_depth, OpContext::Kind::kWrite);
   ep->source_ = profile.source;
   ep->rx_cq_data_ = profile.rx_cq_data;
+  ep->length_in_data_ = profile.length_in_data;
+  ep->write_timeout_ms_ = options.write_timeout_ms;
+  ep->provider_name_ = profile.provider_name;
   ep->mr_mode_ = profile.mr_mode;
   ep->imm_mask_ =
       profile.imm_bytes >= 8 ? ~uint64_t{0} : (uint64_t{1} << (8 * profile.imm_bytes)) - 1;

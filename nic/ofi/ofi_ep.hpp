@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "ofi_context.hpp"
@@ -23,9 +24,24 @@
 
 namespace courier::ofi {
 
+struct EndpointOptions {
+  uint32_t tx_depth = 64;  // writes in flight (size of the context pool)
+  uint32_t rx_depth = 64;  // immediate-data completions to buffer
+  // The write watchdog: a write without any completion after this long is
+  // reported as failed (-ETIMEDOUT). Some providers lose writes the target
+  // rejects (shm 1.17 drops a write with a bad key and, under delivery-
+  // complete, never completes it); without the watchdog the caller would
+  // wait forever. 0 turns it off.
+  uint32_t write_timeout_ms = 30000;
+};
+
+// CLOCK_MONOTONIC_COARSE in milliseconds: a few nanoseconds through the vDSO,
+// cheap enough for the hot path, precise enough for a watchdog.
+uint64_t coarse_now_ms();
+
 class Endpoint {
  public:
-  static int open(const ProviderProfile& profile, uint32_t tx_depth, uint32_t rx_depth,
+  static int open(const ProviderProfile& profile, const EndpointOptions& options,
                   std::unique_ptr<Endpoint>* out);
 
   int name(void* buffer, size_t* len) const;
@@ -51,6 +67,8 @@ class Endpoint {
   uint32_t translate(const fi_cq_data_entry& entry, fi_addr_t source,
                      courier_nic_completion_v1* out);
   uint32_t translate_error(courier_nic_completion_v1* out);
+  // Reports writes older than the watchdog timeout; returns how many.
+  uint32_t expire_writes(courier_nic_completion_v1* out, uint32_t max);
   uint32_t rank_of(fi_addr_t address) const;
 
   EndpointStack stack_;
@@ -62,9 +80,14 @@ class Endpoint {
   // Copied from the provider profile so the endpoint outlives the backend.
   bool source_ = false;
   bool rx_cq_data_ = false;
+  bool length_in_data_ = false;
   uint64_t mr_mode_ = 0;
   uint64_t imm_mask_ = 0;
   uint64_t max_msg_size_ = 0;
+
+  uint32_t write_timeout_ms_ = 0;
+  uint64_t last_watchdog_scan_ms_ = 0;
+  std::string provider_name_;
 
   uint64_t next_requested_key_ = 1;  // unique per domain (see ofi_mr.hpp)
   uint32_t registered_regions_ = 0;

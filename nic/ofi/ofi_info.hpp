@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "ofi_fid.hpp"
 
@@ -20,6 +21,18 @@ namespace courier::ofi {
 // The libfabric API version the backends are written against (Debian 12 and
 // the GPU hosts ship 1.17).
 inline constexpr uint32_t kApiVersion = FI_VERSION(1, 17);
+
+// The providers behind the nic-ofi backend's COURIER_OFI_PROVIDER knob, with
+// their nominal performance (DESIGN.md section 5) for backend scoring. Kept
+// here so that the plugin and courier-bench's raw baseline map names alike.
+struct ProviderAlias {
+  const char* knob_value;   // "shm", "tcp"
+  const char* prov_name;    // what fi_getinfo calls it
+  uint32_t latency_ns;      // nominal half round trip
+  uint32_t bandwidth_mbps;  // nominal bandwidth, megabits per second
+};
+// nullptr when `knob_value` names no alias.
+const ProviderAlias* find_provider_alias(std::string_view knob_value);
 
 // The memory-registration modes the hints offer to honour.
 inline constexpr uint64_t kRequestedMrMode =
@@ -44,8 +57,12 @@ struct ProviderProfile {
   bool source = false;             // completions can name the sender (FI_SOURCE)
   bool rx_cq_data = false;         // remote CQ data consumes posted receives
   bool virt_addr = false;          // remote addresses are virtual, not offsets
-  uint64_t mr_mode = 0;            // what the provider requires (fi_info's mr_mode)
-  uint32_t imm_bytes = 0;          // remote CQ data width, capped at 8
+  // The provider does not report the length of an incoming write with remote
+  // CQ data (tcp;ofi_rxm reports 0), so the sender carries it in the upper 32
+  // bits of the CQ data and the immediate value shrinks to 32 bits.
+  bool length_in_data = false;
+  uint64_t mr_mode = 0;    // what the provider requires (fi_info's mr_mode)
+  uint32_t imm_bytes = 0;  // immediate bytes Courier gets (see length_in_data)
   uint64_t max_msg_size = 0;
   std::string provider_name;  // fabric_attr->prov_name, e.g. "tcp;ofi_rxm"
 };

@@ -40,10 +40,22 @@ int Endpoint::post_write(const courier_nic_write_v1& write) {
                      static_cast<unsigned long long>(write.length), region->length());
   }
 
+  uint64_t data = write.imm & imm_mask_;
+  if ((write.flags & COURIER_NIC_WRITE_IMM) && length_in_data_) {
+    // The target learns the length from the upper half of the CQ data.
+    if (write.length > UINT32_MAX) {
+      return set_error(-EINVAL,
+                       "post_write: a write with immediate data is limited to 4 GiB - 1 on %s",
+                       provider_name_.c_str());
+    }
+    data |= write.length << 32;
+  }
+
   OpContext* context = writes_.acquire();
   if (!context) return -EAGAIN;  // tx_depth writes in flight: poll, then retry
   context->cookie = write.cookie;
   context->peer = write.peer;
+  if (write_timeout_ms_ != 0) context->posted_ms = coarse_now_ms();
 
   void* buffer = region->addr() + write.local_offset;
   // base is the region's virtual address under FI_MR_VIRT_ADDR and 0 under
@@ -51,7 +63,7 @@ int Endpoint::post_write(const courier_nic_write_v1& write) {
   const uint64_t remote_addr = write.remote.base + write.remote_offset;
   ssize_t rc;
   if (write.flags & COURIER_NIC_WRITE_IMM) {
-    rc = fi_writedata(stack_.ep.get(), buffer, write.length, region->desc(), write.imm & imm_mask_,
+    rc = fi_writedata(stack_.ep.get(), buffer, write.length, region->desc(), data,
                       peers_[write.peer], remote_addr, write.remote.key, context);
   } else {
     rc = fi_write(stack_.ep.get(), buffer, write.length, region->desc(), peers_[write.peer],
