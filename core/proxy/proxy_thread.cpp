@@ -71,6 +71,10 @@ ProxyThread::~ProxyThread() { stop(); }
 void ProxyThread::start() {
   if (running_.exchange(true)) return;
   stop_.store(false);
+  {
+    std::lock_guard lock(mutex_);
+    loop_exited_ = false;
+  }
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -90,27 +94,44 @@ void ProxyThread::run(const std::function<void()>& task) {
     task();
     return;
   }
-  std::packaged_task<void()> packaged(task);
-  std::future<void> done = packaged.get_future();
-  {
-    std::lock_guard lock(mutex_);
-    if (!fatal_.empty())
-      throw Error("proxy thread " + std::to_string(index_) + " stopped: " + fatal_);
-    tasks_.push_back(std::move(packaged));
-    has_tasks_.store(true, std::memory_order_release);
+  Task pending{&task, {}, false};
+  std::unique_lock lock(mutex_);
+  if (!fatal_.empty()) {
+    throw Error("proxy thread " + std::to_string(index_) + " stopped: " + fatal_);
   }
-  done.get();
+  if (loop_exited_) {  // stopping: nobody else uses the endpoint any more
+    lock.unlock();
+    task();
+    return;
+  }
+  tasks_.push_back(&pending);
+  has_tasks_.store(true, std::memory_order_release);
+  task_done_.wait(lock, [&] { return pending.done; });
+  if (!pending.error.empty()) throw Error(pending.error);
+}
+
+void ProxyThread::execute(Task& task) {
+  std::string error;
+  try {
+    (*task.fn)();
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  std::lock_guard lock(mutex_);
+  task.error = std::move(error);
+  task.done = true;
+  task_done_.notify_all();
 }
 
 bool ProxyThread::run_pending_tasks() {
   if (!has_tasks_.load(std::memory_order_acquire)) return false;
-  std::vector<std::packaged_task<void()>> tasks;
+  std::vector<Task*> tasks;
   {
     std::lock_guard lock(mutex_);
     tasks.swap(tasks_);
     has_tasks_.store(false, std::memory_order_relaxed);
   }
-  for (auto& task : tasks) task();
+  for (Task* task : tasks) execute(*task);
   return true;
 }
 
@@ -129,9 +150,13 @@ void ProxyThread::loop() {
     fatal_ = e.what();
   }
   // Tasks queued after the loop ended must not wait forever.
-  std::lock_guard lock(mutex_);
-  for (auto& task : tasks_) task();
-  tasks_.clear();
+  std::vector<Task*> left;
+  {
+    std::lock_guard lock(mutex_);
+    left.swap(tasks_);
+    loop_exited_ = true;
+  }
+  for (Task* task : left) execute(*task);
 }
 
 bool ProxyThread::step() {

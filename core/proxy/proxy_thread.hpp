@@ -8,9 +8,9 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
-#include <future>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -126,9 +126,21 @@ class ProxyThread {
   std::atomic<bool> running_{false};
   std::atomic<uint64_t> imm_received_{0};
 
-  mutable std::mutex mutex_;  // guards tasks_ and fatal_
+  // A set-up task handed over by run(). Only the message of a failure
+  // crosses threads (no exception_ptr: its reference count is invisible to
+  // ThreadSanitizer and the message is all the caller needs).
+  struct Task {
+    const std::function<void()>* fn;
+    std::string error;
+    bool done = false;
+  };
+  void execute(Task& task);
+
+  mutable std::mutex mutex_;  // guards tasks_, fatal_ and every Task
+  std::condition_variable task_done_;
   std::atomic<bool> has_tasks_{false};
-  std::vector<std::packaged_task<void()>> tasks_;
+  std::vector<Task*> tasks_;
+  bool loop_exited_ = false;  // no thread will pick up tasks any more
   std::string fatal_;
 };
 
