@@ -23,14 +23,14 @@ namespace courier::ofi {
 struct OpContext {
   enum class Kind : uint32_t { kWrite, kReceive };
 
-  fi_context2 provider;    // must stay first: the provider may write into it
-  uint64_t cookie = 0;     // the caller's cookie (writes)
-  uint64_t posted_ms = 0;  // when the write was posted (the write watchdog)
-  uint32_t peer = 0;       // destination rank (writes), for error messages
+  fi_context2 provider;  // must stay first: the provider may write into it
+  uint64_t cookie = 0;   // the caller's cookie (writes)
+  uint32_t peer = 0;     // destination rank (writes), for error messages
   Kind kind = Kind::kWrite;
-  bool in_flight = false;  // acquired: owned by the provider until it completes
-  bool abandoned = false;  // reported to the caller as timed out; see ofi_cq.cpp
-  uint32_t next_free = 0;  // free-list link while not in use
+  bool in_flight = false;       // acquired: owned by the provider until it completes
+  bool abandoned = false;       // reported to the caller as timed out; see ofi_cq.cpp
+  uint32_t watchdog_scans = 0;  // write-watchdog scans that found it in flight
+  uint32_t next_free = 0;       // free-list link while not in use
 };
 
 class ContextPool {
@@ -53,6 +53,7 @@ class ContextPool {
     free_head_ = context->next_free;
     context->in_flight = true;
     context->abandoned = false;
+    context->watchdog_scans = 0;
     ++in_use_;
     return context;
   }

@@ -8,10 +8,10 @@
 // Reading the queue is also what drives progress for providers with manual
 // data progress (shm, tcp;ofi_rxm), so poll() reads even when max == 0.
 //
-// When the queue is empty, the write watchdog looks (at most once a second)
-// for writes that have waited longer than the timeout and reports them as
-// failed with -ETIMEDOUT. Their contexts stay "abandoned" (the provider may
-// still own them) until a late completion returns them, which is then
+// When the queue is empty, the write watchdog scans the writes in flight (at
+// most every watchdog_interval_ms_) and reports those that were already in
+// flight at more than timeout/interval scans as failed with -ETIMEDOUT. Their contexts stay
+// "abandoned" (the provider may still own them) until a late completion returns them, which is then
 // swallowed so the caller never sees a write complete twice.
 #include <rdma/fi_errno.h>
 
@@ -77,14 +77,13 @@ int Endpoint::poll(courier_nic_completion_v1* out, uint32_t max) {
 
 uint32_t Endpoint::expire_writes(courier_nic_completion_v1* out, uint32_t max) {
   const uint64_t now = coarse_now_ms();
-  if (now - last_watchdog_scan_ms_ < 1000) return 0;
+  if (now - last_watchdog_scan_ms_ < watchdog_interval_ms_) return 0;
   last_watchdog_scan_ms_ = now;
   uint32_t expired = 0;
   for (uint32_t i = 0; i < writes_.size() && expired < max; ++i) {
     OpContext& context = writes_.at(i);
-    if (!context.in_flight || context.abandoned || now - context.posted_ms < write_timeout_ms_) {
-      continue;
-    }
+    if (!context.in_flight || context.abandoned) continue;
+    if (++context.watchdog_scans <= watchdog_scan_limit_) continue;
     context.abandoned = true;
     out[expired] = courier_nic_completion_v1{};
     out[expired].kind = COURIER_NIC_COMP_TX;

@@ -2,6 +2,7 @@
 
 #include <rdma/fi_errno.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <ctime>
 #include <new>
@@ -32,6 +33,11 @@ int Endpoint::open(const ProviderProfile& profile, const EndpointOptions& option
   ep->rx_cq_data_ = profile.rx_cq_data;
   ep->length_in_data_ = profile.length_in_data;
   ep->write_timeout_ms_ = options.write_timeout_ms;
+  // The watchdog counts scans rather than stamping each write with the time,
+  // which keeps clock reads off the post path: a write found in flight by
+  // more than timeout/interval scans has waited at least the timeout.
+  ep->watchdog_interval_ms_ = std::clamp<uint32_t>(options.write_timeout_ms / 8, 1, 1000);
+  ep->watchdog_scan_limit_ = options.write_timeout_ms / ep->watchdog_interval_ms_;
   ep->provider_name_ = profile.provider_name;
   ep->mr_mode_ = profile.mr_mode;
   ep->imm_mask_ =

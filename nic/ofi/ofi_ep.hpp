@@ -36,7 +36,7 @@ struct EndpointOptions {
 };
 
 // CLOCK_MONOTONIC_COARSE in milliseconds: a few nanoseconds through the vDSO,
-// cheap enough for the hot path, precise enough for a watchdog.
+// precise enough for a watchdog.
 uint64_t coarse_now_ms();
 
 class Endpoint {
@@ -85,7 +85,9 @@ class Endpoint {
   uint64_t imm_mask_ = 0;
   uint64_t max_msg_size_ = 0;
 
-  uint32_t write_timeout_ms_ = 0;
+  uint32_t write_timeout_ms_ = 0;      // 0: no watchdog
+  uint32_t watchdog_interval_ms_ = 0;  // time between two scans
+  uint32_t watchdog_scan_limit_ = 0;   // scans a write may survive
   uint64_t last_watchdog_scan_ms_ = 0;
   std::string provider_name_;
 

@@ -55,7 +55,6 @@ int Endpoint::post_write(const courier_nic_write_v1& write) {
   if (!context) return -EAGAIN;  // tx_depth writes in flight: poll, then retry
   context->cookie = write.cookie;
   context->peer = write.peer;
-  if (write_timeout_ms_ != 0) context->posted_ms = coarse_now_ms();
 
   void* buffer = region->addr() + write.local_offset;
   // base is the region's virtual address under FI_MR_VIRT_ADDR and 0 under

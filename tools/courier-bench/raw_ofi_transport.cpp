@@ -68,13 +68,15 @@ struct AlignedFree {
   void operator()(void* p) const { std::free(p); }
 };
 
-// A barrier during which this rank's completion queue keeps being read.
-// Providers with manual progress (shm, tcp;ofi_rxm) only complete the
-// sender's writes while the receiver reads its queue, and with delivery-
-// complete semantics the last acknowledgements may still be owed when a
-// rank enters the barrier. The helper thread is the only one touching
-// libfabric meanwhile (FI_THREAD_DOMAIN holds: start and join order it
-// with the main thread). What it reaps is by then irrelevant.
+// The barrier that ends a size: this rank's completion queue keeps being
+// read meanwhile. Providers with manual progress (shm, tcp;ofi_rxm) only
+// complete the sender's writes while the receiver reads its queue, so under
+// "write" rank 1 waits here while rank 0 writes, and with delivery-complete
+// semantics the last acknowledgements may still be owed when a rank enters.
+// Only the barrier at the END of a size may do this: at its start, the helper
+// could swallow immediate-data completions of the next measurement. The
+// helper is the only thread touching libfabric meanwhile (FI_THREAD_DOMAIN
+// holds: start and join order it with the main thread).
 void barrier_with_progress(Bootstrap& bootstrap, fid_cq* cq) {
   std::atomic<bool> stop{false};
   std::thread progress([&] {
@@ -243,7 +245,7 @@ std::vector<BenchResult> run_raw_transport(const RawTransportOptions& o, Bootstr
   std::vector<BenchResult> results;
   const uint64_t warmup = std::max<uint64_t>(o.iters / 10, 16);  // as Courier's side
   for (size_t size : o.sizes) {
-    barrier_with_progress(bootstrap, endpoint.stack.cq.get());
+    bootstrap.barrier();  // nothing is in flight here (see barrier_with_progress)
     if (bootstrap.rank() == 0) {
       write_loop(endpoint, size, warmup, o.window, imm);
       const double seconds = write_loop(endpoint, size, o.iters, o.window, imm);
