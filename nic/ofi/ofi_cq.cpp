@@ -9,10 +9,11 @@
 // data progress (shm, tcp;ofi_rxm), so poll() reads even when max == 0.
 //
 // When the queue is empty, the write watchdog scans the writes in flight (at
-// most every watchdog_interval_ms_) and reports those that were already in
-// flight at more than timeout/interval scans as failed with -ETIMEDOUT. Their contexts stay
-// "abandoned" (the provider may still own them) until a late completion returns them, which is then
-// swallowed so the caller never sees a write complete twice.
+// most every watchdog_interval_ms_) and reports those found in flight by
+// more than timeout/interval scans as failed with -ETIMEDOUT. Their contexts
+// stay "abandoned" (the provider may still own them) until a late completion
+// returns them; that completion is swallowed, so the caller never sees a
+// write complete twice.
 #include <rdma/fi_errno.h>
 
 #include <algorithm>
@@ -103,6 +104,27 @@ uint32_t Endpoint::expire_writes(courier_nic_completion_v1* out, uint32_t max) {
 
 uint32_t Endpoint::translate(const fi_cq_data_entry& entry, fi_addr_t source,
                              courier_nic_completion_v1* out) {
+  // Decide by the flags first: an incoming write's op_context is the
+  // provider's business (NULL, or one of our posted receives under
+  // FI_RX_CQ_DATA), never one of our writes.
+  if (entry.flags & FI_REMOTE_CQ_DATA) {
+    if (receives_.owns(entry.op_context)) {
+      // A posted receive was consumed; it is re-posted on the next poll.
+      receives_.release(static_cast<OpContext*>(entry.op_context));
+    }
+    *out = courier_nic_completion_v1{};
+    out->kind = COURIER_NIC_COMP_RX_IMM;
+    out->status = COURIER_OK;
+    out->peer = rank_of(source);
+    if (length_in_data_) {
+      out->imm = entry.data & 0xFFFFFFFFu;
+      out->length = entry.data >> 32;
+    } else {
+      out->imm = entry.data & imm_mask_;
+      out->length = entry.len;
+    }
+    return 1;
+  }
   if (writes_.owns(entry.op_context)) {
     auto* context = static_cast<OpContext*>(entry.op_context);
     if (context->abandoned) {  // already reported as timed out
@@ -118,25 +140,10 @@ uint32_t Endpoint::translate(const fi_cq_data_entry& entry, fi_addr_t source,
     return 1;
   }
   if (receives_.owns(entry.op_context)) {
-    // A posted receive was consumed (FI_RX_CQ_DATA); it is re-posted on the
-    // next poll.
+    // A posted receive consumed by something else (a plain message).
     receives_.release(static_cast<OpContext*>(entry.op_context));
   }
-  if (entry.flags & FI_REMOTE_CQ_DATA) {
-    *out = courier_nic_completion_v1{};
-    out->kind = COURIER_NIC_COMP_RX_IMM;
-    out->status = COURIER_OK;
-    out->peer = rank_of(source);
-    if (length_in_data_) {
-      out->imm = entry.data & 0xFFFFFFFFu;
-      out->length = entry.data >> 32;
-    } else {
-      out->imm = entry.data & imm_mask_;
-      out->length = entry.len;
-    }
-    return 1;
-  }
-  return 0;  // nothing Courier asked for (for example a plain receive)
+  return 0;  // nothing Courier asked for
 }
 
 uint32_t Endpoint::translate_error(courier_nic_completion_v1* out) {

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <vector>
 
 #include "ofi_error.hpp"
 
@@ -60,15 +61,22 @@ InfoPtr make_hints(const std::string& prov_name, const FeatureRequest& features)
 
 namespace {
 
-// Feature sets from the most to the least wanted. Delivery-complete comes
-// first because it decides what a TX completion means; ordering next because
-// it saves the core sequence numbers; FI_SOURCE last because the core can
-// encode the sender in the immediate data when it is missing.
-constexpr FeatureRequest kAttempts[] = {
-    {true, true, true, false},   {true, false, true, false},   {false, true, true, false},
-    {false, false, true, false}, {true, true, false, false},   {true, false, false, false},
-    {false, true, false, false}, {false, false, false, false},
-};
+// Feature sets from the most to the least wanted: the innermost loop gives
+// up its feature first. Delivery-complete matters most because it decides
+// what a TX completion means; ordering next because it saves the core
+// sequence numbers; FI_SOURCE least because the core can encode the sender
+// in the immediate data when it is missing.
+std::vector<FeatureRequest> attempts() {
+  std::vector<FeatureRequest> ladder;
+  for (bool delivery_complete : {true, false}) {
+    for (bool ordered_writes : {true, false}) {
+      for (bool source : {true, false}) {
+        ladder.push_back({delivery_complete, ordered_writes, source, false});
+      }
+    }
+  }
+  return ladder;
+}
 
 int getinfo(const std::string& prov_name, const FeatureRequest& features, InfoPtr* out) {
   InfoPtr hints = make_hints(prov_name, features);
@@ -99,7 +107,7 @@ int probe_provider(const std::string& prov_name, ProviderProfile* out) {
   InfoPtr info;
   FeatureRequest granted;
   int rc = -FI_ENODATA;
-  for (const FeatureRequest& attempt : kAttempts) {
+  for (const FeatureRequest& attempt : attempts()) {
     rc = getinfo(prov_name, attempt, &info);
     if (rc == 0) {
       granted = attempt;
