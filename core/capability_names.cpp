@@ -36,6 +36,7 @@ constexpr BitName kNicCaps[] = {
     {COURIER_NIC_CAP_DELIVERY_COMPLETE, "delivery_complete"},
     {COURIER_NIC_CAP_IMM_SOURCE, "imm_source"},
     {COURIER_NIC_CAP_LOOPBACK, "loopback"},
+    {COURIER_NIC_CAP_PASSIVE_TARGET, "passive_target"},
 };
 
 constexpr BitName kGpuCaps[] = {

@@ -228,6 +228,7 @@ struct Context::Impl {
   void start_proxies() {
     ProxyOptions options;
     options.poll_batch = config.drain_batch;
+    options.may_sleep = (nic->props().caps & COURIER_NIC_CAP_PASSIVE_TARGET) != 0;
     const uint32_t threads = config.proxy_threads;
     for (uint32_t i = 0; i < threads; ++i) {
       std::vector<ProxyChannel*> mine;

@@ -94,7 +94,7 @@ struct Backoff {
 #if defined(__x86_64__)
       _mm_pause();
 #endif
-    } else if (rounds < 256) {
+    } else if (rounds < 64) {
       std::this_thread::yield();
     } else {
       std::this_thread::sleep_for(std::chrono::microseconds(rounds < 1024 ? 5 : 50));

@@ -65,6 +65,7 @@ int Backend::create(const courier_host_services_v1* host, std::unique_ptr<Backen
   if (p.imm_bytes > 0 && p.source) props.caps |= COURIER_NIC_CAP_IMM_SOURCE;
   if (p.ordered_writes) props.caps |= COURIER_NIC_CAP_ORDERED_WRITES;
   if (p.delivery_complete) props.caps |= COURIER_NIC_CAP_DELIVERY_COMPLETE;
+  if (p.auto_progress) props.caps |= COURIER_NIC_CAP_PASSIVE_TARGET;
   props.atomic_ops = 0;  // atomics arrive with a later ABI minor
   props.atomic_native = 0;
   props.imm_bytes = p.imm_bytes;

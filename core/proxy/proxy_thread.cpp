@@ -44,7 +44,7 @@ void IdleBackoff::idle(bool outstanding) {
 #endif
     return;
   }
-  if (outstanding || idle_rounds_ < 1024) {
+  if (outstanding || !may_sleep_ || idle_rounds_ < 1024) {
     std::this_thread::yield();
     return;
   }
@@ -62,7 +62,8 @@ ProxyThread::ProxyThread(uint32_t index, ProxyTransport& transport,
       options_(options),
       log_(log),
       batch_(options.dequeue_batch),
-      completions_(options.poll_batch) {
+      completions_(options.poll_batch),
+      backoff_(options.may_sleep) {
   for (uint32_t i = 0; i < channels_.size(); ++i) channels_[i]->thread_slot = i;
 }
 

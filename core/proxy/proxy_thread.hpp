@@ -56,12 +56,17 @@ struct ProxyChannel {
 struct ProxyOptions {
   uint32_t dequeue_batch = 32;  // commands taken from one channel per visit
   uint32_t poll_batch = 32;     // COURIER_DRAIN_BATCH
+  // False when the transport only moves data while the target polls
+  // (no COURIER_NIC_CAP_PASSIVE_TARGET): an idle proxy then yields but never
+  // sleeps, since a peer's write may be waiting for this very thread.
+  bool may_sleep = true;
 };
 
 // Sleeps more the longer a proxy finds nothing to do, so that several busy
 // processes on a 2-core machine still make progress; any work resets it.
 class IdleBackoff {
  public:
+  explicit IdleBackoff(bool may_sleep) : may_sleep_(may_sleep) {}
   void reset() { idle_rounds_ = 0; }
   // `outstanding`: operations are in flight, so completions are due soon:
   // never sleep long.
@@ -69,6 +74,7 @@ class IdleBackoff {
 
  private:
   uint32_t idle_rounds_ = 0;
+  bool may_sleep_;
 };
 
 class ProxyThread {

@@ -149,6 +149,9 @@ int probe_provider(const std::string& prov_name, ProviderProfile* out) {
   profile.rx_cq_data = (i.mode & FI_RX_CQ_DATA) != 0;
   profile.mr_mode = i.domain_attr->mr_mode;
   profile.virt_addr = (profile.mr_mode & FI_MR_VIRT_ADDR) != 0;
+  // shm and tcp;ofi_rxm move data only inside fi_cq_read on both sides
+  // (FI_PROGRESS_MANUAL): the target's proxy must keep reading its CQ.
+  profile.auto_progress = i.domain_attr->data_progress == FI_PROGRESS_AUTO;
   const size_t cq_data_size = std::min<size_t>(i.domain_attr->cq_data_size, 8);
   profile.length_in_data =
       !reports_remote_write_length(i.fabric_attr->prov_name) && cq_data_size >= 8;

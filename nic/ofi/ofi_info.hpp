@@ -57,6 +57,7 @@ struct ProviderProfile {
   bool source = false;             // completions can name the sender (FI_SOURCE)
   bool rx_cq_data = false;         // remote CQ data consumes posted receives
   bool virt_addr = false;          // remote addresses are virtual, not offsets
+  bool auto_progress = false;      // data moves without the target reading its CQ
   // The provider does not report the length of an incoming write with remote
   // CQ data (tcp;ofi_rxm reports 0), so the sender carries it in the upper 32
   // bits of the CQ data and the immediate value shrinks to 32 bits.

@@ -17,6 +17,7 @@ struct BenchResult {
   uint32_t window = 0;   // messages in flight
   uint64_t iters = 0;    // messages measured
   uint32_t threads = 0;  // producer threads
+  uint32_t repeats = 1;  // runs this row is the median of
   double seconds = 0;
   double msgs_per_s = 0;
   double gbytes_per_s = 0;  // 1e9 bytes per second

@@ -1,5 +1,6 @@
 #include "fifo_bench.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <memory>
@@ -148,12 +149,20 @@ BenchResult result_of(const FifoBenchOptions& o, const char* path, double second
 std::vector<BenchResult> run_fifo_bench(const FifoBenchOptions& options) {
   FifoBenchOptions o = options;
   o.commands = o.commands / (uint64_t{o.batch} * o.producers) * o.batch * o.producers;
-  double best_ring = 1e30, best_proxy = 1e30;
+  // Alternate the two paths and keep each one's median run.
+  std::vector<double> ring, proxy;
   for (uint32_t i = 0; i < o.repeats; ++i) {
-    best_ring = std::min(best_ring, run_bare_ring(o));
-    best_proxy = std::min(best_proxy, run_proxy(o));
+    ring.push_back(run_bare_ring(o));
+    proxy.push_back(run_proxy(o));
   }
-  return {result_of(o, "ring", best_ring), result_of(o, "courier", best_proxy)};
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  BenchResult r = result_of(o, "ring", median(ring));
+  BenchResult c = result_of(o, "courier", median(proxy));
+  r.repeats = c.repeats = o.repeats;
+  return {r, c};
 }
 
 }  // namespace courier::bench

@@ -16,7 +16,7 @@ struct FifoBenchOptions {
   uint32_t batch = 8;
   uint32_t depth = 1024;
   uint32_t max_inflight = 256;
-  uint32_t repeats = 3;  // best of
+  uint32_t repeats = 5;  // rows report the median run
 };
 
 std::vector<BenchResult> run_fifo_bench(const FifoBenchOptions& options);

@@ -28,13 +28,14 @@ constexpr const char* kUsage =
     "usage: courier-bench fifo [--producers P] [--commands N] [--batch B] [--depth D]\n"
     "                          [--inflight I] [--repeats R] [--json]\n"
     "       courier-run -n 2 courier-bench transport [--provider shm|tcp] [--size N |\n"
-    "                          --sizes A,B,...] [--window W] [--iters N]\n"
+    "                          --sizes A,B,...] [--window W] [--iters N] [--repeats R]\n"
     "                          [--op write|write_imm] [--raw | --compare] [--json]\n"
     "\n"
     "fifo       host-GPU producer threads into one proxy thread (commands/s); baseline:\n"
     "           the same ring drained by a bare loop (path 'ring').\n"
     "transport  rank 0 writes to rank 1 through Courier (path 'courier'); --raw runs the\n"
-    "           same pattern as a plain libfabric program (path 'raw'); --compare runs both.\n";
+    "           same pattern as a plain libfabric program (path 'raw'); --compare runs both,\n"
+    "           alternating run by run. Each row is the median of R runs (default 5).\n";
 
 [[noreturn]] void usage_error(const std::string& message) {
   fmt::print(stderr, "courier-bench: {}\n{}", message, kUsage);
@@ -122,10 +123,22 @@ std::vector<size_t> parse_sizes(const std::string& flag, const std::string& text
   return sizes;
 }
 
+// The run with the median message rate: robust against the scheduling
+// noise of small shared machines.
+BenchResult median(std::vector<BenchResult> runs) {
+  std::sort(runs.begin(), runs.end(),
+            [](const BenchResult& a, const BenchResult& b) { return a.msgs_per_s < b.msgs_per_s; });
+  BenchResult m = runs[runs.size() / 2];
+  m.repeats = static_cast<uint32_t>(runs.size());
+  return m;
+}
+
 int run_transport(int argc, char** argv) {
   courier::bench::TransportOptions o;
   o.provider = "shm";
-  o.sizes = {8, 64, 512, 4096, 7168, 8192, 65536, 262144, 1 << 20, 4 << 20};
+  std::vector<size_t> sizes = {8, 64, 512, 4096, 7168, 8192, 65536, 262144, 1 << 20, 4 << 20};
+  uint64_t iters = 20000;
+  uint32_t repeats = 5;
   bool raw = false, compare = false;
   bool json = parse_flags(argc, argv, [&](const std::string& flag, auto value) {
     if (flag == "--provider") {
@@ -134,11 +147,13 @@ int run_transport(int argc, char** argv) {
         usage_error("--provider '" + o.provider + "' is invalid: expected shm or tcp");
       }
     } else if (flag == "--size" || flag == "--sizes") {
-      o.sizes = parse_sizes(flag, value());
+      sizes = parse_sizes(flag, value());
     } else if (flag == "--window") {
       o.window = static_cast<uint32_t>(parse_number(flag, value(), 1, 4096));
     } else if (flag == "--iters") {
-      o.iters = parse_number(flag, value(), 1, uint64_t{1} << 32);
+      iters = parse_number(flag, value(), 1, uint64_t{1} << 32);
+    } else if (flag == "--repeats") {
+      repeats = static_cast<uint32_t>(parse_number(flag, value(), 1, 101));
     } else if (flag == "--op") {
       o.op = value();
       if (o.op != "write" && o.op != "write_imm") {
@@ -154,6 +169,10 @@ int run_transport(int argc, char** argv) {
     return true;
   });
   if (raw && compare) usage_error("--raw and --compare exclude each other");
+#if !COURIER_BENCH_HAVE_RAW_OFI
+  if (raw || compare)
+    usage_error("--raw and --compare need libfabric: rebuild with COURIER_WITH_OFI=ON");
+#endif
 
   // One proxy thread, one channel, `window` commands in flight: the Courier
   // counterpart of the raw program's single posting thread.
@@ -167,34 +186,38 @@ int run_transport(int argc, char** argv) {
                  {"COURIER_MAX_INFLIGHT", std::to_string(o.window)}};
   try {
     courier::Context ctx(options);
+    courier::bench::CourierTransport courier_path(ctx,
+                                                  *std::max_element(sizes.begin(), sizes.end()), o);
     std::vector<BenchResult> results;
-    if (raw || compare) {
+    // Per size, the two paths alternate run by run, so that both see the
+    // same machine; each reports its median run.
+    for (size_t size : sizes) {
+      const uint64_t n = courier::bench::iterations_for(size, iters);
+      std::vector<BenchResult> raw_runs, courier_runs;
+      for (uint32_t rep = 0; rep < repeats; ++rep) {
 #if COURIER_BENCH_HAVE_RAW_OFI
-      courier::bench::RawTransportOptions r;
-      r.provider = o.provider;
-      r.sizes = o.sizes;
-      r.window = o.window;
-      r.op = o.op;
-      for (size_t size : o.sizes) {
-        r.iters = courier::bench::iterations_for(size, o.iters);
-        r.sizes = {size};
-        std::vector<BenchResult> one = courier::bench::run_raw_transport(r, ctx.bootstrap());
-        results.insert(results.end(), one.begin(), one.end());
-      }
-#else
-      usage_error("--raw and --compare need libfabric: rebuild with COURIER_WITH_OFI=ON");
+        if (raw || compare) {
+          courier::bench::RawTransportOptions r;
+          r.provider = o.provider;
+          r.sizes = {size};
+          r.window = o.window;
+          r.iters = n;
+          r.op = o.op;
+          std::vector<BenchResult> one = courier::bench::run_raw_transport(r, ctx.bootstrap());
+          raw_runs.insert(raw_runs.end(), one.begin(), one.end());
+        }
 #endif
+        if (!raw) courier_runs.push_back(courier_path.run(size, n));
+      }
+      if (ctx.rank() != 0) continue;
+      if (!raw_runs.empty()) results.push_back(median(raw_runs));
+      if (!courier_runs.empty()) results.push_back(median(courier_runs));
+      if (!json) {  // progress for long runs; the table follows at the end
+        fmt::print(stderr, "courier-bench: size {} done\n", size);
+      }
     }
-    if (!raw) {
-      std::vector<BenchResult> mine = courier::bench::run_courier_transport(ctx, o);
-      results.insert(results.end(), mine.begin(), mine.end());
-    }
-    if (ctx.rank() == 0) {
-      // Baseline and Courier rows of one size next to each other.
-      std::stable_sort(results.begin(), results.end(),
-                       [](const BenchResult& a, const BenchResult& b) { return a.size < b.size; });
-      print(results, json);
-    }
+    courier_path.check_notifications();
+    if (ctx.rank() == 0) print(results, json);
     return 0;
   } catch (const courier::Error& e) {
     fmt::print(stderr, "courier-bench: {}\n", e.what());

@@ -4,31 +4,48 @@
 // flight, and times first push to DRAIN.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <string>
-#include <vector>
 
 #include "bench_result.hpp"
-
-namespace courier {
-class Context;
-}
+#include "courier/context.hpp"
 
 namespace courier::bench {
 
 struct TransportOptions {
   std::string provider;  // for the table only; the Context already uses it
-  std::vector<size_t> sizes;
   uint32_t window = 64;
-  uint64_t iters = 20000;
   std::string op = "write";  // "write" or "write_imm"
 };
 
-// Iterations actually run for `size`: capped so that one size moves at most
+// Iterations actually run for `size`: capped so that one run moves at most
 // about 2 GiB.
 uint64_t iterations_for(size_t size, uint64_t iters);
 
-// The Context must have been created with one channel and one proxy thread
-// and COURIER_MAX_INFLIGHT = window. Results are returned on rank 0.
-std::vector<BenchResult> run_courier_transport(Context& ctx, const TransportOptions& options);
+// Warm-up iterations before each measured run (both paths use the same).
+uint64_t warmup_for(uint64_t iters);
+
+class CourierTransport {
+ public:
+  // Collective. The Context must have one channel, one proxy thread and
+  // COURIER_MAX_INFLIGHT = window. Registers one window of `largest` bytes.
+  CourierTransport(Context& ctx, size_t largest, const TransportOptions& options);
+
+  // Collective: one warm-up and one measured run of `iters` writes of `size`
+  // bytes. The result is meaningful on rank 0.
+  BenchResult run(size_t size, uint64_t iters);
+
+  // Collective: on rank 1, checks every immediate-data notification of every
+  // run arrived (write_imm only).
+  void check_notifications();
+
+ private:
+  Context& ctx_;
+  TransportOptions options_;
+  DeviceBuffer buffer_;
+  uint32_t window_ = 0;
+  uint64_t expected_imm_ = 0;
+};
 
 }  // namespace courier::bench

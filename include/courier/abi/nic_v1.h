@@ -35,6 +35,10 @@ extern "C" {
 #define COURIER_NIC_CAP_DELIVERY_COMPLETE (1u << 3) /* TX completion => remote memory visible */
 #define COURIER_NIC_CAP_IMM_SOURCE (1u << 4)        /* RX_IMM completions name the sender */
 #define COURIER_NIC_CAP_LOOPBACK (1u << 5)          /* a rank may write to itself */
+/* Writes land and complete without the target calling poll() (the NIC or an
+ * auto-progress provider moves the data). Without it the target's proxy must
+ * keep polling, so it may not sleep while idle. */
+#define COURIER_NIC_CAP_PASSIVE_TARGET (1u << 6)
 
 /* Immutable description of a backend instance, filled by query(). */
 typedef struct courier_nic_props_v1 {
