@@ -165,8 +165,31 @@ std::unique_ptr<NicBackend> open_nic_backend(Registry& registry, std::string_vie
 
 std::unique_ptr<GpuBackend> open_gpu_backend(Registry& registry, std::string_view spec,
                                              const HostServices& host, Logger& log) {
-  return open_first<GpuBackend>("GPU", "COURIER_GPU_BACKEND", PluginKind::gpu, registry,
-                                registry.gpu_choices(spec), spec, host, log);
+  std::vector<const GpuPlugin*> choices = registry.gpu_choices(spec);
+  // Preference by capability, not by name: a backend with a real device
+  // first; one that runs kernels on CPU threads (host_kernels) only when no
+  // real device is usable; a backend without devices last.
+  auto preference = [&](const GpuBackend& backend) {
+    if (backend.props().device_count == 0) return 2;
+    return (backend.props().caps & COURIER_GPU_CAP_HOST_KERNELS) != 0 ? 1 : 0;
+  };
+  std::unique_ptr<GpuBackend> best;
+  while (!choices.empty() && (!best || preference(*best) != 0)) {
+    std::unique_ptr<GpuBackend> backend;
+    try {
+      backend = open_first<GpuBackend>("GPU", "COURIER_GPU_BACKEND", PluginKind::gpu, registry,
+                                       choices, spec, host, log);
+    } catch (const Error&) {
+      if (best) break;  // none of the rest initializes: keep the one we have
+      throw;
+    }
+    auto opened = std::find_if(choices.begin(), choices.end(), [&](const GpuPlugin* plugin) {
+      return plugin->path == backend->plugin().path;
+    });
+    choices.erase(choices.begin(), opened + 1);
+    if (!best || preference(*backend) < preference(*best)) best = std::move(backend);
+  }
+  return best;
 }
 
 }  // namespace courier

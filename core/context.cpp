@@ -4,7 +4,7 @@
 #include <map>
 
 #include "core/backend_instance.hpp"
-#include "core/bootstrap/bootstrap.hpp"
+#include "core/bootstrap/job_bootstrap.hpp"
 #include "core/check.hpp"
 #include "core/config.hpp"
 #include "core/proxy/nic_endpoint.hpp"
@@ -14,18 +14,6 @@
 namespace courier {
 
 namespace {
-
-// A job of one process needs no rendezvous.
-class SingleProcessBootstrap final : public Bootstrap {
- public:
-  int rank() const override { return 0; }
-  int size() const override { return 1; }
-  std::string_view kind() const override { return "single"; }
-  std::vector<std::byte> allgather(std::span<const std::byte> mine) override {
-    return {mine.begin(), mine.end()};
-  }
-  void barrier() override {}
-};
 
 template <class T>
 std::span<const std::byte> bytes_of(const T& value) {
@@ -67,11 +55,32 @@ std::string describe_channel_error(uint64_t word) {
     case ChannelErrorCode::bad_command:
       what = "it is not a valid command";
       break;
+    case ChannelErrorCode::proxy_failed:
+      return fmt::format(
+          "the proxy thread serving this channel stopped at command {} "
+          "(details in the log)",
+          ticket);
+    case ChannelErrorCode::producer_timed_out:
+      return fmt::format(
+          "a producer timed out waiting for room with command {} reserved; "
+          "the channel cannot progress any more",
+          ticket);
     case ChannelErrorCode::none:
       break;
   }
   return fmt::format("command {} failed: {} (details in the log)", ticket, what);
 }
+
+// Frees GPU-backend memory when its owner goes away (RAII even when the
+// Context's constructor fails half-way).
+struct MappedHostFree {
+  const GpuBackend* gpu;
+  void operator()(void* ptr) const { gpu->ops()->host_free_mapped(gpu->handle(), ptr); }
+};
+struct DeviceFree {
+  const GpuBackend* gpu;
+  void operator()(void* ptr) const { gpu->ops()->mem_free(gpu->handle(), 0, ptr); }
+};
 
 }  // namespace
 
@@ -83,13 +92,14 @@ struct Context::Impl {
   HostServices host;
   std::unique_ptr<GpuBackend> gpu;
   std::unique_ptr<NicBackend> nic;
-  std::unique_ptr<Bootstrap> bootstrap;
+  std::shared_ptr<Bootstrap> bootstrap;
 
   // FIFO memory: slots and control blocks in mapped host memory, heads in
-  // device memory.
-  void* ring_host = nullptr;
+  // device memory. Members are destroyed in reverse order: proxies stop
+  // before endpoints close, before the memory they use is freed.
+  std::unique_ptr<void, MappedHostFree> ring_host{nullptr, {nullptr}};
   void* ring_device = nullptr;
-  void* heads = nullptr;
+  std::unique_ptr<void, DeviceFree> heads{nullptr, {nullptr}};
   size_t ring_stride = 0;
 
   std::vector<std::unique_ptr<ProxyChannel>> channels;
@@ -114,34 +124,20 @@ struct Context::Impl {
            gpu->props().no_device_reason);
     }
     nic = open_nic_backend(registry, config.nic_backend, host, log);
-    bootstrap = join_job();
+    if ((nic->props().caps & COURIER_NIC_CAP_DELIVERY_COMPLETE) == 0) {
+      log.warn("context",
+               "NIC backend '{}' does not report delivery-complete: a completed WRITE (and so "
+               "a returned DRAIN) means the data left this rank, not that it is visible at "
+               "the target",
+               nic->plugin().name);
+    }
+    bootstrap = options.bootstrap ? options.bootstrap
+                                  : std::shared_ptr<Bootstrap>(join_job(
+                                        config.job, static_cast<int>(config.timeout_s), log));
     check_job_shape();
     allocate_channels();
     open_endpoints();
     start_proxies();
-  }
-
-  ~Impl() {
-    for (auto& proxy : proxies) proxy->stop();
-    proxies.clear();
-    endpoints.clear();
-    channels.clear();
-    if (ring_host != nullptr) gpu->ops()->host_free_mapped(gpu->handle(), ring_host);
-    if (heads != nullptr) gpu->ops()->mem_free(gpu->handle(), 0, heads);
-  }
-
-  std::unique_ptr<Bootstrap> join_job() {
-    const JobInfo& job = config.job;
-    if (job.use_mpi) return make_mpi_bootstrap(log);
-    if (job.world_size == 1) return std::make_unique<SingleProcessBootstrap>();
-    BootstrapOptions options;
-    options.rank = job.rank;
-    options.world_size = job.world_size;
-    options.host = job.bootstrap_host;
-    options.port = job.bootstrap_port;
-    options.job_token = job.job_token;
-    options.timeout_s = static_cast<int>(config.timeout_s);
-    return make_tcp_bootstrap(options, log);
   }
 
   void check_job_shape() {
@@ -177,20 +173,24 @@ struct Context::Impl {
     const uint32_t depth = config.fifo_depth;
     ring_stride = depth * sizeof(TransferCmd) + sizeof(FifoControl);
     const courier_gpu_plugin_v1* ops = gpu->ops();
-    if (ops->host_alloc_mapped(gpu->handle(), ring_stride * n, &ring_host, &ring_device) != 0) {
+    void* host_ptr = nullptr;
+    if (ops->host_alloc_mapped(gpu->handle(), ring_stride * n, &host_ptr, &ring_device) != 0) {
       fail("GPU backend '{}': allocating {} bytes of mapped FIFO memory failed: {}",
            gpu->plugin().name, ring_stride * n, gpu->last_error());
     }
-    std::memset(ring_host, 0, ring_stride * n);
+    ring_host = {host_ptr, MappedHostFree{gpu.get()}};
+    std::memset(host_ptr, 0, ring_stride * n);
     const size_t head_stride = 64;  // one cache line per producer counter
-    if (ops->mem_alloc(gpu->handle(), 0, head_stride * n, &heads) != 0) {
+    void* heads_ptr = nullptr;
+    if (ops->mem_alloc(gpu->handle(), 0, head_stride * n, &heads_ptr) != 0) {
       fail("GPU backend '{}': allocating FIFO heads failed: {}", gpu->plugin().name,
            gpu->last_error());
     }
+    heads = {heads_ptr, DeviceFree{gpu.get()}};
     std::vector<std::byte> zeros(head_stride * n);
-    ops->memcpy_sync(gpu->handle(), heads, zeros.data(), zeros.size());
+    ops->memcpy_sync(gpu->handle(), heads_ptr, zeros.data(), zeros.size());
     for (uint32_t c = 0; c < n; ++c) {
-      auto* base = static_cast<std::byte*>(ring_host) + c * ring_stride;
+      auto* base = static_cast<std::byte*>(host_ptr) + c * ring_stride;
       auto* slots = reinterpret_cast<TransferCmd*>(base);
       auto* control = reinterpret_cast<FifoControl*>(base + depth * sizeof(TransferCmd));
       channels.push_back(std::make_unique<ProxyChannel>(c, slots, control, depth));
@@ -325,7 +325,7 @@ DeviceChannel Context::channel(uint32_t index) const {
   ch.slots = reinterpret_cast<TransferCmd*>(device_base);
   ch.control =
       reinterpret_cast<FifoControl*>(device_base + s.config.fifo_depth * sizeof(TransferCmd));
-  ch.head = reinterpret_cast<uint64_t*>(static_cast<std::byte*>(s.heads) + index * 64);
+  ch.head = reinterpret_cast<uint64_t*>(static_cast<std::byte*>(s.heads.get()) + index * 64);
   ch.depth_mask = s.config.fifo_depth - 1;
   ch.max_inflight = s.config.max_inflight;
   ch.channel_id = index;
@@ -369,6 +369,12 @@ Bootstrap& Context::bootstrap() { return *impl_->bootstrap; }
 uint64_t Context::imm_received() const {
   uint64_t total = 0;
   for (const auto& proxy : impl_->proxies) total += proxy->imm_received();
+  return total;
+}
+
+uint64_t Context::imm_failed() const {
+  uint64_t total = 0;
+  for (const auto& proxy : impl_->proxies) total += proxy->imm_failed();
   return total;
 }
 

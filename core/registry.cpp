@@ -100,20 +100,14 @@ struct KindTraits<GpuPlugin> {
   }
 };
 
-// The order in which an unforced selection tries plugins. NIC plugins go by
-// name until topology scoring (topology/) ranks them by the machine's devices.
-// GPU plugins go by name, except that "host" comes last: it runs on every
-// machine, so it is the fallback when a real GPU backend is present. The
-// registry cannot ask for capabilities here (that needs init()), which is why
-// this one rule names a backend.
+// The order in which an unforced selection tries plugins: by name. What is
+// preferred among those that initialize is decided from their capabilities
+// (open_gpu_backend prefers a real device over CPU threads); NIC plugins are
+// ranked by topology later.
 template <class Plugin>
 void sort_for_selection(std::vector<const Plugin*>& plugins) {
-  auto rank = [](const Plugin* plugin) {
-    bool fallback = KindTraits<Plugin>::kind == PluginKind::gpu && plugin->name == "host";
-    return std::pair<bool, const std::string&>(fallback, plugin->name);
-  };
   std::stable_sort(plugins.begin(), plugins.end(),
-                   [&](const Plugin* a, const Plugin* b) { return rank(a) < rank(b); });
+                   [](const Plugin* a, const Plugin* b) { return a->name < b->name; });
 }
 
 }  // namespace

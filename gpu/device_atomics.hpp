@@ -46,6 +46,15 @@ __device__ __forceinline__ void store_release(uint64_t* p, uint64_t v) {
 __device__ __forceinline__ void store_relaxed(uint64_t* p, uint64_t v) {
   sys_atomic_ref<uint64_t>(*p).store(v, cuda::memory_order_relaxed);
 }
+// Orders every earlier store before every later one, system-wide: one fence
+// per batch instead of a release store per command.
+__device__ __forceinline__ void fence_release() {
+  cuda::atomic_thread_fence(cuda::memory_order_release, cuda::thread_scope_system);
+}
+__device__ __forceinline__ bool compare_exchange(uint64_t* p, uint64_t expected, uint64_t v) {
+  return sys_atomic_ref<uint64_t>(*p).compare_exchange_strong(expected, v,
+                                                              cuda::memory_order_relaxed);
+}
 __device__ __forceinline__ uint64_t now_ns() {
   uint64_t t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
@@ -78,6 +87,11 @@ inline void store_release(uint64_t* p, uint64_t v) {
 }
 inline void store_relaxed(uint64_t* p, uint64_t v) {
   std::atomic_ref<uint64_t>(*p).store(v, std::memory_order_relaxed);
+}
+inline void fence_release() { std::atomic_thread_fence(std::memory_order_release); }
+inline bool compare_exchange(uint64_t* p, uint64_t expected, uint64_t v) {
+  return std::atomic_ref<uint64_t>(*p).compare_exchange_strong(expected, v,
+                                                               std::memory_order_relaxed);
 }
 inline uint64_t now_ns() {
   return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(

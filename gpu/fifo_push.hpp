@@ -1,13 +1,13 @@
 // The producer side of a FIFO channel: what GPU threads call to hand
 // TransferCmds to the proxy. Compiled unchanged by every GPU backend.
 //
-// Protocol (docs/fifo.md):
+// Protocol (docs/fifo-and-proxy.md):
 //  1. reserve n consecutive tickets with one atomic add on the channel's head;
 //  2. wait until those tickets fit under the in-flight limit
 //     (ticket + n - completed <= max_inflight); because max_inflight <= depth
 //     this also guarantees the slots were consumed and cleared;
-//  3. write each slot's word1, then publish it by storing word0 (which holds
-//     the non-zero op and the ticket's sequence number) with release order.
+//  3. write every slot's word1, one release fence, then publish each slot by
+//     storing its word0 (the non-zero op and the ticket's sequence number).
 // The consumer reads slots in ticket order and clears word0 after reading.
 // Completion is tracked as a prefix: ticket t is complete once
 // control->completed > t, which also means every earlier ticket completed.
@@ -29,8 +29,9 @@ COURIER_DEVICE_INLINE uint64_t channel_error(const DeviceChannel& ch) {
   return load_relaxed(&ch.control->error);
 }
 
-// Waits until control->completed >= target. Returns timed_out when the
-// proxy made no progress for ch.timeout_ns.
+// Waits until control->completed >= target. Returns channel_failed as soon
+// as the channel is marked fatally failed, and timed_out when the proxy made
+// no progress for ch.timeout_ns.
 COURIER_DEVICE_INLINE PushStatus wait_completed(const DeviceChannel& ch, uint64_t target) {
   uint64_t seen = load_acquire(&ch.control->completed);
   if (seen >= target) return PushStatus::ok;
@@ -40,6 +41,7 @@ COURIER_DEVICE_INLINE PushStatus wait_completed(const DeviceChannel& ch, uint64_
     backoff.pause();
     uint64_t now_completed = load_acquire(&ch.control->completed);
     if (now_completed >= target) return PushStatus::ok;
+    if (is_fatal_channel_error(channel_error(ch))) return PushStatus::channel_failed;
     if (now_completed != seen) {  // progress resets the deadline
       seen = now_completed;
       since = now_ns();
@@ -57,14 +59,27 @@ COURIER_DEVICE_INLINE PushStatus push_batch(const DeviceChannel& ch, const Trans
   uint64_t ticket = fetch_add_relaxed(ch.head, n);
   if (ticket + n > load_acquire(&ch.control->completed) + ch.max_inflight) {
     PushStatus status = wait_completed(ch, ticket + n - ch.max_inflight);
-    if (status != PushStatus::ok) return status;
+    if (status != PushStatus::ok) {
+      // These tickets will never be published, and the proxy reads slots in
+      // ticket order: the channel cannot progress any more. Say so, so that
+      // every other wait on it fails at once instead of timing out.
+      compare_exchange(&ch.control->error, 0,
+                       encode_channel_error(ticket, ChannelErrorCode::producer_timed_out));
+      return status;
+    }
   }
+  TransferCmd* slots[kMaxBatch];
+  for (uint32_t i = 0; i < n; ++i) {
+    slots[i] = &ch.slots[(ticket + i) & ch.depth_mask];
+    store_relaxed(&slots[i]->word1, cmds[i].word1);
+  }
+  // One fence for the batch: every word1 is visible before any word0 (the
+  // publishing half) is.
+  fence_release();
   for (uint32_t i = 0; i < n; ++i) {
     TransferCmd cmd = cmds[i];
     cmd.set_seq(ticket + i);
-    TransferCmd* slot = &ch.slots[(ticket + i) & ch.depth_mask];
-    store_relaxed(&slot->word1, cmd.word1);
-    store_release(&slot->word0, cmd.word0);
+    store_relaxed(&slots[i]->word0, cmd.word0);
   }
   if (first_ticket != nullptr) *first_ticket = ticket;
   return PushStatus::ok;

@@ -1,7 +1,9 @@
 #include "host_kernel_launch.hpp"
 
+#include <atomic>
 #include <barrier>
 #include <cerrno>
+#include <latch>
 #include <memory>
 #include <system_error>
 #include <thread>
@@ -43,19 +45,28 @@ int launch_host_kernel(const courier_host_kernel_launch_v1& launch, std::string*
       coords.push_back({b, t, launch.block_dim, launch.grid_dim, blocks.back().get(), sync_block});
     }
   }
+  // Every thread waits at a start gate, so that a failure to create one of
+  // them can release the others without running the kernel (a block missing
+  // a thread would never pass sync_block).
+  std::latch gate(1);
+  std::atomic<bool> aborted{false};
   std::vector<std::jthread> threads;
   threads.reserve(total);
   try {
     for (const courier_host_thread_v1& c : coords) {
-      threads.emplace_back([&launch, &c] { launch.fn(&c, launch.arg); });
+      threads.emplace_back([&launch, &c, &gate, &aborted] {
+        gate.wait();
+        if (!aborted.load()) launch.fn(&c, launch.arg);
+      });
     }
   } catch (const std::system_error& e) {
-    // Threads already started finish (jthread joins); a block missing threads
-    // would deadlock in sync_block, so this is reported, not retried.
+    aborted.store(true);
+    gate.count_down();
+    threads.clear();  // joins the threads started so far; none ran the kernel
     *error = std::string("launch_host_kernel: could not start thread: ") + e.what();
-    threads.clear();
     return -EAGAIN;
   }
+  gate.count_down();
   return 0;  // jthreads join here
 }
 

@@ -33,6 +33,12 @@ CompletionTracker::CompletionTracker(uint32_t depth)
     : done_(std::make_unique<uint8_t[]>(depth)), mask_(depth - 1) {}
 
 void CompletionTracker::complete(uint64_t ticket) {
+  if (ticket - prefix_ > mask_ || done_[ticket & mask_] != 0) {  // also catches ticket < prefix_
+    fail(
+        "completion for ticket {} does not match an outstanding command (completed up to {}, "
+        "ring depth {}): a duplicated or stale completion",
+        ticket, prefix_, mask_ + 1);
+  }
   done_[ticket & mask_] = 1;
   while (done_[prefix_ & mask_] != 0) {
     done_[prefix_ & mask_] = 0;

@@ -35,6 +35,8 @@ class FifoConsumer {
 class CompletionTracker {
  public:
   explicit CompletionTracker(uint32_t depth);
+  // Throws courier::Error for a ticket that cannot be outstanding (already
+  // complete, or a ring lap ahead): a duplicated or stale completion.
   void complete(uint64_t ticket);
   uint64_t prefix() const { return prefix_; }
 

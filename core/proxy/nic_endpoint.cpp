@@ -12,8 +12,10 @@ NicEndpoint::NicEndpoint(const NicBackend& backend, const courier_nic_ep_attr_v1
     : backend_(backend), ops_(backend.ops()), world_size_(world_size) {
   int rc = ops_->ep_open(backend.handle(), &attr, &ep_);
   if (rc != COURIER_OK) {
-    fail("NIC backend '{}': opening an endpoint failed ({}): {}", backend.plugin().name, rc,
-         backend.last_error());
+    fail(
+        "NIC backend '{}': opening an endpoint with {} writes in flight (COURIER_MAX_INFLIGHT "
+        "x channels per proxy thread) and {} incoming notifications failed ({}): {}",
+        backend.plugin().name, attr.tx_depth, attr.rx_depth, rc, backend.last_error());
   }
 }
 

@@ -147,6 +147,13 @@ void ProxyThread::loop() {
     }
   } catch (const std::exception& e) {
     log_.error("proxy", "proxy thread {} stopped: {}", index_, e.what());
+    // Producers of these channels would otherwise wait for COURIER_TIMEOUT_S.
+    for (ProxyChannel* channel : channels_) {
+      std::atomic_ref<uint64_t>(channel->control->error)
+          .store(
+              encode_channel_error(channel->consumer.next_ticket(), ChannelErrorCode::proxy_failed),
+              std::memory_order_release);
+    }
     std::lock_guard lock(mutex_);
     fatal_ = e.what();
   }
@@ -254,7 +261,13 @@ bool ProxyThread::poll_completions() {
     for (int i = 0; i < n; ++i) {
       const courier_nic_completion_v1& c = completions_[i];
       if (c.kind == COURIER_NIC_COMP_RX_IMM) {
-        imm_received_.fetch_add(1, std::memory_order_relaxed);
+        if (c.status == COURIER_OK) {
+          imm_received_.fetch_add(1, std::memory_order_relaxed);
+        } else {
+          imm_failed_.fetch_add(1, std::memory_order_relaxed);
+          log_.error("proxy", "proxy thread {}: an incoming write from rank {} failed ({}): {}",
+                     index_, static_cast<int>(c.peer), c.status, transport_.last_error());
+        }
         continue;
       }
       uint32_t local_index = static_cast<uint32_t>(c.cookie >> kTicketBits);

@@ -24,20 +24,6 @@
 
 namespace courier {
 
-// Why a channel's error word was set (low 8 bits; the rest holds ticket + 1
-// of the first failed command).
-enum class ChannelErrorCode : uint8_t {
-  none = 0,
-  post_failed = 1,        // the transport refused the command
-  completion_failed = 2,  // the transport reported an error completion
-  unsupported = 3,        // an op this proxy does not carry out (yet)
-  bad_command = 4,        // unknown op
-};
-
-inline uint64_t encode_channel_error(uint64_t ticket, ChannelErrorCode code) {
-  return ((ticket + 1) << 8) | static_cast<uint64_t>(code);
-}
-
 // Host-side view of one FIFO channel.
 struct ProxyChannel {
   ProxyChannel(uint32_t id, TransferCmd* slots, FifoControl* control, uint32_t depth)
@@ -95,6 +81,8 @@ class ProxyThread {
 
   // Immediate-data notifications received by this thread's endpoint.
   uint64_t imm_received() const { return imm_received_.load(std::memory_order_relaxed); }
+  // Incoming writes with immediate data that completed with an error.
+  uint64_t imm_failed() const { return imm_failed_.load(std::memory_order_relaxed); }
   // Set when the thread stopped on an unrecoverable error.
   std::string fatal_error() const;
 
@@ -131,6 +119,7 @@ class ProxyThread {
   std::atomic<bool> stop_{false};
   std::atomic<bool> running_{false};
   std::atomic<uint64_t> imm_received_{0};
+  std::atomic<uint64_t> imm_failed_{0};
 
   // A set-up task handed over by run(). Only the message of a failure
   // crosses threads (no exception_ptr: its reference count is invisible to

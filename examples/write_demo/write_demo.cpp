@@ -25,13 +25,12 @@ struct Options {
   std::string provider;
   uint64_t commands = 100000;
   uint32_t threads = 4;
-  uint64_t window_bytes = 64ull << 20;
 };
 
 [[noreturn]] void usage_error(const std::string& message) {
   fmt::print(stderr,
              "write_demo: {}\nusage: write_demo [--provider shm|tcp] [--commands N] "
-             "[--threads T] [--window-mib M]\n",
+             "[--threads T]\n",
              message);
   std::exit(2);
 }
@@ -64,8 +63,6 @@ Options parse(int argc, char** argv) {
       o.commands = parse_number("--commands", value(), 1, 100000000);
     } else if (arg == "--threads") {
       o.threads = static_cast<uint32_t>(parse_number("--threads", value(), 1, 256));
-    } else if (arg == "--window-mib") {
-      o.window_bytes = parse_number("--window-mib", value(), 2, 4095) << 20;
     } else {
       usage_error("unknown argument '" + arg + "'");
     }
@@ -84,33 +81,54 @@ uint64_t mix(uint64_t x) {  // splitmix64 finalizer
 // bytes nobody wrote (zero) are told apart from written ones.
 uint8_t pattern(uint64_t off) { return static_cast<uint8_t>((mix(off) >> 56) | 1); }
 
-// Command i of the demo: where it goes, how long it is. Sizes range from 1
-// byte to 256 KiB, weighted towards MoE token sizes (7 KiB).
+// The demo's plan, computed identically on every rank: command i goes to
+// rank 1 + i % (world - 1), reads `length` bytes at a pseudo-random
+// `src_offset` of rank 0's window, and writes them to its own, never shared
+// `dst_offset` range of the receiver's window. A lost, duplicated or
+// misplaced write therefore shows as wrong bytes at the receiver.
 struct Write {
   uint32_t dst_rank;
-  uint32_t offset;
+  uint32_t src_offset;
+  uint32_t dst_offset;
   uint32_t length;
   bool imm;
 };
 
-Write write_of(uint64_t i, int world_size, uint64_t window_bytes) {
-  static constexpr uint32_t kSizes[] = {1,    3,    8,    64,     100,   512,  1024,
-                                        4096, 7168, 7168, 7168,   14336, 7168, 65536,
-                                        7168, 4096, 7168, 262144, 7168,  17};
-  uint64_t h = mix(i);
-  Write w;
-  w.dst_rank = 1 + static_cast<uint32_t>(i % static_cast<uint64_t>(world_size - 1));
-  w.length = kSizes[h % (sizeof kSizes / sizeof kSizes[0])];
-  w.offset = static_cast<uint32_t>((h >> 20) % (window_bytes - w.length + 1));
-  w.imm = (i % 16) == 15;
-  return w;
+struct Plan {
+  std::vector<Write> writes;
+  uint64_t window_bytes = 0;  // every rank's window: fits the largest receiver
+};
+
+Plan make_plan(uint64_t commands, int world_size) {
+  // 1 B to 7 KiB, weighted towards MoE token sizes.
+  static constexpr uint32_t kSizes[] = {1, 3, 8, 17, 64, 100, 512, 1000, 4096, 7168, 7168};
+  Plan plan;
+  plan.writes.resize(commands);
+  std::vector<uint64_t> filled(world_size, 0);
+  for (uint64_t i = 0; i < commands; ++i) {
+    Write& w = plan.writes[i];
+    uint64_t h = mix(i);
+    w.dst_rank = 1 + static_cast<uint32_t>(i % static_cast<uint64_t>(world_size - 1));
+    w.length = kSizes[h % (sizeof kSizes / sizeof kSizes[0])];
+    w.dst_offset = static_cast<uint32_t>(filled[w.dst_rank]);
+    filled[w.dst_rank] += w.length;
+    w.imm = (i % 16) == 15;
+  }
+  uint64_t largest = *std::max_element(filled.begin(), filled.end());
+  plan.window_bytes = (largest + 4096 + 4095) / 4096 * 4096;  // a zero tail is checked too
+  if (plan.window_bytes > courier::TransferCmd::kMaxOffset) {
+    usage_error("--commands is too large: the plan needs more than a 4 GiB window");
+  }
+  for (uint64_t i = 0; i < commands; ++i) {
+    Write& w = plan.writes[i];
+    w.src_offset = static_cast<uint32_t>((mix(i) >> 20) % (plan.window_bytes - w.length + 1));
+  }
+  return plan;
 }
 
 struct KernelArgs {
   std::vector<courier::DeviceChannel> channels;
-  uint64_t commands;
-  int world_size;
-  uint64_t window_bytes;
+  const Plan* plan;
   uint32_t window;
   std::atomic<uint64_t> failures{0};
   std::atomic<uint64_t> sent{0};
@@ -132,13 +150,14 @@ void producer_kernel(const courier_host_thread_v1* t, void* raw) {
     sent += n;
     n = 0;
   };
-  for (uint64_t i = t->block_idx; i < args.commands; i += t->grid_dim) {
-    Write w = write_of(i, args.world_size, args.window_bytes);
+  const std::vector<Write>& writes = args.plan->writes;
+  for (uint64_t i = t->block_idx; i < writes.size(); i += t->grid_dim) {
+    const Write& w = writes[i];
     courier::WriteCmdArgs a;
     a.dst_rank = w.dst_rank;
     a.window = args.window;
-    a.src_offset = w.offset;  // symmetric windows: same offset on both sides
-    a.dst_offset = w.offset;
+    a.src_offset = w.src_offset;
+    a.dst_offset = w.dst_offset;
     a.length = w.length;
     a.flags = w.imm ? courier::kCmdFlagImm : 0;
     if (courier::encode_write(a, &batch[n]) != courier::CmdStatus::ok) {
@@ -157,17 +176,15 @@ void producer_kernel(const courier_host_thread_v1* t, void* raw) {
   args.sent.fetch_add(sent);
 }
 
-int run_sender(courier::Context& ctx, const Options& o, courier::DeviceBuffer& buffer,
-               uint32_t window) {
-  std::vector<uint8_t> host(o.window_bytes);
-  for (uint64_t off = 0; off < o.window_bytes; ++off) host[off] = pattern(off);
+int run_sender(courier::Context& ctx, const Options& o, const Plan& plan,
+               courier::DeviceBuffer& buffer, uint32_t window) {
+  std::vector<uint8_t> host(plan.window_bytes);
+  for (uint64_t off = 0; off < plan.window_bytes; ++off) host[off] = pattern(off);
   ctx.copy(buffer.data(), host.data(), host.size());
 
   KernelArgs args;
   for (uint32_t c = 0; c < ctx.num_channels(); ++c) args.channels.push_back(ctx.channel(c));
-  args.commands = o.commands;
-  args.world_size = ctx.world_size();
-  args.window_bytes = o.window_bytes;
+  args.plan = &plan;
   args.window = window;
   auto start = std::chrono::steady_clock::now();
   ctx.launch_host_kernel(o.threads, 1, producer_kernel, &args);
@@ -189,43 +206,42 @@ int run_sender(courier::Context& ctx, const Options& o, courier::DeviceBuffer& b
   return (args.failures.load() + errors) == 0 ? 0 : 1;
 }
 
-int run_receiver(courier::Context& ctx, const Options& o, courier::DeviceBuffer& buffer) {
+int run_receiver(courier::Context& ctx, const Plan& plan, courier::DeviceBuffer& buffer) {
   const int me = ctx.rank();
-  std::vector<uint8_t> covered(o.window_bytes, 0);
-  uint64_t writes = 0, imms = 0;
-  for (uint64_t i = 0; i < o.commands; ++i) {
-    Write w = write_of(i, ctx.world_size(), o.window_bytes);
+  std::vector<uint8_t> got(plan.window_bytes);
+  ctx.copy(got.data(), buffer.data(), got.size());
+  uint64_t mismatches = 0, written = 0, writes = 0, imms = 0;
+  auto report = [&](uint64_t off, uint8_t expected, const char* what) {
+    if (mismatches++ < 5) {
+      fmt::print(stderr, "rank {}: byte {} is {:#04x}, expected {:#04x} ({})\n", me, off, got[off],
+                 expected, what);
+    }
+  };
+  for (const Write& w : plan.writes) {
     if (static_cast<int>(w.dst_rank) != me) continue;
     ++writes;
     imms += w.imm ? 1 : 0;
-    std::memset(covered.data() + w.offset, 1, w.length);
-  }
-  std::vector<uint8_t> got(o.window_bytes);
-  ctx.copy(got.data(), buffer.data(), got.size());
-  uint64_t mismatches = 0, checked = 0, written = 0;
-  for (uint64_t off = 0; off < o.window_bytes; ++off) {
-    uint8_t expected = covered[off] ? pattern(off) : 0;
-    written += covered[off];
-    ++checked;
-    if (got[off] != expected) {
-      if (mismatches < 5) {
-        fmt::print(stderr, "rank {}: byte {} is {:#04x}, expected {:#04x} ({})\n", me, off,
-                   got[off], expected, covered[off] ? "written" : "never written");
-      }
-      ++mismatches;
+    for (uint32_t k = 0; k < w.length; ++k) {
+      uint8_t expected = pattern(w.src_offset + k);
+      if (got[w.dst_offset + k] != expected) report(w.dst_offset + k, expected, "written");
     }
+    written = std::max<uint64_t>(written, uint64_t{w.dst_offset} + w.length);
+  }
+  for (uint64_t off = written; off < plan.window_bytes; ++off) {
+    if (got[off] != 0) report(off, 0, "never written");
   }
   // Notifications are reaped by the proxy asynchronously: give it time.
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (ctx.imm_received() < imms && std::chrono::steady_clock::now() < deadline) {
+  while (ctx.imm_received() + ctx.imm_failed() < imms &&
+         std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   uint64_t imm_seen = ctx.imm_received();
   fmt::print(
       "rank {}: verified {} bytes ({} written by {} WRITEs from rank 0): {} mismatches; "
-      "{} of {} immediate-data notifications arrived\n",
-      me, checked, written, writes, mismatches, imm_seen, imms);
-  return (mismatches == 0 && imm_seen == imms) ? 0 : 1;
+      "{} of {} immediate-data notifications arrived, {} failed\n",
+      me, plan.window_bytes, written, writes, mismatches, imm_seen, imms, ctx.imm_failed());
+  return (mismatches == 0 && imm_seen == imms && ctx.imm_failed() == 0) ? 0 : 1;
 }
 
 }  // namespace
@@ -240,13 +256,14 @@ int main(int argc, char** argv) {
       fmt::print(stderr, "write_demo: needs at least 2 ranks (run it under courier-run -n 2)\n");
       return 2;
     }
-    courier::DeviceBuffer buffer = ctx.alloc(o.window_bytes);
+    const Plan plan = make_plan(o.commands, ctx.world_size());
+    courier::DeviceBuffer buffer = ctx.alloc(plan.window_bytes);
     uint32_t window = ctx.register_window(buffer.data(), buffer.size());
     ctx.barrier();  // every rank's window is registered before anyone writes
     int status = 0;
-    if (ctx.rank() == 0) status = run_sender(ctx, o, buffer, window);
+    if (ctx.rank() == 0) status = run_sender(ctx, o, plan, buffer, window);
     ctx.barrier();  // rank 0 drained: its writes are visible
-    if (ctx.rank() != 0) status = run_receiver(ctx, o, buffer);
+    if (ctx.rank() != 0) status = run_receiver(ctx, plan, buffer);
     ctx.barrier();  // nobody tears down an endpoint a peer still uses
     return status;
   } catch (const courier::Error& e) {

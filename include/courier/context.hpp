@@ -23,10 +23,15 @@
 
 namespace courier {
 
+class Bootstrap;  // core/bootstrap/bootstrap.hpp
+
 struct ContextOptions {
   // Variables that take precedence over the process environment, e.g. a
   // program's command-line flag {"COURIER_OFI_PROVIDER", "tcp"}.
   std::vector<std::pair<std::string, std::string>> env;
+  // An already joined job (core/bootstrap/bootstrap.hpp), for programs that
+  // have one; otherwise the Context joins the job the configuration names.
+  std::shared_ptr<Bootstrap> bootstrap;
 };
 
 struct ChannelStats {
@@ -37,7 +42,6 @@ struct ChannelStats {
 };
 
 class Context;
-class Bootstrap;  // core/bootstrap/bootstrap.hpp
 
 // Device memory from the GPU backend (host memory on gpu-host); freed on
 // destruction.
@@ -95,6 +99,8 @@ class Context {
   void barrier();
   // Immediate-data notifications that arrived at this rank.
   uint64_t imm_received() const;
+  // Incoming writes with immediate data that arrived with an error status.
+  uint64_t imm_failed() const;
   // The job's out-of-band channel, for tools that exchange their own data
   // (for example courier-bench's plain-libfabric baseline).
   Bootstrap& bootstrap();

@@ -21,6 +21,28 @@ struct alignas(64) FifoControl {
   alignas(64) uint64_t error;
 };
 
+// Why a channel's error word (FifoControl::error) was set: the low 8 bits
+// hold the code, the rest ticket + 1 of the command concerned. Codes with
+// bit 7 set are fatal: the channel will make no more progress, and waits on
+// it fail at once instead of timing out.
+enum class ChannelErrorCode : uint8_t {
+  none = 0,
+  post_failed = 1,            // the transport refused a command
+  completion_failed = 2,      // the transport reported an error completion
+  unsupported = 3,            // an op this proxy does not carry out (yet)
+  bad_command = 4,            // unknown op
+  proxy_failed = 0x81,        // the proxy thread serving the channel stopped
+  producer_timed_out = 0x82,  // a producer gave up with tickets reserved
+};
+
+COURIER_HOST_DEVICE constexpr uint64_t encode_channel_error(uint64_t ticket,
+                                                            ChannelErrorCode code) {
+  return ((ticket + 1) << 8) | static_cast<uint64_t>(code);
+}
+COURIER_HOST_DEVICE constexpr bool is_fatal_channel_error(uint64_t word) {
+  return (word & 0x80) != 0;
+}
+
 // Producer-side failures, reported by the push/wait functions.
 enum class PushStatus : uint8_t {
   ok = 0,

@@ -1,6 +1,6 @@
 // TransferCmd: the 16-byte command a GPU thread pushes into a FIFO channel.
 //
-// Bit layout (docs/transfer-cmd.md has the full table), two little-endian
+// Bit layout (docs/wire-formats.md has the full table), two little-endian
 // 64-bit words:
 //
 //   word0  [2:0] op   [5:3] flags   [9:6] window   [25:10] dst_rank

@@ -3,7 +3,7 @@
 //
 //   courier-bench fifo [--producers P] [--commands N] [--batch B] [--json]
 //   courier-run -n 2 courier-bench transport [--provider shm|tcp] [--size N]
-//       [--window W] [--iters N] [--op write|write_imm] [--raw | --compare] [--json]
+//       [--window W] [--iters N] [--op write|write_imm] [--raw] [--json]
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -13,6 +13,8 @@
 #include <vector>
 
 #include "bench_output.hpp"
+#include "core/bootstrap/job_bootstrap.hpp"
+#include "core/config.hpp"
 #include "courier/context.hpp"
 #include "fifo_bench.hpp"
 #if COURIER_BENCH_HAVE_RAW_OFI
@@ -29,13 +31,13 @@ constexpr const char* kUsage =
     "                          [--inflight I] [--repeats R] [--json]\n"
     "       courier-run -n 2 courier-bench transport [--provider shm|tcp] [--size N |\n"
     "                          --sizes A,B,...] [--window W] [--iters N] [--repeats R]\n"
-    "                          [--op write|write_imm] [--raw | --compare] [--json]\n"
+    "                          [--op write|write_imm] [--raw] [--json]\n"
     "\n"
     "fifo       host-GPU producer threads into one proxy thread (commands/s); baseline:\n"
     "           the same ring drained by a bare loop (path 'ring').\n"
-    "transport  rank 0 writes to rank 1 through Courier (path 'courier'); --raw runs the\n"
-    "           same pattern as a plain libfabric program (path 'raw'); --compare runs both,\n"
-    "           alternating run by run. Each row is the median of R runs (default 5).\n";
+    "transport  rank 0 writes to rank 1 through Courier (path 'courier'); --raw first runs\n"
+    "           the same pattern as a plain libfabric program (path 'raw'), so both appear\n"
+    "           side by side. Each row is the median of R runs (default 5).\n";
 
 [[noreturn]] void usage_error(const std::string& message) {
   fmt::print(stderr, "courier-bench: {}\n{}", message, kUsage);
@@ -139,7 +141,7 @@ int run_transport(int argc, char** argv) {
   std::vector<size_t> sizes = {8, 64, 512, 4096, 7168, 8192, 65536, 262144, 1 << 20, 4 << 20};
   uint64_t iters = 20000;
   uint32_t repeats = 5;
-  bool raw = false, compare = false;
+  bool raw = false;
   bool json = parse_flags(argc, argv, [&](const std::string& flag, auto value) {
     if (flag == "--provider") {
       o.provider = value();
@@ -161,63 +163,68 @@ int run_transport(int argc, char** argv) {
       }
     } else if (flag == "--raw") {
       raw = true;
-    } else if (flag == "--compare") {
-      compare = true;
     } else {
       return false;
     }
     return true;
   });
-  if (raw && compare) usage_error("--raw and --compare exclude each other");
 #if !COURIER_BENCH_HAVE_RAW_OFI
-  if (raw || compare)
-    usage_error("--raw and --compare need libfabric: rebuild with COURIER_WITH_OFI=ON");
+  if (raw) usage_error("--raw needs libfabric: rebuild with COURIER_WITH_OFI=ON");
 #endif
-
-  // One proxy thread, one channel, `window` commands in flight: the Courier
-  // counterpart of the raw program's single posting thread.
-  uint32_t depth = 64;
-  while (depth < 2 * o.window) depth *= 2;
-  courier::ContextOptions options;
-  options.env = {{"COURIER_OFI_PROVIDER", o.provider},
-                 {"COURIER_PROXY_THREADS", "1"},
-                 {"COURIER_CHANNELS", "1"},
-                 {"COURIER_FIFO_DEPTH", std::to_string(depth)},
-                 {"COURIER_MAX_INFLIGHT", std::to_string(o.window)}};
   try {
+    // The job is joined once; the raw baseline runs first, before any
+    // Courier proxy thread exists, so that nothing of Courier's competes
+    // with it for the cores.
+    courier::Config config = courier::Config::load(courier::process_env());
+    courier::Logger log(config.log_level);
+    log.set_rank(config.job.rank);
+    std::shared_ptr<courier::Bootstrap> bootstrap =
+        courier::join_job(config.job, static_cast<int>(config.timeout_s), log);
+    if (bootstrap->size() != 2) usage_error("transport needs exactly 2 ranks (courier-run -n 2)");
+    std::vector<std::vector<BenchResult>> raw_runs(sizes.size()), courier_runs(sizes.size());
+#if COURIER_BENCH_HAVE_RAW_OFI
+    for (size_t i = 0; raw && i < sizes.size(); ++i) {
+      courier::bench::RawTransportOptions r;
+      r.provider = o.provider;
+      r.sizes = {sizes[i]};
+      r.window = o.window;
+      r.iters = courier::bench::iterations_for(sizes[i], iters);
+      r.op = o.op;
+      for (uint32_t rep = 0; rep < repeats; ++rep) {
+        std::vector<BenchResult> one = courier::bench::run_raw_transport(r, *bootstrap);
+        raw_runs[i].insert(raw_runs[i].end(), one.begin(), one.end());
+      }
+    }
+#endif
+    // One proxy thread, one channel, `window` commands in flight: the Courier
+    // counterpart of the raw program's single posting thread.
+    uint32_t depth = 64;
+    while (depth < 2 * o.window) depth *= 2;
+    courier::ContextOptions options;
+    options.env = {{"COURIER_OFI_PROVIDER", o.provider},
+                   {"COURIER_PROXY_THREADS", "1"},
+                   {"COURIER_CHANNELS", "1"},
+                   {"COURIER_FIFO_DEPTH", std::to_string(depth)},
+                   {"COURIER_MAX_INFLIGHT", std::to_string(o.window)}};
+    options.bootstrap = bootstrap;
     courier::Context ctx(options);
     courier::bench::CourierTransport courier_path(ctx,
                                                   *std::max_element(sizes.begin(), sizes.end()), o);
-    std::vector<BenchResult> results;
-    // Per size, the two paths alternate run by run, so that both see the
-    // same machine; each reports its median run.
-    for (size_t size : sizes) {
-      const uint64_t n = courier::bench::iterations_for(size, iters);
-      std::vector<BenchResult> raw_runs, courier_runs;
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      const uint64_t n = courier::bench::iterations_for(sizes[i], iters);
       for (uint32_t rep = 0; rep < repeats; ++rep) {
-#if COURIER_BENCH_HAVE_RAW_OFI
-        if (raw || compare) {
-          courier::bench::RawTransportOptions r;
-          r.provider = o.provider;
-          r.sizes = {size};
-          r.window = o.window;
-          r.iters = n;
-          r.op = o.op;
-          std::vector<BenchResult> one = courier::bench::run_raw_transport(r, ctx.bootstrap());
-          raw_runs.insert(raw_runs.end(), one.begin(), one.end());
-        }
-#endif
-        if (!raw) courier_runs.push_back(courier_path.run(size, n));
-      }
-      if (ctx.rank() != 0) continue;
-      if (!raw_runs.empty()) results.push_back(median(raw_runs));
-      if (!courier_runs.empty()) results.push_back(median(courier_runs));
-      if (!json) {  // progress for long runs; the table follows at the end
-        fmt::print(stderr, "courier-bench: size {} done\n", size);
+        courier_runs[i].push_back(courier_path.run(sizes[i], n));
       }
     }
     courier_path.check_notifications();
-    if (ctx.rank() == 0) print(results, json);
+    if (ctx.rank() == 0) {
+      std::vector<BenchResult> results;
+      for (size_t i = 0; i < sizes.size(); ++i) {
+        if (!raw_runs[i].empty()) results.push_back(median(raw_runs[i]));
+        results.push_back(median(courier_runs[i]));
+      }
+      print(results, json);
+    }
     return 0;
   } catch (const courier::Error& e) {
     fmt::print(stderr, "courier-bench: {}\n", e.what());

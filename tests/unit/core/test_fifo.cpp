@@ -152,6 +152,22 @@ TEST_CASE("back-pressure: a full channel with no consumer times out instead of h
   for (auto& c : cmds) c = write_cmd(0, 0, 1);
   REQUIRE(device::push_batch(ring.ch, cmds, 8, nullptr) == PushStatus::ok);
   CHECK(device::push(ring.ch, cmds[0], nullptr) == PushStatus::timed_out);
+  // Ticket 8 stays reserved and unpublished: the channel is failed for good,
+  // and every later wait says so at once instead of timing out again.
+  CHECK(ring.control->error == encode_channel_error(8, ChannelErrorCode::producer_timed_out));
+  ring.ch.timeout_ns = ~uint64_t{0};  // a hang here would mean no fast failure
+  CHECK(device::push(ring.ch, cmds[0], nullptr) == PushStatus::channel_failed);
+  CHECK(device::drain(ring.ch) == PushStatus::channel_failed);
+}
+
+TEST_CASE("a stale or duplicated completion is refused") {
+  CompletionTracker tracker(16);
+  tracker.complete(0);
+  CHECK_THROWS_AS(tracker.complete(0), Error);  // already complete
+  tracker.complete(2);
+  CHECK_THROWS_AS(tracker.complete(2), Error);   // completed twice
+  CHECK_THROWS_AS(tracker.complete(17), Error);  // a ring lap ahead
+  CHECK(tracker.prefix() == 1);
 }
 
 TEST_CASE("batches larger than 8 or than the in-flight limit are refused") {

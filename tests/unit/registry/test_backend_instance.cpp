@@ -237,14 +237,22 @@ TEST_CASE("open_nic_backend with nothing to choose lists what was searched and r
         std::string::npos);
 }
 
-TEST_CASE("a GPU backend initializes; open_gpu_backend prefers a real GPU to 'host'") {
+TEST_CASE("a GPU backend initializes; open_gpu_backend prefers a device to CPU threads") {
   CapturedLog log;
-  Registry registry(kOverrideDir + ":" + kTestPluginDir, log.logger());
+  // The real gpu-host (host_kernels: CPU threads) sorts before "sim" (a
+  // device without host kernels); the capability, not the name, decides.
+  Registry registry(kTestPluginDir + ":" + kRealPluginDir, log.logger());
   HostServices host(log.logger(), FakeEnv().lookup());
 
   std::unique_ptr<GpuBackend> gpu = open_gpu_backend(registry, "", host, log.logger());
   REQUIRE(gpu);
-  CHECK(gpu->plugin().name != "host");
+  CHECK(gpu->plugin().name == "sim");
+  CHECK((gpu->props().caps & COURIER_GPU_CAP_HOST_KERNELS) == 0);
+
+  // Without a device backend, the CPU-thread GPU is the one taken.
+  std::unique_ptr<GpuBackend> fallback = open_gpu_backend(registry, "^sim", host, log.logger());
+  REQUIRE(fallback);
+  CHECK(fallback->plugin().name == "host");
   CHECK(gpu->props().struct_size == sizeof(courier_gpu_props_v1));
 
   std::unique_ptr<GpuBackend> sim = open_gpu_backend(registry, "sim", host, log.logger());
