@@ -363,7 +363,14 @@ void Context::launch_host_kernel(uint32_t grid, uint32_t block, courier_host_ker
   }
 }
 
-void Context::barrier() { impl_->bootstrap->barrier(); }
+void Context::barrier() {
+  impl_->bootstrap->barrier();
+  // Peers' writes into this rank were carried out by this rank's proxy
+  // threads (providers with manual progress move data while the target
+  // polls). A round trip through each of them orders everything they did
+  // before the barrier returned before whatever the caller does next.
+  for (auto& proxy : impl_->proxies) proxy->run([] {});
+}
 Bootstrap& Context::bootstrap() { return *impl_->bootstrap; }
 
 uint64_t Context::imm_received() const {

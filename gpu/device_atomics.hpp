@@ -46,11 +46,13 @@ __device__ __forceinline__ void store_release(uint64_t* p, uint64_t v) {
 __device__ __forceinline__ void store_relaxed(uint64_t* p, uint64_t v) {
   sys_atomic_ref<uint64_t>(*p).store(v, cuda::memory_order_relaxed);
 }
-// Orders every earlier store before every later one, system-wide: one fence
-// per batch instead of a release store per command.
-__device__ __forceinline__ void fence_release() {
+// Publishing a batch of slots: one system-scope fence orders every word1
+// before the word0 stores that follow, which can then be plain stores (a
+// release store per command would carry its own fence, ~1.7 us each).
+__device__ __forceinline__ void publish_fence() {
   cuda::atomic_thread_fence(cuda::memory_order_release, cuda::thread_scope_system);
 }
+__device__ __forceinline__ void publish_store(uint64_t* p, uint64_t v) { store_relaxed(p, v); }
 __device__ __forceinline__ bool compare_exchange(uint64_t* p, uint64_t expected, uint64_t v) {
   return sys_atomic_ref<uint64_t>(*p).compare_exchange_strong(expected, v,
                                                               cuda::memory_order_relaxed);
@@ -88,7 +90,11 @@ inline void store_release(uint64_t* p, uint64_t v) {
 inline void store_relaxed(uint64_t* p, uint64_t v) {
   std::atomic_ref<uint64_t>(*p).store(v, std::memory_order_relaxed);
 }
-inline void fence_release() { std::atomic_thread_fence(std::memory_order_release); }
+// Publishing a batch of slots on a CPU: a release store per command costs
+// nothing extra on x86 (and is what ThreadSanitizer understands), so the
+// batch fence is not needed.
+inline void publish_fence() {}
+inline void publish_store(uint64_t* p, uint64_t v) { store_release(p, v); }
 inline bool compare_exchange(uint64_t* p, uint64_t expected, uint64_t v) {
   return std::atomic_ref<uint64_t>(*p).compare_exchange_strong(expected, v,
                                                                std::memory_order_relaxed);

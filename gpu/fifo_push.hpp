@@ -6,8 +6,9 @@
 //  2. wait until those tickets fit under the in-flight limit
 //     (ticket + n - completed <= max_inflight); because max_inflight <= depth
 //     this also guarantees the slots were consumed and cleared;
-//  3. write every slot's word1, one release fence, then publish each slot by
-//     storing its word0 (the non-zero op and the ticket's sequence number).
+//  3. write every slot's word1, then publish each slot by storing its word0
+//     (the non-zero op and the ticket's sequence number), ordered after all
+//     word1 stores by one fence per batch on GPUs.
 // The consumer reads slots in ticket order and clears word0 after reading.
 // Completion is tracked as a prefix: ticket t is complete once
 // control->completed > t, which also means every earlier ticket completed.
@@ -73,13 +74,13 @@ COURIER_DEVICE_INLINE PushStatus push_batch(const DeviceChannel& ch, const Trans
     slots[i] = &ch.slots[(ticket + i) & ch.depth_mask];
     store_relaxed(&slots[i]->word1, cmds[i].word1);
   }
-  // One fence for the batch: every word1 is visible before any word0 (the
-  // publishing half) is.
-  fence_release();
+  // Every word1 must be visible before any word0 (the publishing half):
+  // one fence for the whole batch on GPUs (see device_atomics.hpp).
+  publish_fence();
   for (uint32_t i = 0; i < n; ++i) {
     TransferCmd cmd = cmds[i];
     cmd.set_seq(ticket + i);
-    store_relaxed(&slots[i]->word0, cmd.word0);
+    publish_store(&slots[i]->word0, cmd.word0);
   }
   if (first_ticket != nullptr) *first_ticket = ticket;
   return PushStatus::ok;

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Installs the Debian packages Courier's build and tests need, when missing.
-# Sourced by demo.sh and test.sh; safe to run repeatedly.
+# Run by demo.sh and test.sh; safe to run repeatedly.
 set -euo pipefail
 
 COURIER_PACKAGES=(
-  cmake ninja-build g++ pkg-config python3 clang-format
+  git cmake ninja-build g++ pkg-config python3 clang-format
   libfmt-dev doctest-dev
   libfabric-dev libibverbs-dev libhwloc-dev
   openmpi-bin libopenmpi-dev

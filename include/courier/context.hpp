@@ -95,7 +95,8 @@ class Context {
   void launch_host_kernel(uint32_t grid, uint32_t block, courier_host_kernel_fn fn,
                           void* arg) const;
 
-  // Collective, out of band (through the bootstrap).
+  // Collective, out of band (through the bootstrap). Afterwards every write
+  // a peer completed before entering the barrier is visible to the caller.
   void barrier();
   // Immediate-data notifications that arrived at this rank.
   uint64_t imm_received() const;

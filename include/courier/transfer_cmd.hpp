@@ -172,6 +172,7 @@ COURIER_HOST_DEVICE constexpr CmdStatus encode_atomic(uint64_t dst_rank, uint64_
   if (status != CmdStatus::ok) return status;
   if (dst_offset > TransferCmd::kMaxOffset) return CmdStatus::dst_offset_too_large;
   if (operand > TransferCmd::kMaxOffset) return CmdStatus::operand_too_large;
+  if (op != AtomicOp::fetch_add && op != AtomicOp::compare_swap) return CmdStatus::flags_invalid;
   out->word0 = detail::header(CmdOp::atomic, static_cast<uint64_t>(op), window, dst_rank, 0);
   out->word1 = operand | (dst_offset << 32);
   return CmdStatus::ok;

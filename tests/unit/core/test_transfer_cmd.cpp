@@ -143,6 +143,7 @@ TEST_CASE("ATOMIC, DRAIN and BARRIER encodings") {
         CmdStatus::dst_offset_too_large);
   CHECK(encode_atomic(0, 0, 0, AtomicOp::fetch_add, 0x100000000ull, &cmd) ==
         CmdStatus::operand_too_large);
+  CHECK(encode_atomic(0, 0, 0, static_cast<AtomicOp>(7), 1, &cmd) == CmdStatus::flags_invalid);
   REQUIRE(encode_drain(&cmd) == CmdStatus::ok);
   CHECK(cmd.op() == CmdOp::drain);
   REQUIRE(encode_barrier(~uint64_t{0}, &cmd) == CmdStatus::ok);
