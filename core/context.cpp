@@ -1,5 +1,7 @@
 #include "courier/context.hpp"
 
+#include <sched.h>
+
 #include <cstring>
 #include <map>
 
@@ -71,6 +73,26 @@ std::string describe_channel_error(uint64_t word) {
   return fmt::format("command {} failed: {} (details in the log)", ticket, what);
 }
 
+// Default placement until topology-aware pinning: the CPUs this process may
+// use are split evenly among the ranks of the host, so that the two ends of
+// a transfer (and a rank's producers and its peer's proxy) do not share a
+// core. With fewer CPUs than ranks, ranks share CPUs round-robin.
+std::vector<int32_t> cpus_of_local_rank(int local_rank, int local_size) {
+  cpu_set_t allowed;
+  std::vector<int32_t> cpus;
+  if (sched_getaffinity(0, sizeof allowed, &allowed) != 0) return cpus;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (CPU_ISSET(cpu, &allowed)) cpus.push_back(cpu);
+  }
+  if (cpus.empty() || local_size <= 0) return cpus;
+  const size_t n = cpus.size(), ranks = static_cast<size_t>(local_size);
+  const size_t rank = static_cast<size_t>(local_rank);
+  if (n < ranks) return {cpus[rank % n]};
+  const size_t share = n / ranks;
+  return {cpus.begin() + static_cast<std::ptrdiff_t>(rank * share),
+          cpus.begin() + static_cast<std::ptrdiff_t>((rank + 1) * share)};
+}
+
 // Frees GPU-backend memory when its owner goes away (RAII even when the
 // Context's constructor fails half-way).
 struct MappedHostFree {
@@ -106,6 +128,8 @@ struct Context::Impl {
   std::vector<std::unique_ptr<NicEndpoint>> endpoints;
   std::vector<std::unique_ptr<ProxyThread>> proxies;
   uint32_t windows = 0;
+  // This rank's share of the CPUs: its proxies, and its host kernels.
+  std::vector<int32_t> rank_cpus;
 
   explicit Impl(const ContextOptions& options)
       : env(with_overrides(options)),
@@ -230,7 +254,9 @@ struct Context::Impl {
     options.poll_batch = config.drain_batch;
     options.may_sleep = (nic->props().caps & COURIER_NIC_CAP_PASSIVE_TARGET) != 0;
     const uint32_t threads = config.proxy_threads;
+    rank_cpus = cpus_of_local_rank(config.job.local_rank, config.job.local_size);
     for (uint32_t i = 0; i < threads; ++i) {
+      if (!rank_cpus.empty()) options.cpu = rank_cpus[i % rank_cpus.size()];
       std::vector<ProxyChannel*> mine;
       for (uint32_t c = i; c < channels.size(); c += threads) mine.push_back(channels[c].get());
       proxies.push_back(std::make_unique<ProxyThread>(i, *endpoints[i], mine, options, log));
@@ -357,6 +383,8 @@ void Context::launch_host_kernel(uint32_t grid, uint32_t block, courier_host_ker
   launch.block_dim = block;
   launch.fn = fn;
   launch.arg = arg;
+  launch.cpus = impl_->rank_cpus.data();
+  launch.num_cpus = static_cast<uint32_t>(impl_->rank_cpus.size());
   if (gpu.ops()->launch_host_kernel(gpu.handle(), &launch) != 0) {
     fail("GPU backend '{}': launching {}x{} host threads failed: {}", gpu.plugin().name, grid,
          block, gpu.last_error());

@@ -16,8 +16,14 @@
 #include <cuda/atomic>
 #endif
 #else
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <chrono>
+#include <climits>
 #include <thread>
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -63,9 +69,12 @@ __device__ __forceinline__ uint64_t now_ns() {
   return t;
 }
 // Exponential __nanosleep back-off.
+// Waits a little for *counter to reach `target`. A GPU thread cannot block
+// in the kernel, so it naps with exponential __nanosleep; `wake_at` (see the
+// CPU version) is not used.
 struct Backoff {
   uint32_t ns = 32;
-  __device__ __forceinline__ void pause() {
+  __device__ __forceinline__ void pause(const uint64_t*, uint64_t*, uint64_t) {
     __nanosleep(ns);
     if (ns < 4096) ns *= 2;
   }
@@ -99,26 +108,56 @@ inline bool compare_exchange(uint64_t* p, uint64_t expected, uint64_t v) {
   return std::atomic_ref<uint64_t>(*p).compare_exchange_strong(expected, v,
                                                                std::memory_order_relaxed);
 }
+// Blocks while the low 32 bits of *counter still equal those of `seen`, at
+// most timeout_ns; little-endian, so the low half sits at the counter's
+// address.
+inline void futex_wait_low_half(const uint64_t* counter, uint64_t seen, uint64_t timeout_ns) {
+  timespec timeout{static_cast<time_t>(timeout_ns / 1'000'000'000),
+                   static_cast<long>(timeout_ns % 1'000'000'000)};
+  syscall(SYS_futex, reinterpret_cast<const uint32_t*>(counter), FUTEX_WAIT_PRIVATE,
+          static_cast<uint32_t>(seen), &timeout, nullptr, 0);
+}
+// Wakes every thread blocked in futex_wait_low_half on *counter.
+inline void futex_wake_all(const uint64_t* counter) {
+  syscall(SYS_futex, reinterpret_cast<const uint32_t*>(counter), FUTEX_WAKE_PRIVATE, INT_MAX,
+          nullptr, nullptr, 0);
+}
 inline uint64_t now_ns() {
   return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
                                    std::chrono::steady_clock::now().time_since_epoch())
                                    .count());
 }
-// CPU threads share few cores with the proxies: spin briefly, then yield,
-// then sleep, so a waiting producer never starves the thread it waits for.
+// Waits a little for *counter to reach `target`. CPU threads share few
+// cores with the proxies, so after a short spin a waiting producer blocks in
+// the kernel (futex on the low half of the counter) until the proxy, which
+// publishes the counter, sees it reach the lowest target registered in
+// *wake_at and wakes the waiters: one wake-up per wait instead of naps that
+// keep preempting the threads it waits for. The counter store and the wake_at
+// load on the proxy's side, and the wake_at update and counter load here,
+// are sequentially consistent, so a wake-up cannot be lost; the 1 ms bound
+// lets the caller re-check errors and deadlines anyway.
 struct Backoff {
   uint32_t rounds = 0;
-  void pause() {
+  void pause(const uint64_t* counter, uint64_t* wake_at, uint64_t target) {
     ++rounds;
     if (rounds < 16) {
 #if defined(__x86_64__)
       _mm_pause();
 #endif
-    } else if (rounds < 64) {
-      std::this_thread::yield();
-    } else {
-      std::this_thread::sleep_for(std::chrono::microseconds(rounds < 1024 ? 5 : 50));
+      return;
     }
+    if (rounds < 32) {
+      std::this_thread::yield();
+      return;
+    }
+    std::atomic_ref<uint64_t> wake(*wake_at);
+    uint64_t registered = wake.load();
+    while ((registered == 0 || registered > target) &&
+           !wake.compare_exchange_weak(registered, target)) {
+    }
+    uint64_t now = std::atomic_ref<uint64_t>(*const_cast<uint64_t*>(counter)).load();
+    if (now >= target) return;
+    futex_wait_low_half(counter, now, 1'000'000);
   }
 };
 

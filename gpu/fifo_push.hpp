@@ -39,7 +39,7 @@ COURIER_DEVICE_INLINE PushStatus wait_completed(const DeviceChannel& ch, uint64_
   Backoff backoff;
   uint64_t since = now_ns();
   for (;;) {
-    backoff.pause();
+    backoff.pause(&ch.control->completed, &ch.control->wake_at, target);
     uint64_t now_completed = load_acquire(&ch.control->completed);
     if (now_completed >= target) return PushStatus::ok;
     if (is_fatal_channel_error(channel_error(ch))) return PushStatus::channel_failed;
@@ -59,7 +59,11 @@ COURIER_DEVICE_INLINE PushStatus push_batch(const DeviceChannel& ch, const Trans
   if (n == 0 || n > kMaxBatch || n > ch.max_inflight) return PushStatus::batch_too_large;
   uint64_t ticket = fetch_add_relaxed(ch.head, n);
   if (ticket + n > load_acquire(&ch.control->completed) + ch.max_inflight) {
-    PushStatus status = wait_completed(ch, ticket + n - ch.max_inflight);
+    // Hysteresis: once blocked, wait until half the limit is free again, so
+    // a waiting producer wakes once per many completions, not once per
+    // completion; the half still in flight keeps the transport busy.
+    uint64_t resume_at = ticket + n - ch.max_inflight + ch.max_inflight / 2;
+    PushStatus status = wait_completed(ch, resume_at);
     if (status != PushStatus::ok) {
       // These tickets will never be published, and the proxy reads slots in
       // ticket order: the channel cannot progress any more. Say so, so that

@@ -1,5 +1,9 @@
 #include "host_kernel_launch.hpp"
 
+#include <pthread.h>
+#include <sched.h>
+#include <sys/prctl.h>
+
 #include <atomic>
 #include <barrier>
 #include <cerrno>
@@ -48,13 +52,28 @@ int launch_host_kernel(const courier_host_kernel_launch_v1& launch, std::string*
   // Every thread waits at a start gate, so that a failure to create one of
   // them can release the others without running the kernel (a block missing
   // a thread would never pass sync_block).
+  cpu_set_t placement;
+  CPU_ZERO(&placement);
+  for (uint32_t i = 0; i < launch.num_cpus; ++i) {
+    if (launch.cpus[i] < 0 || launch.cpus[i] >= CPU_SETSIZE) {
+      *error = "launch_host_kernel: CPU " + std::to_string(launch.cpus[i]) + " does not exist";
+      return -EINVAL;
+    }
+    CPU_SET(launch.cpus[i], &placement);
+  }
   std::latch gate(1);
   std::atomic<bool> aborted{false};
   std::vector<std::jthread> threads;
   threads.reserve(total);
   try {
     for (const courier_host_thread_v1& c : coords) {
-      threads.emplace_back([&launch, &c, &gate, &aborted] {
+      threads.emplace_back([&launch, &c, &gate, &aborted, &placement] {
+        // Waiting "GPU threads" sleep in microseconds (device_atomics.hpp's
+        // Backoff); the default 50 us timer slack would stretch every nap.
+        prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
+        if (launch.num_cpus > 0) {  // best effort: placement is a hint
+          pthread_setaffinity_np(pthread_self(), sizeof placement, &placement);
+        }
         gate.wait();
         if (!aborted.load()) launch.fn(&c, launch.arg);
       });

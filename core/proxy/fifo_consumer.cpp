@@ -3,6 +3,7 @@
 #include <atomic>
 
 #include "core/check.hpp"
+#include "gpu/device_atomics.hpp"
 
 namespace courier {
 
@@ -27,6 +28,21 @@ uint32_t FifoConsumer::poll(TransferCmd* out, uint32_t max) {
     ++next_;
   }
   return count;
+}
+
+void publish_completed(FifoControl& control, uint64_t completed) {
+  // Sequentially consistent with the wake_at load below, and with a
+  // producer's wake_at update and completed load: a producer about to block
+  // is either seen here or sees the new value.
+  std::atomic_ref<uint64_t>(control.completed).store(completed);
+  std::atomic_ref<uint64_t> wake(control.wake_at);
+  uint64_t waiting_for = wake.load();
+  while (waiting_for != 0 && completed >= waiting_for) {
+    if (wake.compare_exchange_weak(waiting_for, 0)) {
+      device::futex_wake_all(&control.completed);
+      return;
+    }
+  }
 }
 
 CompletionTracker::CompletionTracker(uint32_t depth)

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "courier/device_channel.hpp"
 #include "courier/transfer_cmd.hpp"
 
 namespace courier {
@@ -29,6 +30,10 @@ class FifoConsumer {
   uint32_t mask_;
   uint32_t channel_id_;
 };
+
+// Makes `completed` visible to the producers and wakes those blocked until
+// it reached their target (CPU producers, see gpu/device_atomics.hpp).
+void publish_completed(FifoControl& control, uint64_t completed);
 
 // Which tickets of a channel have completed, out of order; exposes the
 // in-order prefix the producers see as control->completed.

@@ -1,5 +1,8 @@
 #include "core/proxy/proxy_thread.hpp"
 
+#include <pthread.h>
+#include <sched.h>
+
 #include <cerrno>
 #include <chrono>
 
@@ -44,7 +47,14 @@ void IdleBackoff::idle(bool outstanding) {
 #endif
     return;
   }
-  if (outstanding || !may_sleep_ || idle_rounds_ < 1024) {
+  if (outstanding || !may_sleep_) {
+    // Work may arrive any moment (a completion, or a peer's write that this
+    // thread must progress): keep polling, but yield between polls so that
+    // threads sharing the core (this rank's producers) run promptly.
+    std::this_thread::yield();
+    return;
+  }
+  if (idle_rounds_ < 1024) {
     std::this_thread::yield();
     return;
   }
@@ -76,7 +86,18 @@ void ProxyThread::start() {
     std::lock_guard lock(mutex_);
     loop_exited_ = false;
   }
-  thread_ = std::thread([this] { loop(); });
+  thread_ = std::thread([this] {
+    if (options_.cpu >= 0) {
+      cpu_set_t set;
+      CPU_ZERO(&set);
+      CPU_SET(options_.cpu, &set);
+      if (pthread_setaffinity_np(pthread_self(), sizeof set, &set) != 0) {
+        log_.warn("proxy", "proxy thread {}: cannot pin to CPU {}; running unpinned", index_,
+                  options_.cpu);
+      }
+    }
+    loop();
+  });
 }
 
 void ProxyThread::stop() {
@@ -295,8 +316,7 @@ void ProxyThread::publish() {
     uint64_t prefix = channel->tracker.prefix();
     if (prefix != channel->published) {
       channel->published = prefix;
-      std::atomic_ref<uint64_t>(channel->control->completed)
-          .store(prefix, std::memory_order_release);
+      publish_completed(*channel->control, prefix);
     }
   }
 }

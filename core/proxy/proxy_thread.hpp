@@ -46,6 +46,8 @@ struct ProxyOptions {
   // (no COURIER_NIC_CAP_PASSIVE_TARGET): an idle proxy then yields but never
   // sleeps, since a peer's write may be waiting for this very thread.
   bool may_sleep = true;
+  // CPU the thread is pinned to, or -1 to leave placement to the kernel.
+  int cpu = -1;
 };
 
 // Sleeps more the longer a proxy finds nothing to do, so that several busy

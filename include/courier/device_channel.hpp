@@ -17,8 +17,11 @@ namespace courier {
 struct alignas(64) FifoControl {
   // Every ticket below this value has completed (writes visible remotely).
   alignas(64) uint64_t completed;
-  // First error the proxy met on this channel (0 = none); see ChannelError.
+  // First error met on this channel (0 = none); see ChannelErrorCode.
   alignas(64) uint64_t error;
+  // Lowest `completed` value a blocked CPU producer waits for (0 = nobody):
+  // the proxy wakes the waiters once it publishes that value.
+  alignas(64) uint64_t wake_at;
 };
 
 // Why a channel's error word (FifoControl::error) was set: the low 8 bits

@@ -107,8 +107,7 @@ double run_bare_ring(const FifoBenchOptions& o) {
         continue;
       }
       for (uint32_t i = 0; i < n; ++i) tracker.complete(first + i);
-      std::atomic_ref<uint64_t>(ring.control->completed)
-          .store(tracker.prefix(), std::memory_order_release);
+      publish_completed(*ring.control, tracker.prefix());
     }
   });
   double seconds = produce(ring, o);

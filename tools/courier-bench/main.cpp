@@ -172,30 +172,17 @@ int run_transport(int argc, char** argv) {
   if (raw) usage_error("--raw needs libfabric: rebuild with COURIER_WITH_OFI=ON");
 #endif
   try {
-    // The job is joined once; the raw baseline runs first, before any
-    // Courier proxy thread exists, so that nothing of Courier's competes
-    // with it for the cores.
+    // The job is joined once. Per size, raw and Courier runs alternate, so
+    // both see the same machine, and every Courier run gets a fresh Context
+    // that is gone again before the next raw run: no Courier thread competes
+    // with the baseline for the cores.
     courier::Config config = courier::Config::load(courier::process_env());
     courier::Logger log(config.log_level);
     log.set_rank(config.job.rank);
     std::shared_ptr<courier::Bootstrap> bootstrap =
         courier::join_job(config.job, static_cast<int>(config.timeout_s), log);
     if (bootstrap->size() != 2) usage_error("transport needs exactly 2 ranks (courier-run -n 2)");
-    std::vector<std::vector<BenchResult>> raw_runs(sizes.size()), courier_runs(sizes.size());
-#if COURIER_BENCH_HAVE_RAW_OFI
-    for (size_t i = 0; raw && i < sizes.size(); ++i) {
-      courier::bench::RawTransportOptions r;
-      r.provider = o.provider;
-      r.sizes = {sizes[i]};
-      r.window = o.window;
-      r.iters = courier::bench::iterations_for(sizes[i], iters);
-      r.op = o.op;
-      for (uint32_t rep = 0; rep < repeats; ++rep) {
-        std::vector<BenchResult> one = courier::bench::run_raw_transport(r, *bootstrap);
-        raw_runs[i].insert(raw_runs[i].end(), one.begin(), one.end());
-      }
-    }
-#endif
+
     // One proxy thread, one channel, `window` commands in flight: the Courier
     // counterpart of the raw program's single posting thread.
     uint32_t depth = 64;
@@ -207,24 +194,34 @@ int run_transport(int argc, char** argv) {
                    {"COURIER_FIFO_DEPTH", std::to_string(depth)},
                    {"COURIER_MAX_INFLIGHT", std::to_string(o.window)}};
     options.bootstrap = bootstrap;
-    courier::Context ctx(options);
-    courier::bench::CourierTransport courier_path(ctx,
-                                                  *std::max_element(sizes.begin(), sizes.end()), o);
-    for (size_t i = 0; i < sizes.size(); ++i) {
-      const uint64_t n = courier::bench::iterations_for(sizes[i], iters);
+
+    std::vector<BenchResult> results;
+    for (size_t size : sizes) {
+      const uint64_t n = courier::bench::iterations_for(size, iters);
+      std::vector<BenchResult> raw_runs, courier_runs;
       for (uint32_t rep = 0; rep < repeats; ++rep) {
-        courier_runs[i].push_back(courier_path.run(sizes[i], n));
+#if COURIER_BENCH_HAVE_RAW_OFI
+        if (raw) {
+          courier::bench::RawTransportOptions r;
+          r.provider = o.provider;
+          r.sizes = {size};
+          r.window = o.window;
+          r.iters = n;
+          r.op = o.op;
+          std::vector<BenchResult> one = courier::bench::run_raw_transport(r, *bootstrap);
+          raw_runs.insert(raw_runs.end(), one.begin(), one.end());
+        }
+#endif
+        courier::Context ctx(options);
+        courier::bench::CourierTransport courier_path(ctx, size, o);
+        courier_runs.push_back(courier_path.run(size, n));
+        courier_path.check_notifications();
       }
+      if (bootstrap->rank() != 0) continue;
+      if (!raw_runs.empty()) results.push_back(median(raw_runs));
+      results.push_back(median(courier_runs));
     }
-    courier_path.check_notifications();
-    if (ctx.rank() == 0) {
-      std::vector<BenchResult> results;
-      for (size_t i = 0; i < sizes.size(); ++i) {
-        if (!raw_runs[i].empty()) results.push_back(median(raw_runs[i]));
-        results.push_back(median(courier_runs[i]));
-      }
-      print(results, json);
-    }
+    if (bootstrap->rank() == 0) print(results, json);
     return 0;
   } catch (const courier::Error& e) {
     fmt::print(stderr, "courier-bench: {}\n", e.what());

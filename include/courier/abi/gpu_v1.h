@@ -55,6 +55,12 @@ typedef struct courier_host_kernel_launch_v1 {
   uint32_t reserved;
   courier_host_kernel_fn fn;
   void* arg;
+  /* CPUs the kernel's threads may run on (NULL/0: anywhere). The core gives
+   * a rank's host kernels the CPUs of that rank's proxies, the way a real
+   * GPU sits next to the cores that serve it. */
+  const int32_t* cpus;
+  uint32_t num_cpus;
+  uint32_t reserved2;
 } courier_host_kernel_launch_v1;
 
 typedef struct courier_gpu_plugin_v1 {

@@ -41,8 +41,7 @@ struct Consumer {
         std::shuffle(waiting.begin(), waiting.end(), rng);
         for (uint64_t t : waiting) tracker.complete(t);
         waiting.clear();
-        std::atomic_ref<uint64_t>(ring.control->completed)
-            .store(tracker.prefix(), std::memory_order_release);
+        publish_completed(*ring.control, tracker.prefix());
       }
       if (n == 0) std::this_thread::yield();
     }
@@ -127,12 +126,12 @@ TEST_CASE("is_complete and DRAIN wait for every earlier command") {
   CHECK(got[1].op() == CmdOp::drain);
   CompletionTracker tracker(16);
   tracker.complete(1);
-  std::atomic_ref<uint64_t>(ring.control->completed).store(tracker.prefix());
+  publish_completed(*ring.control, tracker.prefix());
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
   CHECK_FALSE(drained.load());
   CHECK_FALSE(device::is_complete(ring.ch, 0));
   tracker.complete(0);
-  std::atomic_ref<uint64_t>(ring.control->completed).store(tracker.prefix());
+  publish_completed(*ring.control, tracker.prefix());
   drainer.join();
   CHECK(drained.load());
   CHECK(device::is_complete(ring.ch, 0));
@@ -194,4 +193,27 @@ TEST_CASE("a slot with the wrong sequence number is reported as corruption") {
     CHECK(what.find("FIFO channel 3") != std::string::npos);
     CHECK(what.find("sequence number 7") != std::string::npos);
   }
+}
+
+TEST_CASE("a producer blocked on a full channel is woken when its target is published") {
+  TestRing ring(16, 8);
+  TransferCmd cmds[kMaxBatch];
+  for (auto& c : cmds) c = write_cmd(0, 0, 1);
+  REQUIRE(device::push_batch(ring.ch, cmds, 8, nullptr) == PushStatus::ok);
+  std::atomic<bool> pushed{false};
+  std::thread producer([&] {
+    CHECK(device::push(ring.ch, cmds[0], nullptr) == PushStatus::ok);
+    pushed = true;
+  });
+  // The producer registers the completion count it waits for (hysteresis:
+  // half the in-flight limit free again), then blocks.
+  while (std::atomic_ref<uint64_t>(ring.control->wake_at).load() == 0) std::this_thread::yield();
+  CHECK(ring.control->wake_at == 5);  // ticket 8 + 1 - 8 + 8 / 2
+  publish_completed(*ring.control, 4);
+  CHECK(ring.control->wake_at == 5);  // not reached: nobody woken, target kept
+  CHECK_FALSE(pushed.load());
+  publish_completed(*ring.control, 5);
+  CHECK(ring.control->wake_at == 0);  // reached: waiters woken, target cleared
+  producer.join();
+  CHECK(pushed.load());
 }
