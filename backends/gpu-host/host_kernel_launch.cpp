@@ -71,6 +71,7 @@ int launch_host_kernel(const courier_host_kernel_launch_v1& launch, std::string*
         // Waiting "GPU threads" sleep in microseconds (device_atomics.hpp's
         // Backoff); the default 50 us timer slack would stretch every nap.
         prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
+        pthread_setname_np(pthread_self(), "courier-gpu");
         if (launch.num_cpus > 0) {  // best effort: placement is a hint
           pthread_setaffinity_np(pthread_self(), sizeof placement, &placement);
         }

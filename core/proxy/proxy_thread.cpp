@@ -87,6 +87,8 @@ void ProxyThread::start() {
     loop_exited_ = false;
   }
   thread_ = std::thread([this] {
+    // Named for top, perf and gdb: "courier-proxy3".
+    pthread_setname_np(pthread_self(), ("courier-proxy" + std::to_string(index_)).c_str());
     if (options_.cpu >= 0) {
       cpu_set_t set;
       CPU_ZERO(&set);
