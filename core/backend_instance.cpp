@@ -6,6 +6,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <charconv>
 #include <system_error>
 
 #include "core/check.hpp"
@@ -132,6 +133,20 @@ std::unique_ptr<Backend> open_first(std::string_view label, std::string_view var
 
 std::optional<std::string> knob_value_error(const courier_knob_v1& knob, std::string_view value) {
   if (knob.allowed == nullptr) return std::nullopt;
+  std::string_view spec = knob.allowed;
+  if (size_t dots = spec.find(".."); dots != std::string_view::npos) {
+    // "min..max": an integer range.
+    auto parse = [](std::string_view text, long long* out) {
+      auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), *out);
+      return !text.empty() && ec == std::errc() && ptr == text.data() + text.size();
+    };
+    long long min = 0, max = 0, number = 0;
+    if (!parse(spec.substr(0, dots), &min) || !parse(spec.substr(dots + 2), &max)) {
+      return fmt::format("the plugin declares an unreadable range '{}'", spec);
+    }
+    if (parse(value, &number) && number >= min && number <= max) return std::nullopt;
+    return fmt::format("expected an integer in [{}, {}]", min, max);
+  }
   std::vector<std::string> allowed = split_allowed(knob.allowed);
   if (std::find(allowed.begin(), allowed.end(), value) != allowed.end()) return std::nullopt;
   return fmt::format("expected one of {}", fmt::join(allowed, ", "));

@@ -133,7 +133,7 @@ int plugin_poll(void* ep, courier_nic_completion_v1* out, uint32_t max) {
 const courier_knob_v1 kKnobs[] = {
     {kProviderKnob, kProviderDefault, kProviderAllowed,
      "libfabric provider: shm (processes of one host) or tcp (tcp;ofi_rxm, any IP network)"},
-    {kWriteTimeoutKnob, kWriteTimeoutDefault, nullptr,
+    {kWriteTimeoutKnob, kWriteTimeoutDefault, "0..86400",
      "seconds after which a write without completion is reported as failed (-ETIMEDOUT); "
      "0 turns the watchdog off"},
 };

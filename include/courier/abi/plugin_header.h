@@ -48,11 +48,12 @@ typedef struct courier_host_services_v1 {
 } courier_host_services_v1;
 
 /* A configuration knob a plugin reads through get_env. The core validates
- * enumerated knobs before init() and shows all of them in courier-info. */
+ * enumerated and ranged knobs before init(), so a bad value stops start-up
+ * with a message naming the variable, and shows all of them in courier-info. */
 typedef struct courier_knob_v1 {
   const char* name;          /* e.g. "COURIER_OFI_PROVIDER" */
   const char* default_value; /* shown when unset */
-  const char* allowed;       /* "a|b|c" for an enumeration, NULL for free-form */
+  const char* allowed;       /* "a|b|c" enumeration, "min..max" integers, NULL free-form */
   const char* help;
 } courier_knob_v1;
 

@@ -190,6 +190,14 @@ TEST_CASE("knob_value_error") {
   CHECK(knob_value_error(enumerated, "") == "expected one of a, bb, c");
   courier_knob_v1 free_form{"COURIER_Y", "", nullptr, "help"};
   CHECK_FALSE(knob_value_error(free_form, "anything at all"));
+  courier_knob_v1 ranged{"COURIER_T_RANGE", "30", "0..86400", "seconds"};
+  CHECK_FALSE(knob_value_error(ranged, "0"));
+  CHECK_FALSE(knob_value_error(ranged, "86400"));
+  CHECK(knob_value_error(ranged, "86401") == "expected an integer in [0, 86400]");
+  CHECK(knob_value_error(ranged, "-1") == "expected an integer in [0, 86400]");
+  CHECK(knob_value_error(ranged, "30s") == "expected an integer in [0, 86400]");
+  courier_knob_v1 broken{"COURIER_T_BROKEN", "1", "1..x", "a plugin bug"};
+  CHECK(knob_value_error(broken, "1") == "the plugin declares an unreadable range '1..x'");
 }
 
 TEST_CASE("an init failure surfaces with the backend, its file and the plugin's reason") {
