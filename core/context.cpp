@@ -1,7 +1,5 @@
 #include "courier/context.hpp"
 
-#include <sched.h>
-
 #include <cstring>
 #include <map>
 
@@ -9,6 +7,7 @@
 #include "core/bootstrap/job_bootstrap.hpp"
 #include "core/check.hpp"
 #include "core/config.hpp"
+#include "core/cpu_placement.hpp"
 #include "core/proxy/nic_endpoint.hpp"
 #include "core/proxy/proxy_thread.hpp"
 #include "core/registry.hpp"
@@ -71,26 +70,6 @@ std::string describe_channel_error(uint64_t word) {
       break;
   }
   return fmt::format("command {} failed: {} (details in the log)", ticket, what);
-}
-
-// Default placement until topology-aware pinning: the CPUs this process may
-// use are split evenly among the ranks of the host, so that the two ends of
-// a transfer (and a rank's producers and its peer's proxy) do not share a
-// core. With fewer CPUs than ranks, ranks share CPUs round-robin.
-std::vector<int32_t> cpus_of_local_rank(int local_rank, int local_size) {
-  cpu_set_t allowed;
-  std::vector<int32_t> cpus;
-  if (sched_getaffinity(0, sizeof allowed, &allowed) != 0) return cpus;
-  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
-    if (CPU_ISSET(cpu, &allowed)) cpus.push_back(cpu);
-  }
-  if (cpus.empty() || local_size <= 0) return cpus;
-  const size_t n = cpus.size(), ranks = static_cast<size_t>(local_size);
-  const size_t rank = static_cast<size_t>(local_rank);
-  if (n < ranks) return {cpus[rank % n]};
-  const size_t share = n / ranks;
-  return {cpus.begin() + static_cast<std::ptrdiff_t>(rank * share),
-          cpus.begin() + static_cast<std::ptrdiff_t>((rank + 1) * share)};
 }
 
 // Frees GPU-backend memory when its owner goes away (RAII even when the
@@ -254,7 +233,7 @@ struct Context::Impl {
     options.poll_batch = config.drain_batch;
     options.may_sleep = (nic->props().caps & COURIER_NIC_CAP_PASSIVE_TARGET) != 0;
     const uint32_t threads = config.proxy_threads;
-    rank_cpus = cpus_of_local_rank(config.job.local_rank, config.job.local_size);
+    rank_cpus = cpu_share(allowed_cpus(), config.job.local_rank, config.job.local_size);
     for (uint32_t i = 0; i < threads; ++i) {
       if (!rank_cpus.empty()) options.cpu = rank_cpus[i % rank_cpus.size()];
       std::vector<ProxyChannel*> mine;
