@@ -110,9 +110,20 @@ TEST_CASE("plugin: knobs are named, documented and have valid defaults") {
     CHECK(std::strncmp(knob.name, "COURIER_", 8) == 0);
     CHECK(knob.help != nullptr);
     if (knob.allowed && knob.default_value) {
-      const std::string allowed = std::string("|") + knob.allowed + "|";
-      CHECK_MESSAGE(allowed.find(std::string("|") + knob.default_value + "|") != std::string::npos,
-                    "default '" << knob.default_value << "' is not in '" << knob.allowed << "'");
+      const std::string spec = knob.allowed;
+      if (size_t dots = spec.find(".."); dots != std::string::npos) {
+        // "min..max": the default is an integer within the range.
+        const long long min = std::stoll(spec.substr(0, dots));
+        const long long max = std::stoll(spec.substr(dots + 2));
+        const long long value = std::stoll(knob.default_value);
+        CHECK_MESSAGE((value >= min && value <= max),
+                      "default '" << knob.default_value << "' is outside '" << spec << "'");
+      } else {
+        const std::string allowed = "|" + spec + "|";
+        CHECK_MESSAGE(
+            allowed.find(std::string("|") + knob.default_value + "|") != std::string::npos,
+            "default '" << knob.default_value << "' is not in '" << spec << "'");
+      }
     }
   }
 }
