@@ -161,7 +161,39 @@ constexpr LauncherVars kLaunchers[] = {
     {"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"},
 };
 
-constexpr int kMaxRanks = 1 << 16;  // TransferCmd carries a 16-bit rank
+constexpr int kMaxRanks = 1 << 16;
+
+// srun sets SLURM_NTASKS_PER_NODE only with --ntasks-per-node; otherwise the
+// tasks of this node come from SLURM_TASKS_PER_NODE ("2(x3),1": three nodes
+// with 2 tasks, then one with 1) at index SLURM_NODEID.
+std::optional<std::string> slurm_tasks_on_this_node(const EnvLookup& env) {
+  std::optional<std::string> layout = env("SLURM_TASKS_PER_NODE");
+  std::optional<std::string> node = env("SLURM_NODEID");
+  if (!layout || !node) return std::nullopt;
+  long node_id = -1;
+  auto [end, ec] = std::from_chars(node->data(), node->data() + node->size(), node_id);
+  if (ec != std::errc() || end != node->data() + node->size() || node_id < 0) return std::nullopt;
+  std::string_view rest = *layout;
+  while (!rest.empty()) {
+    size_t comma = rest.find(',');
+    std::string_view item = rest.substr(0, comma);
+    rest = comma == std::string_view::npos ? std::string_view{} : rest.substr(comma + 1);
+    long tasks = 0, repeat = 1;
+    auto [p, e] = std::from_chars(item.data(), item.data() + item.size(), tasks);
+    if (e != std::errc()) return std::nullopt;
+    std::string_view suffix(p, static_cast<size_t>(item.data() + item.size() - p));
+    if (suffix.starts_with("(x") && suffix.ends_with(")")) {
+      std::string_view count = suffix.substr(2, suffix.size() - 3);
+      auto [q, f] = std::from_chars(count.data(), count.data() + count.size(), repeat);
+      if (f != std::errc() || q != count.data() + count.size()) return std::nullopt;
+    } else if (!suffix.empty()) {
+      return std::nullopt;
+    }
+    if (node_id < repeat) return std::to_string(tasks);
+    node_id -= repeat;
+  }
+  return std::nullopt;
+}  // TransferCmd carries a 16-bit rank
 
 JobInfo detect_job(Parser& parser, const EnvLookup& env) {
   JobInfo job;
@@ -187,6 +219,9 @@ JobInfo detect_job(Parser& parser, const EnvLookup& env) {
     job.rank = parse_rank_number(vars.rank, *rank, 0, job.world_size - 1);
     std::optional<std::string> local_rank = env(vars.local_rank);
     std::optional<std::string> local_size = env(vars.local_size);
+    if (!local_size && std::string_view(vars.launcher) == "srun") {
+      local_size = slurm_tasks_on_this_node(env);
+    }
     job.local_size =
         local_size ? parse_rank_number(vars.local_size, *local_size, 1, kMaxRanks) : job.world_size;
     job.local_rank = local_rank

@@ -132,6 +132,24 @@ TEST_CASE("launchers: courier-run, torchrun, mpirun, srun") {
   CHECK(c.job.rank == 5);
   CHECK(c.job.world_size == 8);
 
+  // Without --ntasks-per-node, srun describes the layout per node.
+  c = Config::load(env_of({{"SLURM_PROCID", "5"},
+                           {"SLURM_NTASKS", "7"},
+                           {"SLURM_LOCALID", "1"},
+                           {"SLURM_TASKS_PER_NODE", "2(x2),3"},
+                           {"SLURM_NODEID", "2"},
+                           {"COURIER_BOOTSTRAP", "head:1234"},
+                           {"COURIER_JOB_TOKEN", "t"}}));
+  CHECK(c.job.local_size == 3);
+  CHECK(c.job.local_rank == 1);
+  c = Config::load(env_of({{"SLURM_PROCID", "1"},
+                           {"SLURM_NTASKS", "7"},
+                           {"SLURM_TASKS_PER_NODE", "2(x2),3"},
+                           {"SLURM_NODEID", "0"},
+                           {"COURIER_BOOTSTRAP", "head:1234"},
+                           {"COURIER_JOB_TOKEN", "t"}}));
+  CHECK(c.job.local_size == 2);
+
   c = Config::load(env_of({{"OMPI_COMM_WORLD_RANK", "0"},
                            {"OMPI_COMM_WORLD_SIZE", "2"},
                            {"COURIER_BOOTSTRAP", "head:1234"},
