@@ -51,7 +51,7 @@ void validate_knobs(std::string_view label, const std::string& backend,
   for (uint32_t i = 0; i < count; ++i) {
     const courier_knob_v1& knob = knobs[i];
     std::optional<std::string> value = host.env(knob.name);
-    if (!value) continue;
+    if (!value || value->empty()) continue;  // set but empty means the default
     if (std::optional<std::string> error = knob_value_error(knob, *value)) {
       fail("{}='{}' is invalid for {} backend '{}': {}", knob.name, *value, label, backend, *error);
     }
@@ -181,6 +181,11 @@ std::unique_ptr<NicBackend> open_nic_backend(Registry& registry, std::string_vie
 std::unique_ptr<GpuBackend> open_gpu_backend(Registry& registry, std::string_view spec,
                                              const HostServices& host, Logger& log) {
   std::vector<const GpuPlugin*> choices = registry.gpu_choices(spec);
+  // A bad knob value stops start-up even when an earlier choice already
+  // initialized (the loop below only tolerates init failures).
+  for (const GpuPlugin* plugin : choices) {
+    validate_knobs("GPU", plugin->name, plugin->ops->knobs, plugin->ops->num_knobs, host);
+  }
   // Preference by capability, not by name: a backend with a real device
   // first; one that runs kernels on CPU threads (host_kernels) only when no
   // real device is usable; a backend without devices last.

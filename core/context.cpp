@@ -1,5 +1,7 @@
 #include "courier/context.hpp"
 
+#include <unistd.h>
+
 #include <cstring>
 #include <map>
 
@@ -233,7 +235,9 @@ struct Context::Impl {
     options.poll_batch = config.drain_batch;
     options.may_sleep = (nic->props().caps & COURIER_NIC_CAP_PASSIVE_TARGET) != 0;
     const uint32_t threads = config.proxy_threads;
-    rank_cpus = cpu_share(allowed_cpus(), config.job.local_rank, config.job.local_size);
+    rank_cpus =
+        default_rank_cpus(allowed_cpus(), static_cast<size_t>(sysconf(_SC_NPROCESSORS_ONLN)),
+                          config.job.local_rank, config.job.local_size);
     for (uint32_t i = 0; i < threads; ++i) {
       if (!rank_cpus.empty()) options.cpu = rank_cpus[i % rank_cpus.size()];
       std::vector<ProxyChannel*> mine;

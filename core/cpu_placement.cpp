@@ -14,6 +14,15 @@ std::vector<int32_t> allowed_cpus() {
   return cpus;
 }
 
+std::vector<int32_t> default_rank_cpus(const std::vector<int32_t>& allowed, size_t online,
+                                       int local_rank, int local_size) {
+  if (local_size <= 1 || allowed.size() != online ||
+      allowed.size() < static_cast<size_t>(local_size)) {
+    return {};
+  }
+  return cpu_share(allowed, local_rank, local_size);
+}
+
 std::vector<int32_t> cpu_share(const std::vector<int32_t>& allowed, int local_rank,
                                int local_size) {
   if (allowed.empty() || local_size <= 0 || local_rank < 0) return allowed;

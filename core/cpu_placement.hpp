@@ -2,6 +2,7 @@
 // topology-aware pinning (NUMA, PCIe distance, COURIER_PROXY_CPUS) exists.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -16,5 +17,13 @@ std::vector<int32_t> allowed_cpus();
 // producers and its peer's proxy) do not share a core. With fewer CPUs than
 // ranks, ranks share CPUs round-robin (one CPU each).
 std::vector<int32_t> cpu_share(const std::vector<int32_t>& allowed, int local_rank, int local_size);
+
+// The CPUs to pin this rank's proxies and host kernels to, or none (leave
+// placement to the kernel). Pins only when it is safe to assume Courier owns
+// the partitioning: several ranks share the host, the process may use every
+// online CPU (no launcher binding or cpuset already placed it), and there
+// are at least as many CPUs as ranks. `online` is the number of online CPUs.
+std::vector<int32_t> default_rank_cpus(const std::vector<int32_t>& allowed, size_t online,
+                                       int local_rank, int local_size);
 
 }  // namespace courier

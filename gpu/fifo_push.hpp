@@ -30,6 +30,17 @@ COURIER_DEVICE_INLINE uint64_t channel_error(const DeviceChannel& ch) {
   return load_relaxed(&ch.control->error);
 }
 
+// Records a fatal error on the channel, replacing an earlier non-fatal one
+// (a fatal error must be seen by every waiter; the first fatal one stays).
+COURIER_DEVICE_INLINE void mark_channel_fatal(FifoControl* control, uint64_t ticket,
+                                              ChannelErrorCode code) {
+  uint64_t seen = load_relaxed(&control->error);
+  while (!is_fatal_channel_error(seen)) {
+    if (compare_exchange(&control->error, seen, encode_channel_error(ticket, code))) return;
+    seen = load_relaxed(&control->error);
+  }
+}
+
 // Waits until control->completed >= target. Returns channel_failed as soon
 // as the channel is marked fatally failed, and timed_out when the proxy made
 // no progress for ch.timeout_ns.
@@ -62,14 +73,16 @@ COURIER_DEVICE_INLINE PushStatus push_batch(const DeviceChannel& ch, const Trans
     // Hysteresis: once blocked, wait until half the limit is free again, so
     // a waiting producer wakes once per many completions, not once per
     // completion; the half still in flight keeps the transport busy.
+    // Never beyond `ticket`: the tickets this producer holds are published
+    // only after the wait, so waiting for them would never end.
     uint64_t resume_at = ticket + n - ch.max_inflight + ch.max_inflight / 2;
+    if (resume_at > ticket) resume_at = ticket;
     PushStatus status = wait_completed(ch, resume_at);
     if (status != PushStatus::ok) {
       // These tickets will never be published, and the proxy reads slots in
       // ticket order: the channel cannot progress any more. Say so, so that
       // every other wait on it fails at once instead of timing out.
-      compare_exchange(&ch.control->error, 0,
-                       encode_channel_error(ticket, ChannelErrorCode::producer_timed_out));
+      mark_channel_fatal(ch.control, ticket, ChannelErrorCode::producer_timed_out);
       return status;
     }
   }

@@ -2,7 +2,9 @@
 // memory is host memory seen at the same address, and a kernel launch is a
 // grid of CPU threads. It lets every layer above run and be tested on
 // machines without a GPU.
+#include <algorithm>
 #include <cerrno>
+#include <cstddef>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -84,11 +86,19 @@ int host_memcpy(void*, void* dst, const void* src, size_t bytes) {
 }
 
 int host_launch(void*, const courier_host_kernel_launch_v1* launch) {
-  if (launch == nullptr || launch->struct_size < sizeof(courier_host_kernel_launch_v1)) {
+  // A caller built before the CPU list existed passes a shorter struct.
+  constexpr size_t kWithoutCpus = offsetof(courier_host_kernel_launch_v1, cpus);
+  if (launch == nullptr || launch->struct_size < kWithoutCpus) {
     return fail(-EINVAL, "launch_host_kernel: launch is NULL or too small");
   }
+  courier_host_kernel_launch_v1 full{};
+  std::memcpy(&full, launch, std::min<size_t>(launch->struct_size, sizeof full));
+  if (launch->struct_size < sizeof full) {
+    full.cpus = nullptr;
+    full.num_cpus = 0;
+  }
   std::string error;
-  int rc = courier::host_gpu::launch_host_kernel(*launch, &error);
+  int rc = courier::host_gpu::launch_host_kernel(full, &error);
   if (rc != 0) g_last_error = error;
   return rc;
 }

@@ -79,7 +79,7 @@ int launch_host_kernel(const courier_host_kernel_launch_v1& launch, std::string*
         if (!aborted.load()) launch.fn(&c, launch.arg);
       });
     }
-  } catch (const std::system_error& e) {
+  } catch (const std::exception& e) {  // system_error, bad_alloc
     aborted.store(true);
     gate.count_down();
     threads.clear();  // joins the threads started so far; none ran the kernel

@@ -7,6 +7,7 @@
 #include <chrono>
 
 #include "courier/error.hpp"
+#include "gpu/fifo_push.hpp"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -172,10 +173,9 @@ void ProxyThread::loop() {
     log_.error("proxy", "proxy thread {} stopped: {}", index_, e.what());
     // Producers of these channels would otherwise wait for COURIER_TIMEOUT_S.
     for (ProxyChannel* channel : channels_) {
-      std::atomic_ref<uint64_t>(channel->control->error)
-          .store(
-              encode_channel_error(channel->consumer.next_ticket(), ChannelErrorCode::proxy_failed),
-              std::memory_order_release);
+      device::mark_channel_fatal(channel->control, channel->consumer.next_ticket(),
+                                 ChannelErrorCode::proxy_failed);
+      device::futex_wake_all(&channel->control->completed);  // blocked producers re-check
     }
     std::lock_guard lock(mutex_);
     fatal_ = e.what();

@@ -5,6 +5,7 @@
 //   courier-run -n 2 courier-bench transport [--provider shm|tcp] [--size N]
 //       [--window W] [--iters N] [--op write|write_imm] [--raw] [--json]
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -15,6 +16,7 @@
 #include "bench_output.hpp"
 #include "core/bootstrap/job_bootstrap.hpp"
 #include "core/config.hpp"
+#include "core/cpu_placement.hpp"
 #include "courier/context.hpp"
 #include "fifo_bench.hpp"
 #if COURIER_BENCH_HAVE_RAW_OFI
@@ -208,6 +210,9 @@ int run_transport(int argc, char** argv) {
           r.window = o.window;
           r.iters = n;
           r.op = o.op;
+          r.cpus = courier::default_rank_cpus(courier::allowed_cpus(),
+                                              static_cast<size_t>(sysconf(_SC_NPROCESSORS_ONLN)),
+                                              config.job.local_rank, config.job.local_size);
           std::vector<BenchResult> one = courier::bench::run_raw_transport(r, *bootstrap);
           raw_runs.insert(raw_runs.end(), one.begin(), one.end());
         }

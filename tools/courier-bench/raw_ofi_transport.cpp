@@ -9,11 +9,13 @@
 // is a bare loop of fi_write/fi_writedata and fi_cq_read.
 #include "raw_ofi_transport.hpp"
 
+#include <pthread.h>
 #include <rdma/fabric.h>
 #include <rdma/fi_domain.h>
 #include <rdma/fi_endpoint.h>
 #include <rdma/fi_errno.h>
 #include <rdma/fi_rma.h>
+#include <sched.h>
 
 #include <algorithm>
 #include <atomic>
@@ -228,7 +230,32 @@ void receive_loop(RawEndpoint& e, uint64_t count) {
 
 }  // namespace
 
+// Restricts the calling thread (and threads it starts) to `cpus` while it
+// lives; restores the previous mask afterwards.
+class ScopedAffinity {
+ public:
+  explicit ScopedAffinity(const std::vector<int32_t>& cpus) {
+    if (cpus.empty() || pthread_getaffinity_np(pthread_self(), sizeof saved_, &saved_) != 0) {
+      return;
+    }
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    for (int32_t cpu : cpus) CPU_SET(cpu, &set);
+    active_ = pthread_setaffinity_np(pthread_self(), sizeof set, &set) == 0;
+  }
+  ~ScopedAffinity() {
+    if (active_) pthread_setaffinity_np(pthread_self(), sizeof saved_, &saved_);
+  }
+  ScopedAffinity(const ScopedAffinity&) = delete;
+  ScopedAffinity& operator=(const ScopedAffinity&) = delete;
+
+ private:
+  cpu_set_t saved_{};
+  bool active_ = false;
+};
+
 std::vector<BenchResult> run_raw_transport(const RawTransportOptions& o, Bootstrap& bootstrap) {
+  ScopedAffinity placement(o.cpus);
   if (bootstrap.size() != 2) fail("needs exactly 2 ranks");
   if (o.sizes.empty()) fail("no sizes given");
   if (o.window == 0) fail("window must be at least 1");

@@ -23,6 +23,10 @@ struct RawTransportOptions {
   uint32_t window = 64;
   uint64_t iters = 20000;
   std::string op = "write";  // "write" or "write_imm"
+  // CPUs to run on while measuring (empty: anywhere). The bench passes the
+  // share Courier's Context pins its proxies and host kernels to, so both
+  // paths get the same placement.
+  std::vector<int32_t> cpus;
 };
 
 // Collective over exactly 2 ranks. Results are returned on rank 0 (rank 1

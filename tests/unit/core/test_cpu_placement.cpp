@@ -29,6 +29,14 @@ TEST_CASE("with fewer CPUs than ranks, ranks share CPUs round-robin") {
   CHECK(cpu_share(cpus, 3, 4) == std::vector<int32_t>{1});
 }
 
+TEST_CASE("pinning only when Courier may partition the whole machine among several ranks") {
+  const std::vector<int32_t> all = {0, 1, 2, 3};
+  CHECK(default_rank_cpus(all, 4, 1, 2) == std::vector<int32_t>{2, 3});
+  CHECK(default_rank_cpus(all, 4, 0, 1).empty());     // a lone rank: no partition
+  CHECK(default_rank_cpus({2, 3}, 4, 0, 2).empty());  // a launcher bound it already
+  CHECK(default_rank_cpus({0, 1}, 2, 2, 4).empty());  // fewer CPUs than ranks
+}
+
 TEST_CASE("nothing to split gives nothing to pin") { CHECK(cpu_share({}, 0, 2).empty()); }
 
 TEST_CASE("this process may run on at least one CPU, each listed once") {

@@ -217,3 +217,37 @@ TEST_CASE("a producer blocked on a full channel is woken when its target is publ
   producer.join();
   CHECK(pushed.load());
 }
+
+TEST_CASE("a producer blocked with a batch as large as the limit waits only for room") {
+  // max_inflight 4, batches of 4: the resume point must not be one of the
+  // producer's own, still unpublished tickets.
+  TestRing ring(16, 4, /*timeout_ns=*/5'000'000'000ull);
+  FifoConsumer fifo(ring.slots.data(), 16, 0);
+  CompletionTracker tracker(16);
+  TransferCmd cmds[4];
+  for (auto& c : cmds) c = write_cmd(0, 0, 1);
+  REQUIRE(device::push_batch(ring.ch, cmds, 4, nullptr) == PushStatus::ok);
+  std::atomic<int> status{-1};
+  std::thread producer(
+      [&] { status = static_cast<int>(device::push_batch(ring.ch, cmds, 4, nullptr)); });
+  while (std::atomic_ref<uint64_t>(ring.control->wake_at).load() == 0) std::this_thread::yield();
+  CHECK(ring.control->wake_at <= 4);  // waits for completions, never for its own tickets 4..7
+  TransferCmd got[4];
+  uint32_t n = 0;
+  while (n < 4) n += fifo.poll(got + n, 4 - n);
+  for (uint64_t t = 0; t < 4; ++t) tracker.complete(t);
+  publish_completed(*ring.control, tracker.prefix());
+  producer.join();
+  CHECK(status == static_cast<int>(PushStatus::ok));
+  CHECK(ring.control->error == 0);
+}
+
+TEST_CASE("a fatal error replaces an earlier non-fatal one, and the first fatal one stays") {
+  TestRing ring(16, 8);
+  ring.control->error = encode_channel_error(3, ChannelErrorCode::post_failed);
+  device::mark_channel_fatal(ring.control.get(), 9, ChannelErrorCode::proxy_failed);
+  CHECK(ring.control->error == encode_channel_error(9, ChannelErrorCode::proxy_failed));
+  device::mark_channel_fatal(ring.control.get(), 12, ChannelErrorCode::producer_timed_out);
+  CHECK(ring.control->error == encode_channel_error(9, ChannelErrorCode::proxy_failed));
+  CHECK(device::drain(ring.ch) == PushStatus::channel_failed);
+}
