@@ -1,13 +1,23 @@
 #!/bin/sh
-# expect_output.sh REGEX COMMAND ARGS...: runs COMMAND, shows its output, and
-# fails unless it exits 0 AND some output line matches REGEX (grep -E). ctest's
-# PASS_REGULAR_EXPRESSION alone would ignore the exit status.
+# expect_output.sh [--fail] REGEX COMMAND ARGS...: runs COMMAND and shows its
+# output. Passes only if COMMAND exits 0 (with --fail: non-zero) AND some
+# output line matches REGEX (grep -E). ctest's PASS_REGULAR_EXPRESSION alone
+# would ignore the exit status; --fail checks that bad input fails and says why.
+want_failure=0
+if [ "$1" = "--fail" ]; then
+  want_failure=1
+  shift
+fi
 regex=$1
 shift
 out=$("$@" 2>&1)
 status=$?
 printf '%s\n' "$out"
-if [ "$status" -ne 0 ]; then
+if [ "$want_failure" -eq 1 ] && [ "$status" -eq 0 ]; then
+  echo "expect_output: '$1' succeeded but should have failed" >&2
+  exit 1
+fi
+if [ "$want_failure" -eq 0 ] && [ "$status" -ne 0 ]; then
   echo "expect_output: '$1' exited with status $status" >&2
   exit 1
 fi
