@@ -58,6 +58,8 @@ struct Knob {
 constexpr Knob kKnobs[] = {
     {"COURIER_FIFO_DEPTH", "1024", "slots per FIFO channel (power of two, 8..8192)"},
     {"COURIER_MAX_INFLIGHT", "256", "commands in flight per channel before producers wait"},
+    {"COURIER_NIC_WINDOW", "0",
+     "writes each proxy thread keeps posted to its NIC endpoint; 0 = max in flight x channels"},
     {"COURIER_PROXY_THREADS", "4", "proxy threads per GPU (1..64)"},
     {"COURIER_CHANNELS", "8", "FIFO channels per GPU (1..1024)"},
     {"COURIER_DRAIN_BATCH", "32", "completions polled per batch (1..4096)"},
@@ -293,6 +295,7 @@ Config Config::load(const EnvLookup& env, bool need_job) {
     fail("COURIER_MAX_INFLIGHT={} is invalid: it may not exceed COURIER_FIFO_DEPTH={}",
          config.max_inflight, config.fifo_depth);
   }
+  config.nic_window = parser.unsigned_in("COURIER_NIC_WINDOW", config.nic_window, 0, 65536);
   config.proxy_threads = parser.unsigned_in("COURIER_PROXY_THREADS", config.proxy_threads, 1, 64);
   config.channels = parser.unsigned_in("COURIER_CHANNELS", config.channels, 1, 1024);
   config.drain_batch = parser.unsigned_in("COURIER_DRAIN_BATCH", config.drain_batch, 1, 4096);

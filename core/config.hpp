@@ -52,6 +52,7 @@ struct ConfigEntry {
 struct Config {
   uint32_t fifo_depth = 1024;
   uint32_t max_inflight = 256;
+  uint32_t nic_window = 0;  // 0: max_inflight x channels per proxy thread
   uint32_t proxy_threads = 4;
   uint32_t channels = 8;
   uint32_t drain_batch = 32;

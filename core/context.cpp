@@ -207,7 +207,10 @@ struct Context::Impl {
     const uint32_t channels_per_thread = (config.channels + threads - 1) / threads;
     courier_nic_ep_attr_v1 attr{};
     attr.struct_size = sizeof attr;
-    attr.tx_depth = config.max_inflight * channels_per_thread;
+    // The FIFO may hold more commands than the NIC keeps in flight: producers
+    // run ahead by COURIER_MAX_INFLIGHT, the proxy posts COURIER_NIC_WINDOW.
+    attr.tx_depth =
+        config.nic_window != 0 ? config.nic_window : config.max_inflight * channels_per_thread;
     attr.rx_depth = 4096;
     for (uint32_t i = 0; i < threads; ++i) {
       endpoints.push_back(std::make_unique<NicEndpoint>(*nic, attr, bootstrap->size()));

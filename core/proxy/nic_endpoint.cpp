@@ -13,8 +13,9 @@ NicEndpoint::NicEndpoint(const NicBackend& backend, const courier_nic_ep_attr_v1
   int rc = ops_->ep_open(backend.handle(), &attr, &ep_);
   if (rc != COURIER_OK) {
     fail(
-        "NIC backend '{}': opening an endpoint with {} writes in flight (COURIER_MAX_INFLIGHT "
-        "x channels per proxy thread) and {} incoming notifications failed ({}): {}",
+        "NIC backend '{}': opening an endpoint with {} writes in flight (COURIER_NIC_WINDOW, "
+        "or COURIER_MAX_INFLIGHT x channels per proxy thread when it is 0) and {} incoming "
+        "notifications failed ({}): {}",
         backend.plugin().name, attr.tx_depth, attr.rx_depth, rc, backend.last_error());
   }
 }

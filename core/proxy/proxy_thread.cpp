@@ -18,6 +18,9 @@ namespace courier {
 namespace {
 constexpr uint64_t kTicketBits = 48;
 constexpr uint64_t kTicketMask = (uint64_t{1} << kTicketBits) - 1;
+// Empty steps after a refused post before it is retried without a
+// completion having arrived.
+constexpr uint32_t kRetryHoldoffSteps = 16;
 
 uint64_t make_cookie(uint32_t channel_slot, uint64_t ticket) {
   return (uint64_t{channel_slot} << kTicketBits) | (ticket & kTicketMask);
@@ -43,8 +46,11 @@ const char* op_name(CmdOp op) {
 void IdleBackoff::idle(bool outstanding) {
   ++idle_rounds_;
   if (idle_rounds_ < 64) {
+    // With operations in flight a completion is due any moment: poll again
+    // at once. A pause here adds to the latency of every message on
+    // round-trip-bound transports (shm carries one 4 KiB write at a time).
 #if defined(__x86_64__)
-    _mm_pause();
+    if (!outstanding) _mm_pause();
 #endif
     return;
   }
@@ -200,7 +206,15 @@ bool ProxyThread::step() {
 
 bool ProxyThread::dequeue_and_post() {
   // Retry what the transport refused before taking anything new, so that
-  // commands of a channel are posted in ticket order.
+  // commands of a channel are posted in ticket order. A transport that said
+  // -EAGAIN is full until one of our operations completes: retrying earlier
+  // only contends for its locks with the peer that has to make room (shm
+  // takes the target's queue lock on every attempt). So wait for a
+  // completion, or a few empty steps in case room appears another way.
+  if (!pending_.empty() && retry_holdoff_ > 0) {
+    --retry_holdoff_;
+    return false;
+  }
   size_t retried = 0;
   while (retried < pending_.size()) {
     PendingPost& p = pending_[retried];
@@ -208,7 +222,10 @@ bool ProxyThread::dequeue_and_post() {
     ++retried;
   }
   if (retried > 0) pending_.erase(pending_.begin(), pending_.begin() + retried);
-  if (!pending_.empty()) return retried > 0;
+  if (!pending_.empty()) {
+    retry_holdoff_ = kRetryHoldoffSteps;
+    return retried > 0;
+  }
 
   bool worked = retried > 0;
   for (ProxyChannel* channel : channels_) {
@@ -222,7 +239,10 @@ bool ProxyThread::dequeue_and_post() {
         pending_.push_back({channel, batch_[i], first + i});
       }
     }
-    if (!pending_.empty()) break;
+    if (!pending_.empty()) {
+      retry_holdoff_ = kRetryHoldoffSteps;
+      break;
+    }
   }
   return worked;
 }
@@ -307,6 +327,7 @@ bool ProxyThread::poll_completions() {
         channel.tracker.complete(ticket);
       }
     }
+    if (n > 0) retry_holdoff_ = 0;  // room on the transport: retry refused posts now
     worked |= n > 0;
     if (static_cast<uint32_t>(n) < options_.poll_batch) break;
   }

@@ -115,6 +115,9 @@ class ProxyThread {
   std::vector<courier_nic_completion_v1> completions_;
   std::vector<PendingPost> pending_;  // posts refused with -EAGAIN, retried first
   uint64_t outstanding_ = 0;
+  // Steps left before refused posts are retried without a completion having
+  // arrived meanwhile (see dequeue_and_post).
+  uint32_t retry_holdoff_ = 0;
   IdleBackoff backoff_;
 
   std::thread thread_;

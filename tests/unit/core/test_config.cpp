@@ -32,6 +32,7 @@ TEST_CASE("defaults follow the documented knob table") {
   Config c = Config::load(env_of({}));
   CHECK(c.fifo_depth == 1024);
   CHECK(c.max_inflight == 256);
+  CHECK(c.nic_window == 0);
   CHECK(c.proxy_threads == 4);
   CHECK(c.channels == 8);
   CHECK(c.drain_batch == 32);
@@ -46,10 +47,12 @@ TEST_CASE("defaults follow the documented knob table") {
 TEST_CASE("valid values are taken and reported as coming from the environment") {
   Config c = Config::load(env_of({{"COURIER_FIFO_DEPTH", "8192"},
                                   {"COURIER_MAX_INFLIGHT", "8192"},
+                                  {"COURIER_NIC_WINDOW", "64"},
                                   {"COURIER_ATOMICS", "imm"},
                                   {"COURIER_LOG_LEVEL", "debug"}}));
   CHECK(c.fifo_depth == 8192);
   CHECK(c.max_inflight == 8192);
+  CHECK(c.nic_window == 64);
   CHECK(c.atomics == AtomicsMode::imm);
   CHECK(c.log_level == LogLevel::debug);
   bool found = false;
@@ -95,6 +98,9 @@ TEST_CASE("bad values name the variable and the accepted range") {
 
   e = error_of({{"COURIER_MAX_INFLIGHT", "0"}});
   CHECK(e.find("COURIER_MAX_INFLIGHT='0'") != std::string::npos);
+
+  e = error_of({{"COURIER_NIC_WINDOW", "100000"}});
+  CHECK(e.find("COURIER_NIC_WINDOW='100000'") != std::string::npos);
 }
 
 TEST_CASE("launchers: courier-run, torchrun, mpirun, srun") {

@@ -184,3 +184,37 @@ TEST_CASE("immediate-data arrivals are counted") {
   proxy->stop();
   CHECK(proxy->imm_received() == 37);
 }
+
+TEST_CASE("a refused post is retried even when no completion arrives to make room") {
+  // The proxy normally retries a refused post after a completion; with
+  // nothing in flight none will come, so the retry must not depend on one.
+  ProxyFixture fx(1);
+  class RefusesThreeTimes final : public ProxyTransport {
+   public:
+    int post_write(uint32_t, const TransferCmd&, uint64_t cookie, std::string*) override {
+      if (++attempts <= 3) return -EAGAIN;
+      done.push_back(cookie);
+      return COURIER_OK;
+    }
+    int poll(courier_nic_completion_v1* out, uint32_t max) override {
+      uint32_t n = 0;
+      for (; n < max && !done.empty(); ++n) {
+        out[n] = {};
+        out[n].kind = COURIER_NIC_COMP_TX;
+        out[n].cookie = done.back();
+        done.pop_back();
+      }
+      return static_cast<int>(n);
+    }
+    std::string last_error() const override { return "none"; }
+    uint32_t attempts = 0;
+    std::vector<uint64_t> done;
+  } transport;
+  auto proxy = fx.make_proxy(transport);
+  proxy->start();
+  CHECK(device::push(fx.rings[0]->ch, write_cmd(0, 0, 16), nullptr) == PushStatus::ok);
+  CHECK(device::drain(fx.rings[0]->ch) == PushStatus::ok);
+  proxy->stop();
+  CHECK(transport.attempts == 4);
+  CHECK(fx.rings[0]->control->completed == 2);
+}
