@@ -39,11 +39,13 @@ void print_json(const std::vector<BenchResult>& results) {
   for (const BenchResult& r : results) {
     fmt::print(
         "{{\"bench\":\"{}\",\"path\":\"{}\",\"op\":\"{}\",\"provider\":\"{}\",\"size\":{},"
-        "\"window\":{},\"iters\":{},\"threads\":{},\"repeats\":{},\"seconds\":{:.6f},\"msgs_per_"
+        "\"window\":{},\"fifo_inflight\":{},\"iters\":{},\"threads\":{},\"repeats\":{},\"seconds\":"
+        "{:.6f},\"msgs_per_"
         "s\":{:.1f},"
         "\"gbytes_per_s\":{:.6f}}}\n",
         json_escape(r.bench), json_escape(r.path), json_escape(r.op), json_escape(r.provider),
-        r.size, r.window, r.iters, r.threads, r.repeats, r.seconds, r.msgs_per_s, r.gbytes_per_s);
+        r.size, r.window, r.fifo_inflight, r.iters, r.threads, r.repeats, r.seconds, r.msgs_per_s,
+        r.gbytes_per_s);
   }
 }
 

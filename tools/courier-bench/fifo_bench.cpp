@@ -135,6 +135,7 @@ BenchResult result_of(const FifoBenchOptions& o, const char* path, double second
   r.op = "push";
   r.size = sizeof(TransferCmd);
   r.window = o.max_inflight;
+  r.fifo_inflight = o.max_inflight;
   r.iters = o.commands / o.producers * o.producers;
   r.threads = o.producers;
   r.seconds = seconds;

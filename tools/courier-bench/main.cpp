@@ -32,14 +32,18 @@ constexpr const char* kUsage =
     "usage: courier-bench fifo [--producers P] [--commands N] [--batch B] [--depth D]\n"
     "                          [--inflight I] [--repeats R] [--json]\n"
     "       courier-run -n 2 courier-bench transport [--provider shm|tcp] [--size N |\n"
-    "                          --sizes A,B,...] [--window W] [--iters N] [--repeats R]\n"
-    "                          [--op write|write_imm] [--raw] [--json]\n"
+    "                          --sizes A,B,...] [--window W] [--fifo-inflight F]\n"
+    "                          [--iters N] [--repeats R] [--op write|write_imm] [--raw]\n"
+    "                          [--json]\n"
     "\n"
     "fifo       host-GPU producer threads into one proxy thread (commands/s); baseline:\n"
     "           the same ring drained by a bare loop (path 'ring').\n"
     "transport  rank 0 writes to rank 1 through Courier (path 'courier'); --raw first runs\n"
     "           the same pattern as a plain libfabric program (path 'raw'), so both appear\n"
-    "           side by side. Each row is the median of R runs (default 5).\n";
+    "           side by side. Each row is the median of R runs (default 5). Both keep W\n"
+    "           writes in flight on the transport (Courier: COURIER_NIC_WINDOW = W); the\n"
+    "           Courier producer may run F commands ahead in the FIFO (default\n"
+    "           max(1024, W); --fifo-inflight W makes the FIFO the only window).\n";
 
 [[noreturn]] void usage_error(const std::string& message) {
   fmt::print(stderr, "courier-bench: {}\n{}", message, kUsage);
@@ -154,6 +158,8 @@ int run_transport(int argc, char** argv) {
       sizes = parse_sizes(flag, value());
     } else if (flag == "--window") {
       o.window = static_cast<uint32_t>(parse_number(flag, value(), 1, 4096));
+    } else if (flag == "--fifo-inflight") {
+      o.fifo_inflight = static_cast<uint32_t>(parse_number(flag, value(), 1, 8192));
     } else if (flag == "--iters") {
       iters = parse_number(flag, value(), 1, uint64_t{1} << 32);
     } else if (flag == "--repeats") {
@@ -185,16 +191,20 @@ int run_transport(int argc, char** argv) {
         courier::join_job(config.job, static_cast<int>(config.timeout_s), log);
     if (bootstrap->size() != 2) usage_error("transport needs exactly 2 ranks (courier-run -n 2)");
 
-    // One proxy thread, one channel, `window` commands in flight: the Courier
-    // counterpart of the raw program's single posting thread.
+    // One proxy thread, one channel, `window` writes in flight on the
+    // transport: the Courier counterpart of the raw program's single posting
+    // thread. The producer may run `fifo_inflight` commands ahead, the way a
+    // GPU kernel enqueues ahead of its proxy.
+    if (o.fifo_inflight == 0) o.fifo_inflight = std::max<uint32_t>(1024, o.window);
     uint32_t depth = 64;
-    while (depth < 2 * o.window) depth *= 2;
+    while (depth < o.fifo_inflight) depth *= 2;
     courier::ContextOptions options;
     options.env = {{"COURIER_OFI_PROVIDER", o.provider},
                    {"COURIER_PROXY_THREADS", "1"},
                    {"COURIER_CHANNELS", "1"},
                    {"COURIER_FIFO_DEPTH", std::to_string(depth)},
-                   {"COURIER_MAX_INFLIGHT", std::to_string(o.window)}};
+                   {"COURIER_MAX_INFLIGHT", std::to_string(o.fifo_inflight)},
+                   {"COURIER_NIC_WINDOW", std::to_string(o.window)}};
     options.bootstrap = bootstrap;
 
     std::vector<BenchResult> results;

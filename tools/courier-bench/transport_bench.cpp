@@ -74,6 +74,7 @@ BenchResult CourierTransport::run(size_t size, uint64_t iters) {
   r.provider = options_.provider;
   r.size = size;
   r.window = options_.window;
+  r.fifo_inflight = options_.fifo_inflight;
   r.iters = iters;
   r.threads = 1;
   if (imm) expected_imm_ += warmup_for(iters) + iters;

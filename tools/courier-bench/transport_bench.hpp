@@ -1,7 +1,7 @@
 // courier-bench transport, Courier's side: two ranks; rank 0's host-GPU
 // thread pushes WRITE (or WRITE with immediate data) commands of one size
-// through one FIFO channel and one proxy thread, with `window` commands in
-// flight, and times first push to DRAIN.
+// through one FIFO channel and one proxy thread, with `window` writes in
+// flight on the transport, and times first push to DRAIN.
 #pragma once
 
 #include <cstddef>
@@ -14,9 +14,10 @@
 namespace courier::bench {
 
 struct TransportOptions {
-  std::string provider;  // for the table only; the Context already uses it
-  uint32_t window = 64;
-  std::string op = "write";  // "write" or "write_imm"
+  std::string provider;        // for the table only; the Context already uses it
+  uint32_t window = 64;        // writes in flight on the transport
+  uint32_t fifo_inflight = 0;  // commands the producer may run ahead; 0 = max(1024, window)
+  std::string op = "write";    // "write" or "write_imm"
 };
 
 // Iterations actually run for `size`: capped so that one run moves at most
@@ -29,7 +30,7 @@ uint64_t warmup_for(uint64_t iters);
 class CourierTransport {
  public:
   // Collective. The Context must have one channel, one proxy thread and
-  // COURIER_MAX_INFLIGHT = window. Registers one window of `largest` bytes.
+  // COURIER_NIC_WINDOW = window. Registers one window of `largest` bytes.
   CourierTransport(Context& ctx, size_t largest, const TransportOptions& options);
 
   // Collective: one warm-up and one measured run of `iters` writes of `size`
