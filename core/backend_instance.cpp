@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cstddef>
 #include <system_error>
 
 #include "core/check.hpp"
@@ -156,6 +157,16 @@ NicBackend::NicBackend(const NicPlugin& plugin, const HostServices& host) : plug
   handle_ = initialize("NIC", plugin_, host, props_);
   terminate(props_.device);
   terminate(props_.pci_address);
+  // Atomics came with minor 1: an older plugin's struct ends before
+  // post_atomic, and its query() left the minor-1 props untouched.
+  const auto* ops = plugin_.ops;
+  const size_t needed = offsetof(courier_nic_plugin_v1, post_atomic) + sizeof ops->post_atomic;
+  if (plugin_.abi_minor >= 1 && ops->header.struct_size >= needed) post_atomic_ = ops->post_atomic;
+  if (post_atomic_ == nullptr) {
+    props_.atomic_ops = 0;
+    props_.atomic_native = 0;
+  }
+  if (plugin_.abi_minor < 1) props_.caps_with_atomics = props_.caps;
 }
 
 NicBackend::~NicBackend() { plugin_.ops->fini(handle_); }

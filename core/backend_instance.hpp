@@ -46,6 +46,9 @@ class NicBackend {
   const courier_nic_plugin_v1* ops() const { return plugin_.ops; }
   void* handle() const { return handle_; }
   const courier_nic_props_v1& props() const { return props_; }
+  // The plugin's post_atomic, or nullptr when it has none (or predates it).
+  using PostAtomicFn = int (*)(void*, const courier_nic_atomic_v1*);
+  PostAtomicFn post_atomic() const { return post_atomic_; }
   // The plugin's explanation of its last failure on this thread.
   std::string last_error() const;
 
@@ -53,6 +56,7 @@ class NicBackend {
   NicPlugin plugin_;
   void* handle_ = nullptr;
   courier_nic_props_v1 props_{};
+  PostAtomicFn post_atomic_ = nullptr;
 };
 
 class GpuBackend {

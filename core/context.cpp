@@ -295,8 +295,8 @@ void Context::copy(void* dst, const void* src, size_t bytes) const {
 
 uint32_t Context::register_window(void* base, size_t bytes) {
   Impl& s = *impl_;
-  if (s.windows >= NicEndpoint::kMaxWindows) {
-    fail("register_window: all {} windows are in use", NicEndpoint::kMaxWindows);
+  if (s.windows >= kUserWindows) {
+    fail("register_window: all {} windows are in use", kUserWindows);
   }
   if (bytes > TransferCmd::kMaxOffset + 1) {
     fail("register_window: {} bytes exceed the 4 GiB a window offset can address", bytes);

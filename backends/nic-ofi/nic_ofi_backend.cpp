@@ -66,8 +66,9 @@ int Backend::create(const courier_host_services_v1* host, std::unique_ptr<Backen
   if (p.ordered_writes) props.caps |= COURIER_NIC_CAP_ORDERED_WRITES;
   if (p.delivery_complete) props.caps |= COURIER_NIC_CAP_DELIVERY_COMPLETE;
   if (p.auto_progress) props.caps |= COURIER_NIC_CAP_PASSIVE_TARGET;
-  props.atomic_ops = 0;  // atomics arrive with a later ABI minor
+  props.atomic_ops = 0;  // post_atomic is not wired to libfabric yet
   props.atomic_native = 0;
+  props.caps_with_atomics = props.caps;
   props.imm_bytes = p.imm_bytes;
   props.mem_kinds = COURIER_MEM_HOST;
   props.max_msg_size = p.max_msg_size;

@@ -157,6 +157,7 @@ const courier_nic_plugin_v1 kPlugin = {
     plugin_mr_deregister,
     plugin_post_write,
     plugin_poll,
+    /* post_atomic */ nullptr,  // transport atomics: not wired to libfabric yet
 };
 
 }  // namespace

@@ -1,5 +1,8 @@
 #include "core/proxy/nic_endpoint.hpp"
 
+#include <fmt/format.h>
+
+#include <algorithm>
 #include <cerrno>
 
 #include "core/backend_instance.hpp"
@@ -10,6 +13,14 @@ namespace courier {
 NicEndpoint::NicEndpoint(const NicBackend& backend, const courier_nic_ep_attr_v1& attr,
                          uint32_t world_size)
     : backend_(backend), ops_(backend.ops()), world_size_(world_size) {
+  const bool atomics = (attr.flags & COURIER_NIC_EP_ATOMICS) != 0;
+  if (atomics && backend.post_atomic() == nullptr) {
+    fail("NIC backend '{}' carries out no atomics; use COURIER_ATOMICS=imm",
+         backend.plugin().name);
+  }
+  caps_ = atomics ? backend.props().caps_with_atomics : backend.props().caps;
+  atomic_ops_ = atomics ? backend.props().atomic_ops : 0;
+  atomic_native_ = atomics ? backend.props().atomic_native : 0;
   int rc = ops_->ep_open(backend.handle(), &attr, &ep_);
   if (rc != COURIER_OK) {
     fail(
@@ -66,44 +77,91 @@ void NicEndpoint::set_remote_window(uint32_t window, std::vector<RemoteWindow> p
   remote_.at(window) = std::move(peers);
 }
 
-int NicEndpoint::post_write(uint32_t channel, const TransferCmd& cmd, uint64_t cookie,
-                            std::string* error) {
-  uint32_t window = cmd.window();
-  uint32_t peer = cmd.dst_rank();
-  const LocalWindow& local = local_[window];
-  const std::vector<RemoteWindow>& remote = remote_[window];
-  uint64_t length = cmd.length();
+bool NicEndpoint::check_range(const char* what, uint32_t peer, uint32_t local_window,
+                              uint64_t local_offset, uint32_t remote_window,
+                              uint64_t remote_offset, uint64_t length, std::string* error) const {
   if (peer >= world_size_) {
-    *error = fmt::format("WRITE to rank {} but the job has {} ranks", peer, world_size_);
-    return -EINVAL;
+    *error = fmt::format("{} to rank {} but the job has {} ranks", what, peer, world_size_);
+    return false;
   }
-  if (local.mr == nullptr || remote.empty()) {
-    *error = fmt::format("WRITE uses window {}, which is not registered", window);
-    return -EINVAL;
+  if (local_window >= kMaxWindows || remote_window >= kMaxWindows) {
+    *error = fmt::format("{} names window {}, beyond the {} windows", what,
+                         std::max(local_window, remote_window), kMaxWindows);
+    return false;
   }
-  if (cmd.src_offset() + length > local.bytes) {
-    *error = fmt::format("WRITE reads [{}, {}) of window {}, which has {} bytes here",
-                         cmd.src_offset(), cmd.src_offset() + length, window, local.bytes);
-    return -EINVAL;
+  const LocalWindow& local = local_[local_window];
+  const std::vector<RemoteWindow>& remote = remote_[remote_window];
+  if (local.mr == nullptr) {
+    *error = fmt::format("{} uses window {}, which is not registered", what, local_window);
+    return false;
   }
-  if (cmd.dst_offset() + length > remote[peer].bytes) {
-    *error =
-        fmt::format("WRITE to [{}, {}) of window {} on rank {}, which has {} bytes there",
-                    cmd.dst_offset(), cmd.dst_offset() + length, window, peer, remote[peer].bytes);
+  if (remote.empty()) {
+    *error = fmt::format("{} uses window {}, which is not registered", what, remote_window);
+    return false;
+  }
+  // Written so that huge offsets cannot overflow the sums.
+  if (local_offset > local.bytes || length > local.bytes - local_offset) {
+    *error = fmt::format("{} uses [{}, +{}) of window {}, which has {} bytes here", what,
+                         local_offset, length, local_window, local.bytes);
+    return false;
+  }
+  const uint64_t remote_bytes = remote[peer].bytes;
+  if (remote_offset > remote_bytes || length > remote_bytes - remote_offset) {
+    *error = fmt::format("{} to [{}, +{}) of window {} on rank {}, which has {} bytes there", what,
+                         remote_offset, length, remote_window, peer, remote_bytes);
+    return false;
+  }
+  return true;
+}
+
+int NicEndpoint::post_write(const WriteRequest& w, uint64_t cookie, std::string* error) {
+  if (!check_range("WRITE", w.peer, w.src_window, w.src_offset, w.dst_window, w.dst_offset,
+                   w.length, error)) {
     return -EINVAL;
   }
   courier_nic_write_v1 write{};
-  write.peer = peer;
-  write.flags = (cmd.flags() & kCmdFlagImm) ? COURIER_NIC_WRITE_IMM : 0u;
-  write.local_mr = local.mr;
-  write.local_offset = cmd.src_offset();
-  write.length = length;
-  write.remote = remote[peer].key;
-  write.remote_offset = cmd.dst_offset();
-  write.imm = encode_write_imm(channel, cmd.seq());
+  write.peer = w.peer;
+  write.flags = w.with_imm ? COURIER_NIC_WRITE_IMM : 0u;
+  write.local_mr = local_[w.src_window].mr;
+  write.local_offset = w.src_offset;
+  write.length = w.length;
+  write.remote = remote_[w.dst_window][w.peer].key;
+  write.remote_offset = w.dst_offset;
+  write.imm = w.imm;
   write.cookie = cookie;
   int rc = ops_->post_write(ep_, &write);
-  if (rc != COURIER_OK && rc != -EAGAIN) *error = backend_.last_error();
+  if (rc != COURIER_OK && rc != -EAGAIN && rc != -EBUSY) *error = backend_.last_error();
+  return rc;
+}
+
+int NicEndpoint::post_atomic(const AtomicRequest& a, uint64_t cookie, std::string* error) {
+  const uint32_t width = atomic_width(a.op);
+  if (width == 0 || (a.op & atomic_ops_) != a.op) {
+    *error = fmt::format("atomic op {:#x} is not carried out by NIC backend '{}'", a.op,
+                         backend_.plugin().name);
+    return -EOPNOTSUPP;
+  }
+  if (!check_range("ATOMIC", a.peer, a.result_window, a.result_offset, a.window, a.offset, width,
+                   error)) {
+    return -EINVAL;
+  }
+  if (a.offset % width != 0 || a.result_offset % width != 0) {
+    *error = fmt::format("ATOMIC {} at offset {} (result at {}) is not {}-byte aligned",
+                         atomic_op_name(a.op), a.offset, a.result_offset, width);
+    return -EINVAL;
+  }
+  courier_nic_atomic_v1 atomic{};
+  atomic.peer = a.peer;
+  atomic.op = a.op;
+  atomic.remote = remote_[a.window][a.peer].key;
+  atomic.remote_offset = a.offset;
+  atomic.operand = a.operand;
+  atomic.compare = a.compare;
+  atomic.result_mr = local_[a.result_window].mr;
+  atomic.result_offset = a.result_offset;
+  atomic.cookie = cookie;
+  int rc = backend_.post_atomic()(ep_, &atomic);
+  if (rc != COURIER_OK && rc != -EAGAIN && rc != -EBUSY) *error = backend_.last_error();
   return rc;
 }
 
@@ -112,5 +170,39 @@ int NicEndpoint::poll(courier_nic_completion_v1* out, uint32_t max) {
 }
 
 std::string NicEndpoint::last_error() const { return backend_.last_error(); }
+
+uint32_t atomic_width(uint32_t op) {
+  switch (op) {
+    case COURIER_NIC_ATOMIC_ADD_U64:
+    case COURIER_NIC_ATOMIC_FETCH_ADD_U64:
+    case COURIER_NIC_ATOMIC_CAS_U64:
+      return 8;
+    case COURIER_NIC_ATOMIC_ADD_U32:
+    case COURIER_NIC_ATOMIC_FETCH_ADD_U32:
+    case COURIER_NIC_ATOMIC_CAS_U32:
+      return 4;
+    default:
+      return 0;
+  }
+}
+
+const char* atomic_op_name(uint32_t op) {
+  switch (op) {
+    case COURIER_NIC_ATOMIC_ADD_U64:
+      return "ADD_U64";
+    case COURIER_NIC_ATOMIC_FETCH_ADD_U64:
+      return "FETCH_ADD_U64";
+    case COURIER_NIC_ATOMIC_CAS_U64:
+      return "CAS_U64";
+    case COURIER_NIC_ATOMIC_ADD_U32:
+      return "ADD_U32";
+    case COURIER_NIC_ATOMIC_FETCH_ADD_U32:
+      return "FETCH_ADD_U32";
+    case COURIER_NIC_ATOMIC_CAS_U32:
+      return "CAS_U32";
+    default:
+      return "UNKNOWN";
+  }
+}
 
 }  // namespace courier

@@ -1,5 +1,5 @@
 // NicEndpoint: one NIC backend endpoint plus the tables that turn a
-// TransferCmd's (rank, window, offset) into a concrete write: the local
+// (peer, window, offset) request into a concrete write or atomic: the local
 // registration of each window and every peer's key and size for it.
 #pragma once
 
@@ -10,7 +10,6 @@
 #include <vector>
 
 #include "core/proxy/proxy_transport.hpp"
-#include "courier/transfer_cmd.hpp"
 
 namespace courier {
 
@@ -22,17 +21,12 @@ struct RemoteWindow {
   uint64_t bytes = 0;
 };
 
-// Immediate data of a WRITE with kCmdFlagImm (32 bits, fits every NIC):
-//   [13:0] sequence number   [23:14] sender's channel id   [31:24] kind (1)
-inline constexpr uint64_t kImmKindWriteNotify = 1;
-inline uint64_t encode_write_imm(uint32_t channel, uint32_t seq) {
-  return (kImmKindWriteNotify << 24) | (uint64_t{channel & 0x3ffu} << 14) | (seq & 0x3fffu);
-}
-
 class NicEndpoint final : public ProxyTransport {
  public:
-  static constexpr uint32_t kMaxWindows = TransferCmd::kMaxWindow + 1;
+  static constexpr uint32_t kMaxWindows = kMaxWindowIds;
 
+  // attr.flags may ask for COURIER_NIC_EP_ATOMICS; caps() then reports the
+  // backend's caps_with_atomics.
   NicEndpoint(const NicBackend& backend, const courier_nic_ep_attr_v1& attr, uint32_t world_size);
   ~NicEndpoint() override;
   NicEndpoint(const NicEndpoint&) = delete;
@@ -45,8 +39,11 @@ class NicEndpoint final : public ProxyTransport {
   courier_nic_rkey_v1 register_window(uint32_t window, void* base, size_t bytes, uint32_t mem_kind);
   void set_remote_window(uint32_t window, std::vector<RemoteWindow> peers);
 
-  int post_write(uint32_t channel, const TransferCmd& cmd, uint64_t cookie,
-                 std::string* error) override;
+  uint32_t caps() const override { return caps_; }
+  uint32_t atomic_ops() const override { return atomic_ops_; }
+  uint32_t atomic_native() const override { return atomic_native_; }
+  int post_write(const WriteRequest& write, uint64_t cookie, std::string* error) override;
+  int post_atomic(const AtomicRequest& atomic, uint64_t cookie, std::string* error) override;
   int poll(courier_nic_completion_v1* out, uint32_t max) override;
   std::string last_error() const override;
 
@@ -55,13 +52,26 @@ class NicEndpoint final : public ProxyTransport {
     void* mr = nullptr;
     uint64_t bytes = 0;
   };
+  // Checks [offset, +length) against the local and the remote window; false
+  // with *error set when it does not fit.
+  bool check_range(const char* what, uint32_t peer, uint32_t local_window, uint64_t local_offset,
+                   uint32_t remote_window, uint64_t remote_offset, uint64_t length,
+                   std::string* error) const;
 
   const NicBackend& backend_;
   const courier_nic_plugin_v1* ops_;
   void* ep_ = nullptr;
   uint32_t world_size_;
+  uint32_t caps_ = 0;
+  uint32_t atomic_ops_ = 0;
+  uint32_t atomic_native_ = 0;
   std::array<LocalWindow, kMaxWindows> local_{};
   std::array<std::vector<RemoteWindow>, kMaxWindows> remote_{};
 };
+
+// Bytes an atomic op works on (4 or 8), or 0 for an unknown op.
+uint32_t atomic_width(uint32_t op);
+// "ADD_U64", ... for logs.
+const char* atomic_op_name(uint32_t op);
 
 }  // namespace courier

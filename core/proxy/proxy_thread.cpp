@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <chrono>
 
+#include "core/semantics/imm_codec.hpp"
 #include "courier/error.hpp"
 #include "gpu/fifo_push.hpp"
 
@@ -253,8 +254,15 @@ bool ProxyThread::post(ProxyChannel& channel, const TransferCmd& cmd, uint64_t t
   switch (cmd.op()) {
     case CmdOp::write: {
       std::string error;
-      int rc =
-          transport_.post_write(channel.id, cmd, make_cookie(channel.thread_slot, ticket), &error);
+      WriteRequest write;
+      write.peer = cmd.dst_rank();
+      write.src_window = write.dst_window = cmd.window();
+      write.src_offset = cmd.src_offset();
+      write.dst_offset = cmd.dst_offset();
+      write.length = cmd.length();
+      write.with_imm = (cmd.flags() & kCmdFlagImm) != 0;
+      write.imm = encode_write_imm(true, channel.id, static_cast<uint16_t>(cmd.seq()));
+      int rc = transport_.post_write(write, make_cookie(channel.thread_slot, ticket), &error);
       if (rc == COURIER_OK) {
         ++outstanding_;
         return true;
@@ -305,7 +313,9 @@ bool ProxyThread::poll_completions() {
       const courier_nic_completion_v1& c = completions_[i];
       if (c.kind == COURIER_NIC_COMP_RX_IMM) {
         if (c.status == COURIER_OK) {
-          imm_received_.fetch_add(1, std::memory_order_relaxed);
+          if (decode_imm(c.imm).kind == ImmKind::notify_write) {
+            imm_received_.fetch_add(1, std::memory_order_relaxed);
+          }
         } else {
           imm_failed_.fetch_add(1, std::memory_order_relaxed);
           log_.error("proxy", "proxy thread {}: an incoming write from rank {} failed ({}): {}",

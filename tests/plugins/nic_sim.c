@@ -9,6 +9,7 @@
  * Knob: COURIER_SIM_IMM_BYTES (4|8) sets the immediate-data width it reports,
  * which lets tests see both knob validation and get_env at work.
  */
+#include <stddef.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -236,7 +237,9 @@ static const courier_knob_v1 sim_knobs[] = {
 };
 
 static const courier_nic_plugin_v1 plugin = {
-    .header = {sizeof(courier_nic_plugin_v1), COURIER_NIC_ABI_MAJOR, COURIER_NIC_ABI_MINOR, "sim"},
+    /* Built as an ABI 1.0 plugin (its struct ends before post_atomic), so
+     * the tests prove a 1.0 plugin keeps working with a newer core. */
+    .header = {offsetof(courier_nic_plugin_v1, post_atomic), COURIER_NIC_ABI_MAJOR, 0, "sim"},
     .description = "in-process memcpy NIC for tests",
     .knobs = sim_knobs,
     .num_knobs = sizeof sim_knobs / sizeof sim_knobs[0],

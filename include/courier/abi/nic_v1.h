@@ -25,7 +25,9 @@ extern "C" {
 #endif
 
 #define COURIER_NIC_ABI_MAJOR 1
-#define COURIER_NIC_ABI_MINOR 0
+/* Minor 1 added atomics: the COURIER_NIC_ATOMIC_* bits, caps_with_atomics,
+ * COURIER_NIC_EP_ATOMICS, courier_nic_atomic_v1 and post_atomic. */
+#define COURIER_NIC_ABI_MINOR 1
 #define COURIER_NIC_SYMBOL_V1 "courier_nic_backend_v1"
 
 /* Capability bits (courier_nic_props_v1.caps). */
@@ -40,12 +42,24 @@ extern "C" {
  * keep polling, so it may not sleep while idle. */
 #define COURIER_NIC_CAP_PASSIVE_TARGET (1u << 6)
 
-/* Immutable description of a backend instance, filled by query(). */
+/* Atomic operations (courier_nic_props_v1.atomic_ops / atomic_native, and
+ * courier_nic_atomic_v1.op). Operands are little-endian unsigned integers of
+ * the op's width at an address aligned to that width; ADD wraps. */
+#define COURIER_NIC_ATOMIC_ADD_U64 (1u << 0)       /* *p += operand */
+#define COURIER_NIC_ATOMIC_FETCH_ADD_U64 (1u << 1) /* old = *p; *p += operand */
+#define COURIER_NIC_ATOMIC_CAS_U64 (1u << 2) /* old = *p; if old == compare: *p = operand */
+#define COURIER_NIC_ATOMIC_ADD_U32 (1u << 8)
+#define COURIER_NIC_ATOMIC_FETCH_ADD_U32 (1u << 9)
+#define COURIER_NIC_ATOMIC_CAS_U32 (1u << 10)
+
+/* Immutable description of a backend instance, filled by query(). The caller
+ * sets struct_size; a backend writes no field beyond it. */
 typedef struct courier_nic_props_v1 {
   uint32_t struct_size;    /* set by the caller to sizeof(courier_nic_props_v1) */
   uint32_t caps;           /* COURIER_NIC_CAP_* */
-  uint32_t atomic_ops;     /* supported atomic operations (bitmask, defined by a later minor) */
-  uint32_t atomic_native;  /* subset of atomic_ops executed by the NIC itself */
+  uint32_t atomic_ops;     /* COURIER_NIC_ATOMIC_* that post_atomic carries out */
+  uint32_t atomic_native;  /* subset of atomic_ops executed natively (NIC, or the provider
+                              itself), not emulated over messages by a software layer */
   uint32_t imm_bytes;      /* width of immediate data in bytes (0 when unsupported) */
   uint32_t mem_kinds;      /* COURIER_MEM_* the backend can register */
   uint64_t max_msg_size;   /* largest single write */
@@ -55,6 +69,10 @@ typedef struct courier_nic_props_v1 {
   uint32_t reserved;
   char device[64];      /* e.g. "shm", "tcp;ofi_rxm", "mlx5_0" */
   char pci_address[32]; /* "0000:3b:00.0", or "" for software transports */
+  /* Minor 1. The caps of an endpoint opened with COURIER_NIC_EP_ATOMICS
+   * (requesting atomics may cost ordering, e.g. libfabric tcp;ofi_rxm). */
+  uint32_t caps_with_atomics;
+  uint32_t reserved2;
 } courier_nic_props_v1;
 
 /* Endpoint creation parameters. */
@@ -62,8 +80,12 @@ typedef struct courier_nic_ep_attr_v1 {
   uint32_t struct_size;
   uint32_t tx_depth; /* writes in flight this endpoint must accept */
   uint32_t rx_depth; /* immediate-data completions it must buffer */
-  uint32_t flags;    /* reserved, 0 */
+  uint32_t flags;    /* COURIER_NIC_EP_* */
 } courier_nic_ep_attr_v1;
+
+/* courier_nic_ep_attr_v1.flags (minor 1): the endpoint will post atomics;
+ * its capabilities are then props.caps_with_atomics. */
+#define COURIER_NIC_EP_ATOMICS (1u << 0)
 
 /* What a peer needs to write into a registered region. `key` and `base` are
  * opaque to the core: it passes them back into post_write unchanged. */
@@ -88,8 +110,21 @@ typedef struct courier_nic_write_v1 {
   uint64_t cookie; /* returned in the TX completion */
 } courier_nic_write_v1;
 
+/* One atomic on a peer's registered region (minor 1). */
+typedef struct courier_nic_atomic_v1 {
+  uint32_t peer;
+  uint32_t op; /* exactly one COURIER_NIC_ATOMIC_* bit from atomic_ops */
+  courier_nic_rkey_v1 remote;
+  uint64_t remote_offset; /* aligned to the op's width */
+  uint64_t operand;       /* addend (ADD, FETCH_ADD) or new value (CAS) */
+  uint64_t compare;       /* CAS only */
+  void* result_mr;        /* FETCH_ADD, CAS: where the old value goes (registered here) */
+  uint64_t result_offset; /* aligned to the op's width */
+  uint64_t cookie;        /* returned in the TX completion, after the result landed */
+} courier_nic_atomic_v1;
+
 /* Completion kinds. */
-#define COURIER_NIC_COMP_TX 1     /* a posted write completed (cookie is valid) */
+#define COURIER_NIC_COMP_TX 1     /* a posted write or atomic completed (cookie is valid) */
 #define COURIER_NIC_COMP_RX_IMM 2 /* a peer's write with immediate data landed here */
 
 typedef struct courier_nic_completion_v1 {
@@ -137,6 +172,12 @@ typedef struct courier_nic_plugin_v1 {
   /* Reaps up to max completions; returns how many (>= 0) or -errno. Also
    * drives progress for providers that need it. */
   int (*poll)(void* ep, courier_nic_completion_v1* out, uint32_t max);
+
+  /* Minor 1. Posts one atomic on an endpoint opened with COURIER_NIC_EP_ATOMICS;
+   * it completes (TX) once applied at the target, with the old value in
+   * place for fetching ops. -EAGAIN: full; -EOPNOTSUPP: op not in atomic_ops.
+   * NULL when the backend has no atomics. */
+  int (*post_atomic)(void* ep, const courier_nic_atomic_v1* atomic);
 } courier_nic_plugin_v1;
 
 typedef const courier_nic_plugin_v1* (*courier_nic_backend_v1_fn)(void);

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "core/proxy/proxy_thread.hpp"
+#include "core/semantics/imm_codec.hpp"
 #include "courier/error.hpp"
 #include "gpu/fifo_push.hpp"
 #include "test_ring.hpp"
@@ -22,19 +23,23 @@ using courier::testing::write_cmd;
 
 namespace {
 
+constexpr uint32_t kOrderedCaps = COURIER_NIC_CAP_RMA_WRITE | COURIER_NIC_CAP_WRITE_IMM |
+                                  COURIER_NIC_CAP_ORDERED_WRITES | COURIER_NIC_CAP_IMM_SOURCE;
+
 // Accepts writes, refuses every `eagain_every`-th post once with -EAGAIN,
 // fails writes of length `fail_length`, and completes in shuffled order.
 class ScriptedTransport final : public ProxyTransport {
  public:
-  int post_write(uint32_t channel, const TransferCmd& cmd, uint64_t cookie,
-                 std::string* error) override {
+  uint32_t caps() const override { return kOrderedCaps; }
+  int post_write(const WriteRequest& write, uint64_t cookie, std::string* error) override {
     ++attempts;
     if (eagain_every != 0 && attempts % eagain_every == 0) return -EAGAIN;
-    if (cmd.length() == fail_length) {
+    if (write.length == fail_length) {
       *error = "scripted failure";
       return -EIO;
     }
-    posted.push_back({channel, cmd.dst_offset()});
+    // The cookie carries the channel's slot in the proxy (bits 48 and up).
+    posted.push_back({static_cast<uint32_t>(cookie >> 48), static_cast<uint32_t>(write.dst_offset)});
     pending.push_back(cookie);
     return COURIER_OK;
   }
@@ -160,14 +165,14 @@ TEST_CASE("run() executes set-up work on the proxy thread and propagates excepti
 TEST_CASE("immediate-data arrivals are counted") {
   class ImmTransport final : public ProxyTransport {
    public:
-    int post_write(uint32_t, const TransferCmd&, uint64_t, std::string*) override {
-      return -ENOTSUP;
-    }
+    uint32_t caps() const override { return kOrderedCaps; }
+    int post_write(const WriteRequest&, uint64_t, std::string*) override { return -ENOTSUP; }
     int poll(courier_nic_completion_v1* out, uint32_t max) override {
       uint32_t n = 0;
       while (n < max && remaining > 0) {
         out[n] = {};
         out[n].kind = COURIER_NIC_COMP_RX_IMM;
+        out[n].imm = encode_write_imm(true, 3, static_cast<uint16_t>(37 - remaining));
         ++n;
         --remaining;
       }
@@ -191,7 +196,8 @@ TEST_CASE("a refused post is retried even when no completion arrives to make roo
   ProxyFixture fx(1);
   class RefusesThreeTimes final : public ProxyTransport {
    public:
-    int post_write(uint32_t, const TransferCmd&, uint64_t cookie, std::string*) override {
+    uint32_t caps() const override { return kOrderedCaps; }
+    int post_write(const WriteRequest&, uint64_t cookie, std::string*) override {
       if (++attempts <= 3) return -EAGAIN;
       done.push_back(cookie);
       return COURIER_OK;
