@@ -35,7 +35,8 @@ struct DecodedImm {
 };
 
 constexpr uint32_t encode_write_imm(bool notify, uint32_t channel, uint16_t seq) {
-  const uint32_t kind = static_cast<uint32_t>(notify ? ImmKind::notify_write : ImmKind::ordered_write);
+  const uint32_t kind =
+      static_cast<uint32_t>(notify ? ImmKind::notify_write : ImmKind::ordered_write);
   return (kind << 30) | ((channel & kImmChannelMask) << 16) | seq;
 }
 

@@ -29,8 +29,10 @@ enum class CmdOp : uint8_t { empty = 0, write = 1, atomic = 2, drain = 3, barrie
 // WRITE flags.
 inline constexpr uint8_t kCmdFlagImm = 1u << 0;  // deliver an immediate-data notification
 
-// ATOMIC operations (carried in the flags field).
-enum class AtomicOp : uint8_t { fetch_add = 0, compare_swap = 1 };
+// ATOMIC operations (carried in the flags field): a non-fetching add of the
+// 32-bit operand, sign-extended, to a 64- or 32-bit word (so counters can
+// also be decremented). Values 2-7 are reserved.
+enum class AtomicOp : uint8_t { add_u64 = 0, add_u32 = 1 };
 
 enum class CmdStatus : uint8_t {
   ok = 0,
@@ -163,8 +165,8 @@ COURIER_HOST_DEVICE constexpr CmdStatus encode_write(const WriteCmdArgs& a, Tran
   return CmdStatus::ok;
 }
 
-// An atomic on a 32- or 64-bit word at dst_offset of `window` on dst_rank;
-// `operand` is the addend (fetch_add) or the new value (compare_swap).
+// An atomic add on a 64- or 32-bit word at dst_offset of `window` on dst_rank;
+// `operand` holds the addend's 32-bit two's-complement pattern.
 COURIER_HOST_DEVICE constexpr CmdStatus encode_atomic(uint64_t dst_rank, uint64_t window,
                                                       uint64_t dst_offset, AtomicOp op,
                                                       uint64_t operand, TransferCmd* out) {
@@ -172,7 +174,7 @@ COURIER_HOST_DEVICE constexpr CmdStatus encode_atomic(uint64_t dst_rank, uint64_
   if (status != CmdStatus::ok) return status;
   if (dst_offset > TransferCmd::kMaxOffset) return CmdStatus::dst_offset_too_large;
   if (operand > TransferCmd::kMaxOffset) return CmdStatus::operand_too_large;
-  if (op != AtomicOp::fetch_add && op != AtomicOp::compare_swap) return CmdStatus::flags_invalid;
+  if (op != AtomicOp::add_u64 && op != AtomicOp::add_u32) return CmdStatus::flags_invalid;
   out->word0 = detail::header(CmdOp::atomic, static_cast<uint64_t>(op), window, dst_rank, 0);
   out->word1 = operand | (dst_offset << 32);
   return CmdStatus::ok;

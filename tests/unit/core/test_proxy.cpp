@@ -140,7 +140,7 @@ TEST_CASE("a failed post and an unsupported op are recorded, completed and repor
   CHECK(fx.proxy_channels[0]->errors.load() == 1);
 
   TransferCmd atomic;
-  REQUIRE(encode_atomic(0, 0, 0, AtomicOp::fetch_add, 1, &atomic) == CmdStatus::ok);
+  REQUIRE(encode_atomic(0, 0, 0, AtomicOp::add_u64, 1, &atomic) == CmdStatus::ok);
   REQUIRE(device::push(ch, atomic, nullptr) == PushStatus::ok);
   CHECK(device::drain(ch) == PushStatus::channel_failed);
   CHECK(fx.proxy_channels[0]->errors.load() == 2);

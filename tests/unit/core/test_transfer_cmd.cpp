@@ -130,18 +130,18 @@ TEST_CASE("sequence numbers wrap modulo 2^14 and leave other fields alone") {
 
 TEST_CASE("ATOMIC, DRAIN and BARRIER encodings") {
   TransferCmd cmd;
-  REQUIRE(encode_atomic(65535, 15, 0xffffffffu, AtomicOp::compare_swap, 0xffffffffu, &cmd) ==
+  REQUIRE(encode_atomic(65535, 15, 0xffffffffu, AtomicOp::add_u32, 0xffffffffu, &cmd) ==
           CmdStatus::ok);
   CHECK(cmd.op() == CmdOp::atomic);
-  CHECK(cmd.flags() == static_cast<uint8_t>(AtomicOp::compare_swap));
+  CHECK(cmd.flags() == static_cast<uint8_t>(AtomicOp::add_u32));
   CHECK(cmd.dst_rank() == 65535);
   CHECK(cmd.window() == 15);
   CHECK(cmd.dst_offset() == 0xffffffffu);
   CHECK(cmd.operand() == 0xffffffffu);
-  CHECK(encode_atomic(65536, 0, 0, AtomicOp::fetch_add, 1, &cmd) == CmdStatus::rank_too_large);
-  CHECK(encode_atomic(0, 0, 0x100000000ull, AtomicOp::fetch_add, 1, &cmd) ==
+  CHECK(encode_atomic(65536, 0, 0, AtomicOp::add_u64, 1, &cmd) == CmdStatus::rank_too_large);
+  CHECK(encode_atomic(0, 0, 0x100000000ull, AtomicOp::add_u64, 1, &cmd) ==
         CmdStatus::dst_offset_too_large);
-  CHECK(encode_atomic(0, 0, 0, AtomicOp::fetch_add, 0x100000000ull, &cmd) ==
+  CHECK(encode_atomic(0, 0, 0, AtomicOp::add_u64, 0x100000000ull, &cmd) ==
         CmdStatus::operand_too_large);
   CHECK(encode_atomic(0, 0, 0, static_cast<AtomicOp>(7), 1, &cmd) == CmdStatus::flags_invalid);
   REQUIRE(encode_drain(&cmd) == CmdStatus::ok);

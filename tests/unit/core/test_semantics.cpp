@@ -1,0 +1,325 @@
+// ProxySemantics between two ranks in one process, over a loopback transport
+// that copies bytes between the ranks' windows and can hold deliveries back
+// (reordering) and deliver immediate data twice (duplicates): emulated
+// atomics are applied once, only after every earlier write landed, malformed
+// requests are refused without touching memory, and transport atomics wait
+// for earlier writes on an unordered transport.
+#include <doctest/doctest.h>
+
+#include <array>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "core/semantics/proxy_semantics.hpp"
+
+using namespace courier;
+
+namespace {
+
+constexpr uint32_t kBlock = 64;    // payload bytes per write
+constexpr uint32_t kBlocks = 512;  // payload blocks in window 0
+constexpr uint64_t kCounter = 8;   // counter offset in window 1
+
+// One rank's memory: user windows 0 (payload) and 1 (counters), plus the
+// atomic mailbox regions.
+struct RankMemory {
+  explicit RankMemory(uint32_t world) : mailbox(world) {}
+  std::vector<std::byte> payload = std::vector<std::byte>(kBlock * kBlocks);
+  std::vector<uint64_t> counters = std::vector<uint64_t>(4);
+  AtomicMailbox mailbox;
+  std::byte* base(uint32_t window) {
+    if (window == 0) return payload.data();
+    if (window == 1) return reinterpret_cast<std::byte*>(counters.data());
+    return static_cast<std::byte*>(mailbox.base(window));
+  }
+};
+
+struct Delivery {
+  uint32_t from, to;
+  WriteRequest write;
+  uint64_t cookie;
+  bool dup;
+};
+
+// Both ranks' transports share this "network".
+struct Network {
+  std::array<RankMemory*, 2> memory{};
+  std::deque<Delivery> wire;
+  std::array<std::deque<courier_nic_completion_v1>, 2> cq;
+  std::mt19937 rng{11};
+  double reorder = 0;  // chance that a delivery overtakes the one before it
+  double dup = 0;      // chance that immediate data is delivered twice
+
+  void deliver_all() {
+    while (!wire.empty()) {
+      size_t pick = 0;
+      if (wire.size() > 1 && std::uniform_real_distribution<>(0, 1)(rng) < reorder) {
+        pick = std::uniform_int_distribution<size_t>(1, wire.size() - 1)(rng);
+      }
+      Delivery d = wire[pick];
+      wire.erase(wire.begin() + static_cast<std::ptrdiff_t>(pick));
+      std::memcpy(memory[d.to]->base(d.write.dst_window) + d.write.dst_offset,
+                  memory[d.from]->base(d.write.src_window) + d.write.src_offset, d.write.length);
+      courier_nic_completion_v1 tx{};
+      tx.kind = COURIER_NIC_COMP_TX;
+      tx.cookie = d.cookie;
+      cq[d.from].push_back(tx);
+      if (d.write.with_imm) {
+        courier_nic_completion_v1 rx{};
+        rx.kind = COURIER_NIC_COMP_RX_IMM;
+        rx.peer = d.from;
+        rx.imm = d.write.imm;
+        rx.length = d.write.length;
+        cq[d.to].push_back(rx);
+        if (std::uniform_real_distribution<>(0, 1)(rng) < dup) cq[d.to].push_back(rx);
+      }
+    }
+  }
+};
+
+class LoopbackTransport final : public ProxyTransport {
+ public:
+  LoopbackTransport(Network& net, uint32_t rank, bool ordered)
+      : net_(net), rank_(rank), ordered_(ordered) {}
+  uint32_t caps() const override {
+    return COURIER_NIC_CAP_RMA_WRITE | COURIER_NIC_CAP_WRITE_IMM | COURIER_NIC_CAP_IMM_SOURCE |
+           COURIER_NIC_CAP_DELIVERY_COMPLETE | (ordered_ ? COURIER_NIC_CAP_ORDERED_WRITES : 0u);
+  }
+  int post_write(const WriteRequest& write, uint64_t cookie, std::string*) override {
+    net_.wire.push_back({rank_, 1 - rank_, write, cookie, false});
+    ++writes;
+    return COURIER_OK;
+  }
+  int post_atomic(const AtomicRequest&, uint64_t, std::string*) override {
+    ++atomics;
+    return COURIER_OK;
+  }
+  int poll(courier_nic_completion_v1* out, uint32_t max) override {
+    uint32_t n = 0;
+    while (n < max && !net_.cq[rank_].empty()) {
+      out[n++] = net_.cq[rank_].front();
+      net_.cq[rank_].pop_front();
+    }
+    return static_cast<int>(n);
+  }
+  std::string last_error() const override { return "loopback"; }
+  uint32_t writes = 0, atomics = 0;
+
+ private:
+  Network& net_;
+  uint32_t rank_;
+  bool ordered_;
+};
+
+struct TwoRanks {
+  TwoRanks(bool ordered, AtomicStrategyKind strategy)
+      : mem0(2), mem1(2), t0(net, 0, ordered), t1(net, 1, ordered) {
+    net.memory = {&mem0, &mem1};
+    SemanticsOptions o;
+    o.world_size = 2;
+    o.add_u64 = o.add_u32 = strategy;
+    o.rank = 0;
+    s0 = std::make_unique<ProxySemantics>(t0, o, &mem0.mailbox, log);
+    o.rank = 1;
+    s1 = std::make_unique<ProxySemantics>(t1, o, &mem1.mailbox, log);
+    for (auto [s, m] : {std::pair{s0.get(), &mem0}, std::pair{s1.get(), &mem1}}) {
+      s->set_local_window(0, m->payload.data(), m->payload.size());
+      s->set_local_window(1, m->counters.data(), m->counters.size() * sizeof(uint64_t));
+    }
+  }
+  // Delivers everything and hands the completions to the semantics layers,
+  // the way a proxy thread's poll loop does. Returns completed user cookies.
+  std::vector<UserCompletion> pump() {
+    std::vector<UserCompletion> done;
+    for (int round = 0; round < 8; ++round) {
+      net.deliver_all();
+      for (auto [t, s] : {std::pair{&t0, s0.get()}, std::pair{&t1, s1.get()}}) {
+        courier_nic_completion_v1 c[16];
+        int n;
+        while ((n = t->poll(c, 16)) > 0) {
+          for (int i = 0; i < n; ++i) {
+            if (c[i].kind == COURIER_NIC_COMP_RX_IMM) {
+              s->on_rx_imm(c[i]);
+              if (on_receive) on_receive();
+            } else if ((c[i].cookie >> 48) == ProxySemantics::kInternalSlot) {
+              s->on_internal_tx(c[i]);
+            } else {
+              s->on_user_tx(1, true);
+            }
+          }
+        }
+        s->progress();
+        for (UserCompletion& u : s->completions()) done.push_back(u);
+        s->completions().clear();
+      }
+    }
+    return done;
+  }
+  Logger log{LogLevel::error};
+  Network net;
+  RankMemory mem0, mem1;
+  LoopbackTransport t0, t1;
+  std::unique_ptr<ProxySemantics> s0, s1;
+  std::function<void()> on_receive;
+};
+
+TransferCmd write_block(uint32_t block) {
+  WriteCmdArgs a;
+  a.dst_rank = 1;
+  a.window = 0;
+  a.src_offset = block * kBlock;
+  a.dst_offset = block * kBlock;
+  a.length = kBlock;
+  TransferCmd cmd;
+  REQUIRE(encode_write(a, &cmd) == CmdStatus::ok);
+  return cmd;
+}
+
+TransferCmd add_counter(uint32_t value, AtomicOp op = AtomicOp::add_u64) {
+  TransferCmd cmd;
+  REQUIRE(encode_atomic(1, 1, kCounter, op, value, &cmd) == CmdStatus::ok);
+  return cmd;
+}
+
+}  // namespace
+
+TEST_CASE("emulated atomics: applied once, only after every earlier write, under reordering") {
+  for (bool ordered : {true, false}) {
+    CAPTURE(ordered);
+    TwoRanks r(ordered, AtomicStrategyKind::imm);
+    r.net.reorder = ordered ? 0.0 : 0.5;
+    r.net.dup = 0.2;
+    for (uint32_t b = 0; b < kBlocks; ++b) {
+      std::memset(r.mem0.payload.data() + b * kBlock, static_cast<int>(b % 251 + 1), kBlock);
+    }
+    // The checker: whenever rank 1 sees counter value k, blocks [0, k) are complete.
+    uint64_t violations = 0;
+    r.on_receive = [&] {
+      const uint64_t k = std::atomic_ref<uint64_t>(r.mem1.counters[1]).load();
+      for (uint64_t b = 0; b < k; ++b) {
+        if (r.mem1.payload[b * kBlock + kBlock - 1] != static_cast<std::byte>(b % 251 + 1)) {
+          ++violations;
+        }
+      }
+    };
+    uint64_t cookie = 0;
+    uint32_t atomics = 0;
+    for (uint32_t b = 0; b < kBlocks; ++b) {
+      std::string error;
+      REQUIRE(r.s0->post_write(0, write_block(b), ++cookie, &error) == COURIER_OK);
+      bool later = false;
+      REQUIRE(r.s0->post_atomic(0, add_counter(1), ++cookie, &later, &error) == COURIER_OK);
+      CHECK(later);
+      ++atomics;
+      if (b % 16 == 15) r.pump();  // let answers free the request slots
+    }
+    r.pump();
+    CHECK(violations == 0);
+    CHECK(r.mem1.counters[1] == kBlocks);
+    CHECK(r.s1->stats().atomics_applied == atomics);
+    CHECK(r.s1->stats().atomics_rejected == 0);
+    CHECK(r.s1->stats().duplicates > 0);  // duplicates were injected and dropped
+    CHECK_FALSE(r.s0->busy());
+    CHECK_FALSE(r.s1->busy());
+    if (!ordered) CHECK(r.s1->stats().held_back > 0);  // reordering really happened
+  }
+}
+
+TEST_CASE(
+    "emulated atomics: every answer completes the command; 32-bit adds and negative addends") {
+  TwoRanks r(true, AtomicStrategyKind::imm);
+  r.mem1.counters[2] = 0x00000005'ffffffffull;  // a 32-bit add must not carry into the high half
+  std::string error;
+  bool later = false;
+  TransferCmd add32;
+  REQUIRE(encode_atomic(1, 1, 16, AtomicOp::add_u32, 1, &add32) == CmdStatus::ok);
+  REQUIRE(r.s0->post_atomic(0, add32, 41, &later, &error) == COURIER_OK);
+  REQUIRE(r.s0->post_atomic(0, add_counter(static_cast<uint32_t>(-3)), 42, &later, &error) ==
+          COURIER_OK);
+  std::vector<UserCompletion> done = r.pump();
+  REQUIRE(done.size() == 2);
+  CHECK(done[0].status == COURIER_OK);
+  CHECK(done[1].status == COURIER_OK);
+  CHECK(r.mem1.counters[2] == 0x00000005'00000000ull);
+  CHECK(r.mem1.counters[1] == static_cast<uint64_t>(-3));
+}
+
+TEST_CASE("emulated atomics: malformed requests are rejected, counted and never applied") {
+  TwoRanks r(true, AtomicStrategyKind::imm);
+  std::vector<uint64_t> before = r.mem1.counters;
+  std::vector<std::byte> payload_before = r.mem1.payload;
+  struct Bad {
+    const char* what;
+    AtomicRecord record;
+  };
+  std::vector<Bad> bad = {
+      {"offset outside the window", {COURIER_NIC_ATOMIC_ADD_U64, 0, 1, 0, 32, 1, 0, 0}},
+      {"misaligned", {COURIER_NIC_ATOMIC_ADD_U64, 0, 1, 0, 4, 1, 0, 0}},
+      {"unknown op", {0x40000u, 0, 1, 0, 8, 1, 0, 0}},
+      {"unregistered window", {COURIER_NIC_ATOMIC_ADD_U64, 0, 9, 0, 0, 1, 0, 0}},
+      {"huge offset", {COURIER_NIC_ATOMIC_ADD_U32, 0, 0, 0, ~uint64_t{0} - 3, 1, 0, 0}},
+  };
+  uint16_t seq = 0;
+  for (Bad& b : bad) {
+    CAPTURE(b.what);
+    // A peer's record lands in rank 1's mailbox, then its immediate data.
+    b.record.seq = seq;
+    b.record.check = kRecordCheck ^ seq;
+    r.mem1.mailbox.request_in(0, 3) = b.record;
+    courier_nic_completion_v1 rx{};
+    rx.kind = COURIER_NIC_COMP_RX_IMM;
+    rx.peer = 0;
+    rx.imm = encode_atomic_imm(3, seq++);
+    r.s1->on_rx_imm(rx);
+  }
+  // A record whose check word does not match its notification.
+  r.mem1.mailbox.request_in(0, 4) = {COURIER_NIC_ATOMIC_ADD_U64, 0, 1, 0, 8, 1, 0, 12345};
+  courier_nic_completion_v1 rx{};
+  rx.kind = COURIER_NIC_COMP_RX_IMM;
+  rx.imm = encode_atomic_imm(4, seq++);
+  r.s1->on_rx_imm(rx);
+  CHECK(r.s1->stats().atomics_rejected == bad.size() + 1);
+  CHECK(r.s1->stats().atomics_applied == 0);
+  CHECK(r.mem1.counters == before);
+  CHECK(r.mem1.payload == payload_before);
+  // Every rejection was answered (rank 0 had no such requests: dropped as stale there).
+  r.pump();
+  CHECK(r.t1.writes == bad.size() + 1);
+}
+
+TEST_CASE("transport atomics wait for earlier writes only on an unordered transport") {
+  for (bool ordered : {true, false}) {
+    CAPTURE(ordered);
+    TwoRanks r(ordered, AtomicStrategyKind::hw);
+    std::string error;
+    REQUIRE(r.s0->post_write(0, write_block(0), 1, &error) == COURIER_OK);
+    bool later = true;
+    const int rc = r.s0->post_atomic(0, add_counter(1), 2, &later, &error);
+    CHECK_FALSE(later);
+    if (ordered) {
+      CHECK(rc == COURIER_OK);
+    } else {
+      CHECK(rc == -EAGAIN);  // the write is still in flight
+      r.pump();              // its completion arrives
+      CHECK(r.s0->post_atomic(0, add_counter(1), 2, &later, &error) == COURIER_OK);
+      CHECK(r.s0->stats().fenced == 1);
+    }
+    CHECK(r.t0.atomics == 1);
+  }
+}
+
+TEST_CASE("an op without a strategy, or to a rank outside the job, is refused with a reason") {
+  TwoRanks r(true, AtomicStrategyKind::none);
+  std::string error;
+  bool later = false;
+  CHECK(r.s0->post_atomic(0, add_counter(1), 1, &later, &error) == -ENOTSUP);
+  CHECK(error.find("COURIER_ATOMICS") != std::string::npos);
+  TransferCmd far;
+  REQUIRE(encode_atomic(7, 1, 0, AtomicOp::add_u64, 1, &far) == CmdStatus::ok);
+  CHECK(r.s0->post_atomic(0, far, 2, &later, &error) == -EINVAL);
+  CHECK(error.find("rank 7") != std::string::npos);
+}
