@@ -69,6 +69,10 @@ constexpr Knob kKnobs[] = {
     {"COURIER_GPU_BACKEND", "", "force a GPU backend: name, path, or ^name,... to exclude"},
     {"COURIER_NIC_BACKEND", "", "force a NIC backend: name, path, or ^name,... to exclude"},
     {"COURIER_BACKEND_PATH", "", "':'-separated directories searched for plugins first"},
+    {"COURIER_FAULTS", "",
+     "inject transport faults (testing): reorder=P,delay_us=N,dup=P,fail=P,seed=N"},
+    {"COURIER_RETRY_COUNT", "7",
+     "re-posts of a transiently failed (-EBUSY) operation before it fails (0..64)"},
     {"COURIER_BOOTSTRAP", "", "rendezvous host:port (rank 0 listens), or 'mpi'"},
     {"COURIER_JOB_TOKEN", "", "the job's secret, presented by every rank to the rendezvous"},
     {"COURIER_RANK", "", "this process's rank (set by courier-run)"},
@@ -315,6 +319,8 @@ Config Config::load(const EnvLookup& env, bool need_job) {
   config.gpu_backend = parser.text("COURIER_GPU_BACKEND");
   config.nic_backend = parser.text("COURIER_NIC_BACKEND");
   config.backend_path = parser.text("COURIER_BACKEND_PATH");
+  config.faults = parse_fault_spec(parser.text("COURIER_FAULTS"), "COURIER_FAULTS");
+  config.retry_count = parser.unsigned_in("COURIER_RETRY_COUNT", config.retry_count, 0, 64);
   if (need_job) config.job = detect_job(parser, env);
   config.entries = parser.take_entries();
   // The token is a secret: never show it.

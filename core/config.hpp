@@ -13,6 +13,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/faults/fault_spec.hpp"
 #include "core/log.hpp"
 
 namespace courier {
@@ -62,6 +63,8 @@ struct Config {
   std::string gpu_backend;   // COURIER_GPU_BACKEND: "", a name, a path or "^a,b"
   std::string nic_backend;   // COURIER_NIC_BACKEND
   std::string backend_path;  // COURIER_BACKEND_PATH: ':'-separated directories
+  FaultSpec faults;          // COURIER_FAULTS: docs/faults.md; inactive by default
+  uint32_t retry_count = 7;  // COURIER_RETRY_COUNT: re-posts of a transiently failed post
   JobInfo job;
   std::vector<ConfigEntry> entries;
 

@@ -202,3 +202,43 @@ TEST_CASE("unknown COURIER_ variables are reported as likely typos") {
   REQUIRE(unknown.size() == 1);
   CHECK(unknown[0] == "COURIER_FIFO_DEPHT");
 }
+
+TEST_CASE("COURIER_FAULTS and COURIER_RETRY_COUNT: defaults, values, errors") {
+  Config c = Config::load(env_of({}));
+  CHECK_FALSE(c.faults.active());
+  CHECK(c.retry_count == 7);
+
+  c = Config::load(env_of({{"COURIER_FAULTS", "reorder=0.3,delay_us=50,fail=0.01,seed=7"},
+                           {"COURIER_RETRY_COUNT", "64"}}));
+  CHECK(c.faults.active());
+  CHECK(c.faults.reorder == doctest::Approx(0.3));
+  CHECK(c.faults.delay_us == 50);
+  CHECK(c.faults.fail == doctest::Approx(0.01));
+  CHECK(c.faults.seed == 7);
+  CHECK(c.retry_count == 64);
+  bool listed = false;
+  for (const ConfigEntry& e : c.entries) {
+    if (e.name == "COURIER_FAULTS") {
+      listed = true;
+      CHECK(e.value == "reorder=0.3,delay_us=50,fail=0.01,seed=7");
+      CHECK(e.source == "environment");
+    }
+  }
+  CHECK(listed);
+  CHECK(Config::load(env_of({{"COURIER_RETRY_COUNT", "0"}})).retry_count == 0);
+
+  std::string e = error_of({{"COURIER_FAULTS", "reorder=2"}});
+  CHECK(e.find("COURIER_FAULTS='reorder=2': reorder must be a probability in [0, 1]") == 0);
+  e = error_of({{"COURIER_FAULTS", "reorder=0.1,bogus=1"}});
+  CHECK(e.find("COURIER_FAULTS='reorder=0.1,bogus=1': unknown key 'bogus'") == 0);
+  e = error_of({{"COURIER_FAULTS", "delay_us"}});
+  CHECK(e.find("COURIER_FAULTS='delay_us': 'delay_us' is not a key=value pair") == 0);
+
+  e = error_of({{"COURIER_RETRY_COUNT", "65"}});
+  CHECK(e.find("COURIER_RETRY_COUNT='65'") != std::string::npos);
+  CHECK(e.find("[0, 64]") != std::string::npos);
+  e = error_of({{"COURIER_RETRY_COUNT", "-1"}});
+  CHECK(e.find("COURIER_RETRY_COUNT='-1'") != std::string::npos);
+
+  CHECK(Config::unknown_variables({"COURIER_FAULTS", "COURIER_RETRY_COUNT"}, {}).empty());
+}

@@ -1,0 +1,85 @@
+// RetryingTransport: absorbs transient post failures (-EBUSY, see
+// docs/plugin-abi.md section 4) of the transport it wraps. A refused request
+// is accepted, kept, and re-posted from poll() with exponential back-off; once
+// the retries are spent it completes with an error. Requests to a peer that
+// has one waiting queue behind it, so each peer still sees post order.
+// docs/faults.md describes the policy.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <variant>
+
+#include "core/proxy/proxy_transport.hpp"
+
+namespace courier {
+
+// Monotonic nanoseconds; decorators take one so tests can drive time.
+using NanoClock = std::function<uint64_t()>;
+uint64_t steady_nanos();
+
+struct RetryPolicy {
+  uint32_t retries = 7;                           // COURIER_RETRY_COUNT
+  std::chrono::nanoseconds first_delay{4'000};    // before the first re-post
+  std::chrono::nanoseconds max_delay{1'000'000};  // the doubling stops here
+  // Requests kept at once (waiting or queued behind one); more are refused
+  // with -EAGAIN so the proxy keeps them in its own queue.
+  uint32_t max_held = 4096;
+};
+
+class RetryingTransport final : public ProxyTransport {
+ public:
+  RetryingTransport(ProxyTransport& inner, const RetryPolicy& policy, NanoClock now = steady_nanos);
+  // Owns `inner` (a decorator built for it).
+  RetryingTransport(std::unique_ptr<ProxyTransport> inner, const RetryPolicy& policy,
+                    NanoClock now = steady_nanos);
+
+  uint32_t caps() const override { return inner_.caps(); }
+  uint32_t atomic_ops() const override { return inner_.atomic_ops(); }
+  uint32_t atomic_native() const override { return inner_.atomic_native(); }
+  int post_write(const WriteRequest& write, uint64_t cookie, std::string* error) override;
+  int post_atomic(const AtomicRequest& atomic, uint64_t cookie, std::string* error) override;
+  // Re-posts what is due, then returns one failed request (alone, so that
+  // last_error() describes it) or the inner transport's completions.
+  int poll(courier_nic_completion_v1* out, uint32_t max) override;
+  std::string last_error() const override;
+
+  // Requests accepted but not yet handed to the inner transport.
+  size_t held() const { return held_; }
+  // Re-posts made so far (tests and diagnostics).
+  uint64_t retries_made() const { return retries_made_; }
+
+ private:
+  struct Held {
+    std::variant<WriteRequest, AtomicRequest> request;
+    uint64_t cookie = 0;
+    uint32_t attempts = 0;  // posts that failed transiently
+    uint64_t due = 0;       // earliest re-post, steady nanoseconds
+  };
+
+  int post(std::variant<WriteRequest, AtomicRequest> request, uint32_t peer, uint64_t cookie,
+           std::string* error);
+  int post_inner(const Held& held, std::string* error);
+  // Posts the due heads of the peer queues and what waits behind them.
+  void pump();
+  void give_up(const Held& held, int status, const std::string& why);
+  uint64_t delay_after(uint32_t attempts) const;
+
+  std::unique_ptr<ProxyTransport> owned_;
+  ProxyTransport& inner_;
+  RetryPolicy policy_;
+  NanoClock now_;
+  std::unordered_map<uint32_t, std::deque<Held>> waiting_;  // by peer; head is being retried
+  size_t held_ = 0;
+  uint64_t retries_made_ = 0;
+  // Requests whose retries ran out, with the message last_error() reports.
+  std::deque<std::pair<courier_nic_completion_v1, std::string>> failed_;
+  std::string last_error_;  // of the failures the last poll returned; empty: ask inner
+};
+
+}  // namespace courier
