@@ -8,10 +8,12 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace courier {
@@ -33,6 +35,37 @@ struct BootstrapOptions {
   size_t max_message_bytes = size_t{64} << 20;
 };
 
+// Called when the bootstrap learns that another rank of the job died (its
+// connection to the rendezvous closed without a goodbye): `rank` is the dead
+// rank, `reason` a message naming it. Runs on the bootstrap's monitor thread
+// or inside a collective, at most once per bootstrap.
+using PeerFailureHandler = std::function<void(int rank, const std::string& reason)>;
+
+// A subscription to peer failures; cancelled on destruction (a handler call
+// in progress finishes first, none follows).
+class PeerWatch {
+ public:
+  PeerWatch() = default;
+  explicit PeerWatch(std::function<void()> cancel) : cancel_(std::move(cancel)) {}
+  PeerWatch(PeerWatch&& other) noexcept : cancel_(std::exchange(other.cancel_, nullptr)) {}
+  PeerWatch& operator=(PeerWatch&& other) noexcept {
+    if (this != &other) {
+      reset();
+      cancel_ = std::exchange(other.cancel_, nullptr);
+    }
+    return *this;
+  }
+  PeerWatch(const PeerWatch&) = delete;
+  PeerWatch& operator=(const PeerWatch&) = delete;
+  ~PeerWatch() { reset(); }
+  void reset() {
+    if (cancel_) std::exchange(cancel_, nullptr)();
+  }
+
+ private:
+  std::function<void()> cancel_;
+};
+
 class Bootstrap {
  public:
   virtual ~Bootstrap() = default;
@@ -45,6 +78,13 @@ class Bootstrap {
   // different size is an Error naming that rank.
   virtual std::vector<std::byte> allgather(std::span<const std::byte> mine) = 0;
   virtual void barrier() = 0;
+  // Subscribes to peer deaths (docs/bootstrap.md, "Liveness"). The TCP
+  // bootstrap reports them; MPI and single-process bootstraps never do
+  // (MPI jobs are torn down by their launcher).
+  virtual PeerWatch watch_peers(PeerFailureHandler handler) {
+    (void)handler;
+    return {};
+  }
 };
 
 // Connects (or, on rank 0, listens and accepts) and returns once all ranks

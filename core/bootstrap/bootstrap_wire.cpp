@@ -29,7 +29,7 @@ T get_big_endian(const std::byte* in) {
 
 bool known_type(uint16_t type) {
   return type >= static_cast<uint16_t>(FrameType::hello) &&
-         type <= static_cast<uint16_t>(FrameType::error);
+         type <= static_cast<uint16_t>(FrameType::gone);
 }
 
 }  // namespace
@@ -46,6 +46,10 @@ std::string_view to_string(FrameType type) {
       return "result";
     case FrameType::error:
       return "error";
+    case FrameType::goodbye:
+      return "goodbye";
+    case FrameType::gone:
+      return "gone";
   }
   return "unknown";
 }
@@ -104,6 +108,23 @@ std::vector<std::byte> encode_frame(FrameType type, uint64_t sequence,
 std::vector<std::byte> encode_error_frame(std::string_view message) {
   message = message.substr(0, kMaxErrorBytes);
   return encode_frame(FrameType::error, 0, std::as_bytes(std::span(message)));
+}
+
+std::vector<std::byte> encode_gone_frame(int32_t rank, std::string_view message) {
+  message = message.substr(0, kMaxErrorBytes);
+  std::vector<std::byte> payload(4 + message.size());
+  put_big_endian(payload.data(), static_cast<uint32_t>(rank));
+  std::copy_n(reinterpret_cast<const std::byte*>(message.data()), message.size(),
+              payload.data() + 4);
+  return encode_frame(FrameType::gone, 0, payload);
+}
+
+std::optional<Gone> decode_gone_payload(std::span<const std::byte> payload) {
+  if (payload.size() < 4) return std::nullopt;
+  Gone gone;
+  gone.rank = static_cast<int32_t>(get_big_endian<uint32_t>(payload.data()));
+  gone.message.assign(reinterpret_cast<const char*>(payload.data()) + 4, payload.size() - 4);
+  return gone;
 }
 
 std::vector<std::byte> encode_hello_payload(const Hello& hello) {

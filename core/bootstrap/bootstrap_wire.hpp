@@ -7,7 +7,8 @@
 //        0    4 magic     0x43524253 ("CRBS": Courier Bootstrap)
 //        4    2 version   kWireVersion
 //        6    2 type      FrameType
-//        8    8 sequence  collective number (0 for hello/welcome/error)
+//        8    8 sequence  collective number (0 for hello/welcome/error/gone;
+//                         collectives completed for goodbye)
 //       16    8 length    payload bytes that follow
 //
 // Payloads:
@@ -17,6 +18,10 @@
 //   block   (rank -> 0)  this rank's allgather contribution
 //   result  (0 -> rank)  the concatenation of all blocks in rank order
 //   error   (0 -> rank)  UTF-8 text; the receiver throws it as courier::Error
+//   goodbye (both ways)  empty: the sender leaves the job in order; its
+//                        connection closing next is not a death
+//   gone    (0 -> rank)  dead rank (32-bit two's complement), then UTF-8
+//                        text naming it; the receiver reports a peer failure
 #pragma once
 
 #include <array>
@@ -31,7 +36,8 @@
 namespace courier::wire {
 
 inline constexpr uint32_t kMagic = 0x43524253;  // "CRBS"
-inline constexpr uint16_t kWireVersion = 1;
+// Version 2 added goodbye and gone (peer liveness).
+inline constexpr uint16_t kWireVersion = 2;
 inline constexpr size_t kHeaderBytes = 24;
 // A job token longer than this is refused (courier-run's is 64 hex digits).
 inline constexpr size_t kMaxTokenBytes = 1024;
@@ -39,8 +45,18 @@ inline constexpr size_t kHelloFixedBytes = 12;
 inline constexpr size_t kMaxHelloBytes = kHelloFixedBytes + kMaxTokenBytes;
 // Error texts are truncated to this many bytes when sent.
 inline constexpr size_t kMaxErrorBytes = 4096;
+// Largest error or gone frame payload (gone adds the 4-byte rank).
+inline constexpr size_t kMaxNoticeBytes = kMaxErrorBytes + 4;
 
-enum class FrameType : uint16_t { hello = 1, welcome = 2, block = 3, result = 4, error = 5 };
+enum class FrameType : uint16_t {
+  hello = 1,
+  welcome = 2,
+  block = 3,
+  result = 4,
+  error = 5,
+  goodbye = 6,
+  gone = 7,
+};
 std::string_view to_string(FrameType type);
 
 struct FrameHeader {
@@ -64,6 +80,15 @@ std::optional<std::string> check_header(const FrameHeader& header, uint64_t max_
 std::vector<std::byte> encode_frame(FrameType type, uint64_t sequence,
                                     std::span<const std::byte> payload);
 std::vector<std::byte> encode_error_frame(std::string_view message);
+// "rank `rank` is gone", with a message naming it (truncated to
+// kMaxErrorBytes).
+std::vector<std::byte> encode_gone_frame(int32_t rank, std::string_view message);
+struct Gone {
+  int32_t rank = -1;
+  std::string message;
+};
+// Parses a gone payload; nullopt when it is shorter than the rank field.
+std::optional<Gone> decode_gone_payload(std::span<const std::byte> payload);
 
 struct Hello {
   int32_t rank = -1;

@@ -5,16 +5,24 @@
 // Rank 0 reports job failures as error frames; they are thrown here verbatim,
 // so every rank fails with the same message. Failures only this rank can see
 // (rank 0 gone, its own timeout) are phrased from this rank's point of view.
+//
+// Liveness: the connection stays open for the job's lifetime. Between
+// collectives a monitor thread reads it: a gone frame (another rank died) or
+// the connection closing without rank 0's goodbye (rank 0 died) is reported
+// to the subscribed handler and thrown by the next collective. The
+// destructor says goodbye, so that an orderly exit is not taken for a death.
 #include <poll.h>
 #include <sys/socket.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <exception>
 #include <optional>
 #include <thread>
 
 #include "core/bootstrap/bootstrap_wire.hpp"
+#include "core/bootstrap/peer_liveness.hpp"
 #include "core/bootstrap/socket.hpp"
 #include "core/bootstrap/tcp_bootstrap.hpp"
 #include "core/check.hpp"
@@ -48,7 +56,21 @@ class TcpRendezvousClient final : public Bootstrap {
     if (reply.header().type != static_cast<uint16_t>(wire::FrameType::welcome)) {
       protocol_error(reply, "a welcome");
     }
+    reader_.reset();
     log_.debug(kComponent, "rank {} joined the job at {}", options_.rank, address_);
+    monitor_ = std::make_unique<ConnectionMonitor>(ConnectionMonitor::Hooks{
+        [this] { return watch(); }, [this](std::span<const pollfd> fds) { return handle(fds); }});
+  }
+
+  ~TcpRendezvousClient() override {
+    monitor_.reset();
+    // Goodbye: rank 0 must not take this connection's closing for a death.
+    // Not while an exception unwinds the stack: a rank failing with an error
+    // should make the others fail now rather than at their own timeouts.
+    if (!fd_ || failure_ || rank0_left_ || std::uncaught_exceptions() > 0) return;
+    const std::vector<std::byte> goodbye =
+        wire::encode_frame(wire::FrameType::goodbye, sequence_, {});
+    (void)net::send_all(fd_.get(), goodbye, net::deadline_after(kLastWordsTime));
   }
 
   int rank() const override { return options_.rank; }
@@ -56,13 +78,25 @@ class TcpRendezvousClient final : public Bootstrap {
   std::string_view kind() const override { return "tcp"; }
   std::vector<std::byte> allgather(std::span<const std::byte> mine) override;
   void barrier() override { (void)allgather({}); }
+  PeerWatch watch_peers(PeerFailureHandler handler) override {
+    return notifier_->subscribe(notifier_, std::move(handler));
+  }
 
  private:
+  // The monitor's hooks (docs/bootstrap.md, "Liveness").
+  std::vector<pollfd> watch() const;
+  bool handle(std::span<const pollfd> fds);
+  // Records a peer's death: later collectives throw `message`.
+  void peer_gone(int rank, const std::string& message) {
+    failure_ = message;
+    notifier_->report(rank, message);
+  }
   void connect_to_rank0(net::Deadline deadline);
   void send_frame(const std::vector<std::byte>& frame, net::Deadline deadline,
                   std::string_view what);
-  // Reads one frame from rank 0. An error frame is thrown as the job's
-  // failure; so are end-of-stream, a bad frame and the deadline.
+  // Reads one frame from rank 0. An error or gone frame is thrown as the
+  // job's failure; so are end-of-stream, a goodbye, a bad frame and the
+  // deadline.
   wire::FrameReader receive_frame(net::Deadline deadline, uint64_t max_length,
                                   std::string_view waiting_for);
   // The text of an error frame rank 0 sent before closing, if one arrives
@@ -79,9 +113,67 @@ class TcpRendezvousClient final : public Bootstrap {
   TcpBootstrapTuning tuning_;
   std::string address_;
   net::Fd fd_;
+  // Frames from rank 0, read by the monitor between collectives and by the
+  // collectives themselves (a frame the monitor began, a collective ends).
+  wire::FrameReader reader_{wire::kMaxNoticeBytes, "error message limit"};
   uint64_t sequence_ = 0;
+  // Written by the monitor only while no collective runs (ConnectionMonitor
+  // orders the two), read by collectives.
   std::optional<std::string> failure_;
+  bool rank0_left_ = false;
+  std::shared_ptr<PeerFailureNotifier> notifier_ = std::make_shared<PeerFailureNotifier>();
+  // Last: stopped first, before the members it reads go away.
+  std::unique_ptr<ConnectionMonitor> monitor_;
 };
+
+std::vector<pollfd> TcpRendezvousClient::watch() const {
+  if (failure_ || rank0_left_) return {};
+  return {pollfd{fd_.get(), POLLIN, 0}};
+}
+
+bool TcpRendezvousClient::handle(std::span<const pollfd> fds) {
+  if (fds.empty() || fds[0].revents == 0) return true;
+  switch (reader_.read_available(fd_.get())) {
+    case wire::FrameReader::State::reading:
+      return true;
+    case wire::FrameReader::State::complete: {
+      const wire::FrameHeader& header = reader_.header();
+      const std::vector<std::byte>& payload = reader_.payload();
+      if (header.type == static_cast<uint16_t>(wire::FrameType::gone)) {
+        std::optional<wire::Gone> gone = wire::decode_gone_payload(payload);
+        if (gone) {
+          peer_gone(gone->rank, gone->message);
+          return false;
+        }
+      } else if (header.type == static_cast<uint16_t>(wire::FrameType::goodbye)) {
+        // Rank 0 left in order: nobody watches the job's liveness any more.
+        rank0_left_ = true;
+        log_.debug(kComponent, "rank 0 at {} said goodbye", address_);
+        return false;
+      } else if (header.type == static_cast<uint16_t>(wire::FrameType::error)) {
+        failure_ = std::string(reinterpret_cast<const char*>(payload.data()), payload.size());
+        return false;
+      }
+      failure_ = fmt::format(
+          "bootstrap: protocol error: rank {} got an unexpected {} message #{} from rank 0 at {} "
+          "between collectives",
+          options_.rank, wire::to_string(static_cast<wire::FrameType>(header.type)),
+          header.sequence, address_);
+      return false;
+    }
+    case wire::FrameReader::State::closed:
+    case wire::FrameReader::State::failed:
+      peer_gone(0, fmt::format("bootstrap: rank 0 ({}) is gone: rank {}'s connection to it closed "
+                               "without a goodbye after allgather #{}: {}",
+                               address_, options_.rank, sequence_, reader_.problem()));
+      return false;
+    case wire::FrameReader::State::malformed:
+      failure_ = fmt::format("bootstrap: rank {} got a bad message from rank 0 at {}: {}",
+                             options_.rank, address_, reader_.problem());
+      return false;
+  }
+  return false;
+}
 
 void TcpRendezvousClient::connect_to_rank0(net::Deadline deadline) {
   // Rank 0 may not be listening yet: retry, backing off up to half a second.
@@ -155,25 +247,50 @@ void TcpRendezvousClient::send_frame(const std::vector<std::byte>& frame, net::D
 
 wire::FrameReader TcpRendezvousClient::receive_frame(net::Deadline deadline, uint64_t max_length,
                                                      std::string_view waiting_for) {
-  wire::FrameReader reader(std::max<uint64_t>(max_length, wire::kMaxErrorBytes),
-                           "the expected reply size");
+  // The shared reader: a frame the monitor started reading continues here.
+  wire::FrameReader& reader = reader_;
+  reader.set_max_length(std::max<uint64_t>(max_length, wire::kMaxNoticeBytes),
+                        "the expected reply size");
   for (;;) {
-    switch (reader.read_available(fd_.get())) {
+    switch (reader.state() == wire::FrameReader::State::complete
+                ? wire::FrameReader::State::complete
+                : reader.read_available(fd_.get())) {
       case wire::FrameReader::State::reading:
         break;
-      case wire::FrameReader::State::complete:
+      case wire::FrameReader::State::complete: {
+        const std::vector<std::byte>& text = reader.payload();
         if (reader.header().type == static_cast<uint16_t>(wire::FrameType::error)) {
-          const std::vector<std::byte>& text = reader.payload();
           fail_here(std::string(reinterpret_cast<const char*>(text.data()), text.size()));
         }
-        return reader;
+        if (reader.header().type == static_cast<uint16_t>(wire::FrameType::gone)) {
+          if (std::optional<wire::Gone> gone = wire::decode_gone_payload(text)) {
+            peer_gone(gone->rank, gone->message);
+            throw Error(gone->message);
+          }
+        }
+        if (reader.header().type == static_cast<uint16_t>(wire::FrameType::goodbye)) {
+          rank0_left_ = true;
+          fail_here(
+              fmt::format("bootstrap: rank {} lost its connection to rank 0 at {} while waiting "
+                          "for {}: rank 0 left the job (it said goodbye)",
+                          options_.rank, address_, waiting_for));
+        }
+        wire::FrameReader complete = std::move(reader);
+        reader_ = wire::FrameReader(wire::kMaxNoticeBytes, "error message limit");
+        return complete;
+      }
       case wire::FrameReader::State::closed:
-        fail_here(
-            fmt::format("bootstrap: rank {} lost its connection to rank 0 at {} while "
-                        "waiting for {}: rank 0 {}",
-                        options_.rank, address_, waiting_for, reader.problem()));
+      case wire::FrameReader::State::failed: {
+        std::string message = fmt::format(
+            "bootstrap: rank {} lost its connection to rank 0 at {} while "
+            "waiting for {}: {}{}",
+            options_.rank, address_, waiting_for,
+            reader.state() == wire::FrameReader::State::closed ? "rank 0 " : "", reader.problem());
+        // Without a goodbye: rank 0 died.
+        peer_gone(0, message);
+        throw Error(message);
+      }
       case wire::FrameReader::State::malformed:
-      case wire::FrameReader::State::failed:
         fail_here(
             fmt::format("bootstrap: rank {} got a bad message from rank 0 at {} while "
                         "waiting for {}: {}",
@@ -194,13 +311,23 @@ wire::FrameReader TcpRendezvousClient::receive_frame(net::Deadline deadline, uin
 }
 
 std::optional<std::string> TcpRendezvousClient::read_error_frame(net::Deadline deadline) {
-  wire::FrameReader reader(wire::kMaxErrorBytes, "error message limit");
+  wire::FrameReader& reader = reader_;
+  reader.set_max_length(wire::kMaxNoticeBytes, "error message limit");
   for (;;) {
-    wire::FrameReader::State state = reader.read_available(fd_.get());
+    wire::FrameReader::State state = reader.state() == wire::FrameReader::State::complete
+                                         ? wire::FrameReader::State::complete
+                                         : reader.read_available(fd_.get());
     if (state == wire::FrameReader::State::complete &&
         reader.header().type == static_cast<uint16_t>(wire::FrameType::error)) {
       const std::vector<std::byte>& text = reader.payload();
       return std::string(reinterpret_cast<const char*>(text.data()), text.size());
+    }
+    if (state == wire::FrameReader::State::complete &&
+        reader.header().type == static_cast<uint16_t>(wire::FrameType::gone)) {
+      if (std::optional<wire::Gone> gone = wire::decode_gone_payload(reader.payload())) {
+        peer_gone(gone->rank, gone->message);
+        return gone->message;
+      }
     }
     if (state != wire::FrameReader::State::reading) return std::nullopt;
     if (!net::wait_readable(fd_.get(), deadline).ok()) return std::nullopt;
@@ -218,7 +345,14 @@ void TcpRendezvousClient::protocol_error(const wire::FrameReader& reply,
 }
 
 std::vector<std::byte> TcpRendezvousClient::allgather(std::span<const std::byte> mine) {
+  ConnectionMonitor::Exclusive hold(monitor_.get());
   if (failure_) throw Error(*failure_);
+  if (rank0_left_) {
+    fail_here(fmt::format(
+        "bootstrap: rank {} lost its connection to rank 0 at {} before allgather #{}: rank 0 "
+        "left the job (it said goodbye)",
+        options_.rank, address_, sequence_ + 1));
+  }
   const uint64_t sequence = ++sequence_;
   const net::Deadline deadline = net::deadline_after(std::chrono::seconds(options_.timeout_s));
   const std::string what = fmt::format("allgather #{}", sequence);

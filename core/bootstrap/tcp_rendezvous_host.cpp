@@ -12,16 +12,24 @@
 // concatenation back. A failure of the job (timeout, a rank that hung up, a
 // size mismatch) is sent as an error frame to every rank still connected, so
 // all ranks throw the same message.
+//
+// Liveness (docs/bootstrap.md): between collectives a monitor thread watches
+// every rank's connection. A connection that closes without a goodbye means
+// the rank died: rank 0 sends a gone frame naming it to every other rank and
+// reports it to its own subscriber. A block that arrives early (a rank
+// entered the next collective first) is kept for that collective.
 #include <poll.h>
 #include <sys/socket.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <exception>
 #include <optional>
 
 #include "core/bootstrap/bootstrap_wire.hpp"
 #include "core/bootstrap/collective_messages.hpp"
+#include "core/bootstrap/peer_liveness.hpp"
 #include "core/bootstrap/socket.hpp"
 #include "core/bootstrap/tcp_bootstrap.hpp"
 #include "core/check.hpp"
@@ -56,6 +64,14 @@ struct JoinedRank {
   // False after a partial send: the stream is out of frame, so nothing more
   // may be written to it.
   bool writable = true;
+  // Frames from this rank, read by the monitor between collectives and by
+  // the collectives (a block that arrives early waits here, complete).
+  std::optional<wire::FrameReader> reader;
+  // It said goodbye: it left the job in order.
+  bool departed = false;
+  // It sent more than one frame ahead: the monitor keeps off it until the
+  // next collective, which sorts it out.
+  bool parked = false;
 };
 
 class TcpRendezvousHost final : public Bootstrap {
@@ -82,6 +98,27 @@ class TcpRendezvousHost final : public Bootstrap {
     log_.info(kComponent, "rank 0 is waiting for {} ranks at {}", options_.world_size - 1,
               address_);
     accept_ranks();
+    for (JoinedRank& peer : ranks_) {
+      peer.reader.emplace(options_.max_message_bytes, "max_message_bytes");
+    }
+    monitor_ = std::make_unique<ConnectionMonitor>(ConnectionMonitor::Hooks{
+        [this] { return watch(); }, [this](std::span<const pollfd> fds) { return handle(fds); }});
+  }
+
+  ~TcpRendezvousHost() override {
+    monitor_.reset();
+    // Goodbye: the ranks must not take these connections' closing for rank
+    // 0's death. Not while an exception unwinds the stack: then rank 0 is
+    // failing, and the others should learn it now.
+    if (failure_ || std::uncaught_exceptions() > 0) return;
+    const std::vector<std::byte> goodbye =
+        wire::encode_frame(wire::FrameType::goodbye, sequence_, {});
+    const net::Deadline deadline = net::deadline_after(kErrorNoticeTime);
+    for (JoinedRank& peer : ranks_) {
+      if (peer.fd && peer.writable && !peer.departed) {
+        (void)net::send_all(peer.fd.get(), goodbye, deadline);
+      }
+    }
   }
 
   int rank() const override { return 0; }
@@ -89,8 +126,33 @@ class TcpRendezvousHost final : public Bootstrap {
   std::string_view kind() const override { return "tcp"; }
   std::vector<std::byte> allgather(std::span<const std::byte> mine) override;
   void barrier() override { (void)allgather({}); }
+  PeerWatch watch_peers(PeerFailureHandler handler) override {
+    return notifier_->subscribe(notifier_, std::move(handler));
+  }
 
  private:
+  // The monitor's hooks (docs/bootstrap.md, "Liveness").
+  std::vector<pollfd> watch();
+  bool handle(std::span<const pollfd> fds);
+  // After a complete frame is buffered: the outcome of peeking at what
+  // follows. nullopt while nothing does; "" when data follows; otherwise
+  // why the connection ended.
+  std::optional<std::string> peek_end(const JoinedRank& peer) const;
+  // Rank `rank` died: tells every other rank and the subscriber; later
+  // collectives throw `message`.
+  void announce_gone(int rank, const std::string& message);
+  [[noreturn]] void fail_gone(int rank, std::string message) {
+    announce_gone(rank, message);
+    throw Error(message);
+  }
+  // Sends `frame` to every rank still connected, then half-closes.
+  void broadcast_last_word(const std::vector<std::byte>& frame);
+  std::string left_message(int rank, uint64_t sequence) const {
+    return fmt::format(
+        "bootstrap: rank {} ({}) disconnected during allgather #{}: it left the job (said "
+        "goodbye) before taking part",
+        rank, ranks_[static_cast<size_t>(rank)].address, sequence);
+  }
   void accept_ranks();
   void accept_new_connections(std::vector<PendingConnection>& pending, net::Deadline job_deadline);
   // Registers the rank a complete hello names, or refuses the connection.
@@ -117,7 +179,99 @@ class TcpRendezvousHost final : public Bootstrap {
   // A rank lost while sending the last result: the other ranks completed that
   // collective, so the loss is reported at the next one, to everybody.
   std::optional<std::string> deferred_failure_;
+  // Ranks in the order watch() listed them, for handle().
+  std::vector<int> watched_;
+  std::shared_ptr<PeerFailureNotifier> notifier_ = std::make_shared<PeerFailureNotifier>();
+  // Last: stopped first, before the members it reads go away.
+  std::unique_ptr<ConnectionMonitor> monitor_;
 };
+
+std::vector<pollfd> TcpRendezvousHost::watch() {
+  watched_.clear();
+  std::vector<pollfd> fds;
+  if (failure_) return fds;
+  for (int rank = 1; rank < options_.world_size; ++rank) {
+    const JoinedRank& peer = ranks_[static_cast<size_t>(rank)];
+    if (!peer.fd || peer.departed || peer.parked) continue;
+    fds.push_back({peer.fd.get(), POLLIN, 0});
+    watched_.push_back(rank);
+  }
+  return fds;
+}
+
+std::optional<std::string> TcpRendezvousHost::peek_end(const JoinedRank& peer) const {
+  std::byte probe{};
+  const ssize_t got = ::recv(peer.fd.get(), &probe, 1, MSG_PEEK | MSG_DONTWAIT);
+  if (got > 0) return std::string();
+  if (got == 0) return std::string("closed the connection");
+  if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return std::nullopt;
+  return std::string(std::strerror(errno));
+}
+
+bool TcpRendezvousHost::handle(std::span<const pollfd> fds) {
+  for (size_t i = 0; i < fds.size() && i < watched_.size(); ++i) {
+    if (fds[i].revents == 0) continue;
+    const int rank = watched_[i];
+    JoinedRank& peer = ranks_[static_cast<size_t>(rank)];
+    wire::FrameReader& reader = *peer.reader;
+    std::string problem;
+    if (reader.state() == wire::FrameReader::State::complete) {
+      // Its block for the next collective is here; only its end matters now.
+      std::optional<std::string> end = peek_end(peer);
+      if (!end) continue;
+      if (end->empty()) {
+        peer.parked = true;
+        continue;
+      }
+      problem = std::move(*end);
+    } else {
+      switch (reader.read_available(peer.fd.get())) {
+        case wire::FrameReader::State::reading:
+          continue;
+        case wire::FrameReader::State::complete:
+          if (reader.header().type == static_cast<uint16_t>(wire::FrameType::goodbye)) {
+            log_.debug(kComponent, "rank {} ({}) said goodbye", rank, peer.address);
+            peer.departed = true;
+            peer.fd.reset();
+          }
+          // Anything else is checked by the collective it belongs to.
+          continue;
+        case wire::FrameReader::State::closed:
+        case wire::FrameReader::State::failed:
+          problem = reader.problem();
+          break;
+        case wire::FrameReader::State::malformed:
+          peer.parked = true;  // the next collective reports it, naming the rank
+          continue;
+      }
+    }
+    peer.writable = false;
+    announce_gone(rank, fmt::format("bootstrap: rank {} ({}) is gone: its connection to the "
+                                    "rendezvous at {} closed without a goodbye after allgather "
+                                    "#{}: {}",
+                                    rank, peer.address, address_, sequence_, problem));
+    return false;
+  }
+  return true;
+}
+
+void TcpRendezvousHost::announce_gone(int rank, const std::string& message) {
+  failure_ = message;
+  ranks_[static_cast<size_t>(rank)].writable = false;
+  log_.debug(kComponent, "telling the ranks that rank {} is gone", rank);
+  broadcast_last_word(wire::encode_gone_frame(rank, message));
+  notifier_->report(rank, message);
+}
+
+void TcpRendezvousHost::broadcast_last_word(const std::vector<std::byte>& frame) {
+  const net::Deadline deadline = net::deadline_after(kErrorNoticeTime);
+  for (JoinedRank& peer : ranks_) {
+    if (!peer.fd || !peer.writable) continue;
+    if (!net::send_all(peer.fd.get(), frame, deadline).ok()) peer.writable = false;
+    // No more frames will follow: let the rank see end-of-stream after it.
+    ::shutdown(peer.fd.get(), SHUT_WR);
+  }
+}
 
 void TcpRendezvousHost::accept_ranks() {
   const net::Deadline deadline = net::deadline_after(std::chrono::seconds(options_.timeout_s));
@@ -314,83 +468,110 @@ std::vector<int> TcpRendezvousHost::missing_ranks() const {
 
 void TcpRendezvousHost::fail_job(std::string message) {
   failure_ = message;
-  const std::vector<std::byte> frame = wire::encode_error_frame(message);
-  const net::Deadline deadline = net::deadline_after(kErrorNoticeTime);
-  for (JoinedRank& peer : ranks_) {
-    if (!peer.fd || !peer.writable) continue;
-    if (!net::send_all(peer.fd.get(), frame, deadline).ok()) peer.writable = false;
-    // No more frames will follow: let the rank see end-of-stream after it.
-    ::shutdown(peer.fd.get(), SHUT_WR);
-  }
+  broadcast_last_word(wire::encode_error_frame(message));
   throw Error(message);
 }
 
 std::vector<std::byte> TcpRendezvousHost::allgather(std::span<const std::byte> mine) {
+  ConnectionMonitor::Exclusive hold(monitor_.get());
   if (failure_) throw Error(*failure_);
   const uint64_t sequence = ++sequence_;
   if (deferred_failure_) fail_job(*deferred_failure_);
   const size_t world = static_cast<size_t>(options_.world_size);
   if (world == 1) return {mine.begin(), mine.end()};
+  for (int rank = 1; rank < options_.world_size; ++rank) {
+    if (ranks_[static_cast<size_t>(rank)].departed) fail_job(left_message(rank, sequence));
+  }
 
   std::vector<std::vector<std::byte>> blocks(world);
   blocks[0].assign(mine.begin(), mine.end());
-  std::vector<std::optional<wire::FrameReader>> readers(world);
-  for (size_t rank = 1; rank < world; ++rank) {
-    readers[rank].emplace(options_.max_message_bytes, "max_message_bytes");
+  std::vector<bool> delivered(world, false);
+  // Delivered ranks are still watched for their end; one that sends ahead
+  // is not, so that its pending bytes do not keep waking poll().
+  std::vector<bool> quiet(world, false);
+  // Takes the complete frame `rank` sent.
+  auto take = [&](int rank) {
+    JoinedRank& peer = ranks_[static_cast<size_t>(rank)];
+    const wire::FrameHeader& header = peer.reader->header();
+    if (header.type == static_cast<uint16_t>(wire::FrameType::goodbye)) {
+      peer.departed = true;
+      fail_job(left_message(rank, sequence));
+    }
+    if (header.type != static_cast<uint16_t>(wire::FrameType::block) ||
+        header.sequence != sequence) {
+      fail_job(fmt::format(
+          "bootstrap: protocol error: rank {} ({}) sent a {} message #{} during allgather "
+          "#{} (do all ranks call the same collectives in the same order?)",
+          rank, peer.address, wire::to_string(static_cast<wire::FrameType>(header.type)),
+          header.sequence, sequence));
+    }
+    blocks[static_cast<size_t>(rank)] = std::move(peer.reader->payload());
+    delivered[static_cast<size_t>(rank)] = true;
+  };
+  for (int rank = 1; rank < options_.world_size; ++rank) {
+    JoinedRank& peer = ranks_[static_cast<size_t>(rank)];
+    peer.parked = false;
+    if (peer.reader->state() == wire::FrameReader::State::complete) take(rank);
   }
-  std::vector<int> waiting;
-  for (int rank = 1; rank < options_.world_size; ++rank) waiting.push_back(rank);
 
   const net::Deadline deadline = net::deadline_after(std::chrono::seconds(options_.timeout_s));
-  while (!waiting.empty()) {
+  for (;;) {
+    std::vector<int> waiting;
+    std::vector<int> polled;
     std::vector<pollfd> fds;
-    for (int rank : waiting) fds.push_back({ranks_[static_cast<size_t>(rank)].fd.get(), POLLIN, 0});
+    for (int rank = 1; rank < options_.world_size; ++rank) {
+      if (!delivered[static_cast<size_t>(rank)]) waiting.push_back(rank);
+      if (quiet[static_cast<size_t>(rank)]) continue;
+      fds.push_back({ranks_[static_cast<size_t>(rank)].fd.get(), POLLIN, 0});
+      polled.push_back(rank);
+    }
+    if (waiting.empty()) break;
+    if (net::Clock::now() >= deadline) {
+      fail_job(fmt::format("bootstrap: timed out after {} s in allgather #{} waiting for {} at {}",
+                           options_.timeout_s, sequence, format_rank_list(waiting), address_));
+    }
     if (::poll(fds.data(), fds.size(), net::milliseconds_until(deadline)) < 0 && errno != EINTR) {
       fail_job(fmt::format("bootstrap: poll() failed in allgather #{}: {}", sequence,
                            std::strerror(errno)));
     }
-    std::vector<int> still_waiting;
-    for (size_t i = 0; i < waiting.size(); ++i) {
-      const int rank = waiting[i];
+    for (size_t i = 0; i < polled.size(); ++i) {
+      if (fds[i].revents == 0) continue;
+      const int rank = polled[i];
       JoinedRank& peer = ranks_[static_cast<size_t>(rank)];
-      wire::FrameReader& reader = *readers[static_cast<size_t>(rank)];
-      if (fds[i].revents == 0) {
-        still_waiting.push_back(rank);
-        continue;
+      wire::FrameReader& reader = *peer.reader;
+      if (delivered[static_cast<size_t>(rank)]) {
+        // A rank that delivered its block may still die while others are
+        // slow: its death must not wait for the result to bounce.
+        std::optional<std::string> end = peek_end(peer);
+        if (!end) continue;
+        if (end->empty()) {
+          quiet[static_cast<size_t>(rank)] = true;
+          continue;
+        }
+        fail_gone(rank, fmt::format("bootstrap: rank {} ({}) disconnected during allgather #{}: {}",
+                                    rank, peer.address, sequence, *end));
       }
       switch (reader.read_available(peer.fd.get())) {
         case wire::FrameReader::State::reading:
-          still_waiting.push_back(rank);
           break;
-        case wire::FrameReader::State::complete: {
-          const wire::FrameHeader& header = reader.header();
-          if (header.type != static_cast<uint16_t>(wire::FrameType::block) ||
-              header.sequence != sequence) {
-            fail_job(fmt::format(
-                "bootstrap: protocol error: rank {} ({}) sent a {} message #{} during allgather "
-                "#{} (do all ranks call the same collectives in the same order?)",
-                rank, peer.address, wire::to_string(static_cast<wire::FrameType>(header.type)),
-                header.sequence, sequence));
-          }
-          blocks[static_cast<size_t>(rank)] = std::move(reader.payload());
+        case wire::FrameReader::State::complete:
+          take(rank);
           break;
-        }
         case wire::FrameReader::State::closed:
         case wire::FrameReader::State::failed:
-          peer.writable = false;
-          fail_job(fmt::format("bootstrap: rank {} ({}) disconnected during allgather #{}: {}",
-                               rank, peer.address, sequence, reader.problem()));
+          fail_gone(rank,
+                    fmt::format("bootstrap: rank {} ({}) disconnected during allgather #{}: {}",
+                                rank, peer.address, sequence, reader.problem()));
         case wire::FrameReader::State::malformed:
           // The stream is out of frame: answer nothing on it but the error.
           fail_job(fmt::format("bootstrap: rank {} ({}) sent a bad message in allgather #{}: {}",
                                rank, peer.address, sequence, reader.problem()));
       }
     }
-    waiting = std::move(still_waiting);
-    if (!waiting.empty() && net::Clock::now() >= deadline) {
-      fail_job(fmt::format("bootstrap: timed out after {} s in allgather #{} waiting for {} at {}",
-                           options_.timeout_s, sequence, format_rank_list(waiting), address_));
-    }
+  }
+  // Ready for the next frames, which the monitor may read.
+  for (int rank = 1; rank < options_.world_size; ++rank) {
+    ranks_[static_cast<size_t>(rank)].reader->reset();
   }
 
   std::vector<uint64_t> sizes;
