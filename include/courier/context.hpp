@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -39,6 +40,12 @@ struct ChannelStats {
   uint64_t errors = 0;      // commands that failed
   uint64_t completed = 0;   // in-order completion prefix
   std::string first_error;  // "" when none
+};
+
+// Another rank of the job died (docs/bootstrap.md, "Liveness").
+struct PeerFailure {
+  int rank = -1;
+  std::string reason;  // the bootstrap's message naming the rank
 };
 
 class Context;
@@ -105,6 +112,11 @@ class Context {
   // The job's out-of-band channel, for tools that exchange their own data
   // (for example courier-bench's plain-libfabric baseline).
   Bootstrap& bootstrap();
+  // The peer this rank learned had died, if any. From then on every channel
+  // is fatally failed (ChannelErrorCode::peer_failed): producers' waits
+  // return channel_failed at once, and channel_stats(i).first_error names
+  // the rank.
+  std::optional<PeerFailure> failed_peer() const;
 
  private:
   friend class DeviceBuffer;

@@ -36,7 +36,33 @@ enum class ChannelErrorCode : uint8_t {
   bad_command = 4,            // unknown op
   proxy_failed = 0x81,        // the proxy thread serving the channel stopped
   producer_timed_out = 0x82,  // a producer gave up with tickets reserved
+  // Another rank of the job died (the bootstrap saw its connection close
+  // without a goodbye); here the upper bits hold that rank + 1, not a ticket.
+  peer_failed = 0x83,
 };
+
+// Short text of a code, for logs and diagnostics.
+constexpr const char* to_string(ChannelErrorCode code) {
+  switch (code) {
+    case ChannelErrorCode::none:
+      return "none";
+    case ChannelErrorCode::post_failed:
+      return "the transport refused a command";
+    case ChannelErrorCode::completion_failed:
+      return "the transport reported an error completion";
+    case ChannelErrorCode::unsupported:
+      return "an operation the proxy does not carry out";
+    case ChannelErrorCode::bad_command:
+      return "not a valid command";
+    case ChannelErrorCode::proxy_failed:
+      return "the proxy thread serving the channel stopped";
+    case ChannelErrorCode::producer_timed_out:
+      return "a producer timed out with tickets reserved";
+    case ChannelErrorCode::peer_failed:
+      return "another rank of the job died";
+  }
+  return "unknown channel error";
+}
 
 COURIER_HOST_DEVICE constexpr uint64_t encode_channel_error(uint64_t ticket,
                                                             ChannelErrorCode code) {
