@@ -1,4 +1,5 @@
-// courier-run's command line: `courier-run -n N [--timeout S] [--] PROG ARGS...`.
+// courier-run's command line:
+// `courier-run -n N [--timeout S] [--grace S] [--] PROG ARGS...`.
 #pragma once
 
 #include <optional>
@@ -14,6 +15,9 @@ inline constexpr int kMaxLocalRanks = 1024;
 struct LaunchOptions {
   int ranks = 0;
   std::optional<int> timeout_s;
+  // After a rank fails, how long the others get to exit on their own before
+  // they are stopped; unset: COURIER_TIMEOUT_S + 5 s (docs/launching.md).
+  std::optional<int> grace_s;
   std::vector<std::string> command;  // PROG and its arguments
   bool show_help = false;
 };
@@ -23,5 +27,11 @@ struct LaunchOptions {
 LaunchOptions parse_command_line(const std::vector<std::string>& args);
 
 std::string usage_text();
+
+// The grace period: `grace_s` when given, else COURIER_TIMEOUT_S (from
+// `courier_timeout_s`, the variable's value or nullptr; 60 when unset or not
+// a positive integer, which the ranks themselves will report) + 5 s, long
+// enough for the survivors' own peer-death errors.
+int grace_seconds(const LaunchOptions& options, const char* courier_timeout_s);
 
 }  // namespace courier::run

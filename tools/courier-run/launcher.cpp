@@ -7,6 +7,7 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <optional>
@@ -135,7 +136,8 @@ struct Rank {
 
 class Job {
  public:
-  explicit Job(const LaunchOptions& options) : options_(options) {}
+  explicit Job(const LaunchOptions& options)
+      : options_(options), grace_(grace_seconds(options, std::getenv("COURIER_TIMEOUT_S"))) {}
 
   int run() {
     start();
@@ -149,6 +151,9 @@ class Job {
       }
       reap_exited_ranks();
       check_deadlines();
+    }
+    if (first_failure_ && exit_code_) {
+      say(fmt::format("exiting with status {}: {} first", *exit_code_, *first_failure_));
     }
     return exit_code_.value_or(0);
   }
@@ -167,12 +172,18 @@ class Job {
   void close_pipes();
 
   const LaunchOptions& options_;
+  // Seconds the other ranks get after a failure (docs/launching.md).
+  std::chrono::seconds grace_;
   SignalWatch signals_;
   std::vector<Rank> ranks_;
   std::optional<int> exit_code_;
   bool stopping_ = false;
   bool killed_ = false;
   std::optional<Clock::time_point> job_deadline_;
+  // Set when a rank failed: the others may exit on their own until then.
+  std::optional<Clock::time_point> grace_deadline_;
+  // "rank 2 killed by signal 9 (Killed)": the failure that decides the status.
+  std::optional<std::string> first_failure_;
   std::optional<Clock::time_point> kill_deadline_;
   std::optional<Clock::time_point> drain_deadline_;
 };
@@ -227,8 +238,9 @@ void Job::wait_for_events() {
     }
   }
   std::optional<Clock::time_point> wake;
-  for (const auto& deadline : {stopping_ ? std::nullopt : job_deadline_,
-                               killed_ ? std::nullopt : kill_deadline_, drain_deadline_}) {
+  for (const auto& deadline :
+       {stopping_ ? std::nullopt : job_deadline_, stopping_ ? std::nullopt : grace_deadline_,
+        killed_ ? std::nullopt : kill_deadline_, drain_deadline_}) {
     if (deadline && (!wake || *deadline < *wake)) wake = deadline;
   }
   const int timeout_ms = wake ? net::milliseconds_until(*wake) : -1;
@@ -263,12 +275,25 @@ void Job::reap_exited_ranks() {
     if (!rank.process->try_reap()) continue;
     const int status = rank.process->status();
     if (stopping_ || shell_exit_code(status) == 0) continue;
-    // The first failure decides courier-run's status and stops the job.
+    const std::string what = fmt::format("rank {} {}", rank.number, describe_status(status));
+    if (first_failure_) {
+      say(what);  // during the grace period: the others report their own errors
+      continue;
+    }
+    // The first failure decides courier-run's status and ends the job.
     exit_code_ = shell_exit_code(status);
+    first_failure_ = what;
     const bool others_running = !running_ranks().empty();
-    say(fmt::format("rank {} {}{}", rank.number, describe_status(status),
-                    others_running ? "; stopping the other ranks" : ""));
-    stop_ranks(SIGTERM);
+    if (!others_running || grace_.count() == 0) {
+      say(fmt::format("{}{}", what, others_running ? "; stopping the other ranks" : ""));
+      stop_ranks(SIGTERM);
+      continue;
+    }
+    // Courier ranks notice a dead peer by themselves and fail with an error
+    // naming it; give them the time to say so before stopping them.
+    say(fmt::format("{}; giving the other ranks {} s to exit before stopping them", what,
+                    grace_.count()));
+    grace_deadline_ = Clock::now() + grace_;
   }
 }
 
@@ -279,7 +304,15 @@ void Job::check_deadlines() {
     if (!running.empty()) {
       say(fmt::format("timed out after {} s with {} still running; stopping them",
                       *options_.timeout_s, format_rank_list(running)));
-      exit_code_ = 124;
+      if (!exit_code_) exit_code_ = 124;
+      stop_ranks(SIGTERM);
+    }
+  }
+  if (!stopping_ && grace_deadline_ && now >= *grace_deadline_) {
+    const std::vector<int> running = running_ranks();
+    if (!running.empty()) {
+      say(fmt::format("{} still running {} s after {}; stopping them", format_rank_list(running),
+                      grace_.count(), *first_failure_));
       stop_ranks(SIGTERM);
     }
   }
