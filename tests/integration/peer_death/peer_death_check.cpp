@@ -1,0 +1,196 @@
+// peer_death_check: every rank keeps WRITing to every other rank through its
+// FIFO channels; rank DIE kills itself with SIGKILL after MS milliseconds of
+// traffic. The survivors must notice on their own (no launcher help), name
+// the dead rank and exit non-zero; peer_death.sh checks that they do.
+//
+//   courier-run -n 4 peer_death_check --die 2 --after-ms 1500
+//
+// Lines the script reads (epoch milliseconds, so that ranks' times compare):
+//   peer_death_check: rank 2 kills itself at <ms>
+//   peer_death_check: rank R: rank 2 failed: <reason>
+//   peer_death_check: rank R exits with status S at <ms>
+// Exit status: 1 when the peer's death was noticed (the expected outcome for
+// a survivor), 3 when traffic ran until --give-up-s without any failure, 2
+// for a bad command line.
+#include <fmt/format.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "courier/context.hpp"
+#include "gpu/fifo_push.hpp"
+
+namespace {
+
+struct Options {
+  int die = 2;
+  int after_ms = 1500;
+  int give_up_s = 60;
+  std::string provider = "shm";
+};
+
+[[noreturn]] void usage_error(const std::string& message) {
+  fmt::print(stderr,
+             "peer_death_check: {}\nusage: peer_death_check [--die RANK] [--after-ms MS] "
+             "[--give-up-s S] [--provider shm|tcp]\n",
+             message);
+  std::exit(2);
+}
+
+Options parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (i + 1 >= argc) usage_error(arg + " needs a value");
+    const std::string value = argv[++i];
+    if (arg == "--die") {
+      o.die = std::atoi(value.c_str());
+    } else if (arg == "--after-ms") {
+      o.after_ms = std::atoi(value.c_str());
+    } else if (arg == "--give-up-s") {
+      o.give_up_s = std::atoi(value.c_str());
+    } else if (arg == "--provider") {
+      o.provider = value;
+    } else {
+      usage_error("unknown argument '" + arg + "'");
+    }
+  }
+  if (o.after_ms < 0 || o.give_up_s < 1) usage_error("--after-ms and --give-up-s must be >= 0/1");
+  return o;
+}
+
+int64_t epoch_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+void say(const std::string& line) {
+  std::fputs(("peer_death_check: " + line + "\n").c_str(), stdout);
+  std::fflush(stdout);
+}
+
+constexpr uint32_t kSlice = 1024;  // bytes per WRITE; each rank owns one slice of every window
+
+struct KernelArgs {
+  std::vector<courier::DeviceChannel> channels;
+  int rank = 0;
+  int world = 0;
+  uint32_t window = 0;
+  std::chrono::steady_clock::time_point give_up_at;
+  std::atomic<int> stopped_by{-1};  // a PushStatus, or -1 when time ran out
+};
+
+// One "GPU thread": WRITEs to each peer in turn, batch after batch, with a
+// DRAIN every few batches, until a push or drain fails.
+void traffic_kernel(const courier_host_thread_v1* t, void* raw) {
+  auto& args = *static_cast<KernelArgs*>(raw);
+  const courier::DeviceChannel& ch = args.channels[t->block_idx % args.channels.size()];
+  uint64_t round = 0;
+  while (std::chrono::steady_clock::now() < args.give_up_at) {
+    courier::TransferCmd batch[courier::kMaxBatch];
+    const uint32_t n = std::min(courier::kMaxBatch, ch.max_inflight);
+    for (uint32_t i = 0; i < n; ++i) {
+      int peer = static_cast<int>((round + i) % static_cast<uint64_t>(args.world - 1));
+      if (peer >= args.rank) ++peer;  // every rank but this one
+      courier::WriteCmdArgs a;
+      a.dst_rank = static_cast<uint64_t>(peer);
+      a.window = args.window;
+      a.src_offset = 0;
+      a.dst_offset = static_cast<uint64_t>(args.rank) * kSlice;
+      a.length = kSlice;
+      (void)courier::encode_write(a, &batch[i]);
+    }
+    courier::PushStatus status = courier::device::push_batch(ch, batch, n, nullptr);
+    if (status == courier::PushStatus::ok && ++round % 4 == 0) {
+      status = courier::device::drain(ch);
+    }
+    if (status != courier::PushStatus::ok) {
+      args.stopped_by.store(static_cast<int>(status));
+      return;
+    }
+  }
+}
+
+int run(const Options& o) {
+  courier::ContextOptions options;
+  options.env.emplace_back("COURIER_OFI_PROVIDER", o.provider);
+  courier::Context ctx(options);
+  const int rank = ctx.rank();
+  if (ctx.world_size() < 2 || o.die < 0 || o.die >= ctx.world_size()) {
+    usage_error(fmt::format("--die {} needs a job of more ranks (this one has {})", o.die,
+                            ctx.world_size()));
+  }
+  courier::DeviceBuffer buffer = ctx.alloc(kSlice * static_cast<size_t>(ctx.world_size()));
+  const uint32_t window = ctx.register_window(buffer.data(), buffer.size());
+  ctx.barrier();  // every window is registered: traffic may start
+
+  std::optional<std::thread> killer;
+  if (rank == o.die) {
+    killer.emplace([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(o.after_ms));
+      say(fmt::format("rank {} kills itself at {}", rank, epoch_ms()));
+      ::kill(::getpid(), SIGKILL);
+    });
+  }
+
+  KernelArgs args;
+  for (uint32_t c = 0; c < ctx.num_channels(); ++c) args.channels.push_back(ctx.channel(c));
+  args.rank = rank;
+  args.world = ctx.world_size();
+  args.window = window;
+  args.give_up_at = std::chrono::steady_clock::now() + std::chrono::seconds(o.give_up_s);
+  ctx.launch_host_kernel(2, 1, traffic_kernel, &args);
+  if (killer) killer->join();  // not reached: SIGKILL ends this rank first
+
+  const int stopped_by = args.stopped_by.load();
+  if (stopped_by < 0) {
+    say(fmt::format("rank {}: traffic ran {} s without any failure", rank, o.give_up_s));
+    return 3;
+  }
+  say(fmt::format("rank {}: traffic stopped: {}", rank,
+                  courier::to_string(static_cast<courier::PushStatus>(stopped_by))));
+  for (uint32_t c = 0; c < ctx.num_channels(); ++c) {
+    const std::string first_error = ctx.channel_stats(c).first_error;
+    if (!first_error.empty()) say(fmt::format("rank {}: channel {}: {}", rank, c, first_error));
+  }
+  // The bootstrap's collectives fail at once too, naming the dead rank (this
+  // also settles the race when a transport error stopped traffic first).
+  try {
+    ctx.barrier();
+    say(fmt::format("rank {}: a barrier after the failure succeeded", rank));
+  } catch (const courier::Error& error) {
+    say(fmt::format("rank {}: barrier failed: {}", rank, error.what()));
+  }
+  if (std::optional<courier::PeerFailure> failed = ctx.failed_peer()) {
+    say(fmt::format("rank {}: rank {} failed: {}", rank, failed->rank, failed->reason));
+  } else {
+    say(fmt::format("rank {}: no failed peer was reported", rank));
+  }
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Options o = parse(argc, argv);
+  int status = 0;
+  int rank = -1;
+  try {
+    rank = std::atoi(std::getenv("COURIER_RANK") != nullptr ? std::getenv("COURIER_RANK") : "-1");
+    status = run(o);
+  } catch (const std::exception& error) {
+    say(fmt::format("rank {}: {}", rank, error.what()));
+    status = 4;
+  }
+  say(fmt::format("rank {} exits with status {} at {}", rank, status, epoch_ms()));
+  return status;
+}
