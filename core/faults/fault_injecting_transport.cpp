@@ -85,18 +85,24 @@ int FaultInjectingTransport::post_inner(const Request& request, uint64_t cookie,
 
 int FaultInjectingTransport::post(const Request& request, uint32_t peer, uint64_t cookie,
                                   std::string* error) {
-  if (chance(spec_.fail)) {
+  // A post the transport refused as full (-EAGAIN) comes back unchanged once
+  // there is room; its faults were drawn the first time. Drawing again on
+  // every offer would multiply the rates under back-pressure (and turn a
+  // full transport into a string of transient failures).
+  const bool offered_again = refused_.erase(cookie) > 0;
+  if (!offered_again && chance(spec_.fail)) {
     ++stats_.failed;
     *error = "injected transient failure (COURIER_FAULTS) of the " +
              std::visit([](const auto& r) { return describe(r); }, request);
     return -EBUSY;
   }
-  if (held_.size() < kMaxHeldPosts && chance(spec_.reorder)) {
+  if (!offered_again && held_.size() < kMaxHeldPosts && chance(spec_.reorder)) {
     ++stats_.reordered;
     held_.push_back({request, peer, cookie, now_() + kMaxHoldNs});
     return COURIER_OK;
   }
   int rc = post_inner(request, cookie, error);
+  if (rc == -EAGAIN) refused_.insert(cookie);
   // This post overtook the ones held for its peer: now they may follow.
   if (rc == COURIER_OK && !held_.empty()) release_held(peer, 0);
   return rc;

@@ -10,6 +10,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <unordered_set>
 #include <variant>
 #include <vector>
 
@@ -97,6 +98,9 @@ class FaultInjectingTransport final : public ProxyTransport {
   // Held posts the inner transport refused, reported as failed completions.
   std::deque<std::pair<courier_nic_completion_v1, std::string>> failed_;
   std::string last_error_;  // of the failure the last poll returned; empty: ask inner
+  // Cookies of posts the inner transport refused with -EAGAIN and that were
+  // not offered again yet.
+  std::unordered_set<uint64_t> refused_;
 };
 
 }  // namespace courier

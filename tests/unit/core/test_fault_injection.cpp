@@ -198,6 +198,31 @@ TEST_CASE("reorder hands posts to the transport out of order, and loses none") {
   CHECK(done.size() == n);
 }
 
+TEST_CASE("a post offered again after -EAGAIN draws no second fault") {
+  FakeClock clock;
+  ScriptedTransport inner;
+  FaultInjectingTransport t(inner, spec_of("reorder=0.5,fail=0.2,seed=21"), 0, nullptr, clock.fn());
+  const uint64_t n = 4000;
+  for (uint64_t i = 0; i < n; ++i) {
+    inner.script = {-EAGAIN};  // full once for each new request that reaches it
+    std::string error;
+    int rc = t.post_write(write_to(1), i, &error);
+    if (rc == -EAGAIN) {
+      size_t before = inner.attempts.size();
+      REQUIRE(t.post_write(write_to(1), i, &error) == COURIER_OK);
+      // This time it reached the transport (held posts of the peer follow it).
+      REQUIRE(inner.attempts.size() > before);
+      CHECK(inner.attempts[before].cookie == i);
+      CHECK(inner.attempts[before].result == COURIER_OK);
+    } else {
+      CHECK((rc == COURIER_OK || rc == -EBUSY));
+    }
+  }
+  // Each request was drawn once: the rates stay those configured.
+  check_rate(t.stats().failed, n, 0.2);
+  check_rate(t.stats().reordered, n, 0.8 * 0.5);
+}
+
 TEST_CASE("a held post goes out after a bounded time even without later posts") {
   FakeClock clock;
   ScriptedTransport inner;
