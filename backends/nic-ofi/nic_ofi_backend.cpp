@@ -30,7 +30,61 @@ int parse_write_timeout(const char* value, uint32_t* timeout_ms) {
   return 0;
 }
 
+// The capability bits a profile lets an endpoint promise.
+uint32_t caps_of(const ofi::ProviderProfile& p) {
+  uint32_t caps = COURIER_NIC_CAP_RMA_WRITE;
+  if (p.imm_bytes > 0) caps |= COURIER_NIC_CAP_WRITE_IMM;
+  if (p.imm_bytes > 0 && p.source) caps |= COURIER_NIC_CAP_IMM_SOURCE;
+  if (p.ordered_writes) caps |= COURIER_NIC_CAP_ORDERED_WRITES;
+  if (p.delivery_complete) caps |= COURIER_NIC_CAP_DELIVERY_COMPLETE;
+  if (p.auto_progress) caps |= COURIER_NIC_CAP_PASSIVE_TARGET;
+  return caps;
+}
+
 }  // namespace
+
+int Backend::probe_atomics(const std::string& prov_name) {
+  ofi::ProviderProfile profile;
+  if (ofi::probe_atomic_provider(prov_name, &profile) != 0 || !profile.atomics) {
+    // No atomics is not a failure of the backend: it offers writes only.
+    log(COURIER_LOG_INFO, ("no transport atomics: " + ofi::last_error()).c_str());
+    return 0;
+  }
+  const int rc = ofi::probe_atomic_ops(&profile);
+  if (rc != 0) {
+    log(COURIER_LOG_INFO, ("no transport atomics: " + ofi::last_error()).c_str());
+    return 0;
+  }
+  if (profile.atomic_ops == 0) return 0;
+
+  courier_nic_props_v1& props = props_;
+  props.atomic_ops = profile.atomic_ops;
+  // A utility layer (tcp;ofi_rxm) carries atomics as messages and applies
+  // them in software at the target; a provider without one executes them
+  // itself (shm applies them to the mapped memory of the target).
+  props.atomic_native = ofi::has_utility_layer(profile.provider_name) ? 0 : profile.atomic_ops;
+  uint32_t caps = caps_of(profile);
+  // The immediate-data width is one property for both kinds of endpoints;
+  // should FI_ATOMIC ever change it, atomic endpoints claim none rather than
+  // a wrong width.
+  if (profile.imm_bytes != profile_.imm_bytes ||
+      profile.length_in_data != profile_.length_in_data) {
+    caps &= ~(COURIER_NIC_CAP_WRITE_IMM | COURIER_NIC_CAP_IMM_SOURCE);
+  }
+  // The core relies on a TX completion meaning "applied at the target"; an
+  // atomic endpoint without delivery-complete cannot promise that for its
+  // atomics (fetching ones complete after the result came back anyway, plain
+  // ADDs would not), so its non-fetching ops are not offered.
+  if (!profile.delivery_complete) {
+    props.atomic_ops &= ~(COURIER_NIC_ATOMIC_ADD_U64 | COURIER_NIC_ATOMIC_ADD_U32);
+    props.atomic_native &= props.atomic_ops;
+  }
+  props.caps_with_atomics = caps;
+  atomic_profile_ = std::move(profile);
+  atomic_profile_.atomic_ops = props.atomic_ops;
+  return 0;
+}
+
 int Backend::create(const courier_host_services_v1* host, std::unique_ptr<Backend>* out) {
   if (!host || host->struct_size < sizeof(courier_host_services_v1) || !host->get_env) {
     return ofi::set_error(-EINVAL, "init: host services missing or too old");
@@ -60,13 +114,9 @@ int Backend::create(const courier_host_services_v1* host, std::unique_ptr<Backen
   const ofi::ProviderProfile& p = backend->profile_;
   courier_nic_props_v1& props = backend->props_;
   props.struct_size = sizeof props;
-  props.caps = COURIER_NIC_CAP_RMA_WRITE;
-  if (p.imm_bytes > 0) props.caps |= COURIER_NIC_CAP_WRITE_IMM;
-  if (p.imm_bytes > 0 && p.source) props.caps |= COURIER_NIC_CAP_IMM_SOURCE;
-  if (p.ordered_writes) props.caps |= COURIER_NIC_CAP_ORDERED_WRITES;
-  if (p.delivery_complete) props.caps |= COURIER_NIC_CAP_DELIVERY_COMPLETE;
-  if (p.auto_progress) props.caps |= COURIER_NIC_CAP_PASSIVE_TARGET;
-  props.atomic_ops = 0;  // post_atomic is not wired to libfabric yet
+  props.caps = caps_of(p);
+  // Replaced by probe_atomics below when the provider has atomics.
+  props.atomic_ops = 0;
   props.atomic_native = 0;
   props.caps_with_atomics = props.caps;
   props.imm_bytes = p.imm_bytes;
@@ -78,7 +128,14 @@ int Backend::create(const courier_host_services_v1* host, std::unique_ptr<Backen
   std::snprintf(props.device, sizeof props.device, "%s", p.provider_name.c_str());
   props.pci_address[0] = '\0';  // software transports have no PCI device
 
+  rc = backend->probe_atomics(choice->prov_name);
+  if (rc != 0) return rc;
+
   backend->log(COURIER_LOG_INFO, ofi::describe_profile(p).c_str());
+  if (backend->atomic_profile_.atomics) {
+    backend->log(COURIER_LOG_INFO,
+                 ("atomic endpoints: " + ofi::describe_profile(backend->atomic_profile_)).c_str());
+  }
   *out = std::move(backend);
   return 0;
 }

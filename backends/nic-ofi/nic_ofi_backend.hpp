@@ -6,6 +6,7 @@
 #include <courier/abi/nic_v1.h>
 
 #include <memory>
+#include <string>
 
 #include "nic/ofi/ofi_info.hpp"
 
@@ -24,6 +25,9 @@ class Backend {
   static int create(const courier_host_services_v1* host, std::unique_ptr<Backend>* out);
 
   const ofi::ProviderProfile& profile() const { return profile_; }
+  // The profile of endpoints opened with COURIER_NIC_EP_ATOMICS (FI_ATOMIC
+  // requested); atomics == false when the provider has none.
+  const ofi::ProviderProfile& atomic_profile() const { return atomic_profile_; }
   // The write watchdog's timeout (COURIER_OFI_WRITE_TIMEOUT_S), 0 when off.
   uint32_t write_timeout_ms() const { return write_timeout_ms_; }
   // Fills the caller's props up to props->struct_size.
@@ -33,9 +37,13 @@ class Backend {
 
  private:
   Backend() = default;
+  // Probes the provider again with FI_ATOMIC, validates each op and fills
+  // atomic_ops, atomic_native and caps_with_atomics.
+  int probe_atomics(const std::string& prov_name);
 
   const courier_host_services_v1* host_ = nullptr;
   ofi::ProviderProfile profile_;
+  ofi::ProviderProfile atomic_profile_;
   uint32_t write_timeout_ms_ = 0;
   courier_nic_props_v1 props_{};
 };

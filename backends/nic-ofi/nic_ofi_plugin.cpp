@@ -3,7 +3,8 @@
 // This file is the C boundary. Each entry of courier_nic_plugin_v1 turns the
 // opaque handles back into C++ objects (Backend, ofi::Endpoint,
 // ofi::MemoryRegion) and calls them; nothing C++ (exceptions included)
-// crosses back. The data path, post_write and poll, goes straight through.
+// crosses back. The data path, post_write, post_atomic and poll, goes
+// straight through.
 #include <courier/abi/nic_v1.h>
 
 #include <cerrno>
@@ -60,16 +61,21 @@ int plugin_ep_open(void* backend, const courier_nic_ep_attr_v1* attr, void** ep)
       return ofi::set_error(-EINVAL, "ep_open: attr->struct_size %u is too small",
                             attr->struct_size);
     }
-    if (attr->flags != 0) {
+    if (attr->flags & ~uint32_t{COURIER_NIC_EP_ATOMICS}) {
       return ofi::set_error(-EINVAL, "ep_open: unknown flags 0x%x", attr->flags);
     }
     const Backend& owner = *static_cast<Backend*>(backend);
+    const bool atomics = (attr->flags & COURIER_NIC_EP_ATOMICS) != 0;
     ofi::EndpointOptions options;
+    options.atomics = atomics;
     options.tx_depth = attr->tx_depth;
     options.rx_depth = attr->rx_depth;
     options.write_timeout_ms = owner.write_timeout_ms();
     std::unique_ptr<ofi::Endpoint> endpoint;
-    const int rc = ofi::Endpoint::open(owner.profile(), options, &endpoint);
+    // Atomic endpoints open from their own profile: requesting FI_ATOMIC can
+    // change what the provider grants, and the write-only path stays as tuned.
+    const int rc =
+        ofi::Endpoint::open(atomics ? owner.atomic_profile() : owner.profile(), options, &endpoint);
     if (rc != 0) return rc;
     *ep = endpoint.release();
     return 0;
@@ -125,6 +131,11 @@ int plugin_post_write(void* ep, const courier_nic_write_v1* write) {
   return as_endpoint(ep)->post_write(*write);
 }
 
+int plugin_post_atomic(void* ep, const courier_nic_atomic_v1* atomic) {
+  if (!ep || !atomic) return ofi::set_error(-EINVAL, "post_atomic: NULL endpoint or atomic");
+  return as_endpoint(ep)->post_atomic(*atomic);
+}
+
 int plugin_poll(void* ep, courier_nic_completion_v1* out, uint32_t max) {
   if (!ep) return ofi::set_error(-EINVAL, "poll: NULL endpoint");
   return as_endpoint(ep)->poll(out, max);
@@ -141,7 +152,8 @@ const courier_knob_v1 kKnobs[] = {
 const courier_nic_plugin_v1 kPlugin = {
     /* header */ {sizeof(courier_nic_plugin_v1), COURIER_NIC_ABI_MAJOR, COURIER_NIC_ABI_MINOR,
                   "ofi"},
-    /* description */ "libfabric RDM endpoints over shm or tcp (one-sided writes, remote CQ data)",
+    /* description */
+    "libfabric RDM endpoints over shm or tcp (one-sided writes, remote CQ data, atomics)",
     /* knobs */ kKnobs,
     /* num_knobs */ sizeof kKnobs / sizeof kKnobs[0],
     /* reserved */ 0,
@@ -157,7 +169,7 @@ const courier_nic_plugin_v1 kPlugin = {
     plugin_mr_deregister,
     plugin_post_write,
     plugin_poll,
-    /* post_atomic */ nullptr,  // transport atomics: not wired to libfabric yet
+    plugin_post_atomic,
 };
 
 }  // namespace

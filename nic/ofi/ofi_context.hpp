@@ -9,8 +9,9 @@
 //
 // The pool is allocated once when the endpoint opens, sized to the depth the
 // caller asked for, so posting and polling never allocate. Running out of
-// contexts is the endpoint's natural back-pressure: post_write answers
-// -EAGAIN and the caller polls.
+// contexts is the endpoint's natural back-pressure: post_write and
+// post_atomic answer -EAGAIN and the caller polls. Writes and atomics share
+// one pool, so tx_depth bounds both together.
 #pragma once
 
 #include <rdma/fabric.h>
@@ -21,11 +22,11 @@
 namespace courier::ofi {
 
 struct OpContext {
-  enum class Kind : uint32_t { kWrite, kReceive };
+  enum class Kind : uint32_t { kWrite, kAtomic, kReceive };
 
   fi_context2 provider;  // must stay first: the provider may write into it
-  uint64_t cookie = 0;   // the caller's cookie (writes)
-  uint32_t peer = 0;     // destination rank (writes), for error messages
+  uint64_t cookie = 0;   // the caller's cookie (writes and atomics)
+  uint32_t peer = 0;     // destination rank (writes and atomics), for error messages
   Kind kind = Kind::kWrite;
   bool in_flight = false;       // acquired: owned by the provider until it completes
   bool abandoned = false;       // reported to the caller as timed out; see ofi_cq.cpp
@@ -75,6 +76,9 @@ class ContextPool {
   }
 
   OpContext& at(uint32_t index) { return slots_[index]; }
+  uint32_t index_of(const OpContext* context) const {
+    return static_cast<uint32_t>(context - slots_.data());
+  }
   uint32_t size() const { return static_cast<uint32_t>(slots_.size()); }
   uint32_t in_use() const { return in_use_; }
 

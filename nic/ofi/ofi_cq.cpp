@@ -93,10 +93,11 @@ uint32_t Endpoint::expire_writes(courier_nic_completion_v1* out, uint32_t max) {
     out[expired].cookie = context.cookie;
     ++expired;
     set_error(-ETIMEDOUT,
-              "write to peer %u (cookie %llu) got no completion within %u ms: provider %s lost "
-              "it (shm does so when the target rejects the write, e.g. for a bad key or a range "
+              "%s to peer %u (cookie %llu) got no completion within %u ms: provider %s lost "
+              "it (shm does so when the target rejects it, e.g. for a bad key or a range "
               "outside the region)",
-              context.peer, static_cast<unsigned long long>(context.cookie), write_timeout_ms_,
+              context.kind == OpContext::Kind::kAtomic ? "atomic" : "write", context.peer,
+              static_cast<unsigned long long>(context.cookie), write_timeout_ms_,
               provider_name_.c_str());
   }
   return expired;
@@ -167,7 +168,8 @@ uint32_t Endpoint::translate_error(courier_nic_completion_v1* out) {
     out->kind = COURIER_NIC_COMP_TX;
     out->peer = context->peer;
     out->cookie = context->cookie;
-    set_error(status, "write to peer %u (cookie %llu) failed: %s (provider: %s)", context->peer,
+    set_error(status, "%s to peer %u (cookie %llu) failed: %s (provider: %s)",
+              context->kind == OpContext::Kind::kAtomic ? "atomic" : "write", context->peer,
               static_cast<unsigned long long>(context->cookie), fi_strerror(error.err),
               provider_text ? provider_text : "no detail");
     writes_.release(context);

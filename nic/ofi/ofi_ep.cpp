@@ -22,6 +22,12 @@ int Endpoint::open(const ProviderProfile& profile, const EndpointOptions& option
   const uint32_t tx_depth = options.tx_depth;
   const uint32_t rx_depth = options.rx_depth;
   if (tx_depth == 0) return set_error(-EINVAL, "ep_open: tx_depth must be at least 1");
+  if (options.atomics && (!profile.atomics || profile.atomic_ops == 0)) {
+    return set_error(-EOPNOTSUPP,
+                     "ep_open: COURIER_NIC_EP_ATOMICS requested, but provider %s offers no "
+                     "atomics Courier can use",
+                     profile.provider_name.c_str());
+  }
   std::unique_ptr<Endpoint> ep(new (std::nothrow) Endpoint);
   if (!ep) return set_error(-ENOMEM, "ep_open: out of memory");
 
@@ -43,6 +49,20 @@ int Endpoint::open(const ProviderProfile& profile, const EndpointOptions& option
   ep->imm_mask_ =
       profile.imm_bytes >= 8 ? ~uint64_t{0} : (uint64_t{1} << (8 * profile.imm_bytes)) - 1;
   ep->max_msg_size_ = profile.max_msg_size;
+
+  if (options.atomics) {
+    ep->atomics_ = true;
+    ep->atomic_ops_ = profile.atomic_ops;
+    ep->max_in_flight_for_atomics_ = profile.max_in_flight_for_atomics;
+    ep->operands_.assign(size_t{2} * tx_depth, 0);
+    // FI_WRITE: operands are the source of atomics; FI_READ for symmetry
+    // with result buffers (some providers check either on local buffers).
+    rc = MemoryRegion::create(ep->stack_.domain.get(), ep->stack_.ep.get(), ep->mr_mode_,
+                              ep->operands_.data(), ep->operands_.size() * sizeof(uint64_t),
+                              FI_WRITE | FI_READ, ep->next_requested_key_++, ep.get(),
+                              &ep->operands_mr_);
+    if (rc != 0) return rc;
+  }
 
   if (ep->rx_cq_data_) {
     // Remote CQ data lands in posted receives: keep rx_depth of them posted.
@@ -93,8 +113,10 @@ int Endpoint::register_memory(void* addr, size_t len, uint32_t mem_kind,
                      mem_kind);
   }
   // FI_WRITE: the region is the source of local writes; FI_REMOTE_WRITE:
-  // peers write into it.
-  const uint64_t access = FI_WRITE | FI_REMOTE_WRITE;
+  // peers write into it. An atomic endpoint's regions are also targets of
+  // fetching atomics (FI_REMOTE_READ) and receive their results (FI_READ).
+  const uint64_t access =
+      atomics_ ? FI_WRITE | FI_REMOTE_WRITE | FI_READ | FI_REMOTE_READ : FI_WRITE | FI_REMOTE_WRITE;
   const int rc = MemoryRegion::create(stack_.domain.get(), stack_.ep.get(), mr_mode_, addr, len,
                                       access, next_requested_key_++, this, out);
   if (rc != 0) return rc;

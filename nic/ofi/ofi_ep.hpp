@@ -4,6 +4,7 @@
 // Split by responsibility like a libfabric provider:
 //   ofi_ep.cpp   opening, naming, connecting, memory registration
 //   ofi_rma.cpp  post_write (fi_write / fi_writedata)
+//   ofi_atomic.cpp post_atomic (fi_atomic / fi_fetch_atomic / fi_compare_atomic)
 //   ofi_cq.cpp   poll (completion queue -> courier_nic_completion_v1)
 //
 // Threading: one thread drives an endpoint at a time (the ABI's rule); the
@@ -33,6 +34,9 @@ struct EndpointOptions {
   // complete, never completes it); without the watchdog the caller would
   // wait forever. 0 turns it off.
   uint32_t write_timeout_ms = 30000;
+  // Open for atomics (COURIER_NIC_EP_ATOMICS): the profile must come from
+  // probe_atomic_provider with atomic_ops filled in.
+  bool atomics = false;
 };
 
 // CLOCK_MONOTONIC_COARSE in milliseconds: a few nanoseconds through the vDSO,
@@ -56,6 +60,7 @@ class Endpoint {
   uint32_t registered_regions() const { return registered_regions_; }
 
   int post_write(const courier_nic_write_v1& write);
+  int post_atomic(const courier_nic_atomic_v1& atomic);
   int poll(courier_nic_completion_v1* out, uint32_t max);
 
  private:
@@ -72,7 +77,7 @@ class Endpoint {
   uint32_t rank_of(fi_addr_t address) const;
 
   EndpointStack stack_;
-  ContextPool writes_;            // one context per write in flight (tx_depth)
+  ContextPool writes_;            // one context per write or atomic in flight (tx_depth)
   ContextPool receives_;          // posted receives, only under FI_RX_CQ_DATA (rx_depth)
   std::vector<fi_addr_t> peers_;  // rank -> libfabric address
   bool peers_are_ranks_ = false;  // peers_[i] == i (FI_AV_TABLE in rank order)
@@ -93,6 +98,17 @@ class Endpoint {
 
   uint64_t next_requested_key_ = 1;  // unique per domain (see ofi_mr.hpp)
   uint32_t registered_regions_ = 0;
+
+  // Atomics (endpoints opened with EndpointOptions::atomics only).
+  bool atomics_ = false;
+  uint32_t atomic_ops_ = 0;                 // COURIER_NIC_ATOMIC_* the provider validated
+  uint32_t max_in_flight_for_atomics_ = 0;  // 0: no limit (ProviderProfile)
+  // The operand and compare value of each atomic in flight, two words per
+  // write context (indexed like writes_). libfabric reads them from memory
+  // that must be registered under FI_MR_LOCAL, and may read them after the
+  // post returns, so they live here until the completion.
+  std::vector<uint64_t> operands_;
+  std::unique_ptr<MemoryRegion> operands_mr_;  // after operands_ and stack_: closed first
 };
 
 }  // namespace courier::ofi

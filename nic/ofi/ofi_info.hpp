@@ -44,6 +44,10 @@ struct FeatureRequest {
   bool ordered_writes = false;     // tx/rx msg_order FI_ORDER_RMA_WAW
   bool source = false;             // caps FI_SOURCE
   bool receives = false;           // caps FI_MSG|FI_RECV (needed under FI_RX_CQ_DATA)
+  // caps FI_ATOMIC|FI_READ|FI_REMOTE_READ (fetching atomics read remote memory
+  // and write a local result); ordered_writes then also asks for FI_ORDER_WAW,
+  // the bit that orders RMA writes and atomics with each other.
+  bool atomics = false;
 };
 
 // The outcome of probing one provider. All endpoints of a backend are opened
@@ -66,6 +70,14 @@ struct ProviderProfile {
   uint32_t imm_bytes = 0;  // immediate bytes Courier gets (see length_in_data)
   uint64_t max_msg_size = 0;
   std::string provider_name;  // fabric_attr->prov_name, e.g. "tcp;ofi_rxm"
+
+  // Atomics (profiles from probe_atomic_provider only). With them,
+  // ordered_writes means writes and atomics to one peer land in post order.
+  bool atomics = false;     // fi_info caps include FI_ATOMIC
+  uint32_t atomic_ops = 0;  // COURIER_NIC_ATOMIC_* that validated (probe_atomic_ops)
+  // An atomic is posted only while fewer operations (writes and atomics) are
+  // in flight on the endpoint; 0 means no limit. See ofi_info.cpp.
+  uint32_t max_in_flight_for_atomics = 0;
 };
 
 // Builds the hints for one attempt. The caller owns the result.
@@ -76,6 +88,26 @@ InfoPtr make_hints(const std::string& prov_name, const FeatureRequest& features)
 // On failure returns -errno and sets last_error(), for example
 // "provider 'tcp;ofi_rxm' not available: fi_getinfo returned -61 (No data available)".
 int probe_provider(const std::string& prov_name, ProviderProfile* out);
+
+// As probe_provider, with FeatureRequest::atomics set on every attempt: the
+// profile of endpoints that post atomics. Requesting FI_ATOMIC may change
+// what the provider grants (tcp;ofi_rxm then drops write-after-write
+// ordering), so this is a separate probe and never replaces the write path's
+// profile. atomic_ops stays 0 until probe_atomic_ops fills it.
+int probe_atomic_provider(const std::string& prov_name, ProviderProfile* out);
+
+// Opens a throw-away endpoint from an atomic profile and asks the provider
+// which of Courier's atomic ops it carries out (fi_atomicvalid FI_SUM for
+// ADD, fi_fetch_atomicvalid FI_SUM for FETCH_ADD, fi_compare_atomicvalid
+// FI_CSWAP for CAS; FI_UINT64 and FI_UINT32). Sets profile->atomic_ops.
+// Defined in ofi_atomic.cpp.
+int probe_atomic_ops(ProviderProfile* profile);
+
+// True when the provider name is a chain with a libfabric utility layer
+// ("tcp;ofi_rxm", "udp;ofi_rxd"): utility providers are named "ofi_*", and
+// what they add on top of the core provider (RDM, atomics) is emulated in
+// software over the core provider's messages.
+bool has_utility_layer(std::string_view prov_name);
 
 // One line describing the profile, for logs and courier-info.
 std::string describe_profile(const ProviderProfile& profile);

@@ -55,6 +55,7 @@ int Endpoint::post_write(const courier_nic_write_v1& write) {
   if (!context) return -EAGAIN;  // tx_depth writes in flight: poll, then retry
   context->cookie = write.cookie;
   context->peer = write.peer;
+  context->kind = OpContext::Kind::kWrite;  // the pool is shared with atomics
 
   void* buffer = region->addr() + write.local_offset;
   // base is the region's virtual address under FI_MR_VIRT_ADDR and 0 under
