@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdarg>
+#include <cstddef>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -146,6 +147,12 @@ void copy_text(Message* message, const std::string& text) {
 const courier_nic_plugin_v1& plugin() { return *loaded_plugin().api; }
 const std::string& plugin_path() { return loaded_plugin().path; }
 
+bool offers_atomics(const courier_nic_plugin_v1& api, const courier_nic_props_v1& props) {
+  const size_t entry_end = offsetof(courier_nic_plugin_v1, post_atomic) + sizeof api.post_atomic;
+  return api.header.abi_minor >= 1 && api.header.struct_size >= entry_end &&
+         api.post_atomic != nullptr && props.atomic_ops != 0;
+}
+
 std::string backend_error(void* backend) {
   const char* text = plugin().last_error(backend);
   return text ? text : "";
@@ -222,7 +229,12 @@ std::string Session::setup() {
   attr.struct_size = sizeof attr;
   attr.tx_depth = options.tx_depth;
   attr.rx_depth = options.rx_depth;
+  attr.flags = options.ep_flags;
+  if ((attr.flags & COURIER_NIC_EP_ATOMICS) && !offers_atomics(api, props)) {
+    attr.flags &= ~uint32_t{COURIER_NIC_EP_ATOMICS};  // the test reports the skip
+  }
   if (api.ep_open(backend, &attr, &ep) != 0) return "ep_open: " + backend_error(backend);
+  atomics = (attr.flags & COURIER_NIC_EP_ATOMICS) != 0;
 
   const courier_host_services_v1* services = host.services();
   region = static_cast<std::byte*>(services->alloc(services->ctx, options.region_bytes, 4096));
@@ -317,6 +329,15 @@ int Session::post_retrying(const courier_nic_write_v1& write, Clock::time_point 
   }
 }
 
+int Session::post_atomic_retrying(const courier_nic_atomic_v1& atomic, Clock::time_point until) {
+  for (;;) {
+    const int rc = api.post_atomic(ep, &atomic);
+    if (rc != -EAGAIN) return rc;
+    if (Clock::now() > until) return -ETIMEDOUT;
+    pump();
+  }
+}
+
 courier_nic_write_v1 Session::make_write(uint64_t local_offset, uint64_t remote_offset,
                                          uint64_t length, uint64_t cookie) const {
   courier_nic_write_v1 write{};
@@ -354,6 +375,23 @@ void Session::serve(Report& report) {
   Message message;
   while (receive(&message, deadline())) {
     if (message.tag == Message::kDone) return;
+    if (message.tag == Message::kStore || message.tag == Message::kLoad) {
+      Message answer;
+      const uint64_t offset = message.args[0];
+      if (offset > options.region_bytes || options.region_bytes - offset < 8) {
+        answer.tag = message.tag == Message::kStore ? Message::kStored : Message::kLoaded;
+        copy_text(&answer, "store/load offset outside the region");
+      } else if (message.tag == Message::kStore) {
+        const uint64_t value = message.args[1];
+        std::memcpy(region + offset, &value, std::min<uint64_t>(message.args[2], 8));
+        answer.tag = Message::kStored;
+      } else {
+        std::memcpy(&answer.args[0], region + offset, 8);
+        answer.tag = Message::kLoaded;
+      }
+      send(answer);
+      continue;
+    }
     if (message.tag != Message::kVerify) {
       report.fail("target: unexpected message tag %u", message.tag);
       continue;
@@ -458,6 +496,31 @@ std::string verify_remote(Session& session, uint64_t offset, uint64_t length, ui
   if (!session.receive(&answer, deadline())) return "no answer from the target";
   if (answer.tag == Message::kResult) return std::string("target gave up: ") + answer.text;
   if (answer.tag != Message::kVerified) return "unexpected answer from the target";
+  return answer.text;
+}
+
+std::string remote_store(Session& session, uint64_t offset, uint64_t value, uint32_t width) {
+  Message request;
+  request.tag = Message::kStore;
+  request.args[0] = offset;
+  request.args[1] = value;
+  request.args[2] = width;
+  session.send(request);
+  Message answer;
+  if (!session.receive(&answer, deadline())) return "no answer from the target";
+  if (answer.tag != Message::kStored) return "unexpected answer from the target";
+  return answer.text;
+}
+
+std::string remote_load(Session& session, uint64_t offset, uint64_t* value) {
+  Message request;
+  request.tag = Message::kLoad;
+  request.args[0] = offset;
+  session.send(request);
+  Message answer;
+  if (!session.receive(&answer, deadline())) return "no answer from the target";
+  if (answer.tag != Message::kLoaded) return "unexpected answer from the target";
+  *value = answer.args[0];
   return answer.text;
 }
 

@@ -69,6 +69,10 @@ struct Message {
     kDone,       // initiator -> target: scenario over, report back
     kVerify,     // args: offset, length, seed, strict (1 = must already be visible)
     kVerified,   // answer to kVerify: text = "" or what is wrong
+    kStore,      // args: offset, value, width (1..8 bytes, little-endian)
+    kStored,     // answer to kStore
+    kLoad,       // args: offset: read 8 bytes of the target's region
+    kLoaded,     // answer to kLoad: args[0] = the bytes (little-endian); text = "" or error
   };
   uint32_t tag = 0;
   uint32_t reserved = 0;
@@ -91,7 +95,14 @@ struct SessionOptions {
   uint32_t tx_depth = 64;
   uint32_t rx_depth = 256;
   size_t region_bytes = (size_t{2} << 20) + 65536;  // room for 1 MiB writes at offsets
+  // courier_nic_ep_attr_v1.flags. COURIER_NIC_EP_ATOMICS is dropped when the
+  // backend offers no atomics (Session::atomics says whether it was kept).
+  uint32_t ep_flags = 0;
 };
+
+// True when the plugin has the ABI 1.1 post_atomic entry and `props` lists
+// at least one atomic op.
+bool offers_atomics(const courier_nic_plugin_v1& api, const courier_nic_props_v1& props);
 
 // One rank's side of a scenario: backend, endpoint, one registered region,
 // connected to the other rank.
@@ -115,6 +126,8 @@ class Session {
   // post_write, pumping and retrying while the endpoint answers -EAGAIN.
   // Returns the final status, or -ETIMEDOUT.
   int post_retrying(const courier_nic_write_v1& write, Clock::time_point until);
+  // post_atomic with the same retrying.
+  int post_atomic_retrying(const courier_nic_atomic_v1& atomic, Clock::time_point until);
   // A write from our region [local_offset, +length) to the peer's region at
   // remote_offset.
   courier_nic_write_v1 make_write(uint64_t local_offset, uint64_t remote_offset, uint64_t length,
@@ -144,6 +157,7 @@ class Session {
   const SessionOptions options;
   std::deque<courier_nic_completion_v1> pending;
   std::string poll_errors;  // texts of negative poll() results
+  bool atomics = false;     // the endpoint was opened with COURIER_NIC_EP_ATOMICS
 
  private:
   int fd_;
@@ -159,6 +173,13 @@ void run_pair(const SessionOptions& options, const std::function<void(Session&)>
 // Returns "" or the target's complaint.
 std::string verify_remote(Session& session, uint64_t offset, uint64_t length, uint64_t seed,
                           bool strict);
+
+// Initiator helpers for atomics: make the target store `width` bytes of
+// `value` at `offset` of its region, or read 8 bytes there. The target does
+// it with plain CPU accesses between two polls. Store returns "" or a problem;
+// load sets *value.
+std::string remote_store(Session& session, uint64_t offset, uint64_t value, uint32_t width);
+std::string remote_load(Session& session, uint64_t offset, uint64_t* value);
 
 // Mask of the immediate-data bytes a backend carries.
 inline uint64_t imm_mask(uint32_t imm_bytes) {
