@@ -4,15 +4,19 @@
 
 #include <cstring>
 #include <map>
+#include <mutex>
+#include <optional>
 
 #include "core/backend_instance.hpp"
 #include "core/bootstrap/job_bootstrap.hpp"
 #include "core/check.hpp"
 #include "core/config.hpp"
 #include "core/cpu_placement.hpp"
+#include "core/faults/transport_chain.hpp"
 #include "core/proxy/nic_endpoint.hpp"
 #include "core/proxy/proxy_thread.hpp"
 #include "core/registry.hpp"
+#include "gpu/fifo_push.hpp"
 
 namespace courier {
 
@@ -27,6 +31,7 @@ std::span<const std::byte> bytes_of(const T& value) {
 struct JobShape {
   uint32_t proxy_threads;
   uint32_t ep_name_bytes;
+  uint8_t atomics[2];  // AtomicStrategyKind of ADD_U64, ADD_U32
   char nic_backend[32];
 };
 
@@ -68,6 +73,9 @@ std::string describe_channel_error(uint64_t word) {
           "a producer timed out waiting for room with command {} reserved; "
           "the channel cannot progress any more",
           ticket);
+    case ChannelErrorCode::peer_failed:  // the upper bits hold the rank
+      return fmt::format("rank {} is gone: {} (details in the log)", ticket,
+                         to_string(ChannelErrorCode::peer_failed));
     case ChannelErrorCode::none:
       break;
   }
@@ -107,10 +115,20 @@ struct Context::Impl {
 
   std::vector<std::unique_ptr<ProxyChannel>> channels;
   std::vector<std::unique_ptr<NicEndpoint>> endpoints;
+  // What each proxy thread drives: retries (and injected faults) over its endpoint.
+  std::vector<std::unique_ptr<ProxyTransport>> transports;
+  // Emulated-atomic mailboxes, one per proxy thread (COURIER_ATOMICS=imm).
+  std::vector<std::unique_ptr<AtomicMailbox>> mailboxes;
+  SemanticsOptions semantics;  // how atomics are done; world size set later
   std::vector<std::unique_ptr<ProxyThread>> proxies;
   uint32_t windows = 0;
   // This rank's share of the CPUs: its proxies, and its host kernels.
   std::vector<int32_t> rank_cpus;
+  // A peer's death, reported by the bootstrap's liveness monitor. The watch
+  // is the last member: cancelled first, before the channels it fails.
+  mutable std::mutex peer_mutex;
+  std::optional<PeerFailure> peer_failure;
+  PeerWatch peer_watch;
 
   explicit Impl(const ContextOptions& options)
       : env(with_overrides(options)),
@@ -136,6 +154,7 @@ struct Context::Impl {
                "the target",
                nic->plugin().name);
     }
+    choose_atomic_strategies();
     bootstrap = options.bootstrap ? options.bootstrap
                                   : std::shared_ptr<Bootstrap>(join_job(
                                         config.job, static_cast<int>(config.timeout_s), log));
@@ -143,12 +162,34 @@ struct Context::Impl {
     allocate_channels();
     open_endpoints();
     start_proxies();
+    register_mailboxes();
+    peer_watch = bootstrap->watch_peers(
+        [this](int rank, const std::string& reason) { on_peer_failure(rank, reason); });
+  }
+
+  // Nothing that involves a dead rank can complete: fail every channel now,
+  // so producers stop at once instead of at COURIER_TIMEOUT_S.
+  void on_peer_failure(int rank, const std::string& reason) {
+    {
+      std::lock_guard lock(peer_mutex);
+      if (peer_failure) return;
+      peer_failure = PeerFailure{rank, reason};
+    }
+    log.error("context", "rank {} is gone; failing all {} channels of this rank: {}", rank,
+              channels.size(), reason);
+    for (auto& channel : channels) {
+      device::mark_channel_fatal(channel->control, static_cast<uint64_t>(rank),
+                                 ChannelErrorCode::peer_failed);
+      device::futex_wake_all(&channel->control->completed);  // blocked producers re-check
+    }
   }
 
   void check_job_shape() {
     JobShape mine{};
     mine.proxy_threads = config.proxy_threads;
     mine.ep_name_bytes = nic->props().max_ep_name;
+    mine.atomics[0] = static_cast<uint8_t>(semantics.add_u64);
+    mine.atomics[1] = static_cast<uint8_t>(semantics.add_u32);
     std::snprintf(mine.nic_backend, sizeof mine.nic_backend, "%s", nic->plugin().name.c_str());
     std::vector<std::byte> all = bootstrap->allgather(bytes_of(mine));
     for (int r = 0; r < bootstrap->size(); ++r) {
@@ -165,6 +206,14 @@ struct Context::Impl {
             "rank {} runs COURIER_PROXY_THREADS={} but rank {} runs {}: the value must be equal "
             "on every rank (proxy thread i talks to thread i of each peer)",
             r, theirs.proxy_threads, bootstrap->rank(), mine.proxy_threads);
+      }
+      if (std::memcmp(theirs.atomics, mine.atomics, sizeof mine.atomics) != 0) {
+        fail(
+            "rank {} carries out ADD_U64/ADD_U32 by {}/{} but rank {} by {}/{}: set the same "
+            "COURIER_ATOMICS on every rank",
+            r, to_string(static_cast<AtomicStrategyKind>(theirs.atomics[0])),
+            to_string(static_cast<AtomicStrategyKind>(theirs.atomics[1])), bootstrap->rank(),
+            to_string(semantics.add_u64), to_string(semantics.add_u32));
       }
       if (theirs.ep_name_bytes != mine.ep_name_bytes) {
         fail("rank {} has {}-byte endpoint names but rank {} has {}: mismatched NIC backends", r,
@@ -212,6 +261,7 @@ struct Context::Impl {
     attr.tx_depth =
         config.nic_window != 0 ? config.nic_window : config.max_inflight * channels_per_thread;
     attr.rx_depth = 4096;
+    if (uses(AtomicStrategyKind::hw)) attr.flags |= COURIER_NIC_EP_ATOMICS;
     for (uint32_t i = 0; i < threads; ++i) {
       endpoints.push_back(std::make_unique<NicEndpoint>(*nic, attr, bootstrap->size()));
     }
@@ -233,8 +283,100 @@ struct Context::Impl {
     }
   }
 
+  // Registers one region per proxy endpoint as `window` and exchanges the
+  // keys with every rank (collective). User windows also tell the semantics
+  // layer where they live, for atomics applied here.
+  struct Region {
+    void* base;
+    size_t bytes;
+  };
+  void register_on_endpoints(uint32_t window, const std::vector<Region>& regions,
+                             uint32_t mem_kind) {
+    const uint32_t threads = config.proxy_threads;
+    // Mine: size, then one key per proxy endpoint.
+    std::vector<RemoteWindow> mine(threads);
+    for (uint32_t i = 0; i < threads; ++i) {
+      proxies[i]->run([&] {
+        mine[i].key =
+            endpoints[i]->register_window(window, regions[i].base, regions[i].bytes, mem_kind);
+        mine[i].bytes = regions[i].bytes;
+        if (window < kUserWindows) {
+          proxies[i]->semantics().set_local_window(window, regions[i].base, regions[i].bytes);
+        }
+      });
+    }
+    std::vector<std::byte> all =
+        bootstrap->allgather(std::as_bytes(std::span<const RemoteWindow>(mine)));
+    for (uint32_t i = 0; i < threads; ++i) {
+      std::vector<RemoteWindow> peers(bootstrap->size());
+      for (int r = 0; r < bootstrap->size(); ++r) {
+        std::memcpy(&peers[r], all.data() + (r * threads + i) * sizeof(RemoteWindow),
+                    sizeof(RemoteWindow));
+      }
+      proxies[i]->run([&] { endpoints[i]->set_remote_window(window, std::move(peers)); });
+    }
+  }
+
+  // How each atomic op is carried out (COURIER_ATOMICS and the NIC's
+  // capabilities); docs/semantics.md. Every rank computes the same from the
+  // same configuration; check_job_shape() makes sure.
+  void choose_atomic_strategies() {
+    const courier_nic_props_v1& props = nic->props();
+    const bool imm_possible = (props.caps & COURIER_NIC_CAP_WRITE_IMM) != 0 &&
+                              (props.caps & COURIER_NIC_CAP_IMM_SOURCE) != 0 &&
+                              props.imm_bytes >= 4;
+    auto choose = [&](uint32_t op) {
+      const bool offered = (props.atomic_ops & op) != 0;
+      const bool native = (props.atomic_native & op) != 0;
+      switch (config.atomics) {
+        case AtomicsMode::hw:
+        case AtomicsMode::provider:
+          if (!offered) {
+            fail("COURIER_ATOMICS={} but NIC backend '{}' ({}) carries out no {}; use imm or auto",
+                 to_string(config.atomics), nic->plugin().name, props.device, atomic_op_name(op));
+          }
+          return AtomicStrategyKind::hw;
+        case AtomicsMode::imm:
+          if (!imm_possible) {
+            fail(
+                "COURIER_ATOMICS=imm but NIC backend '{}' ({}) cannot carry 4 bytes of "
+                "immediate data with the sender's identity; use hw or auto",
+                nic->plugin().name, props.device);
+          }
+          return AtomicStrategyKind::imm;
+        case AtomicsMode::automatic:
+          if (native) return AtomicStrategyKind::hw;
+          if (imm_possible) return AtomicStrategyKind::imm;
+          return offered ? AtomicStrategyKind::hw : AtomicStrategyKind::none;
+      }
+      return AtomicStrategyKind::none;
+    };
+    semantics.add_u64 = choose(COURIER_NIC_ATOMIC_ADD_U64);
+    semantics.add_u32 = choose(COURIER_NIC_ATOMIC_ADD_U32);
+    log.info("context", "atomics: ADD_U64 by {}, ADD_U32 by {} (COURIER_ATOMICS={})",
+             to_string(semantics.add_u64), to_string(semantics.add_u32), to_string(config.atomics));
+  }
+  bool uses(AtomicStrategyKind kind) const {
+    return semantics.add_u64 == kind || semantics.add_u32 == kind;
+  }
+
+  // Emulated atomics need a mailbox per proxy endpoint, registered like a
+  // window on every rank.
+  void register_mailboxes() {
+    if (!uses(AtomicStrategyKind::imm)) return;
+    for (uint32_t window = kRequestMailboxWindow; window <= kReplyStagingWindow; ++window) {
+      std::vector<Region> regions;
+      for (auto& mailbox : mailboxes)
+        regions.push_back({mailbox->base(window), mailbox->bytes(window)});
+      register_on_endpoints(window, regions, COURIER_MEM_HOST);
+    }
+  }
+
   void start_proxies() {
     ProxyOptions options;
+    options.semantics = semantics;
+    options.semantics.rank = static_cast<uint32_t>(bootstrap->rank());
+    options.semantics.world_size = static_cast<uint32_t>(bootstrap->size());
     options.poll_batch = config.drain_batch;
     options.may_sleep = (nic->props().caps & COURIER_NIC_CAP_PASSIVE_TARGET) != 0;
     const uint32_t threads = config.proxy_threads;
@@ -245,7 +387,12 @@ struct Context::Impl {
       if (!rank_cpus.empty()) options.cpu = rank_cpus[i % rank_cpus.size()];
       std::vector<ProxyChannel*> mine;
       for (uint32_t c = i; c < channels.size(); c += threads) mine.push_back(channels[c].get());
-      proxies.push_back(std::make_unique<ProxyThread>(i, *endpoints[i], mine, options, log));
+      transports.push_back(make_transport_chain(*endpoints[i], config, i, log));
+      if (uses(AtomicStrategyKind::imm)) {
+        mailboxes.push_back(std::make_unique<AtomicMailbox>(bootstrap->size()));
+        options.mailbox = mailboxes.back().get();
+      }
+      proxies.push_back(std::make_unique<ProxyThread>(i, *transports[i], mine, options, log));
     }
     for (auto& proxy : proxies) proxy->start();
   }
@@ -302,25 +449,8 @@ uint32_t Context::register_window(void* base, size_t bytes) {
     fail("register_window: {} bytes exceed the 4 GiB a window offset can address", bytes);
   }
   const uint32_t window = s.windows;
-  const uint32_t threads = s.config.proxy_threads;
-  // Mine: size, then one key per proxy endpoint.
-  std::vector<RemoteWindow> mine(threads);
-  for (uint32_t i = 0; i < threads; ++i) {
-    s.proxies[i]->run([&] {
-      mine[i].key = s.endpoints[i]->register_window(window, base, bytes, s.gpu->props().mem_kind);
-      mine[i].bytes = bytes;
-    });
-  }
-  std::vector<std::byte> all =
-      s.bootstrap->allgather(std::as_bytes(std::span<const RemoteWindow>(mine)));
-  for (uint32_t i = 0; i < threads; ++i) {
-    std::vector<RemoteWindow> peers(s.bootstrap->size());
-    for (int r = 0; r < s.bootstrap->size(); ++r) {
-      std::memcpy(&peers[r], all.data() + (r * threads + i) * sizeof(RemoteWindow),
-                  sizeof(RemoteWindow));
-    }
-    s.proxies[i]->run([&] { s.endpoints[i]->set_remote_window(window, std::move(peers)); });
-  }
+  std::vector<Impl::Region> regions(s.config.proxy_threads, {base, bytes});
+  s.register_on_endpoints(window, regions, s.gpu->props().mem_kind);
   ++s.windows;
   return window;
 }
@@ -386,6 +516,11 @@ void Context::barrier() {
   for (auto& proxy : impl_->proxies) proxy->run([] {});
 }
 Bootstrap& Context::bootstrap() { return *impl_->bootstrap; }
+
+std::optional<PeerFailure> Context::failed_peer() const {
+  std::lock_guard lock(impl_->peer_mutex);
+  return impl_->peer_failure;
+}
 
 uint64_t Context::imm_received() const {
   uint64_t total = 0;

@@ -15,8 +15,7 @@ NicEndpoint::NicEndpoint(const NicBackend& backend, const courier_nic_ep_attr_v1
     : backend_(backend), ops_(backend.ops()), world_size_(world_size) {
   const bool atomics = (attr.flags & COURIER_NIC_EP_ATOMICS) != 0;
   if (atomics && backend.post_atomic() == nullptr) {
-    fail("NIC backend '{}' carries out no atomics; use COURIER_ATOMICS=imm",
-         backend.plugin().name);
+    fail("NIC backend '{}' carries out no atomics; use COURIER_ATOMICS=imm", backend.plugin().name);
   }
   caps_ = atomics ? backend.props().caps_with_atomics : backend.props().caps;
   atomic_ops_ = atomics ? backend.props().atomic_ops : 0;
@@ -78,8 +77,8 @@ void NicEndpoint::set_remote_window(uint32_t window, std::vector<RemoteWindow> p
 }
 
 bool NicEndpoint::check_range(const char* what, uint32_t peer, uint32_t local_window,
-                              uint64_t local_offset, uint32_t remote_window,
-                              uint64_t remote_offset, uint64_t length, std::string* error) const {
+                              uint64_t local_offset, uint32_t remote_window, uint64_t remote_offset,
+                              uint64_t length, std::string* error) const {
   if (peer >= world_size_) {
     *error = fmt::format("{} to rank {} but the job has {} ranks", what, peer, world_size_);
     return false;

@@ -81,7 +81,8 @@ ProxyThread::ProxyThread(uint32_t index, ProxyTransport& transport,
       log_(log),
       batch_(options.dequeue_batch),
       completions_(options.poll_batch),
-      backoff_(options.may_sleep) {
+      backoff_(options.may_sleep),
+      semantics_(transport, options.semantics, options.mailbox, log) {
   for (uint32_t i = 0; i < channels_.size(); ++i) channels_[i]->thread_slot = i;
 }
 
@@ -173,7 +174,7 @@ void ProxyThread::loop() {
       if (step()) {
         backoff_.reset();
       } else {
-        backoff_.idle(outstanding_ > 0 || !pending_.empty());
+        backoff_.idle(outstanding_ > 0 || !pending_.empty() || semantics_.busy());
       }
     }
   } catch (const std::exception& e) {
@@ -200,6 +201,7 @@ void ProxyThread::loop() {
 bool ProxyThread::step() {
   bool worked = run_pending_tasks();
   worked |= poll_completions();
+  worked |= semantics_.progress();
   worked |= dequeue_and_post();
   publish();
   return worked;
@@ -251,24 +253,28 @@ bool ProxyThread::dequeue_and_post() {
 // Returns false when the transport is full (-EAGAIN) and the command must be
 // retried; true when it was posted, completed or failed.
 bool ProxyThread::post(ProxyChannel& channel, const TransferCmd& cmd, uint64_t ticket) {
+  const uint64_t cookie = make_cookie(channel.thread_slot, ticket);
   switch (cmd.op()) {
-    case CmdOp::write: {
+    case CmdOp::write:
+    case CmdOp::atomic: {
       std::string error;
-      WriteRequest write;
-      write.peer = cmd.dst_rank();
-      write.src_window = write.dst_window = cmd.window();
-      write.src_offset = cmd.src_offset();
-      write.dst_offset = cmd.dst_offset();
-      write.length = cmd.length();
-      write.with_imm = (cmd.flags() & kCmdFlagImm) != 0;
-      write.imm = encode_write_imm(true, channel.id, static_cast<uint16_t>(cmd.seq()));
-      int rc = transport_.post_write(write, make_cookie(channel.thread_slot, ticket), &error);
+      const bool is_write = cmd.op() == CmdOp::write;
+      bool completes_later = false;
+      const int rc =
+          is_write ? semantics_.post_write(channel.id, cmd, cookie, &error)
+                   : semantics_.post_atomic(channel.id, cmd, cookie, &completes_later, &error);
       if (rc == COURIER_OK) {
-        ++outstanding_;
+        if (!completes_later) {
+          ++outstanding_;
+          channel.target[ticket & (channel.target.size() - 1)] =
+              (cmd.dst_rank() << 1) | (is_write ? 1u : 0u);
+        }
         return true;
       }
-      if (rc == -EAGAIN) return false;
-      fail_command(channel, ticket, ChannelErrorCode::post_failed, error);
+      if (rc == -EAGAIN || rc == -EBUSY) return false;
+      fail_command(channel, ticket,
+                   rc == -ENOTSUP ? ChannelErrorCode::unsupported : ChannelErrorCode::post_failed,
+                   error);
       return true;
     }
     case CmdOp::drain:
@@ -276,7 +282,6 @@ bool ProxyThread::post(ProxyChannel& channel, const TransferCmd& cmd, uint64_t t
       // only after every earlier ticket of the channel completed.
       channel.tracker.complete(ticket);
       return true;
-    case CmdOp::atomic:
     case CmdOp::barrier:
       fail_command(channel, ticket, ChannelErrorCode::unsupported,
                    std::string(op_name(cmd.op())) + " is not carried out by this proxy yet");
@@ -301,6 +306,19 @@ void ProxyThread::fail_command(ProxyChannel& channel, uint64_t ticket, ChannelEr
   channel.tracker.complete(ticket);
 }
 
+void ProxyThread::complete(uint64_t cookie, int status, const std::string& why) {
+  const uint32_t local_index = static_cast<uint32_t>(cookie >> kTicketBits);
+  ProxyChannel& channel = *channels_.at(local_index);
+  // Rebuild the full ticket: it lies within one ring depth above the prefix.
+  const uint64_t prefix = channel.tracker.prefix();
+  const uint64_t ticket = prefix + (((cookie & kTicketMask) - prefix) & kTicketMask);
+  if (status != COURIER_OK) {
+    fail_command(channel, ticket, ChannelErrorCode::completion_failed, why);
+  } else {
+    channel.tracker.complete(ticket);
+  }
+}
+
 bool ProxyThread::poll_completions() {
   bool worked = false;
   for (;;) {
@@ -313,9 +331,7 @@ bool ProxyThread::poll_completions() {
       const courier_nic_completion_v1& c = completions_[i];
       if (c.kind == COURIER_NIC_COMP_RX_IMM) {
         if (c.status == COURIER_OK) {
-          if (decode_imm(c.imm).kind == ImmKind::notify_write) {
-            imm_received_.fetch_add(1, std::memory_order_relaxed);
-          }
+          if (semantics_.on_rx_imm(c)) imm_received_.fetch_add(1, std::memory_order_relaxed);
         } else {
           imm_failed_.fetch_add(1, std::memory_order_relaxed);
           log_.error("proxy", "proxy thread {}: an incoming write from rank {} failed ({}): {}",
@@ -323,24 +339,29 @@ bool ProxyThread::poll_completions() {
         }
         continue;
       }
-      uint32_t local_index = static_cast<uint32_t>(c.cookie >> kTicketBits);
-      ProxyChannel& channel = *channels_.at(local_index);
-      // Rebuild the full ticket: it lies within one ring depth above the prefix.
-      uint64_t prefix = channel.tracker.prefix();
-      uint64_t ticket = prefix + (((c.cookie & kTicketMask) - prefix) & kTicketMask);
-      --outstanding_;
-      if (c.status != COURIER_OK) {
-        fail_command(channel, ticket, ChannelErrorCode::completion_failed,
-                     "transport reported status " + std::to_string(c.status) + ": " +
-                         transport_.last_error());
-      } else {
-        channel.tracker.complete(ticket);
+      if ((c.cookie >> kTicketBits) == ProxySemantics::kInternalSlot) {
+        semantics_.on_internal_tx(c);
+        continue;
       }
+      ProxyChannel& channel = *channels_.at(static_cast<uint32_t>(c.cookie >> kTicketBits));
+      const uint32_t target = channel.target[c.cookie & (channel.target.size() - 1)];
+      semantics_.on_user_tx(target >> 1, (target & 1) != 0);
+      --outstanding_;
+      complete(c.cookie, c.status,
+               c.status == COURIER_OK ? std::string()
+                                      : "transport reported status " + std::to_string(c.status) +
+                                            ": " + transport_.last_error());
     }
     if (n > 0) retry_holdoff_ = 0;  // room on the transport: retry refused posts now
     worked |= n > 0;
     if (static_cast<uint32_t>(n) < options_.poll_batch) break;
   }
+  // Commands the semantics layer finished (emulated atomics answered).
+  for (const UserCompletion& done : semantics_.completions()) {
+    complete(done.cookie, done.status, done.error);
+    worked = true;
+  }
+  semantics_.completions().clear();
   return worked;
 }
 

@@ -20,6 +20,7 @@
 #include "core/log.hpp"
 #include "core/proxy/fifo_consumer.hpp"
 #include "core/proxy/proxy_transport.hpp"
+#include "core/semantics/proxy_semantics.hpp"
 #include "courier/device_channel.hpp"
 
 namespace courier {
@@ -27,7 +28,7 @@ namespace courier {
 // Host-side view of one FIFO channel.
 struct ProxyChannel {
   ProxyChannel(uint32_t id, TransferCmd* slots, FifoControl* control, uint32_t depth)
-      : id(id), consumer(slots, depth, id), tracker(depth), control(control) {}
+      : id(id), consumer(slots, depth, id), tracker(depth), control(control), target(depth) {}
 
   uint32_t id;
   FifoConsumer consumer;
@@ -37,6 +38,9 @@ struct ProxyChannel {
   uint32_t thread_slot = 0;  // index among its proxy thread's channels (cookie)
   std::atomic<uint64_t> commands{0};
   std::atomic<uint64_t> errors{0};
+  // Per ring slot: (peer << 1) | is_write of the command posted from it, so
+  // that its TX completion can be accounted to the peer.
+  std::vector<uint32_t> target;
 };
 
 struct ProxyOptions {
@@ -48,6 +52,10 @@ struct ProxyOptions {
   bool may_sleep = true;
   // CPU the thread is pinned to, or -1 to leave placement to the kernel.
   int cpu = -1;
+  // Ordering and atomics (the world size and strategies), and the mailbox
+  // for emulated atomics (null when none are emulated).
+  SemanticsOptions semantics;
+  AtomicMailbox* mailbox = nullptr;
 };
 
 // Sleeps more the longer a proxy finds nothing to do, so that several busy
@@ -87,6 +95,9 @@ class ProxyThread {
   uint64_t imm_failed() const { return imm_failed_.load(std::memory_order_relaxed); }
   // Set when the thread stopped on an unrecoverable error.
   std::string fatal_error() const;
+  // The semantics layer; only touch it from tasks run() executes (or before
+  // start()).
+  ProxySemantics& semantics() { return semantics_; }
 
  private:
   struct PendingPost {
@@ -102,6 +113,8 @@ class ProxyThread {
   bool poll_completions();
   void fail_command(ProxyChannel& channel, uint64_t ticket, ChannelErrorCode code,
                     const std::string& why);
+  // A user command finished (TX completion or semantics-layer answer).
+  void complete(uint64_t cookie, int status, const std::string& why);
   void publish();
   bool run_pending_tasks();
 
@@ -119,6 +132,7 @@ class ProxyThread {
   // arrived meanwhile (see dequeue_and_post).
   uint32_t retry_holdoff_ = 0;
   IdleBackoff backoff_;
+  ProxySemantics semantics_;
 
   std::thread thread_;
   std::atomic<bool> stop_{false};

@@ -9,9 +9,9 @@
  * Knob: COURIER_SIM_IMM_BYTES (4|8) sets the immediate-data width it reports,
  * which lets tests see both knob validation and get_env at work.
  */
-#include <stddef.h>
 #include <errno.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

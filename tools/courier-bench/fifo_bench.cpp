@@ -20,7 +20,9 @@ namespace {
 class CompletingSink final : public ProxyTransport {
  public:
   explicit CompletingSink(uint32_t capacity) : done_(capacity) {}
-  uint32_t caps() const override { return COURIER_NIC_CAP_RMA_WRITE | COURIER_NIC_CAP_ORDERED_WRITES; }
+  uint32_t caps() const override {
+    return COURIER_NIC_CAP_RMA_WRITE | COURIER_NIC_CAP_ORDERED_WRITES;
+  }
   int post_write(const WriteRequest&, uint64_t cookie, std::string*) override {
     if (count_ == done_.size()) return -EAGAIN;
     done_[count_++] = cookie;

@@ -47,7 +47,7 @@ extern "C" {
  * the op's width at an address aligned to that width; ADD wraps. */
 #define COURIER_NIC_ATOMIC_ADD_U64 (1u << 0)       /* *p += operand */
 #define COURIER_NIC_ATOMIC_FETCH_ADD_U64 (1u << 1) /* old = *p; *p += operand */
-#define COURIER_NIC_ATOMIC_CAS_U64 (1u << 2) /* old = *p; if old == compare: *p = operand */
+#define COURIER_NIC_ATOMIC_CAS_U64 (1u << 2)       /* old = *p; if old == compare: *p = operand */
 #define COURIER_NIC_ATOMIC_ADD_U32 (1u << 8)
 #define COURIER_NIC_ATOMIC_FETCH_ADD_U32 (1u << 9)
 #define COURIER_NIC_ATOMIC_CAS_U32 (1u << 10)

@@ -39,7 +39,8 @@ class ScriptedTransport final : public ProxyTransport {
       return -EIO;
     }
     // The cookie carries the channel's slot in the proxy (bits 48 and up).
-    posted.push_back({static_cast<uint32_t>(cookie >> 48), static_cast<uint32_t>(write.dst_offset)});
+    posted.push_back(
+        {static_cast<uint32_t>(cookie >> 48), static_cast<uint32_t>(write.dst_offset)});
     pending.push_back(cookie);
     return COURIER_OK;
   }
