@@ -528,6 +528,22 @@ uint64_t Context::imm_received() const {
   return total;
 }
 
+Context::AtomicStats Context::atomic_stats() const {
+  AtomicStats total;
+  total.add_u64 = to_string(impl_->semantics.add_u64);
+  total.add_u32 = to_string(impl_->semantics.add_u32);
+  for (const auto& proxy : impl_->proxies) {
+    SemanticsStats s;
+    proxy->run([&] { s = proxy->semantics().stats(); });  // owned by the proxy thread
+    total.atomics_applied += s.atomics_applied;
+    total.atomics_rejected += s.atomics_rejected;
+    total.duplicates += s.duplicates;
+    total.held_back += s.held_back;
+    total.fenced += s.fenced;
+  }
+  return total;
+}
+
 uint64_t Context::imm_failed() const {
   uint64_t total = 0;
   for (const auto& proxy : impl_->proxies) total += proxy->imm_failed();

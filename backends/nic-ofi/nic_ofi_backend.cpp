@@ -34,7 +34,9 @@ int parse_write_timeout(const char* value, uint32_t* timeout_ms) {
 uint32_t caps_of(const ofi::ProviderProfile& p) {
   uint32_t caps = COURIER_NIC_CAP_RMA_WRITE;
   if (p.imm_bytes > 0) caps |= COURIER_NIC_CAP_WRITE_IMM;
-  if (p.imm_bytes > 0 && p.source) caps |= COURIER_NIC_CAP_IMM_SOURCE;
+  // The sender comes from FI_SOURCE, or from the CQ data where the provider
+  // reports no length (and no reliable source either): see ofi_rma.cpp.
+  if (p.imm_bytes > 0 && (p.source || p.length_in_data)) caps |= COURIER_NIC_CAP_IMM_SOURCE;
   if (p.ordered_writes) caps |= COURIER_NIC_CAP_ORDERED_WRITES;
   if (p.delivery_complete) caps |= COURIER_NIC_CAP_DELIVERY_COMPLETE;
   if (p.auto_progress) caps |= COURIER_NIC_CAP_PASSIVE_TARGET;

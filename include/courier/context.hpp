@@ -109,6 +109,17 @@ class Context {
   uint64_t imm_received() const;
   // Incoming writes with immediate data that arrived with an error status.
   uint64_t imm_failed() const;
+  // What the semantics layer did on this rank so far (all proxy threads).
+  struct AtomicStats {
+    std::string add_u64;  // strategy: "hw", "imm" or "none"
+    std::string add_u32;
+    uint64_t atomics_applied = 0;   // emulated atomics applied here for peers
+    uint64_t atomics_rejected = 0;  // malformed emulated atomics refused here
+    uint64_t duplicates = 0;        // duplicated deliveries dropped here
+    uint64_t held_back = 0;         // atomics held until earlier writes arrived
+    uint64_t fenced = 0;            // transport atomics that waited for earlier writes
+  };
+  AtomicStats atomic_stats() const;
   // The job's out-of-band channel, for tools that exchange their own data
   // (for example courier-bench's plain-libfabric baseline).
   Bootstrap& bootstrap();

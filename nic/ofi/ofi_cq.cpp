@@ -117,9 +117,12 @@ uint32_t Endpoint::translate(const fi_cq_data_entry& entry, fi_addr_t source,
     out->kind = COURIER_NIC_COMP_RX_IMM;
     out->status = COURIER_OK;
     out->peer = rank_of(source);
-    if (length_in_data_) {
+    if (length_in_data_) {  // see Endpoint::post_write
       out->imm = entry.data & 0xFFFFFFFFu;
-      out->length = entry.data >> 32;
+      const uint64_t sender = entry.data >> 48;
+      out->peer = sender < peers_.size() ? static_cast<uint32_t>(sender) : UINT32_MAX;
+      const uint64_t length = (entry.data >> 32) & 0xffff;
+      out->length = length == 0xffff ? 0 : length;
     } else {
       out->imm = entry.data & imm_mask_;
       out->length = entry.len;

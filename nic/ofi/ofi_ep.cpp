@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstring>
 #include <ctime>
 #include <new>
 
@@ -90,6 +91,24 @@ int Endpoint::connect(uint32_t num_peers, const void* names, size_t stride) {
   std::vector<fi_addr_t> addresses;
   const int rc = insert_peers(stack_, num_peers, names, stride, &addresses);
   if (rc != 0) return rc;
+
+  // Where the sender's rank travels in the CQ data (see ofi_rma.cpp), this
+  // endpoint must know its own: it is the entry equal to its own name.
+  if (length_in_data_) {
+    std::vector<unsigned char> own(stride);
+    size_t own_len = own.size();
+    if (name(own.data(), &own_len) != 0) return -EIO;
+    const auto* all = static_cast<const unsigned char*>(names);
+    for (uint32_t rank = 0; rank < num_peers && self_rank_ == UINT32_MAX; ++rank) {
+      if (std::memcmp(all + rank * stride, own.data(), own_len) == 0) self_rank_ = rank;
+    }
+    if (self_rank_ == UINT32_MAX || self_rank_ > 0xffff) {
+      return set_error(-EINVAL,
+                       "ep_connect: this endpoint's own name is not among the %u names "
+                       "(or its rank exceeds 65535)",
+                       num_peers);
+    }
+  }
 
   // FI_AV_TABLE hands out 0, 1, 2, ... in insertion order, so a completion's
   // source address is the sender's rank. Check rather than assume.

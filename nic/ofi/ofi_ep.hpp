@@ -85,7 +85,8 @@ class Endpoint {
   // Copied from the provider profile so the endpoint outlives the backend.
   bool source_ = false;
   bool rx_cq_data_ = false;
-  bool length_in_data_ = false;
+  bool length_in_data_ = false;      // sender rank and length ride in the CQ data's upper half
+  uint32_t self_rank_ = UINT32_MAX;  // under length_in_data_: set by connect()
   uint64_t mr_mode_ = 0;
   uint64_t imm_mask_ = 0;
   uint64_t max_msg_size_ = 0;

@@ -6,6 +6,7 @@
 #include <rdma/fi_errno.h>
 #include <rdma/fi_rma.h>
 
+#include <algorithm>
 #include <cerrno>
 
 #include "ofi_ep.hpp"
@@ -42,13 +43,12 @@ int Endpoint::post_write(const courier_nic_write_v1& write) {
 
   uint64_t data = write.imm & imm_mask_;
   if ((write.flags & COURIER_NIC_WRITE_IMM) && length_in_data_) {
-    // The target learns the length from the upper half of the CQ data.
-    if (write.length > UINT32_MAX) {
-      return set_error(-EINVAL,
-                       "post_write: a write with immediate data is limited to 4 GiB - 1 on %s",
-                       provider_name_.c_str());
-    }
-    data |= write.length << 32;
+    // These providers report neither the length of a remote write nor,
+    // reliably, its sender (tcp;ofi_rxm 1.17 gives source address 0 for every
+    // remote write): the upper half of the CQ data carries both, the
+    // sender's rank in bits 63-48 and the length in bits 47-32 (0xffff for
+    // 64 KiB - 1 and more, reported as 0: unknown).
+    data |= (uint64_t{self_rank_} << 48) | (std::min<uint64_t>(write.length, 0xffff) << 32);
   }
 
   OpContext* context = writes_.acquire();

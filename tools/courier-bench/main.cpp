@@ -22,6 +22,7 @@
 #if COURIER_BENCH_HAVE_RAW_OFI
 #include "raw_ofi_transport.hpp"
 #endif
+#include "atomic_bench.hpp"
 #include "transport_bench.hpp"
 
 namespace {
@@ -35,6 +36,9 @@ constexpr const char* kUsage =
     "                          --sizes A,B,...] [--window W] [--fifo-inflight F]\n"
     "                          [--iters N] [--repeats R] [--op write|write_imm] [--raw]\n"
     "                          [--json]\n"
+    "       courier-run -n N courier-bench atomic [--provider shm|tcp] [--ops N] [--block B]\n"
+    "                          [--writes-per-atomic W] [--slots S] [--strategies hw,imm]\n"
+    "                          [--proxy-threads P] [--check] [--json]\n"
     "\n"
     "fifo       host-GPU producer threads into one proxy thread (commands/s); baseline:\n"
     "           the same ring drained by a bare loop (path 'ring').\n"
@@ -43,7 +47,12 @@ constexpr const char* kUsage =
     "           side by side. Each row is the median of R runs (default 5). Both keep W\n"
     "           writes in flight on the transport (Courier: COURIER_NIC_WINDOW = W); the\n"
     "           Courier producer may run F commands ahead in the FIFO (default\n"
-    "           max(1024, W); --fifo-inflight W makes the FIFO the only window).\n";
+    "           max(1024, W); --fifo-inflight W makes the FIFO the only window).\n"
+    "atomic     every rank streams W WRITEs of B bytes then one ATOMIC add to each peer,\n"
+    "           N commands per rank (default 1,000,000); rate = atomics per second of the\n"
+    "           job. --check proves write-then-atomic: counter value k from a sender means\n"
+    "           its first k blocks are complete; prints 'violations: N', exits 1 on any.\n"
+    "           --strategies runs one Context per COURIER_ATOMICS value, side by side.\n";
 
 [[noreturn]] void usage_error(const std::string& message) {
   fmt::print(stderr, "courier-bench: {}\n{}", message, kUsage);
@@ -244,6 +253,90 @@ int run_transport(int argc, char** argv) {
   }
 }
 
+int run_atomic(int argc, char** argv) {
+  courier::bench::AtomicOptions o;
+  std::vector<std::string> strategies;  // empty: COURIER_ATOMICS as set (default auto)
+  uint32_t proxy_threads = 1;
+  bool json = parse_flags(argc, argv, [&](const std::string& flag, auto value) {
+    if (flag == "--provider") {
+      o.provider = value();
+      if (o.provider != "shm" && o.provider != "tcp") {
+        usage_error("--provider '" + o.provider + "' is invalid: expected shm or tcp");
+      }
+    } else if (flag == "--ops") {
+      o.ops = parse_number(flag, value(), 8, uint64_t{1} << 36);
+    } else if (flag == "--block") {
+      o.block = static_cast<uint32_t>(parse_number(flag, value(), 16, 1 << 20));
+    } else if (flag == "--writes-per-atomic") {
+      o.writes_per_atomic = static_cast<uint32_t>(parse_number(flag, value(), 1, 7));
+    } else if (flag == "--slots") {
+      o.slots = static_cast<uint32_t>(parse_number(flag, value(), 1, 1 << 16));
+    } else if (flag == "--strategies") {
+      std::string list = value();
+      size_t start = 0;
+      while (start <= list.size()) {
+        size_t comma = list.find(',', start);
+        std::string item = list.substr(start, comma == std::string::npos ? comma : comma - start);
+        if (item != "hw" && item != "imm" && item != "auto") {
+          usage_error("--strategies '" + item + "' is invalid: expected hw, imm or auto");
+        }
+        strategies.push_back(item);
+        if (comma == std::string::npos) break;
+        start = comma + 1;
+      }
+    } else if (flag == "--proxy-threads") {
+      proxy_threads = static_cast<uint32_t>(parse_number(flag, value(), 1, 64));
+    } else if (flag == "--check") {
+      o.check = true;
+    } else {
+      return false;
+    }
+    return true;
+  });
+  if (o.block % 8 != 0) usage_error("--block must be a multiple of 8");
+  try {
+    courier::Config config = courier::Config::load(courier::process_env());
+    courier::Logger log(config.log_level);
+    log.set_rank(config.job.rank);
+    std::shared_ptr<courier::Bootstrap> bootstrap =
+        courier::join_job(config.job, static_cast<int>(config.timeout_s), log);
+    if (strategies.empty()) strategies.push_back("");
+    std::vector<BenchResult> results;
+    uint64_t violations = 0;
+    for (const std::string& strategy : strategies) {
+      courier::ContextOptions options;
+      // One proxy thread per rank unless asked otherwise: proxies of shm and
+      // tcp never sleep, and more of them than cores only take turns.
+      options.env = {{"COURIER_OFI_PROVIDER", o.provider},
+                     {"COURIER_PROXY_THREADS", std::to_string(proxy_threads)},
+                     {"COURIER_CHANNELS", std::to_string(std::max(1, bootstrap->size() - 1))},
+                     {"COURIER_NIC_WINDOW", "256"}};
+      if (!strategy.empty()) options.env.emplace_back("COURIER_ATOMICS", strategy);
+      options.bootstrap = bootstrap;
+      courier::Context ctx(options);
+      courier::bench::AtomicRun run = courier::bench::run_atomic_bench(ctx, o);
+      violations += run.violations;
+      if (bootstrap->rank() == 0) {
+        results.push_back(run.result);
+        const auto& s = run.stats;
+        fmt::print(stderr,
+                   "atomic ({} on rank 0): applied here {}, rejected {}, duplicates dropped {}, "
+                   "held back {}, fenced {}\n",
+                   s.add_u64, s.atomics_applied, s.atomics_rejected, s.duplicates, s.held_back,
+                   s.fenced);
+      }
+    }
+    if (bootstrap->rank() == 0) {
+      print(results, json);
+      if (o.check) fmt::print("violations: {}\n", violations);
+    }
+    return violations == 0 ? 0 : 1;
+  } catch (const courier::Error& e) {
+    fmt::print(stderr, "courier-bench: {}\n", e.what());
+    return 1;
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -251,6 +344,7 @@ int main(int argc, char** argv) {
   std::string name = argv[1];
   if (name == "fifo") return run_fifo(argc, argv);
   if (name == "transport") return run_transport(argc, argv);
+  if (name == "atomic") return run_atomic(argc, argv);
   if (name == "--help" || name == "-h") {
     fmt::print("{}", kUsage);
     return 0;

@@ -134,7 +134,7 @@ typedef struct courier_nic_completion_v1 {
   uint32_t reserved;
   uint64_t cookie; /* TX: cookie of the write */
   uint64_t imm;    /* RX_IMM: the immediate data */
-  uint64_t length; /* RX_IMM: bytes written by that write */
+  uint64_t length; /* RX_IMM: bytes written by that write, or 0 when the backend cannot tell */
 } courier_nic_completion_v1;
 
 typedef struct courier_nic_plugin_v1 {
