@@ -248,6 +248,11 @@ struct Context::Impl {
       auto* slots = reinterpret_cast<TransferCmd*>(base);
       auto* control = reinterpret_cast<FifoControl*>(base + depth * sizeof(TransferCmd));
       channels.push_back(std::make_unique<ProxyChannel>(c, slots, control, depth));
+      // Heads in host memory (gpu-host) can be shown in hang diagnostics.
+      if (gpu->props().mem_kind == COURIER_MEM_HOST) {
+        channels.back()->head =
+            reinterpret_cast<const uint64_t*>(static_cast<std::byte*>(heads_ptr) + c * head_stride);
+      }
     }
   }
 
@@ -378,6 +383,7 @@ struct Context::Impl {
     options.semantics.rank = static_cast<uint32_t>(bootstrap->rank());
     options.semantics.world_size = static_cast<uint32_t>(bootstrap->size());
     options.poll_batch = config.drain_batch;
+    options.stall_timeout_ns = uint64_t{config.timeout_s} * 1'000'000'000u;
     options.may_sleep = (nic->props().caps & COURIER_NIC_CAP_PASSIVE_TARGET) != 0;
     const uint32_t threads = config.proxy_threads;
     rank_cpus =

@@ -1,5 +1,6 @@
 #include "core/proxy/proxy_thread.hpp"
 
+#include <fmt/format.h>
 #include <pthread.h>
 #include <sched.h>
 
@@ -170,12 +171,15 @@ bool ProxyThread::run_pending_tasks() {
 
 void ProxyThread::loop() {
   try {
+    last_progress_ns_ = device::now_ns();
     while (!stop_.load(std::memory_order_relaxed)) {
-      if (step()) {
+      const bool worked = step();
+      if (worked) {
         backoff_.reset();
       } else {
         backoff_.idle(outstanding_ > 0 || !pending_.empty() || semantics_.busy());
       }
+      check_stall(worked);
     }
   } catch (const std::exception& e) {
     log_.error("proxy", "proxy thread {} stopped: {}", index_, e.what());
@@ -196,6 +200,96 @@ void ProxyThread::loop() {
     loop_exited_ = true;
   }
   for (Task* task : left) execute(*task);
+}
+
+void ProxyThread::check_stall(bool worked) {
+  if (options_.stall_timeout_ns == 0) return;
+  // Reading the clock every iteration would cost the hot path; every 1024th
+  // idle one is plenty for a timeout counted in seconds.
+  if (worked) {
+    stall_polls_ = 0;
+    last_progress_ns_ = 0;  // re-read lazily
+    stall_reported_ = false;
+    return;
+  }
+  if (++stall_polls_ % 1024 != 0) return;
+  const uint64_t now = device::now_ns();
+  if (last_progress_ns_ == 0) last_progress_ns_ = now;
+  const bool waiting = outstanding_ > 0 || !pending_.empty() || semantics_.busy();
+  if (!waiting || stall_reported_ || now - last_progress_ns_ < options_.stall_timeout_ns) return;
+  stall_reported_ = true;
+  log_.error("proxy", "{}", stall_report());
+}
+
+std::string ProxyThread::stall_report() const {
+  const double seconds = static_cast<double>(device::now_ns() - last_progress_ns_) / 1e9;
+  std::string text = fmt::format(
+      "proxy thread {} made no progress for {:.1f} s (COURIER_TIMEOUT_S) with work outstanding: "
+      "{} operations posted and not completed, {} commands refused by the transport and "
+      "waiting",
+      index_, seconds, outstanding_, pending_.size());
+  // The oldest incomplete command of each channel holds its completion
+  // prefix back: its peer is the first suspect.
+  std::vector<uint64_t> blocking(semantics_.world_size(), 0);
+  for (const ProxyChannel* c : channels_) {
+    const uint64_t tail = c->consumer.next_ticket();
+    const uint64_t completed = c->tracker.prefix();
+    const std::string head =
+        c->head ? std::to_string(std::atomic_ref<const uint64_t>(*c->head).load()) : "n/a";
+    text += fmt::format(
+        "\n  channel {}: head {} (pushed), tail {} (taken by the proxy), "
+        "completed {}, in flight {}",
+        c->id, head, tail, completed, tail - completed);
+    if (completed >= tail) continue;
+    uint32_t peer = c->target[completed & (c->target.size() - 1)] >> 1;
+    const char* state = "posted, no completion";
+    for (const PendingPost& p : pending_) {
+      if (p.channel == c && p.ticket == completed) {
+        peer = p.cmd.dst_rank();
+        state = "refused by the transport";
+      }
+    }
+    text += fmt::format("; oldest incomplete: command {} for rank {} ({})", completed, peer, state);
+    if (peer < blocking.size()) ++blocking[peer];
+  }
+  // Commands the transport refused count against their peer: a peer that
+  // stopped making room is the likeliest cause of a stall.
+  std::vector<uint64_t> refused(semantics_.world_size(), 0);
+  for (const PendingPost& p : pending_) {
+    if (p.cmd.dst_rank() < refused.size()) ++refused[p.cmd.dst_rank()];
+  }
+  auto seq_text = [](uint16_t next) {
+    return next == 0 ? std::string("none") : std::to_string(next - 1);
+  };
+  uint32_t suspect = UINT32_MAX;
+  uint64_t most = 0;
+  for (uint32_t peer = 0; peer < semantics_.world_size(); ++peer) {
+    const uint32_t writes = semantics_.writes_in_flight_to(peer);
+    const uint32_t atomics = semantics_.atomics_awaiting_answer_from(peer);
+    const uint32_t held = semantics_.atomics_held_from(peer);
+    if (writes + atomics + held + refused[peer] == 0 && semantics_.next_seq_to(peer) == 0 &&
+        semantics_.expected_from(peer) == 0) {
+      continue;
+    }
+    text += fmt::format(
+        "\n  rank {}: {} writes and {} atomics outstanding to it, {} commands for it refused "
+        "by the transport; last sequence number sent to it: {}, seen from it in order: {}; {} "
+        "of its atomics held back here",
+        peer, writes, atomics, refused[peer], seq_text(semantics_.next_seq_to(peer)),
+        seq_text(semantics_.expected_from(peer)), held);
+    // Channels it blocks weigh most; outstanding operations break ties.
+    const uint64_t weight = blocking[peer] * 1'000'000 + writes + atomics + refused[peer];
+    if (weight > most) {
+      most = weight;
+      suspect = peer;
+    }
+  }
+  if (suspect != UINT32_MAX) {
+    text +=
+        fmt::format("\n  most likely stuck on rank {}: it holds back {} of this thread's channels",
+                    suspect, blocking[suspect]);
+  }
+  return text;
 }
 
 bool ProxyThread::step() {

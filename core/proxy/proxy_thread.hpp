@@ -41,6 +41,9 @@ struct ProxyChannel {
   // Per ring slot: (peer << 1) | is_write of the command posted from it, so
   // that its TX completion can be accounted to the peer.
   std::vector<uint32_t> target;
+  // The producers' ticket counter when the proxy can read it (host memory),
+  // for hang diagnostics; null when it lives in GPU memory.
+  const uint64_t* head = nullptr;
 };
 
 struct ProxyOptions {
@@ -56,6 +59,9 @@ struct ProxyOptions {
   // for emulated atomics (null when none are emulated).
   SemanticsOptions semantics;
   AtomicMailbox* mailbox = nullptr;
+  // Work outstanding without any progress for this long: the thread prints
+  // a diagnostic dump (COURIER_TIMEOUT_S); 0 = never.
+  uint64_t stall_timeout_ns = 0;
 };
 
 // Sleeps more the longer a proxy finds nothing to do, so that several busy
@@ -108,6 +114,10 @@ class ProxyThread {
 
   void loop();
   bool step();
+  // Prints what this thread waits for when it made no progress for
+  // stall_timeout_ns (once per stall).
+  void check_stall(bool worked);
+  std::string stall_report() const;
   bool dequeue_and_post();
   bool post(ProxyChannel& channel, const TransferCmd& cmd, uint64_t ticket);
   bool poll_completions();
@@ -133,6 +143,9 @@ class ProxyThread {
   uint32_t retry_holdoff_ = 0;
   IdleBackoff backoff_;
   ProxySemantics semantics_;
+  uint64_t last_progress_ns_ = 0;
+  uint32_t stall_polls_ = 0;
+  bool stall_reported_ = false;
 
   std::thread thread_;
   std::atomic<bool> stop_{false};

@@ -378,6 +378,12 @@ bool ProxySemantics::progress() {
   return worked;
 }
 
+uint32_t ProxySemantics::atomics_awaiting_answer_from(uint32_t peer) const {
+  const auto& slots = peers_[peer].slots;
+  return static_cast<uint32_t>(
+      std::count_if(slots.begin(), slots.end(), [](const SlotOwner& s) { return s.busy; }));
+}
+
 bool ProxySemantics::busy() const {
   if (internal_in_flight_ > 0 || awaiting_replies_ > 0 || !replies_.empty()) return true;
   return std::any_of(peers_.begin(), peers_.end(), [](const Peer& p) { return !p.held.empty(); });

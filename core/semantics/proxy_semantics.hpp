@@ -96,6 +96,13 @@ class ProxySemantics {
   uint16_t next_seq_to(uint32_t peer) const { return peers_[peer].next_seq; }
   uint16_t expected_from(uint32_t peer) const { return peers_[peer].in.expected(); }
   uint32_t writes_in_flight_to(uint32_t peer) const { return peers_[peer].writes_in_flight; }
+  // Emulated atomics sent to `peer` whose answer is missing, and atomics
+  // from it held back here.
+  uint32_t atomics_awaiting_answer_from(uint32_t peer) const;
+  uint32_t atomics_held_from(uint32_t peer) const {
+    return static_cast<uint32_t>(peers_[peer].held.size());
+  }
+  uint32_t world_size() const { return static_cast<uint32_t>(peers_.size()); }
 
  private:
   struct SlotOwner {

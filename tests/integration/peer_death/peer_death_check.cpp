@@ -34,13 +34,14 @@ struct Options {
   int die = 2;
   int after_ms = 1500;
   int give_up_s = 60;
+  bool stop = false;  // --how stop: SIGSTOP (a hang) instead of SIGKILL
   std::string provider = "shm";
 };
 
 [[noreturn]] void usage_error(const std::string& message) {
   fmt::print(stderr,
              "peer_death_check: {}\nusage: peer_death_check [--die RANK] [--after-ms MS] "
-             "[--give-up-s S] [--provider shm|tcp]\n",
+             "[--give-up-s S] [--how kill|stop] [--provider shm|tcp]\n",
              message);
   std::exit(2);
 }
@@ -57,6 +58,9 @@ Options parse(int argc, char** argv) {
       o.after_ms = std::atoi(value.c_str());
     } else if (arg == "--give-up-s") {
       o.give_up_s = std::atoi(value.c_str());
+    } else if (arg == "--how") {
+      if (value != "kill" && value != "stop") usage_error("--how must be kill or stop");
+      o.stop = value == "stop";
     } else if (arg == "--provider") {
       o.provider = value;
     } else {
@@ -137,8 +141,9 @@ int run(const Options& o) {
   if (rank == o.die) {
     killer.emplace([&] {
       std::this_thread::sleep_for(std::chrono::milliseconds(o.after_ms));
-      say(fmt::format("rank {} kills itself at {}", rank, epoch_ms()));
-      ::kill(::getpid(), SIGKILL);
+      // SIGSTOP: the rank hangs (alive, silent) rather than dies.
+      say(fmt::format("rank {} {} itself at {}", rank, o.stop ? "stops" : "kills", epoch_ms()));
+      ::kill(::getpid(), o.stop ? SIGSTOP : SIGKILL);
     });
   }
 
