@@ -16,6 +16,7 @@
 #include <cstring>
 #include <stdexcept>
 #include <thread>
+#include <utility>
 
 #include "nic_patterns.hpp"
 
@@ -70,10 +71,12 @@ std::string vformat(const char* format, va_list args) {
 }
 
 // Owns a child process: a scenario that ends early (a failed REQUIRE throws)
-// must not leave its target running.
+// must not leave its children running.
 class ChildProcess {
  public:
   explicit ChildProcess(pid_t pid) : pid_(pid) {}
+  ChildProcess(const ChildProcess&) = delete;
+  ChildProcess& operator=(const ChildProcess&) = delete;
   ~ChildProcess() {
     if (pid_ > 0) {
       kill(pid_, SIGKILL);
@@ -99,36 +102,37 @@ class ChildProcess {
   pid_t pid_;
 };
 
-class FileDescriptor {
- public:
-  explicit FileDescriptor(int fd) : fd_(fd) {}
-  ~FileDescriptor() {
-    if (fd_ >= 0) close(fd_);
+// Rank 0's ends of the socketpairs, indexed by rank (-1 for rank 0 itself).
+struct RootChannels {
+  std::vector<int> fds;
+  explicit RootChannels(int ranks) : fds(ranks, -1) {}
+  RootChannels(const RootChannels&) = delete;
+  RootChannels& operator=(const RootChannels&) = delete;
+  ~RootChannels() {
+    for (int fd : fds) {
+      if (fd >= 0) close(fd);
+    }
   }
-  FileDescriptor(const FileDescriptor&) = delete;
-  FileDescriptor& operator=(const FileDescriptor&) = delete;
-  int get() const { return fd_; }
-
- private:
-  int fd_;
 };
 
 void copy_text(Message* message, const std::string& text) {
   std::snprintf(message->text, sizeof message->text, "%s", text.c_str());
 }
 
-// The child's whole life: set up, run the target half, report, exit.
-[[noreturn]] void run_target(int fd, const SessionOptions& options,
-                             const std::function<void(Session&, Report&)>& target) {
+// A child's whole life: set up, run its half, report, exit.
+[[noreturn]] void run_child(int rank, int ranks, int fd, const SessionOptions& options,
+                            const std::function<void(Session&, Report&)>& child) {
   Report report;
   {
-    Session session(1, fd, options);
+    std::vector<int> channels(ranks, -1);
+    channels[0] = fd;
+    Session session(rank, ranks, channels, options);
     try {
       const std::string problem = session.setup();
       if (!problem.empty()) {
         report.fail("setup: %s", problem.c_str());
       } else {
-        target(session, report);
+        child(session, report);
       }
     } catch (const std::exception& e) {
       report.fail("exception: %s", e.what());
@@ -210,8 +214,13 @@ void Report::fail(const char* format, ...) {
 
 // ----------------------------------------------------------------- Session
 
-Session::Session(int rank_, int channel_fd, const SessionOptions& options_)
-    : api(plugin()), rank(rank_), peer(1 - rank_), options(options_), fd_(channel_fd) {}
+Session::Session(int rank_, int ranks_, std::vector<int> channels, const SessionOptions& options_)
+    : api(plugin()),
+      rank(rank_),
+      ranks(ranks_),
+      peer(rank_ == 0 ? 1 : 0),
+      options(options_),
+      channels_(std::move(channels)) {}
 
 Session::~Session() {
   if (mr) api.mr_deregister(mr);
@@ -256,28 +265,91 @@ std::string Session::setup() {
            std::to_string(props.max_ep_name) + ")";
   }
   hello.tag = Message::kHello;
+  hello.rank = static_cast<uint32_t>(rank);
   hello.args[0] = name_len;
   hello.args[1] = local_key.key;
   hello.args[2] = local_key.base;
   hello.args[3] = options.region_bytes;
-  send(hello);
+  return rank == 0 ? exchange_as_root(hello) : exchange_as_child(hello);
+}
 
-  Message theirs;
-  if (!receive(&theirs, deadline())) return "no hello from the other process";
-  if (theirs.tag == Message::kResult)
-    return std::string("the other process failed: ") + theirs.text;
-  if (theirs.tag != Message::kHello) return "unexpected message instead of hello";
+std::string Session::expect(int other, uint32_t tag, Message* out) {
+  if (!receive_from(other, out, deadline())) {
+    return "nothing from rank " + std::to_string(other) + " (" +
+           (channel_closed() ? "it exited or crashed" : "timeout") + ")";
+  }
+  if (out->tag == Message::kResult) {
+    return "rank " + std::to_string(other) + " failed: " + out->text;
+  }
+  if (out->tag != tag) {
+    return "unexpected message " + std::to_string(out->tag) + " from rank " +
+           std::to_string(other) + " (expected " + std::to_string(tag) + ")";
+  }
+  return "";
+}
+
+// Rank 0 collects every child's hello, hands each child all of them,
+// connects, and lets the children go once every rank has connected, so that
+// no scenario writes to an endpoint that is still connecting.
+std::string Session::exchange_as_root(const Message& mine) {
+  std::vector<Message> hellos(ranks);
+  hellos[0] = mine;
+  for (int r = 1; r < ranks; ++r) {
+    if (std::string problem = expect(r, Message::kHello, &hellos[r]); !problem.empty()) {
+      return problem;
+    }
+    if (hellos[r].rank != static_cast<uint32_t>(r)) {
+      return "rank " + std::to_string(r) + " introduced itself as rank " +
+             std::to_string(hellos[r].rank);
+    }
+  }
+  for (int r = 1; r < ranks; ++r) {
+    for (const Message& hello : hellos) send_to(r, hello);
+  }
+  if (std::string problem = connect(hellos); !problem.empty()) return problem;
+  Message ready;
+  for (int r = 1; r < ranks; ++r) {
+    if (std::string problem = expect(r, Message::kReady, &ready); !problem.empty()) {
+      return problem;
+    }
+  }
+  ready.tag = Message::kReady;
+  for (int r = 1; r < ranks; ++r) send_to(r, ready);
+  return "";
+}
+
+std::string Session::exchange_as_child(const Message& mine) {
+  send_to(0, mine);
+  std::vector<Message> hellos(ranks);
+  for (int i = 0; i < ranks; ++i) {
+    Message hello;
+    if (std::string problem = expect(0, Message::kHello, &hello); !problem.empty()) return problem;
+    if (hello.rank >= static_cast<uint32_t>(ranks)) return "hello for an unknown rank";
+    hellos[hello.rank] = hello;
+  }
+  if (std::string problem = connect(hellos); !problem.empty()) return problem;
+  Message ready;
+  ready.tag = Message::kReady;
+  send_to(0, ready);
+  return expect(0, Message::kReady, &ready);
+}
+
+std::string Session::connect(const std::vector<Message>& hellos) {
+  const Message& theirs = hellos[peer];
   peer_key.key = theirs.args[1];
   peer_key.base = theirs.args[2];
   peer_region_bytes = theirs.args[3];
 
   // The connect table: rank i's name at i * stride, zero padded.
   const size_t stride = props.max_ep_name;
-  std::string table(2 * stride, '\0');
-  std::memcpy(&table[rank * stride], hello.text, name_len);
-  std::memcpy(&table[peer * stride], theirs.text, std::min<size_t>(theirs.args[0], stride));
-  if (api.ep_connect(ep, 2, table.data(), stride) != 0)
+  std::string table(hellos.size() * stride, '\0');
+  for (size_t r = 0; r < hellos.size(); ++r) {
+    if (hellos[r].tag != Message::kHello) return "no hello for rank " + std::to_string(r);
+    std::memcpy(&table[r * stride], hellos[r].text, std::min<size_t>(hellos[r].args[0], stride));
+  }
+  if (api.ep_connect(ep, static_cast<uint32_t>(hellos.size()), table.data(), stride) != 0) {
     return "ep_connect: " + backend_error(backend);
+  }
   return "";
 }
 
@@ -351,15 +423,17 @@ courier_nic_write_v1 Session::make_write(uint64_t local_offset, uint64_t remote_
   return write;
 }
 
-void Session::send(const Message& message) {
+void Session::send_to(int other, const Message& message) {
   // SOCK_SEQPACKET: one send is one whole message.
-  while (::send(fd_, &message, sizeof message, MSG_NOSIGNAL) < 0 && errno == EINTR) {
+  const int fd = channels_.at(other);
+  while (::send(fd, &message, sizeof message, MSG_NOSIGNAL) < 0 && errno == EINTR) {
   }
 }
 
-bool Session::receive(Message* out, Clock::time_point until) {
+bool Session::receive_from(int other, Message* out, Clock::time_point until) {
+  const int fd = channels_.at(other);
   for (;;) {
-    const ssize_t got = ::recv(fd_, out, sizeof *out, MSG_DONTWAIT);
+    const ssize_t got = ::recv(fd, out, sizeof *out, MSG_DONTWAIT);
     if (got == static_cast<ssize_t>(sizeof *out)) return true;
     if (got == 0 || (got < 0 && errno != EAGAIN && errno != EINTR)) {
       channel_closed_ = true;
@@ -435,51 +509,64 @@ void Session::serve(Report& report) {
               channel_closed() ? "channel closed" : "timeout");
 }
 
-// ---------------------------------------------------------------- run_pair
+// --------------------------------------------------------------- run_group
 
-void run_pair(const SessionOptions& options, const std::function<void(Session&)>& initiator,
-              const std::function<void(Session&, Report&)>& target) {
-  int fds[2];
-  REQUIRE(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, fds) == 0);
-  FileDescriptor mine(fds[0]);
-  std::fflush(nullptr);  // do not duplicate buffered output into the child
-  const pid_t pid = fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {
-    close(fds[0]);
-    run_target(fds[1], options, target);
+void run_group(int ranks, const SessionOptions& options, const std::function<void(Session&)>& root,
+               const std::function<void(Session&, Report&)>& child) {
+  REQUIRE(ranks >= 2);
+  RootChannels channels(ranks);
+  std::deque<ChildProcess> children;  // a deque never moves its elements
+  for (int r = 1; r < ranks; ++r) {
+    int fds[2];
+    REQUIRE(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, fds) == 0);
+    channels.fds[r] = fds[0];
+    std::fflush(nullptr);  // do not duplicate buffered output into the child
+    const pid_t pid = fork();
+    if (pid == 0) {
+      // Only its own channel stays open, so that a child sees rank 0 go away.
+      for (int fd : channels.fds) {
+        if (fd >= 0) close(fd);
+      }
+      run_child(r, ranks, fds[1], options, child);
+    }
+    close(fds[1]);
+    REQUIRE_MESSAGE(pid >= 0, "fork failed");
+    children.emplace_back(pid);
   }
-  close(fds[1]);
-  ChildProcess child(pid);
 
   {
-    Session session(0, mine.get(), options);
+    Session session(0, ranks, channels.fds, options);
     const std::string problem = session.setup();
     REQUIRE_MESSAGE(problem.empty(), problem);
-    initiator(session);
+    root(session);
 
     Message done;
     done.tag = Message::kDone;
-    session.send(done);
-    Message result;
-    bool reported = false;
-    while (session.receive(&result, deadline())) {
-      if (result.tag == Message::kResult) {
-        reported = true;
-        break;
+    for (int r = 1; r < ranks; ++r) session.send_to(r, done);
+    for (int r = 1; r < ranks; ++r) {
+      Message result;
+      bool reported = false;
+      while (session.receive_from(r, &result, deadline())) {
+        if (result.tag == Message::kResult) {
+          reported = true;
+          break;
+        }
       }
+      CHECK_MESSAGE(reported, "rank "
+                                  << r << " did not report back ("
+                                  << (session.channel_closed() ? "it exited or crashed" : "timeout")
+                                  << ")");
+      if (reported) CHECK_MESSAGE(result.text[0] == '\0', "rank " << r << ": " << result.text);
     }
-    CHECK_MESSAGE(reported, "the target process did not report back ("
-                                << (session.channel_closed() ? "it exited or crashed" : "timeout")
-                                << ")");
-    if (reported) CHECK_MESSAGE(result.text[0] == '\0', "target: " << result.text);
     CHECK_MESSAGE(session.poll_errors.empty(), "poll() failed: " << session.poll_errors);
   }
-  const int status = child.wait(deadline());
-  CHECK_MESSAGE(status != -1, "the target process did not exit");
-  if (status != -1) {
-    CHECK_MESSAGE((WIFEXITED(status) && WEXITSTATUS(status) == 0),
-                  "the target process ended with status " << status);
+  for (int r = 1; r < ranks; ++r) {
+    const int status = children[r - 1].wait(deadline());
+    CHECK_MESSAGE(status != -1, "rank " << r << " did not exit");
+    if (status != -1) {
+      CHECK_MESSAGE((WIFEXITED(status) && WEXITSTATUS(status) == 0),
+                    "rank " << r << " ended with status " << status);
+    }
   }
 }
 

@@ -1,15 +1,20 @@
 // The conformance harness: loads the NIC backend under test, provides host
-// services, and runs a scenario between two real processes.
+// services, and runs a scenario between real processes.
 //
-// run_pair() forks. This process becomes rank 0, the "initiator", and runs
-// its half with doctest assertions. The child becomes rank 1, the "target":
-// it cannot use doctest (its results would be lost), so it writes failures
-// into a Report that travels back over a socketpair and is checked here.
-// Both halves talk over the same socketpair (one Message per datagram) to
-// exchange endpoint names and keys and to ask for verifications. Every wait
-// has a deadline, and while waiting each side keeps polling its endpoint,
-// because providers with manual progress (shm, tcp) only move data when the
-// target polls.
+// run_group() forks N - 1 children. This process becomes rank 0 and runs its
+// half with doctest assertions. The children become ranks 1..N-1: they
+// cannot use doctest (their results would be lost), so each writes failures
+// into a Report that travels back over its socketpair and is checked here.
+// Every child talks to rank 0 over its own socketpair (one Message per
+// datagram) to exchange endpoint names and keys and to ask for
+// verifications; children never talk to each other. run_pair() is the common
+// two-rank case: rank 0 the "initiator", rank 1 the "target". Every wait has
+// a deadline, and while waiting each side keeps polling its endpoint, because
+// providers with manual progress (shm, tcp) only move data when the target
+// polls.
+//
+// A test reports a capability it cannot check with MESSAGE("SKIP: <why>");
+// courier-conformance lists those cases as SKIP, never as PASS.
 #pragma once
 
 #include <courier/abi/nic_v1.h>
@@ -21,6 +26,7 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <vector>
 
 namespace courier::conformance {
 
@@ -31,7 +37,8 @@ using Clock = std::chrono::steady_clock;
 inline constexpr std::chrono::seconds kWaitLimit{30};
 inline Clock::time_point deadline() { return Clock::now() + kWaitLimit; }
 
-// The plugin named by COURIER_CONFORMANCE_PLUGIN, loaded once per process.
+// The plugin named by COURIER_CONFORMANCE_PLUGIN (courier-conformance sets it
+// from --backend), loaded once per process.
 // Throws std::runtime_error with the reason when it cannot be loaded.
 const courier_nic_plugin_v1& plugin();
 const std::string& plugin_path();
@@ -61,12 +68,14 @@ class TestHost {
   std::map<std::string, std::string> overrides_;
 };
 
-// One datagram between the two processes.
+// One datagram between rank 0 and one child.
 struct Message {
   enum Tag : uint32_t {
-    kHello = 1,  // args: name length, rkey.key, rkey.base, region bytes; text: the name
-    kResult,     // target -> initiator at the end: text = the target's failures ("" = passed)
-    kDone,       // initiator -> target: scenario over, report back
+    kHello = 1,  // rank's endpoint; args: name length, rkey.key, rkey.base, region bytes;
+                 // text: the name. A child sends its own; rank 0 answers with all N.
+    kReady,      // after ep_connect: child -> rank 0; rank 0 -> child once all have connected
+    kResult,     // child -> rank 0 at the end: text = the child's failures ("" = passed)
+    kDone,       // rank 0 -> child: scenario over, report back
     kVerify,     // args: offset, length, seed, strict (1 = must already be visible)
     kVerified,   // answer to kVerify: text = "" or what is wrong
     kStore,      // args: offset, value, width (1..8 bytes, little-endian)
@@ -75,7 +84,7 @@ struct Message {
     kLoaded,     // answer to kLoad: args[0] = the bytes (little-endian); text = "" or error
   };
   uint32_t tag = 0;
-  uint32_t reserved = 0;
+  uint32_t rank = 0;  // kHello: whose endpoint it describes
   uint64_t args[4] = {};
   char text[480] = {};
 };
@@ -105,16 +114,19 @@ struct SessionOptions {
 bool offers_atomics(const courier_nic_plugin_v1& api, const courier_nic_props_v1& props);
 
 // One rank's side of a scenario: backend, endpoint, one registered region,
-// connected to the other rank.
+// connected to every other rank. The "peer" is the rank this one talks to by
+// default: rank 1 for rank 0, rank 0 for every child.
 class Session {
  public:
-  Session(int rank, int channel_fd, const SessionOptions& options);
+  // channels[r]: the socket to rank r, or -1 (rank 0 has one per child, a
+  // child only channels[0]).
+  Session(int rank, int ranks, std::vector<int> channels, const SessionOptions& options);
   ~Session();
   Session(const Session&) = delete;
   Session& operator=(const Session&) = delete;
 
-  // init, query, ep_open, mr_register, exchange names and keys, connect.
-  // Returns "" or what failed.
+  // init, query, ep_open, mr_register, exchange names and keys, connect,
+  // and wait until every rank has connected. Returns "" or what failed.
   std::string setup();
 
   // Polls once; appends completions to `pending`. Returns poll's result.
@@ -128,15 +140,18 @@ class Session {
   int post_retrying(const courier_nic_write_v1& write, Clock::time_point until);
   // post_atomic with the same retrying.
   int post_atomic_retrying(const courier_nic_atomic_v1& atomic, Clock::time_point until);
-  // A write from our region [local_offset, +length) to the peer's region at
-  // remote_offset.
+  // A write from our region [local_offset, +length) to the default peer's
+  // region at remote_offset.
   courier_nic_write_v1 make_write(uint64_t local_offset, uint64_t remote_offset, uint64_t length,
                                   uint64_t cookie) const;
 
-  void send(const Message& message);
+  // Messages to and from the default peer, or to and from rank `other`.
+  void send(const Message& message) { send_to(peer, message); }
+  void send_to(int other, const Message& message);
   // Waits for the next message, pumping meanwhile. False on deadline or when
   // the other process closed the channel (see channel_closed()).
-  bool receive(Message* out, Clock::time_point until);
+  bool receive(Message* out, Clock::time_point until) { return receive_from(peer, out, until); }
+  bool receive_from(int other, Message* out, Clock::time_point until);
   bool channel_closed() const { return channel_closed_; }
 
   // Target side: answers kVerify requests until kDone arrives.
@@ -150,9 +165,10 @@ class Session {
   void* mr = nullptr;
   std::byte* region = nullptr;
   courier_nic_rkey_v1 local_key{};
-  courier_nic_rkey_v1 peer_key{};
+  courier_nic_rkey_v1 peer_key{};  // the default peer's region
   size_t peer_region_bytes = 0;
   const int rank;
+  const int ranks;  // processes in the scenario
   const int peer;
   const SessionOptions options;
   std::deque<courier_nic_completion_v1> pending;
@@ -160,13 +176,28 @@ class Session {
   bool atomics = false;     // the endpoint was opened with COURIER_NIC_EP_ATOMICS
 
  private:
-  int fd_;
+  // Rank 0's and a child's halves of setup() after ep_name.
+  std::string exchange_as_root(const Message& mine);
+  std::string exchange_as_child(const Message& mine);
+  // Takes the next message from `other`, which must carry `tag`.
+  std::string expect(int other, uint32_t tag, Message* out);
+  std::string connect(const std::vector<Message>& hellos);
+
+  std::vector<int> channels_;
   bool channel_closed_ = false;
 };
 
-// Runs a two-process scenario; see the top of this file.
-void run_pair(const SessionOptions& options, const std::function<void(Session&)>& initiator,
-              const std::function<void(Session&, Report&)>& target);
+// Runs a scenario of `ranks` processes (2 or more); see the top of this file.
+// `root` runs in this process as rank 0; `child` runs in every other rank
+// (Session::rank tells which).
+void run_group(int ranks, const SessionOptions& options, const std::function<void(Session&)>& root,
+               const std::function<void(Session&, Report&)>& child);
+
+// Two processes: rank 0 the initiator, rank 1 the target.
+inline void run_pair(const SessionOptions& options, const std::function<void(Session&)>& initiator,
+                     const std::function<void(Session&, Report&)>& target) {
+  run_group(2, options, initiator, target);
+}
 
 // Initiator helper: asks the target to check region bytes [offset, +length)
 // for the pattern of `seed` (strict: without waiting for them to appear).

@@ -300,3 +300,88 @@ TEST_CASE("back-pressure: -EAGAIN when full, then every write completes exactly 
 }
 
 }  // namespace courier::conformance
+
+namespace courier::conformance {
+
+// With two processes every incoming write comes from rank 0, so a backend
+// that reports the same sender for every write passes the pair case. Here
+// ranks 1 and 2 both write to rank 0, interleaved, and each RX_IMM must name
+// the rank that actually wrote.
+TEST_CASE("sender identity: ranks 1 and 2 write with immediate data to rank 0") {
+  constexpr int kRanks = 3;
+  constexpr uint64_t kWrites = 16;  // per sender
+  // The immediate value names sender and write in its low byte, so that a
+  // backend carrying a single immediate byte can run the case too.
+  auto imm_of = [](int sender, uint64_t i) { return (uint64_t(sender) << 4) | i; };
+  auto size_of = [](uint64_t i) { return 1 + 61 * i; };
+  auto offset_of = [](int sender, uint64_t i) { return 4096 * ((sender - 1) * kWrites + i + 1); };
+  auto seed_of = [](int sender, uint64_t i) { return 1000 * uint64_t(sender) + i; };
+
+  run_group(
+      kRanks, SessionOptions{},
+      [&](Session& s) {
+        if (!has(s, COURIER_NIC_CAP_WRITE_IMM)) {
+          MESSAGE("SKIP: no CAP_WRITE_IMM");
+          return;
+        }
+        const bool check_sender = has(s, COURIER_NIC_CAP_IMM_SOURCE);
+        if (!check_sender) MESSAGE("SKIP: no CAP_IMM_SOURCE: the sender rank is not checked");
+        const uint64_t mask = imm_mask(s.props.imm_bytes);
+        std::map<uint64_t, int> seen;  // imm -> times received
+        for (uint64_t received = 0; received < 2 * kWrites; ++received) {
+          courier_nic_completion_v1 c{};
+          REQUIRE_MESSAGE(s.take_rx_imm(&c, deadline()),
+                          "only " << received << " of " << 2 * kWrites
+                                  << " immediate-data completions arrived");
+          CHECK_MESSAGE(c.status == 0, "RX_IMM completion with status " << c.status);
+          const uint64_t imm = c.imm & mask;
+          const int sender = static_cast<int>(imm >> 4);
+          const uint64_t i = imm & 15;
+          if (sender < 1 || sender >= kRanks || imm != imm_of(sender, i)) {
+            FAIL_CHECK("unexpected immediate value 0x" << std::hex << c.imm);
+            continue;
+          }
+          INFO("write " << i << " of rank " << sender);
+          CHECK_MESSAGE(++seen[imm] == 1, "its RX_IMM arrived twice");
+          if (check_sender) {
+            CHECK_MESSAGE(c.peer == static_cast<uint32_t>(sender),
+                          "RX_IMM names sender " << c.peer << " instead of rank " << sender);
+          }
+          CHECK(c.length == size_of(i));
+          // The immediate data announces the write: its bytes must be there.
+          const std::string problem =
+              check_pattern(s.region, offset_of(sender, i), size_of(i), seed_of(sender, i));
+          CHECK_MESSAGE(problem.empty(), "at its RX_IMM: " << problem);
+        }
+      },
+      [&](Session& s, Report& report) {
+        if (has(s, COURIER_NIC_CAP_WRITE_IMM)) {
+          // Both senders post everything before waiting, so their writes
+          // interleave at rank 0.
+          for (uint64_t i = 0; i < kWrites; ++i) {
+            const uint64_t offset = offset_of(s.rank, i);
+            fill_pattern(s.region + offset, offset, size_of(i), seed_of(s.rank, i));
+            courier_nic_write_v1 write = s.make_write(offset, offset, size_of(i), i);
+            write.flags = COURIER_NIC_WRITE_IMM;
+            write.imm = imm_of(s.rank, i);
+            const int rc = s.post_retrying(write, deadline());
+            report.check(rc == 0, "rank %d write %llu: post_write %d: %s", s.rank,
+                         static_cast<unsigned long long>(i), rc, backend_error().c_str());
+            if (rc != 0) break;
+          }
+          for (uint64_t i = 0; i < kWrites; ++i) {
+            courier_nic_completion_v1 c{};
+            if (!s.take_tx(i, &c, deadline())) {
+              report.fail("rank %d write %llu: no TX completion", s.rank,
+                          static_cast<unsigned long long>(i));
+              break;
+            }
+            report.check(c.status == 0, "rank %d write %llu: TX status %d: %s", s.rank,
+                         static_cast<unsigned long long>(i), c.status, backend_error().c_str());
+          }
+        }
+        s.serve(report);
+      });
+}
+
+}  // namespace courier::conformance
