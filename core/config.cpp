@@ -71,6 +71,9 @@ constexpr Knob kKnobs[] = {
     {"COURIER_BACKEND_PATH", "", "':'-separated directories searched for plugins first"},
     {"COURIER_FAULTS", "",
      "inject transport faults (testing): reorder=P,delay_us=N,dup=P,fail=P,seed=N"},
+    {"COURIER_RANKS_PER_HOST", "0",
+     "0: ranks share a host when hostname and boot id match; N: treat each block of N "
+     "consecutive ranks as one host (tests multi-host paths on one machine)"},
     {"COURIER_RETRY_COUNT", "7",
      "re-posts of a transiently failed (-EBUSY) operation before it fails (0..64)"},
     {"COURIER_BOOTSTRAP", "", "rendezvous host:port (rank 0 listens), or 'mpi'"},
@@ -321,6 +324,8 @@ Config Config::load(const EnvLookup& env, bool need_job) {
   config.backend_path = parser.text("COURIER_BACKEND_PATH");
   config.faults = parse_fault_spec(parser.text("COURIER_FAULTS"), "COURIER_FAULTS");
   config.retry_count = parser.unsigned_in("COURIER_RETRY_COUNT", config.retry_count, 0, 64);
+  config.ranks_per_host =
+      parser.unsigned_in("COURIER_RANKS_PER_HOST", config.ranks_per_host, 0, 65536);
   if (need_job) config.job = detect_job(parser, env);
   config.entries = parser.take_entries();
   // The token is a secret: never show it.

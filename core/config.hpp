@@ -60,11 +60,12 @@ struct Config {
   AtomicsMode atomics = AtomicsMode::automatic;
   uint32_t timeout_s = 60;
   LogLevel log_level = LogLevel::warn;
-  std::string gpu_backend;   // COURIER_GPU_BACKEND: "", a name, a path or "^a,b"
-  std::string nic_backend;   // COURIER_NIC_BACKEND
-  std::string backend_path;  // COURIER_BACKEND_PATH: ':'-separated directories
-  FaultSpec faults;          // COURIER_FAULTS: docs/faults.md; inactive by default
-  uint32_t retry_count = 7;  // COURIER_RETRY_COUNT: re-posts of a transiently failed post
+  std::string gpu_backend;      // COURIER_GPU_BACKEND: "", a name, a path or "^a,b"
+  std::string nic_backend;      // COURIER_NIC_BACKEND
+  std::string backend_path;     // COURIER_BACKEND_PATH: ':'-separated directories
+  FaultSpec faults;             // COURIER_FAULTS: docs/faults.md; inactive by default
+  uint32_t ranks_per_host = 0;  // COURIER_RANKS_PER_HOST: 0 = by hostname; N simulates hosts
+  uint32_t retry_count = 7;     // COURIER_RETRY_COUNT: re-posts of a transiently failed post
   JobInfo job;
   std::vector<ConfigEntry> entries;
 

@@ -3,9 +3,11 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <fstream>
 #include <map>
 #include <mutex>
 #include <optional>
+#include <random>
 
 #include "core/backend_instance.hpp"
 #include "core/bootstrap/job_bootstrap.hpp"
@@ -16,6 +18,7 @@
 #include "core/proxy/nic_endpoint.hpp"
 #include "core/proxy/proxy_thread.hpp"
 #include "core/registry.hpp"
+#include "core/semantics/shared_segment.hpp"
 #include "gpu/fifo_push.hpp"
 
 namespace courier {
@@ -114,11 +117,17 @@ struct Context::Impl {
   size_t ring_stride = 0;
 
   std::vector<std::unique_ptr<ProxyChannel>> channels;
+  // Memory the endpoints register outlives them (declared before them).
+  // Emulated-atomic mailboxes, one per proxy thread (COURIER_ATOMICS=imm).
+  std::vector<std::unique_ptr<AtomicMailbox>> mailboxes;
+  // BARRIER: where this rank sits, the host's shared segment, and per proxy
+  // thread the slots barrier messages are sent from and land in.
+  BarrierTopology barrier_topology;
+  SharedSegment barrier_segment;
+  std::vector<std::unique_ptr<uint64_t[]>> barrier_staging, barrier_landing;
   std::vector<std::unique_ptr<NicEndpoint>> endpoints;
   // What each proxy thread drives: retries (and injected faults) over its endpoint.
   std::vector<std::unique_ptr<ProxyTransport>> transports;
-  // Emulated-atomic mailboxes, one per proxy thread (COURIER_ATOMICS=imm).
-  std::vector<std::unique_ptr<AtomicMailbox>> mailboxes;
   SemanticsOptions semantics;  // how atomics are done; world size set later
   std::vector<std::unique_ptr<ProxyThread>> proxies;
   uint32_t windows = 0;
@@ -160,9 +169,11 @@ struct Context::Impl {
                                         config.job, static_cast<int>(config.timeout_s), log));
     check_job_shape();
     allocate_channels();
+    setup_barriers();
     open_endpoints();
     start_proxies();
     register_mailboxes();
+    register_barrier_slots();
     peer_watch = bootstrap->watch_peers(
         [this](int rank, const std::string& reason) { on_peer_failure(rank, reason); });
   }
@@ -377,11 +388,67 @@ struct Context::Impl {
     }
   }
 
+  // Which ranks share this host (hostname and boot id), the host's shared
+  // segment for the node-local phase, and the message slots of each thread.
+  void setup_barriers() {
+    char host[256] = {};
+    ::gethostname(host, sizeof host - 1);
+    std::string boot_id;
+    std::ifstream("/proc/sys/kernel/random/boot_id") >> boot_id;
+    // Rank 0's random job id names the segments: unique per job and host.
+    struct Mine {
+      char key[240];
+      uint64_t job_id;
+    } mine{};
+    std::snprintf(mine.key, sizeof mine.key, "%s/%s", host, boot_id.c_str());
+    if (config.ranks_per_host != 0) {  // simulated hosts: blocks of consecutive ranks
+      std::snprintf(mine.key, sizeof mine.key, "simulated-host-%d",
+                    bootstrap->rank() / static_cast<int>(config.ranks_per_host));
+    }
+    mine.job_id = std::random_device{}() * 0x100000001ull ^ static_cast<uint64_t>(::getpid());
+    std::vector<std::byte> all = bootstrap->allgather(bytes_of(mine));
+    std::vector<std::string> keys;
+    uint64_t job_id = 0;
+    for (int r = 0; r < bootstrap->size(); ++r) {
+      Mine theirs;
+      std::memcpy(&theirs, all.data() + r * sizeof(Mine), sizeof(Mine));
+      theirs.key[sizeof theirs.key - 1] = '\0';
+      keys.emplace_back(theirs.key);
+      if (r == 0) job_id = theirs.job_id;
+    }
+    barrier_topology = make_barrier_topology(static_cast<uint32_t>(bootstrap->rank()), keys);
+    BarrierTopology& t = barrier_topology;
+    t.block_bytes = barrier_block_bytes(t.local_size);
+    const std::string name = fmt::format("/courier-{:016x}-{}", job_id, t.host_leader);
+    barrier_segment = SharedSegment(name, t.block_bytes * channels.size());
+    t.segment = barrier_segment.data();
+    bootstrap->barrier();  // every rank of every host mapped its segment
+    if (bootstrap->rank() == static_cast<int>(t.host_leader)) barrier_segment.unlink();
+    const size_t slots = static_cast<size_t>(bootstrap->size()) * channels.size();
+    for (uint32_t i = 0; i < config.proxy_threads; ++i) {
+      barrier_staging.push_back(std::make_unique<uint64_t[]>(slots));
+      barrier_landing.push_back(std::make_unique<uint64_t[]>(slots));
+    }
+  }
+
+  void register_barrier_slots() {
+    const size_t bytes = static_cast<size_t>(bootstrap->size()) * channels.size() * 8;
+    std::vector<Region> staging, landing;
+    for (uint32_t i = 0; i < config.proxy_threads; ++i) {
+      staging.push_back({barrier_staging[i].get(), bytes});
+      landing.push_back({barrier_landing[i].get(), bytes});
+    }
+    register_on_endpoints(kBarrierStagingWindow, staging, COURIER_MEM_HOST);
+    register_on_endpoints(kBarrierLandingWindow, landing, COURIER_MEM_HOST);
+  }
+
   void start_proxies() {
     ProxyOptions options;
     options.semantics = semantics;
     options.semantics.rank = static_cast<uint32_t>(bootstrap->rank());
     options.semantics.world_size = static_cast<uint32_t>(bootstrap->size());
+    options.semantics.barrier = &barrier_topology;
+    options.semantics.channels = static_cast<uint32_t>(channels.size());
     options.poll_batch = config.drain_batch;
     options.stall_timeout_ns = uint64_t{config.timeout_s} * 1'000'000'000u;
     options.may_sleep = (nic->props().caps & COURIER_NIC_CAP_PASSIVE_TARGET) != 0;
@@ -398,6 +465,8 @@ struct Context::Impl {
         mailboxes.push_back(std::make_unique<AtomicMailbox>(bootstrap->size()));
         options.mailbox = mailboxes.back().get();
       }
+      options.semantics.barrier_staging = barrier_staging[i].get();
+      options.semantics.barrier_landing = barrier_landing[i].get();
       proxies.push_back(std::make_unique<ProxyThread>(i, *transports[i], mine, options, log));
     }
     for (auto& proxy : proxies) proxy->start();
@@ -566,6 +635,8 @@ const char* to_string(PushStatus status) {
       return "timed out waiting for the proxy (COURIER_TIMEOUT_S)";
     case PushStatus::channel_failed:
       return "the proxy recorded an error on this channel";
+    case PushStatus::invalid_argument:
+      return "a command could not be encoded (invalid argument)";
   }
   return "unknown";
 }

@@ -28,21 +28,6 @@ uint64_t make_cookie(uint32_t channel_slot, uint64_t ticket) {
   return (uint64_t{channel_slot} << kTicketBits) | (ticket & kTicketMask);
 }
 
-const char* op_name(CmdOp op) {
-  switch (op) {
-    case CmdOp::empty:
-      return "EMPTY";
-    case CmdOp::write:
-      return "WRITE";
-    case CmdOp::atomic:
-      return "ATOMIC";
-    case CmdOp::drain:
-      return "DRAIN";
-    case CmdOp::barrier:
-      return "BARRIER";
-  }
-  return "UNKNOWN";
-}
 }  // namespace
 
 void IdleBackoff::idle(bool outstanding) {
@@ -308,7 +293,8 @@ bool ProxyThread::dequeue_and_post() {
   // only contends for its locks with the peer that has to make room (shm
   // takes the target's queue lock on every attempt). So wait for a
   // completion, or a few empty steps in case room appears another way.
-  if (!pending_.empty() && retry_holdoff_ > 0) {
+  // (A waiting BARRIER is not the transport's refusal: it is retried every step.)
+  if (!pending_.empty() && retry_holdoff_ > 0 && pending_.front().cmd.op() != CmdOp::barrier) {
     --retry_holdoff_;
     return false;
   }
@@ -376,10 +362,23 @@ bool ProxyThread::post(ProxyChannel& channel, const TransferCmd& cmd, uint64_t t
       // only after every earlier ticket of the channel completed.
       channel.tracker.complete(ticket);
       return true;
-    case CmdOp::barrier:
-      fail_command(channel, ticket, ChannelErrorCode::unsupported,
-                   std::string(op_name(cmd.op())) + " is not carried out by this proxy yet");
+    case CmdOp::barrier: {
+      // A BARRIER starts once the channel's earlier commands completed, and
+      // holds the later ones back until every rank of its scope arrived.
+      if (channel.tracker.prefix() != ticket) return false;
+      std::string error;
+      const int rc = semantics_.advance_barrier(channel.id, cmd, &error);
+      if (rc == -EAGAIN) return false;
+      if (rc == COURIER_OK) {
+        channel.tracker.complete(ticket);
+      } else {
+        fail_command(
+            channel, ticket,
+            rc == -ENOTSUP ? ChannelErrorCode::unsupported : ChannelErrorCode::completion_failed,
+            error);
+      }
       return true;
+    }
     default:
       fail_command(channel, ticket, ChannelErrorCode::bad_command,
                    "unknown op " + std::to_string(static_cast<int>(cmd.op())));

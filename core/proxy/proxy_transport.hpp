@@ -17,7 +17,7 @@ namespace courier {
 // kFirstInternalWindow up belong to Courier itself (atomic mailboxes).
 inline constexpr uint32_t kUserWindows = 16;
 inline constexpr uint32_t kFirstInternalWindow = kUserWindows;
-inline constexpr uint32_t kMaxWindowIds = kUserWindows + 4;
+inline constexpr uint32_t kMaxWindowIds = kUserWindows + 6;
 
 // [src_offset, +length) of local window src_window -> [dst_offset, +length)
 // of the peer's window dst_window.

@@ -9,6 +9,7 @@
 //   kind 3 control: [29:26] subkind, the rest per subkind
 //           atomic reply (subkind 0 applied, 1 rejected):
 //           [25:24] 0   [23:16] mailbox slot   [15:0] the request's sequence number
+//           barrier messages (subkinds 2-7): [25:16] channel   [15:0] generation
 //
 // A stream is one pair of proxy endpoints (thread i of one rank -> thread i of
 // another); its sequence numbers count the messages that carry one.
@@ -19,7 +20,16 @@
 namespace courier {
 
 enum class ImmKind : uint32_t { ordered_write = 0, notify_write = 1, atomic = 2, control = 3 };
-enum class ControlKind : uint32_t { atomic_applied = 0, atomic_rejected = 1 };
+enum class ControlKind : uint32_t {
+  atomic_applied = 0,
+  atomic_rejected = 1,
+  barrier_arrive = 2,          // a host leader reached the world barrier
+  barrier_release = 3,         // the global leader releases a host leader
+  barrier_release_failed = 4,  // ... and says the epochs disagreed
+  rail_arrive = 5,             // a rail member reached the rail barrier
+  rail_release = 6,            // the rail leader releases a member
+  rail_release_failed = 7,
+};
 
 inline constexpr uint32_t kImmSeqBits = 16;
 inline constexpr uint32_t kImmSeqMask = (1u << kImmSeqBits) - 1;
@@ -49,6 +59,15 @@ constexpr uint32_t encode_reply_imm(ControlKind control, uint32_t slot, uint16_t
          ((slot & 0xffu) << 16) | seq;
 }
 
+constexpr uint32_t encode_barrier_imm(ControlKind kind, uint32_t channel, uint16_t generation) {
+  return (static_cast<uint32_t>(ImmKind::control) << 30) | (static_cast<uint32_t>(kind) << 26) |
+         ((channel & 0x3ffu) << 16) | generation;
+}
+
+constexpr bool is_barrier(ControlKind kind) {
+  return static_cast<uint32_t>(kind) >= static_cast<uint32_t>(ControlKind::barrier_arrive);
+}
+
 constexpr DecodedImm decode_imm(uint64_t imm) {
   const uint32_t v = static_cast<uint32_t>(imm);
   DecodedImm d;
@@ -58,7 +77,10 @@ constexpr DecodedImm decode_imm(uint64_t imm) {
     d.channel = (v >> 16) & kImmChannelMask;
   } else {
     d.slot = (v >> 16) & 0xffu;
-    if (d.kind == ImmKind::control) d.control = static_cast<ControlKind>((v >> 26) & 0xfu);
+    if (d.kind == ImmKind::control) {
+      d.control = static_cast<ControlKind>((v >> 26) & 0xfu);
+      if (is_barrier(d.control)) d.channel = (v >> 16) & 0x3ffu;
+    }
   }
   return d;
 }

@@ -14,7 +14,7 @@ namespace courier {
 namespace {
 
 // Internal cookies: [63:48] kInternalSlot  [47:40] kind  [39:24] peer  [7:0] slot.
-enum class InternalKind : uint64_t { request = 1, reply = 2 };
+enum class InternalKind : uint64_t { request = 1, reply = 2, barrier = 3 };
 
 uint64_t internal_cookie(InternalKind kind, uint32_t peer, uint32_t slot) {
   return (ProxySemantics::kInternalSlot << 48) | (static_cast<uint64_t>(kind) << 40) |
@@ -61,6 +61,33 @@ ProxySemantics::ProxySemantics(ProxyTransport& transport, const SemanticsOptions
     if (mailbox_ == nullptr) fail("emulated atomics need an atomic mailbox");
     for (Peer& peer : peers_) peer.slots.resize(kMailboxSlots);
   }
+  if (options.barrier != nullptr) {
+    barrier_ = std::make_unique<BarrierEngine>(transport, options.barrier, options.barrier_staging,
+                                               options.barrier_landing, options.world_size,
+                                               options.channels);
+  }
+}
+
+int ProxySemantics::advance_barrier(uint32_t channel, const TransferCmd& cmd, std::string* error) {
+  if (!barrier_) {
+    *error = "BARRIER needs the barrier set-up of a Context";
+    return -ENOTSUP;
+  }
+  const auto scope =
+      cmd.flags() == kBarrierRail ? BarrierEngine::Scope::rail : BarrierEngine::Scope::world;
+  if (cmd.flags() != kBarrierWorld && cmd.flags() != kBarrierRail) {
+    *error = fmt::format("BARRIER with unknown scope {}", cmd.flags());
+    return -EINVAL;
+  }
+  switch (barrier_->advance(channel, scope, cmd.word1, error)) {
+    case BarrierEngine::Step::done:
+      return COURIER_OK;
+    case BarrierEngine::Step::waiting:
+      return -EAGAIN;
+    case BarrierEngine::Step::failed:
+      break;
+  }
+  return -EPROTO;
 }
 
 void ProxySemantics::set_local_window(uint32_t window, void* base, uint64_t bytes) {
@@ -205,9 +232,16 @@ void ProxySemantics::on_user_tx(uint32_t peer, bool was_write) {
 }
 
 void ProxySemantics::on_internal_tx(const courier_nic_completion_v1& c) {
+  const auto kind = static_cast<InternalKind>((c.cookie >> 40) & 0xff);
+  if (kind == InternalKind::barrier) {
+    if (c.status != COURIER_OK) {
+      log_.error("proxy", "a barrier message to rank {} failed ({}): {}", c.peer, c.status,
+                 transport_.last_error());
+    }
+    return;
+  }
   if (internal_in_flight_ > 0) --internal_in_flight_;
   if (c.status == COURIER_OK) return;
-  const auto kind = static_cast<InternalKind>((c.cookie >> 40) & 0xff);
   const uint32_t peer = static_cast<uint32_t>((c.cookie >> 24) & 0xffff);
   const uint32_t slot = static_cast<uint32_t>(c.cookie & 0xff);
   if (kind == InternalKind::request && peer < peers_.size() && !peers_[peer].slots.empty()) {
@@ -246,7 +280,11 @@ bool ProxySemantics::on_rx_imm(const courier_nic_completion_v1& c) {
       on_request(peer, imm.slot, imm.seq);
       return false;
     case ImmKind::control:
-      on_reply(peer, imm);
+      if (is_barrier(imm.control)) {
+        if (barrier_) barrier_->on_message(peer, imm);
+      } else {
+        on_reply(peer, imm);
+      }
       return false;
   }
   return false;
@@ -386,6 +424,7 @@ uint32_t ProxySemantics::atomics_awaiting_answer_from(uint32_t peer) const {
 
 bool ProxySemantics::busy() const {
   if (internal_in_flight_ > 0 || awaiting_replies_ > 0 || !replies_.empty()) return true;
+  if (barrier_ && barrier_->busy()) return true;
   return std::any_of(peers_.begin(), peers_.end(), [](const Peer& p) { return !p.held.empty(); });
 }
 

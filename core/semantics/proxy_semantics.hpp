@@ -19,12 +19,14 @@
 
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "core/log.hpp"
 #include "core/proxy/proxy_transport.hpp"
 #include "core/semantics/atomic_mailbox.hpp"
+#include "core/semantics/barrier.hpp"
 #include "core/semantics/receive_stream.hpp"
 #include "courier/transfer_cmd.hpp"
 
@@ -39,6 +41,12 @@ struct SemanticsOptions {
   // Per TransferCmd atomic op (AtomicOp::add_u64, add_u32): how it is done.
   AtomicStrategyKind add_u64 = AtomicStrategyKind::none;
   AtomicStrategyKind add_u32 = AtomicStrategyKind::none;
+  // BARRIER support (null: BARRIER commands fail): where this rank sits,
+  // this thread's message slots, and the job's channel count.
+  const BarrierTopology* barrier = nullptr;
+  uint64_t* barrier_staging = nullptr;
+  const uint64_t* barrier_landing = nullptr;
+  uint32_t channels = 0;
 };
 
 // A FIFO command finished by the semantics layer rather than by a TX
@@ -76,6 +84,11 @@ class ProxySemantics {
   // (emulated), not through a TX completion with `cookie`.
   int post_atomic(uint32_t channel, const TransferCmd& cmd, uint64_t cookie, bool* completes_later,
                   std::string* error);
+
+  // Advances the BARRIER command of `channel` (all its earlier commands have
+  // completed): COURIER_OK once every rank of its scope arrived, -EAGAIN
+  // while waiting, another negative status with *error on failure.
+  int advance_barrier(uint32_t channel, const TransferCmd& cmd, std::string* error);
 
   // The proxy hands over: TX completions of user commands (fence
   // accounting), internal TX completions and every RX_IMM completion.
@@ -163,6 +176,7 @@ class ProxySemantics {
   uint64_t awaiting_replies_ = 0;
   std::vector<UserCompletion> done_;
   SemanticsStats stats_;
+  std::unique_ptr<BarrierEngine> barrier_;
 };
 
 }  // namespace courier

@@ -75,9 +75,10 @@ COURIER_HOST_DEVICE constexpr bool is_fatal_channel_error(uint64_t word) {
 // Producer-side failures, reported by the push/wait functions.
 enum class PushStatus : uint8_t {
   ok = 0,
-  batch_too_large,  // more than kMaxBatch commands, or more than max_inflight
-  timed_out,        // no progress for COURIER_TIMEOUT_S: the proxy is stuck or gone
-  channel_failed,   // the proxy recorded an error on this channel
+  batch_too_large,   // more than kMaxBatch commands, or more than max_inflight
+  timed_out,         // no progress for COURIER_TIMEOUT_S: the proxy is stuck or gone
+  channel_failed,    // the proxy recorded an error on this channel
+  invalid_argument,  // a command could not be encoded (e.g. an unknown BARRIER scope)
 };
 
 struct DeviceChannel {

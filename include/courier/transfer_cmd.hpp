@@ -186,8 +186,14 @@ COURIER_HOST_DEVICE constexpr CmdStatus encode_drain(TransferCmd* out) {
   return CmdStatus::ok;
 }
 
-COURIER_HOST_DEVICE constexpr CmdStatus encode_barrier(uint64_t epoch, TransferCmd* out) {
-  out->word0 = detail::header(CmdOp::barrier, 0, 0, 0, 0);
+// BARRIER flags: which ranks take part.
+inline constexpr uint8_t kBarrierWorld = 0;  // every rank of the job
+inline constexpr uint8_t kBarrierRail = 1;   // the ranks with this rank's local index on every host
+
+COURIER_HOST_DEVICE constexpr CmdStatus encode_barrier(uint64_t epoch, TransferCmd* out,
+                                                       uint8_t scope = kBarrierWorld) {
+  if (scope != kBarrierWorld && scope != kBarrierRail) return CmdStatus::flags_invalid;
+  out->word0 = detail::header(CmdOp::barrier, scope, 0, 0, 0);
   out->word1 = epoch;
   return CmdStatus::ok;
 }

@@ -23,6 +23,7 @@
 #include "raw_ofi_transport.hpp"
 #endif
 #include "atomic_bench.hpp"
+#include "barrier_bench.hpp"
 #include "transport_bench.hpp"
 
 namespace {
@@ -39,6 +40,8 @@ constexpr const char* kUsage =
     "       courier-run -n N courier-bench atomic [--provider shm|tcp] [--ops N] [--block B]\n"
     "                          [--writes-per-atomic W] [--slots S] [--strategies hw,imm]\n"
     "                          [--proxy-threads P] [--check] [--json]\n"
+    "       courier-run -n N courier-bench barrier [--provider shm|tcp] [--iters N]\n"
+    "                          [--scope world|rail] [--check] [--json]\n"
     "\n"
     "fifo       host-GPU producer threads into one proxy thread (commands/s); baseline:\n"
     "           the same ring drained by a bare loop (path 'ring').\n"
@@ -52,7 +55,10 @@ constexpr const char* kUsage =
     "           N commands per rank (default 1,000,000); rate = atomics per second of the\n"
     "           job. --check proves write-then-atomic: counter value k from a sender means\n"
     "           its first k blocks are complete; prints 'violations: N', exits 1 on any.\n"
-    "           --strategies runs one Context per COURIER_ATOMICS value, side by side.\n";
+    "           --strategies runs one Context per COURIER_ATOMICS value, side by side.\n"
+    "barrier    BARRIER latency (median, p99) from a host-GPU thread, next to the\n"
+    "           bootstrap's out-of-band barrier in the same run. --check verifies that\n"
+    "           nobody left barrier i before everybody entered it.\n";
 
 [[noreturn]] void usage_error(const std::string& message) {
   fmt::print(stderr, "courier-bench: {}\n{}", message, kUsage);
@@ -337,6 +343,67 @@ int run_atomic(int argc, char** argv) {
   }
 }
 
+int run_barrier(int argc, char** argv) {
+  courier::bench::BarrierOptions o;
+  bool json = parse_flags(argc, argv, [&](const std::string& flag, auto value) {
+    if (flag == "--provider") {
+      o.provider = value();
+      if (o.provider != "shm" && o.provider != "tcp") {
+        usage_error("--provider '" + o.provider + "' is invalid: expected shm or tcp");
+      }
+    } else if (flag == "--iters") {
+      o.iters = static_cast<uint32_t>(parse_number(flag, value(), 1, 10'000'000));
+    } else if (flag == "--scope") {
+      const std::string scope = value();
+      if (scope != "world" && scope != "rail") {
+        usage_error("--scope '" + scope + "' is invalid: expected world or rail");
+      }
+      o.rail = scope == "rail";
+    } else if (flag == "--check") {
+      o.check = true;
+    } else {
+      return false;
+    }
+    return true;
+  });
+  try {
+    courier::Config config = courier::Config::load(courier::process_env());
+    courier::Logger log(config.log_level);
+    log.set_rank(config.job.rank);
+    std::shared_ptr<courier::Bootstrap> bootstrap =
+        courier::join_job(config.job, static_cast<int>(config.timeout_s), log);
+    courier::ContextOptions options;
+    options.env = {{"COURIER_OFI_PROVIDER", o.provider},
+                   {"COURIER_PROXY_THREADS", "1"},
+                   {"COURIER_CHANNELS", "1"}};
+    options.bootstrap = bootstrap;
+    courier::Context ctx(options);
+    courier::bench::BarrierRun run = courier::bench::run_barrier_bench(ctx, o);
+    if (bootstrap->rank() == 0) {
+      if (json) {
+        for (const auto& r : run.rows) {
+          fmt::print(
+              "{{\"bench\":\"barrier\",\"path\":\"{}\",\"provider\":\"{}\",\"ranks\":{},"
+              "\"iters\":{},\"median_us\":{:.3f},\"p99_us\":{:.3f}}}\n",
+              r.path, o.provider, bootstrap->size(), r.iters, r.median_us, r.p99_us);
+        }
+      } else {
+        fmt::print("{:<10} {:<13} {:<9} {:>6} {:>8} {:>12} {:>12}\n", "bench", "path", "provider",
+                   "ranks", "iters", "median us", "p99 us");
+        for (const auto& r : run.rows) {
+          fmt::print("{:<10} {:<13} {:<9} {:>6} {:>8} {:>12.2f} {:>12.2f}\n", "barrier", r.path,
+                     o.provider, bootstrap->size(), r.iters, r.median_us, r.p99_us);
+        }
+      }
+      if (o.check) fmt::print("violations: {}\n", run.violations);
+    }
+    return run.violations == 0 ? 0 : 1;
+  } catch (const courier::Error& e) {
+    fmt::print(stderr, "courier-bench: {}\n", e.what());
+    return 1;
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -345,6 +412,7 @@ int main(int argc, char** argv) {
   if (name == "fifo") return run_fifo(argc, argv);
   if (name == "transport") return run_transport(argc, argv);
   if (name == "atomic") return run_atomic(argc, argv);
+  if (name == "barrier") return run_barrier(argc, argv);
   if (name == "--help" || name == "-h") {
     fmt::print("{}", kUsage);
     return 0;

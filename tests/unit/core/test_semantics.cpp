@@ -323,3 +323,19 @@ TEST_CASE("an op without a strategy, or to a rank outside the job, is refused wi
   CHECK(r.s0->post_atomic(0, far, 2, &later, &error) == -EINVAL);
   CHECK(error.find("rank 7") != std::string::npos);
 }
+
+TEST_CASE("barrier topology: hosts, leaders, local indices and rails") {
+  // Ranks 0, 2, 4 on host a; 1, 3 on host b; 5 alone on host c.
+  const std::vector<std::string> keys = {"a", "b", "a", "b", "a", "c"};
+  BarrierTopology t = make_barrier_topology(3, keys);
+  CHECK(t.host_leaders == std::vector<uint32_t>{0, 1, 5});
+  CHECK(t.host_leader == 1);
+  CHECK(t.local_index == 1);
+  CHECK(t.local_size == 2);
+  CHECK(t.rail == std::vector<uint32_t>{2, 3});  // local index 1 on hosts a and b
+  BarrierTopology alone = make_barrier_topology(5, keys);
+  CHECK(alone.host_leader == 5);
+  CHECK(alone.local_index == 0);
+  CHECK(alone.local_size == 1);
+  CHECK(alone.rail == std::vector<uint32_t>{0, 1, 5});
+}
