@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <map>
@@ -400,11 +401,11 @@ struct Context::Impl {
       char key[240];
       uint64_t job_id;
     } mine{};
-    std::snprintf(mine.key, sizeof mine.key, "%s/%s", host, boot_id.c_str());
+    std::string key = std::string(host) + "/" + boot_id;
     if (config.ranks_per_host != 0) {  // simulated hosts: blocks of consecutive ranks
-      std::snprintf(mine.key, sizeof mine.key, "simulated-host-%d",
-                    bootstrap->rank() / static_cast<int>(config.ranks_per_host));
+      key = fmt::format("simulated-host-{}", bootstrap->rank() / config.ranks_per_host);
     }
+    std::memcpy(mine.key, key.data(), std::min(key.size(), sizeof mine.key - 1));
     mine.job_id = std::random_device{}() * 0x100000001ull ^ static_cast<uint64_t>(::getpid());
     std::vector<std::byte> all = bootstrap->allgather(bytes_of(mine));
     std::vector<std::string> keys;
