@@ -449,6 +449,8 @@ struct Context::Impl {
     options.semantics.rank = static_cast<uint32_t>(bootstrap->rank());
     options.semantics.world_size = static_cast<uint32_t>(bootstrap->size());
     options.semantics.barrier = &barrier_topology;
+    options.semantics.malform = config.faults.malform;
+    options.semantics.fault_seed = config.faults.seed;
     options.semantics.channels = static_cast<uint32_t>(channels.size());
     options.poll_batch = config.drain_batch;
     options.stall_timeout_ns = uint64_t{config.timeout_s} * 1'000'000'000u;

@@ -26,13 +26,14 @@ bool parse_number(std::string_view text, T& value) {
 }  // namespace
 
 std::string FaultSpec::describe() const {
-  if (!active()) return "off";
+  if (!active() && malform == 0) return "off";
   std::string out;
   auto add = [&](std::string item) { out += out.empty() ? item : "," + item; };
   if (reorder > 0) add(fmt::format("reorder={}", reorder));
   if (delay_us > 0) add(fmt::format("delay_us={}", delay_us));
   if (dup > 0) add(fmt::format("dup={}", dup));
   if (fail > 0) add(fmt::format("fail={}", fail));
+  if (malform > 0) add(fmt::format("malform={}", malform));
   add(fmt::format("seed={}", seed));
   return out;
 }
@@ -73,14 +74,17 @@ FaultSpec parse_fault_spec(std::string_view text, std::string_view variable) {
         fail("{}='{}': delay_us must be an integer in [0, {}] (got '{}')", variable, text,
              kMaxFaultDelayUs, value);
       }
+    } else if (key == "malform") {
+      bit = 32;
+      probability(spec.malform);
     } else if (key == "seed") {
       bit = 16;
       if (!parse_number(value, spec.seed)) {
         fail("{}='{}': seed must be a non-negative integer (got '{}')", variable, text, value);
       }
     } else {
-      fail("{}='{}': unknown key '{}' (expected reorder, delay_us, dup, fail, seed)", variable,
-           text, key);
+      fail("{}='{}': unknown key '{}' (expected reorder, delay_us, dup, fail, malform, seed)",
+           variable, text, key);
     }
     if ((seen & bit) != 0) fail("{}='{}': {} is given twice", variable, text, key);
     seen |= bit;

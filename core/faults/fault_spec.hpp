@@ -15,6 +15,10 @@ struct FaultSpec {
   double dup = 0;         // probability that an RX_IMM completion is delivered twice
   double fail = 0;        // probability that a post fails with -EBUSY (transient)
   uint64_t seed = 0;      // the generators' seed (xored with the proxy thread's index)
+  // Probability that an emulated atomic request leaves malformed (offset
+  // outside any window, misaligned, unknown op, in turn): the receiver's
+  // checks at work. Injected by the semantics layer, not the decorator.
+  double malform = 0;
 
   // False when no fault would ever be injected: no decorator is inserted then.
   bool active() const { return reorder > 0 || delay_us > 0 || dup > 0 || fail > 0; }

@@ -53,7 +53,8 @@ ProxySemantics::ProxySemantics(ProxyTransport& transport, const SemanticsOptions
       log_(log),
       ordered_((transport.caps() & COURIER_NIC_CAP_ORDERED_WRITES) != 0),
       peers_(options.world_size),
-      windows_(kUserWindows) {
+      windows_(kUserWindows),
+      fault_rng_(options.fault_seed ^ (uint64_t{options.rank} << 32)) {
   const bool any_imm =
       options.add_u64 == AtomicStrategyKind::imm || options.add_u32 == AtomicStrategyKind::imm;
   tag_writes_ = any_imm && !ordered_;
@@ -204,6 +205,21 @@ int ProxySemantics::post_imm_atomic(uint32_t channel, uint32_t op, const Transfe
   record.operand = widen_operand(static_cast<AtomicOp>(cmd.flags()), cmd.operand());
   record.channel = channel;
   record.check = kRecordCheck ^ p.next_seq;
+  if (options_.malform > 0 &&
+      std::uniform_real_distribution<double>(0, 1)(fault_rng_) < options_.malform) {
+    // Injected fault: the three ways a request can be wrong, in turn.
+    switch (malformed_++ % 3) {
+      case 0:
+        record.offset = uint64_t{1} << 40;  // beyond any window (4 GiB at most)
+        break;
+      case 1:
+        record.offset += atomic_width(op) / 2;  // misaligned
+        break;
+      default:
+        record.op = 1u << 30;  // no such op
+        break;
+    }
+  }
 
   WriteRequest write;
   write.peer = peer;

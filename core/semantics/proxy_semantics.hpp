@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -47,6 +48,10 @@ struct SemanticsOptions {
   uint64_t* barrier_staging = nullptr;
   const uint64_t* barrier_landing = nullptr;
   uint32_t channels = 0;
+  // Fault injection (COURIER_FAULTS=malform=p): send this share of emulated
+  // atomic requests malformed, to exercise the receivers' checks.
+  double malform = 0;
+  uint64_t fault_seed = 0;
 };
 
 // A FIFO command finished by the semantics layer rather than by a TX
@@ -177,6 +182,8 @@ class ProxySemantics {
   std::vector<UserCompletion> done_;
   SemanticsStats stats_;
   std::unique_ptr<BarrierEngine> barrier_;
+  std::mt19937_64 fault_rng_;
+  uint64_t malformed_ = 0;
 };
 
 }  // namespace courier

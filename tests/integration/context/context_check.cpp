@@ -6,9 +6,15 @@
 //                        proxy keep working afterwards.
 //   mismatched-proxies   ranks started with different COURIER_PROXY_THREADS
 //                        fail on every rank with a message naming it.
+//   malformed-atomics    (COURIER_ATOMICS=imm, COURIER_FAULTS=malform=1)
+//                        rank 0's emulated atomics leave malformed (offset
+//                        outside the window, misaligned, unknown op): rank 1
+//                        rejects, counts and reports each, writes nothing;
+//                        rank 0's commands fail naming rank 1.
 #include <fmt/format.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "courier/context.hpp"
@@ -91,6 +97,50 @@ int bad_commands() {
   return failures == 0 ? 0 : 1;
 }
 
+int malformed_atomics() {
+  courier::Context ctx;
+  // The window sits between two guard zones that must stay untouched too.
+  constexpr size_t kGuard = 4096, kWindow = 64;
+  courier::DeviceBuffer buffer = ctx.alloc(kGuard + kWindow + kGuard);
+  std::memset(buffer.data(), 0, buffer.size());
+  auto* window_base = static_cast<std::byte*>(buffer.data()) + kGuard;
+  const uint32_t window = ctx.register_window(window_base, kWindow);
+  ctx.barrier();
+  constexpr uint32_t kAtomics = 3;  // one of each kind of malformation
+  if (ctx.rank() == 0) {
+    for (uint32_t i = 0; i < kAtomics; ++i) {
+      courier::TransferCmd cmd;
+      courier::encode_atomic(1, window, 8, courier::AtomicOp::add_u64, 5, &cmd);
+      const uint32_t c = i % ctx.num_channels();
+      courier::PushStatus status = push_and_drain(ctx, c, cmd);
+      expect(
+          status == courier::PushStatus::channel_failed,
+          fmt::format("malformed atomic {}: DRAIN returned '{}'", i, courier::to_string(status)));
+      const std::string error = ctx.channel_stats(c).first_error;
+      expect(error.find("failed") != std::string::npos,
+             fmt::format("malformed atomic {}: first_error is '{}'", i, error));
+    }
+  }
+  ctx.barrier();
+  if (ctx.rank() == 1) {
+    const courier::Context::AtomicStats stats = ctx.atomic_stats();
+    expect(stats.add_u64 == "imm", "ADD_U64 is carried out by '" + stats.add_u64 + "', not imm");
+    expect(stats.atomics_rejected == kAtomics,
+           fmt::format("rank 1 rejected {} of {} malformed atomics", stats.atomics_rejected,
+                       kAtomics));
+    expect(stats.atomics_applied == 0,
+           fmt::format("rank 1 applied {} malformed atomics", stats.atomics_applied));
+    size_t touched = 0;
+    for (size_t i = 0; i < buffer.size(); ++i) {
+      if (static_cast<std::byte*>(buffer.data())[i] != std::byte{0}) ++touched;
+    }
+    expect(touched == 0, fmt::format("{} bytes in or around the window changed", touched));
+  }
+  ctx.barrier();
+  fmt::print("rank {}: {} failed checks\n", ctx.rank(), failures);
+  return failures == 0 ? 0 : 1;
+}
+
 int mismatched_proxies() {
   const char* rank = std::getenv("COURIER_RANK");
   courier::ContextOptions options;
@@ -113,10 +163,11 @@ int main(int argc, char** argv) {
   try {
     if (scenario == "bad-commands") return bad_commands();
     if (scenario == "mismatched-proxies") return mismatched_proxies();
+    if (scenario == "malformed-atomics") return malformed_atomics();
   } catch (const courier::Error& e) {
     fmt::print(stderr, "context_check: {}\n", e.what());
     return 1;
   }
-  fmt::print(stderr, "usage: context_check bad-commands|mismatched-proxies\n");
+  fmt::print(stderr, "usage: context_check bad-commands|mismatched-proxies|malformed-atomics\n");
   return 2;
 }

@@ -88,7 +88,10 @@ TEST_CASE("COURIER_FAULTS errors name the variable and the bad part") {
   CHECK(parse_error("fail=0.5x").find("fail must be a probability") != std::string::npos);
   CHECK(parse_error("jitter=1") ==
         "COURIER_FAULTS='jitter=1': unknown key 'jitter' (expected reorder, delay_us, dup, fail, "
-        "seed)");
+        "malform, seed)");
+  CHECK(parse_error("malform=1.5").find("malform must be a probability") != std::string::npos);
+  CHECK(parse_fault_spec("malform=0.25").malform == 0.25);
+  CHECK_FALSE(parse_fault_spec("malform=0.25").active());  // no transport decorator needed
   CHECK(parse_error("reorder").find(
             "COURIER_FAULTS='reorder': 'reorder' is not a key=value pair") == 0);
   CHECK(parse_error("reorder=0.1,,dup=0.1").find("'' is not a key=value pair") !=
