@@ -226,6 +226,11 @@ std::string ProxyThread::stall_report() const {
         "completed {}, in flight {}",
         c->id, head, tail, completed, tail - completed);
     if (completed >= tail) continue;
+    if (!c->held.empty() && c->held.front().second == completed) {
+      text += fmt::format("; oldest incomplete: command {}, a BARRIER waiting for other ranks",
+                          completed);
+      continue;
+    }
     uint32_t peer = c->target[completed & (c->target.size() - 1)] >> 1;
     const char* state = "posted, no completion";
     for (const PendingPost& p : pending_) {
@@ -287,16 +292,21 @@ bool ProxyThread::step() {
 }
 
 bool ProxyThread::dequeue_and_post() {
+  // Channels held by a waiting BARRIER first: they are independent of the
+  // transport's room, and one that is released hands its held commands on.
+  bool worked = false;
+  for (ProxyChannel* channel : channels_) {
+    if (!channel->held.empty()) worked |= advance_held(*channel);
+  }
   // Retry what the transport refused before taking anything new, so that
   // commands of a channel are posted in ticket order. A transport that said
   // -EAGAIN is full until one of our operations completes: retrying earlier
   // only contends for its locks with the peer that has to make room (shm
   // takes the target's queue lock on every attempt). So wait for a
   // completion, or a few empty steps in case room appears another way.
-  // (A waiting BARRIER is not the transport's refusal: it is retried every step.)
-  if (!pending_.empty() && retry_holdoff_ > 0 && pending_.front().cmd.op() != CmdOp::barrier) {
+  if (!pending_.empty() && retry_holdoff_ > 0) {
     --retry_holdoff_;
-    return false;
+    return worked;
   }
   size_t retried = 0;
   while (retried < pending_.size()) {
@@ -307,19 +317,27 @@ bool ProxyThread::dequeue_and_post() {
   if (retried > 0) pending_.erase(pending_.begin(), pending_.begin() + retried);
   if (!pending_.empty()) {
     retry_holdoff_ = kRetryHoldoffSteps;
-    return retried > 0;
+    return worked || retried > 0;
   }
 
-  bool worked = retried > 0;
+  worked |= retried > 0;
   for (ProxyChannel* channel : channels_) {
+    // A channel behind a waiting BARRIER takes nothing new: its later
+    // commands must follow the barrier (other channels go on).
+    if (!channel->held.empty()) continue;
     uint64_t first = channel->consumer.next_ticket();
     uint32_t n = channel->consumer.poll(batch_.data(), options_.dequeue_batch);
     if (n == 0) continue;
     worked = true;
     channel->commands.fetch_add(n, std::memory_order_relaxed);
     for (uint32_t i = 0; i < n; ++i) {
-      if (!pending_.empty() || !post(*channel, batch_[i], first + i)) {
-        pending_.push_back({channel, batch_[i], first + i});
+      const TransferCmd& cmd = batch_[i];
+      if (!channel->held.empty() ||
+          (cmd.op() == CmdOp::barrier && !try_barrier(*channel, cmd, first + i))) {
+        channel->held.push_back({cmd, first + i});
+      } else if (cmd.op() != CmdOp::barrier &&
+                 (!pending_.empty() || !post(*channel, cmd, first + i))) {
+        pending_.push_back({channel, cmd, first + i});
       }
     }
     if (!pending_.empty()) {
@@ -328,6 +346,36 @@ bool ProxyThread::dequeue_and_post() {
     }
   }
   return worked;
+}
+
+bool ProxyThread::try_barrier(ProxyChannel& channel, const TransferCmd& cmd, uint64_t ticket) {
+  // A BARRIER starts once the channel's earlier commands completed.
+  if (channel.tracker.prefix() != ticket) return false;
+  std::string error;
+  const int rc = semantics_.advance_barrier(channel.id, cmd, &error);
+  if (rc == -EAGAIN) return false;
+  if (rc == COURIER_OK) {
+    channel.tracker.complete(ticket);
+  } else {
+    fail_command(
+        channel, ticket,
+        rc == -ENOTSUP ? ChannelErrorCode::unsupported : ChannelErrorCode::completion_failed,
+        error);
+  }
+  return true;
+}
+
+bool ProxyThread::advance_held(ProxyChannel& channel) {
+  auto& [barrier, ticket] = channel.held.front();
+  if (!try_barrier(channel, barrier, ticket)) return false;
+  channel.held.pop_front();
+  // Hand the commands that waited behind it on, up to the next BARRIER.
+  while (!channel.held.empty() && channel.held.front().first.op() != CmdOp::barrier) {
+    pending_.push_back({&channel, channel.held.front().first, channel.held.front().second});
+    channel.held.pop_front();
+  }
+  retry_holdoff_ = 0;
+  return true;
 }
 
 // Returns false when the transport is full (-EAGAIN) and the command must be
@@ -362,23 +410,8 @@ bool ProxyThread::post(ProxyChannel& channel, const TransferCmd& cmd, uint64_t t
       // only after every earlier ticket of the channel completed.
       channel.tracker.complete(ticket);
       return true;
-    case CmdOp::barrier: {
-      // A BARRIER starts once the channel's earlier commands completed, and
-      // holds the later ones back until every rank of its scope arrived.
-      if (channel.tracker.prefix() != ticket) return false;
-      std::string error;
-      const int rc = semantics_.advance_barrier(channel.id, cmd, &error);
-      if (rc == -EAGAIN) return false;
-      if (rc == COURIER_OK) {
-        channel.tracker.complete(ticket);
-      } else {
-        fail_command(
-            channel, ticket,
-            rc == -ENOTSUP ? ChannelErrorCode::unsupported : ChannelErrorCode::completion_failed,
-            error);
-      }
-      return true;
-    }
+    case CmdOp::barrier:  // handled by dequeue_and_post (try_barrier), never pending
+      return try_barrier(channel, cmd, ticket);
     default:
       fail_command(channel, ticket, ChannelErrorCode::bad_command,
                    "unknown op " + std::to_string(static_cast<int>(cmd.op())));

@@ -10,6 +10,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -41,6 +42,9 @@ struct ProxyChannel {
   // Per ring slot: (peer << 1) | is_write of the command posted from it, so
   // that its TX completion can be accounted to the peer.
   std::vector<uint32_t> target;
+  // A BARRIER still waiting for other ranks, then the commands taken from
+  // the FIFO after it (ticket order); other channels go on meanwhile.
+  std::deque<std::pair<TransferCmd, uint64_t>> held;
   // The producers' ticket counter when the proxy can read it (host memory),
   // for hang diagnostics; null when it lives in GPU memory.
   const uint64_t* head = nullptr;
@@ -120,6 +124,10 @@ class ProxyThread {
   std::string stall_report() const;
   bool dequeue_and_post();
   bool post(ProxyChannel& channel, const TransferCmd& cmd, uint64_t ticket);
+  // Advances a BARRIER; true once it completed (or failed).
+  bool try_barrier(ProxyChannel& channel, const TransferCmd& cmd, uint64_t ticket);
+  // Advances the BARRIER heading channel.held; true when it completed.
+  bool advance_held(ProxyChannel& channel);
   bool poll_completions();
   void fail_command(ProxyChannel& channel, uint64_t ticket, ChannelErrorCode code,
                     const std::string& why);

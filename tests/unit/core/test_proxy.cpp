@@ -225,3 +225,54 @@ TEST_CASE("a refused post is retried even when no completion arrives to make roo
   CHECK(transport.attempts == 4);
   CHECK(fx.rings[0]->control->completed == 2);
 }
+
+TEST_CASE("a BARRIER waiting for another rank holds back only its own channel") {
+  ProxyFixture fx(2);
+  ScriptedTransport transport;
+  // Two ranks on one host; this proxy is rank 0 (the host leader). Rank 1
+  // is simulated by writing its arrival into the shared block by hand.
+  std::vector<std::string> hosts = {"h", "h"};
+  BarrierTopology topology = make_barrier_topology(0, hosts);
+  topology.block_bytes = barrier_block_bytes(2);
+  std::vector<uint64_t> segment(topology.block_bytes * 2 / 8, 0);
+  topology.segment = reinterpret_cast<std::byte*>(segment.data());
+  std::vector<uint64_t> staging(2 * 2), landing(2 * 2);
+  ProxyOptions options;
+  options.semantics.world_size = 2;
+  options.semantics.barrier = &topology;
+  options.semantics.barrier_staging = staging.data();
+  options.semantics.barrier_landing = landing.data();
+  options.semantics.channels = 2;
+  std::vector<ProxyChannel*> mine = {fx.proxy_channels[0].get(), fx.proxy_channels[1].get()};
+  ProxyThread proxy(0, transport, mine, options, fx.log);
+  proxy.start();
+
+  DeviceChannel& ch0 = fx.rings[0]->ch;
+  DeviceChannel& ch1 = fx.rings[1]->ch;
+  TransferCmd barrier;
+  REQUIRE(encode_barrier(42, &barrier) == CmdStatus::ok);
+  uint64_t barrier_ticket = 0;
+  REQUIRE(device::push(ch0, barrier, &barrier_ticket) == PushStatus::ok);
+  REQUIRE(device::push(ch0, write_cmd(1, 7, 16), nullptr) == PushStatus::ok);  // behind it
+  // Channel 1 moves on while channel 0 waits.
+  for (uint32_t i = 0; i < 100; ++i) {
+    REQUIRE(device::push(ch1, write_cmd(1, 100 + i, 16), nullptr) == PushStatus::ok);
+  }
+  CHECK(device::drain(ch1) == PushStatus::ok);
+  CHECK_FALSE(device::is_complete(ch0, barrier_ticket));
+
+  // Rank 1 arrives with the same epoch: the barrier completes, then the
+  // write behind it is posted.
+  segment[128 / 8 + 1] = 42;  // epochs[local index 1]
+  std::atomic_ref<uint64_t>(segment[0]).fetch_add(1);
+  CHECK(device::drain(ch0) == PushStatus::ok);
+  proxy.stop();
+  CHECK(fx.rings[0]->control->error == 0);
+  bool write_after_barrier_posted = false;
+  for (auto [channel, offset] : transport.posted) {
+    if (channel == 0 && offset == 7) write_after_barrier_posted = true;
+  }
+  CHECK(write_after_barrier_posted);
+  // The host leader released the host (generation 1).
+  CHECK(std::atomic_ref<uint64_t>(segment[64 / 8]).load() == 1);
+}
