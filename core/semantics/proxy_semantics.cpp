@@ -205,10 +205,17 @@ int ProxySemantics::post_imm_atomic(uint32_t channel, uint32_t op, const Transfe
   record.operand = widen_operand(static_cast<AtomicOp>(cmd.flags()), cmd.operand());
   record.channel = channel;
   record.check = kRecordCheck ^ p.next_seq;
-  if (options_.malform > 0 &&
-      std::uniform_real_distribution<double>(0, 1)(fault_rng_) < options_.malform) {
+  if (options_.malform > 0 && cookie != malform_decided_for_) {
+    // Drawn once per command: a post the transport refused comes back with
+    // the same cookie and keeps its fate.
+    malform_decided_for_ = cookie;
+    malform_kind_ = std::uniform_real_distribution<double>(0, 1)(fault_rng_) < options_.malform
+                        ? static_cast<int>(malformed_++ % 3)
+                        : -1;
+  }
+  if (options_.malform > 0 && malform_kind_ >= 0) {
     // Injected fault: the three ways a request can be wrong, in turn.
-    switch (malformed_++ % 3) {
+    switch (malform_kind_) {
       case 0:
         record.offset = uint64_t{1} << 40;  // beyond any window (4 GiB at most)
         break;

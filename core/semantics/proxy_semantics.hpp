@@ -184,6 +184,8 @@ class ProxySemantics {
   std::unique_ptr<BarrierEngine> barrier_;
   std::mt19937_64 fault_rng_;
   uint64_t malformed_ = 0;
+  uint64_t malform_decided_for_ = ~uint64_t{0};  // cookie of the last draw
+  int malform_kind_ = -1;                        // its outcome: -1 intact, 0-2 how
 };
 
 }  // namespace courier
