@@ -58,6 +58,12 @@ int Backend::probe_atomics(const std::string& prov_name) {
     return 0;
   }
   if (profile.atomic_ops == 0) return 0;
+  if (!ofi::atomics_trusted(profile.provider_name)) {
+    log(COURIER_LOG_INFO, ("no transport atomics: provider " + profile.provider_name +
+                           " applies concurrent atomics wrongly (docs/nic-ofi.md)")
+                              .c_str());
+    return 0;
+  }
 
   courier_nic_props_v1& props = props_;
   props.atomic_ops = profile.atomic_ops;

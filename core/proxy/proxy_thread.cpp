@@ -156,7 +156,6 @@ bool ProxyThread::run_pending_tasks() {
 
 void ProxyThread::loop() {
   try {
-    last_progress_ns_ = device::now_ns();
     while (!stop_.load(std::memory_order_relaxed)) {
       const bool worked = step();
       if (worked) {
@@ -164,7 +163,7 @@ void ProxyThread::loop() {
       } else {
         backoff_.idle(outstanding_ > 0 || !pending_.empty() || semantics_.busy());
       }
-      check_stall(worked);
+      check_stall();
     }
   } catch (const std::exception& e) {
     log_.error("proxy", "proxy thread {} stopped: {}", index_, e.what());
@@ -187,27 +186,38 @@ void ProxyThread::loop() {
   for (Task* task : left) execute(*task);
 }
 
-void ProxyThread::check_stall(bool worked) {
+void ProxyThread::check_stall() {
   if (options_.stall_timeout_ns == 0) return;
   // Reading the clock every iteration would cost the hot path; every 1024th
-  // idle one is plenty for a timeout counted in seconds.
-  if (worked) {
-    stall_polls_ = 0;
-    last_progress_ns_ = 0;  // re-read lazily
-    stall_reported_ = false;
-    return;
-  }
+  // is plenty for a timeout counted in seconds. A channel stalls when it has
+  // commands taken but its completion prefix did not move for the timeout,
+  // whatever the thread's other channels do.
   if (++stall_polls_ % 1024 != 0) return;
   const uint64_t now = device::now_ns();
-  if (last_progress_ns_ == 0) last_progress_ns_ = now;
-  const bool waiting = outstanding_ > 0 || !pending_.empty() || semantics_.busy();
-  if (!waiting || stall_reported_ || now - last_progress_ns_ < options_.stall_timeout_ns) return;
-  stall_reported_ = true;
-  log_.error("proxy", "{}", stall_report());
+  bool newly_stalled = false;
+  for (ProxyChannel* c : channels_) {
+    const uint64_t prefix = c->tracker.prefix();
+    const bool idle = prefix >= c->consumer.next_ticket() && c->held.empty();
+    if (idle || prefix != c->stall_prefix || c->stall_since_ns == 0) {
+      c->stall_prefix = prefix;
+      c->stall_since_ns = now;
+      c->stall_reported = false;
+      continue;
+    }
+    if (!c->stall_reported && now - c->stall_since_ns >= options_.stall_timeout_ns) {
+      c->stall_reported = true;
+      newly_stalled = true;
+    }
+  }
+  if (newly_stalled) log_.error("proxy", "{}", stall_report(now));
 }
 
-std::string ProxyThread::stall_report() const {
-  const double seconds = static_cast<double>(device::now_ns() - last_progress_ns_) / 1e9;
+std::string ProxyThread::stall_report(uint64_t now) const {
+  uint64_t oldest = now;
+  for (const ProxyChannel* c : channels_) {
+    if (c->stall_reported) oldest = std::min(oldest, c->stall_since_ns);
+  }
+  const double seconds = static_cast<double>(now - oldest) / 1e9;
   std::string text = fmt::format(
       "proxy thread {} made no progress for {:.1f} s (COURIER_TIMEOUT_S) with work outstanding: "
       "{} operations posted and not completed, {} commands refused by the transport and "

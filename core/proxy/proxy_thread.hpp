@@ -45,6 +45,10 @@ struct ProxyChannel {
   // A BARRIER still waiting for other ranks, then the commands taken from
   // the FIFO after it (ticket order); other channels go on meanwhile.
   std::deque<std::pair<TransferCmd, uint64_t>> held;
+  // Hang diagnostics (proxy thread only): the prefix last seen, since when.
+  uint64_t stall_prefix = 0;
+  uint64_t stall_since_ns = 0;
+  bool stall_reported = false;
   // The producers' ticket counter when the proxy can read it (host memory),
   // for hang diagnostics; null when it lives in GPU memory.
   const uint64_t* head = nullptr;
@@ -118,10 +122,10 @@ class ProxyThread {
 
   void loop();
   bool step();
-  // Prints what this thread waits for when it made no progress for
-  // stall_timeout_ns (once per stall).
-  void check_stall(bool worked);
-  std::string stall_report() const;
+  // Prints what this thread waits for once one of its channels with work
+  // taken saw no completion for stall_timeout_ns (once per stall).
+  void check_stall();
+  std::string stall_report(uint64_t now) const;
   bool dequeue_and_post();
   bool post(ProxyChannel& channel, const TransferCmd& cmd, uint64_t ticket);
   // Advances a BARRIER; true once it completed (or failed).
@@ -151,9 +155,7 @@ class ProxyThread {
   uint32_t retry_holdoff_ = 0;
   IdleBackoff backoff_;
   ProxySemantics semantics_;
-  uint64_t last_progress_ns_ = 0;
   uint32_t stall_polls_ = 0;
-  bool stall_reported_ = false;
 
   std::thread thread_;
   std::atomic<bool> stop_{false};

@@ -109,6 +109,15 @@ int probe_atomic_ops(ProviderProfile* profile);
 // software over the core provider's messages.
 bool has_utility_layer(std::string_view prov_name);
 
+// Whether the provider's atomics can be trusted at all. shm 1.17 cannot:
+// even one at a time per endpoint, when two processes add to the same
+// target concurrently the target applies one sender's ADD with the other
+// sender's operand (courier-semantics-check over 3 ranks: "0 + 5 - 3 gave 8",
+// shared counters short by up to 3%), and from 4 processes on now and then
+// with bytes of a shm address ("fi_shm:/") as the operand. So nic-ofi offers
+// no atomics over shm; Courier emulates them over immediate data instead.
+bool atomics_trusted(const std::string& prov_name);
+
 // One line describing the profile, for logs and courier-info.
 std::string describe_profile(const ProviderProfile& profile);
 
