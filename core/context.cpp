@@ -350,7 +350,8 @@ struct Context::Impl {
         case AtomicsMode::provider:
           if (!offered) {
             fail("COURIER_ATOMICS={} but NIC backend '{}' ({}) carries out no {}; use imm or auto",
-                 to_string(config.atomics), nic->plugin().name, props.device, atomic_op_name(op));
+                 to_string(config.atomics), nic->plugin().name, props.device,
+                 courier_nic_atomic_name(op));
           }
           return AtomicStrategyKind::hw;
         case AtomicsMode::imm:

@@ -134,7 +134,7 @@ int NicEndpoint::post_write(const WriteRequest& w, uint64_t cookie, std::string*
 }
 
 int NicEndpoint::post_atomic(const AtomicRequest& a, uint64_t cookie, std::string* error) {
-  const uint32_t width = atomic_width(a.op);
+  const uint32_t width = courier_nic_atomic_width(a.op);
   if (width == 0 || (a.op & atomic_ops_) != a.op) {
     *error = fmt::format("atomic op {:#x} is not carried out by NIC backend '{}'", a.op,
                          backend_.plugin().name);
@@ -146,7 +146,7 @@ int NicEndpoint::post_atomic(const AtomicRequest& a, uint64_t cookie, std::strin
   }
   if (a.offset % width != 0 || a.result_offset % width != 0) {
     *error = fmt::format("ATOMIC {} at offset {} (result at {}) is not {}-byte aligned",
-                         atomic_op_name(a.op), a.offset, a.result_offset, width);
+                         courier_nic_atomic_name(a.op), a.offset, a.result_offset, width);
     return -EINVAL;
   }
   courier_nic_atomic_v1 atomic{};
@@ -169,39 +169,5 @@ int NicEndpoint::poll(courier_nic_completion_v1* out, uint32_t max) {
 }
 
 std::string NicEndpoint::last_error() const { return backend_.last_error(); }
-
-uint32_t atomic_width(uint32_t op) {
-  switch (op) {
-    case COURIER_NIC_ATOMIC_ADD_U64:
-    case COURIER_NIC_ATOMIC_FETCH_ADD_U64:
-    case COURIER_NIC_ATOMIC_CAS_U64:
-      return 8;
-    case COURIER_NIC_ATOMIC_ADD_U32:
-    case COURIER_NIC_ATOMIC_FETCH_ADD_U32:
-    case COURIER_NIC_ATOMIC_CAS_U32:
-      return 4;
-    default:
-      return 0;
-  }
-}
-
-const char* atomic_op_name(uint32_t op) {
-  switch (op) {
-    case COURIER_NIC_ATOMIC_ADD_U64:
-      return "ADD_U64";
-    case COURIER_NIC_ATOMIC_FETCH_ADD_U64:
-      return "FETCH_ADD_U64";
-    case COURIER_NIC_ATOMIC_CAS_U64:
-      return "CAS_U64";
-    case COURIER_NIC_ATOMIC_ADD_U32:
-      return "ADD_U32";
-    case COURIER_NIC_ATOMIC_FETCH_ADD_U32:
-      return "FETCH_ADD_U32";
-    case COURIER_NIC_ATOMIC_CAS_U32:
-      return "CAS_U32";
-    default:
-      return "UNKNOWN";
-  }
-}
 
 }  // namespace courier

@@ -69,9 +69,4 @@ class NicEndpoint final : public ProxyTransport {
   std::array<std::vector<RemoteWindow>, kMaxWindows> remote_{};
 };
 
-// Bytes an atomic op works on (4 or 8), or 0 for an unknown op.
-uint32_t atomic_width(uint32_t op);
-// "ADD_U64", ... for logs.
-const char* atomic_op_name(uint32_t op);
-
 }  // namespace courier

@@ -158,7 +158,7 @@ int ProxySemantics::post_atomic(uint32_t channel, const TransferCmd& cmd, uint64
       break;
   }
   *error = fmt::format("{} has no atomic strategy here (see COURIER_ATOMICS)",
-                       atomic_op_name(nic_op_of(op)));
+                       courier_nic_atomic_name(nic_op_of(op)));
   return -ENOTSUP;
 }
 
@@ -220,7 +220,7 @@ int ProxySemantics::post_imm_atomic(uint32_t channel, uint32_t op, const Transfe
         record.offset = uint64_t{1} << 40;  // beyond any window (4 GiB at most)
         break;
       case 1:
-        record.offset += atomic_width(op) / 2;  // misaligned
+        record.offset += courier_nic_atomic_width(op) / 2;  // misaligned
         break;
       default:
         record.op = 1u << 30;  // no such op
@@ -270,10 +270,10 @@ void ProxySemantics::on_internal_tx(const courier_nic_completion_v1& c) {
   if (kind == InternalKind::request && peer < peers_.size() && !peers_[peer].slots.empty()) {
     SlotOwner& owner = peers_[peer].slots[slot];
     if (owner.busy) {
-      done_.push_back(
-          {owner.cookie, c.status,
-           fmt::format("the emulated {} request to rank {} failed ({}): {}",
-                       atomic_op_name(owner.op), peer, c.status, transport_.last_error())});
+      done_.push_back({owner.cookie, c.status,
+                       fmt::format("the emulated {} request to rank {} failed ({}): {}",
+                                   courier_nic_atomic_name(owner.op), peer, c.status,
+                                   transport_.last_error())});
       owner.busy = false;
       --awaiting_replies_;
     }
@@ -352,7 +352,7 @@ void ProxySemantics::apply_ready(uint32_t peer) {
 ControlKind ProxySemantics::apply(uint32_t peer, uint16_t seq, const AtomicRecord& r,
                                   uint64_t* old) {
   std::string why;
-  const uint32_t width = atomic_width(r.op);
+  const uint32_t width = courier_nic_atomic_width(r.op);
   if (r.check != (kRecordCheck ^ seq) || r.seq != seq) {
     why = fmt::format("its record (seq {}) does not match the notification (seq {})", r.seq, seq);
   } else if (r.op != COURIER_NIC_ATOMIC_ADD_U64 && r.op != COURIER_NIC_ATOMIC_ADD_U32) {
@@ -424,7 +424,7 @@ void ProxySemantics::on_reply(uint32_t peer, const DecodedImm& imm) {
   } else {
     done_.push_back({owner.cookie, -EINVAL,
                      fmt::format("rank {} rejected the emulated {} (seq {}); its log says why",
-                                 peer, atomic_op_name(owner.op), imm.seq)});
+                                 peer, courier_nic_atomic_name(owner.op), imm.seq)});
   }
   owner.busy = false;
   --awaiting_replies_;

@@ -19,30 +19,9 @@
 namespace courier::ofi {
 namespace {
 
-constexpr uint32_t k32BitOps =
-    COURIER_NIC_ATOMIC_ADD_U32 | COURIER_NIC_ATOMIC_FETCH_ADD_U32 | COURIER_NIC_ATOMIC_CAS_U32;
 constexpr uint32_t kFetchingOps = COURIER_NIC_ATOMIC_FETCH_ADD_U64 | COURIER_NIC_ATOMIC_CAS_U64 |
                                   COURIER_NIC_ATOMIC_FETCH_ADD_U32 | COURIER_NIC_ATOMIC_CAS_U32;
 constexpr uint32_t kCasOps = COURIER_NIC_ATOMIC_CAS_U64 | COURIER_NIC_ATOMIC_CAS_U32;
-
-const char* op_name(uint32_t op) {
-  switch (op) {
-    case COURIER_NIC_ATOMIC_ADD_U64:
-      return "ADD_U64";
-    case COURIER_NIC_ATOMIC_FETCH_ADD_U64:
-      return "FETCH_ADD_U64";
-    case COURIER_NIC_ATOMIC_CAS_U64:
-      return "CAS_U64";
-    case COURIER_NIC_ATOMIC_ADD_U32:
-      return "ADD_U32";
-    case COURIER_NIC_ATOMIC_FETCH_ADD_U32:
-      return "FETCH_ADD_U32";
-    case COURIER_NIC_ATOMIC_CAS_U32:
-      return "CAS_U32";
-    default:
-      return "unknown op";
-  }
-}
 
 }  // namespace
 
@@ -87,7 +66,7 @@ int Endpoint::post_atomic(const courier_nic_atomic_v1& atomic) {
   if (!atomics_) {
     return set_error(-EINVAL,
                      "post_atomic %s to peer %u: endpoint opened without COURIER_NIC_EP_ATOMICS",
-                     op_name(atomic.op), atomic.peer);
+                     courier_nic_atomic_name(atomic.op), atomic.peer);
   }
   const uint32_t op = atomic.op;
   if (op == 0 || (op & (op - 1)) != 0) {
@@ -97,18 +76,19 @@ int Endpoint::post_atomic(const courier_nic_atomic_v1& atomic) {
   if ((op & atomic_ops_) == 0) {
     return set_error(-EOPNOTSUPP,
                      "post_atomic: %s (0x%x) is not offered by provider %s (atomic_ops 0x%x)",
-                     op_name(op), op, provider_name_.c_str(), atomic_ops_);
+                     courier_nic_atomic_name(op), op, provider_name_.c_str(), atomic_ops_);
   }
   if (atomic.peer >= peers_.size()) {
     return set_error(-EINVAL, "post_atomic %s: unknown peer %u (ep_connect installed %zu peers)",
-                     op_name(op), atomic.peer, peers_.size());
+                     courier_nic_atomic_name(op), atomic.peer, peers_.size());
   }
-  const uint64_t width = (op & k32BitOps) ? 4 : 8;
+  const uint64_t width = courier_nic_atomic_width(op);
   if (atomic.remote_offset % width != 0) {
-    return set_error(
-        -EINVAL, "post_atomic %s to peer %u: remote offset %llu is not aligned to %llu bytes",
-        op_name(op), atomic.peer, static_cast<unsigned long long>(atomic.remote_offset),
-        static_cast<unsigned long long>(width));
+    return set_error(-EINVAL,
+                     "post_atomic %s to peer %u: remote offset %llu is not aligned to %llu bytes",
+                     courier_nic_atomic_name(op), atomic.peer,
+                     static_cast<unsigned long long>(atomic.remote_offset),
+                     static_cast<unsigned long long>(width));
   }
   char* result = nullptr;
   void* result_desc = nullptr;
@@ -116,19 +96,19 @@ int Endpoint::post_atomic(const courier_nic_atomic_v1& atomic) {
     auto* region = static_cast<MemoryRegion*>(atomic.result_mr);
     if (!region) {
       return set_error(-EINVAL, "post_atomic %s to peer %u: result_mr is NULL (a fetching op)",
-                       op_name(op), atomic.peer);
+                       courier_nic_atomic_name(op), atomic.peer);
     }
     if (region->owner() != this) {
       return set_error(-EINVAL,
                        "post_atomic %s to peer %u: result_mr was registered on another endpoint",
-                       op_name(op), atomic.peer);
+                       courier_nic_atomic_name(op), atomic.peer);
     }
     if (atomic.result_offset % width != 0 || atomic.result_offset > region->length() ||
         width > region->length() - atomic.result_offset) {
       return set_error(-EINVAL,
                        "post_atomic %s to peer %u: result offset %llu is misaligned or outside "
                        "the %zu-byte result region",
-                       op_name(op), atomic.peer,
+                       courier_nic_atomic_name(op), atomic.peer,
                        static_cast<unsigned long long>(atomic.result_offset), region->length());
     }
     result = region->addr() + atomic.result_offset;
@@ -179,8 +159,9 @@ int Endpoint::post_atomic(const courier_nic_atomic_v1& atomic) {
 
   writes_.release(context);
   if (rc == -FI_EAGAIN) return -EAGAIN;  // the provider's queue is full
-  return set_error(to_errno(rc), "post_atomic %s to peer %u at remote offset %llu: %s", op_name(op),
-                   atomic.peer, static_cast<unsigned long long>(atomic.remote_offset),
+  return set_error(to_errno(rc), "post_atomic %s to peer %u at remote offset %llu: %s",
+                   courier_nic_atomic_name(op), atomic.peer,
+                   static_cast<unsigned long long>(atomic.remote_offset),
                    describe_fi_error(call, rc).c_str());
 }
 

@@ -52,6 +52,43 @@ extern "C" {
 #define COURIER_NIC_ATOMIC_FETCH_ADD_U32 (1u << 9)
 #define COURIER_NIC_ATOMIC_CAS_U32 (1u << 10)
 
+/* Bytes an atomic op works on (8 or 4), or 0 when `op` is not exactly one
+ * known COURIER_NIC_ATOMIC_* bit. */
+static inline uint32_t courier_nic_atomic_width(uint32_t op) {
+  switch (op) {
+    case COURIER_NIC_ATOMIC_ADD_U64:
+    case COURIER_NIC_ATOMIC_FETCH_ADD_U64:
+    case COURIER_NIC_ATOMIC_CAS_U64:
+      return 8;
+    case COURIER_NIC_ATOMIC_ADD_U32:
+    case COURIER_NIC_ATOMIC_FETCH_ADD_U32:
+    case COURIER_NIC_ATOMIC_CAS_U32:
+      return 4;
+    default:
+      return 0;
+  }
+}
+
+/* "ADD_U64", ... for messages; "unknown op" otherwise. */
+static inline const char* courier_nic_atomic_name(uint32_t op) {
+  switch (op) {
+    case COURIER_NIC_ATOMIC_ADD_U64:
+      return "ADD_U64";
+    case COURIER_NIC_ATOMIC_FETCH_ADD_U64:
+      return "FETCH_ADD_U64";
+    case COURIER_NIC_ATOMIC_CAS_U64:
+      return "CAS_U64";
+    case COURIER_NIC_ATOMIC_ADD_U32:
+      return "ADD_U32";
+    case COURIER_NIC_ATOMIC_FETCH_ADD_U32:
+      return "FETCH_ADD_U32";
+    case COURIER_NIC_ATOMIC_CAS_U32:
+      return "CAS_U32";
+    default:
+      return "unknown op";
+  }
+}
+
 /* Immutable description of a backend instance, filled by query(). The caller
  * sets struct_size; a backend writes no field beyond it. */
 typedef struct courier_nic_props_v1 {
