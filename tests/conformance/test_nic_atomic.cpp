@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "nic_checks.hpp"
 #include "nic_harness.hpp"
 #include "nic_patterns.hpp"
 
@@ -134,30 +135,6 @@ uint64_t compose(const Op& op, uint32_t lane, uint64_t value, uint64_t rest) {
   if (op.width == 8) return value;
   const uint64_t mask = width_mask(4) << (8 * lane);
   return (rest & ~mask) | ((value & width_mask(4)) << (8 * lane));
-}
-
-// Waits for the TX completions of cookies [first, first + count): each once,
-// each successful.
-void expect_completions(Session& s, uint64_t first, uint64_t count) {
-  std::vector<int> seen(count, 0);
-  const auto until = deadline();
-  uint64_t outstanding = count;
-  while (outstanding > 0 && Clock::now() < until) {
-    s.pump();
-    for (auto it = s.pending.begin(); it != s.pending.end();) {
-      const uint64_t index = it->cookie - first;
-      if (it->kind != COURIER_NIC_COMP_TX || index >= count) {
-        ++it;
-        continue;
-      }
-      CHECK_MESSAGE(it->status == 0, "cookie " << it->cookie << " failed with " << it->status
-                                               << ": " << backend_error());
-      CHECK_MESSAGE(seen[index] == 0, "cookie " << it->cookie << " completed twice");
-      if (seen[index]++ == 0) --outstanding;
-      it = s.pending.erase(it);
-    }
-  }
-  CHECK_MESSAGE(outstanding == 0, outstanding << " of " << count << " operations never completed");
 }
 
 void serve_only(Session& s, Report& report) { s.serve(report); }
@@ -560,19 +537,8 @@ TEST_CASE("atomics: an atomic past the end of the remote region fails without ha
         // Aligned, but beyond the region the key covers.
         const courier_nic_atomic_v1 a =
             make_atomic(s, *any, s.peer_region_bytes + 4096, 1, 0, kResultBase, 5);
-        const auto until = Clock::now() + 2 * kWaitLimit;
-        const int rc = s.post_atomic_retrying(a, until);
-        if (rc < 0) {
-          CHECK_MESSAGE(rc != -ETIMEDOUT, "the endpoint stayed full");
-          CHECK_FALSE(backend_error().empty());
-          MESSAGE("refused at post: " << backend_error());
-          return;
-        }
-        courier_nic_completion_v1 c{};
-        REQUIRE_MESSAGE(s.take_tx(a.cookie, &c, until),
-                        "no completion within the deadline: the atomic hangs");
-        CHECK_MESSAGE(c.status < 0, "the atomic completed successfully");
-        MESSAGE("error completion " << c.status << ": " << backend_error());
+        expect_rejected(s, "atomic", a.cookie,
+                        [&](Clock::time_point until) { return s.post_atomic_retrying(a, until); });
       },
       [](Session& s, Report& report) {
         s.serve(report);

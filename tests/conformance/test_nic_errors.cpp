@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "nic_checks.hpp"
 #include "nic_harness.hpp"
 #include "nic_patterns.hpp"
 
@@ -18,25 +19,6 @@ void expect_refused(int status, const char* what) {
   INFO(what);
   CHECK_MESSAGE(status < 0, "accepted with status " << status);
   if (status < 0) CHECK_MESSAGE(!backend_error().empty(), "no last_error text");
-}
-
-// Posts a write the target must reject; it has to fail at post time or in a
-// completion. The deadline is twice the usual one: a backend may only learn
-// of the rejection from its own write timeout (see docs/conformance.md).
-void expect_remote_rejection(Session& s, const courier_nic_write_v1& write) {
-  const auto until = Clock::now() + 2 * kWaitLimit;
-  const int rc = s.post_retrying(write, until);
-  if (rc < 0) {
-    CHECK_MESSAGE(rc != -ETIMEDOUT, "the endpoint stayed full");
-    CHECK_FALSE(backend_error().empty());
-    MESSAGE("refused at post: " << backend_error());
-    return;
-  }
-  courier_nic_completion_v1 c{};
-  REQUIRE_MESSAGE(s.take_tx(write.cookie, &c, until),
-                  "no completion within the deadline: the write hangs");
-  CHECK_MESSAGE(c.status < 0, "the write completed successfully");
-  MESSAGE("error completion " << c.status << ": " << backend_error());
 }
 
 }  // namespace
@@ -145,7 +127,8 @@ TEST_CASE("errors: a write with a bad remote key fails without hanging") {
       [](Session& s) {
         courier_nic_write_v1 w = s.make_write(0, 4096, 64, 7);
         w.remote.key ^= 0x5A5A5A5A00ull;
-        expect_remote_rejection(s, w);
+        expect_rejected(s, "write", w.cookie,
+                        [&](Clock::time_point until) { return s.post_retrying(w, until); });
       },
       [](Session& s, Report& report) {
         s.serve(report);
@@ -161,7 +144,8 @@ TEST_CASE("errors: a write past the end of the remote region fails without hangi
       SessionOptions{},
       [](Session& s) {
         const courier_nic_write_v1 w = s.make_write(0, s.peer_region_bytes - 32, 64, 8);
-        expect_remote_rejection(s, w);
+        expect_rejected(s, "write", w.cookie,
+                        [&](Clock::time_point until) { return s.post_retrying(w, until); });
       },
       [](Session& s, Report& report) {
         s.serve(report);

@@ -8,6 +8,7 @@
 #include <map>
 #include <vector>
 
+#include "nic_checks.hpp"
 #include "nic_harness.hpp"
 #include "nic_patterns.hpp"
 
@@ -15,36 +16,6 @@ namespace courier::conformance {
 namespace {
 
 bool has(const Session& s, uint32_t cap) { return (s.props.caps & cap) != 0; }
-
-// Waits for the TX completions of cookies [first, first + count); each must
-// arrive exactly once and succeed. Other completions stay pending.
-void expect_completions(Session& s, uint64_t first, uint64_t count) {
-  std::vector<int> seen(count, 0);
-  const auto until = deadline();
-  uint64_t outstanding = count;
-  while (outstanding > 0 && Clock::now() < until) {
-    s.pump();
-    for (auto it = s.pending.begin(); it != s.pending.end();) {
-      const uint64_t index = it->cookie - first;
-      if (it->kind != COURIER_NIC_COMP_TX || index >= count) {
-        ++it;
-        continue;
-      }
-      CHECK_MESSAGE(it->status == 0, "cookie " << it->cookie << " failed with " << it->status
-                                               << ": " << backend_error());
-      CHECK_MESSAGE(seen[index] == 0, "cookie " << it->cookie << " completed twice");
-      if (seen[index]++ == 0) --outstanding;
-      it = s.pending.erase(it);
-    }
-  }
-  CHECK_MESSAGE(outstanding == 0, outstanding << " of " << count << " writes never completed");
-  // Nothing may complete a second time afterwards either.
-  s.pump();
-  for (const courier_nic_completion_v1& c : s.pending) {
-    CHECK_MESSAGE((c.kind != COURIER_NIC_COMP_TX || c.cookie - first >= count),
-                  "cookie " << c.cookie << " completed twice");
-  }
-}
 
 }  // namespace
 
