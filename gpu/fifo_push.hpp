@@ -108,13 +108,9 @@ COURIER_DEVICE_INLINE PushStatus push(const DeviceChannel& ch, const TransferCmd
   return push_batch(ch, &cmd, 1, ticket);
 }
 
-// BARRIER: returns once every rank of the scope (kBarrierWorld or
-// kBarrierRail) pushed its BARRIER with the same epoch on this channel
-// index and finished the channel's earlier commands.
-COURIER_DEVICE_INLINE PushStatus barrier(const DeviceChannel& ch, uint64_t epoch,
-                                         uint8_t scope = kBarrierWorld) {
-  TransferCmd cmd;
-  if (encode_barrier(epoch, &cmd, scope) != CmdStatus::ok) return PushStatus::invalid_argument;
+// Pushes `cmd` and waits until it completed; channel_failed when the proxy
+// recorded an error on the channel meanwhile (or before).
+COURIER_DEVICE_INLINE PushStatus push_and_wait(const DeviceChannel& ch, const TransferCmd& cmd) {
   uint64_t ticket = 0;
   PushStatus status = push(ch, cmd, &ticket);
   if (status != PushStatus::ok) return status;
@@ -123,17 +119,22 @@ COURIER_DEVICE_INLINE PushStatus barrier(const DeviceChannel& ch, uint64_t epoch
   return channel_error(ch) != 0 ? PushStatus::channel_failed : PushStatus::ok;
 }
 
+// BARRIER: returns once every rank of the scope (kBarrierWorld or
+// kBarrierRail) pushed its BARRIER with the same epoch on this channel
+// index and finished the channel's earlier commands.
+COURIER_DEVICE_INLINE PushStatus barrier(const DeviceChannel& ch, uint64_t epoch,
+                                         uint8_t scope = kBarrierWorld) {
+  TransferCmd cmd;
+  if (encode_barrier(epoch, &cmd, scope) != CmdStatus::ok) return PushStatus::invalid_argument;
+  return push_and_wait(ch, cmd);
+}
+
 // DRAIN: returns once every command pushed to this channel before it has
 // completed. Reports channel_failed when the proxy recorded an error.
 COURIER_DEVICE_INLINE PushStatus drain(const DeviceChannel& ch) {
   TransferCmd cmd;
   encode_drain(&cmd);
-  uint64_t ticket = 0;
-  PushStatus status = push(ch, cmd, &ticket);
-  if (status != PushStatus::ok) return status;
-  status = wait_completed(ch, ticket + 1);
-  if (status != PushStatus::ok) return status;
-  return channel_error(ch) != 0 ? PushStatus::channel_failed : PushStatus::ok;
+  return push_and_wait(ch, cmd);
 }
 
 }  // namespace courier::device
