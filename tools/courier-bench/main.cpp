@@ -98,6 +98,26 @@ bool parse_flags(int argc, char** argv, OnFlag on_flag) {
   return json;
 }
 
+std::string parse_provider(std::string provider) {
+  if (provider != "shm" && provider != "tcp") {
+    usage_error("--provider '" + provider + "' is invalid: expected shm or tcp");
+  }
+  return provider;
+}
+
+// The job the benchmark joins once (every Context it creates shares it).
+struct Job {
+  courier::Config config = courier::Config::load(courier::process_env());
+  courier::Logger log{config.log_level};
+  std::shared_ptr<courier::Bootstrap> bootstrap = join();
+
+ private:
+  std::shared_ptr<courier::Bootstrap> join() {
+    log.set_rank(config.job.rank);
+    return courier::join_job(config.job, static_cast<int>(config.timeout_s), log);
+  }
+};
+
 void print(const std::vector<BenchResult>& results, bool json) {
   if (json) {
     courier::bench::print_json(results);
@@ -165,10 +185,7 @@ int run_transport(int argc, char** argv) {
   bool raw = false;
   bool json = parse_flags(argc, argv, [&](const std::string& flag, auto value) {
     if (flag == "--provider") {
-      o.provider = value();
-      if (o.provider != "shm" && o.provider != "tcp") {
-        usage_error("--provider '" + o.provider + "' is invalid: expected shm or tcp");
-      }
+      o.provider = parse_provider(value());
     } else if (flag == "--size" || flag == "--sizes") {
       sizes = parse_sizes(flag, value());
     } else if (flag == "--window") {
@@ -199,11 +216,9 @@ int run_transport(int argc, char** argv) {
     // both see the same machine, and every Courier run gets a fresh Context
     // that is gone again before the next raw run: no Courier thread competes
     // with the baseline for the cores.
-    courier::Config config = courier::Config::load(courier::process_env());
-    courier::Logger log(config.log_level);
-    log.set_rank(config.job.rank);
-    std::shared_ptr<courier::Bootstrap> bootstrap =
-        courier::join_job(config.job, static_cast<int>(config.timeout_s), log);
+    Job job;
+    const courier::Config& config = job.config;
+    std::shared_ptr<courier::Bootstrap> bootstrap = job.bootstrap;
     if (bootstrap->size() != 2) usage_error("transport needs exactly 2 ranks (courier-run -n 2)");
 
     // One proxy thread, one channel, `window` writes in flight on the
@@ -265,10 +280,7 @@ int run_atomic(int argc, char** argv) {
   uint32_t proxy_threads = 1;
   bool json = parse_flags(argc, argv, [&](const std::string& flag, auto value) {
     if (flag == "--provider") {
-      o.provider = value();
-      if (o.provider != "shm" && o.provider != "tcp") {
-        usage_error("--provider '" + o.provider + "' is invalid: expected shm or tcp");
-      }
+      o.provider = parse_provider(value());
     } else if (flag == "--ops") {
       o.ops = parse_number(flag, value(), 8, uint64_t{1} << 36);
     } else if (flag == "--block") {
@@ -301,11 +313,8 @@ int run_atomic(int argc, char** argv) {
   });
   if (o.block % 8 != 0) usage_error("--block must be a multiple of 8");
   try {
-    courier::Config config = courier::Config::load(courier::process_env());
-    courier::Logger log(config.log_level);
-    log.set_rank(config.job.rank);
-    std::shared_ptr<courier::Bootstrap> bootstrap =
-        courier::join_job(config.job, static_cast<int>(config.timeout_s), log);
+    Job job;
+    std::shared_ptr<courier::Bootstrap> bootstrap = job.bootstrap;
     if (strategies.empty()) strategies.push_back("");
     std::vector<BenchResult> results;
     uint64_t violations = 0;
@@ -347,10 +356,7 @@ int run_barrier(int argc, char** argv) {
   courier::bench::BarrierOptions o;
   bool json = parse_flags(argc, argv, [&](const std::string& flag, auto value) {
     if (flag == "--provider") {
-      o.provider = value();
-      if (o.provider != "shm" && o.provider != "tcp") {
-        usage_error("--provider '" + o.provider + "' is invalid: expected shm or tcp");
-      }
+      o.provider = parse_provider(value());
     } else if (flag == "--iters") {
       o.iters = static_cast<uint32_t>(parse_number(flag, value(), 1, 10'000'000));
     } else if (flag == "--scope") {
@@ -367,11 +373,8 @@ int run_barrier(int argc, char** argv) {
     return true;
   });
   try {
-    courier::Config config = courier::Config::load(courier::process_env());
-    courier::Logger log(config.log_level);
-    log.set_rank(config.job.rank);
-    std::shared_ptr<courier::Bootstrap> bootstrap =
-        courier::join_job(config.job, static_cast<int>(config.timeout_s), log);
+    Job job;
+    std::shared_ptr<courier::Bootstrap> bootstrap = job.bootstrap;
     courier::ContextOptions options;
     options.env = {{"COURIER_OFI_PROVIDER", o.provider},
                    {"COURIER_PROXY_THREADS", "1"},
