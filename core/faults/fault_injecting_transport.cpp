@@ -122,13 +122,10 @@ void FaultInjectingTransport::release_held(int64_t peer, uint64_t now) {
         full = true;  // keep this and the rest; a later poll tries again
       } else {
         // Accepted long ago: the proxy learns of the failure through a completion.
-        courier_nic_completion_v1 c{};
-        c.kind = COURIER_NIC_COMP_TX;
-        c.cookie = h.cookie;
-        c.status = rc;
-        failed_.emplace_back(
-            c, "held-back " + std::visit([](const auto& r) { return describe(r); }, h.request) +
-                   " failed: " + error);
+        failed_.add(h.cookie, rc,
+                    "held-back " +
+                        std::visit([](const auto& r) { return describe(r); }, h.request) +
+                        " failed: " + error);
         continue;
       }
     }
@@ -141,13 +138,7 @@ void FaultInjectingTransport::release_held(int64_t peer, uint64_t now) {
 int FaultInjectingTransport::poll(courier_nic_completion_v1* out, uint32_t max) {
   const uint64_t now = now_();
   if (!held_.empty()) release_held(-1, now);
-  last_error_.clear();
-  if (!failed_.empty() && max > 0) {
-    out[0] = failed_.front().first;
-    last_error_ = std::move(failed_.front().second);
-    failed_.pop_front();
-    return 1;
-  }
+  if (failed_.take(out, max) != 0) return 1;
 
   scratch_.resize(max);
   int n = inner_.poll(scratch_.data(), max);
@@ -186,7 +177,7 @@ int FaultInjectingTransport::poll(courier_nic_completion_v1* out, uint32_t max) 
 }
 
 std::string FaultInjectingTransport::last_error() const {
-  return last_error_.empty() ? inner_.last_error() : last_error_;
+  return failed_.last_error().empty() ? inner_.last_error() : failed_.last_error();
 }
 
 }  // namespace courier

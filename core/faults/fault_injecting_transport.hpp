@@ -16,6 +16,7 @@
 
 #include "core/faults/fault_spec.hpp"
 #include "core/log.hpp"
+#include "core/proxy/failed_posts.hpp"
 #include "core/proxy/proxy_transport.hpp"
 #include "core/proxy/retrying_transport.hpp"
 
@@ -96,8 +97,7 @@ class FaultInjectingTransport final : public ProxyTransport {
   std::deque<Pending> pending_;  // completions not yet released, in arrival order
   std::vector<courier_nic_completion_v1> scratch_;
   // Held posts the inner transport refused, reported as failed completions.
-  std::deque<std::pair<courier_nic_completion_v1, std::string>> failed_;
-  std::string last_error_;  // of the failure the last poll returned; empty: ask inner
+  FailedPosts failed_;  // made-up TX completions, one per poll
   // Cookies of posts the inner transport refused with -EAGAIN and that were
   // not offered again yet.
   std::unordered_set<uint64_t> refused_;

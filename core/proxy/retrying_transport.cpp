@@ -84,10 +84,6 @@ int RetryingTransport::post(std::variant<WriteRequest, AtomicRequest> request, u
 }
 
 void RetryingTransport::give_up(const Held& held, int status, const std::string& why) {
-  courier_nic_completion_v1 c{};
-  c.kind = COURIER_NIC_COMP_TX;
-  c.cookie = held.cookie;
-  c.status = status == -EBUSY ? -EIO : status;
   std::string what = std::visit([](const auto& r) { return describe(r); }, held.request);
   const char* plural = held.attempts == 1 ? "" : "s";
   std::string message = status == -EBUSY
@@ -97,7 +93,7 @@ void RetryingTransport::give_up(const Held& held, int status, const std::string&
                                   what, held.attempts, plural, policy_.retries, why)
                             : fmt::format("{} failed after {} transient failure{}: {}", what,
                                           held.attempts, plural, why);
-  failed_.emplace_back(c, std::move(message));
+  failed_.add(held.cookie, status == -EBUSY ? -EIO : status, std::move(message));
 }
 
 void RetryingTransport::pump() {
@@ -128,19 +124,12 @@ void RetryingTransport::pump() {
 
 int RetryingTransport::poll(courier_nic_completion_v1* out, uint32_t max) {
   pump();
-  last_error_.clear();
-  if (!failed_.empty() && max > 0) {
-    // One at a time, so that last_error() describes exactly this failure.
-    out[0] = failed_.front().first;
-    last_error_ = std::move(failed_.front().second);
-    failed_.pop_front();
-    return 1;
-  }
+  if (failed_.take(out, max) != 0) return 1;
   return inner_.poll(out, max);
 }
 
 std::string RetryingTransport::last_error() const {
-  return last_error_.empty() ? inner_.last_error() : last_error_;
+  return failed_.last_error().empty() ? inner_.last_error() : failed_.last_error();
 }
 
 }  // namespace courier

@@ -15,6 +15,7 @@
 #include <unordered_map>
 #include <variant>
 
+#include "core/proxy/failed_posts.hpp"
 #include "core/proxy/proxy_transport.hpp"
 
 namespace courier {
@@ -78,8 +79,7 @@ class RetryingTransport final : public ProxyTransport {
   size_t held_ = 0;
   uint64_t retries_made_ = 0;
   // Requests whose retries ran out, with the message last_error() reports.
-  std::deque<std::pair<courier_nic_completion_v1, std::string>> failed_;
-  std::string last_error_;  // of the failures the last poll returned; empty: ask inner
+  FailedPosts failed_;  // made-up TX completions, one per poll
 };
 
 }  // namespace courier
