@@ -55,14 +55,12 @@ size_t barrier_block_bytes(uint32_t local_size) {
 }
 
 BarrierEngine::BarrierEngine(ProxyTransport& transport, const BarrierTopology* topology,
-                             uint64_t* staging, const uint64_t* landing, uint32_t world_size,
-                             uint32_t channels)
+                             uint64_t* staging, const uint64_t* landing, uint32_t channels)
     : transport_(transport),
       topo_(topology),
       staging_(staging),
       landing_(landing),
       channels_(channels) {
-  (void)world_size;
   generation_[0].assign(channels, 0);
   generation_[1].assign(channels, 0);
 }

@@ -59,9 +59,9 @@ class BarrierEngine {
   enum class Step { waiting, done, failed };
 
   // `staging` and `landing`: this thread's kBarrierStagingWindow and
-  // kBarrierLandingWindow memory, world_size x channels x 8 bytes each.
+  // kBarrierLandingWindow memory, world size x channels x 8 bytes each.
   BarrierEngine(ProxyTransport& transport, const BarrierTopology* topology, uint64_t* staging,
-                const uint64_t* landing, uint32_t world_size, uint32_t channels);
+                const uint64_t* landing, uint32_t channels);
 
   // Advances the barrier of `channel` with this epoch; call again until it
   // is done. `error` explains a failure.

@@ -64,8 +64,7 @@ ProxySemantics::ProxySemantics(ProxyTransport& transport, const SemanticsOptions
   }
   if (options.barrier != nullptr) {
     barrier_ = std::make_unique<BarrierEngine>(transport, options.barrier, options.barrier_staging,
-                                               options.barrier_landing, options.world_size,
-                                               options.channels);
+                                               options.barrier_landing, options.channels);
   }
 }
 
