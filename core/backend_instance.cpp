@@ -177,6 +177,17 @@ GpuBackend::GpuBackend(const GpuPlugin& plugin, const HostServices& host) : plug
   handle_ = initialize("GPU", plugin_, host, props_);
   terminate(props_.device_name);
   terminate(props_.no_device_reason);
+  // IPC, dmabuf and the self-test kernels came with minor 1: an older
+  // plugin's struct ends before them, and its capability bits for them are
+  // not to be believed.
+  const auto* ops = plugin_.ops;
+  const size_t needed =
+      offsetof(courier_gpu_plugin_v1, run_fifo_round_trips) + sizeof ops->run_fifo_round_trips;
+  has_minor1_ = plugin_.abi_minor >= 1 && ops->header.struct_size >= needed;
+  if (!has_minor1_) {
+    props_.caps &= ~(COURIER_GPU_CAP_IPC | COURIER_GPU_CAP_DMABUF | COURIER_GPU_CAP_FIFO_KERNELS |
+                     COURIER_GPU_CAP_GRAPHS);
+  }
 }
 
 GpuBackend::~GpuBackend() { plugin_.ops->fini(handle_); }

@@ -71,11 +71,15 @@ class GpuBackend {
   void* handle() const { return handle_; }
   const courier_gpu_props_v1& props() const { return props_; }
   std::string last_error() const;
+  // Whether the minor-1 entry points (ipc_*, dmabuf_export, run_fifo_*)
+  // exist; each is usable only where its capability bit is set too.
+  bool has_minor1() const { return has_minor1_; }
 
  private:
   GpuPlugin plugin_;
   void* handle_ = nullptr;
   courier_gpu_props_v1 props_{};
+  bool has_minor1_ = false;
 };
 
 // Tries every choice of `spec` in order and returns the first that

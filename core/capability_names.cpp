@@ -43,6 +43,9 @@ constexpr BitName kGpuCaps[] = {
     {COURIER_GPU_CAP_HOST_KERNELS, "host_kernels"},
     {COURIER_GPU_CAP_MAPPED_HOST, "mapped_host"},
     {COURIER_GPU_CAP_IPC, "ipc"},
+    {COURIER_GPU_CAP_DMABUF, "dmabuf"},
+    {COURIER_GPU_CAP_FIFO_KERNELS, "fifo_kernels"},
+    {COURIER_GPU_CAP_GRAPHS, "graphs"},
 };
 
 constexpr BitName kMemoryKinds[] = {

@@ -26,6 +26,11 @@ namespace courier {
 
 namespace {
 
+// Device memory per FIFO channel: the ticket counter, then (one cache line
+// on) the producers' cached copy of `completed`.
+constexpr size_t kHeadStride = 128;
+constexpr size_t kCompletedCacheOffset = 64;
+
 template <class T>
 std::span<const std::byte> bytes_of(const T& value) {
   return std::as_bytes(std::span<const T, 1>(&value, 1));
@@ -246,7 +251,9 @@ struct Context::Impl {
     }
     ring_host = {host_ptr, MappedHostFree{gpu.get()}};
     std::memset(host_ptr, 0, ring_stride * n);
-    const size_t head_stride = 64;  // one cache line per producer counter
+    // Per channel: the ticket counter, then the producers' cached copy of
+    // `completed`, each on its own cache line.
+    const size_t head_stride = kHeadStride;
     void* heads_ptr = nullptr;
     if (ops->mem_alloc(gpu->handle(), 0, head_stride * n, &heads_ptr) != 0) {
       fail("GPU backend '{}': allocating FIFO heads failed: {}", gpu->plugin().name,
@@ -546,7 +553,9 @@ DeviceChannel Context::channel(uint32_t index) const {
   ch.slots = reinterpret_cast<TransferCmd*>(device_base);
   ch.control =
       reinterpret_cast<FifoControl*>(device_base + s.config.fifo_depth * sizeof(TransferCmd));
-  ch.head = reinterpret_cast<uint64_t*>(static_cast<std::byte*>(s.heads.get()) + index * 64);
+  auto* heads = static_cast<std::byte*>(s.heads.get()) + index * kHeadStride;
+  ch.head = reinterpret_cast<uint64_t*>(heads);
+  ch.completed_cache = reinterpret_cast<uint64_t*>(heads + kCompletedCacheOffset);
   ch.depth_mask = s.config.fifo_depth - 1;
   ch.max_inflight = s.config.max_inflight;
   ch.channel_id = index;

@@ -63,20 +63,34 @@ __device__ __forceinline__ bool compare_exchange(uint64_t* p, uint64_t expected,
   return sys_atomic_ref<uint64_t>(*p).compare_exchange_strong(expected, v,
                                                               cuda::memory_order_relaxed);
 }
+// Device-scope pair for values only GPU threads share (the producers'
+// cached completion count): no PCIe traffic, still a release/acquire chain.
+__device__ __forceinline__ uint64_t load_acquire_gpu(const uint64_t* p) {
+  return cuda::atomic_ref<uint64_t, cuda::thread_scope_device>(*const_cast<uint64_t*>(p))
+      .load(cuda::memory_order_acquire);
+}
+__device__ __forceinline__ void raise_release_gpu(uint64_t* p, uint64_t v) {
+  cuda::atomic_ref<uint64_t, cuda::thread_scope_device>(*p).fetch_max(v,
+                                                                     cuda::memory_order_release);
+}
 __device__ __forceinline__ uint64_t now_ns() {
   uint64_t t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
   return t;
 }
-// Exponential __nanosleep back-off.
 // Waits a little for *counter to reach `target`. A GPU thread cannot block
-// in the kernel, so it naps with exponential __nanosleep; `wake_at` (see the
-// CPU version) is not used.
+// in the kernel. The first polls go back to back (each is a read across
+// PCIe, about a microsecond, so a waiting DRAIN sees its completion within
+// one read); after that it naps with exponential __nanosleep, capped so a
+// long wait still notices completion within ~2 us. `wake_at` (see the CPU
+// version) is not used.
 struct Backoff {
-  uint32_t ns = 32;
+  uint32_t rounds = 0;
+  uint32_t ns = 64;
   __device__ __forceinline__ void pause(const uint64_t*, uint64_t*, uint64_t) {
+    if (++rounds < 16) return;
     __nanosleep(ns);
-    if (ns < 4096) ns *= 2;
+    if (ns < 2048) ns *= 2;
   }
 };
 
@@ -107,6 +121,13 @@ inline void publish_store(uint64_t* p, uint64_t v) { store_release(p, v); }
 inline bool compare_exchange(uint64_t* p, uint64_t expected, uint64_t v) {
   return std::atomic_ref<uint64_t>(*p).compare_exchange_strong(expected, v,
                                                                std::memory_order_relaxed);
+}
+inline uint64_t load_acquire_gpu(const uint64_t* p) { return load_acquire(p); }
+inline void raise_release_gpu(uint64_t* p, uint64_t v) {
+  std::atomic_ref<uint64_t> ref(*p);
+  uint64_t seen = ref.load(std::memory_order_relaxed);
+  while (seen < v && !ref.compare_exchange_weak(seen, v, std::memory_order_release)) {
+  }
 }
 // Blocks while the low 32 bits of *counter still equal those of `seen`, at
 // most timeout_ns; little-endian, so the low half sits at the counter's

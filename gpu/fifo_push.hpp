@@ -12,17 +12,34 @@
 // The consumer reads slots in ticket order and clears word0 after reading.
 // Completion is tracked as a prefix: ticket t is complete once
 // control->completed > t, which also means every earlier ticket completed.
+// Producers keep a copy of `completed` in device memory (completed_cache)
+// and read the real one across PCIe only when the copy says "no room" or
+// "not complete yet".
 #pragma once
 
 #include <cstdint>
 
 #include "courier/device_channel.hpp"
 #include "gpu/device_atomics.hpp"
+#include "gpu/warp_ops.hpp"
 
 namespace courier::device {
 
+// control->completed, read across PCIe; the cached copy is raised to it.
+COURIER_DEVICE_INLINE uint64_t refresh_completed(const DeviceChannel& ch) {
+  uint64_t completed = load_acquire(&ch.control->completed);
+  if (ch.completed_cache != nullptr) raise_release_gpu(ch.completed_cache, completed);
+  return completed;
+}
+
+// A value `completed` had at some point (possibly stale, never ahead).
+COURIER_DEVICE_INLINE uint64_t cached_completed(const DeviceChannel& ch) {
+  return ch.completed_cache != nullptr ? load_acquire_gpu(ch.completed_cache) : 0;
+}
+
+// Non-blocking: has `ticket` completed?
 COURIER_DEVICE_INLINE bool is_complete(const DeviceChannel& ch, uint64_t ticket) {
-  return load_acquire(&ch.control->completed) > ticket;
+  return cached_completed(ch) > ticket || refresh_completed(ch) > ticket;
 }
 
 // The first error the proxy recorded on this channel (0 = none).
@@ -52,7 +69,10 @@ COURIER_DEVICE_INLINE PushStatus wait_completed(const DeviceChannel& ch, uint64_
   for (;;) {
     backoff.pause(&ch.control->completed, &ch.control->wake_at, target);
     uint64_t now_completed = load_acquire(&ch.control->completed);
-    if (now_completed >= target) return PushStatus::ok;
+    if (now_completed >= target) {
+      if (ch.completed_cache != nullptr) raise_release_gpu(ch.completed_cache, now_completed);
+      return PushStatus::ok;
+    }
     if (is_fatal_channel_error(channel_error(ch))) return PushStatus::channel_failed;
     if (now_completed != seen) {  // progress resets the deadline
       seen = now_completed;
@@ -63,29 +83,38 @@ COURIER_DEVICE_INLINE PushStatus wait_completed(const DeviceChannel& ch, uint64_
   }
 }
 
+// Waits until tickets [ticket, ticket + n) fit under the in-flight limit
+// (which also means their slots were consumed and cleared). Usually decided
+// by the cached count alone.
+COURIER_DEVICE_INLINE PushStatus wait_for_room(const DeviceChannel& ch, uint64_t ticket,
+                                               uint32_t n) {
+  const uint64_t needed = ticket + n > ch.max_inflight ? ticket + n - ch.max_inflight : 0;
+  if (cached_completed(ch) >= needed || refresh_completed(ch) >= needed) return PushStatus::ok;
+  // Hysteresis: once blocked, wait until half the limit is free again, so
+  // a waiting producer wakes once per many completions, not once per
+  // completion; the half still in flight keeps the transport busy.
+  // Never beyond `ticket`: the tickets this producer holds are published
+  // only after the wait, so waiting for them would never end.
+  uint64_t resume_at = needed + ch.max_inflight / 2;
+  if (resume_at > ticket) resume_at = ticket;
+  PushStatus status = wait_completed(ch, resume_at);
+  if (status != PushStatus::ok) {
+    // These tickets will never be published, and the proxy reads slots in
+    // ticket order: the channel cannot progress any more. Say so, so that
+    // every other wait on it fails at once instead of timing out.
+    mark_channel_fatal(ch.control, ticket, ChannelErrorCode::producer_timed_out);
+  }
+  return status;
+}
+
 // Pushes cmds[0..n) (n <= kMaxBatch) as consecutive tickets; *first_ticket
 // receives the first one. Blocks while the channel is at its in-flight limit.
 COURIER_DEVICE_INLINE PushStatus push_batch(const DeviceChannel& ch, const TransferCmd* cmds,
                                             uint32_t n, uint64_t* first_ticket) {
   if (n == 0 || n > kMaxBatch || n > ch.max_inflight) return PushStatus::batch_too_large;
   uint64_t ticket = fetch_add_relaxed(ch.head, n);
-  if (ticket + n > load_acquire(&ch.control->completed) + ch.max_inflight) {
-    // Hysteresis: once blocked, wait until half the limit is free again, so
-    // a waiting producer wakes once per many completions, not once per
-    // completion; the half still in flight keeps the transport busy.
-    // Never beyond `ticket`: the tickets this producer holds are published
-    // only after the wait, so waiting for them would never end.
-    uint64_t resume_at = ticket + n - ch.max_inflight + ch.max_inflight / 2;
-    if (resume_at > ticket) resume_at = ticket;
-    PushStatus status = wait_completed(ch, resume_at);
-    if (status != PushStatus::ok) {
-      // These tickets will never be published, and the proxy reads slots in
-      // ticket order: the channel cannot progress any more. Say so, so that
-      // every other wait on it fails at once instead of timing out.
-      mark_channel_fatal(ch.control, ticket, ChannelErrorCode::producer_timed_out);
-      return status;
-    }
-  }
+  PushStatus status = wait_for_room(ch, ticket, n);
+  if (status != PushStatus::ok) return status;
   TransferCmd* slots[kMaxBatch];
   for (uint32_t i = 0; i < n; ++i) {
     slots[i] = &ch.slots[(ticket + i) & ch.depth_mask];
@@ -100,6 +129,35 @@ COURIER_DEVICE_INLINE PushStatus push_batch(const DeviceChannel& ch, const Trans
     publish_store(&slots[i]->word0, cmd.word0);
   }
   if (first_ticket != nullptr) *first_ticket = ticket;
+  return PushStatus::ok;
+}
+
+// Every active lane of the warp (wavefront) pushes its own `cmd`: the
+// leader reserves consecutive tickets for all of them with one atomic and
+// waits for room, and each lane publishes its slot behind one fence that the
+// warp executes once. Lane order decides ticket order. Call it from all
+// lanes that push; *ticket receives this lane's ticket.
+COURIER_DEVICE_INLINE PushStatus push_warp(const DeviceChannel& ch, const TransferCmd& cmd,
+                                           uint64_t* ticket) {
+  const ActiveLanes lanes = active_lanes();
+  if (lanes.count > ch.max_inflight) return PushStatus::batch_too_large;
+  uint64_t first = 0;
+  uint64_t status = 0;
+  if (lanes.rank == 0) {
+    first = fetch_add_relaxed(ch.head, lanes.count);
+    status = static_cast<uint64_t>(wait_for_room(ch, first, lanes.count));
+  }
+  first = from_leader(lanes, first);
+  status = from_leader(lanes, status);
+  if (status != 0) return static_cast<PushStatus>(status);
+  const uint64_t mine = first + lanes.rank;
+  TransferCmd* slot = &ch.slots[mine & ch.depth_mask];
+  store_relaxed(&slot->word1, cmd.word1);
+  publish_fence();
+  TransferCmd published = cmd;
+  published.set_seq(mine);
+  publish_store(&slot->word0, published.word0);
+  if (ticket != nullptr) *ticket = mine;
   return PushStatus::ok;
 }
 

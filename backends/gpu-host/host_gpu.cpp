@@ -12,6 +12,7 @@
 
 #include "courier/abi/gpu_v1.h"
 #include "host_kernel_launch.hpp"
+#include "host_selftest_kernels.hpp"
 
 namespace {
 
@@ -48,7 +49,8 @@ int host_query(void*, courier_gpu_props_v1* props) {
   if (props == nullptr || props->struct_size < sizeof(courier_gpu_props_v1)) {
     return fail(-EINVAL, "query: props is NULL or its struct_size is too small");
   }
-  props->caps = COURIER_GPU_CAP_HOST_KERNELS | COURIER_GPU_CAP_MAPPED_HOST;
+  props->caps = COURIER_GPU_CAP_HOST_KERNELS | COURIER_GPU_CAP_MAPPED_HOST |
+                COURIER_GPU_CAP_FIFO_KERNELS;
   props->device_count = 1;
   props->warp_size = 1;
   props->mem_kind = COURIER_MEM_HOST;
@@ -103,6 +105,20 @@ int host_launch(void*, const courier_host_kernel_launch_v1* launch) {
   return rc;
 }
 
+int host_run_fifo_producers(void*, courier_gpu_fifo_producers_v1* job) {
+  std::string error;
+  int rc = courier::host_gpu::run_fifo_producers(job, &error);
+  if (rc != 0) g_last_error = error;
+  return rc;
+}
+
+int host_run_fifo_round_trips(void*, courier_gpu_fifo_round_trips_v1* job) {
+  std::string error;
+  int rc = courier::host_gpu::run_fifo_round_trips(job, &error);
+  if (rc != 0) g_last_error = error;
+  return rc;
+}
+
 const courier_gpu_plugin_v1 kPlugin = {
     {sizeof(courier_gpu_plugin_v1), COURIER_GPU_ABI_MAJOR, COURIER_GPU_ABI_MINOR, "host"},
     "CPU threads standing in for a GPU (development and CI)",
@@ -119,6 +135,12 @@ const courier_gpu_plugin_v1 kPlugin = {
     host_free_mapped,
     host_memcpy,
     host_launch,
+    nullptr,  // ipc_export: host memory is not shared across processes
+    nullptr,  // ipc_import
+    nullptr,  // ipc_close
+    nullptr,  // dmabuf_export
+    host_run_fifo_producers,
+    host_run_fifo_round_trips,
 };
 
 }  // namespace

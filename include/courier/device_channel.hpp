@@ -3,7 +3,9 @@
 // A plain struct of device-visible pointers, passed to kernels by value. The
 // ring slots and the control block live in host-pinned memory mapped into
 // the device; the reservation counter lives in device memory, because only
-// producers touch it (the proxy learns about new commands from the slots).
+// producers touch it (the proxy learns about new commands from the slots),
+// and so does the producers' cached copy of the proxy's completion count,
+// so that a producer with room in the window never reads across PCIe.
 #pragma once
 
 #include <cstdint>
@@ -85,6 +87,9 @@ struct DeviceChannel {
   TransferCmd* slots = nullptr;    // depth slots, host-pinned
   FifoControl* control = nullptr;  // host-pinned
   uint64_t* head = nullptr;        // next ticket to reserve, device memory
+  // Some recent value of control->completed (never ahead of it), device
+  // memory; producers raise it whenever they read the real one.
+  uint64_t* completed_cache = nullptr;
   uint32_t depth_mask = 0;         // depth - 1 (depth is a power of two)
   uint32_t max_inflight = 0;       // reserved-but-incomplete commands allowed
   uint32_t channel_id = 0;

@@ -9,6 +9,7 @@
  * launch_host_kernel to return -ENOTSUP.
  */
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -91,8 +92,10 @@ static int sim_launch_host_kernel(void* backend, const courier_host_kernel_launc
   return sim_fail(-ENOTSUP, "runs no kernels (no COURIER_GPU_CAP_HOST_KERNELS)");
 }
 
+/* Built as an ABI 1.0 plugin (its struct ends before ipc_export), so the
+ * tests prove that plugins older than minor 1 keep loading. */
 static const courier_gpu_plugin_v1 plugin = {
-    .header = {sizeof(courier_gpu_plugin_v1), COURIER_GPU_ABI_MAJOR, COURIER_GPU_ABI_MINOR,
+    .header = {offsetof(courier_gpu_plugin_v1, ipc_export), COURIER_GPU_ABI_MAJOR, 0,
                SIM_GPU_NAME},
     .description = "host-memory GPU stand-in for tests",
     .init = sim_init,

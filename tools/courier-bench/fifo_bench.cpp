@@ -53,6 +53,7 @@ struct Ring {
     ch.slots = slots.data();
     ch.control = control.get();
     ch.head = &head;
+    ch.completed_cache = &completed_cache;
     ch.depth_mask = o.depth - 1;
     ch.max_inflight = o.max_inflight;
     ch.timeout_ns = 60'000'000'000ull;
@@ -60,6 +61,7 @@ struct Ring {
   std::vector<TransferCmd> slots;
   std::unique_ptr<FifoControl> control;
   alignas(64) uint64_t head = 0;
+  alignas(64) uint64_t completed_cache = 0;
   DeviceChannel ch;
 };
 

@@ -16,13 +16,17 @@ extern "C" {
 #endif
 
 #define COURIER_GPU_ABI_MAJOR 1
-#define COURIER_GPU_ABI_MINOR 0
+#define COURIER_GPU_ABI_MINOR 1
 #define COURIER_GPU_SYMBOL_V1 "courier_gpu_backend_v1"
 
 /* Capability bits (courier_gpu_props_v1.caps). */
 #define COURIER_GPU_CAP_HOST_KERNELS (1u << 0) /* launch_host_kernel runs C functions */
 #define COURIER_GPU_CAP_MAPPED_HOST (1u << 1)  /* host memory the device can address */
 #define COURIER_GPU_CAP_IPC (1u << 2)          /* device memory shareable across processes */
+/* Minor 1: */
+#define COURIER_GPU_CAP_DMABUF (1u << 3)       /* dmabuf_export gives NICs device memory */
+#define COURIER_GPU_CAP_FIFO_KERNELS (1u << 4) /* run_fifo_producers, run_fifo_round_trips */
+#define COURIER_GPU_CAP_GRAPHS (1u << 5)       /* kernels can be captured in a graph */
 
 typedef struct courier_gpu_props_v1 {
   uint32_t struct_size;
@@ -63,6 +67,76 @@ typedef struct courier_host_kernel_launch_v1 {
   uint32_t reserved2;
 } courier_host_kernel_launch_v1;
 
+/* Minor 1. An opaque handle that lets another process of the same host map
+ * device memory (cudaIpcMemHandle_t, hipIpcMemHandle_t: 64 bytes each). */
+typedef struct courier_gpu_ipc_handle_v1 {
+  uint8_t bytes[64];
+} courier_gpu_ipc_handle_v1;
+
+/* Minor 1. One FIFO channel as the device sees it (the C form of
+ * courier::DeviceChannel, include/courier/device_channel.hpp; addresses are
+ * device addresses). */
+typedef struct courier_gpu_channel_v1 {
+  void* slots;               /* depth 16-byte TransferCmd slots, mapped host memory */
+  void* control;             /* courier::FifoControl, mapped host memory */
+  uint64_t* head;            /* next ticket, device memory */
+  uint64_t* completed_cache; /* producers' copy of control->completed, device memory */
+  uint32_t depth_mask;
+  uint32_t max_inflight;
+  uint32_t channel_id;
+  uint32_t reserved;
+  uint64_t timeout_ns;
+} courier_gpu_channel_v1;
+
+/* How run_fifo_producers' threads push (courier_gpu_fifo_producers_v1.mode). */
+#define COURIER_GPU_PUSH_WARP 0   /* the lanes of a warp reserve together: one fence per warp */
+#define COURIER_GPU_PUSH_THREAD 1 /* every thread reserves and fences alone */
+
+/* Minor 1. A self-test and benchmark kernel: `blocks` x `threads` producers;
+ * producer p (= block * threads + thread) pushes `commands_per_thread` WRITE
+ * commands to channel (block % num_channels), all with dst_rank `dst_rank`,
+ * window 0, src_offset p, dst_offset = its running index 0, 1, ... and a
+ * length that is a checksum of both (courier::device::selftest_length), so a
+ * consumer can prove that nothing was lost, duplicated, reordered within a
+ * producer or torn. */
+typedef struct courier_gpu_fifo_producers_v1 {
+  uint32_t struct_size;
+  int32_t device;
+  const courier_gpu_channel_v1* channels; /* host array of num_channels */
+  uint32_t num_channels;
+  uint32_t blocks;
+  uint32_t threads; /* per block */
+  uint32_t mode;    /* COURIER_GPU_PUSH_* */
+  uint64_t commands_per_thread;
+  uint32_t dst_rank;
+  uint32_t use_graph;   /* 1: capture the launch in a graph and launch that */
+  int32_t push_status;  /* out: first non-ok courier::PushStatus, 0 when all were pushed */
+  uint32_t reserved;
+  uint64_t elapsed_ns;  /* out: device clock from the first push to the last */
+} courier_gpu_fifo_producers_v1;
+
+/* What run_fifo_round_trips measures (courier_gpu_fifo_round_trips_v1.mode). */
+#define COURIER_GPU_ROUND_TRIP_COMMAND 0 /* push one command, wait for its completion */
+#define COURIER_GPU_ROUND_TRIP_FLAG 1    /* write `ping`, wait for the host to echo it in `pong` */
+
+/* Minor 1. One device thread runs `iterations` round trips and records each
+ * one's device-clock duration in ns into samples (device memory,
+ * `iterations` entries). FLAG mode is the baseline: the device stores i + 1
+ * into *ping (mapped host memory) and waits until *pong == i + 1, which a host
+ * thread echoes; it needs no channel. */
+typedef struct courier_gpu_fifo_round_trips_v1 {
+  uint32_t struct_size;
+  int32_t device;
+  courier_gpu_channel_v1 channel; /* COMMAND mode */
+  uint32_t mode;
+  uint32_t iterations;
+  uint64_t* ping; /* FLAG mode, mapped host memory (device addresses) */
+  uint64_t* pong;
+  uint64_t* samples;
+  int32_t push_status; /* out */
+  uint32_t reserved;
+} courier_gpu_fifo_round_trips_v1;
+
 typedef struct courier_gpu_plugin_v1 {
   courier_plugin_header header;
   const char* description;
@@ -88,6 +162,23 @@ typedef struct courier_gpu_plugin_v1 {
   /* Runs fn on grid_dim x block_dim threads and returns when all finished.
    * Only with COURIER_GPU_CAP_HOST_KERNELS; others return -ENOTSUP. */
   int (*launch_host_kernel)(void* backend, const courier_host_kernel_launch_v1* launch);
+
+  /* ---- minor 1 (read only when header.struct_size covers them) ---- */
+  /* Device memory for other processes of the host (COURIER_GPU_CAP_IPC):
+   * export a handle for a mem_alloc pointer, import a peer's handle (the
+   * mapping lives until ipc_close). */
+  int (*ipc_export)(void* backend, void* ptr, courier_gpu_ipc_handle_v1* handle);
+  int (*ipc_import)(void* backend, int device, const courier_gpu_ipc_handle_v1* handle,
+                    void** ptr);
+  int (*ipc_close)(void* backend, void* ptr);
+  /* A dmabuf file descriptor covering [ptr, ptr + bytes) of device memory,
+   * for NIC registration (COURIER_GPU_CAP_DMABUF); *offset is ptr's offset
+   * in it. The caller closes the fd. */
+  int (*dmabuf_export)(void* backend, void* ptr, size_t bytes, int* fd, uint64_t* offset);
+  /* Self-test and benchmark kernels (COURIER_GPU_CAP_FIFO_KERNELS); both
+   * return once the kernel finished. */
+  int (*run_fifo_producers)(void* backend, courier_gpu_fifo_producers_v1* job);
+  int (*run_fifo_round_trips)(void* backend, courier_gpu_fifo_round_trips_v1* job);
 } courier_gpu_plugin_v1;
 
 typedef const courier_gpu_plugin_v1* (*courier_gpu_backend_v1_fn)(void);

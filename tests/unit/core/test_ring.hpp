@@ -15,6 +15,7 @@ struct TestRing {
     ch.slots = slots.data();
     ch.control = control.get();
     ch.head = &head;
+    ch.completed_cache = &completed_cache;
     ch.depth_mask = depth - 1;
     ch.max_inflight = max_inflight;
     ch.timeout_ns = timeout_ns;
@@ -22,6 +23,7 @@ struct TestRing {
   std::vector<TransferCmd> slots;
   std::unique_ptr<FifoControl> control;
   alignas(64) uint64_t head = 0;
+  alignas(64) uint64_t completed_cache = 0;
   DeviceChannel ch;
 };
 

@@ -249,8 +249,8 @@ TEST_CASE("a forced unknown name names the variable and lists what is usable and
   CHECK(error.find("abimajor2 (reports ABI major 2 in its struct; this Courier needs 1)") !=
         std::string::npos);
 
-  std::string gpu_error = error_from([&] { registry.gpu_choices("cuda"); });
-  CHECK(gpu_error.starts_with("COURIER_GPU_BACKEND=cuda: no GPU backend named 'cuda'"));
+  std::string gpu_error = error_from([&] { registry.gpu_choices("metal"); });
+  CHECK(gpu_error.starts_with("COURIER_GPU_BACKEND=metal: no GPU backend named 'metal'"));
 }
 
 TEST_CASE("a forced name that was rejected: the reason, logged at warn") {

@@ -1,0 +1,258 @@
+// gpu-cuda: Courier's backend for NVIDIA GPUs. FIFO rings live in pinned
+// host memory mapped into the device (unified addressing: the same pointer
+// on both sides), device memory comes from cudaMalloc, peers on the host
+// share it through CUDA IPC handles, and NICs register it through a dmabuf
+// file descriptor. Driver-only calls (dmabuf export) are resolved through
+// the runtime's driver entry points, so nothing links against libcuda.
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+
+#include <cerrno>
+#include <cstddef>
+#include <cstdio>
+#include <cstring>
+#include <new>
+#include <string>
+
+#include "courier/abi/gpu_v1.h"
+#include "cuda_selftest_kernels.hpp"
+#include "cuda_status.hpp"
+
+namespace {
+
+using courier::cuda_gpu::fail;
+
+struct CudaBackend {
+  int device_count = 0;
+  std::string no_device_reason;
+  std::string device_name;
+  bool dmabuf = false;
+  // cuMemGetHandleForAddressRange, when the driver has it.
+  CUresult (*get_handle_for_range)(void*, CUdeviceptr, size_t, CUmemRangeHandleType,
+                                   unsigned long long) = nullptr;
+};
+
+CudaBackend* as_backend(void* backend) { return static_cast<CudaBackend*>(backend); }
+
+// A driver function by name, through the runtime (no link against libcuda).
+template <class Fn>
+Fn driver_entry(const char* name, unsigned int version) {
+  void* fn = nullptr;
+  cudaDriverEntryPointQueryResult found{};
+  if (cudaGetDriverEntryPointByVersion(name, &fn, version, cudaEnableDefault, &found) !=
+          cudaSuccess ||
+      found != cudaDriverEntryPointSuccess) {
+    return nullptr;
+  }
+  return reinterpret_cast<Fn>(fn);
+}
+
+int select_device(const CudaBackend* b, int device) {
+  if (device < 0 || device >= b->device_count) {
+    return fail(-ENODEV, "CUDA device " + std::to_string(device) + " does not exist (" +
+                             std::to_string(b->device_count) + " visible)");
+  }
+  cudaError_t rc = cudaSetDevice(device);
+  return rc == cudaSuccess ? 0 : fail(rc, "cudaSetDevice(" + std::to_string(device) + ")");
+}
+
+int cuda_init(const courier_host_services_v1* host, void** backend) {
+  if (host == nullptr || backend == nullptr) return fail(-EINVAL, "init: NULL argument");
+  auto* b = new (std::nothrow) CudaBackend;
+  if (b == nullptr) return fail(-ENOMEM, "init: out of memory");
+  // The first runtime call loads the driver; without one it reports
+  // cudaErrorInsufficientDriver or cudaErrorNoDevice, which is "no device",
+  // not an init failure.
+  cudaError_t rc = cudaGetDeviceCount(&b->device_count);
+  if (rc != cudaSuccess) {
+    b->device_count = 0;
+    b->no_device_reason = std::string(cudaGetErrorString(rc)) + " (" + cudaGetErrorName(rc) + ")";
+    cudaGetLastError();  // clear the sticky-free error so later calls start clean
+  } else if (b->device_count == 0) {
+    b->no_device_reason = "the CUDA driver reports no device";
+  } else {
+    cudaDeviceProp props{};
+    if (cudaGetDeviceProperties(&props, 0) == cudaSuccess) b->device_name = props.name;
+    b->get_handle_for_range =
+        driver_entry<decltype(b->get_handle_for_range)>("cuMemGetHandleForAddressRange", 11070);
+    auto get_attribute =
+        driver_entry<CUresult (*)(int*, CUdevice_attribute, CUdevice)>("cuDeviceGetAttribute", 2000);
+    int dmabuf = 0;
+    if (get_attribute != nullptr && b->get_handle_for_range != nullptr &&
+        get_attribute(&dmabuf, CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED, 0) == CUDA_SUCCESS) {
+      b->dmabuf = dmabuf != 0;
+    }
+  }
+  *backend = b;
+  return 0;
+}
+
+void cuda_fini(void* backend) { delete as_backend(backend); }
+
+const char* cuda_last_error(void*) { return courier::cuda_gpu::last_error(); }
+
+int cuda_query(void* backend, courier_gpu_props_v1* props) {
+  if (props == nullptr || props->struct_size < sizeof(courier_gpu_props_v1)) {
+    return fail(-EINVAL, "query: props is NULL or its struct_size is too small");
+  }
+  const CudaBackend* b = as_backend(backend);
+  props->device_count = static_cast<uint32_t>(b->device_count);
+  props->warp_size = 32;
+  props->mem_kind = COURIER_MEM_CUDA;
+  props->caps = 0;
+  if (b->device_count > 0) {
+    props->caps = COURIER_GPU_CAP_MAPPED_HOST | COURIER_GPU_CAP_IPC |
+                  COURIER_GPU_CAP_FIFO_KERNELS | COURIER_GPU_CAP_GRAPHS;
+    if (b->dmabuf) props->caps |= COURIER_GPU_CAP_DMABUF;
+  }
+  std::snprintf(props->device_name, sizeof props->device_name, "%s", b->device_name.c_str());
+  std::snprintf(props->no_device_reason, sizeof props->no_device_reason, "%s",
+                b->no_device_reason.c_str());
+  return 0;
+}
+
+int cuda_mem_alloc(void* backend, int device, size_t bytes, void** ptr) {
+  if (ptr == nullptr) return fail(-EINVAL, "mem_alloc: output pointer is NULL");
+  if (int rc = select_device(as_backend(backend), device); rc != 0) return rc;
+  cudaError_t rc = cudaMalloc(ptr, bytes == 0 ? 1 : bytes);
+  if (rc != cudaSuccess) {
+    return fail(rc, "cudaMalloc(" + std::to_string(bytes) + " bytes) on device " +
+                        std::to_string(device));
+  }
+  // Device memory starts zeroed, like the host backend's.
+  rc = cudaMemset(*ptr, 0, bytes);
+  return rc == cudaSuccess ? 0 : fail(rc, "cudaMemset of a new allocation");
+}
+
+int cuda_mem_free(void* backend, int device, void* ptr) {
+  if (ptr == nullptr) return 0;
+  if (int rc = select_device(as_backend(backend), device); rc != 0) return rc;
+  cudaError_t rc = cudaFree(ptr);
+  return rc == cudaSuccess ? 0 : fail(rc, "cudaFree");
+}
+
+int cuda_host_alloc_mapped(void* backend, size_t bytes, void** host_ptr, void** device_ptr) {
+  if (host_ptr == nullptr || device_ptr == nullptr) {
+    return fail(-EINVAL, "host_alloc_mapped: NULL output pointer");
+  }
+  if (as_backend(backend)->device_count == 0) return fail(-ENODEV, "no CUDA device");
+  // Portable: every device of the process maps it; mapped: at the same
+  // address (unified addressing), which the device pointer confirms.
+  cudaError_t rc = cudaHostAlloc(host_ptr, bytes == 0 ? 1 : bytes,
+                                 cudaHostAllocMapped | cudaHostAllocPortable);
+  if (rc != cudaSuccess) return fail(rc, "cudaHostAlloc(" + std::to_string(bytes) + " bytes)");
+  std::memset(*host_ptr, 0, bytes);
+  rc = cudaHostGetDevicePointer(device_ptr, *host_ptr, 0);
+  if (rc != cudaSuccess) {
+    cudaFreeHost(*host_ptr);
+    return fail(rc, "cudaHostGetDevicePointer");
+  }
+  return 0;
+}
+
+int cuda_host_free_mapped(void*, void* host_ptr) {
+  if (host_ptr == nullptr) return 0;
+  cudaError_t rc = cudaFreeHost(host_ptr);
+  return rc == cudaSuccess ? 0 : fail(rc, "cudaFreeHost");
+}
+
+int cuda_memcpy(void*, void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return 0;
+  if (dst == nullptr || src == nullptr) return fail(-EINVAL, "memcpy: NULL pointer");
+  cudaError_t rc = cudaMemcpy(dst, src, bytes, cudaMemcpyDefault);
+  return rc == cudaSuccess ? 0 : fail(rc, "cudaMemcpy(" + std::to_string(bytes) + " bytes)");
+}
+
+int cuda_launch_host_kernel(void*, const courier_host_kernel_launch_v1*) {
+  return fail(-ENOTSUP, "gpu-cuda runs device kernels, not host kernels");
+}
+
+int cuda_ipc_export(void*, void* ptr, courier_gpu_ipc_handle_v1* handle) {
+  if (ptr == nullptr || handle == nullptr) return fail(-EINVAL, "ipc_export: NULL argument");
+  static_assert(sizeof(cudaIpcMemHandle_t) <= sizeof handle->bytes);
+  cudaIpcMemHandle_t h{};
+  cudaError_t rc = cudaIpcGetMemHandle(&h, ptr);
+  if (rc != cudaSuccess) return fail(rc, "cudaIpcGetMemHandle");
+  std::memset(handle->bytes, 0, sizeof handle->bytes);
+  std::memcpy(handle->bytes, &h, sizeof h);
+  return 0;
+}
+
+int cuda_ipc_import(void* backend, int device, const courier_gpu_ipc_handle_v1* handle,
+                    void** ptr) {
+  if (ptr == nullptr || handle == nullptr) return fail(-EINVAL, "ipc_import: NULL argument");
+  if (int rc = select_device(as_backend(backend), device); rc != 0) return rc;
+  cudaIpcMemHandle_t h{};
+  std::memcpy(&h, handle->bytes, sizeof h);
+  cudaError_t rc = cudaIpcOpenMemHandle(ptr, h, cudaIpcMemLazyEnablePeerAccess);
+  return rc == cudaSuccess ? 0 : fail(rc, "cudaIpcOpenMemHandle on device " + std::to_string(device));
+}
+
+int cuda_ipc_close(void*, void* ptr) {
+  cudaError_t rc = cudaIpcCloseMemHandle(ptr);
+  return rc == cudaSuccess ? 0 : fail(rc, "cudaIpcCloseMemHandle");
+}
+
+int cuda_dmabuf_export(void* backend, void* ptr, size_t bytes, int* fd, uint64_t* offset) {
+  const CudaBackend* b = as_backend(backend);
+  if (ptr == nullptr || fd == nullptr || offset == nullptr || bytes == 0) {
+    return fail(-EINVAL, "dmabuf_export: NULL argument or zero size");
+  }
+  if (!b->dmabuf) {
+    return fail(-ENOTSUP, "this driver or device cannot export dmabuf (CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED is 0)");
+  }
+  // The driver wants a page-aligned range; export the pages that cover it.
+  constexpr uintptr_t kPage = 4096;
+  const auto address = reinterpret_cast<uintptr_t>(ptr);
+  const uintptr_t start = address & ~(kPage - 1);
+  const uintptr_t end = (address + bytes + kPage - 1) & ~(kPage - 1);
+  int handle = -1;
+  CUresult rc = b->get_handle_for_range(&handle, static_cast<CUdeviceptr>(start), end - start,
+                                        CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0);
+  if (rc != CUDA_SUCCESS) {
+    return fail(-EIO, "cuMemGetHandleForAddressRange(" + std::to_string(end - start) +
+                          " bytes) failed with CUresult " + std::to_string(static_cast<int>(rc)));
+  }
+  *fd = handle;
+  *offset = address - start;
+  return 0;
+}
+
+int cuda_run_fifo_producers(void*, courier_gpu_fifo_producers_v1* job) {
+  return courier::cuda_gpu::run_fifo_producers(job);
+}
+
+int cuda_run_fifo_round_trips(void*, courier_gpu_fifo_round_trips_v1* job) {
+  return courier::cuda_gpu::run_fifo_round_trips(job);
+}
+
+const courier_gpu_plugin_v1 kPlugin = {
+    {sizeof(courier_gpu_plugin_v1), COURIER_GPU_ABI_MAJOR, COURIER_GPU_ABI_MINOR, "cuda"},
+    "NVIDIA GPUs through the CUDA runtime (driver loaded on first use)",
+    nullptr,
+    0,
+    0,
+    cuda_init,
+    cuda_fini,
+    cuda_last_error,
+    cuda_query,
+    cuda_mem_alloc,
+    cuda_mem_free,
+    cuda_host_alloc_mapped,
+    cuda_host_free_mapped,
+    cuda_memcpy,
+    cuda_launch_host_kernel,
+    cuda_ipc_export,
+    cuda_ipc_import,
+    cuda_ipc_close,
+    cuda_dmabuf_export,
+    cuda_run_fifo_producers,
+    cuda_run_fifo_round_trips,
+};
+
+}  // namespace
+
+extern "C" __attribute__((visibility("default"))) const courier_gpu_plugin_v1*
+courier_gpu_backend_v1(void) {
+  return &kPlugin;
+}

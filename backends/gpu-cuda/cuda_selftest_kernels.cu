@@ -1,0 +1,182 @@
+// The FIFO self-test and benchmark kernels: gpu/fifo_selftest.hpp's bodies
+// in CUDA kernels, launched and waited for on a private stream.
+#include <cuda_runtime.h>
+
+#include <cerrno>
+#include <string>
+#include <vector>
+
+#include "cuda_selftest_kernels.hpp"
+#include "cuda_status.hpp"
+#include "gpu/fifo_selftest.hpp"
+
+namespace courier::cuda_gpu {
+
+namespace {
+
+DeviceChannel to_device_channel(const courier_gpu_channel_v1& c) {
+  DeviceChannel ch;
+  ch.slots = static_cast<TransferCmd*>(c.slots);
+  ch.control = static_cast<FifoControl*>(c.control);
+  ch.head = c.head;
+  ch.completed_cache = c.completed_cache;
+  ch.depth_mask = c.depth_mask;
+  ch.max_inflight = c.max_inflight;
+  ch.channel_id = c.channel_id;
+  ch.timeout_ns = c.timeout_ns;
+  return ch;
+}
+
+struct ProducerResult {
+  int status;
+  unsigned long long first_ns;
+  unsigned long long last_ns;
+};
+
+__global__ void producers_kernel(const DeviceChannel* channels, uint32_t num_channels,
+                                 uint64_t count, uint32_t dst_rank, bool warp_mode,
+                                 ProducerResult* result) {
+  const uint32_t producer = blockIdx.x * blockDim.x + threadIdx.x;
+  const DeviceChannel ch = channels[blockIdx.x % num_channels];
+  atomicMin(&result->first_ns, static_cast<unsigned long long>(device::now_ns()));
+  PushStatus status = device::selftest_produce(ch, producer, count, dst_rank, warp_mode);
+  if (status != PushStatus::ok) atomicCAS(&result->status, 0, static_cast<int>(status));
+  atomicMax(&result->last_ns, static_cast<unsigned long long>(device::now_ns()));
+}
+
+__global__ void command_round_trips_kernel(DeviceChannel ch, uint32_t iterations,
+                                           uint64_t* samples, int* status) {
+  *status = static_cast<int>(device::selftest_command_round_trips(ch, iterations, samples));
+}
+
+__global__ void flag_round_trips_kernel(uint64_t* ping, const uint64_t* pong, uint32_t iterations,
+                                        uint64_t* samples, uint64_t timeout_ns, int* status) {
+  *status = static_cast<int>(
+      device::selftest_flag_round_trips(ping, pong, iterations, samples, timeout_ns));
+}
+
+// A stream and device scratch memory, released on every path.
+class Launch {
+ public:
+  ~Launch() {
+    if (scratch_ != nullptr) cudaFree(scratch_);
+    if (exec_ != nullptr) cudaGraphExecDestroy(exec_);
+    if (graph_ != nullptr) cudaGraphDestroy(graph_);
+    if (stream_ != nullptr) cudaStreamDestroy(stream_);
+  }
+  int begin(int device, size_t scratch_bytes) {
+    cudaError_t rc = cudaSetDevice(device);
+    if (rc != cudaSuccess) return fail(rc, "cudaSetDevice(" + std::to_string(device) + ")");
+    rc = cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking);
+    if (rc != cudaSuccess) return fail(rc, "cudaStreamCreate");
+    rc = cudaMalloc(&scratch_, scratch_bytes);
+    if (rc != cudaSuccess) return fail(rc, "cudaMalloc of kernel scratch");
+    return 0;
+  }
+  cudaStream_t stream() const { return stream_; }
+  template <class T>
+  T* scratch(size_t offset) const {
+    return reinterpret_cast<T*>(static_cast<char*>(scratch_) + offset);
+  }
+  int start_capture() {
+    cudaError_t rc = cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal);
+    return rc == cudaSuccess ? 0 : fail(rc, "cudaStreamBeginCapture");
+  }
+  // Ends the capture and launches the graph.
+  int launch_captured() {
+    cudaError_t rc = cudaStreamEndCapture(stream_, &graph_);
+    if (rc != cudaSuccess) return fail(rc, "cudaStreamEndCapture");
+    rc = cudaGraphInstantiate(&exec_, graph_, 0);
+    if (rc != cudaSuccess) return fail(rc, "cudaGraphInstantiate");
+    rc = cudaGraphLaunch(exec_, stream_);
+    return rc == cudaSuccess ? 0 : fail(rc, "cudaGraphLaunch");
+  }
+  int finish(const char* kernel) {
+    cudaError_t rc = cudaGetLastError();
+    if (rc == cudaSuccess) rc = cudaStreamSynchronize(stream_);
+    return rc == cudaSuccess ? 0 : fail(rc, std::string("running ") + kernel);
+  }
+
+ private:
+  cudaStream_t stream_ = nullptr;
+  void* scratch_ = nullptr;
+  cudaGraph_t graph_ = nullptr;
+  cudaGraphExec_t exec_ = nullptr;
+};
+
+}  // namespace
+
+int run_fifo_producers(courier_gpu_fifo_producers_v1* job) {
+  if (job == nullptr || job->struct_size < sizeof *job) {
+    return fail(-EINVAL, "run_fifo_producers: job is NULL or its struct_size is too small");
+  }
+  if (job->channels == nullptr || job->num_channels == 0 || job->blocks == 0 ||
+      job->threads == 0 || job->threads > 1024) {
+    return fail(-EINVAL, "run_fifo_producers: need channels, blocks >= 1 and 1..1024 threads");
+  }
+  if (job->commands_per_thread > 0xFFFFFFFFull) {
+    return fail(-EINVAL, "run_fifo_producers: commands_per_thread exceeds 32 bits");
+  }
+  std::vector<DeviceChannel> channels;
+  for (uint32_t c = 0; c < job->num_channels; ++c) channels.push_back(to_device_channel(job->channels[c]));
+  const size_t channels_bytes = channels.size() * sizeof(DeviceChannel);
+  const size_t result_offset = (channels_bytes + 255) / 256 * 256;
+  Launch launch;
+  if (int rc = launch.begin(job->device, result_offset + sizeof(ProducerResult)); rc != 0) return rc;
+  auto* d_channels = launch.scratch<DeviceChannel>(0);
+  auto* d_result = launch.scratch<ProducerResult>(result_offset);
+  ProducerResult initial{0, ~0ull, 0};
+  cudaError_t rc = cudaMemcpy(d_channels, channels.data(), channels_bytes, cudaMemcpyHostToDevice);
+  if (rc == cudaSuccess) rc = cudaMemcpy(d_result, &initial, sizeof initial, cudaMemcpyHostToDevice);
+  if (rc != cudaSuccess) return fail(rc, "copying the producer job to the device");
+  const bool warp_mode = job->mode == COURIER_GPU_PUSH_WARP;
+  if (job->use_graph != 0) {
+    if (int status = launch.start_capture(); status != 0) return status;
+  }
+  producers_kernel<<<job->blocks, job->threads, 0, launch.stream()>>>(
+      d_channels, job->num_channels, job->commands_per_thread, job->dst_rank, warp_mode, d_result);
+  if (job->use_graph != 0) {
+    if (int status = launch.launch_captured(); status != 0) return status;
+  }
+  if (int status = launch.finish("the FIFO producer kernel"); status != 0) return status;
+  ProducerResult result{};
+  rc = cudaMemcpy(&result, d_result, sizeof result, cudaMemcpyDeviceToHost);
+  if (rc != cudaSuccess) return fail(rc, "reading the producer kernel's result");
+  job->push_status = result.status;
+  job->elapsed_ns = result.last_ns > result.first_ns ? result.last_ns - result.first_ns : 0;
+  return 0;
+}
+
+int run_fifo_round_trips(courier_gpu_fifo_round_trips_v1* job) {
+  if (job == nullptr || job->struct_size < sizeof *job) {
+    return fail(-EINVAL, "run_fifo_round_trips: job is NULL or its struct_size is too small");
+  }
+  if (job->samples == nullptr || job->iterations == 0) {
+    return fail(-EINVAL, "run_fifo_round_trips: need samples and iterations >= 1");
+  }
+  Launch launch;
+  if (int rc = launch.begin(job->device, sizeof(int)); rc != 0) return rc;
+  int* d_status = launch.scratch<int>(0);
+  const DeviceChannel ch = to_device_channel(job->channel);
+  if (job->mode == COURIER_GPU_ROUND_TRIP_COMMAND) {
+    command_round_trips_kernel<<<1, 1, 0, launch.stream()>>>(ch, job->iterations, job->samples,
+                                                             d_status);
+  } else if (job->mode == COURIER_GPU_ROUND_TRIP_FLAG) {
+    if (job->ping == nullptr || job->pong == nullptr) {
+      return fail(-EINVAL, "run_fifo_round_trips: FLAG mode needs ping and pong");
+    }
+    const uint64_t timeout_ns = job->channel.timeout_ns != 0 ? job->channel.timeout_ns : 60'000'000'000ull;
+    flag_round_trips_kernel<<<1, 1, 0, launch.stream()>>>(job->ping, job->pong, job->iterations,
+                                                          job->samples, timeout_ns, d_status);
+  } else {
+    return fail(-EINVAL, "run_fifo_round_trips: unknown mode " + std::to_string(job->mode));
+  }
+  if (int status = launch.finish("the round-trip kernel"); status != 0) return status;
+  int status = 0;
+  cudaError_t rc = cudaMemcpy(&status, d_status, sizeof status, cudaMemcpyDeviceToHost);
+  if (rc != cudaSuccess) return fail(rc, "reading the round-trip kernel's status");
+  job->push_status = status;
+  return 0;
+}
+
+}  // namespace courier::cuda_gpu
