@@ -95,7 +95,73 @@ struct Backoff {
 };
 
 #elif defined(COURIER_GPU_DEVICE_PASS)
-#error "gpu/device_atomics.hpp: the HIP device pass is provided by the gpu-hip backend work"
+
+// HIP (clang's AMDGPU target). The __hip_atomic_* builtins take the scope
+// explicitly: system scope for the FIFO words in mapped host memory (the
+// proxy on the CPU reads and writes them), agent scope for what only this
+// GPU's threads share. Mapped host memory must be fine-grained (coherent)
+// for system scope to reach the CPU; gpu-hip allocates it that way.
+#define COURIER_HIP_SYS __HIP_MEMORY_SCOPE_SYSTEM
+#define COURIER_HIP_GPU __HIP_MEMORY_SCOPE_AGENT
+
+__device__ __forceinline__ uint64_t fetch_add_relaxed(uint64_t* p, uint64_t n) {
+  return __hip_atomic_fetch_add(p, n, __ATOMIC_RELAXED, COURIER_HIP_SYS);
+}
+__device__ __forceinline__ uint64_t load_acquire(const uint64_t* p) {
+  return __hip_atomic_load(const_cast<uint64_t*>(p), __ATOMIC_ACQUIRE, COURIER_HIP_SYS);
+}
+__device__ __forceinline__ uint64_t load_relaxed(const uint64_t* p) {
+  return __hip_atomic_load(const_cast<uint64_t*>(p), __ATOMIC_RELAXED, COURIER_HIP_SYS);
+}
+__device__ __forceinline__ void store_release(uint64_t* p, uint64_t v) {
+  __hip_atomic_store(p, v, __ATOMIC_RELEASE, COURIER_HIP_SYS);
+}
+__device__ __forceinline__ void store_relaxed(uint64_t* p, uint64_t v) {
+  __hip_atomic_store(p, v, __ATOMIC_RELAXED, COURIER_HIP_SYS);
+}
+// One system-scope release fence per batch (an empty scope string means
+// system), so the word0 stores after it can be relaxed: a release store per
+// command would write back the cache for every command.
+__device__ __forceinline__ void publish_fence() { __builtin_amdgcn_fence(__ATOMIC_RELEASE, ""); }
+__device__ __forceinline__ void publish_store(uint64_t* p, uint64_t v) { store_relaxed(p, v); }
+__device__ __forceinline__ bool compare_exchange(uint64_t* p, uint64_t expected, uint64_t v) {
+  return __hip_atomic_compare_exchange_strong(p, &expected, v, __ATOMIC_RELAXED, __ATOMIC_RELAXED,
+                                              COURIER_HIP_SYS);
+}
+// Agent scope: the producers' cached completion count lives in device
+// memory and only this GPU's threads touch it; no PCIe traffic.
+__device__ __forceinline__ uint64_t load_acquire_gpu(const uint64_t* p) {
+  return __hip_atomic_load(const_cast<uint64_t*>(p), __ATOMIC_ACQUIRE, COURIER_HIP_GPU);
+}
+__device__ __forceinline__ void raise_release_gpu(uint64_t* p, uint64_t v) {
+  __hip_atomic_fetch_max(p, v, __ATOMIC_RELEASE, COURIER_HIP_GPU);
+}
+// s_memrealtime reads the GPU's constant-rate "real time" counter (what
+// HIP's wall_clock64() returns), not the shader clock, which changes with
+// the core frequency. It ticks at 100 MHz on gfx9 (MI100, MI200, MI300) and
+// gfx10.3; a tick is 10 ns. gfx11 has no s_memrealtime.
+#if !__has_builtin(__builtin_amdgcn_s_memrealtime)
+#error "gpu/device_atomics.hpp: this AMD GPU target has no s_memrealtime (gfx11?); now_ns needs it"
+#endif
+__device__ __forceinline__ uint64_t now_ns() { return __builtin_amdgcn_s_memrealtime() * 10; }
+// Waits a little for *counter to reach `target`: the first polls back to
+// back (each is a read across PCIe), then naps that double up to ~2 us so a
+// long wait still sees completion soon. s_sleep takes only an immediate
+// (64 x N cycles), so a nap is `naps` sleeps of 8 x 64 cycles (~0.3 us at
+// 1.7 GHz). `wake_at` (see the CPU version) is not used.
+struct Backoff {
+  uint32_t rounds = 0;
+  uint32_t naps = 1;
+  __device__ __forceinline__ void pause(const uint64_t*, uint64_t*, uint64_t) {
+    if (++rounds < 16) return;
+    for (uint32_t i = 0; i < naps; ++i) __builtin_amdgcn_s_sleep(8);
+    if (naps < 8) naps *= 2;
+  }
+};
+
+#undef COURIER_HIP_SYS
+#undef COURIER_HIP_GPU
+
 #else
 
 inline uint64_t fetch_add_relaxed(uint64_t* p, uint64_t n) {

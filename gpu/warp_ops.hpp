@@ -45,19 +45,24 @@ __device__ __forceinline__ uint64_t from_leader(const ActiveLanes& lanes, uint64
 
 #elif defined(COURIER_GPU_DEVICE_PASS)
 
-inline constexpr uint32_t kWarpLanes = 64;
+// 64 on CDNA (gfx9: MI100, MI200, MI300); RDNA (gfx10+) compiles for 32
+// by default. The ballot mask is 64 bits either way (upper half 0 on wave32).
+inline constexpr uint32_t kWarpLanes = __AMDGCN_WAVEFRONT_SIZE;
 
 __device__ __forceinline__ ActiveLanes active_lanes() {
   ActiveLanes lanes;
   lanes.mask = __ballot(1);
-  uint32_t lane = __lane_id();
+  const uint32_t lane = __lane_id();
   lanes.count = __popcll(lanes.mask);
   lanes.rank = __popcll(lanes.mask & ((uint64_t{1} << lane) - 1));
   lanes.leader = __ffsll(static_cast<unsigned long long>(lanes.mask)) - 1;
   return lanes;
 }
+// HIP has no masked shuffle; the inactive lanes simply do not take part.
+// Width: the whole wavefront, whatever its size.
 __device__ __forceinline__ uint64_t from_leader(const ActiveLanes& lanes, uint64_t value) {
-  return __shfl(value, static_cast<int>(lanes.leader), 64);
+  return __shfl(static_cast<unsigned long long>(value), static_cast<int>(lanes.leader),
+                static_cast<int>(kWarpLanes));
 }
 
 #else
