@@ -8,6 +8,7 @@ COURIER_PACKAGES=(
   libfmt-dev doctest-dev
   libfabric-dev libibverbs-dev libhwloc-dev
   openmpi-bin libopenmpi-dev
+  hipcc libamdhip64-dev
 )
 
 missing=()

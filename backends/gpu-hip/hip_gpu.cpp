@@ -1,0 +1,225 @@
+// gpu-hip: Courier's backend for AMD GPUs through the ROCm HIP runtime.
+// FIFO rings live in pinned, fine-grained host memory mapped into the
+// device, device memory comes from hipMalloc, and peers on the host share
+// it through HIP IPC handles. libamdhip64 is linked normally: loading it
+// needs no GPU (it opens /dev/kfd only when first used), so on a machine
+// without one the plugin loads and reports the runtime's "no device".
+#include <hip/hip_runtime_api.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstddef>
+#include <cstdio>
+#include <cstring>
+#include <new>
+#include <string>
+
+#include "courier/abi/gpu_v1.h"
+#include "hip_selftest_kernels.hpp"
+#include "hip_status.hpp"
+
+namespace {
+
+using courier::hip_gpu::fail;
+
+struct HipBackend {
+  int device_count = 0;
+  int warp_size = 64;  // CDNA wavefront; replaced by device 0's when there is one
+  std::string no_device_reason;
+  std::string device_name;
+};
+
+HipBackend* as_backend(void* backend) { return static_cast<HipBackend*>(backend); }
+
+int select_device(const HipBackend* b, int device) {
+  if (device < 0 || device >= b->device_count) {
+    return fail(-ENODEV, "HIP device " + std::to_string(device) + " does not exist (" +
+                             std::to_string(b->device_count) + " visible)");
+  }
+  hipError_t rc = hipSetDevice(device);
+  return rc == hipSuccess ? 0 : fail(rc, "hipSetDevice(" + std::to_string(device) + ")");
+}
+
+int hip_init(const courier_host_services_v1* host, void** backend) {
+  if (host == nullptr || backend == nullptr) return fail(-EINVAL, "init: NULL argument");
+  auto* b = new (std::nothrow) HipBackend;
+  if (b == nullptr) return fail(-ENOMEM, "init: out of memory");
+  // The first runtime call opens the kernel driver; without a GPU it
+  // reports hipErrorNoDevice, which is "no device", not an init failure.
+  hipError_t rc = hipGetDeviceCount(&b->device_count);
+  if (rc != hipSuccess) {
+    b->device_count = 0;
+    b->no_device_reason = "hipGetDeviceCount: " + courier::hip_gpu::describe(rc);
+    if (access("/dev/kfd", F_OK) != 0)
+      b->no_device_reason += "; no /dev/kfd (amdgpu kernel driver not loaded)";
+    (void)hipGetLastError();  // clear it so later calls start clean
+  } else if (b->device_count == 0) {
+    b->no_device_reason = "the HIP runtime reports no device";
+  } else {
+    hipDeviceProp_t props{};
+    if (hipGetDeviceProperties(&props, 0) == hipSuccess) {
+      b->device_name = std::string(props.name) + " (" + props.gcnArchName + ")";
+      if (props.warpSize > 0) b->warp_size = props.warpSize;
+    }
+  }
+  *backend = b;
+  return 0;
+}
+
+void hip_fini(void* backend) { delete as_backend(backend); }
+
+const char* hip_last_error(void*) { return courier::hip_gpu::last_error(); }
+
+int hip_query(void* backend, courier_gpu_props_v1* props) {
+  if (props == nullptr || props->struct_size < sizeof(courier_gpu_props_v1)) {
+    return fail(-EINVAL, "query: props is NULL or its struct_size is too small");
+  }
+  const HipBackend* b = as_backend(backend);
+  props->device_count = static_cast<uint32_t>(b->device_count);
+  props->warp_size = static_cast<uint32_t>(b->warp_size);
+  props->mem_kind = COURIER_MEM_ROCM;
+  props->caps = 0;
+  if (b->device_count > 0) {
+    // No COURIER_GPU_CAP_DMABUF: see hip_dmabuf_export.
+    props->caps = COURIER_GPU_CAP_MAPPED_HOST | COURIER_GPU_CAP_IPC | COURIER_GPU_CAP_FIFO_KERNELS |
+                  COURIER_GPU_CAP_GRAPHS;
+  }
+  std::snprintf(props->device_name, sizeof props->device_name, "%s", b->device_name.c_str());
+  std::snprintf(props->no_device_reason, sizeof props->no_device_reason, "%s",
+                b->no_device_reason.c_str());
+  return 0;
+}
+
+int hip_mem_alloc(void* backend, int device, size_t bytes, void** ptr) {
+  if (ptr == nullptr) return fail(-EINVAL, "mem_alloc: output pointer is NULL");
+  if (int rc = select_device(as_backend(backend), device); rc != 0) return rc;
+  hipError_t rc = hipMalloc(ptr, bytes == 0 ? 1 : bytes);
+  if (rc != hipSuccess) {
+    return fail(
+        rc, "hipMalloc(" + std::to_string(bytes) + " bytes) on device " + std::to_string(device));
+  }
+  // Device memory starts zeroed, like the host backend's.
+  rc = hipMemset(*ptr, 0, bytes);
+  return rc == hipSuccess ? 0 : fail(rc, "hipMemset of a new allocation");
+}
+
+int hip_mem_free(void* backend, int device, void* ptr) {
+  if (ptr == nullptr) return 0;
+  if (int rc = select_device(as_backend(backend), device); rc != 0) return rc;
+  hipError_t rc = hipFree(ptr);
+  return rc == hipSuccess ? 0 : fail(rc, "hipFree");
+}
+
+int hip_host_alloc_mapped(void* backend, size_t bytes, void** host_ptr, void** device_ptr) {
+  if (host_ptr == nullptr || device_ptr == nullptr) {
+    return fail(-EINVAL, "host_alloc_mapped: NULL output pointer");
+  }
+  if (as_backend(backend)->device_count == 0) return fail(-ENODEV, "no HIP device");
+  // Mapped: the device addresses it; portable: every device of the process
+  // does; coherent: fine-grained, so the device's system-scope atomics and
+  // fences reach the CPU while the kernel runs (ROCm's default for
+  // hipHostMalloc is coarse-grained unless HIP_HOST_COHERENT=1).
+  hipError_t rc =
+      hipHostMalloc(host_ptr, bytes == 0 ? 1 : bytes,
+                    hipHostMallocMapped | hipHostMallocPortable | hipHostMallocCoherent);
+  if (rc != hipSuccess) return fail(rc, "hipHostMalloc(" + std::to_string(bytes) + " bytes)");
+  std::memset(*host_ptr, 0, bytes);
+  rc = hipHostGetDevicePointer(device_ptr, *host_ptr, 0);
+  if (rc != hipSuccess) {
+    (void)hipHostFree(*host_ptr);
+    return fail(rc, "hipHostGetDevicePointer");
+  }
+  return 0;
+}
+
+int hip_host_free_mapped(void*, void* host_ptr) {
+  if (host_ptr == nullptr) return 0;
+  hipError_t rc = hipHostFree(host_ptr);
+  return rc == hipSuccess ? 0 : fail(rc, "hipHostFree");
+}
+
+int hip_memcpy(void*, void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return 0;
+  if (dst == nullptr || src == nullptr) return fail(-EINVAL, "memcpy: NULL pointer");
+  hipError_t rc = hipMemcpy(dst, src, bytes, hipMemcpyDefault);
+  return rc == hipSuccess ? 0 : fail(rc, "hipMemcpy(" + std::to_string(bytes) + " bytes)");
+}
+
+int hip_launch_host_kernel(void*, const courier_host_kernel_launch_v1*) {
+  return fail(-ENOTSUP, "gpu-hip runs device kernels, not host kernels");
+}
+
+int hip_ipc_export(void*, void* ptr, courier_gpu_ipc_handle_v1* handle) {
+  if (ptr == nullptr || handle == nullptr) return fail(-EINVAL, "ipc_export: NULL argument");
+  static_assert(sizeof(hipIpcMemHandle_t) <= sizeof handle->bytes);
+  hipIpcMemHandle_t h{};
+  hipError_t rc = hipIpcGetMemHandle(&h, ptr);
+  if (rc != hipSuccess) return fail(rc, "hipIpcGetMemHandle");
+  std::memset(handle->bytes, 0, sizeof handle->bytes);
+  std::memcpy(handle->bytes, &h, sizeof h);
+  return 0;
+}
+
+int hip_ipc_import(void* backend, int device, const courier_gpu_ipc_handle_v1* handle, void** ptr) {
+  if (ptr == nullptr || handle == nullptr) return fail(-EINVAL, "ipc_import: NULL argument");
+  if (int rc = select_device(as_backend(backend), device); rc != 0) return rc;
+  hipIpcMemHandle_t h{};
+  std::memcpy(&h, handle->bytes, sizeof h);
+  hipError_t rc = hipIpcOpenMemHandle(ptr, h, hipIpcMemLazyEnablePeerAccess);
+  return rc == hipSuccess ? 0 : fail(rc, "hipIpcOpenMemHandle on device " + std::to_string(device));
+}
+
+int hip_ipc_close(void*, void* ptr) {
+  hipError_t rc = hipIpcCloseMemHandle(ptr);
+  return rc == hipSuccess ? 0 : fail(rc, "hipIpcCloseMemHandle");
+}
+
+// ROCm 5.2, which this backend is written against, cannot export device
+// memory as a dmabuf: neither HIP nor its HSA runtime has an export call.
+// Later ROCm releases add hsa_amd_portable_export_dmabuf; this backend does
+// not use it yet, so the capability is not reported and NICs must register
+// device memory another way (amdgpu peer memory).
+int hip_dmabuf_export(void*, void*, size_t, int*, uint64_t*) {
+  return fail(-ENOTSUP,
+              "gpu-hip cannot export dmabuf: ROCm 5.2 has no export API "
+              "(hsa_amd_portable_export_dmabuf is in later ROCm, not used yet)");
+}
+
+int hip_run_fifo_producers(void*, courier_gpu_fifo_producers_v1* job) {
+  return courier::hip_gpu::run_fifo_producers(job);
+}
+
+int hip_run_fifo_round_trips(void*, courier_gpu_fifo_round_trips_v1* job) {
+  return courier::hip_gpu::run_fifo_round_trips(job);
+}
+
+const courier_gpu_plugin_v1 kPlugin = {
+    {sizeof(courier_gpu_plugin_v1), COURIER_GPU_ABI_MAJOR, COURIER_GPU_ABI_MINOR, "hip"},
+    "AMD GPUs through the ROCm HIP runtime",
+    nullptr,
+    0,
+    0,
+    hip_init,
+    hip_fini,
+    hip_last_error,
+    hip_query,
+    hip_mem_alloc,
+    hip_mem_free,
+    hip_host_alloc_mapped,
+    hip_host_free_mapped,
+    hip_memcpy,
+    hip_launch_host_kernel,
+    hip_ipc_export,
+    hip_ipc_import,
+    hip_ipc_close,
+    hip_dmabuf_export,
+    hip_run_fifo_producers,
+    hip_run_fifo_round_trips,
+};
+
+}  // namespace
+
+extern "C" __attribute__((visibility("default"))) const courier_gpu_plugin_v1*
+courier_gpu_backend_v1(void) {
+  return &kPlugin;
+}
