@@ -1,0 +1,105 @@
+# Runs courier-info and checks that GPU plugin PLUGIN loads, initializes
+# and reports "no device" (device_count 0, with a reason) on a machine
+# without that vendor's GPU; where it finds devices, that it names them.
+#
+#   cmake -DCOURIER_INFO=<exe> -DPLUGIN_DIR=<dir> -DPLUGIN=hip [-DWARP_SIZE=64]
+#         -P check_gpu_plugin_no_device.cmake
+
+foreach(required COURIER_INFO PLUGIN_DIR PLUGIN)
+  if(NOT DEFINED ${required})
+    message(FATAL_ERROR "check_gpu_plugin_no_device.cmake: -D${required}=... is required")
+  endif()
+endforeach()
+
+set(ENV{COURIER_BACKEND_PATH} "${PLUGIN_DIR}")
+foreach(variable COURIER_GPU_BACKEND COURIER_NIC_BACKEND COURIER_LOG_LEVEL)
+  unset(ENV{${variable}})
+endforeach()
+
+set(failures "")
+function(expect text regex what)
+  if(NOT "${text}" MATCHES "${regex}")
+    set(failures "${failures}  - ${what}\n      (no match for: ${regex})\n" PARENT_SCOPE)
+  endif()
+endfunction()
+
+function(run_courier_info out_var)
+  execute_process(COMMAND "${COURIER_INFO}" ${ARGN}
+                  OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "courier-info ${ARGN} exited with ${rc}\nstdout:\n${out}\nstderr:\n${err}")
+  endif()
+  set(${out_var} "${out}" PARENT_SCOPE)
+endfunction()
+
+# --- human output -----------------------------------------------------------
+run_courier_info(text)
+set(file "libcourier-gpu-${PLUGIN}\\.so")
+expect("${text}" "\n  gpu +${PLUGIN} +1\\.[0-9]+ +usable +[^\n]*/${file}\n" "gpu ${PLUGIN} listed as usable")
+expect("${text}" "\n  gpu ${PLUGIN} \\(ABI 1\\.[0-9]+\\) [^\n]*/${file}\n +description +[^\n]+\n +init +ok\n"
+       "gpu ${PLUGIN} initializes")
+# The plugin's block under "Backends", up to its knobs.
+string(FIND "${text}" "\n  gpu ${PLUGIN} (ABI " start)
+set(block "")
+if(start GREATER_EQUAL 0)
+  string(SUBSTRING "${text}" ${start} -1 block)
+  string(FIND "${block}" "\n    knobs:" end)
+  if(end GREATER 0)
+    string(SUBSTRING "${block}" 0 ${end} block)
+  endif()
+endif()
+set(devices "")
+if("${block}" MATCHES "\n +device_count +([0-9]+)\n")
+  set(devices "${CMAKE_MATCH_1}")
+endif()
+if(devices STREQUAL "" OR devices STREQUAL "0")
+  expect("${block}" "\n +device_count +0\n" "gpu ${PLUGIN} reports device_count 0")
+  expect("${block}" "\n +no_device_reason +[^ \n-][^\n]*\n" "gpu ${PLUGIN} says why there is no device")
+  expect("${block}" "\n +caps +none\n" "gpu ${PLUGIN} reports no capabilities without a device")
+  if(DEFINED WARP_SIZE)
+    expect("${block}" "\n +warp_size +${WARP_SIZE}\n" "gpu ${PLUGIN} warp_size ${WARP_SIZE}")
+  endif()
+else()
+  # A machine with the GPU: the plugin found it, which is fine too.
+  expect("${block}" "\n +device_name +[^ \n-][^\n]*\n" "gpu ${PLUGIN} names its device")
+endif()
+
+# --- JSON -------------------------------------------------------------------
+run_courier_info(json --json)
+string(JSON count ERROR_VARIABLE json_error LENGTH "${json}" backends)
+if(json_error)
+  string(APPEND failures "  - --json output has no backends array: ${json_error}\n")
+  set(count 0)
+endif()
+set(found FALSE)
+if(count GREATER 0)
+  math(EXPR last "${count} - 1")
+  foreach(i RANGE 0 ${last})
+    string(JSON kind GET "${json}" backends ${i} kind)
+    string(JSON name GET "${json}" backends ${i} name)
+    if(NOT kind STREQUAL "gpu" OR NOT name STREQUAL "${PLUGIN}")
+      continue()
+    endif()
+    set(found TRUE)
+    string(JSON initialized GET "${json}" backends ${i} initialized)
+    string(JSON devices ERROR_VARIABLE json_error GET "${json}" backends ${i} properties device_count)
+    string(JSON reason ERROR_VARIABLE json_error GET "${json}" backends ${i} properties no_device_reason)
+    if(NOT initialized)
+      string(APPEND failures "  - JSON: gpu ${PLUGIN} did not initialize\n")
+    elseif(NOT devices STREQUAL "0")
+      message(STATUS "gpu ${PLUGIN}: ${devices} device(s) found; the no-device path is not exercised")
+    elseif(reason STREQUAL "")
+      string(APPEND failures "  - JSON: gpu ${PLUGIN} gives no no_device_reason\n")
+    else()
+      message(STATUS "gpu ${PLUGIN}: no device: ${reason}")
+    endif()
+  endforeach()
+endif()
+if(NOT found)
+  string(APPEND failures "  - JSON: gpu ${PLUGIN} is not among the backends\n")
+endif()
+
+if(failures)
+  message(FATAL_ERROR "courier-info did not report gpu ${PLUGIN} as loaded without a device:\n"
+                      "${failures}\n--- human output ---\n${text}")
+endif()
