@@ -7,6 +7,7 @@
 #include <thread>
 #include <vector>
 
+#include "completing_sink.hpp"
 #include "core/log.hpp"
 #include "core/proxy/fifo_consumer.hpp"
 #include "core/proxy/proxy_thread.hpp"
@@ -15,37 +16,6 @@
 namespace courier::bench {
 
 namespace {
-
-// A transport that completes every write the moment it is posted.
-class CompletingSink final : public ProxyTransport {
- public:
-  explicit CompletingSink(uint32_t capacity) : done_(capacity) {}
-  uint32_t caps() const override {
-    return COURIER_NIC_CAP_RMA_WRITE | COURIER_NIC_CAP_ORDERED_WRITES;
-  }
-  int post_write(const WriteRequest&, uint64_t cookie, std::string*) override {
-    if (count_ == done_.size()) return -EAGAIN;
-    done_[count_++] = cookie;
-    return COURIER_OK;
-  }
-  int poll(courier_nic_completion_v1* out, uint32_t max) override {
-    uint32_t n = 0;
-    while (n < max && taken_ < count_) {
-      out[n] = {};
-      out[n].kind = COURIER_NIC_COMP_TX;
-      out[n].cookie = done_[taken_++];
-      ++n;
-    }
-    if (taken_ == count_) taken_ = count_ = 0;
-    return static_cast<int>(n);
-  }
-  std::string last_error() const override { return ""; }
-
- private:
-  std::vector<uint64_t> done_;
-  size_t count_ = 0;
-  size_t taken_ = 0;
-};
 
 struct Ring {
   explicit Ring(const FifoBenchOptions& o)
@@ -126,7 +96,9 @@ double run_proxy(const FifoBenchOptions& o) {
   Logger log(LogLevel::error);
   ProxyChannel channel(0, ring.slots.data(), ring.control.get(), o.depth);
   CompletingSink sink(o.max_inflight);
-  ProxyThread proxy(0, sink, {&channel}, ProxyOptions{}, log);
+  ProxyOptions options;
+  options.semantics.world_size = 2;  // the commands write to rank 1
+  ProxyThread proxy(0, sink, {&channel}, options, log);
   proxy.start();
   double seconds = produce(ring, o);
   proxy.stop();

@@ -2,6 +2,7 @@
 // baseline in the same run.
 //
 //   courier-bench fifo [--producers P] [--commands N] [--batch B] [--json]
+//   courier-bench fifo --gpu cuda|host [--blocks B] [--threads T] [--check] ...
 //   courier-run -n 2 courier-bench transport [--provider shm|tcp] [--size N]
 //       [--window W] [--iters N] [--op write|write_imm] [--raw] [--json]
 #include <fmt/format.h>
@@ -19,6 +20,7 @@
 #include "core/cpu_placement.hpp"
 #include "courier/context.hpp"
 #include "fifo_bench.hpp"
+#include "gpu_fifo_bench.hpp"
 #if COURIER_BENCH_HAVE_RAW_OFI
 #include "raw_ofi_transport.hpp"
 #endif
@@ -33,6 +35,10 @@ using courier::bench::BenchResult;
 constexpr const char* kUsage =
     "usage: courier-bench fifo [--producers P] [--commands N] [--batch B] [--depth D]\n"
     "                          [--inflight I] [--repeats R] [--json]\n"
+    "       courier-bench fifo --gpu NAME [--blocks B] [--threads T] [--push warp|thread]\n"
+    "                          [--proxy-threads P] [--channels C] [--commands N] [--depth D]\n"
+    "                          [--inflight I] [--repeats R] [--check] [--graph]\n"
+    "                          [--round-trips N] [--json]\n"
     "       courier-run -n 2 courier-bench transport [--provider shm|tcp] [--size N |\n"
     "                          --sizes A,B,...] [--window W] [--fifo-inflight F]\n"
     "                          [--iters N] [--repeats R] [--op write|write_imm] [--raw]\n"
@@ -45,6 +51,12 @@ constexpr const char* kUsage =
     "\n"
     "fifo       host-GPU producer threads into one proxy thread (commands/s); baseline:\n"
     "           the same ring drained by a bare loop (path 'ring').\n"
+    "fifo --gpu the GPU backend's producer kernel (B blocks x T threads) into C channels\n"
+    "           drained by P proxy threads (default: COURIER_PROXY_THREADS if set, else 1;\n"
+    "           C defaults to P); baseline: bare loops on the same rings. --check verifies\n"
+    "           every command (none lost, duplicated, reordered or torn), prints\n"
+    "           'violations: N' and exits 1 on any. --round-trips N adds the GPU -> proxy\n"
+    "           -> GPU completion round trip next to a bare flag ping-pong.\n"
     "transport  rank 0 writes to rank 1 through Courier (path 'courier'); --raw first runs\n"
     "           the same pattern as a plain libfabric program (path 'raw'), so both appear\n"
     "           side by side. Each row is the median of R runs (default 5). Both keep W\n"
@@ -126,7 +138,88 @@ void print(const std::vector<BenchResult>& results, bool json) {
   }
 }
 
+int run_gpu_fifo(int argc, char** argv) {
+  courier::bench::GpuFifoOptions o;
+  if (const char* threads = std::getenv("COURIER_PROXY_THREADS"); threads != nullptr) {
+    o.proxy_threads =
+        static_cast<uint32_t>(parse_number("COURIER_PROXY_THREADS", threads, 1, 64));
+  }
+  bool json = parse_flags(argc, argv, [&](const std::string& flag, auto value) {
+    if (flag == "--gpu") {
+      o.gpu = value();
+    } else if (flag == "--blocks") {
+      o.blocks = static_cast<uint32_t>(parse_number(flag, value(), 1, 65535));
+    } else if (flag == "--threads") {
+      o.threads = static_cast<uint32_t>(parse_number(flag, value(), 1, 1024));
+    } else if (flag == "--push") {
+      const std::string mode = value();
+      if (mode != "warp" && mode != "thread") {
+        usage_error("--push '" + mode + "' is invalid: expected warp or thread");
+      }
+      o.warp_push = mode == "warp";
+    } else if (flag == "--proxy-threads") {
+      o.proxy_threads = static_cast<uint32_t>(parse_number(flag, value(), 1, 64));
+    } else if (flag == "--channels") {
+      o.channels = static_cast<uint32_t>(parse_number(flag, value(), 1, 1024));
+    } else if (flag == "--commands") {
+      o.commands = parse_number(flag, value(), 1, uint64_t{1} << 40);
+    } else if (flag == "--depth") {
+      o.depth = static_cast<uint32_t>(parse_number(flag, value(), 64, 1 << 20));
+      if ((o.depth & (o.depth - 1)) != 0) usage_error("--depth must be a power of two");
+    } else if (flag == "--inflight") {
+      o.max_inflight = static_cast<uint32_t>(parse_number(flag, value(), 1, 1 << 20));
+    } else if (flag == "--repeats") {
+      o.repeats = static_cast<uint32_t>(parse_number(flag, value(), 1, 100));
+    } else if (flag == "--check") {
+      o.check = true;
+    } else if (flag == "--graph") {
+      o.graph = true;
+    } else if (flag == "--round-trips") {
+      o.round_trips = static_cast<uint32_t>(parse_number(flag, value(), 1, 10'000'000));
+    } else {
+      return false;
+    }
+    return true;
+  });
+  if (o.max_inflight > o.depth) usage_error("--inflight may not exceed --depth");
+  if (o.channels != 0 && o.channels < o.proxy_threads) {
+    usage_error("--channels may not be fewer than the proxy threads");
+  }
+  try {
+    courier::bench::GpuFifoRun run = courier::bench::run_gpu_fifo_bench(o);
+    if (!json) fmt::print("device: {}\n", run.device);
+    print(run.rows, json);
+    for (const auto& r : run.latency) {
+      if (json) {
+        fmt::print(
+            "{{\"bench\":\"fifo_round_trip\",\"path\":\"{}\",\"gpu\":\"{}\",\"iters\":{},"
+            "\"median_us\":{:.3f},\"p99_us\":{:.3f}}}\n",
+            r.path, o.gpu, r.iters, r.median_us, r.p99_us);
+      }
+    }
+    if (!json && !run.latency.empty()) {
+      fmt::print("\n{:<16} {:<9} {:>9} {:>11} {:>11}\n", "round trip", "path", "iters",
+                 "median us", "p99 us");
+      for (const auto& r : run.latency) {
+        fmt::print("{:<16} {:<9} {:>9} {:>11.2f} {:>11.2f}\n", "gpu->cpu->gpu", r.path, r.iters,
+                   r.median_us, r.p99_us);
+      }
+    }
+    if (o.check) {
+      fmt::print("checked: {} commands\nviolations: {}\n", run.checked, run.violations);
+      if (run.violations != 0) fmt::print(stderr, "first violation: {}\n", run.first_violation);
+    }
+    return run.violations == 0 ? 0 : 1;
+  } catch (const courier::Error& e) {
+    fmt::print(stderr, "courier-bench: {}\n", e.what());
+    return 1;
+  }
+}
+
 int run_fifo(int argc, char** argv) {
+  for (int i = 2; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--gpu") == 0) return run_gpu_fifo(argc, argv);
+  }
   courier::bench::FifoBenchOptions o;
   bool json = parse_flags(argc, argv, [&](const std::string& flag, auto value) {
     if (flag == "--producers") {

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Courier's GPU tests and benchmarks in one go, for a GPU host: builds with
+# the CUDA backend, runs the tests labelled "gpu", runs the FIFO benchmarks
+# and prints a short table at the end. Outputs also go to $OUT when set.
+#
+#   tests/gpu/run.sh            (BUILD=build-gpu by default)
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+BUILD=${BUILD:-build-gpu}
+OUT=${OUT:-$BUILD/gpu-results}
+mkdir -p "$OUT"
+export NCCL_NVLS_ENABLE=0
+export COURIER_BACKEND_PATH="$PWD/$BUILD/lib/courier"
+
+step() { printf '\n=== %s\n' "$*"; }
+
+step "configure and build ($BUILD)"
+cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCOURIER_GPU_TESTS=ON \
+  -DCOURIER_WITH_CUDA=ON -DCOURIER_WITH_HIP=OFF >"$OUT/configure.log" 2>&1 ||
+  { tail -30 "$OUT/configure.log"; exit 1; }
+cmake --build "$BUILD" -j "$(nproc)" --target courier-bench courier-info courier-gpu-cuda \
+  courier-gpu-host courier-gpu-backend-test >"$OUT/build.log" 2>&1 ||
+  { grep -E "error|FAILED" -A5 "$OUT/build.log" | head -60; exit 1; }
+nvidia-smi --query-gpu=name,driver_version,pcie.link.gen.current,pcie.link.width.current \
+  --format=csv,noheader 2>/dev/null | tee "$OUT/gpus.txt"
+
+step "GPU tests (ctest -L gpu)"
+ctest --test-dir "$BUILD" -L gpu --output-on-failure 2>&1 | tee "$OUT/ctest.log" | tail -40
+tests_line=$(grep -E "tests passed" "$OUT/ctest.log" || echo "tests: did not run")
+
+bench() {  # bench NAME ARGS...: one courier-bench run, table kept in $OUT/NAME.txt
+  local name=$1
+  shift
+  step "$name: $*"
+  "$@" >"$OUT/$name.txt" 2>&1
+  local rc=$?
+  cat "$OUT/$name.txt"
+  return $rc
+}
+B="$BUILD/bin/courier-bench"
+bench fifo-1proxy "$B" fifo --gpu cuda --repeats 3 --round-trips 20000
+bench fifo-4proxies env COURIER_PROXY_THREADS=4 "$B" fifo --gpu cuda --repeats 3
+bench fifo-1proxy-thread-push "$B" fifo --gpu cuda --push thread --commands 20000000 --repeats 3
+bench fifo-1proxy-json "$B" fifo --gpu cuda --repeats 3 --round-trips 20000 --json
+
+step "summary"
+printf '%s\n' "$tests_line"
+printf '%-28s %-8s %14s\n' "benchmark" "path" "M cmds/s"
+for name in fifo-1proxy fifo-4proxies fifo-1proxy-thread-push; do
+  awk -v n="$name" '$1 == "fifo" { printf "%-28s %-8s %14.2f\n", n, $2, $(NF-1) / 1e6 }' \
+    "$OUT/$name.txt"
+done
+awk '$1 == "gpu->cpu->gpu" { printf "%-28s %-8s %9.2f us median %9.2f us p99\n", "round trip", $2, $4, $5 }' \
+  "$OUT/fifo-1proxy.txt"
