@@ -182,7 +182,7 @@ GpuBackend::GpuBackend(const GpuPlugin& plugin, const HostServices& host) : plug
   // not to be believed.
   const auto* ops = plugin_.ops;
   const size_t needed =
-      offsetof(courier_gpu_plugin_v1, run_fifo_round_trips) + sizeof ops->run_fifo_round_trips;
+      offsetof(courier_gpu_plugin_v1, run_command_lists) + sizeof ops->run_command_lists;
   has_minor1_ = plugin_.abi_minor >= 1 && ops->header.struct_size >= needed;
   if (!has_minor1_) {
     props_.caps &= ~(COURIER_GPU_CAP_IPC | COURIER_GPU_CAP_DMABUF | COURIER_GPU_CAP_FIFO_KERNELS |

@@ -67,6 +67,8 @@ constexpr Knob kKnobs[] = {
     {"COURIER_TIMEOUT_S", "60", "a wait longer than this fails with a diagnostic (1..86400)"},
     {"COURIER_LOG_LEVEL", "warn", "error, warn, info, debug, trace"},
     {"COURIER_GPU_BACKEND", "", "force a GPU backend: name, path, or ^name,... to exclude"},
+    {"COURIER_GPU_DEVICE", "",
+     "index of the GPU this rank uses; unset: local rank modulo the number of GPUs"},
     {"COURIER_NIC_BACKEND", "", "force a NIC backend: name, path, or ^name,... to exclude"},
     {"COURIER_BACKEND_PATH", "", "':'-separated directories searched for plugins first"},
     {"COURIER_FAULTS", "",
@@ -320,6 +322,8 @@ Config Config::load(const EnvLookup& env, bool need_job) {
                                     {"debug", LogLevel::debug},
                                     {"trace", LogLevel::trace}});
   config.gpu_backend = parser.text("COURIER_GPU_BACKEND");
+  config.gpu_device =
+      parser.unsigned_in("COURIER_GPU_DEVICE", config.gpu_device, 0, Config::kMaxGpuDevice);
   config.nic_backend = parser.text("COURIER_NIC_BACKEND");
   config.backend_path = parser.text("COURIER_BACKEND_PATH");
   config.faults = parse_fault_spec(parser.text("COURIER_FAULTS"), "COURIER_FAULTS");

@@ -61,6 +61,10 @@ struct Config {
   uint32_t timeout_s = 60;
   LogLevel log_level = LogLevel::warn;
   std::string gpu_backend;      // COURIER_GPU_BACKEND: "", a name, a path or "^a,b"
+  // COURIER_GPU_DEVICE; kAutoGpuDevice: local rank modulo the device count.
+  static constexpr uint32_t kAutoGpuDevice = ~0u;
+  static constexpr uint32_t kMaxGpuDevice = 1023;
+  uint32_t gpu_device = kAutoGpuDevice;
   std::string nic_backend;      // COURIER_NIC_BACKEND
   std::string backend_path;     // COURIER_BACKEND_PATH: ':'-separated directories
   FaultSpec faults;             // COURIER_FAULTS: docs/faults.md; inactive by default

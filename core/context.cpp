@@ -99,7 +99,8 @@ struct MappedHostFree {
 };
 struct DeviceFree {
   const GpuBackend* gpu;
-  void operator()(void* ptr) const { gpu->ops()->mem_free(gpu->handle(), 0, ptr); }
+  int device;
+  void operator()(void* ptr) const { gpu->ops()->mem_free(gpu->handle(), device, ptr); }
 };
 
 }  // namespace
@@ -111,6 +112,7 @@ struct Context::Impl {
   Registry registry;
   HostServices host;
   std::unique_ptr<GpuBackend> gpu;
+  int device = 0;  // this rank's GPU (choose_device)
   std::unique_ptr<NicBackend> nic;
   std::shared_ptr<Bootstrap> bootstrap;
 
@@ -119,7 +121,7 @@ struct Context::Impl {
   // before endpoints close, before the memory they use is freed.
   std::unique_ptr<void, MappedHostFree> ring_host{nullptr, {nullptr}};
   void* ring_device = nullptr;
-  std::unique_ptr<void, DeviceFree> heads{nullptr, {nullptr}};
+  std::unique_ptr<void, DeviceFree> heads{nullptr, {nullptr, 0}};
   size_t ring_stride = 0;
 
   std::vector<std::unique_ptr<ProxyChannel>> channels;
@@ -161,6 +163,7 @@ struct Context::Impl {
       fail("GPU backend '{}' found no device: {}", gpu->plugin().name,
            gpu->props().no_device_reason);
     }
+    choose_device();
     nic = open_nic_backend(registry, config.nic_backend, host, log);
     if ((nic->props().caps & COURIER_NIC_CAP_DELIVERY_COMPLETE) == 0) {
       log.warn("context",
@@ -239,6 +242,20 @@ struct Context::Impl {
     }
   }
 
+  // The GPU of this rank: COURIER_GPU_DEVICE, or the local rank modulo the
+  // number of devices (one GPU per rank on a multi-GPU host).
+  void choose_device() {
+    const uint32_t count = gpu->props().device_count;
+    if (config.gpu_device == Config::kAutoGpuDevice) {
+      device = static_cast<int>(static_cast<uint32_t>(config.job.local_rank) % count);
+    } else if (config.gpu_device >= count) {
+      fail("COURIER_GPU_DEVICE={} is invalid: GPU backend '{}' has {} device(s)",
+           config.gpu_device, gpu->plugin().name, count);
+    } else {
+      device = static_cast<int>(config.gpu_device);
+    }
+  }
+
   void allocate_channels() {
     const uint32_t n = config.channels;
     const uint32_t depth = config.fifo_depth;
@@ -255,11 +272,11 @@ struct Context::Impl {
     // `completed`, each on its own cache line.
     const size_t head_stride = kHeadStride;
     void* heads_ptr = nullptr;
-    if (ops->mem_alloc(gpu->handle(), 0, head_stride * n, &heads_ptr) != 0) {
+    if (ops->mem_alloc(gpu->handle(), device, head_stride * n, &heads_ptr) != 0) {
       fail("GPU backend '{}': allocating FIFO heads failed: {}", gpu->plugin().name,
            gpu->last_error());
     }
-    heads = {heads_ptr, DeviceFree{gpu.get()}};
+    heads = {heads_ptr, DeviceFree{gpu.get(), device}};
     std::vector<std::byte> zeros(head_stride * n);
     ops->memcpy_sync(gpu->handle(), heads_ptr, zeros.data(), zeros.size());
     for (uint32_t c = 0; c < n; ++c) {
@@ -508,7 +525,7 @@ std::string Context::nic_backend() const { return impl_->nic->plugin().name; }
 
 DeviceBuffer Context::alloc(size_t bytes) const {
   void* ptr = nullptr;
-  if (impl_->gpu->ops()->mem_alloc(impl_->gpu->handle(), 0, bytes, &ptr) != 0) {
+  if (impl_->gpu->ops()->mem_alloc(impl_->gpu->handle(), impl_->device, bytes, &ptr) != 0) {
     fail("GPU backend '{}': allocating {} bytes failed: {}", gpu_backend(), bytes,
          impl_->gpu->last_error());
   }
@@ -516,7 +533,7 @@ DeviceBuffer Context::alloc(size_t bytes) const {
 }
 
 void Context::free_device(void* ptr) const {
-  impl_->gpu->ops()->mem_free(impl_->gpu->handle(), 0, ptr);
+  impl_->gpu->ops()->mem_free(impl_->gpu->handle(), impl_->device, ptr);
 }
 
 void Context::copy(void* dst, const void* src, size_t bytes) const {
@@ -592,6 +609,42 @@ void Context::launch_host_kernel(uint32_t grid, uint32_t block, courier_host_ker
   if (gpu.ops()->launch_host_kernel(gpu.handle(), &launch) != 0) {
     fail("GPU backend '{}': launching {}x{} host threads failed: {}", gpu.plugin().name, grid,
          block, gpu.last_error());
+  }
+}
+
+void Context::run_device_commands(std::vector<DeviceCommandList>& lists) const {
+  const GpuBackend& gpu = *impl_->gpu;
+  if (!gpu.has_minor1() || (gpu.props().caps & COURIER_GPU_CAP_FIFO_KERNELS) == 0) {
+    fail("GPU backend '{}' cannot push commands from the device (no fifo_kernels capability)",
+         gpu.plugin().name);
+  }
+  if (lists.empty()) return;
+  std::vector<courier_gpu_command_list_v1> c_lists(lists.size());
+  for (size_t i = 0; i < lists.size(); ++i) {
+    const DeviceChannel ch = channel(lists[i].channel);
+    courier_gpu_channel_v1& c = c_lists[i].channel;
+    c.slots = ch.slots;
+    c.control = ch.control;
+    c.head = ch.head;
+    c.completed_cache = ch.completed_cache;
+    c.depth_mask = ch.depth_mask;
+    c.max_inflight = ch.max_inflight;
+    c.channel_id = ch.channel_id;
+    c.timeout_ns = ch.timeout_ns;
+    c_lists[i].commands = lists[i].commands.data();
+    c_lists[i].count = static_cast<uint32_t>(lists[i].commands.size());
+  }
+  courier_gpu_command_lists_v1 job{};
+  job.struct_size = sizeof job;
+  job.device = impl_->device;
+  job.lists = c_lists.data();
+  job.num_lists = static_cast<uint32_t>(c_lists.size());
+  if (gpu.ops()->run_command_lists(gpu.handle(), &job) != 0) {
+    fail("GPU backend '{}': pushing {} command list(s) from the device failed: {}",
+         gpu.plugin().name, lists.size(), gpu.last_error());
+  }
+  for (size_t i = 0; i < lists.size(); ++i) {
+    lists[i].status = static_cast<PushStatus>(c_lists[i].push_status);
   }
 }
 

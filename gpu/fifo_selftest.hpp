@@ -50,6 +50,28 @@ COURIER_DEVICE_INLINE PushStatus selftest_produce(const DeviceChannel& ch, uint3
   return PushStatus::ok;
 }
 
+// Pushes cmds[0..count) in order, up to kMaxBatch at a time, then waits
+// until the last one completed; channel_failed when the proxy recorded an
+// error on the channel (the GPU ABI's run_command_lists).
+COURIER_DEVICE_INLINE PushStatus push_command_list(const DeviceChannel& ch, const TransferCmd* cmds,
+                                                   uint32_t count) {
+  uint64_t end = 0;
+  for (uint32_t i = 0; i < count;) {
+    uint32_t n = count - i;
+    if (n > kMaxBatch) n = kMaxBatch;
+    if (n > ch.max_inflight) n = ch.max_inflight;
+    uint64_t first = 0;
+    PushStatus status = push_batch(ch, cmds + i, n, &first);
+    if (status != PushStatus::ok) return status;
+    end = first + n;
+    i += n;
+  }
+  if (count == 0) return PushStatus::ok;
+  PushStatus status = wait_completed(ch, end);
+  if (status != PushStatus::ok) return status;
+  return channel_error(ch) != 0 ? PushStatus::channel_failed : PushStatus::ok;
+}
+
 // One thread: `iterations` times, push one command and wait until it
 // completed; samples[i] = that round trip in ns of the device clock.
 COURIER_DEVICE_INLINE PushStatus selftest_command_round_trips(const DeviceChannel& ch,

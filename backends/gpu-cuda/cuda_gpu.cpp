@@ -226,6 +226,10 @@ int cuda_run_fifo_round_trips(void*, courier_gpu_fifo_round_trips_v1* job) {
   return courier::cuda_gpu::run_fifo_round_trips(job);
 }
 
+int cuda_run_command_lists(void*, courier_gpu_command_lists_v1* job) {
+  return courier::cuda_gpu::run_command_lists(job);
+}
+
 const courier_gpu_plugin_v1 kPlugin = {
     {sizeof(courier_gpu_plugin_v1), COURIER_GPU_ABI_MAJOR, COURIER_GPU_ABI_MINOR, "cuda"},
     "NVIDIA GPUs through the CUDA runtime (driver loaded on first use)",
@@ -248,6 +252,7 @@ const courier_gpu_plugin_v1 kPlugin = {
     cuda_dmabuf_export,
     cuda_run_fifo_producers,
     cuda_run_fifo_round_trips,
+    cuda_run_command_lists,
 };
 
 }  // namespace

@@ -119,6 +119,13 @@ int host_run_fifo_round_trips(void*, courier_gpu_fifo_round_trips_v1* job) {
   return rc;
 }
 
+int host_run_command_lists(void*, courier_gpu_command_lists_v1* job) {
+  std::string error;
+  int rc = courier::host_gpu::run_command_lists(job, &error);
+  if (rc != 0) g_last_error = error;
+  return rc;
+}
+
 const courier_gpu_plugin_v1 kPlugin = {
     {sizeof(courier_gpu_plugin_v1), COURIER_GPU_ABI_MAJOR, COURIER_GPU_ABI_MINOR, "host"},
     "CPU threads standing in for a GPU (development and CI)",
@@ -141,6 +148,7 @@ const courier_gpu_plugin_v1 kPlugin = {
     nullptr,  // dmabuf_export
     host_run_fifo_producers,
     host_run_fifo_round_trips,
+    host_run_command_lists,
 };
 
 }  // namespace

@@ -70,6 +70,13 @@ void round_trips_kernel(const courier_host_thread_v1*, void* arg) {
   a->status = static_cast<int>(status);
 }
 
+void command_lists_kernel(const courier_host_thread_v1* thread, void* arg) {
+  auto* job = static_cast<courier_gpu_command_lists_v1*>(arg);
+  courier_gpu_command_list_v1& list = job->lists[thread->block_idx];
+  list.push_status = static_cast<int>(device::push_command_list(
+      to_device_channel(list.channel), static_cast<const TransferCmd*>(list.commands), list.count));
+}
+
 courier_host_kernel_launch_v1 launch_of(uint32_t grid, uint32_t block, courier_host_kernel_fn fn,
                                         void* arg) {
   courier_host_kernel_launch_v1 launch{};
@@ -126,6 +133,21 @@ int run_fifo_round_trips(courier_gpu_fifo_round_trips_v1* job, std::string* erro
   if (rc != 0) return rc;
   job->push_status = args.status;
   return 0;
+}
+
+int run_command_lists(courier_gpu_command_lists_v1* job, std::string* error) {
+  if (job == nullptr || job->struct_size < sizeof *job || job->lists == nullptr ||
+      job->num_lists == 0) {
+    *error = "run_command_lists: job is NULL, too small or has no lists";
+    return -EINVAL;
+  }
+  for (uint32_t i = 0; i < job->num_lists; ++i) {
+    if (job->lists[i].count > 0 && job->lists[i].commands == nullptr) {
+      *error = "run_command_lists: list " + std::to_string(i) + " has no commands";
+      return -EINVAL;
+    }
+  }
+  return launch_host_kernel(launch_of(job->num_lists, 1, command_lists_kernel, job), error);
 }
 
 }  // namespace courier::host_gpu

@@ -11,5 +11,6 @@ namespace courier::host_gpu {
 // Both return 0 or -errno with *error set.
 int run_fifo_producers(courier_gpu_fifo_producers_v1* job, std::string* error);
 int run_fifo_round_trips(courier_gpu_fifo_round_trips_v1* job, std::string* error);
+int run_command_lists(courier_gpu_command_lists_v1* job, std::string* error);
 
 }  // namespace courier::host_gpu

@@ -42,6 +42,14 @@ struct ChannelStats {
   std::string first_error;  // "" when none
 };
 
+// Commands one device thread pushes, in order, into channel `channel`
+// (Context::run_device_commands).
+struct DeviceCommandList {
+  uint32_t channel = 0;
+  std::vector<TransferCmd> commands;
+  PushStatus status = PushStatus::ok;  // set by run_device_commands
+};
+
 // Another rank of the job died (docs/bootstrap.md, "Liveness").
 struct PeerFailure {
   int rank = -1;
@@ -101,6 +109,13 @@ class Context {
   // kernels only, i.e. gpu-host).
   void launch_host_kernel(uint32_t grid, uint32_t block, courier_host_kernel_fn fn,
                           void* arg) const;
+
+  // Runs the GPU backend's command-list kernel: device thread i pushes
+  // lists[i].commands into its channel and waits until the last completed,
+  // then lists[i].status says how that went. Drives channels from real
+  // device code on any backend with the fifo_kernels capability (tests,
+  // tools); kernels of one's own do the same with gpu/fifo_push.hpp.
+  void run_device_commands(std::vector<DeviceCommandList>& lists) const;
 
   // Collective, out of band (through the bootstrap). Afterwards every write
   // a peer completed before entering the barrier is visible to the caller.

@@ -22,10 +22,11 @@ namespace {
 struct Gpu {
   courier::Logger log{courier::LogLevel::warn};
   courier::EnvLookup env = courier::process_env();
-  courier::Registry registry{courier::Config::load(env, false).backend_path, log};
+  courier::Config config = courier::Config::load(env, false);
+  courier::Registry registry{config.backend_path, log};
   courier::HostServices host{log, env};
-  std::unique_ptr<courier::GpuBackend> backend{courier::open_gpu_backend(
-      registry, courier::Config::load(env, false).gpu_backend, host, log)};
+  std::unique_ptr<courier::GpuBackend> backend{
+      courier::open_gpu_backend(registry, config.gpu_backend, host, log)};
   const courier_gpu_plugin_v1& ops() const { return *backend->ops(); }
   void* handle() const { return backend->handle(); }
 };

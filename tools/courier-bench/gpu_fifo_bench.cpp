@@ -40,7 +40,8 @@ struct OpenGpu {
   explicit OpenGpu(const std::string& choice)
       : log(LogLevel::warn),
         env(process_env()),
-        registry(Config::load(env, /*need_job=*/false).backend_path, log),
+        config(Config::load(env, /*need_job=*/false)),
+        registry(config.backend_path, log),
         host(log, env),
         gpu(open_gpu_backend(registry, choice, host, log)) {
     const courier_gpu_props_v1& props = gpu->props();
@@ -59,6 +60,7 @@ struct OpenGpu {
 
   Logger log;
   EnvLookup env;
+  Config config;
   Registry registry;
   HostServices host;
   std::unique_ptr<GpuBackend> gpu;

@@ -137,6 +137,25 @@ typedef struct courier_gpu_fifo_round_trips_v1 {
   uint32_t reserved;
 } courier_gpu_fifo_round_trips_v1;
 
+/* Minor 1. Lists of TransferCmds pushed from the device, for tools and
+ * tests that drive a channel from real device code: device thread i pushes
+ * lists[i].commands in order into lists[i].channel (push_batch, up to 8 at a
+ * time) and then waits until its last command completed. */
+typedef struct courier_gpu_command_list_v1 {
+  courier_gpu_channel_v1 channel;
+  const void* commands; /* host array of `count` 16-byte TransferCmds */
+  uint32_t count;
+  int32_t push_status; /* out: courier::PushStatus of this list, 0 = ok */
+} courier_gpu_command_list_v1;
+
+typedef struct courier_gpu_command_lists_v1 {
+  uint32_t struct_size;
+  int32_t device;
+  courier_gpu_command_list_v1* lists; /* host array */
+  uint32_t num_lists;
+  uint32_t reserved;
+} courier_gpu_command_lists_v1;
+
 typedef struct courier_gpu_plugin_v1 {
   courier_plugin_header header;
   const char* description;
@@ -179,6 +198,9 @@ typedef struct courier_gpu_plugin_v1 {
    * return once the kernel finished. */
   int (*run_fifo_producers)(void* backend, courier_gpu_fifo_producers_v1* job);
   int (*run_fifo_round_trips)(void* backend, courier_gpu_fifo_round_trips_v1* job);
+  /* Pushes command lists from device threads and waits for them
+   * (COURIER_GPU_CAP_FIFO_KERNELS). */
+  int (*run_command_lists)(void* backend, courier_gpu_command_lists_v1* job);
 } courier_gpu_plugin_v1;
 
 typedef const courier_gpu_plugin_v1* (*courier_gpu_backend_v1_fn)(void);
