@@ -193,6 +193,10 @@ int hip_run_fifo_round_trips(void*, courier_gpu_fifo_round_trips_v1* job) {
   return courier::hip_gpu::run_fifo_round_trips(job);
 }
 
+int hip_run_command_lists(void*, courier_gpu_command_lists_v1* job) {
+  return courier::hip_gpu::run_command_lists(job);
+}
+
 const courier_gpu_plugin_v1 kPlugin = {
     {sizeof(courier_gpu_plugin_v1), COURIER_GPU_ABI_MAJOR, COURIER_GPU_ABI_MINOR, "hip"},
     "AMD GPUs through the ROCm HIP runtime",
@@ -215,6 +219,7 @@ const courier_gpu_plugin_v1 kPlugin = {
     hip_dmabuf_export,
     hip_run_fifo_producers,
     hip_run_fifo_round_trips,
+    hip_run_command_lists,
 };
 
 }  // namespace

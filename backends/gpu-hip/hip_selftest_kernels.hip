@@ -56,6 +56,19 @@ __global__ void flag_round_trips_kernel(uint64_t* ping, const uint64_t* pong, ui
       device::selftest_flag_round_trips(ping, pong, iterations, samples, timeout_ns));
 }
 
+struct DeviceCommandList {
+  DeviceChannel channel;
+  const TransferCmd* commands;
+  uint32_t count;
+  int status;
+};
+
+__global__ void command_lists_kernel(DeviceCommandList* lists) {
+  DeviceCommandList& list = lists[blockIdx.x];
+  list.status =
+      static_cast<int>(device::push_command_list(list.channel, list.commands, list.count));
+}
+
 // A stream, device scratch memory and (when captured) a graph, released on
 // every path.
 class Launch {
@@ -187,6 +200,47 @@ int run_fifo_round_trips(courier_gpu_fifo_round_trips_v1* job) {
   hipError_t rc = hipMemcpy(&status, d_status, sizeof status, hipMemcpyDeviceToHost);
   if (rc != hipSuccess) return fail(rc, "reading the round-trip kernel's status");
   job->push_status = status;
+  return 0;
+}
+
+int run_command_lists(courier_gpu_command_lists_v1* job) {
+  if (job == nullptr || job->struct_size < sizeof *job || job->lists == nullptr ||
+      job->num_lists == 0) {
+    return fail(-EINVAL, "run_command_lists: job is NULL, too small or has no lists");
+  }
+  // One device buffer: the list descriptors, then every list's commands.
+  const size_t lists_bytes = job->num_lists * sizeof(DeviceCommandList);
+  const size_t commands_offset = (lists_bytes + 15) / 16 * 16;
+  size_t commands = 0;
+  for (uint32_t i = 0; i < job->num_lists; ++i) {
+    if (job->lists[i].count > 0 && job->lists[i].commands == nullptr) {
+      return fail(-EINVAL, "run_command_lists: list " + std::to_string(i) + " has no commands");
+    }
+    commands += job->lists[i].count;
+  }
+  Launch launch;
+  if (int rc = launch.begin(job->device, commands_offset + commands * sizeof(TransferCmd));
+      rc != 0) {
+    return rc;
+  }
+  auto* d_lists = launch.scratch<DeviceCommandList>(0);
+  auto* d_commands = launch.scratch<TransferCmd>(commands_offset);
+  std::vector<DeviceCommandList> lists(job->num_lists);
+  size_t at = 0;
+  for (uint32_t i = 0; i < job->num_lists; ++i) {
+    lists[i] = {to_device_channel(job->lists[i].channel), d_commands + at, job->lists[i].count, 0};
+    hipError_t rc = hipMemcpy(d_commands + at, job->lists[i].commands,
+                              job->lists[i].count * sizeof(TransferCmd), hipMemcpyHostToDevice);
+    if (rc != hipSuccess) return fail(rc, "copying command list " + std::to_string(i));
+    at += job->lists[i].count;
+  }
+  hipError_t rc = hipMemcpy(d_lists, lists.data(), lists_bytes, hipMemcpyHostToDevice);
+  if (rc != hipSuccess) return fail(rc, "copying the command lists");
+  command_lists_kernel<<<job->num_lists, 1, 0, launch.stream()>>>(d_lists);
+  if (int status = launch.finish("the command-list kernel"); status != 0) return status;
+  rc = hipMemcpy(lists.data(), d_lists, lists_bytes, hipMemcpyDeviceToHost);
+  if (rc != hipSuccess) return fail(rc, "reading the command lists' status");
+  for (uint32_t i = 0; i < job->num_lists; ++i) job->lists[i].push_status = lists[i].status;
   return 0;
 }
 
