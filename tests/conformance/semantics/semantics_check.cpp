@@ -13,7 +13,15 @@
 //   error-*             bad rank, unregistered window, past the remote window's
 //                       end: the channel fails with exactly one error
 // Each rank prints "[PASS|FAIL|SKIP] <case>: <detail>" per case and
-// "semantics: P passed, F failed, S skipped"; it exits 1 if a case failed.
+// "semantics: P passed, F failed, S skipped (<mode>)"; it exits 1 if a case
+// failed.
+//
+// Two modes, same cases and checks (DeviceAccess below): host-kernel mode
+// (GPU backends with host kernels, i.e. gpu-host) pushes from host threads
+// with gpu/fifo_push.hpp and touches the windows directly; device-command
+// mode (any other GPU backend, or --device-commands) hands each "GPU
+// thread's" commands to a device thread (Context::run_device_commands) and
+// reads and writes the windows with Context::copy.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -24,6 +32,7 @@
 #include <functional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -117,7 +126,15 @@ constexpr uint32_t kSharedAdds = 100;  // per peer and width
 constexpr uint32_t kWtaSlots = 8;
 constexpr uint32_t kWtaBlock = 512;
 constexpr uint32_t kWtaWritesPerAtomic = 4;
-constexpr uint32_t kWtaGroups = 300;  // per peer: 1500 commands
+constexpr uint32_t kWtaGroups = 300;                               // per peer: 1500 commands
+constexpr uint32_t kWtaBlocks = kWtaGroups * kWtaWritesPerAtomic;  // per peer
+
+// Block `stamp - 1`'s contents: the stamp at both ends, its low byte between.
+void stamp_block(std::byte* p, uint64_t stamp) {
+  std::memset(p + 8, static_cast<int>(stamp & 0xff), kWtaBlock - 16);
+  std::memcpy(p, &stamp, 8);
+  std::memcpy(p + kWtaBlock - 8, &stamp, 8);
+}
 
 constexpr uint32_t kDataWindow = 0, kCounterWindow = 1, kWtaWindow = 2, kWindows = 3;
 
@@ -137,32 +154,172 @@ TransferCmd write_cmd(uint32_t rank, uint32_t window, uint64_t src, uint64_t dst
   return cmd;
 }
 
-template <typename T>
-T load(const void* p) {
-  return std::atomic_ref<const T>(*static_cast<const T*>(p)).load(std::memory_order_acquire);
+TransferCmd drain_cmd() {
+  TransferCmd cmd;
+  courier::encode_drain(&cmd);
+  return cmd;
 }
+
+// How the host acts as the GPU: the "GPU threads" pushing into channels,
+// and the registered windows.
+// - Host-kernel mode: pushes go into the ring at once, from the calling
+//   thread, with gpu/fifo_push.hpp; windows are host memory, touched directly.
+// - Device-command mode: pushes are collected per channel and pushed by
+//   device threads (Context::run_device_commands, one per list, all lists
+//   at once) when the case drains; windows are read and written with
+//   Context::copy.
+class DeviceAccess {
+ public:
+  DeviceAccess() = default;
+  DeviceAccess(const courier::Context& ctx, bool device_commands)
+      : ctx_(&ctx), device_(device_commands), lists_(ctx.num_channels()) {
+    for (uint32_t c = 0; c < lists_.size(); ++c) lists_[c].channel = c;
+  }
+  bool device_commands() const { return device_; }
+
+  // ---- windows ----
+  void put(const courier::DeviceBuffer& b, uint64_t offset, const void* src, size_t n) const {
+    void* dst = at(b, offset, n);
+    if (device_) {
+      ctx_->copy(dst, src, n);
+    } else {
+      std::memcpy(dst, src, n);
+    }
+  }
+  std::vector<std::byte> get(const courier::DeviceBuffer& b, uint64_t offset, size_t n) const {
+    std::vector<std::byte> out(n);
+    const void* src = at(b, offset, n);
+    if (device_) {
+      ctx_->copy(out.data(), src, n);
+    } else {
+      std::memcpy(out.data(), src, n);
+    }
+    return out;
+  }
+  // One word, read before anything read after it (a counter, then the data
+  // it vouches for); safe while the NIC writes the window.
+  template <typename T>
+  T load(const courier::DeviceBuffer& b, uint64_t offset) const {
+    const void* p = at(b, offset, sizeof(T));
+    if (!device_) {
+      return std::atomic_ref<const T>(*static_cast<const T*>(p)).load(std::memory_order_acquire);
+    }
+    T value;
+    ctx_->copy(&value, p, sizeof value);  // synchronous: done before the next copy starts
+    std::atomic_thread_fence(std::memory_order_acquire);
+    return value;
+  }
+
+  // ---- channels ----
+  // Pushes cmd on channel c: at once (its status), or appended to c's list
+  // (ok; the list's status comes with the DRAIN).
+  PushStatus push(uint32_t c, const TransferCmd& cmd) {
+    if (!device_) return courier::device::push(ctx_->channel(c), cmd, nullptr);
+    lists_.at(c).commands.push_back(cmd);
+    return PushStatus::ok;
+  }
+  // DRAIN on channel c, after what was pushed on it.
+  PushStatus drain(uint32_t c) {
+    if (!device_) return courier::device::drain(ctx_->channel(c));
+    std::vector<courier::DeviceCommandList> one(1);
+    one[0].channel = c;
+    one[0].commands = std::move(lists_.at(c).commands);
+    lists_[c].commands.clear();
+    one[0].commands.push_back(drain_cmd());
+    ctx_->run_device_commands(one);
+    return one[0].status;
+  }
+  // DRAIN on every channel; result[c] is channel c's status.
+  std::vector<PushStatus> drain_all() {
+    std::vector<PushStatus> status(lists_.size());
+    if (!device_) {
+      for (uint32_t c = 0; c < status.size(); ++c) {
+        status[c] = courier::device::drain(ctx_->channel(c));
+      }
+      return status;
+    }
+    std::vector<courier::DeviceCommandList> lists;
+    lists.swap(lists_);
+    lists_.resize(lists.size());
+    for (uint32_t c = 0; c < lists.size(); ++c) {
+      lists_[c].channel = c;
+      lists[c].commands.push_back(drain_cmd());
+    }
+    ctx_->run_device_commands(lists);
+    for (uint32_t c = 0; c < lists.size(); ++c) status[c] = lists[c].status;
+    return status;
+  }
+  // BARRIER on channel c: returns once every rank of the scope reached it.
+  PushStatus barrier(uint32_t c, uint64_t epoch, uint8_t scope) {
+    if (!device_) return courier::device::barrier(ctx_->channel(c), epoch, scope);
+    std::vector<courier::DeviceCommandList> one(1);
+    one[0].channel = c;
+    one[0].commands.resize(1);
+    if (courier::encode_barrier(epoch, &one[0].commands[0], scope) != courier::CmdStatus::ok) {
+      return PushStatus::invalid_argument;
+    }
+    ctx_->run_device_commands(one);
+    return one[0].status;
+  }
+  // Forgets commands a failed case left undrained.
+  void reset() {
+    for (courier::DeviceCommandList& l : lists_) l.commands.clear();
+  }
+
+ private:
+  static std::byte* at(const courier::DeviceBuffer& b, uint64_t offset, size_t n) {
+    if (offset > b.size() || n > b.size() - offset) {
+      throw courier::Error(
+          fmt::format("window access [{}, +{}) outside {} bytes", offset, n, b.size()));
+    }
+    return static_cast<std::byte*>(b.data()) + offset;
+  }
+
+  const courier::Context* ctx_ = nullptr;
+  bool device_ = false;
+  std::vector<courier::DeviceCommandList> lists_;  // device mode: [channel]
+};
 
 class Suite {
  public:
-  Suite()
+  explicit Suite(bool force_device_commands)
       : me_(static_cast<uint32_t>(ctx_.rank())), world_(static_cast<uint32_t>(ctx_.world_size())) {
     if (world_ < 2 || world_ > kMaxRanks) {
       throw courier::Error(fmt::format("needs 2..{} ranks, got {}", kMaxRanks, world_));
     }
     nch_ = ctx_.num_channels();
+    bool device = force_device_commands;
+    std::string why = "--device-commands";
+    if (!device) {
+      // Host-kernel mode needs host kernels (which also means host memory):
+      // ask the backend with a no-op launch rather than by its name.
+      try {
+        ctx_.launch_host_kernel(
+            1, 1, [](const courier_host_thread_v1*, void*) {}, nullptr);
+        why = "the GPU backend runs host kernels";
+      } catch (const courier::Error& e) {
+        device = true;
+        why = e.what();
+      }
+    }
+    acc_ = DeviceAccess(ctx_, device);
     data_ = ctx_.alloc(2 * world_ * kArea);
     counters_ = ctx_.alloc(kCountersBytes);
     wta_ = ctx_.alloc(2ull * world_ * kWtaSlots * kWtaBlock);
-    for (courier::DeviceBuffer* b : {&data_, &counters_, &wta_})
-      std::memset(b->data(), 0, b->size());
+    for (courier::DeviceBuffer* b : {&data_, &counters_, &wta_}) {
+      const std::vector<std::byte> zeros(b->size());
+      acc_.put(*b, 0, zeros.data(), zeros.size());
+    }
     if (ctx_.register_window(data_.data(), data_.size()) != kDataWindow ||
         ctx_.register_window(counters_.data(), counters_.size()) != kCounterWindow ||
         ctx_.register_window(wta_.data(), wta_.size()) != kWtaWindow) {
       throw courier::Error("unexpected window ids");
     }
-    fmt::print("semantics: rank {} of {}, NIC backend {}, {} channels, ADD_U64 {}, ADD_U32 {}\n",
-               me_, world_, ctx_.nic_backend(), nch_, ctx_.atomic_stats().add_u64,
-               ctx_.atomic_stats().add_u32);
+    fmt::print(
+        "semantics: rank {} of {}, GPU backend {}, NIC backend {}, {} channels, ADD_U64 {}, "
+        "ADD_U32 {}, {} mode ({})\n",
+        me_, world_, ctx_.gpu_backend(), ctx_.nic_backend(), nch_, ctx_.atomic_stats().add_u64,
+        ctx_.atomic_stats().add_u32, mode(), why);
     ctx_.barrier();
   }
 
@@ -177,13 +334,15 @@ class Suite {
     run_case("barrier-rail", [&] { return barrier_rail_case(); });
     error_cases();
     ctx_.barrier();  // nobody leaves while a peer still runs
-    fmt::print("semantics: {} passed, {} failed, {} skipped\n", passed_, failed_, skipped_);
+    fmt::print("semantics: {} passed, {} failed, {} skipped ({} mode)\n", passed_, failed_,
+               skipped_, mode());
     return failed_ == 0 ? 0 : 1;
   }
 
  private:
   void run_case(const std::string& name, const std::function<Outcome()>& body) {
     Outcome o;
+    acc_.reset();
     try {
       o = body();
     } catch (const std::exception& e) {
@@ -197,23 +356,27 @@ class Suite {
     std::fflush(stdout);
   }
 
-  std::byte* data() const { return static_cast<std::byte*>(data_.data()); }
-  std::byte* counters() const { return static_cast<std::byte*>(counters_.data()); }
+  const char* mode() const { return acc_.device_commands() ? "device-commands" : "host-kernels"; }
   uint64_t inbound(uint32_t sender) const { return uint64_t{sender} * kArea; }
   uint64_t outbound(uint32_t receiver) const { return uint64_t{world_ + receiver} * kArea; }
+  // Window 2: the source slots of the blocks for `receiver`.
+  uint64_t wta_outbound(uint32_t receiver) const {
+    return (uint64_t{world_} + receiver) * kWtaSlots * kWtaBlock;
+  }
 
   // Pushes cmd on channel c, recording a failed push.
   void push(Checks& checks, uint32_t c, const TransferCmd& cmd) {
-    const PushStatus s = courier::device::push(ctx_.channel(c), cmd, nullptr);
+    const PushStatus s = acc_.push(c, cmd);
     checks.expect(s == PushStatus::ok,
                   fmt::format("push on channel {}: {}", c, courier::to_string(s)));
   }
-  // DRAINs every channel; each must report success.
+  // DRAINs every channel; each must report success (device-command mode:
+  // the status of the channel's whole list, its DRAIN last).
   void drain_all(Checks& checks) {
+    const std::vector<PushStatus> status = acc_.drain_all();
     for (uint32_t c = 0; c < nch_; ++c) {
-      const PushStatus s = courier::device::drain(ctx_.channel(c));
-      checks.expect(s == PushStatus::ok,
-                    fmt::format("DRAIN on channel {}: {} ({})", c, courier::to_string(s),
+      checks.expect(status[c] == PushStatus::ok,
+                    fmt::format("DRAIN on channel {}: {} ({})", c, courier::to_string(status[c]),
                                 ctx_.channel_stats(c).first_error));
     }
   }
@@ -224,9 +387,11 @@ class Suite {
     for (uint32_t i = 1; i < world_; ++i) {
       const uint32_t peer = (me_ + i) % world_;
       for (const Slice& s : ss) {
+        std::vector<std::byte> bytes(s.length);
         for (uint64_t b = 0; b < s.length; ++b) {
-          data()[outbound(peer) + s.offset + b] = std::byte{pattern(seed, me_, peer, s.offset + b)};
+          bytes[b] = std::byte{pattern(seed, me_, peer, s.offset + b)};
         }
+        acc_.put(data_, outbound(peer) + s.offset, bytes.data(), bytes.size());
       }
       for (uint32_t k = 0; k < ss.size(); ++k) {
         push(checks, (i + k) % nch_,
@@ -244,19 +409,19 @@ class Suite {
     for (uint32_t s = 0; s < world_; ++s) {
       uint64_t bad = 0, first = 0;
       std::vector<bool> in_slice(kImmBase, false);
+      const std::vector<std::byte> area = acc_.get(data_, inbound(s), kImmBase);
       if (s != me_) {
         for (const Slice& sl : ss) {
           for (uint64_t b = sl.offset; b < sl.offset + sl.length; ++b) {
             in_slice[b] = true;
-            if (data()[inbound(s) + b] != std::byte{pattern(seed, s, me_, b)} && bad++ == 0)
-              first = b;
+            if (area[b] != std::byte{pattern(seed, s, me_, b)} && bad++ == 0) first = b;
             ++checked;
           }
         }
       }
       if (gaps) {
         for (uint64_t b = 0; b < kImmBase; ++b) {
-          if (!in_slice[b] && data()[inbound(s) + b] != std::byte{0} && bad++ == 0) first = b;
+          if (!in_slice[b] && area[b] != std::byte{0} && bad++ == 0) first = b;
         }
       }
       checks.expect(
@@ -286,9 +451,11 @@ class Suite {
       const uint32_t peer = (me_ + i) % world_;
       for (uint32_t j = 0; j < kImmWrites; ++j) {
         const uint64_t off = kImmBase + j * 16;
+        std::byte bytes[kImmLength];
         for (uint64_t b = 0; b < kImmLength; ++b) {
-          data()[outbound(peer) + off + b] = std::byte{pattern(2, me_, peer, off + b)};
+          bytes[b] = std::byte{pattern(2, me_, peer, off + b)};
         }
+        acc_.put(data_, outbound(peer) + off, bytes, kImmLength);
         push(checks, j % nch_,
              write_cmd(peer, kDataWindow, outbound(peer) + off, inbound(me_) + off, kImmLength,
                        courier::kCmdFlagImm));
@@ -311,10 +478,12 @@ class Suite {
     uint64_t bad = 0;
     for (uint32_t s = 0; s < world_; ++s) {
       if (s == me_) continue;
+      const std::vector<std::byte> area =
+          acc_.get(data_, inbound(s) + kImmBase, uint64_t{kImmWrites} * 16);
       for (uint32_t j = 0; j < kImmWrites; ++j) {
         const uint64_t off = kImmBase + j * 16;
         for (uint64_t b = 0; b < kImmLength; ++b) {
-          if (data()[inbound(s) + off + b] != std::byte{pattern(2, s, me_, off + b)}) ++bad;
+          if (area[off - kImmBase + b] != std::byte{pattern(2, s, me_, off + b)}) ++bad;
         }
       }
     }
@@ -370,19 +539,19 @@ class Suite {
     ctx_.barrier();
     for (uint32_t s = 0; s < world_; ++s) {
       if (s == me_) continue;
-      const std::byte* block = counters() + kExactBase + s * kCounterBlock;
+      const uint64_t block = kExactBase + s * kCounterBlock;
       if (wide) {
-        checks.expect(load<uint64_t>(block) == 2,
-                      fmt::format("from rank {}: 0 + 5 - 3 gave {}", s, load<uint64_t>(block)));
-        checks.expect(load<uint64_t>(block + 8) == ~uint64_t{0} - 2,
-                      fmt::format("from rank {}: 0 - 3 gave {:#x} (sign extension)", s,
-                                  load<uint64_t>(block + 8)));
-        checks.expect(load<uint64_t>(block + 16) == 0,
+        const auto w0 = acc_.load<uint64_t>(counters_, block);
+        const auto w8 = acc_.load<uint64_t>(counters_, block + 8);
+        checks.expect(w0 == 2, fmt::format("from rank {}: 0 + 5 - 3 gave {}", s, w0));
+        checks.expect(w8 == ~uint64_t{0} - 2,
+                      fmt::format("from rank {}: 0 - 3 gave {:#x} (sign extension)", s, w8));
+        checks.expect(acc_.load<uint64_t>(counters_, block + 16) == 0,
                       fmt::format("from rank {}: a neighbour changed", s));
       } else {
         const uint32_t want[] = {2, 0, 0xFFFFFFFDu, 0, 0, 2};  // at 32, 36, 40, 44, 48, 52
         for (uint32_t k = 0; k < std::size(want); ++k) {
-          const uint32_t got = load<uint32_t>(block + 32 + 4 * k);
+          const auto got = acc_.load<uint32_t>(counters_, block + 32 + 4 * k);
           checks.expect(got == want[k],
                         fmt::format("from rank {}: word at {} holds {:#x}, expected {:#x}", s,
                                     32 + 4 * k, got, want[k]));
@@ -394,14 +563,14 @@ class Suite {
       if (s != me_) sum += uint64_t{kSharedAdds} * (s + 1);
     }
     if (wide) {
-      const uint64_t got = load<uint64_t>(counters() + kShared64);
+      const auto got = acc_.load<uint64_t>(counters_, kShared64);
       checks.expect(got == sum, fmt::format("shared counter holds {}, expected {}", got, sum));
     } else {
       const auto want = static_cast<uint32_t>(-static_cast<int64_t>(kSharedAdds * (world_ - 1)));
-      const uint32_t got = load<uint32_t>(counters() + kShared32);
+      const auto got = acc_.load<uint32_t>(counters_, kShared32);
       checks.expect(got == want,
                     fmt::format("shared counter holds {:#x}, expected {:#x}", got, want));
-      checks.expect(load<uint32_t>(counters() + kShared32 + 4) == 0,
+      checks.expect(acc_.load<uint32_t>(counters_, kShared32 + 4) == 0,
                     "the word after the shared 32-bit counter changed (carry)");
     }
     ctx_.barrier();
@@ -412,51 +581,101 @@ class Suite {
 
   struct WtaStream {
     uint32_t peer = 0;
+    uint32_t channel_index = 0;
     courier::DeviceChannel channel;
+    uint64_t out = 0;  // window 2: the sources for `peer`
     PushStatus status = PushStatus::ok;
   };
   struct WtaArgs {
-    uint32_t rank, world;
+    uint32_t rank;
     std::byte* base;  // window 2
     std::vector<WtaStream> streams;
   };
 
-  // One "GPU thread" per peer: groups of stamped block WRITEs, each followed
-  // by an ADD_U64 of the group's size to this rank's counter at the peer.
+  // The commands of group g to s.peer: block WRITEs from `source(block)`
+  // into this rank's slots at the peer, then an ADD_U64 of the group's size
+  // to this rank's counter there.
+  template <typename Source>
+  static void wta_group(uint32_t rank, const WtaStream& s, uint32_t g, Source source,
+                        TransferCmd* batch) {
+    for (uint32_t w = 0; w < kWtaWritesPerAtomic; ++w) {
+      const uint64_t block = uint64_t{g} * kWtaWritesPerAtomic + w;
+      batch[w] = write_cmd(s.peer, kWtaWindow, source(block),
+                           (uint64_t{rank} * kWtaSlots + block % kWtaSlots) * kWtaBlock, kWtaBlock);
+    }
+    courier::encode_atomic(s.peer, kCounterWindow, kWtaBase + uint64_t{rank} * 8,
+                           courier::AtomicOp::add_u64, kWtaWritesPerAtomic,
+                           &batch[kWtaWritesPerAtomic]);
+  }
+
+  // Host-kernel mode: one "GPU thread" per peer, stamping each block into
+  // one of kWtaSlots sources (refilled once its previous WRITE completed)
+  // and pushing every group as one batch.
   static void wta_kernel(const courier_host_thread_v1* self, void* raw) {
     auto& a = *static_cast<WtaArgs*>(raw);
     WtaStream& s = a.streams[self->thread_idx];
-    const uint64_t out = (uint64_t{a.world} + s.peer) * kWtaSlots * kWtaBlock;
     uint64_t slot_ticket[kWtaSlots] = {};  // ticket + 1 of the slot's last WRITE
-    uint64_t block = 0;
+    auto source = [&](uint64_t block) { return s.out + block % kWtaSlots * kWtaBlock; };
     for (uint32_t g = 0; g < kWtaGroups; ++g) {
-      TransferCmd batch[kWtaWritesPerAtomic + 1];
-      uint32_t slots[kWtaWritesPerAtomic];
-      for (uint32_t w = 0; w < kWtaWritesPerAtomic; ++w, ++block) {
+      for (uint32_t w = 0; w < kWtaWritesPerAtomic; ++w) {
+        const uint64_t block = uint64_t{g} * kWtaWritesPerAtomic + w;
         const auto slot = static_cast<uint32_t>(block % kWtaSlots);
         // A source slot is refilled only after its previous WRITE completed.
         if (slot_ticket[slot] != 0) {
           s.status = courier::device::wait_completed(s.channel, slot_ticket[slot]);
           if (s.status != PushStatus::ok) return;
         }
-        std::byte* p = a.base + out + slot * kWtaBlock;
-        const uint64_t stamp = block + 1;
-        std::memset(p + 8, static_cast<int>(stamp & 0xff), kWtaBlock - 16);
-        std::memcpy(p, &stamp, 8);
-        std::memcpy(p + kWtaBlock - 8, &stamp, 8);
-        batch[w] = write_cmd(s.peer, kWtaWindow, out + slot * kWtaBlock,
-                             (uint64_t{a.rank} * kWtaSlots + slot) * kWtaBlock, kWtaBlock);
-        slots[w] = slot;
+        stamp_block(a.base + source(block), block + 1);
       }
-      courier::encode_atomic(s.peer, kCounterWindow, kWtaBase + uint64_t{a.rank} * 8,
-                             courier::AtomicOp::add_u64, kWtaWritesPerAtomic,
-                             &batch[kWtaWritesPerAtomic]);
+      TransferCmd batch[kWtaWritesPerAtomic + 1];
+      wta_group(a.rank, s, g, source, batch);
       uint64_t first = 0;
       s.status = courier::device::push_batch(s.channel, batch, kWtaWritesPerAtomic + 1, &first);
       if (s.status != PushStatus::ok) return;
-      for (uint32_t w = 0; w < kWtaWritesPerAtomic; ++w) slot_ticket[slots[w]] = first + w + 1;
+      for (uint32_t w = 0; w < kWtaWritesPerAtomic; ++w) {
+        slot_ticket[(uint64_t{g} * kWtaWritesPerAtomic + w) % kWtaSlots] = first + w + 1;
+      }
     }
     s.status = courier::device::drain(s.channel);
+  }
+
+  // Device-command mode: a command list holds no stores and no waits, so
+  // the groups go in waves of kWtaSlots blocks. Before each wave the host
+  // stamps the sources (ctx.copy); then one device thread per peer pushes
+  // the wave's groups on the stream's channel and waits until they
+  // completed. As in the kernel, a slot (source, and destination at the
+  // peer) is reused only after its previous WRITE completed: WRITEs to the
+  // same bytes in flight together are unordered. The last wave ends with a
+  // DRAIN.
+  void wta_device_streams(std::vector<WtaStream>& streams) {
+    constexpr uint32_t kGroupsPerWave = kWtaSlots / kWtaWritesPerAtomic;
+    static_assert(kWtaSlots % kWtaWritesPerAtomic == 0 && kWtaGroups % kGroupsPerWave == 0);
+    std::vector<std::byte> sources(uint64_t{kWtaSlots} * kWtaBlock);
+    for (uint32_t g0 = 0; g0 < kWtaGroups; g0 += kGroupsPerWave) {
+      const uint64_t first = uint64_t{g0} * kWtaWritesPerAtomic;
+      for (uint64_t block = first; block < first + kWtaSlots; ++block) {
+        stamp_block(sources.data() + block % kWtaSlots * kWtaBlock, block + 1);
+      }
+      std::vector<courier::DeviceCommandList> lists;
+      std::vector<WtaStream*> running;  // a failed stream stops, as in the kernel
+      for (WtaStream& s : streams) {
+        if (s.status != PushStatus::ok) continue;
+        acc_.put(wta_, s.out, sources.data(), sources.size());
+        courier::DeviceCommandList& l = lists.emplace_back();
+        l.channel = s.channel_index;
+        auto source = [&](uint64_t block) { return s.out + block % kWtaSlots * kWtaBlock; };
+        for (uint32_t g = g0; g < g0 + kGroupsPerWave; ++g) {
+          TransferCmd batch[kWtaWritesPerAtomic + 1];
+          wta_group(me_, s, g, source, batch);
+          l.commands.insert(l.commands.end(), std::begin(batch), std::end(batch));
+        }
+        if (g0 + kGroupsPerWave == kWtaGroups) l.commands.push_back(drain_cmd());
+        running.push_back(&s);
+      }
+      if (lists.empty()) return;
+      ctx_.run_device_commands(lists);
+      for (size_t i = 0; i < lists.size(); ++i) running[i]->status = lists[i].status;
+    }
   }
 
   Outcome write_then_atomic_case() {
@@ -465,25 +684,25 @@ class Suite {
       return {Verdict::skip, "ADD_U64 strategy is 'none' on " + ctx_.nic_backend()};
     }
     Checks checks;
-    const auto* wta = static_cast<const std::byte*>(wta_.data());
     std::atomic<bool> stop{false};
-    std::atomic<uint64_t> violations{0}, passes{0};
+    // mid_stream: passes that saw a counter strictly between 0 and its end
+    // value, i.e. observed while the senders were pushing.
+    std::atomic<uint64_t> violations{0}, passes{0}, mid_stream{0};
     std::string first_violation;
     // Counter k from sender s: blocks [0, k) of s are complete here; the
     // last kWtaSlots of them still sit in their slots (a newer stamp is
-    // fine, an older or torn one is a violation).
+    // fine, an older or torn one is a violation). The counter is read
+    // first, then the blocks.
     auto check_pass = [&](bool final_pass) {
+      bool mid = false;
       for (uint32_t s = 0; s < world_; ++s) {
         if (s == me_) continue;
-        const uint64_t k = load<uint64_t>(counters() + kWtaBase + s * 8);
+        const auto k = acc_.load<uint64_t>(counters_, kWtaBase + s * 8);
+        mid |= k > 0 && k < kWtaBlocks;
         for (uint64_t b = k > kWtaSlots ? k - kWtaSlots : 0; b < k; ++b) {
-          const std::byte* p = wta + (uint64_t{s} * kWtaSlots + b % kWtaSlots) * kWtaBlock;
-          const uint64_t head =
-              std::atomic_ref<const uint64_t>(*reinterpret_cast<const uint64_t*>(p))
-                  .load(std::memory_order_relaxed);
-          const uint64_t tail =
-              std::atomic_ref<const uint64_t>(*reinterpret_cast<const uint64_t*>(p + kWtaBlock - 8))
-                  .load(std::memory_order_relaxed);
+          const uint64_t p = (uint64_t{s} * kWtaSlots + b % kWtaSlots) * kWtaBlock;
+          const auto head = acc_.load<uint64_t>(wta_, p);
+          const auto tail = acc_.load<uint64_t>(wta_, p + kWtaBlock - 8);
           if (head < b + 1 || tail < b + 1 || (final_pass && head != tail)) {
             if (violations.fetch_add(1) == 0) {
               first_violation =
@@ -494,12 +713,15 @@ class Suite {
         }
       }
       passes.fetch_add(1, std::memory_order_relaxed);
+      if (mid) mid_stream.fetch_add(1, std::memory_order_relaxed);
     };
-    WtaArgs args{me_, world_, static_cast<std::byte*>(wta_.data()), {}};
+    WtaArgs args{me_, static_cast<std::byte*>(wta_.data()), {}};
     for (uint32_t i = 1; i < world_; ++i) {
       WtaStream s;
       s.peer = (me_ + i) % world_;
-      s.channel = ctx_.channel((i - 1) % nch_);
+      s.channel_index = (i - 1) % nch_;
+      s.channel = ctx_.channel(s.channel_index);
+      s.out = wta_outbound(s.peer);
       args.streams.push_back(s);
     }
     std::thread checker([&] {
@@ -509,7 +731,11 @@ class Suite {
       }
     });
     ctx_.barrier();
-    ctx_.launch_host_kernel(1, world_ - 1, wta_kernel, &args);
+    if (acc_.device_commands()) {
+      wta_device_streams(args.streams);
+    } else {
+      ctx_.launch_host_kernel(1, world_ - 1, wta_kernel, &args);
+    }
     for (const WtaStream& s : args.streams) {
       checks.expect(s.status == PushStatus::ok,
                     fmt::format("stream to rank {}: {}", s.peer, courier::to_string(s.status)));
@@ -518,19 +744,20 @@ class Suite {
     stop = true;
     checker.join();
     check_pass(true);
-    const uint64_t expected = uint64_t{kWtaGroups} * kWtaWritesPerAtomic;
+    const uint64_t expected = kWtaBlocks;
     for (uint32_t s = 0; s < world_; ++s) {
       if (s == me_) continue;
-      const uint64_t k = load<uint64_t>(counters() + kWtaBase + s * 8);
+      const auto k = acc_.load<uint64_t>(counters_, kWtaBase + s * 8);
       checks.expect(k == expected,
                     fmt::format("counter from rank {} ends at {}, expected {}", s, k, expected));
     }
     checks.expect(violations.load() == 0,
                   fmt::format("{} violations, first: {}", violations.load(), first_violation));
     ctx_.barrier();
-    return checks.outcome(
-        fmt::format("strategy {}: {} commands per peer, {} checker passes, 0 violations", strategy,
-                    kWtaGroups * (kWtaWritesPerAtomic + 1), passes.load()));
+    return checks.outcome(fmt::format(
+        "strategy {}: {} commands per peer, {} checker passes ({} mid-stream), 0 "
+        "violations",
+        strategy, kWtaGroups * (kWtaWritesPerAtomic + 1), passes.load(), mid_stream.load()));
   }
 
   // Rounds of new patterns over the same bytes: a DRAIN that returned
@@ -556,11 +783,11 @@ class Suite {
     constexpr uint32_t kIters = 100;
     // Per barrier: when this rank entered and left it (steady_clock, one host).
     std::vector<int64_t> times(2 * kIters);
-    const courier::DeviceChannel ch = ctx_.channel(0);
     ctx_.barrier();
     for (uint32_t i = 0; i < kIters; ++i) {
+      // Device-command mode: the window also holds the device thread's launch.
       times[2 * i] = Clock::now().time_since_epoch().count();
-      const PushStatus s = courier::device::barrier(ch, 1000 + i, courier::kBarrierWorld);
+      const PushStatus s = acc_.barrier(0, 1000 + i, courier::kBarrierWorld);
       times[2 * i + 1] = Clock::now().time_since_epoch().count();
       checks.expect(s == PushStatus::ok, fmt::format("barrier {}: {}", i, courier::to_string(s)));
       if (s != PushStatus::ok) break;
@@ -595,10 +822,9 @@ class Suite {
   Outcome barrier_rail_case() {
     Checks checks;
     constexpr uint32_t kIters = 20;
-    const courier::DeviceChannel ch = ctx_.channel(1 % nch_);
     ctx_.barrier();
     for (uint32_t i = 0; i < kIters && checks.ok(); ++i) {
-      const PushStatus s = courier::device::barrier(ch, 5000 + i, courier::kBarrierRail);
+      const PushStatus s = acc_.barrier(1 % nch_, 5000 + i, courier::kBarrierRail);
       checks.expect(s == PushStatus::ok,
                     fmt::format("rail barrier {}: {}", i, courier::to_string(s)));
     }
@@ -626,19 +852,24 @@ class Suite {
       // The last channels, which earlier cases used least.
       const uint32_t c = (nch_ - 1 - k % nch_);
       run_case(x.name, [&]() -> Outcome {
-        const uint64_t before = ctx_.channel_stats(c).errors;
-        if (before != 0) {
+        const courier::ChannelStats before = ctx_.channel_stats(c);
+        if (before.errors != 0) {
           return {Verdict::skip, fmt::format("no fresh channel left (channel {} already failed; "
                                              "COURIER_CHANNELS={} < 4)",
                                              c, nch_)};
         }
         Checks checks;
-        const courier::DeviceChannel ch = ctx_.channel(c);
-        const PushStatus pushed = courier::device::push(ch, x.cmd, nullptr);
+        const PushStatus pushed = acc_.push(c, x.cmd);
         checks.expect(pushed == PushStatus::ok,
                       fmt::format("push: {}", courier::to_string(pushed)));
-        const PushStatus s = courier::device::drain(ch);
+        const PushStatus s = acc_.drain(c);  // device-command mode: the list [WRITE, DRAIN]
         const courier::ChannelStats stats = ctx_.channel_stats(c);
+        if (acc_.device_commands()) {
+          // The list's one status stands for both pushes: the proxy took both.
+          checks.expect(stats.commands - before.commands == 2,
+                        fmt::format("the proxy took {} of the 2 commands (WRITE, DRAIN)",
+                                    stats.commands - before.commands));
+        }
         checks.expect(s == PushStatus::channel_failed,
                       fmt::format("{}: DRAIN returned '{}'", x.what, courier::to_string(s)));
         checks.expect(stats.errors == 1,
@@ -651,15 +882,32 @@ class Suite {
 
   courier::Context ctx_;
   uint32_t me_, world_, nch_ = 0;
+  DeviceAccess acc_;
   courier::DeviceBuffer data_, counters_, wta_;
   int passed_ = 0, failed_ = 0, skipped_ = 0;
 };
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  bool device_commands = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    if (arg == "--device-commands") {
+      device_commands = true;
+    } else {
+      fmt::print(stderr,
+                 "courier-semantics-check: unknown argument '{}'\n"
+                 "usage: courier-run -n N courier-semantics-check [--device-commands]\n"
+                 "  --device-commands  push from device threads (Context::run_device_commands)\n"
+                 "                     and reach the windows with Context::copy, even on a GPU\n"
+                 "                     backend with host kernels\n",
+                 arg);
+      return 2;
+    }
+  }
   try {
-    Suite suite;
+    Suite suite(device_commands);
     return suite.run();
   } catch (const std::exception& e) {
     fmt::print(stderr, "courier-semantics-check: {}\n", e.what());
