@@ -196,8 +196,30 @@ std::string GpuBackend::last_error() const { return reason_from(plugin_.ops->las
 
 std::unique_ptr<NicBackend> open_nic_backend(Registry& registry, std::string_view spec,
                                              const HostServices& host, Logger& log) {
-  return open_first<NicBackend>("NIC", "COURIER_NIC_BACKEND", PluginKind::nic, registry,
-                                registry.nic_choices(spec), spec, host, log);
+  std::vector<const NicPlugin*> choices = registry.nic_choices(spec);
+  // A backend that reaches only its own host (COURIER_NIC_CAP_HOST_LOCAL) is
+  // taken only when nothing else initializes: the core cannot know yet
+  // whether the job stays on one host. Naming it in the spec still works.
+  std::unique_ptr<NicBackend> host_local;
+  while (!choices.empty()) {
+    std::unique_ptr<NicBackend> backend;
+    try {
+      backend = open_first<NicBackend>("NIC", "COURIER_NIC_BACKEND", PluginKind::nic, registry,
+                                       choices, spec, host, log);
+    } catch (const Error&) {
+      if (host_local) return host_local;
+      throw;
+    }
+    if ((backend->props().caps & COURIER_NIC_CAP_HOST_LOCAL) == 0) return backend;
+    auto opened = std::find_if(choices.begin(), choices.end(), [&](const NicPlugin* plugin) {
+      return plugin->path == backend->plugin().path;
+    });
+    choices.erase(choices.begin(), opened + 1);
+    if (!host_local) host_local = std::move(backend);
+  }
+  if (host_local) return host_local;
+  return open_first<NicBackend>("NIC", "COURIER_NIC_BACKEND", PluginKind::nic, registry, choices,
+                                spec, host, log);
 }
 
 std::unique_ptr<GpuBackend> open_gpu_backend(Registry& registry, std::string_view spec,

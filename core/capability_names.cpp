@@ -37,6 +37,7 @@ constexpr BitName kNicCaps[] = {
     {COURIER_NIC_CAP_IMM_SOURCE, "imm_source"},
     {COURIER_NIC_CAP_LOOPBACK, "loopback"},
     {COURIER_NIC_CAP_PASSIVE_TARGET, "passive_target"},
+    {COURIER_NIC_CAP_HOST_LOCAL, "host_local"},
 };
 
 constexpr BitName kGpuCaps[] = {

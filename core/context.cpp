@@ -179,6 +179,7 @@ struct Context::Impl {
     check_job_shape();
     allocate_channels();
     setup_barriers();
+    check_nic_reach();
     open_endpoints();
     start_proxies();
     register_mailboxes();
@@ -454,6 +455,18 @@ struct Context::Impl {
     for (uint32_t i = 0; i < config.proxy_threads; ++i) {
       barrier_staging.push_back(std::make_unique<uint64_t[]>(slots));
       barrier_landing.push_back(std::make_unique<uint64_t[]>(slots));
+    }
+  }
+
+  // A backend that reaches only peers on its host (COURIER_NIC_CAP_HOST_LOCAL)
+  // cannot serve a job that spans hosts; every rank sees the same topology,
+  // so every rank fails with the same message.
+  void check_nic_reach() const {
+    const size_t hosts = barrier_topology.host_leaders.size();
+    if ((nic->props().caps & COURIER_NIC_CAP_HOST_LOCAL) != 0 && hosts > 1) {
+      fail("NIC backend '{}' reaches only ranks on its own host, but the job spans {} hosts; "
+           "choose another with COURIER_NIC_BACKEND",
+           nic->plugin().name, hosts);
     }
   }
 

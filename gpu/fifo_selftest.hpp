@@ -92,8 +92,7 @@ COURIER_DEVICE_INLINE PushStatus selftest_command_round_trips(const DeviceChanne
 // The baseline round trip, no FIFO: store i + 1 into *ping and wait until a
 // host thread echoed it into *pong.
 COURIER_DEVICE_INLINE PushStatus selftest_flag_round_trips(uint64_t* ping, const uint64_t* pong,
-                                                           uint32_t iterations,
-                                                           uint64_t* samples,
+                                                           uint32_t iterations, uint64_t* samples,
                                                            uint64_t timeout_ns) {
   for (uint32_t i = 0; i < iterations; ++i) {
     uint64_t start = now_ns();

@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstddef>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <new>
 #include <string>
@@ -24,6 +25,9 @@ using courier::cuda_gpu::fail;
 
 struct CudaBackend {
   int device_count = 0;
+  // The device of calls that name none (mapped host memory, copies between
+  // host buffers): the rank's GPU, chosen the way the core chooses it.
+  int default_device = 0;
   std::string no_device_reason;
   std::string device_name;
   bool dmabuf = false;
@@ -71,15 +75,23 @@ int cuda_init(const courier_host_services_v1* host, void** backend) {
   } else if (b->device_count == 0) {
     b->no_device_reason = "the CUDA driver reports no device";
   } else {
+    const char* forced = host->get_env(host->ctx, "COURIER_GPU_DEVICE");
+    const char* local = host->get_env(host->ctx, "COURIER_LOCAL_RANK");
+    const char* choice = forced != nullptr && *forced != '\0' ? forced : local;
+    long index = choice != nullptr ? std::strtol(choice, nullptr, 10) : 0;
+    b->default_device = static_cast<int>((index < 0 ? 0 : index) % b->device_count);
     cudaDeviceProp props{};
-    if (cudaGetDeviceProperties(&props, 0) == cudaSuccess) b->device_name = props.name;
+    if (cudaGetDeviceProperties(&props, b->default_device) == cudaSuccess) {
+      b->device_name = props.name;
+    }
     b->get_handle_for_range =
         driver_entry<decltype(b->get_handle_for_range)>("cuMemGetHandleForAddressRange", 11070);
-    auto get_attribute =
-        driver_entry<CUresult (*)(int*, CUdevice_attribute, CUdevice)>("cuDeviceGetAttribute", 2000);
+    auto get_attribute = driver_entry<CUresult (*)(int*, CUdevice_attribute, CUdevice)>(
+        "cuDeviceGetAttribute", 2000);
     int dmabuf = 0;
     if (get_attribute != nullptr && b->get_handle_for_range != nullptr &&
-        get_attribute(&dmabuf, CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED, 0) == CUDA_SUCCESS) {
+        get_attribute(&dmabuf, CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED, b->default_device) ==
+            CUDA_SUCCESS) {
       b->dmabuf = dmabuf != 0;
     }
   }
@@ -101,8 +113,8 @@ int cuda_query(void* backend, courier_gpu_props_v1* props) {
   props->mem_kind = COURIER_MEM_CUDA;
   props->caps = 0;
   if (b->device_count > 0) {
-    props->caps = COURIER_GPU_CAP_MAPPED_HOST | COURIER_GPU_CAP_IPC |
-                  COURIER_GPU_CAP_FIFO_KERNELS | COURIER_GPU_CAP_GRAPHS;
+    props->caps = COURIER_GPU_CAP_MAPPED_HOST | COURIER_GPU_CAP_IPC | COURIER_GPU_CAP_FIFO_KERNELS |
+                  COURIER_GPU_CAP_GRAPHS;
     if (b->dmabuf) props->caps |= COURIER_GPU_CAP_DMABUF;
   }
   std::snprintf(props->device_name, sizeof props->device_name, "%s", b->device_name.c_str());
@@ -116,8 +128,8 @@ int cuda_mem_alloc(void* backend, int device, size_t bytes, void** ptr) {
   if (int rc = select_device(as_backend(backend), device); rc != 0) return rc;
   cudaError_t rc = cudaMalloc(ptr, bytes == 0 ? 1 : bytes);
   if (rc != cudaSuccess) {
-    return fail(rc, "cudaMalloc(" + std::to_string(bytes) + " bytes) on device " +
-                        std::to_string(device));
+    return fail(
+        rc, "cudaMalloc(" + std::to_string(bytes) + " bytes) on device " + std::to_string(device));
   }
   // Device memory starts zeroed, like the host backend's.
   rc = cudaMemset(*ptr, 0, bytes);
@@ -135,11 +147,13 @@ int cuda_host_alloc_mapped(void* backend, size_t bytes, void** host_ptr, void** 
   if (host_ptr == nullptr || device_ptr == nullptr) {
     return fail(-EINVAL, "host_alloc_mapped: NULL output pointer");
   }
-  if (as_backend(backend)->device_count == 0) return fail(-ENODEV, "no CUDA device");
+  const CudaBackend* b = as_backend(backend);
+  if (b->device_count == 0) return fail(-ENODEV, "no CUDA device");
+  if (int rc = select_device(b, b->default_device); rc != 0) return rc;
   // Portable: every device of the process maps it; mapped: at the same
   // address (unified addressing), which the device pointer confirms.
-  cudaError_t rc = cudaHostAlloc(host_ptr, bytes == 0 ? 1 : bytes,
-                                 cudaHostAllocMapped | cudaHostAllocPortable);
+  cudaError_t rc =
+      cudaHostAlloc(host_ptr, bytes == 0 ? 1 : bytes, cudaHostAllocMapped | cudaHostAllocPortable);
   if (rc != cudaSuccess) return fail(rc, "cudaHostAlloc(" + std::to_string(bytes) + " bytes)");
   std::memset(*host_ptr, 0, bytes);
   rc = cudaHostGetDevicePointer(device_ptr, *host_ptr, 0);
@@ -156,9 +170,24 @@ int cuda_host_free_mapped(void*, void* host_ptr) {
   return rc == cudaSuccess ? 0 : fail(rc, "cudaFreeHost");
 }
 
-int cuda_memcpy(void*, void* dst, const void* src, size_t bytes) {
+// The device that owns `ptr`, or -1 for host memory.
+int device_of(const void* ptr) {
+  cudaPointerAttributes attributes{};
+  if (cudaPointerGetAttributes(&attributes, ptr) != cudaSuccess) {
+    cudaGetLastError();
+    return -1;
+  }
+  return attributes.type == cudaMemoryTypeDevice ? attributes.device : -1;
+}
+
+int cuda_memcpy(void* backend, void* dst, const void* src, size_t bytes) {
   if (bytes == 0) return 0;
   if (dst == nullptr || src == nullptr) return fail(-EINVAL, "memcpy: NULL pointer");
+  // On the device that owns the memory, so no context is made elsewhere.
+  const CudaBackend* b = as_backend(backend);
+  int device = device_of(dst);
+  if (device < 0) device = device_of(src);
+  if (int rc = select_device(b, device >= 0 ? device : b->default_device); rc != 0) return rc;
   cudaError_t rc = cudaMemcpy(dst, src, bytes, cudaMemcpyDefault);
   return rc == cudaSuccess ? 0 : fail(rc, "cudaMemcpy(" + std::to_string(bytes) + " bytes)");
 }
@@ -185,7 +214,8 @@ int cuda_ipc_import(void* backend, int device, const courier_gpu_ipc_handle_v1* 
   cudaIpcMemHandle_t h{};
   std::memcpy(&h, handle->bytes, sizeof h);
   cudaError_t rc = cudaIpcOpenMemHandle(ptr, h, cudaIpcMemLazyEnablePeerAccess);
-  return rc == cudaSuccess ? 0 : fail(rc, "cudaIpcOpenMemHandle on device " + std::to_string(device));
+  return rc == cudaSuccess ? 0
+                           : fail(rc, "cudaIpcOpenMemHandle on device " + std::to_string(device));
 }
 
 int cuda_ipc_close(void*, void* ptr) {
@@ -199,7 +229,9 @@ int cuda_dmabuf_export(void* backend, void* ptr, size_t bytes, int* fd, uint64_t
     return fail(-EINVAL, "dmabuf_export: NULL argument or zero size");
   }
   if (!b->dmabuf) {
-    return fail(-ENOTSUP, "this driver or device cannot export dmabuf (CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED is 0)");
+    return fail(
+        -ENOTSUP,
+        "this driver or device cannot export dmabuf (CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED is 0)");
   }
   // The driver wants a page-aligned range; export the pages that cover it.
   constexpr uintptr_t kPage = 4096;

@@ -44,8 +44,8 @@ __global__ void producers_kernel(const DeviceChannel* channels, uint32_t num_cha
   atomicMax(&result->last_ns, static_cast<unsigned long long>(device::now_ns()));
 }
 
-__global__ void command_round_trips_kernel(DeviceChannel ch, uint32_t iterations,
-                                           uint64_t* samples, int* status) {
+__global__ void command_round_trips_kernel(DeviceChannel ch, uint32_t iterations, uint64_t* samples,
+                                           int* status) {
   *status = static_cast<int>(device::selftest_command_round_trips(ch, iterations, samples));
 }
 
@@ -123,24 +123,27 @@ int run_fifo_producers(courier_gpu_fifo_producers_v1* job) {
   if (job == nullptr || job->struct_size < sizeof *job) {
     return fail(-EINVAL, "run_fifo_producers: job is NULL or its struct_size is too small");
   }
-  if (job->channels == nullptr || job->num_channels == 0 || job->blocks == 0 ||
-      job->threads == 0 || job->threads > 1024) {
+  if (job->channels == nullptr || job->num_channels == 0 || job->blocks == 0 || job->threads == 0 ||
+      job->threads > 1024) {
     return fail(-EINVAL, "run_fifo_producers: need channels, blocks >= 1 and 1..1024 threads");
   }
   if (job->commands_per_thread > 0xFFFFFFFFull) {
     return fail(-EINVAL, "run_fifo_producers: commands_per_thread exceeds 32 bits");
   }
   std::vector<DeviceChannel> channels;
-  for (uint32_t c = 0; c < job->num_channels; ++c) channels.push_back(to_device_channel(job->channels[c]));
+  for (uint32_t c = 0; c < job->num_channels; ++c)
+    channels.push_back(to_device_channel(job->channels[c]));
   const size_t channels_bytes = channels.size() * sizeof(DeviceChannel);
   const size_t result_offset = (channels_bytes + 255) / 256 * 256;
   Launch launch;
-  if (int rc = launch.begin(job->device, result_offset + sizeof(ProducerResult)); rc != 0) return rc;
+  if (int rc = launch.begin(job->device, result_offset + sizeof(ProducerResult)); rc != 0)
+    return rc;
   auto* d_channels = launch.scratch<DeviceChannel>(0);
   auto* d_result = launch.scratch<ProducerResult>(result_offset);
   ProducerResult initial{0, ~0ull, 0};
   cudaError_t rc = cudaMemcpy(d_channels, channels.data(), channels_bytes, cudaMemcpyHostToDevice);
-  if (rc == cudaSuccess) rc = cudaMemcpy(d_result, &initial, sizeof initial, cudaMemcpyHostToDevice);
+  if (rc == cudaSuccess)
+    rc = cudaMemcpy(d_result, &initial, sizeof initial, cudaMemcpyHostToDevice);
   if (rc != cudaSuccess) return fail(rc, "copying the producer job to the device");
   const bool warp_mode = job->mode == COURIER_GPU_PUSH_WARP;
   if (job->use_graph != 0) {
@@ -178,7 +181,8 @@ int run_fifo_round_trips(courier_gpu_fifo_round_trips_v1* job) {
     if (job->ping == nullptr || job->pong == nullptr) {
       return fail(-EINVAL, "run_fifo_round_trips: FLAG mode needs ping and pong");
     }
-    const uint64_t timeout_ns = job->channel.timeout_ns != 0 ? job->channel.timeout_ns : 60'000'000'000ull;
+    const uint64_t timeout_ns =
+        job->channel.timeout_ns != 0 ? job->channel.timeout_ns : 60'000'000'000ull;
     flag_round_trips_kernel<<<1, 1, 0, launch.stream()>>>(job->ping, job->pong, job->iterations,
                                                           job->samples, timeout_ns, d_status);
   } else {
@@ -207,7 +211,8 @@ int run_command_lists(courier_gpu_command_lists_v1* job) {
     commands += job->lists[i].count;
   }
   Launch launch;
-  if (int rc = launch.begin(job->device, lists_bytes + commands * sizeof(TransferCmd) + 16); rc != 0) {
+  if (int rc = launch.begin(job->device, lists_bytes + commands * sizeof(TransferCmd) + 16);
+      rc != 0) {
     return rc;
   }
   auto* d_lists = launch.scratch<DeviceCommandList>(0);

@@ -32,7 +32,8 @@ int fail(cudaError_t error, const std::string& what) {
     default:
       break;
   }
-  return fail(status, what + ": " + cudaGetErrorString(error) + " (" + cudaGetErrorName(error) + ")");
+  return fail(status,
+              what + ": " + cudaGetErrorString(error) + " (" + cudaGetErrorName(error) + ")");
 }
 
 const char* last_error() { return t_last_error.c_str(); }

@@ -45,7 +45,8 @@ void producers_kernel(const courier_host_thread_v1* thread, void* arg) {
       device::selftest_produce(ch, producer, a->job->commands_per_thread, a->job->dst_rank,
                                a->job->mode == COURIER_GPU_PUSH_WARP);
   int expected = 0;
-  if (status != PushStatus::ok) a->status.compare_exchange_strong(expected, static_cast<int>(status));
+  if (status != PushStatus::ok)
+    a->status.compare_exchange_strong(expected, static_cast<int>(status));
   uint64_t end = device::now_ns();
   seen = a->last_ns.load();
   while (end > seen && !a->last_ns.compare_exchange_weak(seen, end)) {
@@ -61,12 +62,11 @@ void round_trips_kernel(const courier_host_thread_v1*, void* arg) {
   auto* a = static_cast<RoundTripArgs*>(arg);
   const courier_gpu_fifo_round_trips_v1& job = *a->job;
   const DeviceChannel ch = to_device_channel(job.channel);
-  PushStatus status =
-      job.mode == COURIER_GPU_ROUND_TRIP_COMMAND
-          ? device::selftest_command_round_trips(ch, job.iterations, job.samples)
-          : device::selftest_flag_round_trips(job.ping, job.pong, job.iterations, job.samples,
-                                              ch.timeout_ns != 0 ? ch.timeout_ns
-                                                                 : 60'000'000'000ull);
+  PushStatus status = job.mode == COURIER_GPU_ROUND_TRIP_COMMAND
+                          ? device::selftest_command_round_trips(ch, job.iterations, job.samples)
+                          : device::selftest_flag_round_trips(
+                                job.ping, job.pong, job.iterations, job.samples,
+                                ch.timeout_ns != 0 ? ch.timeout_ns : 60'000'000'000ull);
   a->status = static_cast<int>(status);
 }
 

@@ -90,7 +90,8 @@ TEST_CASE("IPC: a handle is exported; opening one's own handle is refused with a
   REQUIRE(gpu.ops().mem_alloc(gpu.handle(), 0, 1 << 20, &device) == 0);
   courier_gpu_ipc_handle_v1 handle{};
   REQUIRE(gpu.ops().ipc_export(gpu.handle(), device, &handle) == 0);
-  CHECK(std::any_of(std::begin(handle.bytes), std::end(handle.bytes), [](uint8_t b) { return b != 0; }));
+  CHECK(std::any_of(std::begin(handle.bytes), std::end(handle.bytes),
+                    [](uint8_t b) { return b != 0; }));
   void* mapped = nullptr;
   // CUDA maps a handle only in another process (the nic-ce tests do that).
   CHECK(gpu.ops().ipc_import(gpu.handle(), 0, &handle, &mapped) != 0);
@@ -104,8 +105,8 @@ TEST_CASE("dmabuf: an fd covering device memory, or a reason why not") {
   REQUIRE(gpu.ops().mem_alloc(gpu.handle(), 0, 2 << 20, &device) == 0);
   int fd = -1;
   uint64_t offset = 0;
-  int rc = gpu.ops().dmabuf_export(gpu.handle(), static_cast<char*>(device) + 4096, 8192, &fd,
-                                   &offset);
+  int rc =
+      gpu.ops().dmabuf_export(gpu.handle(), static_cast<char*>(device) + 4096, 8192, &fd, &offset);
   if ((gpu.backend->props().caps & COURIER_GPU_CAP_DMABUF) != 0) {
     INFO(gpu.backend->last_error());
     CHECK(rc == 0);

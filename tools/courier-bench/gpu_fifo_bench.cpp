@@ -55,7 +55,8 @@ struct OpenGpu {
   }
   const courier_gpu_plugin_v1& ops() const { return *gpu->ops(); }
   void check(int rc, const char* what) const {
-    if (rc != 0) fail("GPU backend '{}': {} failed: {}", gpu->plugin().name, what, gpu->last_error());
+    if (rc != 0)
+      fail("GPU backend '{}': {} failed: {}", gpu->plugin().name, what, gpu->last_error());
   }
 
   Logger log;
@@ -169,15 +170,16 @@ class CommandChecker {
   void check(const WriteRequest& w) {
     checked_.fetch_add(1, std::memory_order_relaxed);
     if (w.src_offset >= next_.size()) {
-      return violation(fmt::format("a command names producer {}, but there are {}", w.src_offset,
-                                   next_.size()));
+      return violation(
+          fmt::format("a command names producer {}, but there are {}", w.src_offset, next_.size()));
     }
     const auto producer = static_cast<uint32_t>(w.src_offset);
     uint64_t& next = next_[producer];
     if (w.dst_offset != next) {
-      violation(fmt::format("producer {}: command {} arrived where {} was due (lost, duplicated "
-                            "or reordered)",
-                            producer, w.dst_offset, next));
+      violation(
+          fmt::format("producer {}: command {} arrived where {} was due (lost, duplicated "
+                      "or reordered)",
+                      producer, w.dst_offset, next));
     } else if (w.length != device::selftest_length(producer, static_cast<uint32_t>(w.dst_offset)) ||
                w.peer != kDstRank || w.src_window != 0 || w.dst_window != 0) {
       violation(fmt::format("producer {}: command {} is torn (length {}, peer {})", producer,
@@ -296,8 +298,8 @@ void wait_all_completed(const GpuRings& rings, const std::vector<uint64_t>& expe
     std::atomic_ref<uint64_t> completed(rings.host_control(c)->completed);
     while (completed.load() < expected[c]) {
       if (Clock::now() > deadline) {
-        fail("channel {}: {} of {} commands completed after {} s", c, completed.load(),
-             expected[c], kTimeoutNs / 1'000'000'000);
+        fail("channel {}: {} of {} commands completed after {} s", c, completed.load(), expected[c],
+             kTimeoutNs / 1'000'000'000);
       }
       std::this_thread::yield();
     }
@@ -331,8 +333,8 @@ class Runner {
     Logger log(LogLevel::error);
     std::unique_ptr<Consumers> consumers;
     if (through_proxy) {
-      consumers = std::make_unique<ProxyConsumers>(rings_, o_.proxy_threads, o_.max_inflight,
-                                                   checker, log);
+      consumers =
+          std::make_unique<ProxyConsumers>(rings_, o_.proxy_threads, o_.max_inflight, checker, log);
     } else {
       consumers = std::make_unique<BareConsumers>(rings_, o_.proxy_threads);
     }

@@ -43,10 +43,10 @@ struct LatencyRow {
 struct GpuFifoRun {
   std::vector<BenchResult> rows;
   std::vector<LatencyRow> latency;
-  std::string device;          // the backend's device name
-  uint64_t checked = 0;        // commands verified (with --check)
-  uint64_t violations = 0;     // lost, duplicated, reordered or torn commands
-  std::string first_violation; // "" when none
+  std::string device;           // the backend's device name
+  uint64_t checked = 0;         // commands verified (with --check)
+  uint64_t violations = 0;      // lost, duplicated, reordered or torn commands
+  std::string first_violation;  // "" when none
 };
 
 // Throws courier::Error when the backend cannot be opened or fails.

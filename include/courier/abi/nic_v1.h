@@ -41,6 +41,10 @@ extern "C" {
  * auto-progress provider moves the data). Without it the target's proxy must
  * keep polling, so it may not sleep while idle. */
 #define COURIER_NIC_CAP_PASSIVE_TARGET (1u << 6)
+/* Reaches only peers on the same host (e.g. GPU copy engines): never chosen
+ * by default when another backend initializes, and refused for a job whose
+ * ranks span several hosts. A bit older cores ignore, so no minor bump. */
+#define COURIER_NIC_CAP_HOST_LOCAL (1u << 7)
 
 /* Atomic operations (courier_nic_props_v1.atomic_ops / atomic_native, and
  * courier_nic_atomic_v1.op). Operands are little-endian unsigned integers of

@@ -1,0 +1,150 @@
+// One nic-ce endpoint: the peers on this host it writes to, the regions it
+// registered, and the operations in flight.
+//
+// Data path, per destination region:
+//  - GPU memory: the peer's allocation is mapped here through its CUDA IPC
+//    handle, and a WRITE is a cudaMemcpyAsync (a copy engine) on the peer's
+//    stream; ATOMICs are one-thread kernels on the same stream. Immediate
+//    data follows as an inbox message once the copy completed.
+//  - host memory: the bytes travel in inbox messages (64 B each) and the
+//    owner's poll() copies them into place.
+// Operations to one peer form a queue processed in post order: a message is
+// sent only when every earlier operation landed, and a copy starts only when
+// no earlier message is still undelivered, so writes land in post order and
+// immediate data never overtakes the data it announces.
+#pragma once
+
+#include <courier/abi/nic_v1.h>
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ce_segment.hpp"
+
+namespace courier::nic_ce {
+
+// What ep_name hands out.
+struct EndpointName {
+  uint32_t magic;
+  uint32_t pid;
+  char segment[56];
+};
+
+class Endpoint;
+
+// A registered local region (the mr handle).
+struct LocalRegion {
+  Endpoint* owner;
+  uint32_t slot;
+  uint32_t generation;
+  uint32_t mem_kind;
+  std::byte* address;
+  uint64_t length;
+};
+
+struct EndpointOptions {
+  int device = 0;
+  uint32_t tx_depth = 256;
+  bool atomics = false;
+};
+
+class Endpoint {
+ public:
+  // Returns 0 or -errno with last_error() set.
+  static int open(const EndpointOptions& options, std::unique_ptr<Endpoint>* out);
+  ~Endpoint();
+  Endpoint(const Endpoint&) = delete;
+  Endpoint& operator=(const Endpoint&) = delete;
+
+  int name(void* buf, size_t* len) const;
+  int connect(uint32_t num_peers, const void* names, size_t stride);
+  int register_region(void* address, size_t length, uint32_t mem_kind, LocalRegion** mr,
+                      courier_nic_rkey_v1* rkey);
+  int deregister(LocalRegion* mr);
+  int post_write(const courier_nic_write_v1& write);
+  int post_atomic(const courier_nic_atomic_v1& atomic);
+  int poll(courier_nic_completion_v1* out, uint32_t max);
+
+ private:
+  enum class State { deferred, running, message_ready, message_sent, done };
+
+  struct Op {
+    State state = State::deferred;
+    uint64_t cookie = 0;
+    bool report = true;  // emit a TX completion (the last piece of a write)
+    int status = 0;
+    cudaEvent_t event = nullptr;
+    // A copy (or atomic) to start once order allows.
+    void* dst = nullptr;
+    const void* src = nullptr;
+    size_t bytes = 0;
+    bool atomic = false;
+    uint32_t atomic_op = 0;
+    uint64_t operand = 0;
+    uint64_t compare = 0;
+    int32_t staging = -1;         // result slot of an atomic
+    std::byte* result = nullptr;  // where a fetching atomic's old value goes
+    uint32_t result_kind = 0;     // memory kind there
+    // A message for the peer's inbox.
+    bool has_message = false;
+    Message message;
+    int64_t position = -1;
+  };
+
+  struct Peer {
+    Segment segment;  // empty for this endpoint itself (use own_)
+    SegmentLayout* layout = nullptr;
+    bool self = false;
+    cudaStream_t stream = nullptr;
+    std::deque<Op> ops;
+    // IPC mappings of the peer's allocations, by handle bytes.
+    std::map<std::string, std::byte*> mapped;
+  };
+
+  // A peer registration as read from its segment.
+  struct RemoteRegion {
+    uint32_t mem_kind = 0;
+    uint64_t address = 0;
+    uint64_t length = 0;
+    uint64_t alloc_base = 0;
+    uint8_t ipc_handle[64] = {};
+  };
+
+  explicit Endpoint(const EndpointOptions& options) : options_(options) {}
+  int read_registration(const Peer& peer, uint64_t key, RemoteRegion* out, std::string* why) const;
+  // The address of [offset] of a peer's GPU region in this process.
+  int map_remote(Peer& peer, const RemoteRegion& region, uint64_t offset, std::byte** out,
+                 std::string* why);
+  int check_local(const LocalRegion* mr, uint64_t offset, uint64_t length, const char* what) const;
+  int ensure_stream(Peer& peer);
+  // Queues an operation that failed before it started: its error
+  // completion comes in order with the others.
+  void queue_failed(Peer& peer, uint64_t cookie, int status);
+  int launch(Peer& peer, Op& op);
+  void finish_atomic(Op& op);
+  void advance(Peer& peer);
+  uint32_t drain_inbox(courier_nic_completion_v1* out, uint32_t max);
+  void apply_host_write(const Message& message);
+
+  EndpointOptions options_;
+  Segment own_;
+  int32_t rank_ = -1;  // this endpoint's index in the connect() table
+  std::vector<Peer> peers_;
+  uint32_t generation_ = 0;
+  std::vector<std::unique_ptr<LocalRegion>> regions_;
+  uint64_t consume_position_ = 0;
+  uint32_t in_flight_ = 0;  // reported operations queued
+  std::vector<cudaEvent_t> free_events_;
+  // Old values of atomics, in mapped pinned memory the kernels write.
+  uint64_t* staging_ = nullptr;
+  std::vector<int32_t> free_staging_;
+  uint64_t dropped_host_writes_ = 0;
+};
+
+}  // namespace courier::nic_ce
