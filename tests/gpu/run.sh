@@ -4,6 +4,7 @@
 # and prints a short table at the end. Outputs also go to $OUT when set.
 #
 #   tests/gpu/run.sh            (BUILD=build-gpu by default)
+#   TESTS=gpu-ce BENCH=0 tests/gpu/run.sh   (only tests matching TESTS, no benchmarks)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 BUILD=${BUILD:-build-gpu}
@@ -25,8 +26,13 @@ nvidia-smi --query-gpu=name,driver_version,pcie.link.gen.current,pcie.link.width
   --format=csv,noheader 2>/dev/null | tee "$OUT/gpus.txt"
 
 step "GPU tests (ctest -L gpu)"
-ctest --test-dir "$BUILD" -L gpu --output-on-failure 2>&1 | tee "$OUT/ctest.log" | tail -40
+ctest --test-dir "$BUILD" -L gpu ${TESTS:+-R "$TESTS"} --output-on-failure 2>&1 | tee "$OUT/ctest.log" | tail -40
 tests_line=$(grep -E "tests passed" "$OUT/ctest.log" || echo "tests: did not run")
+
+if [ "${BENCH:-1}" = 0 ]; then
+  printf '\n%s\n' "$tests_line"
+  exit 0
+fi
 
 bench() {  # bench NAME ARGS...: one courier-bench run, table kept in $OUT/NAME.txt
   local name=$1
