@@ -42,6 +42,11 @@ __global__ void atomic_kernel(uint32_t op, uint32_t width, void* target, uint64_
 
 }  // namespace
 
+cudaError_t prepare_atomic_kernel() {
+  cudaFuncAttributes attributes{};
+  return cudaFuncGetAttributes(&attributes, atomic_kernel);
+}
+
 cudaError_t launch_atomic(cudaStream_t stream, uint32_t op, void* target, uint64_t operand,
                           uint64_t compare, uint64_t* result) {
   atomic_kernel<<<1, 1, 0, stream>>>(op, courier_nic_atomic_width(op), target, operand, compare,

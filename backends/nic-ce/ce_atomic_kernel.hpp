@@ -15,4 +15,10 @@ namespace courier::nic_ce {
 cudaError_t launch_atomic(cudaStream_t stream, uint32_t op, void* target, uint64_t operand,
                           uint64_t compare, uint64_t* result);
 
+// Loads the kernel into the current device's context now. With CUDA's lazy
+// module loading the first launch would load it, and loading waits for the
+// kernels already running, such as a producer spinning until this very
+// atomic completes: a deadlock.
+cudaError_t prepare_atomic_kernel();
+
 }  // namespace courier::nic_ce

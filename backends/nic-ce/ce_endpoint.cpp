@@ -56,6 +56,34 @@ int use_device(int device) {
 
 }  // namespace
 
+IpcMappings::~IpcMappings() {
+  for (auto& [handle, base] : mapped_) cudaIpcCloseMemHandle(base);
+}
+
+int IpcMappings::open(int device, const uint8_t (&handle)[64], std::byte** base, std::string* why) {
+  std::string key(reinterpret_cast<const char*>(handle), sizeof handle);
+  std::lock_guard lock(mutex_);
+  auto it = mapped_.find(key);
+  if (it == mapped_.end()) {
+    if (use_device(device) != 0) {
+      *why = last_error();
+      return -EIO;
+    }
+    cudaIpcMemHandle_t h{};
+    std::memcpy(&h, handle, sizeof h);
+    void* mapped = nullptr;
+    cudaError_t rc = cudaIpcOpenMemHandle(&mapped, h, cudaIpcMemLazyEnablePeerAccess);
+    if (rc != cudaSuccess) {
+      *why = std::string("cudaIpcOpenMemHandle of the peer's region: ") + cudaGetErrorString(rc) +
+             " (" + cudaGetErrorName(rc) + ")";
+      return -EIO;
+    }
+    it = mapped_.emplace(std::move(key), static_cast<std::byte*>(mapped)).first;
+  }
+  *base = it->second;
+  return 0;
+}
+
 int Endpoint::open(const EndpointOptions& options, std::unique_ptr<Endpoint>* out) {
   std::unique_ptr<Endpoint> ep(new Endpoint(options));
   char name[56];
@@ -64,7 +92,8 @@ int Endpoint::open(const EndpointOptions& options, std::unique_ptr<Endpoint>* ou
   std::string error;
   if (int rc = Segment::create(name, &ep->own_, &error); rc != 0) return set_error(rc, error);
   if (int status = use_device(options.device); status != 0) return status;
-  cudaError_t rc = cudaSuccess;
+  cudaError_t rc = prepare_atomic_kernel();
+  if (rc != cudaSuccess) return set_cuda_error(rc, "loading the atomic kernel");
   const uint32_t slots = std::max<uint32_t>(options.tx_depth, 1);
   void* staging = nullptr;
   rc = cudaHostAlloc(&staging, slots * sizeof(uint64_t),
@@ -86,9 +115,9 @@ Endpoint::~Endpoint() {
     for (Op& op : peer.ops) {
       if (op.event != nullptr) cudaEventDestroy(op.event);
     }
-    for (auto& [handle, base] : peer.mapped) cudaIpcCloseMemHandle(base);
   }
   for (cudaEvent_t event : free_events_) cudaEventDestroy(event);
+  if (control_stream_ != nullptr) cudaStreamDestroy(control_stream_);
   if (staging_ != nullptr) cudaFreeHost(staging_);
 }
 
@@ -242,22 +271,9 @@ int Endpoint::map_remote(Peer& peer, const RemoteRegion& region, uint64_t offset
   std::byte* base = nullptr;
   if (peer.self) {
     base = reinterpret_cast<std::byte*>(region.alloc_base);
-  } else {
-    std::string handle(reinterpret_cast<const char*>(region.ipc_handle), sizeof region.ipc_handle);
-    auto it = peer.mapped.find(handle);
-    if (it == peer.mapped.end()) {
-      cudaIpcMemHandle_t h{};
-      std::memcpy(&h, region.ipc_handle, sizeof h);
-      void* mapped = nullptr;
-      cudaError_t rc = cudaIpcOpenMemHandle(&mapped, h, cudaIpcMemLazyEnablePeerAccess);
-      if (rc != cudaSuccess) {
-        *why = std::string("cudaIpcOpenMemHandle of the peer's region: ") + cudaGetErrorString(rc) +
-               " (" + cudaGetErrorName(rc) + ")";
-        return -EIO;
-      }
-      it = peer.mapped.emplace(std::move(handle), static_cast<std::byte*>(mapped)).first;
-    }
-    base = it->second;
+  } else if (int rc = options_.mappings->open(options_.device, region.ipc_handle, &base, why);
+             rc != 0) {
+    return rc;
   }
   *out = base + (region.address - region.alloc_base) + offset;
   return 0;
@@ -275,6 +291,18 @@ int Endpoint::check_local(const LocalRegion* mr, uint64_t offset, uint64_t lengt
                                   std::to_string(mr->length) + " bytes");
   }
   return 0;
+}
+
+// A synchronous copy on the endpoint's own non-blocking stream: the legacy
+// default stream would wait for every kernel of the context, including a
+// producer that waits for this endpoint.
+cudaError_t Endpoint::copy_now(void* dst, const void* src, size_t bytes) {
+  if (control_stream_ == nullptr) {
+    cudaError_t rc = cudaStreamCreateWithFlags(&control_stream_, cudaStreamNonBlocking);
+    if (rc != cudaSuccess) return rc;
+  }
+  cudaError_t rc = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, control_stream_);
+  return rc == cudaSuccess ? cudaStreamSynchronize(control_stream_) : rc;
 }
 
 int Endpoint::ensure_stream(Peer& peer) {
@@ -362,7 +390,7 @@ int Endpoint::post_write(const courier_nic_write_v1& w) {
   std::vector<std::byte> bytes(w.length);
   if (w.length > 0) {
     if (mr->mem_kind == COURIER_MEM_CUDA) {
-      cudaError_t rc = cudaMemcpy(bytes.data(), src, w.length, cudaMemcpyDeviceToHost);
+      cudaError_t rc = copy_now(bytes.data(), src, w.length);
       if (rc != cudaSuccess) {
         set_cuda_error(rc, "write to rank " + std::to_string(w.peer) + ": reading the source");
         queue_failed(peer, w.cookie, -EIO);
@@ -505,7 +533,7 @@ void Endpoint::finish_atomic(Op& op) {
     const uint64_t old = staging_[op.staging];
     const uint32_t width = courier_nic_atomic_width(op.atomic_op);
     if (op.result_kind == COURIER_MEM_CUDA) {
-      cudaError_t rc = cudaMemcpy(op.result, &old, width, cudaMemcpyHostToDevice);
+      cudaError_t rc = copy_now(op.result, &old, width);
       if (rc != cudaSuccess) op.status = set_cuda_error(rc, "storing an atomic's old value");
     } else {
       std::memcpy(op.result, &old, width);  // little-endian: the low bytes
@@ -540,6 +568,10 @@ void Endpoint::advance(Peer& peer) {
         if (rc != cudaSuccess) {
           op.status = set_cuda_error(rc, op.atomic ? "an atomic kernel" : "a peer copy");
           op.state = State::done;
+          if (op.staging >= 0) {
+            free_staging_.push_back(op.staging);
+            op.staging = -1;
+          }
         } else {
           if (op.atomic) finish_atomic(op);
           op.state = op.has_message ? State::message_ready : State::done;

@@ -22,6 +22,7 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -38,6 +39,23 @@ struct EndpointName {
 
 class Endpoint;
 
+// The process's mappings of peers' GPU allocations, by IPC handle. CUDA maps
+// an allocation once per process, so every endpoint of the backend shares
+// them; they are closed when the backend goes away.
+class IpcMappings {
+ public:
+  IpcMappings() = default;
+  ~IpcMappings();
+  IpcMappings(const IpcMappings&) = delete;
+  IpcMappings& operator=(const IpcMappings&) = delete;
+  // The allocation's base in this process, mapped on `device` on first use.
+  int open(int device, const uint8_t (&handle)[64], std::byte** base, std::string* why);
+
+ private:
+  std::mutex mutex_;
+  std::map<std::string, std::byte*> mapped_;
+};
+
 // A registered local region (the mr handle).
 struct LocalRegion {
   Endpoint* owner;
@@ -50,6 +68,7 @@ struct LocalRegion {
 
 struct EndpointOptions {
   int device = 0;
+  IpcMappings* mappings = nullptr;  // the backend's
   uint32_t tx_depth = 256;
   bool atomics = false;
 };
@@ -103,8 +122,6 @@ class Endpoint {
     bool self = false;
     cudaStream_t stream = nullptr;
     std::deque<Op> ops;
-    // IPC mappings of the peer's allocations, by handle bytes.
-    std::map<std::string, std::byte*> mapped;
   };
 
   // A peer registration as read from its segment.
@@ -123,6 +140,7 @@ class Endpoint {
                  std::string* why);
   int check_local(const LocalRegion* mr, uint64_t offset, uint64_t length, const char* what) const;
   int ensure_stream(Peer& peer);
+  cudaError_t copy_now(void* dst, const void* src, size_t bytes);
   // Queues an operation that failed before it started: its error
   // completion comes in order with the others.
   void queue_failed(Peer& peer, uint64_t cookie, int status);
@@ -141,6 +159,7 @@ class Endpoint {
   uint64_t consume_position_ = 0;
   uint32_t in_flight_ = 0;  // reported operations queued
   std::vector<cudaEvent_t> free_events_;
+  cudaStream_t control_stream_ = nullptr;
   // Old values of atomics, in mapped pinned memory the kernels write.
   uint64_t* staging_ = nullptr;
   std::vector<int32_t> free_staging_;

@@ -26,6 +26,7 @@ namespace {
 
 struct Backend {
   int device = 0;
+  IpcMappings mappings;  // closed after every endpoint (fini comes last)
   std::string device_name;
   char pci_address[32] = {};
 };
@@ -137,6 +138,7 @@ int plugin_ep_open(void* backend, const courier_nic_ep_attr_v1* attr, void** ep)
     }
     EndpointOptions options;
     options.device = static_cast<Backend*>(backend)->device;
+    options.mappings = &static_cast<Backend*>(backend)->mappings;
     options.tx_depth = attr->tx_depth == 0 ? 256 : attr->tx_depth;
     options.atomics = (attr->flags & COURIER_NIC_EP_ATOMICS) != 0;
     std::unique_ptr<Endpoint> endpoint;
