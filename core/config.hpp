@@ -60,7 +60,7 @@ struct Config {
   AtomicsMode atomics = AtomicsMode::automatic;
   uint32_t timeout_s = 60;
   LogLevel log_level = LogLevel::warn;
-  std::string gpu_backend;      // COURIER_GPU_BACKEND: "", a name, a path or "^a,b"
+  std::string gpu_backend;  // COURIER_GPU_BACKEND: "", a name, a path or "^a,b"
   // COURIER_GPU_DEVICE; kAutoGpuDevice: local rank modulo the device count.
   static constexpr uint32_t kAutoGpuDevice = ~0u;
   static constexpr uint32_t kMaxGpuDevice = 1023;

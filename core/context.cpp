@@ -250,8 +250,8 @@ struct Context::Impl {
     if (config.gpu_device == Config::kAutoGpuDevice) {
       device = static_cast<int>(static_cast<uint32_t>(config.job.local_rank) % count);
     } else if (config.gpu_device >= count) {
-      fail("COURIER_GPU_DEVICE={} is invalid: GPU backend '{}' has {} device(s)",
-           config.gpu_device, gpu->plugin().name, count);
+      fail("COURIER_GPU_DEVICE={} is invalid: GPU backend '{}' has {} device(s)", config.gpu_device,
+           gpu->plugin().name, count);
     } else {
       device = static_cast<int>(config.gpu_device);
     }
@@ -464,9 +464,10 @@ struct Context::Impl {
   void check_nic_reach() const {
     const size_t hosts = barrier_topology.host_leaders.size();
     if ((nic->props().caps & COURIER_NIC_CAP_HOST_LOCAL) != 0 && hosts > 1) {
-      fail("NIC backend '{}' reaches only ranks on its own host, but the job spans {} hosts; "
-           "choose another with COURIER_NIC_BACKEND",
-           nic->plugin().name, hosts);
+      fail(
+          "NIC backend '{}' reaches only ranks on its own host, but the job spans {} hosts; "
+          "choose another with COURIER_NIC_BACKEND",
+          nic->plugin().name, hosts);
     }
   }
 

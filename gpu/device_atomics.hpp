@@ -71,7 +71,7 @@ __device__ __forceinline__ uint64_t load_acquire_gpu(const uint64_t* p) {
 }
 __device__ __forceinline__ void raise_release_gpu(uint64_t* p, uint64_t v) {
   cuda::atomic_ref<uint64_t, cuda::thread_scope_device>(*p).fetch_max(v,
-                                                                     cuda::memory_order_release);
+                                                                      cuda::memory_order_release);
 }
 __device__ __forceinline__ uint64_t now_ns() {
   uint64_t t;

@@ -13,9 +13,9 @@ namespace courier::device {
 
 // The lanes active at the call, and where the calling lane stands among them.
 struct ActiveLanes {
-  uint32_t count = 1;  // active lanes
-  uint32_t rank = 0;   // how many active lanes have a lower lane id
-  uint32_t leader = 0; // lane id of the lowest active lane
+  uint32_t count = 1;   // active lanes
+  uint32_t rank = 0;    // how many active lanes have a lower lane id
+  uint32_t leader = 0;  // lane id of the lowest active lane
 #if defined(COURIER_GPU_DEVICE_PASS) && defined(__CUDA_ARCH__)
   uint32_t mask = 0;
 #elif defined(COURIER_GPU_DEVICE_PASS)

@@ -49,8 +49,8 @@ int host_query(void*, courier_gpu_props_v1* props) {
   if (props == nullptr || props->struct_size < sizeof(courier_gpu_props_v1)) {
     return fail(-EINVAL, "query: props is NULL or its struct_size is too small");
   }
-  props->caps = COURIER_GPU_CAP_HOST_KERNELS | COURIER_GPU_CAP_MAPPED_HOST |
-                COURIER_GPU_CAP_FIFO_KERNELS;
+  props->caps =
+      COURIER_GPU_CAP_HOST_KERNELS | COURIER_GPU_CAP_MAPPED_HOST | COURIER_GPU_CAP_FIFO_KERNELS;
   props->device_count = 1;
   props->warp_size = 1;
   props->mem_kind = COURIER_MEM_HOST;

@@ -90,8 +90,8 @@ struct DeviceChannel {
   // Some recent value of control->completed (never ahead of it), device
   // memory; producers raise it whenever they read the real one.
   uint64_t* completed_cache = nullptr;
-  uint32_t depth_mask = 0;         // depth - 1 (depth is a power of two)
-  uint32_t max_inflight = 0;       // reserved-but-incomplete commands allowed
+  uint32_t depth_mask = 0;    // depth - 1 (depth is a power of two)
+  uint32_t max_inflight = 0;  // reserved-but-incomplete commands allowed
   uint32_t channel_id = 0;
   uint32_t reserved = 0;
   uint64_t timeout_ns = 0;  // give up waiting after this long

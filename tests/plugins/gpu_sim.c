@@ -95,8 +95,7 @@ static int sim_launch_host_kernel(void* backend, const courier_host_kernel_launc
 /* Built as an ABI 1.0 plugin (its struct ends before ipc_export), so the
  * tests prove that plugins older than minor 1 keep loading. */
 static const courier_gpu_plugin_v1 plugin = {
-    .header = {offsetof(courier_gpu_plugin_v1, ipc_export), COURIER_GPU_ABI_MAJOR, 0,
-               SIM_GPU_NAME},
+    .header = {offsetof(courier_gpu_plugin_v1, ipc_export), COURIER_GPU_ABI_MAJOR, 0, SIM_GPU_NAME},
     .description = "host-memory GPU stand-in for tests",
     .init = sim_init,
     .fini = sim_fini,

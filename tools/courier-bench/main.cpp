@@ -141,8 +141,7 @@ void print(const std::vector<BenchResult>& results, bool json) {
 int run_gpu_fifo(int argc, char** argv) {
   courier::bench::GpuFifoOptions o;
   if (const char* threads = std::getenv("COURIER_PROXY_THREADS"); threads != nullptr) {
-    o.proxy_threads =
-        static_cast<uint32_t>(parse_number("COURIER_PROXY_THREADS", threads, 1, 64));
+    o.proxy_threads = static_cast<uint32_t>(parse_number("COURIER_PROXY_THREADS", threads, 1, 64));
   }
   bool json = parse_flags(argc, argv, [&](const std::string& flag, auto value) {
     if (flag == "--gpu") {
@@ -198,8 +197,8 @@ int run_gpu_fifo(int argc, char** argv) {
       }
     }
     if (!json && !run.latency.empty()) {
-      fmt::print("\n{:<16} {:<9} {:>9} {:>11} {:>11}\n", "round trip", "path", "iters",
-                 "median us", "p99 us");
+      fmt::print("\n{:<16} {:<9} {:>9} {:>11} {:>11}\n", "round trip", "path", "iters", "median us",
+                 "p99 us");
       for (const auto& r : run.latency) {
         fmt::print("{:<16} {:<9} {:>9} {:>11.2f} {:>11.2f}\n", "gpu->cpu->gpu", r.path, r.iters,
                    r.median_us, r.p99_us);

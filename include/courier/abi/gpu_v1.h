@@ -109,10 +109,10 @@ typedef struct courier_gpu_fifo_producers_v1 {
   uint32_t mode;    /* COURIER_GPU_PUSH_* */
   uint64_t commands_per_thread;
   uint32_t dst_rank;
-  uint32_t use_graph;   /* 1: capture the launch in a graph and launch that */
-  int32_t push_status;  /* out: first non-ok courier::PushStatus, 0 when all were pushed */
+  uint32_t use_graph;  /* 1: capture the launch in a graph and launch that */
+  int32_t push_status; /* out: first non-ok courier::PushStatus, 0 when all were pushed */
   uint32_t reserved;
-  uint64_t elapsed_ns;  /* out: device clock from the first push to the last */
+  uint64_t elapsed_ns; /* out: device clock from the first push to the last */
 } courier_gpu_fifo_producers_v1;
 
 /* What run_fifo_round_trips measures (courier_gpu_fifo_round_trips_v1.mode). */
@@ -187,8 +187,7 @@ typedef struct courier_gpu_plugin_v1 {
    * export a handle for a mem_alloc pointer, import a peer's handle (the
    * mapping lives until ipc_close). */
   int (*ipc_export)(void* backend, void* ptr, courier_gpu_ipc_handle_v1* handle);
-  int (*ipc_import)(void* backend, int device, const courier_gpu_ipc_handle_v1* handle,
-                    void** ptr);
+  int (*ipc_import)(void* backend, int device, const courier_gpu_ipc_handle_v1* handle, void** ptr);
   int (*ipc_close)(void* backend, void* ptr);
   /* A dmabuf file descriptor covering [ptr, ptr + bytes) of device memory,
    * for NIC registration (COURIER_GPU_CAP_DMABUF); *offset is ptr's offset
