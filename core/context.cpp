@@ -20,6 +20,7 @@
 #include "core/proxy/proxy_thread.hpp"
 #include "core/registry.hpp"
 #include "core/semantics/shared_segment.hpp"
+#include "gpu/channel_descriptor.hpp"
 #include "gpu/fifo_push.hpp"
 
 namespace courier {
@@ -635,16 +636,7 @@ void Context::run_device_commands(std::vector<DeviceCommandList>& lists) const {
   if (lists.empty()) return;
   std::vector<courier_gpu_command_list_v1> c_lists(lists.size());
   for (size_t i = 0; i < lists.size(); ++i) {
-    const DeviceChannel ch = channel(lists[i].channel);
-    courier_gpu_channel_v1& c = c_lists[i].channel;
-    c.slots = ch.slots;
-    c.control = ch.control;
-    c.head = ch.head;
-    c.completed_cache = ch.completed_cache;
-    c.depth_mask = ch.depth_mask;
-    c.max_inflight = ch.max_inflight;
-    c.channel_id = ch.channel_id;
-    c.timeout_ns = ch.timeout_ns;
+    c_lists[i].channel = to_abi(channel(lists[i].channel));
     c_lists[i].commands = lists[i].commands.data();
     c_lists[i].count = static_cast<uint32_t>(lists[i].commands.size());
   }

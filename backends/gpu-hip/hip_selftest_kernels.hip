@@ -8,25 +8,13 @@
 #include <string>
 #include <vector>
 
+#include "gpu/channel_descriptor.hpp"
 #include "gpu/fifo_selftest.hpp"
 #include "hip_status.hpp"
 
 namespace courier::hip_gpu {
 
 namespace {
-
-DeviceChannel to_device_channel(const courier_gpu_channel_v1& c) {
-  DeviceChannel ch;
-  ch.slots = static_cast<TransferCmd*>(c.slots);
-  ch.control = static_cast<FifoControl*>(c.control);
-  ch.head = c.head;
-  ch.completed_cache = c.completed_cache;
-  ch.depth_mask = c.depth_mask;
-  ch.max_inflight = c.max_inflight;
-  ch.channel_id = c.channel_id;
-  ch.timeout_ns = c.timeout_ns;
-  return ch;
-}
 
 struct ProducerResult {
   int status;
@@ -137,7 +125,7 @@ int run_fifo_producers(courier_gpu_fifo_producers_v1* job) {
   }
   std::vector<DeviceChannel> channels;
   for (uint32_t c = 0; c < job->num_channels; ++c) {
-    channels.push_back(to_device_channel(job->channels[c]));
+    channels.push_back(from_abi(job->channels[c]));
   }
   const size_t channels_bytes = channels.size() * sizeof(DeviceChannel);
   const size_t result_offset = (channels_bytes + 255) / 256 * 256;
@@ -185,7 +173,7 @@ int run_fifo_round_trips(courier_gpu_fifo_round_trips_v1* job) {
   Launch launch;
   if (int rc = launch.begin(job->device, sizeof(int)); rc != 0) return rc;
   int* d_status = launch.scratch<int>(0);
-  const DeviceChannel ch = to_device_channel(job->channel);
+  const DeviceChannel ch = from_abi(job->channel);
   if (job->mode == COURIER_GPU_ROUND_TRIP_COMMAND) {
     command_round_trips_kernel<<<1, 1, 0, launch.stream()>>>(ch, job->iterations, job->samples,
                                                              d_status);
@@ -228,7 +216,7 @@ int run_command_lists(courier_gpu_command_lists_v1* job) {
   std::vector<DeviceCommandList> lists(job->num_lists);
   size_t at = 0;
   for (uint32_t i = 0; i < job->num_lists; ++i) {
-    lists[i] = {to_device_channel(job->lists[i].channel), d_commands + at, job->lists[i].count, 0};
+    lists[i] = {from_abi(job->lists[i].channel), d_commands + at, job->lists[i].count, 0};
     hipError_t rc = hipMemcpy(d_commands + at, job->lists[i].commands,
                               job->lists[i].count * sizeof(TransferCmd), hipMemcpyHostToDevice);
     if (rc != hipSuccess) return fail(rc, "copying command list " + std::to_string(i));

@@ -5,25 +5,13 @@
 #include <cerrno>
 #include <vector>
 
+#include "gpu/channel_descriptor.hpp"
 #include "gpu/fifo_selftest.hpp"
 #include "host_kernel_launch.hpp"
 
 namespace courier::host_gpu {
 
 namespace {
-
-DeviceChannel to_device_channel(const courier_gpu_channel_v1& c) {
-  DeviceChannel ch;
-  ch.slots = static_cast<TransferCmd*>(c.slots);
-  ch.control = static_cast<FifoControl*>(c.control);
-  ch.head = c.head;
-  ch.completed_cache = c.completed_cache;
-  ch.depth_mask = c.depth_mask;
-  ch.max_inflight = c.max_inflight;
-  ch.channel_id = c.channel_id;
-  ch.timeout_ns = c.timeout_ns;
-  return ch;
-}
 
 struct ProducersArgs {
   std::vector<DeviceChannel> channels;
@@ -61,7 +49,7 @@ struct RoundTripArgs {
 void round_trips_kernel(const courier_host_thread_v1*, void* arg) {
   auto* a = static_cast<RoundTripArgs*>(arg);
   const courier_gpu_fifo_round_trips_v1& job = *a->job;
-  const DeviceChannel ch = to_device_channel(job.channel);
+  const DeviceChannel ch = from_abi(job.channel);
   PushStatus status = job.mode == COURIER_GPU_ROUND_TRIP_COMMAND
                           ? device::selftest_command_round_trips(ch, job.iterations, job.samples)
                           : device::selftest_flag_round_trips(
@@ -74,7 +62,7 @@ void command_lists_kernel(const courier_host_thread_v1* thread, void* arg) {
   auto* job = static_cast<courier_gpu_command_lists_v1*>(arg);
   courier_gpu_command_list_v1& list = job->lists[thread->block_idx];
   list.push_status = static_cast<int>(device::push_command_list(
-      to_device_channel(list.channel), static_cast<const TransferCmd*>(list.commands), list.count));
+      from_abi(list.channel), static_cast<const TransferCmd*>(list.commands), list.count));
 }
 
 courier_host_kernel_launch_v1 launch_of(uint32_t grid, uint32_t block, courier_host_kernel_fn fn,
@@ -107,7 +95,7 @@ int run_fifo_producers(courier_gpu_fifo_producers_v1* job, std::string* error) {
   ProducersArgs args;
   args.job = job;
   for (uint32_t c = 0; c < job->num_channels; ++c) {
-    args.channels.push_back(to_device_channel(job->channels[c]));
+    args.channels.push_back(from_abi(job->channels[c]));
   }
   int rc = launch_host_kernel(launch_of(job->blocks, job->threads, producers_kernel, &args), error);
   if (rc != 0) return rc;
