@@ -68,7 +68,8 @@ ProxyThread::ProxyThread(uint32_t index, ProxyTransport& transport,
       batch_(options.dequeue_batch),
       completions_(options.poll_batch),
       backoff_(options.may_sleep),
-      semantics_(transport, options.semantics, options.mailbox, log) {
+      semantics_(transport, options.semantics, options.mailbox, log),
+      last_completion_ns_(options.semantics.world_size, 0) {
   for (uint32_t i = 0; i < channels_.size(); ++i) channels_[i]->thread_slot = i;
 }
 
@@ -261,8 +262,13 @@ std::string ProxyThread::stall_report(uint64_t now) const {
   auto seq_text = [](uint16_t next) {
     return next == 0 ? std::string("none") : std::to_string(next - 1);
   };
+  // The suspect: the rank that holds back most of this thread's channels,
+  // then the one with most work outstanding; between equals, the one silent
+  // longest (no completion of ours since): a stopped rank usually goes
+  // silent first, the ranks that wait on it a little later.
   uint32_t suspect = UINT32_MAX;
-  uint64_t most = 0;
+  uint64_t suspect_silent_since = 0;
+  uint64_t suspect_weight = 0;
   for (uint32_t peer = 0; peer < semantics_.world_size(); ++peer) {
     const uint32_t writes = semantics_.writes_in_flight_to(peer);
     const uint32_t atomics = semantics_.atomics_awaiting_answer_from(peer);
@@ -271,23 +277,30 @@ std::string ProxyThread::stall_report(uint64_t now) const {
         semantics_.expected_from(peer) == 0) {
       continue;
     }
+    const uint64_t last = peer < last_completion_ns_.size() ? last_completion_ns_[peer] : 0;
     text += fmt::format(
         "\n  rank {}: {} writes and {} atomics outstanding to it, {} commands for it refused "
         "by the transport; last sequence number sent to it: {}, seen from it in order: {}; {} "
-        "of its atomics held back here",
+        "of its atomics held back here; {}",
         peer, writes, atomics, refused[peer], seq_text(semantics_.next_seq_to(peer)),
-        seq_text(semantics_.expected_from(peer)), held);
-    // Channels it blocks weigh most; outstanding operations break ties.
+        seq_text(semantics_.expected_from(peer)), held,
+        last == 0 ? std::string("no completion from it yet")
+                  : fmt::format("last completion {:.1f} s ago",
+                                static_cast<double>(now - last) / 1e9));
     const uint64_t weight = blocking[peer] * 1'000'000 + writes + atomics + refused[peer];
-    if (weight > most) {
-      most = weight;
+    if (weight == 0) continue;  // nothing of ours waits on it
+    const bool quieter = suspect == UINT32_MAX || weight > suspect_weight ||
+                         (weight == suspect_weight && last < suspect_silent_since);
+    if (quieter) {
       suspect = peer;
+      suspect_silent_since = last;
+      suspect_weight = weight;
     }
   }
   if (suspect != UINT32_MAX) {
-    text +=
-        fmt::format("\n  most likely stuck on rank {}: it holds back {} of this thread's channels",
-                    suspect, blocking[suspect]);
+    text += fmt::format(
+        "\n  most likely stuck on rank {}: it holds back {} of this thread's channels",
+        suspect, blocking[suspect]);
   }
   return text;
 }
@@ -457,6 +470,7 @@ void ProxyThread::complete(uint64_t cookie, int status, const std::string& why) 
 
 bool ProxyThread::poll_completions() {
   bool worked = false;
+  uint64_t batch_now = 0;
   for (;;) {
     int n = transport_.poll(completions_.data(), options_.poll_batch);
     if (n < 0) {
@@ -482,6 +496,10 @@ bool ProxyThread::poll_completions() {
       ProxyChannel& channel = *channels_.at(static_cast<uint32_t>(c.cookie >> kTicketBits));
       const uint32_t target = channel.target[c.cookie & (channel.target.size() - 1)];
       semantics_.on_user_tx(target >> 1, (target & 1) != 0);
+      if ((target >> 1) < last_completion_ns_.size()) {
+        if (batch_now == 0) batch_now = device::now_ns();  // one clock read per batch
+        last_completion_ns_[target >> 1] = batch_now;
+      }
       --outstanding_;
       complete(c.cookie, c.status,
                c.status == COURIER_OK ? std::string()

@@ -155,6 +155,9 @@ class ProxyThread {
   uint32_t retry_holdoff_ = 0;
   IdleBackoff backoff_;
   ProxySemantics semantics_;
+  // Per peer: when a completion of ours for it last arrived (device::now_ns,
+  // 0 = never), for the stall report's suspect.
+  std::vector<uint64_t> last_completion_ns_;
   uint32_t stall_polls_ = 0;
 
   std::thread thread_;
