@@ -284,9 +284,9 @@ std::string ProxyThread::stall_report(uint64_t now) const {
         "of its atomics held back here; {}",
         peer, writes, atomics, refused[peer], seq_text(semantics_.next_seq_to(peer)),
         seq_text(semantics_.expected_from(peer)), held,
-        last == 0 ? std::string("no completion from it yet")
-                  : fmt::format("last completion {:.1f} s ago",
-                                static_cast<double>(now - last) / 1e9));
+        last == 0
+            ? std::string("no completion from it yet")
+            : fmt::format("last completion {:.1f} s ago", static_cast<double>(now - last) / 1e9));
     const uint64_t weight = blocking[peer] * 1'000'000 + writes + atomics + refused[peer];
     if (weight == 0) continue;  // nothing of ours waits on it
     const bool quieter = suspect == UINT32_MAX || weight > suspect_weight ||
@@ -298,9 +298,9 @@ std::string ProxyThread::stall_report(uint64_t now) const {
     }
   }
   if (suspect != UINT32_MAX) {
-    text += fmt::format(
-        "\n  most likely stuck on rank {}: it holds back {} of this thread's channels",
-        suspect, blocking[suspect]);
+    text +=
+        fmt::format("\n  most likely stuck on rank {}: it holds back {} of this thread's channels",
+                    suspect, blocking[suspect]);
   }
   return text;
 }
