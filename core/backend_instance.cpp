@@ -181,12 +181,11 @@ GpuBackend::GpuBackend(const GpuPlugin& plugin, const HostServices& host) : plug
   // plugin's struct ends before them, and its capability bits for them are
   // not to be believed.
   const auto* ops = plugin_.ops;
-  const size_t needed =
-      offsetof(courier_gpu_plugin_v1, run_command_lists) + sizeof ops->run_command_lists;
+  const size_t needed = offsetof(courier_gpu_plugin_v1, run_ep_layout) + sizeof ops->run_ep_layout;
   has_minor1_ = plugin_.abi_minor >= 1 && ops->header.struct_size >= needed;
   if (!has_minor1_) {
     props_.caps &= ~(COURIER_GPU_CAP_IPC | COURIER_GPU_CAP_DMABUF | COURIER_GPU_CAP_FIFO_KERNELS |
-                     COURIER_GPU_CAP_GRAPHS);
+                     COURIER_GPU_CAP_GRAPHS | COURIER_GPU_CAP_EP_KERNELS);
   }
 }
 

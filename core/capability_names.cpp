@@ -47,6 +47,7 @@ constexpr BitName kGpuCaps[] = {
     {COURIER_GPU_CAP_DMABUF, "dmabuf"},
     {COURIER_GPU_CAP_FIFO_KERNELS, "fifo_kernels"},
     {COURIER_GPU_CAP_GRAPHS, "graphs"},
+    {COURIER_GPU_CAP_EP_KERNELS, "ep_kernels"},
 };
 
 constexpr BitName kMemoryKinds[] = {

@@ -14,6 +14,7 @@
 #include "core/bootstrap/job_bootstrap.hpp"
 #include "core/check.hpp"
 #include "core/config.hpp"
+#include "core/context_internals.hpp"
 #include "core/cpu_placement.hpp"
 #include "core/faults/transport_chain.hpp"
 #include "core/proxy/nic_endpoint.hpp"
@@ -626,6 +627,10 @@ void Context::launch_host_kernel(uint32_t grid, uint32_t block, courier_host_ker
          block, gpu.last_error());
   }
 }
+
+const GpuBackend& ContextInternals::gpu(const Context& context) { return *context.impl_->gpu; }
+
+int ContextInternals::device(const Context& context) { return context.impl_->device; }
 
 void Context::run_device_commands(std::vector<DeviceCommandList>& lists) const {
   const GpuBackend& gpu = *impl_->gpu;

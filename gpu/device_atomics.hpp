@@ -40,6 +40,10 @@ using sys_atomic_ref = cuda::atomic_ref<T, cuda::thread_scope_system>;
 __device__ __forceinline__ uint64_t fetch_add_relaxed(uint64_t* p, uint64_t n) {
   return sys_atomic_ref<uint64_t>(*p).fetch_add(n, cuda::memory_order_relaxed);
 }
+// Counters only this GPU's threads update (EP layout): device scope.
+__device__ __forceinline__ void add_relaxed_gpu(int32_t* p, int32_t n) {
+  cuda::atomic_ref<int32_t, cuda::thread_scope_device>(*p).fetch_add(n, cuda::memory_order_relaxed);
+}
 __device__ __forceinline__ uint64_t load_acquire(const uint64_t* p) {
   return sys_atomic_ref<uint64_t>(*const_cast<uint64_t*>(p)).load(cuda::memory_order_acquire);
 }
@@ -107,6 +111,9 @@ struct Backoff {
 __device__ __forceinline__ uint64_t fetch_add_relaxed(uint64_t* p, uint64_t n) {
   return __hip_atomic_fetch_add(p, n, __ATOMIC_RELAXED, COURIER_HIP_SYS);
 }
+__device__ __forceinline__ void add_relaxed_gpu(int32_t* p, int32_t n) {
+  __hip_atomic_fetch_add(p, n, __ATOMIC_RELAXED, COURIER_HIP_GPU);
+}
 __device__ __forceinline__ uint64_t load_acquire(const uint64_t* p) {
   return __hip_atomic_load(const_cast<uint64_t*>(p), __ATOMIC_ACQUIRE, COURIER_HIP_SYS);
 }
@@ -166,6 +173,9 @@ struct Backoff {
 
 inline uint64_t fetch_add_relaxed(uint64_t* p, uint64_t n) {
   return std::atomic_ref<uint64_t>(*p).fetch_add(n, std::memory_order_relaxed);
+}
+inline void add_relaxed_gpu(int32_t* p, int32_t n) {
+  std::atomic_ref<int32_t>(*p).fetch_add(n, std::memory_order_relaxed);
 }
 inline uint64_t load_acquire(const uint64_t* p) {
   return std::atomic_ref<uint64_t>(*const_cast<uint64_t*>(p)).load(std::memory_order_acquire);

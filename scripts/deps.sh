@@ -5,7 +5,7 @@ set -euo pipefail
 
 COURIER_PACKAGES=(
   git cmake ninja-build g++ pkg-config python3 clang-format
-  libfmt-dev doctest-dev
+  libfmt-dev doctest-dev libdlpack-dev
   libfabric-dev libibverbs-dev libhwloc-dev
   openmpi-bin libopenmpi-dev
   hipcc libamdhip64-dev

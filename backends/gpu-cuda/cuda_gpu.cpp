@@ -16,6 +16,7 @@
 #include <string>
 
 #include "courier/abi/gpu_v1.h"
+#include "cuda_ep_kernels.hpp"
 #include "cuda_selftest_kernels.hpp"
 #include "cuda_status.hpp"
 
@@ -114,7 +115,7 @@ int cuda_query(void* backend, courier_gpu_props_v1* props) {
   props->caps = 0;
   if (b->device_count > 0) {
     props->caps = COURIER_GPU_CAP_MAPPED_HOST | COURIER_GPU_CAP_IPC | COURIER_GPU_CAP_FIFO_KERNELS |
-                  COURIER_GPU_CAP_GRAPHS;
+                  COURIER_GPU_CAP_GRAPHS | COURIER_GPU_CAP_EP_KERNELS;
     if (b->dmabuf) props->caps |= COURIER_GPU_CAP_DMABUF;
   }
   std::snprintf(props->device_name, sizeof props->device_name, "%s", b->device_name.c_str());
@@ -262,6 +263,10 @@ int cuda_run_command_lists(void*, courier_gpu_command_lists_v1* job) {
   return courier::cuda_gpu::run_command_lists(job);
 }
 
+int cuda_run_ep_layout(void*, const courier_gpu_ep_layout_v1* job) {
+  return courier::cuda_gpu::run_ep_layout(job);
+}
+
 const courier_gpu_plugin_v1 kPlugin = {
     {sizeof(courier_gpu_plugin_v1), COURIER_GPU_ABI_MAJOR, COURIER_GPU_ABI_MINOR, "cuda"},
     "NVIDIA GPUs through the CUDA runtime (driver loaded on first use)",
@@ -285,6 +290,7 @@ const courier_gpu_plugin_v1 kPlugin = {
     cuda_run_fifo_producers,
     cuda_run_fifo_round_trips,
     cuda_run_command_lists,
+    cuda_run_ep_layout,
 };
 
 }  // namespace

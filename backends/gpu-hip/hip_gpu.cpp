@@ -15,6 +15,7 @@
 #include <string>
 
 #include "courier/abi/gpu_v1.h"
+#include "hip_ep_kernels.hpp"
 #include "hip_selftest_kernels.hpp"
 #include "hip_status.hpp"
 
@@ -82,7 +83,7 @@ int hip_query(void* backend, courier_gpu_props_v1* props) {
   if (b->device_count > 0) {
     // No COURIER_GPU_CAP_DMABUF: see hip_dmabuf_export.
     props->caps = COURIER_GPU_CAP_MAPPED_HOST | COURIER_GPU_CAP_IPC | COURIER_GPU_CAP_FIFO_KERNELS |
-                  COURIER_GPU_CAP_GRAPHS;
+                  COURIER_GPU_CAP_GRAPHS | COURIER_GPU_CAP_EP_KERNELS;
   }
   std::snprintf(props->device_name, sizeof props->device_name, "%s", b->device_name.c_str());
   std::snprintf(props->no_device_reason, sizeof props->no_device_reason, "%s",
@@ -193,6 +194,10 @@ int hip_run_fifo_round_trips(void*, courier_gpu_fifo_round_trips_v1* job) {
   return courier::hip_gpu::run_fifo_round_trips(job);
 }
 
+int hip_run_ep_layout(void*, const courier_gpu_ep_layout_v1* job) {
+  return courier::hip_gpu::run_ep_layout(job);
+}
+
 int hip_run_command_lists(void*, courier_gpu_command_lists_v1* job) {
   return courier::hip_gpu::run_command_lists(job);
 }
@@ -220,6 +225,7 @@ const courier_gpu_plugin_v1 kPlugin = {
     hip_run_fifo_producers,
     hip_run_fifo_round_trips,
     hip_run_command_lists,
+    hip_run_ep_layout,
 };
 
 }  // namespace

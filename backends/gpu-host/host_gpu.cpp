@@ -11,6 +11,7 @@
 #include <string>
 
 #include "courier/abi/gpu_v1.h"
+#include "host_ep_kernels.hpp"
 #include "host_kernel_launch.hpp"
 #include "host_selftest_kernels.hpp"
 
@@ -49,8 +50,8 @@ int host_query(void*, courier_gpu_props_v1* props) {
   if (props == nullptr || props->struct_size < sizeof(courier_gpu_props_v1)) {
     return fail(-EINVAL, "query: props is NULL or its struct_size is too small");
   }
-  props->caps =
-      COURIER_GPU_CAP_HOST_KERNELS | COURIER_GPU_CAP_MAPPED_HOST | COURIER_GPU_CAP_FIFO_KERNELS;
+  props->caps = COURIER_GPU_CAP_HOST_KERNELS | COURIER_GPU_CAP_MAPPED_HOST |
+                COURIER_GPU_CAP_FIFO_KERNELS | COURIER_GPU_CAP_EP_KERNELS;
   props->device_count = 1;
   props->warp_size = 1;
   props->mem_kind = COURIER_MEM_HOST;
@@ -126,6 +127,13 @@ int host_run_command_lists(void*, courier_gpu_command_lists_v1* job) {
   return rc;
 }
 
+int host_run_ep_layout(void*, const courier_gpu_ep_layout_v1* job) {
+  std::string error;
+  int rc = courier::host_gpu::run_ep_layout(job, &error);
+  if (rc != 0) g_last_error = error;
+  return rc;
+}
+
 const courier_gpu_plugin_v1 kPlugin = {
     {sizeof(courier_gpu_plugin_v1), COURIER_GPU_ABI_MAJOR, COURIER_GPU_ABI_MINOR, "host"},
     "CPU threads standing in for a GPU (development and CI)",
@@ -149,6 +157,7 @@ const courier_gpu_plugin_v1 kPlugin = {
     host_run_fifo_producers,
     host_run_fifo_round_trips,
     host_run_command_lists,
+    host_run_ep_layout,
 };
 
 }  // namespace

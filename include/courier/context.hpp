@@ -146,6 +146,7 @@ class Context {
 
  private:
   friend class DeviceBuffer;
+  friend struct ContextInternals;  // core/context_internals.hpp
   void free_device(void* ptr) const;
   struct Impl;
   std::unique_ptr<Impl> impl_;

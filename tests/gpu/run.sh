@@ -15,12 +15,20 @@ export COURIER_BACKEND_PATH="$PWD/$BUILD/lib/courier"
 
 step() { printf '\n=== %s\n' "$*"; }
 
+# Headers a GPU host may lack (DLPack, libfabric): a copy of Debian's in
+# build-deps/include is used when the system has none.
+extra=()
+if [ ! -f /usr/include/dlpack/dlpack.h ] && [ -f build-deps/include/dlpack/dlpack.h ]; then
+  extra+=("-DDLPACK_INCLUDE_DIR=$PWD/build-deps/include")
+fi
+
 step "configure and build ($BUILD)"
 cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCOURIER_GPU_TESTS=ON \
-  -DCOURIER_WITH_CUDA=ON -DCOURIER_WITH_HIP=OFF >"$OUT/configure.log" 2>&1 ||
+  -DCOURIER_WITH_CUDA=ON -DCOURIER_WITH_HIP=OFF "${extra[@]}" >"$OUT/configure.log" 2>&1 ||
   { tail -30 "$OUT/configure.log"; exit 1; }
 cmake --build "$BUILD" -j "$(nproc)" --target courier-bench courier-info courier-run \
-  courier-gpu-cuda courier-gpu-host courier-nic-ce courier-gpu-backend-test courier-semantics-check >"$OUT/build.log" 2>&1 ||
+  courier-gpu-cuda courier-gpu-host courier-nic-ce courier-gpu-backend-test courier-semantics-check \
+  ep_check >"$OUT/build.log" 2>&1 ||
   { grep -E "error|FAILED" -A5 "$OUT/build.log" | head -60; exit 1; }
 nvidia-smi --query-gpu=name,driver_version,pcie.link.gen.current,pcie.link.width.current \
   --format=csv,noheader 2>/dev/null | tee "$OUT/gpus.txt"

@@ -27,6 +27,7 @@ extern "C" {
 #define COURIER_GPU_CAP_DMABUF (1u << 3)       /* dmabuf_export gives NICs device memory */
 #define COURIER_GPU_CAP_FIFO_KERNELS (1u << 4) /* run_fifo_producers, run_fifo_round_trips */
 #define COURIER_GPU_CAP_GRAPHS (1u << 5)       /* kernels can be captured in a graph */
+#define COURIER_GPU_CAP_EP_KERNELS (1u << 6)   /* run_ep_layout (expert parallelism) */
 
 typedef struct courier_gpu_props_v1 {
   uint32_t struct_size;
@@ -156,6 +157,28 @@ typedef struct courier_gpu_command_lists_v1 {
   uint32_t reserved;
 } courier_gpu_command_lists_v1;
 
+/* Minor 1. get_dispatch_layout on the device (docs/ep.md): for topk_idx
+ * [num_tokens, topk] (int64, -1 = no expert; experts spread evenly, rank r
+ * holding [r * E/R, (r + 1) * E/R)), count tokens per rank (a token once per
+ * rank) and per expert, and mark is_token_in_rank [num_tokens, num_ranks].
+ * All pointers are device memory; the two count arrays and *first_invalid
+ * must be zero on entry. An index outside [-1, num_experts) is skipped and
+ * the first one seen is recorded in *first_invalid as
+ * ((token + 1) << 32) | k. */
+typedef struct courier_gpu_ep_layout_v1 {
+  uint32_t struct_size;
+  int32_t device;
+  const int64_t* topk_idx;
+  uint32_t num_tokens;
+  uint32_t topk;
+  uint32_t num_experts;
+  uint32_t num_ranks;
+  int32_t* num_tokens_per_rank;   /* [num_ranks] */
+  int32_t* num_tokens_per_expert; /* [num_experts] */
+  uint8_t* is_token_in_rank;      /* [num_tokens, num_ranks], 0 or 1 */
+  uint64_t* first_invalid;
+} courier_gpu_ep_layout_v1;
+
 typedef struct courier_gpu_plugin_v1 {
   courier_plugin_header header;
   const char* description;
@@ -200,6 +223,8 @@ typedef struct courier_gpu_plugin_v1 {
   /* Pushes command lists from device threads and waits for them
    * (COURIER_GPU_CAP_FIFO_KERNELS). */
   int (*run_command_lists)(void* backend, courier_gpu_command_lists_v1* job);
+  /* Expert-parallel kernels (COURIER_GPU_CAP_EP_KERNELS); return once done. */
+  int (*run_ep_layout)(void* backend, const courier_gpu_ep_layout_v1* job);
 } courier_gpu_plugin_v1;
 
 typedef const courier_gpu_plugin_v1* (*courier_gpu_backend_v1_fn)(void);

@@ -1,0 +1,114 @@
+// courier::ep::Buffer (include/courier/ep.hpp, docs/ep.md): argument
+// checks, the layout kernel through the GPU backend.
+#include <fmt/format.h>
+
+#include <cstring>
+#include <vector>
+
+#include "core/check.hpp"
+#include "core/context_internals.hpp"
+#include "core/ep/tensor_checks.hpp"
+#include "courier/ep.hpp"
+
+namespace courier::ep {
+
+struct Buffer::Impl {
+  Impl(Context& context, const BufferOptions& opts)
+      : ctx(context),
+        gpu(ContextInternals::gpu(context)),
+        device(ContextInternals::device(context)),
+        device_type(device_type_of(gpu.props().mem_kind)),
+        options(opts),
+        scratch(context.alloc(64)) {
+    if (!gpu.has_minor1() || (gpu.props().caps & COURIER_GPU_CAP_EP_KERNELS) == 0) {
+      fail("GPU backend '{}' has no expert-parallel kernels (capability ep_kernels)",
+           gpu.plugin().name);
+    }
+  }
+
+  // Zeroes `bytes` of device memory at `ptr`.
+  void clear(void* ptr, size_t bytes) const {
+    std::vector<std::byte> zeros(bytes);
+    ctx.copy(ptr, zeros.data(), bytes);
+  }
+
+  Context& ctx;
+  const GpuBackend& gpu;
+  int device;
+  DLDeviceType device_type;
+  BufferOptions options;
+  DeviceBuffer scratch;  // first_invalid of the layout kernel
+};
+
+Buffer::Buffer(Context& context, const BufferOptions& options)
+    : impl_(std::make_unique<Impl>(context, options)) {}
+
+Buffer::~Buffer() = default;
+
+int Buffer::num_ranks() const { return impl_->ctx.world_size(); }
+int Buffer::rank() const { return impl_->ctx.rank(); }
+
+DLDevice Buffer::device() const {
+  return DLDevice{impl_->device_type, impl_->device_type == kDLCPU ? 0 : impl_->device};
+}
+
+void Buffer::get_dispatch_layout(const DLTensor& topk_idx, int num_experts,
+                                 const DispatchLayout& out) {
+  Impl& s = *impl_;
+  const int ranks = num_ranks();
+  if (num_experts <= 0 || num_experts % ranks != 0) {
+    fail("get_dispatch_layout: num_experts {} is not a positive multiple of the {} ranks",
+         num_experts, ranks);
+  }
+  auto* idx = static_cast<const int64_t*>(
+      check_tensor(&topk_idx, "get_dispatch_layout: topk_idx", DType::int64, {-1, -1},
+                   s.device_type));
+  const int64_t tokens = topk_idx.shape[0];
+  const int64_t topk = topk_idx.shape[1];
+  if (tokens > INT32_MAX || topk == 0 || topk > 1024) {
+    fail("get_dispatch_layout: topk_idx has shape [{}, {}]; at most 2^31-1 tokens and 1..1024 "
+         "experts per token",
+         tokens, topk);
+  }
+  auto* per_rank = static_cast<int32_t*>(
+      check_tensor(out.num_tokens_per_rank, "get_dispatch_layout: num_tokens_per_rank",
+                   DType::int32, {ranks}, s.device_type));
+  auto* per_expert = static_cast<int32_t*>(
+      check_tensor(out.num_tokens_per_expert, "get_dispatch_layout: num_tokens_per_expert",
+                   DType::int32, {num_experts}, s.device_type));
+  auto* in_rank = static_cast<uint8_t*>(
+      check_tensor(out.is_token_in_rank, "get_dispatch_layout: is_token_in_rank",
+                   DType::boolean, {tokens, ranks}, s.device_type));
+  s.clear(per_rank, sizeof(int32_t) * ranks);
+  s.clear(per_expert, sizeof(int32_t) * num_experts);
+  s.clear(s.scratch.data(), sizeof(uint64_t));
+
+  courier_gpu_ep_layout_v1 job{};
+  job.struct_size = sizeof job;
+  job.device = s.device;
+  job.topk_idx = idx;
+  job.num_tokens = static_cast<uint32_t>(tokens);
+  job.topk = static_cast<uint32_t>(topk);
+  job.num_experts = static_cast<uint32_t>(num_experts);
+  job.num_ranks = static_cast<uint32_t>(ranks);
+  job.num_tokens_per_rank = per_rank;
+  job.num_tokens_per_expert = per_expert;
+  job.is_token_in_rank = in_rank;
+  job.first_invalid = static_cast<uint64_t*>(s.scratch.data());
+  if (s.gpu.ops()->run_ep_layout(s.gpu.handle(), &job) != 0) {
+    fail("get_dispatch_layout: GPU backend '{}' failed: {}", s.gpu.plugin().name,
+         s.gpu.last_error());
+  }
+  uint64_t invalid = 0;
+  s.ctx.copy(&invalid, s.scratch.data(), sizeof invalid);
+  if (invalid != 0) {
+    const uint64_t token = (invalid >> 32) - 1;
+    const uint64_t k = invalid & 0xFFFFFFFFu;
+    int64_t value = 0;
+    s.ctx.copy(&value, idx + token * topk + k, sizeof value);
+    fail("get_dispatch_layout: topk_idx[{}][{}] = {} is outside [-1, {}) (num_experts)", token,
+         k, value, num_experts);
+  }
+}
+
+}  // namespace courier::ep
