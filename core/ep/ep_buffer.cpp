@@ -7,6 +7,7 @@
 
 #include "core/check.hpp"
 #include "core/context_internals.hpp"
+#include "core/ep/high_throughput.hpp"
 #include "core/ep/tensor_checks.hpp"
 #include "courier/ep.hpp"
 
@@ -24,6 +25,17 @@ struct Buffer::Impl {
       fail("GPU backend '{}' has no expert-parallel kernels (capability ep_kernels)",
            gpu.plugin().name);
     }
+    if (opts.max_tokens_per_rank > 0) {
+      high_throughput = std::make_unique<HighThroughput>(
+          context, opts, DLDevice{device_type, device_type == kDLCPU ? 0 : device});
+    }
+  }
+
+  HighThroughput& ht(const char* call) const {
+    if (!high_throughput) {
+      fail("ep::Buffer::{}: the Buffer was made with max_tokens_per_rank 0 (layouts only)", call);
+    }
+    return *high_throughput;
   }
 
   // Zeroes `bytes` of device memory at `ptr`.
@@ -38,7 +50,35 @@ struct Buffer::Impl {
   DLDeviceType device_type;
   BufferOptions options;
   DeviceBuffer scratch;  // first_invalid of the layout kernel
+  std::unique_ptr<HighThroughput> high_throughput;
 };
+
+TensorView::TensorView(void* data, DLDevice device, DLDataType dtype, std::vector<int64_t> shape) {
+  if (shape.size() > shape_.size()) fail("TensorView: {} dimensions, at most 4", shape.size());
+  std::copy(shape.begin(), shape.end(), shape_.begin());
+  tensor_.data = data;
+  tensor_.device = device;
+  tensor_.ndim = static_cast<int>(shape.size());
+  tensor_.dtype = dtype;
+  tensor_.shape = shape_.data();
+  tensor_.strides = nullptr;
+  tensor_.byte_offset = 0;
+}
+
+TensorView& TensorView::operator=(const TensorView& other) {
+  shape_ = other.shape_;
+  tensor_ = other.tensor_;
+  tensor_.shape = shape_.data();
+  return *this;
+}
+
+DispatchResult Buffer::dispatch(const DispatchArgs& args) {
+  return impl_->ht("dispatch").dispatch(args);
+}
+
+CombineResult Buffer::combine(const DLTensor& x, const DispatchHandle& handle) {
+  return impl_->ht("combine").combine(x, handle);
+}
 
 Buffer::Buffer(Context& context, const BufferOptions& options)
     : impl_(std::make_unique<Impl>(context, options)) {}
@@ -60,25 +100,25 @@ void Buffer::get_dispatch_layout(const DLTensor& topk_idx, int num_experts,
     fail("get_dispatch_layout: num_experts {} is not a positive multiple of the {} ranks",
          num_experts, ranks);
   }
-  auto* idx = static_cast<const int64_t*>(
-      check_tensor(&topk_idx, "get_dispatch_layout: topk_idx", DType::int64, {-1, -1},
-                   s.device_type));
+  auto* idx = static_cast<const int64_t*>(check_tensor(&topk_idx, "get_dispatch_layout: topk_idx",
+                                                       DType::int64, {-1, -1}, s.device_type));
   const int64_t tokens = topk_idx.shape[0];
   const int64_t topk = topk_idx.shape[1];
   if (tokens > INT32_MAX || topk == 0 || topk > 1024) {
-    fail("get_dispatch_layout: topk_idx has shape [{}, {}]; at most 2^31-1 tokens and 1..1024 "
-         "experts per token",
-         tokens, topk);
+    fail(
+        "get_dispatch_layout: topk_idx has shape [{}, {}]; at most 2^31-1 tokens and 1..1024 "
+        "experts per token",
+        tokens, topk);
   }
-  auto* per_rank = static_cast<int32_t*>(
-      check_tensor(out.num_tokens_per_rank, "get_dispatch_layout: num_tokens_per_rank",
-                   DType::int32, {ranks}, s.device_type));
+  auto* per_rank = static_cast<int32_t*>(check_tensor(out.num_tokens_per_rank,
+                                                      "get_dispatch_layout: num_tokens_per_rank",
+                                                      DType::int32, {ranks}, s.device_type));
   auto* per_expert = static_cast<int32_t*>(
       check_tensor(out.num_tokens_per_expert, "get_dispatch_layout: num_tokens_per_expert",
                    DType::int32, {num_experts}, s.device_type));
   auto* in_rank = static_cast<uint8_t*>(
-      check_tensor(out.is_token_in_rank, "get_dispatch_layout: is_token_in_rank",
-                   DType::boolean, {tokens, ranks}, s.device_type));
+      check_tensor(out.is_token_in_rank, "get_dispatch_layout: is_token_in_rank", DType::boolean,
+                   {tokens, ranks}, s.device_type));
   s.clear(per_rank, sizeof(int32_t) * ranks);
   s.clear(per_expert, sizeof(int32_t) * num_experts);
   s.clear(s.scratch.data(), sizeof(uint64_t));
@@ -106,8 +146,8 @@ void Buffer::get_dispatch_layout(const DLTensor& topk_idx, int num_experts,
     const uint64_t k = invalid & 0xFFFFFFFFu;
     int64_t value = 0;
     s.ctx.copy(&value, idx + token * topk + k, sizeof value);
-    fail("get_dispatch_layout: topk_idx[{}][{}] = {} is outside [-1, {}) (num_experts)", token,
-         k, value, num_experts);
+    fail("get_dispatch_layout: topk_idx[{}][{}] = {} is outside [-1, {}) (num_experts)", token, k,
+         value, num_experts);
   }
 }
 

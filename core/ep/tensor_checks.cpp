@@ -35,10 +35,10 @@ bool matches(const DLDataType& t, DType dtype) {
 }
 
 std::string describe(const DLDataType& t) {
-  const char* code = t.code == kDLInt      ? "int"
-                     : t.code == kDLUInt   ? "uint"
-                     : t.code == kDLFloat  ? "float"
-                     : t.code == kDLBfloat ? "bfloat"
+  const char* code = t.code == kDLInt        ? "int"
+                     : t.code == kDLUInt     ? "uint"
+                     : t.code == kDLFloat    ? "float"
+                     : t.code == kDLBfloat   ? "bfloat"
                      : t.code == kDLBoolCode ? "bool"
                                              : "code";
   return fmt::format("{}{}{}", code, t.bits, t.lanes == 1 ? "" : fmt::format("x{}", t.lanes));

@@ -3,14 +3,17 @@
 // theirs in without copies; they live in the GPU backend's memory (host
 // memory on gpu-host) and are row-major and contiguous.
 //
-// Being built (issue 5): the layout is here; dispatch and combine follow.
+// Being built (issue 5): the layout and high-throughput dispatch/combine
+// are here (host-orchestrated); low-latency mode and device kernels follow.
 #pragma once
 
 #include <dlpack/dlpack.h>
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "courier/context.hpp"
 
@@ -20,6 +23,29 @@ struct BufferOptions {
   size_t num_nvl_bytes = 0;   // for direct stores between GPUs of one host
   size_t num_rdma_bytes = 0;  // for the proxy path
   bool low_latency_mode = false;
+  // High-throughput sizing: most tokens a rank dispatches per call, the
+  // hidden size and element bytes of its rows, most experts per token.
+  // Zero tokens: the Buffer only computes layouts.
+  uint32_t max_tokens_per_rank = 0;
+  uint32_t hidden = 0;
+  uint32_t element_bytes = 2;  // bfloat16; 4 for float32
+  uint32_t max_topk = 8;
+};
+
+// A DLPack view into memory the Buffer owns: valid until the next call that
+// produces the same output. Copies keep pointing at their own shape.
+class TensorView {
+ public:
+  TensorView() = default;
+  TensorView(void* data, DLDevice device, DLDataType dtype, std::vector<int64_t> shape);
+  TensorView(const TensorView& other) { *this = other; }
+  TensorView& operator=(const TensorView& other);
+  const DLTensor& tensor() const { return tensor_; }
+  DLTensor& tensor() { return tensor_; }
+
+ private:
+  std::array<int64_t, 4> shape_{};
+  DLTensor tensor_{};
 };
 
 // What get_dispatch_layout fills: caller-allocated tensors.
@@ -27,6 +53,35 @@ struct DispatchLayout {
   DLTensor* num_tokens_per_rank = nullptr;    // [num_ranks] int32
   DLTensor* num_tokens_per_expert = nullptr;  // [num_experts] int32
   DLTensor* is_token_in_rank = nullptr;       // [num_tokens, num_ranks] bool (uint8)
+};
+
+struct DispatchArgs {
+  const DLTensor* x = nullptr;                 // [num_tokens, hidden] bfloat16 or float32
+  const DLTensor* topk_idx = nullptr;          // [num_tokens, topk] int64, -1 = none
+  const DLTensor* topk_weights = nullptr;      // [num_tokens, topk] float32
+  const DLTensor* is_token_in_rank = nullptr;  // [num_tokens, num_ranks] from get_dispatch_layout
+  int num_experts = 0;
+};
+
+// What combine needs to bring results back: which rows came from where.
+struct DispatchHandle {
+  uint32_t num_tokens = 0;            // this rank's tokens in that dispatch
+  std::vector<uint32_t> recv_counts;  // rows received from each rank, in rank order
+  std::vector<int32_t> send_index;    // [num_tokens * num_ranks]: row of token t at rank r, or -1
+  uint32_t hidden = 0;
+  uint32_t dtype_code = 0, dtype_bits = 0;
+};
+
+struct DispatchResult {
+  TensorView recv_x;             // [received, hidden], rows grouped by source rank, in rank order
+  TensorView recv_topk_idx;      // [received, topk] int64: local expert ids, -1 where elsewhere
+  TensorView recv_topk_weights;  // [received, topk] float32
+  std::vector<int32_t> num_recv_tokens_per_expert;  // local experts
+  DispatchHandle handle;
+};
+
+struct CombineResult {
+  TensorView combined_x;  // [num_tokens, hidden]: per token, the sum of the rows sent back
 };
 
 class Buffer {
@@ -45,6 +100,17 @@ class Buffer {
   // tensor's dtype, shape or device, num_experts not a positive multiple of
   // the number of ranks, or an expert index outside [-1, num_experts).
   void get_dispatch_layout(const DLTensor& topk_idx, int num_experts, const DispatchLayout& out);
+
+  // High-throughput dispatch (collective): every token goes once to each
+  // rank that holds one of its experts. Throws courier::Error naming what
+  // is wrong: a tensor's dtype, shape or device, more tokens than
+  // max_tokens_per_rank, a configuration that differs between ranks (checked
+  // at the first call), or a peer that did not answer in COURIER_TIMEOUT_S.
+  DispatchResult dispatch(const DispatchArgs& args);
+  // High-throughput combine (collective): x [received, hidden] in recv_x's
+  // order goes back to the tokens' ranks, which sum the rows per token. Weight
+  // expert outputs before combining (as with DeepEP).
+  CombineResult combine(const DLTensor& x, const DispatchHandle& handle);
 
   int num_ranks() const;
   int rank() const;

@@ -10,11 +10,21 @@
 //   layout-errors   an expert index past the end, one below -1, num_experts
 //                   not a multiple of the ranks, a wrong dtype, a wrong
 //                   output shape: each a clear error naming the argument
+//   ht-float32,     high-throughput dispatch then combine, twice: every
+//   ht-bfloat16     received row equals its source token, meta (local
+//                   experts, weights) right, per-expert counts right; combine
+//                   of x * (sum of its local weights) gives x * (sum of all
+//                   its weights) within the dtype's tolerance
+//   ht-errors       one rank with more tokens than the buffer holds: every
+//                   rank fails, none hangs; ranks with different
+//                   configurations at the first call: every rank fails
 // Prints "[PASS|FAIL] <case>: <detail>" and "ep: P passed, F failed"; exits 1
 // if a case failed.
 #include <fmt/format.h>
 
+#include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <random>
 #include <string>
@@ -188,17 +198,223 @@ Outcome check_layout_errors(courier::Context& ctx, courier::ep::Buffer& buffer) 
   expect_error(c, "int32 topk_idx", "topk_idx: dtype int32 where int64 is required",
                [&] { buffer.get_dispatch_layout(*idx32.view(), experts, out); });
   Tensor short_rank(ctx, dev, kInt32, {ranks + 1});
-  expect_error(c, "wrong output shape",
-               fmt::format("num_tokens_per_rank: shape [{}] where [{}] is required", ranks + 1,
-                           ranks),
-               [&] {
-                 buffer.get_dispatch_layout(*topk_idx.view(), experts,
-                                            {short_rank.view(), per_expert.view(), in_rank.view()});
-               });
+  expect_error(
+      c, "wrong output shape",
+      fmt::format("num_tokens_per_rank: shape [{}] where [{}] is required", ranks + 1, ranks), [&] {
+        buffer.get_dispatch_layout(*topk_idx.view(), experts,
+                                   {short_rank.view(), per_expert.view(), in_rank.view()});
+      });
   // A good call still works after the errors.
   buffer.get_dispatch_layout(*topk_idx.view(), experts, out);
   c.expect(per_expert.get<int32_t>()[0] == tokens * topk, "the call after the errors is wrong");
   return c.outcome("5 bad calls refused with the argument named; the next call works");
+}
+
+// One rank's dispatch inputs, reproducible by every rank.
+struct Inputs {
+  int tokens = 0;
+  std::vector<int64_t> idx;
+  std::vector<float> weights;
+  std::vector<float> x;  // [tokens, hidden], small integers: exact in bfloat16
+};
+
+Inputs inputs_of(int rank, int hidden, int topk, int experts, int call) {
+  std::mt19937_64 rng(977 * rank + 31 * call + 5);
+  Inputs in;
+  in.tokens = 20 + 7 * rank + 3 * call;
+  in.idx = random_topk(rng, in.tokens, topk, experts);
+  for (size_t i = 0; i < in.idx.size(); ++i) in.weights.push_back(0.25f * (1 + rng() % 4));
+  for (int t = 0; t < in.tokens; ++t) {
+    for (int h = 0; h < hidden; ++h) {
+      in.x.push_back(static_cast<float>((rank * 37 + t * 11 + h * 3 + call) % 101 - 50));
+    }
+  }
+  return in;
+}
+
+uint16_t to_bf16(float f) {  // exact for the small integers used here
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  return static_cast<uint16_t>(bits >> 16);
+}
+float from_bf16(uint16_t v) {
+  uint32_t bits = uint32_t{v} << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+// Rows of floats as the tensor's dtype and back.
+std::vector<std::byte> encode(const std::vector<float>& values, bool bf16) {
+  std::vector<std::byte> out(values.size() * (bf16 ? 2 : 4));
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (bf16) {
+      uint16_t v = to_bf16(values[i]);
+      std::memcpy(out.data() + 2 * i, &v, 2);
+    } else {
+      std::memcpy(out.data() + 4 * i, &values[i], 4);
+    }
+  }
+  return out;
+}
+std::vector<float> decode(const std::vector<std::byte>& bytes, bool bf16) {
+  std::vector<float> out(bytes.size() / (bf16 ? 2 : 4));
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (bf16) {
+      uint16_t v;
+      std::memcpy(&v, bytes.data() + 2 * i, 2);
+      out[i] = from_bf16(v);
+    } else {
+      std::memcpy(&out[i], bytes.data() + 4 * i, 4);
+    }
+  }
+  return out;
+}
+
+Outcome check_ht(courier::Context& ctx, bool bf16) {
+  const int ranks = ctx.world_size(), me = ctx.rank();
+  const int hidden = 96, topk = 4, experts = 4 * ranks, per = experts / ranks;
+  courier::ep::BufferOptions options;
+  options.max_tokens_per_rank = 64;
+  options.hidden = hidden;
+  options.element_bytes = bf16 ? 2 : 4;
+  options.max_topk = topk;
+  courier::ep::Buffer buffer(ctx, options);
+  const DLDevice dev = buffer.device();
+  const DLDataType xtype = bf16 ? DLDataType{kDLBfloat, 16, 1} : DLDataType{kDLFloat, 32, 1};
+  Checks c;
+  uint64_t rows_checked = 0;
+  for (int call = 0; call < 2; ++call) {  // twice: both halves of the double buffer
+    const Inputs mine = inputs_of(me, hidden, topk, experts, call);
+    Tensor x(ctx, dev, xtype, {mine.tokens, hidden});
+    std::vector<std::byte> x_bytes = encode(mine.x, bf16);
+    x.set(x_bytes);
+    Tensor idx(ctx, dev, kInt64, {mine.tokens, topk});
+    idx.set(mine.idx);
+    Tensor weights(ctx, dev, DLDataType{kDLFloat, 32, 1}, {mine.tokens, topk});
+    weights.set(mine.weights);
+    Tensor per_rank(ctx, dev, kInt32, {ranks});
+    Tensor per_expert(ctx, dev, kInt32, {experts});
+    Tensor in_rank(ctx, dev, kBool, {mine.tokens, ranks});
+    buffer.get_dispatch_layout(*idx.view(), experts,
+                               {per_rank.view(), per_expert.view(), in_rank.view()});
+    courier::ep::DispatchArgs args;
+    args.x = x.view();
+    args.topk_idx = idx.view();
+    args.topk_weights = weights.view();
+    args.is_token_in_rank = in_rank.view();
+    args.num_experts = experts;
+    courier::ep::DispatchResult got = buffer.dispatch(args);
+
+    // What should have arrived: each rank's tokens with an expert here, in order.
+    std::vector<float> want_x, want_w, local_weight_sum;
+    std::vector<int64_t> want_idx;
+    std::vector<int32_t> want_per_expert(per, 0);
+    for (int s = 0; s < ranks; ++s) {
+      const Inputs in = inputs_of(s, hidden, topk, experts, call);
+      for (int t = 0; t < in.tokens; ++t) {
+        bool here = false;
+        for (int k = 0; k < topk; ++k)
+          here |= in.idx[t * topk + k] >= 0 && in.idx[t * topk + k] / per == me;
+        if (!here) continue;
+        want_x.insert(want_x.end(), in.x.begin() + t * hidden, in.x.begin() + (t + 1) * hidden);
+        float sum = 0;
+        for (int k = 0; k < topk; ++k) {
+          const int64_t e = in.idx[t * topk + k];
+          const bool local = e >= 0 && e / per == me;
+          want_idx.push_back(local ? e - int64_t{me} * per : -1);
+          want_w.push_back(in.weights[t * topk + k]);
+          if (local) {
+            sum += in.weights[t * topk + k];
+            ++want_per_expert[e - int64_t{me} * per];
+          }
+        }
+        local_weight_sum.push_back(sum);
+      }
+    }
+    const int64_t received = got.recv_x.tensor().shape[0];
+    c.expect(received == static_cast<int64_t>(local_weight_sum.size()),
+             fmt::format("call {}: received {} rows, expected {}", call, received,
+                         local_weight_sum.size()));
+    if (received != static_cast<int64_t>(local_weight_sum.size())) break;
+    std::vector<std::byte> recv_bytes(want_x.size() * (bf16 ? 2 : 4));
+    ctx.copy(recv_bytes.data(), got.recv_x.tensor().data, recv_bytes.size());
+    c.expect(decode(recv_bytes, bf16) == want_x,
+             fmt::format("call {}: received rows differ", call));
+    std::vector<int64_t> r_idx(want_idx.size());
+    ctx.copy(r_idx.data(), got.recv_topk_idx.tensor().data, r_idx.size() * 8);
+    c.expect(r_idx == want_idx, fmt::format("call {}: recv_topk_idx differs", call));
+    std::vector<float> r_w(want_w.size());
+    ctx.copy(r_w.data(), got.recv_topk_weights.tensor().data, r_w.size() * 4);
+    c.expect(r_w == want_w, fmt::format("call {}: recv_topk_weights differs", call));
+    c.expect(got.num_recv_tokens_per_expert == want_per_expert,
+             fmt::format("call {}: tokens per local expert differ", call));
+    rows_checked += static_cast<uint64_t>(received);
+
+    // Combine x * (sum of its local weights): the source gets x * (sum of all).
+    std::vector<float> y(want_x.size());
+    for (size_t i = 0; i < y.size(); ++i) y[i] = want_x[i] * local_weight_sum[i / hidden];
+    Tensor y_tensor(ctx, dev, xtype, {received, hidden});
+    y_tensor.set(encode(y, bf16));
+    courier::ep::CombineResult combined = buffer.combine(*y_tensor.view(), got.handle);
+    std::vector<std::byte> out_bytes(mine.x.size() * (bf16 ? 2 : 4));
+    ctx.copy(out_bytes.data(), combined.combined_x.tensor().data, out_bytes.size());
+    const std::vector<float> out = decode(out_bytes, bf16);
+    int wrong = 0;
+    for (int t = 0; t < mine.tokens; ++t) {
+      float total = 0;
+      for (int k = 0; k < topk; ++k) {
+        if (mine.idx[t * topk + k] >= 0) total += mine.weights[t * topk + k];
+      }
+      for (int h = 0; h < hidden; ++h) {
+        const float want = mine.x[t * hidden + h] * total;
+        const float tol = bf16 ? 1e-2f * std::fabs(want) + 1e-2f : 1e-5f * std::fabs(want) + 1e-6f;
+        if (std::fabs(out[t * hidden + h] - want) > tol) ++wrong;
+      }
+    }
+    c.expect(wrong == 0, fmt::format("call {}: {} combined values off", call, wrong));
+  }
+  return c.outcome(fmt::format("2 dispatch+combine calls, {} rows checked, combine within {}",
+                               rows_checked, bf16 ? "1e-2 relative" : "1e-5 relative"));
+}
+
+Outcome check_ht_errors(courier::Context& ctx) {
+  const int ranks = ctx.world_size(), me = ctx.rank();
+  const int hidden = 32, topk = 2, experts = 2 * ranks;
+  Checks c;
+  courier::ep::BufferOptions options;
+  options.max_tokens_per_rank = 16;
+  options.hidden = hidden;
+  options.element_bytes = 4;
+  options.max_topk = topk;
+  auto run = [&](courier::ep::Buffer& buffer, int tokens, int k) {
+    const DLDevice dev = buffer.device();
+    Tensor x(ctx, dev, DLDataType{kDLFloat, 32, 1}, {tokens, hidden});
+    Tensor idx(ctx, dev, kInt64, {tokens, k});
+    idx.set(std::vector<int64_t>(static_cast<size_t>(tokens) * k, 0));
+    Tensor weights(ctx, dev, DLDataType{kDLFloat, 32, 1}, {tokens, k});
+    Tensor in_rank(ctx, dev, kBool, {tokens, ranks});
+    courier::ep::DispatchArgs args{x.view(), idx.view(), weights.view(), in_rank.view(), experts};
+    buffer.dispatch(args);
+  };
+  {
+    courier::ep::Buffer buffer(ctx, options);
+    run(buffer, 8, topk);  // a good first call
+    expect_error(c, "too many tokens (rank 1)",
+                 me == 1 ? "x has 17 tokens, more than the 16 the buffer was sized for"
+                         : "rank 1 refused its arguments",
+                 [&] { run(buffer, me == 1 ? 17 : 8, topk); });
+    run(buffer, 8, topk);  // and the Buffer still works
+  }
+  {
+    courier::ep::Buffer buffer(ctx, options);
+    expect_error(c, "top-k differs between ranks at the first call",
+                 "every rank must use the same configuration",
+                 [&] { run(buffer, 8, me == 0 ? 1 : 2); });
+  }
+  return c.outcome(
+      "a refused call fails every rank at once, the next call works; "
+      "mismatched configurations fail every rank");
 }
 
 }  // namespace
@@ -210,6 +426,9 @@ int main() {
     const std::vector<std::pair<const char*, std::function<Outcome()>>> cases = {
         {"layout", [&] { return check_layout(ctx, buffer); }},
         {"layout-errors", [&] { return check_layout_errors(ctx, buffer); }},
+        {"ht-float32", [&] { return check_ht(ctx, false); }},
+        {"ht-bfloat16", [&] { return check_ht(ctx, true); }},
+        {"ht-errors", [&] { return check_ht_errors(ctx); }},
     };
     int passed = 0, failed = 0;
     for (const auto& [name, run] : cases) {

@@ -1,0 +1,458 @@
+#include "core/ep/high_throughput.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <span>
+#include <thread>
+
+#include "core/bootstrap/bootstrap.hpp"
+#include "core/check.hpp"
+#include "core/ep/element_types.hpp"
+
+namespace courier::ep {
+
+namespace {
+
+constexpr uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
+
+uint32_t element_bytes_of(DType dtype) { return dtype == DType::float32 ? 4 : 2; }
+
+}  // namespace
+
+HtWindowLayout::HtWindowLayout(uint32_t ranks, uint32_t max_tokens, uint32_t row_bytes,
+                               uint32_t topk)
+    : ranks(ranks), max_tokens(max_tokens), row_bytes(row_bytes), topk(topk) {
+  meta_bytes = align_up(4 + 8ull * topk, 8);
+  const uint64_t rows = uint64_t{ranks} * max_tokens * row_bytes;
+  const uint64_t metas = uint64_t{ranks} * max_tokens * meta_bytes;
+  send_rows_ = 0;
+  send_meta_ = align_up(send_rows_ + rows, 64);
+  staging_ = align_up(send_meta_ + metas, 64);
+  recv_rows_ = align_up(staging_ + 8ull * ranks, 64);
+  recv_meta_ = align_up(recv_rows_ + 2 * rows, 64);
+  combine_rows_ = align_up(recv_meta_ + 2 * metas, 64);
+  signals_ = align_up(combine_rows_ + 2 * rows, 64);
+  end_ = signals_ + 2ull * 2 * ranks * 16;
+}
+
+uint64_t HtWindowLayout::send_rows(uint32_t dst) const {
+  return send_rows_ + uint64_t{dst} * max_tokens * row_bytes;
+}
+uint64_t HtWindowLayout::send_meta(uint32_t dst) const {
+  return send_meta_ + uint64_t{dst} * max_tokens * meta_bytes;
+}
+uint64_t HtWindowLayout::staging(uint32_t dst) const { return staging_ + 8ull * dst; }
+uint64_t HtWindowLayout::recv_rows(uint32_t parity, uint32_t src) const {
+  return recv_rows_ + (uint64_t{parity} * ranks + src) * max_tokens * row_bytes;
+}
+uint64_t HtWindowLayout::recv_meta(uint32_t parity, uint32_t src) const {
+  return recv_meta_ + (uint64_t{parity} * ranks + src) * max_tokens * meta_bytes;
+}
+uint64_t HtWindowLayout::combine_rows(uint32_t parity, uint32_t src) const {
+  return combine_rows_ + (uint64_t{parity} * ranks + src) * max_tokens * row_bytes;
+}
+uint64_t HtWindowLayout::signal(uint32_t phase, uint32_t parity, uint32_t src) const {
+  return signals_ + ((uint64_t{phase} * 2 + parity) * ranks + src) * 16;
+}
+uint64_t HtWindowLayout::total_bytes() const { return end_; }
+
+HighThroughput::HighThroughput(Context& ctx, const BufferOptions& options, DLDevice device)
+    : ctx_(ctx),
+      options_(options),
+      device_(device),
+      rank_(static_cast<uint32_t>(ctx.rank())),
+      ranks_(static_cast<uint32_t>(ctx.world_size())),
+      layout_(ranks_, options.max_tokens_per_rank, options.hidden * options.element_bytes,
+              options.max_topk) {
+  if (options.hidden == 0 || (options.element_bytes != 2 && options.element_bytes != 4) ||
+      options.max_topk == 0) {
+    fail("ep::Buffer: hidden {} / element_bytes {} / max_topk {} cannot be packed: hidden and "
+         "max_topk must be positive, element_bytes 2 (bfloat16) or 4 (float32)",
+         options.hidden, options.element_bytes, options.max_topk);
+  }
+  if (layout_.total_bytes() > TransferCmd::kMaxOffset) {
+    fail("ep::Buffer: {} tokens x {} bytes per row x {} ranks need {} bytes, more than the 4 GiB "
+         "a window can address; lower max_tokens_per_rank",
+         options.max_tokens_per_rank, layout_.row_bytes, ranks_, layout_.total_bytes());
+  }
+  memory_ = ctx.alloc(layout_.total_bytes());
+  std::vector<std::byte> zeros(layout_.total_bytes());
+  ctx.copy(memory_.data(), zeros.data(), zeros.size());
+  window_ = ctx.register_window(memory_.data(), memory_.size());
+  const uint64_t rows = uint64_t{ranks_} * options.max_tokens_per_rank;
+  recv_x_ = ctx.alloc(std::max<uint64_t>(rows * layout_.row_bytes, 1));
+  recv_topk_idx_ = ctx.alloc(std::max<uint64_t>(rows * options.max_topk * 8, 1));
+  recv_topk_weights_ = ctx.alloc(std::max<uint64_t>(rows * options.max_topk * 4, 1));
+  combined_x_ = ctx.alloc(std::max<uint64_t>(uint64_t{options.max_tokens_per_rank} *
+                                                  layout_.row_bytes,
+                                              1));
+}
+
+void HighThroughput::agree_on_first_call(const HtConfig& config, const std::string& refused) {
+  // Every rank must call with the same configuration, and a rank that
+  // refused its arguments must not leave the others waiting.
+  struct Vote {
+    HtConfig config;
+    uint32_t ok;
+  } mine{config, refused.empty() ? 1u : 0u};
+  std::vector<std::byte> all =
+      ctx_.bootstrap().allgather(std::as_bytes(std::span<const Vote, 1>(&mine, 1)));
+  for (uint32_t r = 0; r < ranks_; ++r) {
+    Vote theirs;
+    std::memcpy(&theirs, all.data() + r * sizeof(Vote), sizeof theirs);
+    if (r == rank_) continue;
+    if (theirs.ok == 0 && refused.empty()) {
+      fail("ep::Buffer::dispatch: rank {} refused its arguments (its error says why)", r);
+    }
+    if (theirs.ok != 0 && refused.empty() && !(theirs.config == config)) {
+      fail("ep::Buffer::dispatch: rank {} calls with hidden {}, {}, top-{}, {} experts but rank {} "
+           "with hidden {}, {}, top-{}, {} experts: every rank must use the same configuration",
+           r, theirs.config.hidden, to_string(theirs.config.dtype), theirs.config.topk,
+           theirs.config.num_experts, rank_, config.hidden, to_string(config.dtype), config.topk,
+           config.num_experts);
+    }
+  }
+  if (!refused.empty()) throw Error(refused);
+  configured_ = true;
+  config_ = config;
+}
+
+void HighThroughput::add_writes(std::vector<TransferCmd>& list, uint32_t dst, uint64_t src_off,
+                                uint64_t dst_off, uint64_t bytes) const {
+  for (uint64_t done = 0; done < bytes;) {
+    const uint64_t n = std::min<uint64_t>(bytes - done, TransferCmd::kMaxLength);
+    WriteCmdArgs a;
+    a.dst_rank = dst;
+    a.window = window_;
+    a.src_offset = src_off + done;
+    a.dst_offset = dst_off + done;
+    a.length = n;
+    TransferCmd cmd;
+    const CmdStatus status = encode_write(a, &cmd);
+    if (status != CmdStatus::ok) fail("ep::Buffer: a WRITE to rank {}: {}", dst, to_string(status));
+    list.push_back(cmd);
+    done += n;
+  }
+}
+
+void HighThroughput::add_signal(std::vector<TransferCmd>& list, uint32_t dst, uint32_t phase,
+                                uint32_t parity, uint64_t count) {
+  ctx_.copy(at(layout_.staging(dst)), &count, sizeof count);
+  add_writes(list, dst, layout_.staging(dst), layout_.signal(phase, parity, rank_), 8);
+  TransferCmd atomic;
+  const CmdStatus status = encode_atomic(dst, window_, layout_.signal(phase, parity, rank_) + 8,
+                                         AtomicOp::add_u64, 1, &atomic);
+  if (status != CmdStatus::ok) fail("ep::Buffer: a signal to rank {}: {}", dst, to_string(status));
+  list.push_back(atomic);
+}
+
+void HighThroughput::run_lists(std::vector<std::vector<TransferCmd>>& commands, const char* phase) {
+  std::vector<DeviceCommandList> lists;
+  for (uint32_t d = 0; d < ranks_; ++d) {
+    if (commands[d].empty()) continue;
+    DeviceCommandList list;
+    list.channel = d % ctx_.num_channels();
+    list.commands = std::move(commands[d]);
+    lists.push_back(std::move(list));
+  }
+  ctx_.run_device_commands(lists);
+  for (const DeviceCommandList& list : lists) {
+    if (list.status != PushStatus::ok) {
+      ChannelStats stats = ctx_.channel_stats(list.channel);
+      fail("ep::Buffer::{}: channel {} failed: {} ({})", phase, list.channel,
+           to_string(list.status), stats.first_error);
+    }
+  }
+}
+
+std::vector<uint64_t> HighThroughput::wait_signals(uint32_t phase, uint32_t parity, uint64_t epoch,
+                                                   const char* what) {
+  std::vector<uint64_t> words(2ull * ranks_);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  for (uint32_t spins = 0;; ++spins) {
+    ctx_.copy(words.data(), at(layout_.signal(phase, parity, 0)), words.size() * 8);
+    std::vector<uint32_t> missing;
+    for (uint32_t r = 0; r < ranks_; ++r) {
+      if (words[2 * r + 1] < epoch) missing.push_back(r);
+    }
+    if (missing.empty()) break;
+    if (auto failure = ctx_.failed_peer()) {
+      fail("ep::Buffer::{}: rank {} is gone: {}", what, failure->rank, failure->reason);
+    }
+    if (std::chrono::steady_clock::now() > deadline) {
+      fail("ep::Buffer::{}: no data from rank(s) {} after 60 s (they did not call {} or are stuck)",
+           what, fmt::join(missing, ", "), what);
+    }
+    if (spins > 64) std::this_thread::yield();
+  }
+  std::vector<uint64_t> counts(ranks_);
+  for (uint32_t r = 0; r < ranks_; ++r) {
+    counts[r] = words[2 * r];
+    if (counts[r] == kRefused) {
+      fail("ep::Buffer::{}: rank {} refused its arguments (its error says why)", what, r);
+    }
+  }
+  return counts;
+}
+
+HighThroughput::DispatchInputs HighThroughput::validate(const DispatchArgs& args) const {
+  DispatchInputs in;
+  if (args.x == nullptr) fail("ep::Buffer::dispatch: x is missing");
+  in.dtype =
+      args.x->dtype.code == kDLFloat && args.x->dtype.bits == 32 ? DType::float32 : DType::bfloat16;
+  in.x = static_cast<const std::byte*>(
+      check_tensor(args.x, "ep::Buffer::dispatch: x", in.dtype, {-1, -1}, device_.device_type));
+  in.tokens = static_cast<uint32_t>(args.x->shape[0]);
+  in.hidden = static_cast<uint32_t>(args.x->shape[1]);
+  in.x_dtype = args.x->dtype;
+  const uint32_t row_bytes = in.hidden * element_bytes_of(in.dtype);
+  if (in.tokens > options_.max_tokens_per_rank) {
+    fail("ep::Buffer::dispatch: x has {} tokens, more than the {} the buffer was sized for "
+         "(max_tokens_per_rank)",
+         in.tokens, options_.max_tokens_per_rank);
+  }
+  if (row_bytes != layout_.row_bytes) {
+    fail("ep::Buffer::dispatch: a row of x is {} bytes (hidden {} x {}), the buffer was sized for "
+         "{} (hidden x element_bytes)",
+         row_bytes, in.hidden, to_string(in.dtype), layout_.row_bytes);
+  }
+  in.idx = static_cast<const int64_t*>(check_tensor(args.topk_idx, "ep::Buffer::dispatch: topk_idx",
+                                                    DType::int64, {in.tokens, -1},
+                                                    device_.device_type));
+  in.topk = static_cast<uint32_t>(args.topk_idx->shape[1]);
+  if (in.topk == 0 || in.topk > options_.max_topk) {
+    fail("ep::Buffer::dispatch: top-{} where the buffer was sized for 1..{} (max_topk)", in.topk,
+         options_.max_topk);
+  }
+  in.weights = static_cast<const float*>(
+      check_tensor(args.topk_weights, "ep::Buffer::dispatch: topk_weights", DType::float32,
+                   {in.tokens, in.topk}, device_.device_type));
+  in.in_rank = static_cast<const uint8_t*>(
+      check_tensor(args.is_token_in_rank, "ep::Buffer::dispatch: is_token_in_rank",
+                   DType::boolean, {in.tokens, ranks_}, device_.device_type));
+  if (args.num_experts <= 0 || args.num_experts % static_cast<int>(ranks_) != 0) {
+    fail("ep::Buffer::dispatch: num_experts {} is not a positive multiple of the {} ranks",
+         args.num_experts, ranks_);
+  }
+  in.config = {in.hidden, in.dtype, in.topk, static_cast<uint32_t>(args.num_experts)};
+  if (configured_ && !(in.config == config_)) {
+    fail("ep::Buffer::dispatch: hidden {}, {}, top-{}, {} experts differ from the first call's "
+         "hidden {}, {}, top-{}, {} experts; one Buffer serves one configuration",
+         in.config.hidden, to_string(in.config.dtype), in.config.topk, in.config.num_experts,
+         config_.hidden, to_string(config_.dtype), config_.topk, config_.num_experts);
+  }
+  return in;
+}
+
+void HighThroughput::refuse(uint32_t phase, const std::string& why) {
+  // The peers are about to wait for this rank's signal of this call: give
+  // them one that says "refused", so they fail at once instead of hanging.
+  const uint32_t parity = calls_[phase] & 1;
+  ++calls_[phase];
+  std::vector<std::vector<TransferCmd>> commands(ranks_);
+  for (uint32_t d = 0; d < ranks_; ++d) {
+    if (d != rank_) add_signal(commands[d], d, phase, parity, kRefused);
+  }
+  try {
+    run_lists(commands, phase == 0 ? "dispatch" : "combine");
+  } catch (const Error&) {
+    // The refusal itself is the error worth reporting.
+  }
+  throw Error(why);
+}
+
+DispatchResult HighThroughput::dispatch(const DispatchArgs& args) {
+  DispatchInputs in;
+  std::string refused;
+  try {
+    in = validate(args);
+  } catch (const Error& e) {
+    refused = e.what();
+  }
+  if (!configured_) {
+    agree_on_first_call(in.config, refused);
+  } else if (!refused.empty()) {
+    refuse(0, refused);
+  }
+  const auto tokens = in.tokens;
+  const auto hidden = in.hidden;
+  const auto topk = in.topk;
+  const uint32_t row_bytes = layout_.row_bytes;
+  const std::byte* x = in.x;
+  const uint32_t per_rank = in.config.num_experts / ranks_;
+
+  // The routing, on the host.
+  std::vector<int64_t> h_idx(uint64_t{tokens} * topk);
+  std::vector<float> h_weights(h_idx.size());
+  std::vector<uint8_t> h_in(uint64_t{tokens} * ranks_);
+  ctx_.copy(h_idx.data(), in.idx, h_idx.size() * 8);
+  ctx_.copy(h_weights.data(), in.weights, h_weights.size() * 4);
+  ctx_.copy(h_in.data(), in.in_rank, h_in.size());
+
+  const uint32_t parity = calls_[0] & 1;
+  const uint64_t epoch = calls_[0] / 2 + 1;  // calls of this parity so far, this one included
+  ++calls_[0];
+  DispatchHandle handle;
+  handle.num_tokens = tokens;
+  handle.hidden = hidden;
+  handle.dtype_code = in.x_dtype.code;
+  handle.dtype_bits = in.x_dtype.bits;
+  handle.send_index.assign(uint64_t{tokens} * ranks_, -1);
+  std::vector<std::vector<TransferCmd>> commands(ranks_);
+  std::vector<std::byte> meta(layout_.meta_bytes * tokens);
+  for (uint32_t d = 0; d < ranks_; ++d) {
+    // Pack the tokens for d, each once, in token order, with their meta.
+    uint32_t count = 0;
+    for (uint32_t t = 0; t < tokens; ++t) {
+      if (h_in[uint64_t{t} * ranks_ + d] == 0) continue;
+      handle.send_index[uint64_t{t} * ranks_ + d] = static_cast<int32_t>(count);
+      ctx_.copy(at(layout_.send_rows(d) + uint64_t{count} * row_bytes),
+                x + uint64_t{t} * row_bytes, row_bytes);
+      std::byte* m = meta.data() + uint64_t{count} * layout_.meta_bytes;
+      const int32_t source = static_cast<int32_t>(t);
+      std::memcpy(m, &source, 4);
+      for (uint32_t k = 0; k < topk; ++k) {
+        const int64_t e = h_idx[uint64_t{t} * topk + k];
+        const int32_t local = e >= 0 && static_cast<uint32_t>(e) / per_rank == d
+                                  ? static_cast<int32_t>(e - int64_t{d} * per_rank)
+                                  : -1;
+        std::memcpy(m + 4 + 4 * k, &local, 4);
+        std::memcpy(m + 4 + 4ull * topk + 4 * k, &h_weights[uint64_t{t} * topk + k], 4);
+      }
+      ++count;
+    }
+    ctx_.copy(at(layout_.send_meta(d)), meta.data(), uint64_t{count} * layout_.meta_bytes);
+    if (d == rank_) {  // to itself: local copies, then the same signal words
+      ctx_.copy(at(layout_.recv_rows(parity, d)), at(layout_.send_rows(d)),
+                uint64_t{count} * row_bytes);
+      ctx_.copy(at(layout_.recv_meta(parity, d)), at(layout_.send_meta(d)),
+                uint64_t{count} * layout_.meta_bytes);
+      const uint64_t words[2] = {count, epoch};
+      ctx_.copy(at(layout_.signal(0, parity, rank_)), words, sizeof words);
+      continue;
+    }
+    add_writes(commands[d], d, layout_.send_rows(d), layout_.recv_rows(parity, rank_),
+               uint64_t{count} * row_bytes);
+    add_writes(commands[d], d, layout_.send_meta(d), layout_.recv_meta(parity, rank_),
+               uint64_t{count} * layout_.meta_bytes);
+    add_signal(commands[d], d, 0, parity, count);
+  }
+  run_lists(commands, "dispatch");
+  const std::vector<uint64_t> counts = wait_signals(0, parity, epoch, "dispatch");
+
+  // Rows grouped by source rank, contiguous; meta into the output tensors.
+  uint64_t received = 0;
+  for (uint64_t c : counts) received += c;
+  std::vector<int64_t> r_idx(received * topk);
+  std::vector<float> r_weights(received * topk);
+  DispatchResult result;
+  result.num_recv_tokens_per_expert.assign(per_rank, 0);
+  uint64_t row = 0;
+  for (uint32_t s = 0; s < ranks_; ++s) {
+    handle.recv_counts.push_back(static_cast<uint32_t>(counts[s]));
+    if (counts[s] > options_.max_tokens_per_rank) {
+      fail("ep::Buffer::dispatch: rank {} announced {} rows, more than the buffer holds", s,
+           counts[s]);
+    }
+    ctx_.copy(static_cast<std::byte*>(recv_x_.data()) + row * row_bytes,
+              at(layout_.recv_rows(parity, s)), counts[s] * row_bytes);
+    std::vector<std::byte> m(counts[s] * layout_.meta_bytes);
+    ctx_.copy(m.data(), at(layout_.recv_meta(parity, s)), m.size());
+    for (uint64_t i = 0; i < counts[s]; ++i, ++row) {
+      const std::byte* p = m.data() + i * layout_.meta_bytes;
+      for (uint32_t k = 0; k < topk; ++k) {
+        int32_t local = 0;
+        std::memcpy(&local, p + 4 + 4 * k, 4);
+        std::memcpy(&r_weights[row * topk + k], p + 4 + 4ull * topk + 4 * k, 4);
+        r_idx[row * topk + k] = local;
+        if (local >= 0 && static_cast<uint32_t>(local) < per_rank) {
+          ++result.num_recv_tokens_per_expert[local];
+        }
+      }
+    }
+  }
+  ctx_.copy(recv_topk_idx_.data(), r_idx.data(), r_idx.size() * 8);
+  ctx_.copy(recv_topk_weights_.data(), r_weights.data(), r_weights.size() * 4);
+  const auto n = static_cast<int64_t>(received);
+  result.recv_x = TensorView(recv_x_.data(), device_, in.x_dtype, {n, hidden});
+  result.recv_topk_idx = TensorView(recv_topk_idx_.data(), device_, DLDataType{kDLInt, 64, 1},
+                                    {n, topk});
+  result.recv_topk_weights = TensorView(recv_topk_weights_.data(), device_,
+                                        DLDataType{kDLFloat, 32, 1}, {n, topk});
+  result.handle = std::move(handle);
+  return result;
+}
+
+CombineResult HighThroughput::combine(const DLTensor& x_tensor, const DispatchHandle& handle) {
+  const DType dtype = handle.dtype_bits == 32 ? DType::float32 : DType::bfloat16;
+  const std::byte* x = nullptr;
+  try {
+    if (!configured_ || handle.recv_counts.size() != ranks_ ||
+        handle.send_index.size() != uint64_t{handle.num_tokens} * ranks_) {
+      fail("ep::Buffer::combine: the handle does not come from a dispatch of this Buffer");
+    }
+    uint64_t received = 0;
+    for (uint32_t c : handle.recv_counts) received += c;
+    x = static_cast<const std::byte*>(
+        check_tensor(&x_tensor, "ep::Buffer::combine: x", dtype,
+                     {static_cast<int64_t>(received), handle.hidden}, device_.device_type));
+  } catch (const Error& e) {
+    refuse(1, e.what());
+  }
+  const uint32_t row_bytes = layout_.row_bytes;
+  const uint32_t parity = calls_[1] & 1;
+  const uint64_t epoch = calls_[1] / 2 + 1;
+  ++calls_[1];
+
+  // Rows go back to the rank they came from, in the order they came.
+  std::vector<std::vector<TransferCmd>> commands(ranks_);
+  uint64_t row = 0;
+  for (uint32_t s = 0; s < ranks_; ++s) {
+    const uint64_t count = handle.recv_counts[s];
+    const uint64_t bytes = count * row_bytes;
+    ctx_.copy(at(layout_.send_rows(s)), x + row * row_bytes, bytes);
+    row += count;
+    if (s == rank_) {
+      ctx_.copy(at(layout_.combine_rows(parity, s)), at(layout_.send_rows(s)), bytes);
+      const uint64_t words[2] = {count, epoch};
+      ctx_.copy(at(layout_.signal(1, parity, rank_)), words, sizeof words);
+      continue;
+    }
+    add_writes(commands[s], s, layout_.send_rows(s), layout_.combine_rows(parity, rank_), bytes);
+    add_signal(commands[s], s, 1, parity, count);
+  }
+  run_lists(commands, "combine");
+  wait_signals(1, parity, epoch, "combine");
+
+  // Per token, the sum of the rows that came back, in float.
+  const uint32_t tokens = handle.num_tokens;
+  const uint32_t hidden = handle.hidden;
+  std::vector<float> sum(uint64_t{tokens} * hidden, 0.0f);
+  std::vector<std::byte> rows;
+  for (uint32_t r = 0; r < ranks_; ++r) {
+    rows.resize(uint64_t{tokens} * row_bytes);
+    uint32_t count = 0;
+    for (uint32_t t = 0; t < tokens; ++t) {
+      if (handle.send_index[uint64_t{t} * ranks_ + r] >= 0) ++count;
+    }
+    ctx_.copy(rows.data(), at(layout_.combine_rows(parity, r)), uint64_t{count} * row_bytes);
+    for (uint32_t t = 0; t < tokens; ++t) {
+      const int32_t j = handle.send_index[uint64_t{t} * ranks_ + r];
+      if (j < 0) continue;
+      accumulate(dtype, rows.data() + uint64_t(j) * row_bytes, hidden,
+                 sum.data() + uint64_t{t} * hidden);
+    }
+  }
+  std::vector<std::byte> out(uint64_t{tokens} * row_bytes);
+  store(dtype, sum.data(), sum.size(), out.data());
+  ctx_.copy(combined_x_.data(), out.data(), out.size());
+  CombineResult result;
+  result.combined_x = TensorView(combined_x_.data(), device_, x_tensor.dtype,
+                                 {static_cast<int64_t>(tokens), hidden});
+  return result;
+}
+
+}  // namespace courier::ep

@@ -1,0 +1,107 @@
+// High-throughput dispatch and combine (docs/ep.md), orchestrated from the
+// host: rows are packed with Context::copy, moved by WRITE commands that
+// device threads push (Context::run_device_commands), and announced with
+// write-then-atomic signals. Correct on every backend; the GPU kernels that
+// pack and reduce on the device come next.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/ep/tensor_checks.hpp"
+#include "courier/context.hpp"
+#include "courier/ep.hpp"
+
+namespace courier::ep {
+
+// Where everything lives in a Buffer's one registered window, per rank.
+struct HtWindowLayout {
+  HtWindowLayout(uint32_t ranks, uint32_t max_tokens, uint32_t row_bytes, uint32_t topk);
+
+  uint32_t ranks, max_tokens, row_bytes, topk;
+  uint64_t meta_bytes;  // per row: source index, topk local expert ids, topk weights
+
+  uint64_t send_rows(uint32_t dst) const;
+  uint64_t send_meta(uint32_t dst) const;
+  uint64_t staging(uint32_t dst) const;  // count words to WRITE
+  // Receiving sides, double-buffered by call parity (a peer may be one call ahead).
+  uint64_t recv_rows(uint32_t parity, uint32_t src) const;
+  uint64_t recv_meta(uint32_t parity, uint32_t src) const;
+  uint64_t combine_rows(uint32_t parity, uint32_t src) const;
+  // Signals: [phase (0 dispatch, 1 combine)][parity][src] of {count, epoch}.
+  uint64_t signal(uint32_t phase, uint32_t parity, uint32_t src) const;
+  uint64_t total_bytes() const;
+
+ private:
+  uint64_t send_rows_, send_meta_, staging_, recv_rows_, recv_meta_, combine_rows_, signals_,
+      end_;
+};
+
+struct HtConfig {
+  uint32_t hidden = 0;
+  DType dtype = DType::float32;
+  uint32_t topk = 0;
+  uint32_t num_experts = 0;
+  bool operator==(const HtConfig&) const = default;
+};
+
+class HighThroughput {
+ public:
+  HighThroughput(Context& ctx, const BufferOptions& options, DLDevice device);
+
+  DispatchResult dispatch(const DispatchArgs& args);
+  CombineResult combine(const DLTensor& x, const DispatchHandle& handle);
+
+ private:
+  // A refused call's count word: peers fail instead of waiting.
+  static constexpr uint64_t kRefused = ~uint64_t{0};
+  struct DispatchInputs {
+    const std::byte* x = nullptr;
+    const int64_t* idx = nullptr;
+    const float* weights = nullptr;
+    const uint8_t* in_rank = nullptr;
+    uint32_t tokens = 0, hidden = 0, topk = 0;
+    DType dtype = DType::float32;
+    DLDataType x_dtype{};
+    HtConfig config;
+  };
+  DispatchInputs validate(const DispatchArgs& args) const;
+  // First dispatch: all ranks compare configurations and whether they
+  // accepted their arguments (one bootstrap allgather); throws on every
+  // rank when one refused or the configurations differ.
+  void agree_on_first_call(const HtConfig& config, const std::string& refused);
+  // Tells every peer this call of `phase` is refused, then throws `why`.
+  [[noreturn]] void refuse(uint32_t phase, const std::string& why);
+  // Pushes, per destination, `commands[d]` on channel d % channels and waits.
+  void run_lists(std::vector<std::vector<TransferCmd>>& commands, const char* phase);
+  // Commands that move [src_off, +bytes) to dst_off at rank `dst`, in WRITEs
+  // of at most the longest a command carries.
+  void add_writes(std::vector<TransferCmd>& list, uint32_t dst, uint64_t src_off, uint64_t dst_off,
+                  uint64_t bytes) const;
+  // WRITE this rank's count word for `dst`, then ATOMIC-add 1 to its epoch.
+  void add_signal(std::vector<TransferCmd>& list, uint32_t dst, uint32_t phase, uint32_t parity,
+                  uint64_t count);
+  // Waits until every rank's epoch word of (phase, parity) reached `epoch`;
+  // returns their counts.
+  std::vector<uint64_t> wait_signals(uint32_t phase, uint32_t parity, uint64_t epoch,
+                                     const char* what);
+  std::byte* at(uint64_t offset) const { return static_cast<std::byte*>(memory_.data()) + offset; }
+
+  Context& ctx_;
+  BufferOptions options_;
+  DLDevice device_;
+  uint32_t rank_, ranks_;
+  HtWindowLayout layout_;
+  DeviceBuffer memory_;
+  uint32_t window_ = 0;
+  // Outputs, owned here: the views returned point into them.
+  DeviceBuffer recv_x_, recv_topk_idx_, recv_topk_weights_, combined_x_;
+  bool configured_ = false;
+  HtConfig config_;
+  uint64_t calls_[2] = {0, 0};  // dispatch and combine calls so far
+};
+
+}  // namespace courier::ep
