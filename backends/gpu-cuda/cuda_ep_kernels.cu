@@ -31,8 +31,9 @@ int run_ep_layout(const courier_gpu_ep_layout_v1* job) {
   rc = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
   if (rc != cudaSuccess) return fail(rc, "cudaStreamCreate");
   const uint32_t threads = 256;
-  const uint32_t blocks = (job->num_tokens + threads - 1) / threads;
-  layout_kernel<<<blocks < 1024 ? blocks : 1024, threads, 0, stream>>>(*job);
+  const uint32_t needed = (job->num_tokens + threads - 1) / threads;
+  const uint32_t blocks = needed < 1024 ? needed : 1024;
+  layout_kernel<<<blocks, threads, 0, stream>>>(*job);
   rc = cudaGetLastError();
   if (rc == cudaSuccess) rc = cudaStreamSynchronize(stream);
   cudaStreamDestroy(stream);
