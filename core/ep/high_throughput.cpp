@@ -69,14 +69,16 @@ HighThroughput::HighThroughput(Context& ctx, const BufferOptions& options, DLDev
               options.max_topk) {
   if (options.hidden == 0 || (options.element_bytes != 2 && options.element_bytes != 4) ||
       options.max_topk == 0) {
-    fail("ep::Buffer: hidden {} / element_bytes {} / max_topk {} cannot be packed: hidden and "
-         "max_topk must be positive, element_bytes 2 (bfloat16) or 4 (float32)",
-         options.hidden, options.element_bytes, options.max_topk);
+    fail(
+        "ep::Buffer: hidden {} / element_bytes {} / max_topk {} cannot be packed: hidden and "
+        "max_topk must be positive, element_bytes 2 (bfloat16) or 4 (float32)",
+        options.hidden, options.element_bytes, options.max_topk);
   }
   if (layout_.total_bytes() > TransferCmd::kMaxOffset) {
-    fail("ep::Buffer: {} tokens x {} bytes per row x {} ranks need {} bytes, more than the 4 GiB "
-         "a window can address; lower max_tokens_per_rank",
-         options.max_tokens_per_rank, layout_.row_bytes, ranks_, layout_.total_bytes());
+    fail(
+        "ep::Buffer: {} tokens x {} bytes per row x {} ranks need {} bytes, more than the 4 GiB "
+        "a window can address; lower max_tokens_per_rank",
+        options.max_tokens_per_rank, layout_.row_bytes, ranks_, layout_.total_bytes());
   }
   memory_ = ctx.alloc(layout_.total_bytes());
   std::vector<std::byte> zeros(layout_.total_bytes());
@@ -86,9 +88,8 @@ HighThroughput::HighThroughput(Context& ctx, const BufferOptions& options, DLDev
   recv_x_ = ctx.alloc(std::max<uint64_t>(rows * layout_.row_bytes, 1));
   recv_topk_idx_ = ctx.alloc(std::max<uint64_t>(rows * options.max_topk * 8, 1));
   recv_topk_weights_ = ctx.alloc(std::max<uint64_t>(rows * options.max_topk * 4, 1));
-  combined_x_ = ctx.alloc(std::max<uint64_t>(uint64_t{options.max_tokens_per_rank} *
-                                                  layout_.row_bytes,
-                                              1));
+  combined_x_ =
+      ctx.alloc(std::max<uint64_t>(uint64_t{options.max_tokens_per_rank} * layout_.row_bytes, 1));
 }
 
 void HighThroughput::agree_on_first_call(const HtConfig& config, const std::string& refused) {
@@ -108,11 +109,12 @@ void HighThroughput::agree_on_first_call(const HtConfig& config, const std::stri
       fail("ep::Buffer::dispatch: rank {} refused its arguments (its error says why)", r);
     }
     if (theirs.ok != 0 && refused.empty() && !(theirs.config == config)) {
-      fail("ep::Buffer::dispatch: rank {} calls with hidden {}, {}, top-{}, {} experts but rank {} "
-           "with hidden {}, {}, top-{}, {} experts: every rank must use the same configuration",
-           r, theirs.config.hidden, to_string(theirs.config.dtype), theirs.config.topk,
-           theirs.config.num_experts, rank_, config.hidden, to_string(config.dtype), config.topk,
-           config.num_experts);
+      fail(
+          "ep::Buffer::dispatch: rank {} calls with hidden {}, {}, top-{}, {} experts but rank {} "
+          "with hidden {}, {}, top-{}, {} experts: every rank must use the same configuration",
+          r, theirs.config.hidden, to_string(theirs.config.dtype), theirs.config.topk,
+          theirs.config.num_experts, rank_, config.hidden, to_string(config.dtype), config.topk,
+          config.num_experts);
     }
   }
   if (!refused.empty()) throw Error(refused);
@@ -210,18 +212,20 @@ HighThroughput::DispatchInputs HighThroughput::validate(const DispatchArgs& args
   in.x_dtype = args.x->dtype;
   const uint32_t row_bytes = in.hidden * element_bytes_of(in.dtype);
   if (in.tokens > options_.max_tokens_per_rank) {
-    fail("ep::Buffer::dispatch: x has {} tokens, more than the {} the buffer was sized for "
-         "(max_tokens_per_rank)",
-         in.tokens, options_.max_tokens_per_rank);
+    fail(
+        "ep::Buffer::dispatch: x has {} tokens, more than the {} the buffer was sized for "
+        "(max_tokens_per_rank)",
+        in.tokens, options_.max_tokens_per_rank);
   }
   if (row_bytes != layout_.row_bytes) {
-    fail("ep::Buffer::dispatch: a row of x is {} bytes (hidden {} x {}), the buffer was sized for "
-         "{} (hidden x element_bytes)",
-         row_bytes, in.hidden, to_string(in.dtype), layout_.row_bytes);
+    fail(
+        "ep::Buffer::dispatch: a row of x is {} bytes (hidden {} x {}), the buffer was sized for "
+        "{} (hidden x element_bytes)",
+        row_bytes, in.hidden, to_string(in.dtype), layout_.row_bytes);
   }
-  in.idx = static_cast<const int64_t*>(check_tensor(args.topk_idx, "ep::Buffer::dispatch: topk_idx",
-                                                    DType::int64, {in.tokens, -1},
-                                                    device_.device_type));
+  in.idx =
+      static_cast<const int64_t*>(check_tensor(args.topk_idx, "ep::Buffer::dispatch: topk_idx",
+                                               DType::int64, {in.tokens, -1}, device_.device_type));
   in.topk = static_cast<uint32_t>(args.topk_idx->shape[1]);
   if (in.topk == 0 || in.topk > options_.max_topk) {
     fail("ep::Buffer::dispatch: top-{} where the buffer was sized for 1..{} (max_topk)", in.topk,
@@ -231,18 +235,19 @@ HighThroughput::DispatchInputs HighThroughput::validate(const DispatchArgs& args
       check_tensor(args.topk_weights, "ep::Buffer::dispatch: topk_weights", DType::float32,
                    {in.tokens, in.topk}, device_.device_type));
   in.in_rank = static_cast<const uint8_t*>(
-      check_tensor(args.is_token_in_rank, "ep::Buffer::dispatch: is_token_in_rank",
-                   DType::boolean, {in.tokens, ranks_}, device_.device_type));
+      check_tensor(args.is_token_in_rank, "ep::Buffer::dispatch: is_token_in_rank", DType::boolean,
+                   {in.tokens, ranks_}, device_.device_type));
   if (args.num_experts <= 0 || args.num_experts % static_cast<int>(ranks_) != 0) {
     fail("ep::Buffer::dispatch: num_experts {} is not a positive multiple of the {} ranks",
          args.num_experts, ranks_);
   }
   in.config = {in.hidden, in.dtype, in.topk, static_cast<uint32_t>(args.num_experts)};
   if (configured_ && !(in.config == config_)) {
-    fail("ep::Buffer::dispatch: hidden {}, {}, top-{}, {} experts differ from the first call's "
-         "hidden {}, {}, top-{}, {} experts; one Buffer serves one configuration",
-         in.config.hidden, to_string(in.config.dtype), in.config.topk, in.config.num_experts,
-         config_.hidden, to_string(config_.dtype), config_.topk, config_.num_experts);
+    fail(
+        "ep::Buffer::dispatch: hidden {}, {}, top-{}, {} experts differ from the first call's "
+        "hidden {}, {}, top-{}, {} experts; one Buffer serves one configuration",
+        in.config.hidden, to_string(in.config.dtype), in.config.topk, in.config.num_experts,
+        config_.hidden, to_string(config_.dtype), config_.topk, config_.num_experts);
   }
   return in;
 }
@@ -309,8 +314,8 @@ DispatchResult HighThroughput::dispatch(const DispatchArgs& args) {
     for (uint32_t t = 0; t < tokens; ++t) {
       if (h_in[uint64_t{t} * ranks_ + d] == 0) continue;
       handle.send_index[uint64_t{t} * ranks_ + d] = static_cast<int32_t>(count);
-      ctx_.copy(at(layout_.send_rows(d) + uint64_t{count} * row_bytes),
-                x + uint64_t{t} * row_bytes, row_bytes);
+      ctx_.copy(at(layout_.send_rows(d) + uint64_t{count} * row_bytes), x + uint64_t{t} * row_bytes,
+                row_bytes);
       std::byte* m = meta.data() + uint64_t{count} * layout_.meta_bytes;
       const int32_t source = static_cast<int32_t>(t);
       std::memcpy(m, &source, 4);
@@ -378,10 +383,10 @@ DispatchResult HighThroughput::dispatch(const DispatchArgs& args) {
   ctx_.copy(recv_topk_weights_.data(), r_weights.data(), r_weights.size() * 4);
   const auto n = static_cast<int64_t>(received);
   result.recv_x = TensorView(recv_x_.data(), device_, in.x_dtype, {n, hidden});
-  result.recv_topk_idx = TensorView(recv_topk_idx_.data(), device_, DLDataType{kDLInt, 64, 1},
-                                    {n, topk});
-  result.recv_topk_weights = TensorView(recv_topk_weights_.data(), device_,
-                                        DLDataType{kDLFloat, 32, 1}, {n, topk});
+  result.recv_topk_idx =
+      TensorView(recv_topk_idx_.data(), device_, DLDataType{kDLInt, 64, 1}, {n, topk});
+  result.recv_topk_weights =
+      TensorView(recv_topk_weights_.data(), device_, DLDataType{kDLFloat, 32, 1}, {n, topk});
   result.handle = std::move(handle);
   return result;
 }
@@ -396,9 +401,9 @@ CombineResult HighThroughput::combine(const DLTensor& x_tensor, const DispatchHa
     }
     uint64_t received = 0;
     for (uint32_t c : handle.recv_counts) received += c;
-    x = static_cast<const std::byte*>(
-        check_tensor(&x_tensor, "ep::Buffer::combine: x", dtype,
-                     {static_cast<int64_t>(received), handle.hidden}, device_.device_type));
+    x = static_cast<const std::byte*>(check_tensor(&x_tensor, "ep::Buffer::combine: x", dtype,
+                                                   {static_cast<int64_t>(received), handle.hidden},
+                                                   device_.device_type));
   } catch (const Error& e) {
     refuse(1, e.what());
   }

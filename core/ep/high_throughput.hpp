@@ -36,8 +36,7 @@ struct HtWindowLayout {
   uint64_t total_bytes() const;
 
  private:
-  uint64_t send_rows_, send_meta_, staging_, recv_rows_, recv_meta_, combine_rows_, signals_,
-      end_;
+  uint64_t send_rows_, send_meta_, staging_, recv_rows_, recv_meta_, combine_rows_, signals_, end_;
 };
 
 struct HtConfig {
