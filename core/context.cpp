@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <fstream>
 #include <map>
@@ -140,7 +141,7 @@ struct Context::Impl {
   std::vector<std::unique_ptr<ProxyTransport>> transports;
   SemanticsOptions semantics;  // how atomics are done; world size set later
   std::vector<std::unique_ptr<ProxyThread>> proxies;
-  uint32_t windows = 0;
+  std::array<bool, kUserWindows> window_used{};  // user window ids in use
   // This rank's share of the CPUs: its proxies, and its host kernels.
   std::vector<int32_t> rank_cpus;
   // A peer's death, reported by the bootstrap's liveness monitor. The watch
@@ -561,17 +562,36 @@ void Context::copy(void* dst, const void* src, size_t bytes) const {
 
 uint32_t Context::register_window(void* base, size_t bytes) {
   Impl& s = *impl_;
-  if (s.windows >= kUserWindows) {
+  // The lowest free id: every rank registers and deregisters in the same
+  // order, so every rank picks the same one.
+  uint32_t window = 0;
+  while (window < kUserWindows && s.window_used[window]) ++window;
+  if (window == kUserWindows) {
     fail("register_window: all {} windows are in use", kUserWindows);
   }
   if (bytes > TransferCmd::kMaxOffset + 1) {
     fail("register_window: {} bytes exceed the 4 GiB a window offset can address", bytes);
   }
-  const uint32_t window = s.windows;
   std::vector<Impl::Region> regions(s.config.proxy_threads, {base, bytes});
   s.register_on_endpoints(window, regions, s.gpu->props().mem_kind);
-  ++s.windows;
+  s.window_used[window] = true;
   return window;
+}
+
+void Context::deregister_window(uint32_t window) {
+  Impl& s = *impl_;
+  if (window >= kUserWindows || !s.window_used[window]) {
+    fail("deregister_window: window {} is not registered", window);
+  }
+  // Nobody may still be writing into it: every rank got here first.
+  s.bootstrap->barrier();
+  for (uint32_t i = 0; i < s.config.proxy_threads; ++i) {
+    s.proxies[i]->run([&] {
+      s.endpoints[i]->deregister_window(window);
+      s.proxies[i]->semantics().set_local_window(window, nullptr, 0);
+    });
+  }
+  s.window_used[window] = false;
 }
 
 uint32_t Context::num_channels() const { return static_cast<uint32_t>(impl_->channels.size()); }

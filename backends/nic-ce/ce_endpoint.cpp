@@ -57,14 +57,47 @@ int use_device(int device) {
 }  // namespace
 
 IpcMappings::~IpcMappings() {
-  for (auto& [handle, base] : mapped_) cudaIpcCloseMemHandle(base);
+  for (auto& [handle, mapping] : mapped_) cudaIpcCloseMemHandle(mapping.base);
 }
 
-int IpcMappings::open(int device, const uint8_t (&handle)[64], std::byte** base, std::string* why) {
+void IpcMappings::forget_owner(const SegmentLayout* owner) {
+  std::lock_guard lock(mutex_);
+  for (auto& [handle, mapping] : mapped_) {
+    std::erase_if(mapping.users, [&](const User& u) { return u.owner == owner; });
+  }
+}
+
+void IpcMappings::close_withdrawn() {
+  for (auto it = mapped_.begin(); it != mapped_.end();) {
+    auto& users = it->second.users;
+    std::erase_if(users, [](const User& u) {
+      return u.owner->registrations[u.slot].generation.load(std::memory_order_acquire) !=
+             u.generation;
+    });
+    if (users.empty()) {
+      cudaIpcCloseMemHandle(it->second.base);
+      it = mapped_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+int IpcMappings::open(int device, const uint8_t (&handle)[64], const SegmentLayout* owner,
+                      uint32_t slot, uint32_t generation, std::byte** base, std::string* why) {
+  const User user{owner, slot, generation};
   std::string key(reinterpret_cast<const char*>(handle), sizeof handle);
   std::lock_guard lock(mutex_);
   auto it = mapped_.find(key);
+  if (it != mapped_.end() &&
+      std::find(it->second.users.begin(), it->second.users.end(), user) == it->second.users.end()) {
+    // A registration not seen before: the handle may be a reused one whose
+    // old mapping is stale.
+    close_withdrawn();
+    it = mapped_.find(key);
+  }
   if (it == mapped_.end()) {
+    close_withdrawn();
     if (use_device(device) != 0) {
       *why = last_error();
       return -EIO;
@@ -78,9 +111,12 @@ int IpcMappings::open(int device, const uint8_t (&handle)[64], std::byte** base,
              " (" + cudaGetErrorName(rc) + ")";
       return -EIO;
     }
-    it = mapped_.emplace(std::move(key), static_cast<std::byte*>(mapped)).first;
+    it = mapped_.emplace(std::move(key), Mapping{static_cast<std::byte*>(mapped), {}}).first;
   }
-  *base = it->second;
+  if (std::find(it->second.users.begin(), it->second.users.end(), user) == it->second.users.end()) {
+    it->second.users.push_back(user);
+  }
+  *base = it->second.base;
   return 0;
 }
 
@@ -115,6 +151,7 @@ Endpoint::~Endpoint() {
     for (Op& op : peer.ops) {
       if (op.event != nullptr) cudaEventDestroy(op.event);
     }
+    if (!peer.self && options_.mappings != nullptr) options_.mappings->forget_owner(peer.layout);
   }
   for (cudaEvent_t event : free_events_) cudaEventDestroy(event);
   if (control_stream_ != nullptr) cudaStreamDestroy(control_stream_);
@@ -253,6 +290,8 @@ int Endpoint::read_registration(const Peer& peer, uint64_t key, RemoteRegion* ou
     *why = "the remote key is stale or invalid (the region is not registered)";
     return -EINVAL;
   }
+  out->slot = slot;
+  out->generation = generation;
   out->mem_kind = reg.mem_kind;
   out->address = reg.address;
   out->length = reg.length;
@@ -271,7 +310,8 @@ int Endpoint::map_remote(Peer& peer, const RemoteRegion& region, uint64_t offset
   std::byte* base = nullptr;
   if (peer.self) {
     base = reinterpret_cast<std::byte*>(region.alloc_base);
-  } else if (int rc = options_.mappings->open(options_.device, region.ipc_handle, &base, why);
+  } else if (int rc = options_.mappings->open(options_.device, region.ipc_handle, peer.layout,
+                                              region.slot, region.generation, &base, why);
              rc != 0) {
     return rc;
   }

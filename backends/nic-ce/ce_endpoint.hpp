@@ -48,12 +48,32 @@ class IpcMappings {
   ~IpcMappings();
   IpcMappings(const IpcMappings&) = delete;
   IpcMappings& operator=(const IpcMappings&) = delete;
-  // The allocation's base in this process, mapped on `device` on first use.
-  int open(int device, const uint8_t (&handle)[64], std::byte** base, std::string* why);
+  // The allocation's base in this process, mapped on `device` on first use,
+  // for the registration (owner segment, slot, generation) that names it.
+  // Mappings whose registrations were all withdrawn are closed first: the
+  // owner may have freed the memory and given its address to a new
+  // allocation, whose handle CUDA refuses to map next to the stale one.
+  int open(int device, const uint8_t (&handle)[64], const SegmentLayout* owner, uint32_t slot,
+           uint32_t generation, std::byte** base, std::string* why);
+  // An endpoint that mapped `owner`'s segment is going away: its
+  // registrations no longer count as users (the mappings stay for others).
+  void forget_owner(const SegmentLayout* owner);
 
  private:
+  struct User {
+    const SegmentLayout* owner;
+    uint32_t slot;
+    uint32_t generation;
+    bool operator==(const User&) const = default;
+  };
+  struct Mapping {
+    std::byte* base;
+    std::vector<User> users;
+  };
+  void close_withdrawn();
+
   std::mutex mutex_;
-  std::map<std::string, std::byte*> mapped_;
+  std::map<std::string, Mapping> mapped_;
 };
 
 // A registered local region (the mr handle).
@@ -126,6 +146,8 @@ class Endpoint {
 
   // A peer registration as read from its segment.
   struct RemoteRegion {
+    uint32_t slot = 0;
+    uint32_t generation = 0;
     uint32_t mem_kind = 0;
     uint64_t address = 0;
     uint64_t length = 0;

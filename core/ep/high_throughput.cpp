@@ -92,6 +92,14 @@ HighThroughput::HighThroughput(Context& ctx, const BufferOptions& options, DLDev
       ctx.alloc(std::max<uint64_t>(uint64_t{options.max_tokens_per_rank} * layout_.row_bytes, 1));
 }
 
+HighThroughput::~HighThroughput() {
+  try {
+    ctx_.deregister_window(window_);
+  } catch (const Error&) {
+    // A rank that is gone cannot take part; the memory is freed anyway.
+  }
+}
+
 void HighThroughput::agree_on_first_call(const HtConfig& config, const std::string& refused) {
   // Every rank must call with the same configuration, and a rank that
   // refused its arguments must not leave the others waiting.

@@ -50,6 +50,9 @@ struct HtConfig {
 class HighThroughput {
  public:
   HighThroughput(Context& ctx, const BufferOptions& options, DLDevice device);
+  ~HighThroughput();  // collective: deregisters the window
+  HighThroughput(const HighThroughput&) = delete;
+  HighThroughput& operator=(const HighThroughput&) = delete;
 
   DispatchResult dispatch(const DispatchArgs& args);
   CombineResult combine(const DLTensor& x, const DispatchHandle& handle);

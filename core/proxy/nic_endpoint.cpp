@@ -76,6 +76,16 @@ void NicEndpoint::set_remote_window(uint32_t window, std::vector<RemoteWindow> p
   remote_.at(window) = std::move(peers);
 }
 
+void NicEndpoint::deregister_window(uint32_t window) {
+  LocalWindow& local = local_.at(window);
+  if (local.mr != nullptr && ops_->mr_deregister(local.mr) != COURIER_OK) {
+    fail("NIC backend '{}': deregistering window {} failed: {}", backend_.plugin().name, window,
+         backend_.last_error());
+  }
+  local = LocalWindow{};
+  remote_.at(window).clear();
+}
+
 bool NicEndpoint::check_range(const char* what, uint32_t peer, uint32_t local_window,
                               uint64_t local_offset, uint32_t remote_window, uint64_t remote_offset,
                               uint64_t length, std::string* error) const {

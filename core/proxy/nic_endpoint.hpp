@@ -38,6 +38,8 @@ class NicEndpoint final : public ProxyTransport {
 
   courier_nic_rkey_v1 register_window(uint32_t window, void* base, size_t bytes, uint32_t mem_kind);
   void set_remote_window(uint32_t window, std::vector<RemoteWindow> peers);
+  // Forgets the window here and every peer's key for it.
+  void deregister_window(uint32_t window);
 
   uint32_t caps() const override { return caps_; }
   uint32_t atomic_ops() const override { return atomic_ops_; }

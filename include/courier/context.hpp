@@ -7,7 +7,7 @@
 // of gpu/fifo_push.hpp; the proxies carry them out.
 //
 // Collective calls (every rank, same order): the constructor,
-// register_window(), barrier().
+// register_window(), deregister_window(), barrier().
 #pragma once
 
 #include <cstddef>
@@ -100,6 +100,9 @@ class Context {
   // exchanges keys and sizes with all ranks; returns the window id that
   // TransferCmds name (0, 1, ... in call order; at most 16).
   uint32_t register_window(void* base, size_t bytes);
+  // Collective. Undoes register_window once every rank got here (so nobody
+  // writes into it any more); the id may be handed out again.
+  void deregister_window(uint32_t window);
 
   uint32_t num_channels() const;
   DeviceChannel channel(uint32_t index) const;
