@@ -591,6 +591,9 @@ void Context::deregister_window(uint32_t window) {
       s.proxies[i]->semantics().set_local_window(window, nullptr, 0);
     });
   }
+  // And every rank withdrew it before anyone registers the next one (a
+  // backend may then release what it held for the peers' old regions).
+  s.bootstrap->barrier();
   s.window_used[window] = false;
 }
 

@@ -67,6 +67,11 @@ void IpcMappings::forget_owner(const SegmentLayout* owner) {
   }
 }
 
+void IpcMappings::sweep() {
+  std::lock_guard lock(mutex_);
+  close_withdrawn();
+}
+
 void IpcMappings::close_withdrawn() {
   for (auto it = mapped_.begin(); it != mapped_.end();) {
     auto& users = it->second.users;
@@ -89,15 +94,7 @@ int IpcMappings::open(int device, const uint8_t (&handle)[64], const SegmentLayo
   std::string key(reinterpret_cast<const char*>(handle), sizeof handle);
   std::lock_guard lock(mutex_);
   auto it = mapped_.find(key);
-  if (it != mapped_.end() &&
-      std::find(it->second.users.begin(), it->second.users.end(), user) == it->second.users.end()) {
-    // A registration not seen before: the handle may be a reused one whose
-    // old mapping is stale.
-    close_withdrawn();
-    it = mapped_.find(key);
-  }
   if (it == mapped_.end()) {
-    close_withdrawn();
     if (use_device(device) != 0) {
       *why = last_error();
       return -EIO;
@@ -108,7 +105,11 @@ int IpcMappings::open(int device, const uint8_t (&handle)[64], const SegmentLayo
     cudaError_t rc = cudaIpcOpenMemHandle(&mapped, h, cudaIpcMemLazyEnablePeerAccess);
     if (rc != cudaSuccess) {
       *why = std::string("cudaIpcOpenMemHandle of the peer's region: ") + cudaGetErrorString(rc) +
-             " (" + cudaGetErrorName(rc) + ")";
+             " (" + cudaGetErrorName(rc) + ")" +
+             (rc == cudaErrorAlreadyMapped
+                  ? "; a stale mapping of freed memory is still open: the peer's old region "
+                    "must be deregistered everywhere before the new one is registered"
+                  : "");
       return -EIO;
     }
     it = mapped_.emplace(std::move(key), Mapping{static_cast<std::byte*>(mapped), {}}).first;
@@ -220,6 +221,10 @@ int Endpoint::register_region(void* address, size_t length, uint32_t mem_kind, L
                                       " is not supported (host and CUDA memory are)");
   }
   if (int rc = use_device(options_.device); rc != 0) return rc;
+  // Registration is control path, with no kernel of ours waiting on a
+  // transfer: the time to close mappings of regions peers withdrew
+  // (closing one synchronizes the device).
+  options_.mappings->sweep();
   SegmentLayout& own = *own_.get();
   uint32_t slot = kRegistrationSlots;
   for (uint32_t i = 0; i < kRegistrationSlots; ++i) {

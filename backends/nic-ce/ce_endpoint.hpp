@@ -50,14 +50,16 @@ class IpcMappings {
   IpcMappings& operator=(const IpcMappings&) = delete;
   // The allocation's base in this process, mapped on `device` on first use,
   // for the registration (owner segment, slot, generation) that names it.
-  // Mappings whose registrations were all withdrawn are closed first: the
-  // owner may have freed the memory and given its address to a new
-  // allocation, whose handle CUDA refuses to map next to the stale one.
   int open(int device, const uint8_t (&handle)[64], const SegmentLayout* owner, uint32_t slot,
            uint32_t generation, std::byte** base, std::string* why);
   // An endpoint that mapped `owner`'s segment is going away: its
   // registrations no longer count as users (the mappings stay for others).
   void forget_owner(const SegmentLayout* owner);
+  // Closes the mappings whose registrations were all withdrawn: the owner
+  // may have freed the memory, and CUDA refuses to map a new allocation
+  // there next to the stale mapping. Closing synchronizes the device, so
+  // this runs on the control path only (mr_register).
+  void sweep();
 
  private:
   struct User {
