@@ -66,24 +66,8 @@ HighThroughput::HighThroughput(Context& ctx, const BufferOptions& options, DLDev
       rank_(static_cast<uint32_t>(ctx.rank())),
       ranks_(static_cast<uint32_t>(ctx.world_size())),
       layout_(ranks_, options.max_tokens_per_rank, options.hidden * options.element_bytes,
-              options.max_topk) {
-  if (options.hidden == 0 || (options.element_bytes != 2 && options.element_bytes != 4) ||
-      options.max_topk == 0) {
-    fail(
-        "ep::Buffer: hidden {} / element_bytes {} / max_topk {} cannot be packed: hidden and "
-        "max_topk must be positive, element_bytes 2 (bfloat16) or 4 (float32)",
-        options.hidden, options.element_bytes, options.max_topk);
-  }
-  if (layout_.total_bytes() > TransferCmd::kMaxOffset) {
-    fail(
-        "ep::Buffer: {} tokens x {} bytes per row x {} ranks need {} bytes, more than the 4 GiB "
-        "a window can address; lower max_tokens_per_rank",
-        options.max_tokens_per_rank, layout_.row_bytes, ranks_, layout_.total_bytes());
-  }
-  memory_ = ctx.alloc(layout_.total_bytes());
-  std::vector<std::byte> zeros(layout_.total_bytes());
-  ctx.copy(memory_.data(), zeros.data(), zeros.size());
-  window_ = ctx.register_window(memory_.data(), memory_.size());
+              options.max_topk),
+      exchange_(ctx, checked_size(layout_, options)) {
   const uint64_t rows = uint64_t{ranks_} * options.max_tokens_per_rank;
   recv_x_ = ctx.alloc(std::max<uint64_t>(rows * layout_.row_bytes, 1));
   recv_topk_idx_ = ctx.alloc(std::max<uint64_t>(rows * options.max_topk * 8, 1));
@@ -92,12 +76,15 @@ HighThroughput::HighThroughput(Context& ctx, const BufferOptions& options, DLDev
       ctx.alloc(std::max<uint64_t>(uint64_t{options.max_tokens_per_rank} * layout_.row_bytes, 1));
 }
 
-HighThroughput::~HighThroughput() {
-  try {
-    ctx_.deregister_window(window_);
-  } catch (const Error&) {
-    // A rank that is gone cannot take part; the memory is freed anyway.
+uint64_t HighThroughput::checked_size(const HtWindowLayout& layout, const BufferOptions& options) {
+  if (options.hidden == 0 || (options.element_bytes != 2 && options.element_bytes != 4) ||
+      options.max_topk == 0) {
+    fail(
+        "ep::Buffer: hidden {} / element_bytes {} / max_topk {} cannot be packed: hidden and "
+        "max_topk must be positive, element_bytes 2 (bfloat16) or 4 (float32)",
+        options.hidden, options.element_bytes, options.max_topk);
   }
+  return layout.total_bytes();
 }
 
 void HighThroughput::agree_on_first_call(const HtConfig& config, const std::string& refused) {
@@ -130,77 +117,20 @@ void HighThroughput::agree_on_first_call(const HtConfig& config, const std::stri
   config_ = config;
 }
 
-void HighThroughput::add_writes(std::vector<TransferCmd>& list, uint32_t dst, uint64_t src_off,
-                                uint64_t dst_off, uint64_t bytes) const {
-  for (uint64_t done = 0; done < bytes;) {
-    const uint64_t n = std::min<uint64_t>(bytes - done, TransferCmd::kMaxLength);
-    WriteCmdArgs a;
-    a.dst_rank = dst;
-    a.window = window_;
-    a.src_offset = src_off + done;
-    a.dst_offset = dst_off + done;
-    a.length = n;
-    TransferCmd cmd;
-    const CmdStatus status = encode_write(a, &cmd);
-    if (status != CmdStatus::ok) fail("ep::Buffer: a WRITE to rank {}: {}", dst, to_string(status));
-    list.push_back(cmd);
-    done += n;
-  }
-}
-
 void HighThroughput::add_signal(std::vector<TransferCmd>& list, uint32_t dst, uint32_t phase,
                                 uint32_t parity, uint64_t count) {
   ctx_.copy(at(layout_.staging(dst)), &count, sizeof count);
-  add_writes(list, dst, layout_.staging(dst), layout_.signal(phase, parity, rank_), 8);
-  TransferCmd atomic;
-  const CmdStatus status = encode_atomic(dst, window_, layout_.signal(phase, parity, rank_) + 8,
-                                         AtomicOp::add_u64, 1, &atomic);
-  if (status != CmdStatus::ok) fail("ep::Buffer: a signal to rank {}: {}", dst, to_string(status));
-  list.push_back(atomic);
-}
-
-void HighThroughput::run_lists(std::vector<std::vector<TransferCmd>>& commands, const char* phase) {
-  std::vector<DeviceCommandList> lists;
-  for (uint32_t d = 0; d < ranks_; ++d) {
-    if (commands[d].empty()) continue;
-    DeviceCommandList list;
-    list.channel = d % ctx_.num_channels();
-    list.commands = std::move(commands[d]);
-    lists.push_back(std::move(list));
-  }
-  ctx_.run_device_commands(lists);
-  for (const DeviceCommandList& list : lists) {
-    if (list.status != PushStatus::ok) {
-      ChannelStats stats = ctx_.channel_stats(list.channel);
-      fail("ep::Buffer::{}: channel {} failed: {} ({})", phase, list.channel,
-           to_string(list.status), stats.first_error);
-    }
-  }
+  const uint64_t record = layout_.signal(phase, parity, rank_);
+  exchange_.add_signal(list, dst, layout_.staging(dst), record, 8, record + 8);
 }
 
 std::vector<uint64_t> HighThroughput::wait_signals(uint32_t phase, uint32_t parity, uint64_t epoch,
                                                    const char* what) {
-  std::vector<uint64_t> words(2ull * ranks_);
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  for (uint32_t spins = 0;; ++spins) {
-    ctx_.copy(words.data(), at(layout_.signal(phase, parity, 0)), words.size() * 8);
-    std::vector<uint32_t> missing;
-    for (uint32_t r = 0; r < ranks_; ++r) {
-      if (words[2 * r + 1] < epoch) missing.push_back(r);
-    }
-    if (missing.empty()) break;
-    if (auto failure = ctx_.failed_peer()) {
-      fail("ep::Buffer::{}: rank {} is gone: {}", what, failure->rank, failure->reason);
-    }
-    if (std::chrono::steady_clock::now() > deadline) {
-      fail("ep::Buffer::{}: no data from rank(s) {} after 60 s (they did not call {} or are stuck)",
-           what, fmt::join(missing, ", "), what);
-    }
-    if (spins > 64) std::this_thread::yield();
-  }
+  const std::vector<std::byte> records =
+      exchange_.wait(layout_.signal(phase, parity, 0), 16, 8, epoch, what);
   std::vector<uint64_t> counts(ranks_);
   for (uint32_t r = 0; r < ranks_; ++r) {
-    counts[r] = words[2 * r];
+    std::memcpy(&counts[r], records.data() + 16ull * r, 8);
     if (counts[r] == kRefused) {
       fail("ep::Buffer::{}: rank {} refused its arguments (its error says why)", what, r);
     }
@@ -270,7 +200,7 @@ void HighThroughput::refuse(uint32_t phase, const std::string& why) {
     if (d != rank_) add_signal(commands[d], d, phase, parity, kRefused);
   }
   try {
-    run_lists(commands, phase == 0 ? "dispatch" : "combine");
+    exchange_.run(commands, phase == 0 ? "dispatch" : "combine");
   } catch (const Error&) {
     // The refusal itself is the error worth reporting.
   }
@@ -347,13 +277,13 @@ DispatchResult HighThroughput::dispatch(const DispatchArgs& args) {
       ctx_.copy(at(layout_.signal(0, parity, rank_)), words, sizeof words);
       continue;
     }
-    add_writes(commands[d], d, layout_.send_rows(d), layout_.recv_rows(parity, rank_),
-               uint64_t{count} * row_bytes);
-    add_writes(commands[d], d, layout_.send_meta(d), layout_.recv_meta(parity, rank_),
-               uint64_t{count} * layout_.meta_bytes);
+    exchange_.add_writes(commands[d], d, layout_.send_rows(d), layout_.recv_rows(parity, rank_),
+                         uint64_t{count} * row_bytes);
+    exchange_.add_writes(commands[d], d, layout_.send_meta(d), layout_.recv_meta(parity, rank_),
+                         uint64_t{count} * layout_.meta_bytes);
     add_signal(commands[d], d, 0, parity, count);
   }
-  run_lists(commands, "dispatch");
+  exchange_.run(commands, "dispatch");
   const std::vector<uint64_t> counts = wait_signals(0, parity, epoch, "dispatch");
 
   // Rows grouped by source rank, contiguous; meta into the output tensors.
@@ -434,10 +364,11 @@ CombineResult HighThroughput::combine(const DLTensor& x_tensor, const DispatchHa
       ctx_.copy(at(layout_.signal(1, parity, rank_)), words, sizeof words);
       continue;
     }
-    add_writes(commands[s], s, layout_.send_rows(s), layout_.combine_rows(parity, rank_), bytes);
+    exchange_.add_writes(commands[s], s, layout_.send_rows(s), layout_.combine_rows(parity, rank_),
+                         bytes);
     add_signal(commands[s], s, 1, parity, count);
   }
-  run_lists(commands, "combine");
+  exchange_.run(commands, "combine");
   wait_signals(1, parity, epoch, "combine");
 
   // Per token, the sum of the rows that came back, in float.

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "core/ep/exchange.hpp"
 #include "core/ep/tensor_checks.hpp"
 #include "courier/context.hpp"
 #include "courier/ep.hpp"
@@ -50,7 +51,6 @@ struct HtConfig {
 class HighThroughput {
  public:
   HighThroughput(Context& ctx, const BufferOptions& options, DLDevice device);
-  ~HighThroughput();  // collective: deregisters the window
   HighThroughput(const HighThroughput&) = delete;
   HighThroughput& operator=(const HighThroughput&) = delete;
 
@@ -77,12 +77,7 @@ class HighThroughput {
   void agree_on_first_call(const HtConfig& config, const std::string& refused);
   // Tells every peer this call of `phase` is refused, then throws `why`.
   [[noreturn]] void refuse(uint32_t phase, const std::string& why);
-  // Pushes, per destination, `commands[d]` on channel d % channels and waits.
-  void run_lists(std::vector<std::vector<TransferCmd>>& commands, const char* phase);
-  // Commands that move [src_off, +bytes) to dst_off at rank `dst`, in WRITEs
-  // of at most the longest a command carries.
-  void add_writes(std::vector<TransferCmd>& list, uint32_t dst, uint64_t src_off, uint64_t dst_off,
-                  uint64_t bytes) const;
+  static uint64_t checked_size(const HtWindowLayout& layout, const BufferOptions& options);
   // WRITE this rank's count word for `dst`, then ATOMIC-add 1 to its epoch.
   void add_signal(std::vector<TransferCmd>& list, uint32_t dst, uint32_t phase, uint32_t parity,
                   uint64_t count);
@@ -90,15 +85,14 @@ class HighThroughput {
   // returns their counts.
   std::vector<uint64_t> wait_signals(uint32_t phase, uint32_t parity, uint64_t epoch,
                                      const char* what);
-  std::byte* at(uint64_t offset) const { return static_cast<std::byte*>(memory_.data()) + offset; }
+  std::byte* at(uint64_t offset) const { return exchange_.at(offset); }
 
   Context& ctx_;
   BufferOptions options_;
   DLDevice device_;
   uint32_t rank_, ranks_;
   HtWindowLayout layout_;
-  DeviceBuffer memory_;
-  uint32_t window_ = 0;
+  Exchange exchange_;
   // Outputs, owned here: the views returned point into them.
   DeviceBuffer recv_x_, recv_topk_idx_, recv_topk_weights_, combined_x_;
   bool configured_ = false;

@@ -3,8 +3,9 @@
 // theirs in without copies; they live in the GPU backend's memory (host
 // memory on gpu-host) and are row-major and contiguous.
 //
-// Being built (issue 5): the layout and high-throughput dispatch/combine
-// are here (host-orchestrated); low-latency mode and device kernels follow.
+// Being built (issue 5): the layout, high-throughput and low-latency
+// dispatch/combine are here (host-orchestrated); device kernels, FP8 and
+// cached handles follow.
 #pragma once
 
 #include <dlpack/dlpack.h>
@@ -12,6 +13,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -30,6 +32,10 @@ struct BufferOptions {
   uint32_t hidden = 0;
   uint32_t element_bytes = 2;  // bfloat16; 4 for float32
   uint32_t max_topk = 8;
+  // Low-latency sizing (low_latency_mode): the number of experts, which
+  // sets the per-expert receive buffers ([experts / ranks, ranks *
+  // max_tokens_per_rank, hidden]).
+  uint32_t num_experts = 0;
 };
 
 // A DLPack view into memory the Buffer owns: valid until the next call that
@@ -84,6 +90,38 @@ struct CombineResult {
   TensorView combined_x;  // [num_tokens, hidden]: per token, the sum of the rows sent back
 };
 
+struct LowLatencyDispatchArgs {
+  const DLTensor* x = nullptr;         // [num_tokens, hidden] bfloat16 or float32
+  const DLTensor* topk_idx = nullptr;  // [num_tokens, topk] int64, -1 = none
+  // Return after sending; the result's recv_hook() waits for the data and
+  // fills the outputs, so compute can run in between.
+  bool return_recv_hook = false;
+};
+
+// What low_latency_combine needs: where each of this rank's (token, k)
+// went, and which rows came from where.
+struct LowLatencyHandle {
+  uint32_t num_tokens = 0;
+  uint32_t topk = 0;
+  std::vector<int32_t> send_slot;     // [num_tokens * topk]: row at the expert, or -1
+  std::vector<uint32_t> recv_counts;  // [local experts * ranks]: rows per (expert, source)
+  uint32_t hidden = 0;
+  uint32_t dtype_code = 0, dtype_bits = 0;
+  uint64_t call = 0;  // which dispatch it came from
+};
+
+struct LowLatencyDispatchResult {
+  // [local experts, ranks * max_tokens_per_rank, hidden]: per expert, the
+  // rows from rank 0, then rank 1, ..., packed from row 0.
+  TensorView packed_recv_x;
+  TensorView packed_recv_count;         // [local experts] int32: rows per expert
+  TensorView packed_recv_src_info;      // [local experts, ranks * max_tokens] int32: source token
+  TensorView packed_recv_layout_range;  // [local experts, ranks] int64: (begin << 32) | count
+  LowLatencyHandle handle;
+  // Set with return_recv_hook: call before reading the outputs.
+  std::function<void()> recv_hook;
+};
+
 class Buffer {
  public:
   // Collective over the Context's ranks.
@@ -111,6 +149,15 @@ class Buffer {
   // order goes back to the tokens' ranks, which sum the rows per token. Weight
   // expert outputs before combining (as with DeepEP).
   CombineResult combine(const DLTensor& x, const DispatchHandle& handle);
+
+  // Low-latency dispatch (collective; a Buffer made with low_latency_mode):
+  // every (token, expert) pair travels, into per-expert receive buffers.
+  LowLatencyDispatchResult low_latency_dispatch(const LowLatencyDispatchArgs& args);
+  // Low-latency combine (collective): x [local experts, ranks * max_tokens,
+  // hidden] in packed_recv_x's layout goes back; each rank returns, per
+  // token, sum over k of topk_weights[t][k] * (its row from expert k).
+  CombineResult low_latency_combine(const DLTensor& x, const DLTensor& topk_idx,
+                                    const DLTensor& topk_weights, const LowLatencyHandle& handle);
 
   int num_ranks() const;
   int rank() const;
