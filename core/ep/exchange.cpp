@@ -4,8 +4,10 @@
 
 #include <chrono>
 #include <cstring>
+#include <span>
 #include <thread>
 
+#include "core/bootstrap/bootstrap.hpp"
 #include "core/check.hpp"
 
 namespace courier::ep {
@@ -101,6 +103,37 @@ std::vector<std::byte> Exchange::wait(uint64_t first_record, uint64_t record_byt
     }
     if (spins > 64) std::this_thread::yield();
   }
+}
+
+}  // namespace courier::ep
+
+namespace courier::ep {
+
+void Exchange::agree_on_first_call(const CallConfig& mine, const std::string& refused,
+                                   const char* what) {
+  struct Vote {
+    CallConfig config;
+    uint32_t ok;
+  } vote{mine, refused.empty() ? 1u : 0u};
+  std::vector<std::byte> all =
+      ctx_.bootstrap().allgather(std::as_bytes(std::span<const Vote, 1>(&vote, 1)));
+  for (uint32_t r = 0; r < ranks_; ++r) {
+    Vote theirs;
+    std::memcpy(&theirs, all.data() + r * sizeof(Vote), sizeof theirs);
+    if (r == rank_ || !refused.empty()) continue;
+    if (theirs.ok == 0) {
+      fail("ep::Buffer::{}: rank {} refused its arguments (its error says why)", what, r);
+    }
+    if (!(theirs.config == mine)) {
+      fail(
+          "ep::Buffer::{}: rank {} calls with hidden {}, {}, top-{}, {} experts but rank {} with "
+          "hidden {}, {}, top-{}, {} experts: every rank must use the same configuration",
+          what, r, theirs.config.hidden, to_string(theirs.config.dtype), theirs.config.topk,
+          theirs.config.num_experts, rank_, mine.hidden, to_string(mine.dtype), mine.topk,
+          mine.num_experts);
+    }
+  }
+  if (!refused.empty()) throw Error(refused);
 }
 
 }  // namespace courier::ep

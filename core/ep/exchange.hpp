@@ -6,11 +6,25 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
+#include "core/ep/tensor_checks.hpp"
 #include "courier/context.hpp"
 
 namespace courier::ep {
+
+// What every rank must call a Buffer with, the same on all ranks.
+struct CallConfig {
+  uint32_t hidden = 0;
+  DType dtype = DType::float32;
+  uint32_t topk = 0;
+  uint32_t num_experts = 0;
+  bool operator==(const CallConfig&) const = default;
+};
+
+// The count word of a refused call: its peers fail instead of waiting.
+inline constexpr uint64_t kRefused = ~uint64_t{0};
 
 class Exchange {
  public:
@@ -46,6 +60,11 @@ class Exchange {
   // ranks, or at once when a peer died.
   std::vector<std::byte> wait(uint64_t first_record, uint64_t record_bytes, uint64_t epoch_field,
                               uint64_t epoch, const char* what);
+  // The first call of a Buffer: every rank compares its configuration and
+  // whether it accepted its arguments (one bootstrap allgather). Throws on
+  // every rank when one refused (`refused` is this rank's reason) or the
+  // configurations differ.
+  void agree_on_first_call(const CallConfig& mine, const std::string& refused, const char* what);
 
  private:
   Context& ctx_;

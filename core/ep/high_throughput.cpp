@@ -87,36 +87,6 @@ uint64_t HighThroughput::checked_size(const HtWindowLayout& layout, const Buffer
   return layout.total_bytes();
 }
 
-void HighThroughput::agree_on_first_call(const HtConfig& config, const std::string& refused) {
-  // Every rank must call with the same configuration, and a rank that
-  // refused its arguments must not leave the others waiting.
-  struct Vote {
-    HtConfig config;
-    uint32_t ok;
-  } mine{config, refused.empty() ? 1u : 0u};
-  std::vector<std::byte> all =
-      ctx_.bootstrap().allgather(std::as_bytes(std::span<const Vote, 1>(&mine, 1)));
-  for (uint32_t r = 0; r < ranks_; ++r) {
-    Vote theirs;
-    std::memcpy(&theirs, all.data() + r * sizeof(Vote), sizeof theirs);
-    if (r == rank_) continue;
-    if (theirs.ok == 0 && refused.empty()) {
-      fail("ep::Buffer::dispatch: rank {} refused its arguments (its error says why)", r);
-    }
-    if (theirs.ok != 0 && refused.empty() && !(theirs.config == config)) {
-      fail(
-          "ep::Buffer::dispatch: rank {} calls with hidden {}, {}, top-{}, {} experts but rank {} "
-          "with hidden {}, {}, top-{}, {} experts: every rank must use the same configuration",
-          r, theirs.config.hidden, to_string(theirs.config.dtype), theirs.config.topk,
-          theirs.config.num_experts, rank_, config.hidden, to_string(config.dtype), config.topk,
-          config.num_experts);
-    }
-  }
-  if (!refused.empty()) throw Error(refused);
-  configured_ = true;
-  config_ = config;
-}
-
 void HighThroughput::add_signal(std::vector<TransferCmd>& list, uint32_t dst, uint32_t phase,
                                 uint32_t parity, uint64_t count) {
   ctx_.copy(at(layout_.staging(dst)), &count, sizeof count);
@@ -216,7 +186,9 @@ DispatchResult HighThroughput::dispatch(const DispatchArgs& args) {
     refused = e.what();
   }
   if (!configured_) {
-    agree_on_first_call(in.config, refused);
+    exchange_.agree_on_first_call(in.config, refused, "dispatch");
+    configured_ = true;
+    config_ = in.config;
   } else if (!refused.empty()) {
     refuse(0, refused);
   }

@@ -40,14 +40,6 @@ struct HtWindowLayout {
   uint64_t send_rows_, send_meta_, staging_, recv_rows_, recv_meta_, combine_rows_, signals_, end_;
 };
 
-struct HtConfig {
-  uint32_t hidden = 0;
-  DType dtype = DType::float32;
-  uint32_t topk = 0;
-  uint32_t num_experts = 0;
-  bool operator==(const HtConfig&) const = default;
-};
-
 class HighThroughput {
  public:
   HighThroughput(Context& ctx, const BufferOptions& options, DLDevice device);
@@ -58,8 +50,6 @@ class HighThroughput {
   CombineResult combine(const DLTensor& x, const DispatchHandle& handle);
 
  private:
-  // A refused call's count word: peers fail instead of waiting.
-  static constexpr uint64_t kRefused = ~uint64_t{0};
   struct DispatchInputs {
     const std::byte* x = nullptr;
     const int64_t* idx = nullptr;
@@ -68,13 +58,9 @@ class HighThroughput {
     uint32_t tokens = 0, hidden = 0, topk = 0;
     DType dtype = DType::float32;
     DLDataType x_dtype{};
-    HtConfig config;
+    CallConfig config;
   };
   DispatchInputs validate(const DispatchArgs& args) const;
-  // First dispatch: all ranks compare configurations and whether they
-  // accepted their arguments (one bootstrap allgather); throws on every
-  // rank when one refused or the configurations differ.
-  void agree_on_first_call(const HtConfig& config, const std::string& refused);
   // Tells every peer this call of `phase` is refused, then throws `why`.
   [[noreturn]] void refuse(uint32_t phase, const std::string& why);
   static uint64_t checked_size(const HtWindowLayout& layout, const BufferOptions& options);
@@ -96,7 +82,7 @@ class HighThroughput {
   // Outputs, owned here: the views returned point into them.
   DeviceBuffer recv_x_, recv_topk_idx_, recv_topk_weights_, combined_x_;
   bool configured_ = false;
-  HtConfig config_;
+  CallConfig config_;
   uint64_t calls_[2] = {0, 0};  // dispatch and combine calls so far
 };
 
