@@ -8,6 +8,7 @@
 #include "core/check.hpp"
 #include "core/context_internals.hpp"
 #include "core/ep/high_throughput.hpp"
+#include "core/ep/low_latency.hpp"
 #include "core/ep/tensor_checks.hpp"
 #include "courier/ep.hpp"
 
@@ -25,15 +26,30 @@ struct Buffer::Impl {
       fail("GPU backend '{}' has no expert-parallel kernels (capability ep_kernels)",
            gpu.plugin().name);
     }
-    if (opts.max_tokens_per_rank > 0) {
-      high_throughput = std::make_unique<HighThroughput>(
-          context, opts, DLDevice{device_type, device_type == kDLCPU ? 0 : device});
+    const DLDevice dl{device_type, device_type == kDLCPU ? 0 : device};
+    if (opts.max_tokens_per_rank > 0 && opts.low_latency_mode) {
+      low_latency = std::make_unique<LowLatency>(context, opts, dl);
+    } else if (opts.max_tokens_per_rank > 0) {
+      high_throughput = std::make_unique<HighThroughput>(context, opts, dl);
     }
+  }
+
+  LowLatency& ll(const char* call) const {
+    if (!low_latency) {
+      fail(
+          "ep::Buffer::{}: the Buffer was not made in low-latency mode (low_latency_mode, "
+          "max_tokens_per_rank > 0)",
+          call);
+    }
+    return *low_latency;
   }
 
   HighThroughput& ht(const char* call) const {
     if (!high_throughput) {
-      fail("ep::Buffer::{}: the Buffer was made with max_tokens_per_rank 0 (layouts only)", call);
+      fail(
+          "ep::Buffer::{}: the Buffer was not made in high-throughput mode (max_tokens_per_rank "
+          "> 0 and not low_latency_mode)",
+          call);
     }
     return *high_throughput;
   }
@@ -51,6 +67,7 @@ struct Buffer::Impl {
   BufferOptions options;
   DeviceBuffer scratch;  // first_invalid of the layout kernel
   std::unique_ptr<HighThroughput> high_throughput;
+  std::unique_ptr<LowLatency> low_latency;
 };
 
 TensorView::TensorView(void* data, DLDevice device, DLDataType dtype, std::vector<int64_t> shape) {
@@ -78,6 +95,16 @@ DispatchResult Buffer::dispatch(const DispatchArgs& args) {
 
 CombineResult Buffer::combine(const DLTensor& x, const DispatchHandle& handle) {
   return impl_->ht("combine").combine(x, handle);
+}
+
+LowLatencyDispatchResult Buffer::low_latency_dispatch(const LowLatencyDispatchArgs& args) {
+  return impl_->ll("low_latency_dispatch").dispatch(args);
+}
+
+CombineResult Buffer::low_latency_combine(const DLTensor& x, const DLTensor& topk_idx,
+                                          const DLTensor& topk_weights,
+                                          const LowLatencyHandle& handle) {
+  return impl_->ll("low_latency_combine").combine(x, topk_idx, topk_weights, handle);
 }
 
 Buffer::Buffer(Context& context, const BufferOptions& options)

@@ -103,11 +103,12 @@ struct LowLatencyDispatchArgs {
 struct LowLatencyHandle {
   uint32_t num_tokens = 0;
   uint32_t topk = 0;
-  std::vector<int32_t> send_slot;     // [num_tokens * topk]: row at the expert, or -1
-  std::vector<uint32_t> recv_counts;  // [local experts * ranks]: rows per (expert, source)
+  std::vector<int32_t> send_slot;  // [num_tokens * topk]: row at the expert, or -1
+  // [local experts * ranks]: rows received per (expert, source); filled by
+  // the receive half (at once, or by recv_hook).
+  std::shared_ptr<std::vector<uint32_t>> recv_counts;
   uint32_t hidden = 0;
   uint32_t dtype_code = 0, dtype_bits = 0;
-  uint64_t call = 0;  // which dispatch it came from
 };
 
 struct LowLatencyDispatchResult {

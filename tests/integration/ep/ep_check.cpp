@@ -15,6 +15,12 @@
 //                   experts, weights) right, per-expert counts right; combine
 //                   of x * (sum of its local weights) gives x * (sum of all
 //                   its weights) within the dtype's tolerance
+//   ll-float32,     low-latency dispatch (once at once, once through the
+//   ll-bfloat16     receive hook), then combine: per local expert, the rows
+//                   of every rank's tokens that chose it, in rank then token
+//                   order, counts, source indices and layout ranges right;
+//                   combine of the rows as they came gives x * (sum of the
+//                   token's weights)
 //   ht-errors       one rank with more tokens than the buffer holds: every
 //                   rank fails, none hangs; ranks with different
 //                   configurations at the first call: every rank fails
@@ -22,6 +28,7 @@
 // if a case failed.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -378,6 +385,102 @@ Outcome check_ht(courier::Context& ctx, bool bf16) {
                                rows_checked, bf16 ? "1e-2 relative" : "1e-5 relative"));
 }
 
+Outcome check_ll(courier::Context& ctx, bool bf16) {
+  const int ranks = ctx.world_size(), me = ctx.rank();
+  const int hidden = 64, topk = 4, experts = 4 * ranks, per = experts / ranks, max_tokens = 64;
+  courier::ep::BufferOptions options;
+  options.low_latency_mode = true;
+  options.max_tokens_per_rank = max_tokens;
+  options.hidden = hidden;
+  options.element_bytes = bf16 ? 2 : 4;
+  options.max_topk = topk;
+  options.num_experts = experts;
+  courier::ep::Buffer buffer(ctx, options);
+  const DLDevice dev = buffer.device();
+  const DLDataType xtype = bf16 ? DLDataType{kDLBfloat, 16, 1} : DLDataType{kDLFloat, 32, 1};
+  const int64_t slots = int64_t{ranks} * max_tokens;
+  Checks c;
+  uint64_t rows_checked = 0;
+  for (int call = 0; call < 2; ++call) {
+    const Inputs mine = inputs_of(me, hidden, topk, experts, call);
+    Tensor x(ctx, dev, xtype, {mine.tokens, hidden});
+    x.set(encode(mine.x, bf16));
+    Tensor idx(ctx, dev, kInt64, {mine.tokens, topk});
+    idx.set(mine.idx);
+    Tensor weights(ctx, dev, DLDataType{kDLFloat, 32, 1}, {mine.tokens, topk});
+    weights.set(mine.weights);
+    courier::ep::LowLatencyDispatchArgs args;
+    args.x = x.view();
+    args.topk_idx = idx.view();
+    args.return_recv_hook = call == 1;
+    courier::ep::LowLatencyDispatchResult got = buffer.low_latency_dispatch(args);
+    if (got.recv_hook) got.recv_hook();
+    c.expect(args.return_recv_hook == static_cast<bool>(got.recv_hook),
+             fmt::format("call {}: recv_hook set {} times wrongly", call, 1));
+
+    std::vector<std::byte> packed_bytes(static_cast<size_t>(per * slots * hidden) * (bf16 ? 2 : 4));
+    ctx.copy(packed_bytes.data(), got.packed_recv_x.tensor().data, packed_bytes.size());
+    const std::vector<float> packed = decode(packed_bytes, bf16);
+    std::vector<int32_t> count(per), src(static_cast<size_t>(per * slots));
+    std::vector<int64_t> range(static_cast<size_t>(per * ranks));
+    ctx.copy(count.data(), got.packed_recv_count.tensor().data, count.size() * 4);
+    ctx.copy(src.data(), got.packed_recv_src_info.tensor().data, src.size() * 4);
+    ctx.copy(range.data(), got.packed_recv_layout_range.tensor().data, range.size() * 8);
+    for (int le = 0; le < per; ++le) {
+      int64_t row = 0;
+      for (int s = 0; s < ranks; ++s) {
+        const Inputs in = inputs_of(s, hidden, topk, experts, call);
+        const int64_t begin = row;
+        for (int t = 0; t < in.tokens; ++t) {
+          bool chose = false;
+          for (int k = 0; k < topk; ++k) chose |= in.idx[t * topk + k] == me * per + le;
+          if (!chose) continue;
+          const float* want = in.x.data() + t * hidden;
+          const float* have = packed.data() + (le * slots + row) * hidden;
+          c.expect(std::equal(want, want + hidden, have),
+                   fmt::format("call {}: expert {} row {} differs", call, le, row));
+          c.expect(src[le * slots + row] == t,
+                   fmt::format("call {}: expert {} row {} names source token {}, not {}", call, le,
+                               row, src[le * slots + row], t));
+          ++row;
+        }
+        c.expect(
+            range[le * ranks + s] == ((begin << 32) | (row - begin)),
+            fmt::format("call {}: layout range of expert {} from rank {} is wrong", call, le, s));
+      }
+      c.expect(count[le] == row, fmt::format("call {}: expert {} counts {} rows, expected {}", call,
+                                             le, count[le], row));
+      rows_checked += static_cast<uint64_t>(row);
+    }
+
+    // Identity experts: send the rows back as they came.
+    Tensor back(ctx, dev, xtype, {per, slots, hidden});
+    back.set(packed_bytes);
+    courier::ep::CombineResult combined =
+        buffer.low_latency_combine(*back.view(), *idx.view(), *weights.view(), got.handle);
+    std::vector<std::byte> out_bytes(mine.x.size() * (bf16 ? 2 : 4));
+    ctx.copy(out_bytes.data(), combined.combined_x.tensor().data, out_bytes.size());
+    const std::vector<float> out = decode(out_bytes, bf16);
+    int wrong = 0;
+    for (int t = 0; t < mine.tokens; ++t) {
+      float total = 0;
+      for (int k = 0; k < topk; ++k) {
+        if (mine.idx[t * topk + k] >= 0) total += mine.weights[t * topk + k];
+      }
+      for (int h = 0; h < hidden; ++h) {
+        const float want = mine.x[t * hidden + h] * total;
+        const float tol = bf16 ? 1e-2f * std::fabs(want) + 1e-2f : 1e-5f * std::fabs(want) + 1e-6f;
+        if (std::fabs(out[t * hidden + h] - want) > tol) ++wrong;
+      }
+    }
+    c.expect(wrong == 0, fmt::format("call {}: {} combined values off", call, wrong));
+  }
+  return c.outcome(
+      fmt::format("2 calls (one through the recv hook), {} expert rows checked, "
+                  "weighted combine within {}",
+                  rows_checked, bf16 ? "1e-2 relative" : "1e-5 relative"));
+}
+
 Outcome check_ht_errors(courier::Context& ctx) {
   const int ranks = ctx.world_size(), me = ctx.rank();
   const int hidden = 32, topk = 2, experts = 2 * ranks;
@@ -428,6 +531,8 @@ int main() {
         {"layout-errors", [&] { return check_layout_errors(ctx, buffer); }},
         {"ht-float32", [&] { return check_ht(ctx, false); }},
         {"ht-bfloat16", [&] { return check_ht(ctx, true); }},
+        {"ll-float32", [&] { return check_ll(ctx, false); }},
+        {"ll-bfloat16", [&] { return check_ll(ctx, true); }},
         {"ht-errors", [&] { return check_ht_errors(ctx); }},
     };
     int passed = 0, failed = 0;
