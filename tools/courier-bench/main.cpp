@@ -5,6 +5,8 @@
 //   courier-bench fifo --gpu cuda|host [--blocks B] [--threads T] [--check] ...
 //   courier-run -n 2 courier-bench transport [--provider shm|tcp] [--size N]
 //       [--window W] [--iters N] [--op write|write_imm] [--raw] [--json]
+//   courier-run -n N courier-bench ep --mode ll|ht [--tokens A,B,...] [--hidden H]
+//       [--topk K] [--experts E] [--iters N] [--provider shm|tcp] [--json]
 #include <fmt/format.h>
 #include <unistd.h>
 
@@ -26,6 +28,7 @@
 #endif
 #include "atomic_bench.hpp"
 #include "barrier_bench.hpp"
+#include "ep_bench.hpp"
 #include "transport_bench.hpp"
 
 namespace {
@@ -48,6 +51,9 @@ constexpr const char* kUsage =
     "                          [--proxy-threads P] [--check] [--json]\n"
     "       courier-run -n N courier-bench barrier [--provider shm|tcp] [--iters N]\n"
     "                          [--scope world|rail] [--check] [--json]\n"
+    "       courier-run -n N courier-bench ep --mode ll|ht [--tokens A,B,...] [--hidden H]\n"
+    "                          [--topk K] [--experts E] [--iters N] [--provider shm|tcp]\n"
+    "                          [--json]\n"
     "\n"
     "fifo       host-GPU producer threads into one proxy thread (commands/s); baseline:\n"
     "           the same ring drained by a bare loop (path 'ring').\n"
@@ -70,7 +76,16 @@ constexpr const char* kUsage =
     "           --strategies runs one Context per COURIER_ATOMICS value, side by side.\n"
     "barrier    BARRIER latency (median, p99) from a host-GPU thread, next to the\n"
     "           bootstrap's out-of-band barrier in the same run. --check verifies that\n"
-    "           nobody left barrier i before everybody entered it.\n";
+    "           nobody left barrier i before everybody entered it.\n"
+    "ep         expert-parallel dispatch and combine (courier::ep) in high-throughput (ht)\n"
+    "           or low-latency (ll) mode on random top-K routing, per token count (per\n"
+    "           rank, default 32,64,128; hidden 1024 bfloat16, top-4, 16 experts, 20\n"
+    "           iterations after 2 warm-up): median and p99 latency and GB/s (bytes of the\n"
+    "           rows rank 0 sends to other ranks / median), path 'courier'. Baseline, in\n"
+    "           the same iterations: path 'raw-write', the same bytes per destination\n"
+    "           as one WRITE each through Courier's raw transport path (pushed with\n"
+    "           Context::run_device_commands, waited for), without packing, signals or\n"
+    "           receive waits: the EP time above it is the cost of dispatch/combine.\n";
 
 [[noreturn]] void usage_error(const std::string& message) {
   fmt::print(stderr, "courier-bench: {}\n{}", message, kUsage);
@@ -499,6 +514,105 @@ int run_barrier(int argc, char** argv) {
   }
 }
 
+std::vector<uint32_t> parse_token_counts(const std::string& flag, const std::string& text) {
+  std::vector<uint32_t> counts;
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t comma = text.find(',', start);
+    std::string item = text.substr(start, comma == std::string::npos ? comma : comma - start);
+    counts.push_back(static_cast<uint32_t>(parse_number(flag, item, 1, 1 << 16)));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return counts;
+}
+
+int run_ep(int argc, char** argv) {
+  courier::bench::EpOptions o;
+  std::string provider = "shm";
+  bool mode_given = false;
+  bool json = parse_flags(argc, argv, [&](const std::string& flag, auto value) {
+    if (flag == "--mode") {
+      o.mode = value();
+      if (o.mode != "ll" && o.mode != "ht") {
+        usage_error("--mode '" + o.mode + "' is invalid: expected ll or ht");
+      }
+      mode_given = true;
+    } else if (flag == "--tokens") {
+      o.tokens = parse_token_counts(flag, value());
+    } else if (flag == "--hidden") {
+      o.hidden = static_cast<uint32_t>(parse_number(flag, value(), 1, 1 << 16));
+    } else if (flag == "--topk") {
+      o.topk = static_cast<uint32_t>(parse_number(flag, value(), 1, 64));
+    } else if (flag == "--experts") {
+      o.experts = static_cast<uint32_t>(parse_number(flag, value(), 1, 4096));
+    } else if (flag == "--iters") {
+      o.iters = static_cast<uint32_t>(parse_number(flag, value(), 1, 1000000));
+    } else if (flag == "--provider") {
+      provider = parse_provider(value());
+    } else {
+      return false;
+    }
+    return true;
+  });
+  if (!mode_given) usage_error("ep needs --mode ll or --mode ht");
+  if (o.topk > o.experts) {
+    usage_error(fmt::format("--topk {} exceeds --experts {}", o.topk, o.experts));
+  }
+  if (o.mode == "ll" && !courier::bench::ep_low_latency_available()) {
+    usage_error("low-latency mode is not available in this build");
+  }
+  try {
+    Job job;
+    std::shared_ptr<courier::Bootstrap> bootstrap = job.bootstrap;
+    const int ranks = bootstrap->size();
+    if (o.experts % static_cast<uint32_t>(ranks) != 0) {
+      usage_error(fmt::format("--experts {} is not a multiple of the {} ranks", o.experts, ranks));
+    }
+    courier::ContextOptions options;
+    options.env = {{"COURIER_OFI_PROVIDER", provider}};
+    // Busy proxies on small machines: one thread and a channel per peer,
+    // unless the environment says otherwise.
+    if (std::getenv("COURIER_PROXY_THREADS") == nullptr) {
+      options.env.emplace_back("COURIER_PROXY_THREADS", "1");
+    }
+    if (std::getenv("COURIER_CHANNELS") == nullptr) {
+      options.env.emplace_back("COURIER_CHANNELS", std::to_string(ranks));
+    }
+    options.bootstrap = bootstrap;
+    courier::Context ctx(options);
+    const std::vector<courier::bench::EpRow> rows = courier::bench::run_ep_bench(ctx, o);
+    if (bootstrap->rank() != 0) return 0;
+    if (!json) {
+      fmt::print(
+          "{:<5} {:<4} {:<9} {:<10} {:>7} {:>7} {:>5} {:>8} {:>6} {:>6} {:>11} {:>11} {:>9}\n",
+          "bench", "mode", "phase", "path", "tokens", "hidden", "topk", "experts", "ranks", "iters",
+          "median us", "p99 us", "GB/s");
+    }
+    for (const auto& r : rows) {
+      if (json) {
+        fmt::print(
+            "{{\"bench\":\"ep\",\"mode\":\"{}\",\"phase\":\"{}\",\"path\":\"{}\",\"provider\":"
+            "\"{}\",\"tokens\":{},\"hidden\":{},\"topk\":{},\"experts\":{},\"ranks\":{},"
+            "\"iters\":{},\"bytes\":{:.0f},\"median_us\":{:.3f},\"p99_us\":{:.3f},"
+            "\"gbytes_per_s\":{:.6f}}}\n",
+            r.mode, r.phase, r.path, provider, r.tokens, o.hidden, o.topk, o.experts, ranks,
+            r.iters, r.bytes, r.median_us, r.p99_us, r.gbytes_per_s);
+      } else {
+        fmt::print(
+            "{:<5} {:<4} {:<9} {:<10} {:>7} {:>7} {:>5} {:>8} {:>6} {:>6} {:>11.1f} {:>11.1f} "
+            "{:>9.3f}\n",
+            "ep", r.mode, r.phase, r.path, r.tokens, o.hidden, o.topk, o.experts, ranks, r.iters,
+            r.median_us, r.p99_us, r.gbytes_per_s);
+      }
+    }
+    return 0;
+  } catch (const courier::Error& e) {
+    fmt::print(stderr, "courier-bench: {}\n", e.what());
+    return 1;
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -508,6 +622,7 @@ int main(int argc, char** argv) {
   if (name == "transport") return run_transport(argc, argv);
   if (name == "atomic") return run_atomic(argc, argv);
   if (name == "barrier") return run_barrier(argc, argv);
+  if (name == "ep") return run_ep(argc, argv);
   if (name == "--help" || name == "-h") {
     fmt::print("{}", kUsage);
     return 0;

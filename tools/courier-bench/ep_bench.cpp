@@ -1,0 +1,339 @@
+#include "ep_bench.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <random>
+#include <utility>
+
+#include "core/check.hpp"
+#include "courier/ep.hpp"
+
+namespace courier::bench {
+
+bool ep_low_latency_available() {
+#if COURIER_EP_HAVE_LOW_LATENCY
+  return true;
+#else
+  return false;
+#endif
+}
+
+namespace {
+
+constexpr DLDataType kBf16{kDLBfloat, 16, 1};
+constexpr DLDataType kF32{kDLFloat, 32, 1};
+constexpr DLDataType kI64{kDLInt, 64, 1};
+constexpr DLDataType kI32{kDLInt, 32, 1};
+constexpr DLDataType kBool{kDLUInt, 8, 1};
+
+// A zero-filled tensor in the Buffer's memory; its first dimension can be
+// set anywhere up to the allocation.
+class Tensor {
+ public:
+  Tensor(Context& ctx, DLDevice device, DLDataType dtype, std::vector<int64_t> shape)
+      : shape_(std::move(shape)) {
+    int64_t elements = 1;
+    for (int64_t d : shape_) elements *= d;
+    const size_t bytes = std::max<size_t>(1, static_cast<size_t>(elements) * dtype.bits / 8);
+    memory_ = ctx.alloc(bytes);
+    std::vector<std::byte> zeros(bytes);
+    ctx.copy(memory_.data(), zeros.data(), bytes);
+    view_.data = memory_.data();
+    view_.device = device;
+    view_.ndim = static_cast<int>(shape_.size());
+    view_.dtype = dtype;
+    view_.shape = shape_.data();
+  }
+  void set_rows(int64_t rows) { shape_[0] = rows; }
+  void* data() const { return memory_.data(); }
+  DLTensor* view() { return &view_; }
+
+ private:
+  std::vector<int64_t> shape_;
+  DeviceBuffer memory_;
+  DLTensor view_{};
+};
+
+template <class T>
+std::vector<T> read(const Context& ctx, const void* data, size_t count) {
+  std::vector<T> out(count);
+  if (count > 0) ctx.copy(out.data(), data, count * sizeof(T));
+  return out;
+}
+
+double now_us() {
+  return std::chrono::duration<double, std::micro>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// Random routing: distinct experts per token, about one choice in eight
+// masked (-1), as in tests/integration/ep/ep_check.cpp.
+std::vector<int64_t> random_topk(std::mt19937_64& rng, uint32_t tokens, uint32_t topk,
+                                 uint32_t experts) {
+  std::vector<int64_t> idx;
+  for (uint32_t t = 0; t < tokens; ++t) {
+    std::vector<int64_t> chosen;
+    while (chosen.size() < topk) {
+      const auto e = static_cast<int64_t>(rng() % experts);
+      if (std::find(chosen.begin(), chosen.end(), e) == chosen.end()) chosen.push_back(e);
+    }
+    for (uint32_t k = 0; k < topk; ++k) idx.push_back(rng() % 8 == 0 ? -1 : chosen[k]);
+  }
+  return idx;
+}
+
+// The baseline: per destination one WRITE (split at kMaxLength) of the bytes
+// the EP call sends there, from the start of this rank's window into slot
+// `my rank` of the destination's.
+class RawWrites {
+ public:
+  RawWrites(Context& ctx, uint64_t slot_bytes)
+      : ctx_(ctx),
+        slot_(slot_bytes),
+        ranks_(static_cast<uint32_t>(ctx.world_size())),
+        me_(static_cast<uint32_t>(ctx.rank())),
+        memory_(ctx.alloc(slot_ * (ranks_ + 1))) {
+    if (slot_ * (ranks_ + 1) > TransferCmd::kMaxOffset) {
+      fail("courier-bench ep: the raw-write window ({} bytes) exceeds a window's 4 GiB",
+           slot_ * (ranks_ + 1));
+    }
+    window_ = ctx.register_window(memory_.data(), memory_.size());
+  }
+  ~RawWrites() {
+    try {
+      ctx_.deregister_window(window_);
+    } catch (const Error&) {
+    }
+  }
+  RawWrites(const RawWrites&) = delete;
+  RawWrites& operator=(const RawWrites&) = delete;
+
+  void run(const std::vector<uint64_t>& bytes_to) {
+    std::vector<DeviceCommandList> lists;
+    for (uint32_t d = 0; d < ranks_; ++d) {
+      if (d == me_ || bytes_to[d] == 0) continue;
+      if (bytes_to[d] > slot_)
+        fail("courier-bench ep: {} bytes to rank {} overflow the slot", bytes_to[d], d);
+      DeviceCommandList list;
+      list.channel = d % ctx_.num_channels();
+      for (uint64_t done = 0; done < bytes_to[d];) {
+        const uint64_t n = std::min<uint64_t>(bytes_to[d] - done, TransferCmd::kMaxLength);
+        WriteCmdArgs a;
+        a.dst_rank = d;
+        a.window = window_;
+        a.src_offset = done;
+        a.dst_offset = slot_ * (1 + me_) + done;
+        a.length = n;
+        TransferCmd cmd;
+        const CmdStatus status = encode_write(a, &cmd);
+        if (status != CmdStatus::ok) fail("courier-bench ep: a WRITE: {}", to_string(status));
+        list.commands.push_back(cmd);
+        done += n;
+      }
+      lists.push_back(std::move(list));
+    }
+    if (lists.empty()) return;
+    ctx_.run_device_commands(lists);
+    for (const DeviceCommandList& list : lists) {
+      if (list.status != PushStatus::ok) {
+        fail("courier-bench ep: raw WRITEs on channel {} failed: {} ({})", list.channel,
+             to_string(list.status), ctx_.channel_stats(list.channel).first_error);
+      }
+    }
+  }
+
+ private:
+  Context& ctx_;
+  uint64_t slot_;
+  uint32_t ranks_, me_;
+  DeviceBuffer memory_;
+  uint32_t window_ = 0;
+};
+
+double total(const std::vector<uint64_t>& bytes) {
+  double sum = 0;
+  for (uint64_t b : bytes) sum += static_cast<double>(b);
+  return sum;
+}
+
+// Timings of one (phase, path) at one token count.
+struct Series {
+  std::string phase, path;
+  std::vector<double> us;
+  double bytes = 0;
+};
+
+EpRow summarize(const EpOptions& o, uint32_t tokens, Series s) {
+  std::sort(s.us.begin(), s.us.end());
+  EpRow row;
+  row.mode = o.mode;
+  row.phase = s.phase;
+  row.path = s.path;
+  row.tokens = tokens;
+  row.iters = static_cast<uint32_t>(s.us.size());
+  row.bytes = s.bytes;
+  row.median_us = s.us[s.us.size() / 2];
+  row.p99_us = s.us[std::min(s.us.size() - 1, s.us.size() * 99 / 100)];
+  row.gbytes_per_s = s.bytes / (row.median_us * 1e3);
+  return row;
+}
+
+// Times `call` between barriers, so every rank starts together.
+template <class F>
+double timed(Context& ctx, F&& call) {
+  ctx.barrier();
+  const double t0 = now_us();
+  call();
+  return now_us() - t0;
+}
+
+struct Setup {
+  uint32_t ranks, me, per, max_tokens;
+  uint64_t row_bytes;
+};
+
+void bench_ht(Context& ctx, const EpOptions& o, const Setup& s, RawWrites& raw,
+              std::vector<EpRow>& rows) {
+  ep::BufferOptions b;
+  b.max_tokens_per_rank = s.max_tokens;
+  b.hidden = o.hidden;
+  b.element_bytes = 2;
+  b.max_topk = o.topk;
+  ep::Buffer buffer(ctx, b);
+  const DLDevice dev = buffer.device();
+  const int64_t T = s.max_tokens, R = s.ranks;
+  Tensor x(ctx, dev, kBf16, {T, o.hidden}), idx(ctx, dev, kI64, {T, o.topk}),
+      weights(ctx, dev, kF32, {T, o.topk}), per_rank(ctx, dev, kI32, {R}),
+      per_expert(ctx, dev, kI32, {o.experts}), in_rank(ctx, dev, kBool, {T, R}),
+      y(ctx, dev, kBf16, {R * T, o.hidden});
+  for (uint32_t tokens : o.tokens) {
+    std::mt19937_64 rng(7919ull * s.me + tokens);
+    const std::vector<int64_t> routing = random_topk(rng, tokens, o.topk, o.experts);
+    ctx.copy(idx.data(), routing.data(), routing.size() * 8);
+    for (Tensor* t : {&x, &idx, &weights, &in_rank}) t->set_rows(tokens);
+    buffer.get_dispatch_layout(*idx.view(), static_cast<int>(o.experts),
+                               {per_rank.view(), per_expert.view(), in_rank.view()});
+    std::vector<uint64_t> dispatch_to(R), combine_to(R);
+    const std::vector<int32_t> counts = read<int32_t>(ctx, per_rank.data(), R);
+    for (uint32_t d = 0; d < s.ranks; ++d) {
+      dispatch_to[d] = d == s.me ? 0 : counts[d] * s.row_bytes;
+    }
+    ep::DispatchArgs args;
+    args.x = x.view();
+    args.topk_idx = idx.view();
+    args.topk_weights = weights.view();
+    args.is_token_in_rank = in_rank.view();
+    args.num_experts = static_cast<int>(o.experts);
+    Series d{"dispatch", "courier", {}, total(dispatch_to)},
+        dr{"dispatch", "raw-write", {}, d.bytes};
+    Series c{"combine", "courier", {}, 0}, cr{"combine", "raw-write", {}, 0};
+    for (uint32_t i = 0; i < o.warmup + o.iters; ++i) {
+      ep::DispatchResult got;
+      const double td = timed(ctx, [&] { got = buffer.dispatch(args); });
+      const double tdr = timed(ctx, [&] { raw.run(dispatch_to); });
+      for (uint32_t r = 0; r < s.ranks; ++r) {
+        combine_to[r] = r == s.me ? 0 : got.handle.recv_counts[r] * s.row_bytes;
+      }
+      y.set_rows(got.recv_x.tensor().shape[0]);
+      const double tc = timed(ctx, [&] { buffer.combine(*y.view(), got.handle); });
+      const double tcr = timed(ctx, [&] { raw.run(combine_to); });
+      if (i < o.warmup) continue;
+      d.us.push_back(td);
+      dr.us.push_back(tdr);
+      c.us.push_back(tc);
+      cr.us.push_back(tcr);
+      c.bytes = cr.bytes = total(combine_to);
+    }
+    for (Series* series : {&d, &dr, &c, &cr}) rows.push_back(summarize(o, tokens, *series));
+  }
+}
+
+#if COURIER_EP_HAVE_LOW_LATENCY
+void bench_ll(Context& ctx, const EpOptions& o, const Setup& s, RawWrites& raw,
+              std::vector<EpRow>& rows) {
+  ep::BufferOptions b;
+  b.low_latency_mode = true;
+  b.max_tokens_per_rank = s.max_tokens;
+  b.hidden = o.hidden;
+  b.element_bytes = 2;
+  b.max_topk = o.topk;
+  b.num_experts = o.experts;
+  ep::Buffer buffer(ctx, b);
+  const DLDevice dev = buffer.device();
+  const int64_t T = s.max_tokens, R = s.ranks, per = s.per;
+  Tensor x(ctx, dev, kBf16, {T, o.hidden}), idx(ctx, dev, kI64, {T, o.topk}),
+      weights(ctx, dev, kF32, {T, o.topk}), y(ctx, dev, kBf16, {per, R * T, o.hidden});
+  for (uint32_t tokens : o.tokens) {
+    std::mt19937_64 rng(7919ull * s.me + tokens);
+    const std::vector<int64_t> routing = random_topk(rng, tokens, o.topk, o.experts);
+    ctx.copy(idx.data(), routing.data(), routing.size() * 8);
+    for (Tensor* t : {&x, &idx, &weights}) t->set_rows(tokens);
+    std::vector<uint64_t> dispatch_to(R, 0), combine_to(R, 0);
+    for (int64_t e : routing) {
+      if (e >= 0 && e / s.per != s.me) dispatch_to[e / s.per] += s.row_bytes;
+    }
+    ep::LowLatencyDispatchArgs args;
+    args.x = x.view();
+    args.topk_idx = idx.view();
+    Series d{"dispatch", "courier", {}, total(dispatch_to)},
+        dr{"dispatch", "raw-write", {}, d.bytes};
+    Series c{"combine", "courier", {}, 0}, cr{"combine", "raw-write", {}, 0};
+    for (uint32_t i = 0; i < o.warmup + o.iters; ++i) {
+      ep::LowLatencyDispatchResult got;
+      const double td = timed(ctx, [&] { got = buffer.low_latency_dispatch(args); });
+      const double tdr = timed(ctx, [&] { raw.run(dispatch_to); });
+      const std::vector<int64_t> ranges =
+          read<int64_t>(ctx, got.packed_recv_layout_range.tensor().data, size_t(per * R));
+      std::fill(combine_to.begin(), combine_to.end(), 0);
+      for (int64_t e = 0; e < per; ++e) {
+        for (uint32_t r = 0; r < s.ranks; ++r) {
+          if (r != s.me) combine_to[r] += (ranges[e * R + r] & 0xffffffff) * s.row_bytes;
+        }
+      }
+      const double tc = timed(ctx, [&] {
+        buffer.low_latency_combine(*y.view(), *idx.view(), *weights.view(), got.handle);
+      });
+      const double tcr = timed(ctx, [&] { raw.run(combine_to); });
+      if (i < o.warmup) continue;
+      d.us.push_back(td);
+      dr.us.push_back(tdr);
+      c.us.push_back(tc);
+      cr.us.push_back(tcr);
+      c.bytes = cr.bytes = total(combine_to);
+    }
+    for (Series* series : {&d, &dr, &c, &cr}) rows.push_back(summarize(o, tokens, *series));
+  }
+}
+#endif
+
+}  // namespace
+
+std::vector<EpRow> run_ep_bench(Context& ctx, const EpOptions& o) {
+  Setup s;
+  s.ranks = static_cast<uint32_t>(ctx.world_size());
+  s.me = static_cast<uint32_t>(ctx.rank());
+  s.per = o.experts / s.ranks;
+  s.max_tokens = *std::max_element(o.tokens.begin(), o.tokens.end());
+  s.row_bytes = uint64_t{o.hidden} * 2;
+  // A slot holds the most one rank can send another: every (token, expert)
+  // pair of the largest token count.
+  RawWrites raw(ctx, uint64_t{s.max_tokens} * o.topk * s.row_bytes);
+  std::vector<EpRow> rows;
+  if (o.mode == "ht") {
+    bench_ht(ctx, o, s, raw, rows);
+  } else {
+#if COURIER_EP_HAVE_LOW_LATENCY
+    bench_ll(ctx, o, s, raw, rows);
+#else
+    fail("courier-bench ep: low-latency mode is not available in this build");
+#endif
+  }
+  ctx.barrier();
+  return rows;
+}
+
+}  // namespace courier::bench

@@ -1,0 +1,48 @@
+// courier-bench ep: expert-parallel dispatch and combine (courier::ep,
+// docs/ep.md) in high-throughput (ht) or low-latency (ll) mode, per token
+// count: latency (median, p99 over the timed iterations) and GB/s of the
+// bfloat16 token rows this rank sends to other ranks, measured on rank 0.
+//
+// Baseline, in the same run and iteration by iteration: path "raw-write"
+// moves the same bytes as the EP call with Courier's raw transport path:
+// per destination rank, one WRITE (split only at TransferCmd::kMaxLength)
+// of the bytes that call sends there, pushed with Context::run_device_commands
+// and waited for. No packing, signals, metadata or receive-side wait: what is
+// left of the EP path's time above it is the cost of dispatch/combine itself.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "courier/context.hpp"
+
+namespace courier::bench {
+
+struct EpOptions {
+  std::string mode = "ht";                       // "ht" or "ll"
+  std::vector<uint32_t> tokens = {32, 64, 128};  // per rank, one row set each
+  uint32_t hidden = 1024;
+  uint32_t topk = 4;
+  uint32_t experts = 16;
+  uint32_t iters = 20;
+  uint32_t warmup = 2;
+};
+
+struct EpRow {
+  std::string mode, phase, path;  // path: "courier" or "raw-write"
+  uint32_t tokens = 0;
+  uint32_t iters = 0;
+  double bytes = 0;  // row bytes this rank sends to other ranks per call
+  double median_us = 0;
+  double p99_us = 0;
+  double gbytes_per_s = 0;  // bytes / median
+};
+
+// Collective; every rank returns its own rows (rank 0's are the ones printed).
+std::vector<EpRow> run_ep_bench(Context& ctx, const EpOptions& options);
+
+// True when this build links low-latency mode (core/ep/low_latency.cpp).
+bool ep_low_latency_available();
+
+}  // namespace courier::bench
