@@ -1,0 +1,158 @@
+#!/usr/bin/env python3
+"""Plot courier-bench JSON lines (--json) as PNG files.
+
+    courier-run -n 4 build/bin/courier-bench ep --mode ht --json > ht.jsonl
+    courier-run -n 4 build/bin/courier-bench ep --mode ll --json > ll.jsonl
+    tools/plot_bench.py ht.jsonl ll.jsonl --out plots/
+    ... | tools/plot_bench.py --out plots/          (reads stdin without files)
+
+For `ep` rows: ep_latency.png (median latency, p99 dashed) and
+ep_bandwidth.png (GB/s) against tokens per rank, one line per
+mode/phase/path. Other benchmarks: <bench>_bandwidth.png (GB/s against
+size) where rows have "size" and "gbytes_per_s". Lines that are not JSON
+objects (tables, logs, courier-run's "[0] " prefixes are stripped) are
+skipped. Needs matplotlib (Debian: python3-matplotlib; PyPI: matplotlib).
+"""
+import argparse
+import json
+import os
+import re
+import sys
+from collections import defaultdict
+
+PREFIX = re.compile(r"^\[\d+\]\s*")  # courier-run's rank prefix
+
+
+def read_rows(streams):
+    rows = []
+    for stream in streams:
+        for line in stream:
+            line = PREFIX.sub("", line.strip())
+            if not line.startswith("{"):
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(row, dict) and "bench" in row:
+                rows.append(row)
+    return rows
+
+
+def plot_ep(plt, rows, out):
+    series = defaultdict(list)
+    for r in rows:
+        key = "{} {} {}".format(r.get("mode", "?"), r.get("phase", "?"), r.get("path", "courier"))
+        series[key].append(r)
+    written = []
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for key, points in sorted(series.items()):
+        points.sort(key=lambda r: r["tokens"])
+        x = [p["tokens"] for p in points]
+        line, = ax.plot(x, [p["median_us"] for p in points], marker="o", label=key + " median")
+        ax.plot(x, [p["p99_us"] for p in points], linestyle="--", color=line.get_color(),
+                label=key + " p99")
+    ax.set_xlabel("tokens per rank")
+    ax.set_ylabel("latency (us)")
+    ax.set_xscale("log", base=2)
+    ax.set_title(title(rows, "EP latency"))
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=7)
+    written.append(save(fig, out, "ep_latency.png"))
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for key, points in sorted(series.items()):
+        points.sort(key=lambda r: r["tokens"])
+        ax.plot([p["tokens"] for p in points], [p["gbytes_per_s"] for p in points], marker="o",
+                label=key)
+    ax.set_xlabel("tokens per rank")
+    ax.set_ylabel("GB/s (row bytes sent to other ranks / median)")
+    ax.set_xscale("log", base=2)
+    ax.set_title(title(rows, "EP bandwidth"))
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=7)
+    written.append(save(fig, out, "ep_bandwidth.png"))
+    plt.close(fig)
+    return written
+
+
+def plot_sized(plt, bench, rows, out):
+    series = defaultdict(list)
+    for r in rows:
+        if "size" in r and "gbytes_per_s" in r:
+            series["{} {}".format(r.get("path", "?"), r.get("op", ""))].append(r)
+    if not series:
+        return []
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for key, points in sorted(series.items()):
+        points.sort(key=lambda r: r["size"])
+        ax.plot([p["size"] for p in points], [p["gbytes_per_s"] for p in points], marker="o",
+                label=key.strip())
+    ax.set_xlabel("message size (bytes)")
+    ax.set_ylabel("GB/s")
+    ax.set_xscale("log", base=2)
+    ax.set_title("courier-bench " + bench)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=7)
+    path = save(fig, out, bench + "_bandwidth.png")
+    plt.close(fig)
+    return [path]
+
+
+def title(rows, what):
+    r = rows[0]
+    keys = ("hidden", "topk", "experts", "ranks", "provider")
+    parts = ["{} {}".format(k, r[k]) for k in keys if k in r]
+    return "{} ({})".format(what, ", ".join(parts))
+
+
+def save(fig, out, name):
+    path = os.path.join(out, name)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    return path
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("files", nargs="*", help="JSON-lines files (default: stdin)")
+    parser.add_argument("--out", default=".", help="directory for the PNG files (default: .)")
+    args = parser.parse_args()
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        sys.exit("plot_bench.py: matplotlib is missing: install python3-matplotlib (Debian) "
+                 "or `pip install matplotlib`")
+    streams = []
+    try:
+        streams = [open(f) for f in args.files] if args.files else [sys.stdin]
+        rows = read_rows(streams)
+    except OSError as e:
+        sys.exit("plot_bench.py: {}".format(e))
+    finally:
+        for s in streams:
+            if s is not sys.stdin:
+                s.close()
+    if not rows:
+        sys.exit("plot_bench.py: no courier-bench JSON rows in the input (run with --json)")
+    os.makedirs(args.out, exist_ok=True)
+    by_bench = defaultdict(list)
+    for r in rows:
+        by_bench[r["bench"]].append(r)
+    written = []
+    for bench, bench_rows in sorted(by_bench.items()):
+        if bench == "ep":
+            written += plot_ep(plt, bench_rows, args.out)
+        else:
+            written += plot_sized(plt, bench, bench_rows, args.out)
+    if not written:
+        sys.exit("plot_bench.py: nothing to plot (benchmarks: {})".format(", ".join(by_bench)))
+    for path in written:
+        print(path)
+
+
+if __name__ == "__main__":
+    main()
