@@ -131,25 +131,51 @@ HighThroughput::DispatchInputs HighThroughput::validate(const DispatchArgs& args
         "{} (hidden x element_bytes)",
         row_bytes, in.hidden, to_string(in.dtype), layout_.row_bytes);
   }
-  in.idx =
-      static_cast<const int64_t*>(check_tensor(args.topk_idx, "ep::Buffer::dispatch: topk_idx",
-                                               DType::int64, {in.tokens, -1}, device_.device_type));
-  in.topk = static_cast<uint32_t>(args.topk_idx->shape[1]);
-  if (in.topk == 0 || in.topk > options_.max_topk) {
-    fail("ep::Buffer::dispatch: top-{} where the buffer was sized for 1..{} (max_topk)", in.topk,
-         options_.max_topk);
+  const DispatchHandle* cached = args.cached_handle;
+  if (cached != nullptr) {
+    if (!configured_ || cached->num_tokens != in.tokens || cached->hidden != in.hidden ||
+        cached->recv_counts.size() != ranks_ ||
+        cached->send_index.size() != uint64_t{in.tokens} * ranks_) {
+      fail(
+          "ep::Buffer::dispatch: cached_handle does not describe this x ({} tokens, hidden {}): "
+          "it must come from an earlier dispatch of the same tokens on this Buffer",
+          in.tokens, in.hidden);
+    }
   }
-  in.weights = static_cast<const float*>(
-      check_tensor(args.topk_weights, "ep::Buffer::dispatch: topk_weights", DType::float32,
-                   {in.tokens, in.topk}, device_.device_type));
-  in.in_rank = static_cast<const uint8_t*>(
-      check_tensor(args.is_token_in_rank, "ep::Buffer::dispatch: is_token_in_rank", DType::boolean,
-                   {in.tokens, ranks_}, device_.device_type));
-  if (args.num_experts <= 0 || args.num_experts % static_cast<int>(ranks_) != 0) {
-    fail("ep::Buffer::dispatch: num_experts {} is not a positive multiple of the {} ranks",
-         args.num_experts, ranks_);
+  in.topk = configured_ ? config_.topk : 0;
+  if (args.topk_idx != nullptr || cached == nullptr) {
+    in.idx = static_cast<const int64_t*>(
+        check_tensor(args.topk_idx, "ep::Buffer::dispatch: topk_idx", DType::int64, {in.tokens, -1},
+                     device_.device_type));
+    in.topk = static_cast<uint32_t>(args.topk_idx->shape[1]);
+    if (in.topk == 0 || in.topk > options_.max_topk) {
+      fail("ep::Buffer::dispatch: top-{} where the buffer was sized for 1..{} (max_topk)", in.topk,
+           options_.max_topk);
+    }
+    in.weights = static_cast<const float*>(
+        check_tensor(args.topk_weights, "ep::Buffer::dispatch: topk_weights", DType::float32,
+                     {in.tokens, in.topk}, device_.device_type));
   }
-  in.config = {in.hidden, in.dtype, in.topk, static_cast<uint32_t>(args.num_experts)};
+  if (cached == nullptr) {
+    in.in_rank = static_cast<const uint8_t*>(
+        check_tensor(args.is_token_in_rank, "ep::Buffer::dispatch: is_token_in_rank",
+                     DType::boolean, {in.tokens, ranks_}, device_.device_type));
+  }
+  const int experts = args.num_experts == 0 && cached != nullptr
+                          ? static_cast<int>(config_.num_experts)
+                          : args.num_experts;
+  if (experts <= 0 || experts % static_cast<int>(ranks_) != 0) {
+    fail("ep::Buffer::dispatch: num_experts {} is not a positive multiple of the {} ranks", experts,
+         ranks_);
+  }
+  const uint64_t capacity = uint64_t{ranks_} * options_.max_tokens_per_rank;
+  if (args.num_worst_tokens < 0 || static_cast<uint64_t>(args.num_worst_tokens) > capacity) {
+    fail(
+        "ep::Buffer::dispatch: num_worst_tokens {} is outside [0, {}] (ranks x "
+        "max_tokens_per_rank)",
+        args.num_worst_tokens, capacity);
+  }
+  in.config = {in.hidden, in.dtype, in.topk, static_cast<uint32_t>(experts)};
   if (configured_ && !(in.config == config_)) {
     fail(
         "ep::Buffer::dispatch: hidden {}, {}, top-{}, {} experts differ from the first call's "
@@ -199,13 +225,20 @@ DispatchResult HighThroughput::dispatch(const DispatchArgs& args) {
   const std::byte* x = in.x;
   const uint32_t per_rank = in.config.num_experts / ranks_;
 
-  // The routing, on the host.
-  std::vector<int64_t> h_idx(uint64_t{tokens} * topk);
-  std::vector<float> h_weights(h_idx.size());
+  // The routing, on the host: from the layout, or from the cached handle.
+  const bool with_topk = in.idx != nullptr;
+  std::vector<int64_t> h_idx(uint64_t{tokens} * topk, -1);
+  std::vector<float> h_weights(h_idx.size(), 0.0f);
   std::vector<uint8_t> h_in(uint64_t{tokens} * ranks_);
-  ctx_.copy(h_idx.data(), in.idx, h_idx.size() * 8);
-  ctx_.copy(h_weights.data(), in.weights, h_weights.size() * 4);
-  ctx_.copy(h_in.data(), in.in_rank, h_in.size());
+  if (with_topk) {
+    ctx_.copy(h_idx.data(), in.idx, h_idx.size() * 8);
+    ctx_.copy(h_weights.data(), in.weights, h_weights.size() * 4);
+  }
+  if (args.cached_handle != nullptr) {
+    for (size_t i = 0; i < h_in.size(); ++i) h_in[i] = args.cached_handle->send_index[i] >= 0;
+  } else {
+    ctx_.copy(h_in.data(), in.in_rank, h_in.size());
+  }
 
   const uint32_t parity = calls_[0] & 1;
   const uint64_t epoch = calls_[0] / 2 + 1;  // calls of this parity so far, this one included
@@ -215,6 +248,7 @@ DispatchResult HighThroughput::dispatch(const DispatchArgs& args) {
   handle.hidden = hidden;
   handle.dtype_code = in.x_dtype.code;
   handle.dtype_bits = in.x_dtype.bits;
+  handle.num_worst_tokens = static_cast<uint32_t>(args.num_worst_tokens);
   handle.send_index.assign(uint64_t{tokens} * ranks_, -1);
   std::vector<std::vector<TransferCmd>> commands(ranks_);
   std::vector<std::byte> meta(layout_.meta_bytes * tokens);
@@ -257,12 +291,28 @@ DispatchResult HighThroughput::dispatch(const DispatchArgs& args) {
   }
   exchange_.run(commands, "dispatch");
   const std::vector<uint64_t> counts = wait_signals(0, parity, epoch, "dispatch");
+  if (args.cached_handle != nullptr) {
+    for (uint32_t s = 0; s < ranks_; ++s) {
+      if (counts[s] != args.cached_handle->recv_counts[s]) {
+        fail(
+            "ep::Buffer::dispatch: rank {} sent {} rows where the cached handle expects {}: the "
+            "ranks did not all reuse the same layout",
+            s, counts[s], args.cached_handle->recv_counts[s]);
+      }
+    }
+  }
 
   // Rows grouped by source rank, contiguous; meta into the output tensors.
   uint64_t received = 0;
   for (uint64_t c : counts) received += c;
-  std::vector<int64_t> r_idx(received * topk);
-  std::vector<float> r_weights(received * topk);
+  const uint64_t rows_out =
+      args.num_worst_tokens > 0 ? static_cast<uint64_t>(args.num_worst_tokens) : received;
+  if (received > rows_out) {
+    fail("ep::Buffer::dispatch: {} rows arrived, more than num_worst_tokens {}", received,
+         rows_out);
+  }
+  std::vector<int64_t> r_idx(rows_out * topk, -1);
+  std::vector<float> r_weights(rows_out * topk, 0.0f);
   DispatchResult result;
   result.num_recv_tokens_per_expert.assign(per_rank, 0);
   uint64_t row = 0;
@@ -289,14 +339,22 @@ DispatchResult HighThroughput::dispatch(const DispatchArgs& args) {
       }
     }
   }
-  ctx_.copy(recv_topk_idx_.data(), r_idx.data(), r_idx.size() * 8);
-  ctx_.copy(recv_topk_weights_.data(), r_weights.data(), r_weights.size() * 4);
-  const auto n = static_cast<int64_t>(received);
+  if (rows_out > received) {  // padding rows: zeros
+    std::vector<std::byte> zeros((rows_out - received) * row_bytes);
+    ctx_.copy(static_cast<std::byte*>(recv_x_.data()) + received * row_bytes, zeros.data(),
+              zeros.size());
+  }
+  const uint32_t columns = with_topk ? topk : 0;
+  if (with_topk) {
+    ctx_.copy(recv_topk_idx_.data(), r_idx.data(), r_idx.size() * 8);
+    ctx_.copy(recv_topk_weights_.data(), r_weights.data(), r_weights.size() * 4);
+  }
+  const auto n = static_cast<int64_t>(rows_out);
   result.recv_x = TensorView(recv_x_.data(), device_, in.x_dtype, {n, hidden});
   result.recv_topk_idx =
-      TensorView(recv_topk_idx_.data(), device_, DLDataType{kDLInt, 64, 1}, {n, topk});
+      TensorView(recv_topk_idx_.data(), device_, DLDataType{kDLInt, 64, 1}, {n, columns});
   result.recv_topk_weights =
-      TensorView(recv_topk_weights_.data(), device_, DLDataType{kDLFloat, 32, 1}, {n, topk});
+      TensorView(recv_topk_weights_.data(), device_, DLDataType{kDLFloat, 32, 1}, {n, columns});
   result.handle = std::move(handle);
   return result;
 }
@@ -311,8 +369,9 @@ CombineResult HighThroughput::combine(const DLTensor& x_tensor, const DispatchHa
     }
     uint64_t received = 0;
     for (uint32_t c : handle.recv_counts) received += c;
+    const uint64_t rows = handle.num_worst_tokens > 0 ? handle.num_worst_tokens : received;
     x = static_cast<const std::byte*>(check_tensor(&x_tensor, "ep::Buffer::combine: x", dtype,
-                                                   {static_cast<int64_t>(received), handle.hidden},
+                                                   {static_cast<int64_t>(rows), handle.hidden},
                                                    device_.device_type));
   } catch (const Error& e) {
     refuse(1, e.what());

@@ -67,6 +67,13 @@ struct DispatchArgs {
   const DLTensor* topk_weights = nullptr;      // [num_tokens, topk] float32
   const DLTensor* is_token_in_rank = nullptr;  // [num_tokens, num_ranks] from get_dispatch_layout
   int num_experts = 0;
+  // Reuse the layout of an earlier dispatch of the same tokens: topk_idx,
+  // topk_weights and is_token_in_rank may then be left out (without
+  // topk_idx, recv_topk_idx and recv_topk_weights have no columns).
+  const struct DispatchHandle* cached_handle = nullptr;
+  // > 0: the receive tensors have exactly this many rows, those past the
+  // received ones zero (topk index -1), so shapes do not depend on routing.
+  int num_worst_tokens = 0;
 };
 
 // What combine needs to bring results back: which rows came from where.
@@ -76,6 +83,7 @@ struct DispatchHandle {
   std::vector<int32_t> send_index;    // [num_tokens * num_ranks]: row of token t at rank r, or -1
   uint32_t hidden = 0;
   uint32_t dtype_code = 0, dtype_bits = 0;
+  uint32_t num_worst_tokens = 0;  // rows of recv_x when it was padded (combine's x has as many)
 };
 
 struct DispatchResult {

@@ -12,7 +12,9 @@
 //                   output shape: each a clear error naming the argument
 //   ht-float32,     high-throughput dispatch then combine, twice: every
 //   ht-bfloat16     received row equals its source token, meta (local
-//                   experts, weights) right, per-expert counts right; combine
+//                   experts, weights) right, per-expert counts right; a
+//                   cached-handle dispatch padded to num_worst_tokens gives
+//                   the same rows and zero padding; combine
 //                   of x * (sum of its local weights) gives x * (sum of all
 //                   its weights) within the dtype's tolerance
 //   ll-float32,     low-latency dispatch (once at once, once through the
@@ -358,6 +360,26 @@ Outcome check_ht(courier::Context& ctx, bool bf16) {
              fmt::format("call {}: tokens per local expert differ", call));
     rows_checked += static_cast<uint64_t>(received);
 
+    // The same tokens again through the cached handle, rows padded to a
+    // fixed count: the same rows, zeros after them, no topk columns.
+    const int64_t worst = int64_t{ranks} * 64;
+    courier::ep::DispatchArgs cached_args;
+    cached_args.x = x.view();
+    cached_args.cached_handle = &got.handle;
+    cached_args.num_worst_tokens = static_cast<int>(worst);
+    courier::ep::DispatchResult again = buffer.dispatch(cached_args);
+    c.expect(again.recv_x.tensor().shape[0] == worst && again.recv_topk_idx.tensor().shape[1] == 0,
+             fmt::format("call {}: the padded cached dispatch has shape [{}, {}]", call,
+                         again.recv_x.tensor().shape[0], again.recv_topk_idx.tensor().shape[1]));
+    std::vector<std::byte> again_bytes(static_cast<size_t>(worst) * hidden * (bf16 ? 2 : 4));
+    ctx.copy(again_bytes.data(), again.recv_x.tensor().data, again_bytes.size());
+    std::vector<float> again_rows = decode(again_bytes, bf16);
+    c.expect(std::equal(want_x.begin(), want_x.end(), again_rows.begin()),
+             fmt::format("call {}: cached dispatch rows differ from uncached", call));
+    c.expect(std::all_of(again_rows.begin() + static_cast<int64_t>(want_x.size()), again_rows.end(),
+                         [](float v) { return v == 0.0f; }),
+             fmt::format("call {}: padding rows are not zero", call));
+
     // Combine x * (sum of its local weights): the source gets x * (sum of all).
     std::vector<float> y(want_x.size());
     for (size_t i = 0; i < y.size(); ++i) y[i] = want_x[i] * local_weight_sum[i / hidden];
@@ -381,8 +403,10 @@ Outcome check_ht(courier::Context& ctx, bool bf16) {
     }
     c.expect(wrong == 0, fmt::format("call {}: {} combined values off", call, wrong));
   }
-  return c.outcome(fmt::format("2 dispatch+combine calls, {} rows checked, combine within {}",
-                               rows_checked, bf16 ? "1e-2 relative" : "1e-5 relative"));
+  return c.outcome(
+      fmt::format("2 dispatch+combine calls, {} rows checked, cached-handle padded "
+                  "dispatch equal to uncached, combine within {}",
+                  rows_checked, bf16 ? "1e-2 relative" : "1e-5 relative"));
 }
 
 Outcome check_ll(courier::Context& ctx, bool bf16) {
