@@ -18,7 +18,15 @@ namespace {
 
 constexpr uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 
-uint32_t element_bytes_of(DType dtype) { return dtype == DType::float32 ? 4 : 2; }
+uint32_t element_bytes_of(DType dtype) {
+  return dtype == DType::float32 ? 4 : dtype == DType::fp8_e4m3 ? 1 : 2;
+}
+
+DType dtype_of(const DLDataType& t) {
+  if (t.code == kDLFloat && t.bits == 32) return DType::float32;
+  if (t.code == kDLFloat && t.bits == 8) return DType::fp8_e4m3;
+  return DType::bfloat16;  // anything else is refused by check_tensor as not bfloat16
+}
 
 }  // namespace
 
@@ -70,6 +78,7 @@ HighThroughput::HighThroughput(Context& ctx, const BufferOptions& options, DLDev
       exchange_(ctx, checked_size(layout_, options)) {
   const uint64_t rows = uint64_t{ranks_} * options.max_tokens_per_rank;
   recv_x_ = ctx.alloc(std::max<uint64_t>(rows * layout_.row_bytes, 1));
+  recv_x_scales_ = ctx.alloc(std::max<uint64_t>(rows * (options.hidden / kFp8Block) * 4, 1));
   recv_topk_idx_ = ctx.alloc(std::max<uint64_t>(rows * options.max_topk * 8, 1));
   recv_topk_weights_ = ctx.alloc(std::max<uint64_t>(rows * options.max_topk * 4, 1));
   combined_x_ =
@@ -111,25 +120,36 @@ std::vector<uint64_t> HighThroughput::wait_signals(uint32_t phase, uint32_t pari
 HighThroughput::DispatchInputs HighThroughput::validate(const DispatchArgs& args) const {
   DispatchInputs in;
   if (args.x == nullptr) fail("ep::Buffer::dispatch: x is missing");
-  in.dtype =
-      args.x->dtype.code == kDLFloat && args.x->dtype.bits == 32 ? DType::float32 : DType::bfloat16;
+  in.dtype = dtype_of(args.x->dtype);
   in.x = static_cast<const std::byte*>(
       check_tensor(args.x, "ep::Buffer::dispatch: x", in.dtype, {-1, -1}, device_.device_type));
   in.tokens = static_cast<uint32_t>(args.x->shape[0]);
   in.hidden = static_cast<uint32_t>(args.x->shape[1]);
   in.x_dtype = args.x->dtype;
-  const uint32_t row_bytes = in.hidden * element_bytes_of(in.dtype);
   if (in.tokens > options_.max_tokens_per_rank) {
     fail(
         "ep::Buffer::dispatch: x has {} tokens, more than the {} the buffer was sized for "
         "(max_tokens_per_rank)",
         in.tokens, options_.max_tokens_per_rank);
   }
-  if (row_bytes != layout_.row_bytes) {
-    fail(
-        "ep::Buffer::dispatch: a row of x is {} bytes (hidden {} x {}), the buffer was sized for "
-        "{} (hidden x element_bytes)",
-        row_bytes, in.hidden, to_string(in.dtype), layout_.row_bytes);
+  if (in.hidden != options_.hidden) {
+    fail("ep::Buffer::dispatch: x has hidden {}, the buffer was sized for hidden {}", in.hidden,
+         options_.hidden);
+  }
+  if (in.dtype == DType::fp8_e4m3) {
+    if (options_.element_bytes != 2 || in.hidden % kFp8Block != 0) {
+      fail(
+          "ep::Buffer::dispatch: FP8 x needs a Buffer sized for bfloat16 rows (element_bytes 2) "
+          "and hidden a multiple of {} (one scale per {} channels); this one has element_bytes {} "
+          "and hidden {}",
+          kFp8Block, kFp8Block, options_.element_bytes, in.hidden);
+    }
+    in.scales = static_cast<const float*>(
+        check_tensor(args.x_scales, "ep::Buffer::dispatch: x_scales", DType::float32,
+                     {in.tokens, in.hidden / kFp8Block}, device_.device_type));
+  } else if (element_bytes_of(in.dtype) != options_.element_bytes) {
+    fail("ep::Buffer::dispatch: x is {}, the buffer was sized for {}-byte elements",
+         to_string(in.dtype), options_.element_bytes);
   }
   const DispatchHandle* cached = args.cached_handle;
   if (cached != nullptr) {
@@ -224,6 +244,8 @@ DispatchResult HighThroughput::dispatch(const DispatchArgs& args) {
   const uint32_t row_bytes = layout_.row_bytes;
   const std::byte* x = in.x;
   const uint32_t per_rank = in.config.num_experts / ranks_;
+  const bool fp8 = in.dtype == DType::fp8_e4m3;
+  const uint32_t scale_columns = hidden / kFp8Block;
 
   // The routing, on the host: from the layout, or from the cached handle.
   const bool with_topk = in.idx != nullptr;
@@ -246,8 +268,9 @@ DispatchResult HighThroughput::dispatch(const DispatchArgs& args) {
   DispatchHandle handle;
   handle.num_tokens = tokens;
   handle.hidden = hidden;
-  handle.dtype_code = in.x_dtype.code;
-  handle.dtype_bits = in.x_dtype.bits;
+  // Combine takes the buffer's element type (bfloat16 after FP8 dispatch).
+  handle.dtype_code = fp8 ? static_cast<uint32_t>(kDLBfloat) : in.x_dtype.code;
+  handle.dtype_bits = fp8 ? 16 : in.x_dtype.bits;
   handle.num_worst_tokens = static_cast<uint32_t>(args.num_worst_tokens);
   handle.send_index.assign(uint64_t{tokens} * ranks_, -1);
   std::vector<std::vector<TransferCmd>> commands(ranks_);
@@ -258,8 +281,13 @@ DispatchResult HighThroughput::dispatch(const DispatchArgs& args) {
     for (uint32_t t = 0; t < tokens; ++t) {
       if (h_in[uint64_t{t} * ranks_ + d] == 0) continue;
       handle.send_index[uint64_t{t} * ranks_ + d] = static_cast<int32_t>(count);
-      ctx_.copy(at(layout_.send_rows(d) + uint64_t{count} * row_bytes), x + uint64_t{t} * row_bytes,
-                row_bytes);
+      std::byte* slot = at(layout_.send_rows(d) + uint64_t{count} * row_bytes);
+      if (fp8) {  // the row slot holds the values, then their scales
+        ctx_.copy(slot, x + uint64_t{t} * hidden, hidden);
+        ctx_.copy(slot + hidden, in.scales + uint64_t{t} * scale_columns, scale_columns * 4);
+      } else {
+        ctx_.copy(slot, x + uint64_t{t} * row_bytes, row_bytes);
+      }
       std::byte* m = meta.data() + uint64_t{count} * layout_.meta_bytes;
       const int32_t source = static_cast<int32_t>(t);
       std::memcpy(m, &source, 4);
@@ -322,8 +350,23 @@ DispatchResult HighThroughput::dispatch(const DispatchArgs& args) {
       fail("ep::Buffer::dispatch: rank {} announced {} rows, more than the buffer holds", s,
            counts[s]);
     }
-    ctx_.copy(static_cast<std::byte*>(recv_x_.data()) + row * row_bytes,
-              at(layout_.recv_rows(parity, s)), counts[s] * row_bytes);
+    if (fp8) {  // split each slot into values and scales
+      std::vector<std::byte> slots(counts[s] * row_bytes);
+      ctx_.copy(slots.data(), at(layout_.recv_rows(parity, s)), slots.size());
+      std::vector<std::byte> values(counts[s] * hidden), scales(counts[s] * scale_columns * 4);
+      for (uint64_t i = 0; i < counts[s]; ++i) {
+        std::memcpy(values.data() + i * hidden, slots.data() + i * row_bytes, hidden);
+        std::memcpy(scales.data() + i * scale_columns * 4, slots.data() + i * row_bytes + hidden,
+                    scale_columns * 4);
+      }
+      ctx_.copy(static_cast<std::byte*>(recv_x_.data()) + row * hidden, values.data(),
+                values.size());
+      ctx_.copy(static_cast<std::byte*>(recv_x_scales_.data()) + row * scale_columns * 4,
+                scales.data(), scales.size());
+    } else {
+      ctx_.copy(static_cast<std::byte*>(recv_x_.data()) + row * row_bytes,
+                at(layout_.recv_rows(parity, s)), counts[s] * row_bytes);
+    }
     std::vector<std::byte> m(counts[s] * layout_.meta_bytes);
     ctx_.copy(m.data(), at(layout_.recv_meta(parity, s)), m.size());
     for (uint64_t i = 0; i < counts[s]; ++i, ++row) {
@@ -339,10 +382,16 @@ DispatchResult HighThroughput::dispatch(const DispatchArgs& args) {
       }
     }
   }
+  const uint64_t out_row_bytes = fp8 ? hidden : row_bytes;
   if (rows_out > received) {  // padding rows: zeros
-    std::vector<std::byte> zeros((rows_out - received) * row_bytes);
-    ctx_.copy(static_cast<std::byte*>(recv_x_.data()) + received * row_bytes, zeros.data(),
+    std::vector<std::byte> zeros((rows_out - received) * out_row_bytes);
+    ctx_.copy(static_cast<std::byte*>(recv_x_.data()) + received * out_row_bytes, zeros.data(),
               zeros.size());
+    if (fp8) {
+      std::vector<std::byte> no_scales((rows_out - received) * scale_columns * 4);
+      ctx_.copy(static_cast<std::byte*>(recv_x_scales_.data()) + received * scale_columns * 4,
+                no_scales.data(), no_scales.size());
+    }
   }
   const uint32_t columns = with_topk ? topk : 0;
   if (with_topk) {
@@ -351,6 +400,10 @@ DispatchResult HighThroughput::dispatch(const DispatchArgs& args) {
   }
   const auto n = static_cast<int64_t>(rows_out);
   result.recv_x = TensorView(recv_x_.data(), device_, in.x_dtype, {n, hidden});
+  if (fp8) {
+    result.recv_x_scales =
+        TensorView(recv_x_scales_.data(), device_, DLDataType{kDLFloat, 32, 1}, {n, scale_columns});
+  }
   result.recv_topk_idx =
       TensorView(recv_topk_idx_.data(), device_, DLDataType{kDLInt, 64, 1}, {n, columns});
   result.recv_topk_weights =

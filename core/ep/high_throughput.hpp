@@ -52,6 +52,7 @@ class HighThroughput {
  private:
   struct DispatchInputs {
     const std::byte* x = nullptr;
+    const float* scales = nullptr;  // FP8 x
     const int64_t* idx = nullptr;
     const float* weights = nullptr;
     const uint8_t* in_rank = nullptr;
@@ -80,7 +81,7 @@ class HighThroughput {
   HtWindowLayout layout_;
   Exchange exchange_;
   // Outputs, owned here: the views returned point into them.
-  DeviceBuffer recv_x_, recv_topk_idx_, recv_topk_weights_, combined_x_;
+  DeviceBuffer recv_x_, recv_x_scales_, recv_topk_idx_, recv_topk_weights_, combined_x_;
   bool configured_ = false;
   CallConfig config_;
   uint64_t calls_[2] = {0, 0};  // dispatch and combine calls so far

@@ -62,7 +62,10 @@ struct DispatchLayout {
 };
 
 struct DispatchArgs {
-  const DLTensor* x = nullptr;                 // [num_tokens, hidden] bfloat16 or float32
+  // [num_tokens, hidden] bfloat16 or float32; or FP8 e4m3 (kDLFloat, 8
+  // bits) with x_scales, into a Buffer sized for bfloat16 rows.
+  const DLTensor* x = nullptr;
+  const DLTensor* x_scales = nullptr;          // FP8 x: [num_tokens, hidden / 128] float32
   const DLTensor* topk_idx = nullptr;          // [num_tokens, topk] int64, -1 = none
   const DLTensor* topk_weights = nullptr;      // [num_tokens, topk] float32
   const DLTensor* is_token_in_rank = nullptr;  // [num_tokens, num_ranks] from get_dispatch_layout
@@ -88,6 +91,7 @@ struct DispatchHandle {
 
 struct DispatchResult {
   TensorView recv_x;             // [received, hidden], rows grouped by source rank, in rank order
+  TensorView recv_x_scales;      // FP8 dispatch: [received, hidden / 128] float32
   TensorView recv_topk_idx;      // [received, topk] int64: local expert ids, -1 where elsewhere
   TensorView recv_topk_weights;  // [received, topk] float32
   std::vector<int32_t> num_recv_tokens_per_expert;  // local experts

@@ -521,7 +521,12 @@ Outcome check_ht_errors(courier::Context& ctx) {
     idx.set(std::vector<int64_t>(static_cast<size_t>(tokens) * k, 0));
     Tensor weights(ctx, dev, DLDataType{kDLFloat, 32, 1}, {tokens, k});
     Tensor in_rank(ctx, dev, kBool, {tokens, ranks});
-    courier::ep::DispatchArgs args{x.view(), idx.view(), weights.view(), in_rank.view(), experts};
+    courier::ep::DispatchArgs args;
+    args.x = x.view();
+    args.topk_idx = idx.view();
+    args.topk_weights = weights.view();
+    args.is_token_in_rank = in_rank.view();
+    args.num_experts = experts;
     buffer.dispatch(args);
   };
   {
