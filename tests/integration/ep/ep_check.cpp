@@ -17,6 +17,9 @@
 //                   the same rows and zero padding; combine
 //                   of x * (sum of its local weights) gives x * (sum of all
 //                   its weights) within the dtype's tolerance
+//   ht-fp8          FP8 e4m3 rows with one scale per 128 channels (quantized
+//                   by an independent reference codec): values and scales
+//                   arrive bit-exact; bfloat16 combine right
 //   ll-float32,     low-latency dispatch (once at once, once through the
 //   ll-bfloat16     receive hook), then combine: per local expert, the rows
 //                   of every rank's tokens that chose it, in rank then token
@@ -409,6 +412,160 @@ Outcome check_ht(courier::Context& ctx, bool bf16) {
                   rows_checked, bf16 ? "1e-2 relative" : "1e-5 relative"));
 }
 
+// A reference e4m3fn codec, independent of Courier's: the nearest of the
+// 254 finite values (ties to the even code), saturating at +-448.
+float e4m3_value(uint8_t code) {
+  const float sign = (code & 0x80) != 0 ? -1.0f : 1.0f;
+  const int e = (code >> 3) & 0xF, m = code & 7;
+  return e == 0 ? sign * std::ldexp(static_cast<float>(m), -9)
+                : sign * std::ldexp(1.0f + m / 8.0f, e - 7);
+}
+uint8_t e4m3_code(float v) {
+  uint8_t best = 0;
+  float best_err = INFINITY;
+  for (int c = 0; c < 256; ++c) {
+    if ((c & 0x7F) == 0x7F) continue;  // NaN
+    const float err = std::fabs(e4m3_value(static_cast<uint8_t>(c)) - v);
+    if (err < best_err || (err == best_err && (c & 1) == 0 && (best & 1) == 1)) {
+      best = static_cast<uint8_t>(c);
+      best_err = err;
+    }
+  }
+  return best;
+}
+// Quantizes rows of `hidden` (a multiple of 128) to codes and scales.
+void quantize(const std::vector<float>& x, int hidden, std::vector<uint8_t>* codes,
+              std::vector<float>* scales) {
+  for (size_t row = 0; row < x.size() / hidden; ++row) {
+    for (int b = 0; b < hidden / 128; ++b) {
+      float amax = 0;
+      for (int i = 0; i < 128; ++i) amax = std::max(amax, std::fabs(x[row * hidden + b * 128 + i]));
+      const float scale = amax > 0 ? amax / 448.0f : 1.0f;
+      scales->push_back(scale);
+      for (int i = 0; i < 128; ++i)
+        codes->push_back(e4m3_code(x[row * hidden + b * 128 + i] / scale));
+    }
+  }
+}
+
+Outcome check_ht_fp8(courier::Context& ctx) {
+  const int ranks = ctx.world_size(), me = ctx.rank();
+  const int hidden = 256, topk = 4, experts = 4 * ranks, per = experts / ranks;
+  courier::ep::BufferOptions options;
+  options.max_tokens_per_rank = 64;
+  options.hidden = hidden;
+  options.element_bytes = 2;  // FP8 rows ride in bfloat16-sized slots
+  options.max_topk = topk;
+  courier::ep::Buffer buffer(ctx, options);
+  const DLDevice dev = buffer.device();
+  const Inputs mine = inputs_of(me, hidden, topk, experts, 0);
+  std::vector<uint8_t> codes;
+  std::vector<float> scales;
+  quantize(mine.x, hidden, &codes, &scales);
+  Tensor x(ctx, dev, DLDataType{kDLFloat, 8, 1}, {mine.tokens, hidden});
+  x.set(codes);
+  Tensor x_scales(ctx, dev, DLDataType{kDLFloat, 32, 1}, {mine.tokens, hidden / 128});
+  x_scales.set(scales);
+  Tensor idx(ctx, dev, kInt64, {mine.tokens, topk});
+  idx.set(mine.idx);
+  Tensor weights(ctx, dev, DLDataType{kDLFloat, 32, 1}, {mine.tokens, topk});
+  weights.set(mine.weights);
+  Tensor per_rank(ctx, dev, kInt32, {ranks});
+  Tensor per_expert(ctx, dev, kInt32, {experts});
+  Tensor in_rank(ctx, dev, kBool, {mine.tokens, ranks});
+  buffer.get_dispatch_layout(*idx.view(), experts,
+                             {per_rank.view(), per_expert.view(), in_rank.view()});
+  courier::ep::DispatchArgs args;
+  args.x = x.view();
+  args.x_scales = x_scales.view();
+  args.topk_idx = idx.view();
+  args.topk_weights = weights.view();
+  args.is_token_in_rank = in_rank.view();
+  args.num_experts = experts;
+  courier::ep::DispatchResult got = buffer.dispatch(args);
+
+  // Expected: each source's codes and scales for its tokens with an expert here.
+  std::vector<uint8_t> want_codes;
+  std::vector<float> want_scales, dequantized, local_sum;
+  for (int s = 0; s < ranks; ++s) {
+    const Inputs in = inputs_of(s, hidden, topk, experts, 0);
+    std::vector<uint8_t> c;
+    std::vector<float> sc;
+    quantize(in.x, hidden, &c, &sc);
+    for (int t = 0; t < in.tokens; ++t) {
+      float sum = 0;
+      bool here = false;
+      for (int k = 0; k < topk; ++k) {
+        const int64_t e = in.idx[t * topk + k];
+        if (e >= 0 && e / per == me) {
+          here = true;
+          sum += in.weights[t * topk + k];
+        }
+      }
+      if (!here) continue;
+      want_codes.insert(want_codes.end(), c.begin() + t * hidden, c.begin() + (t + 1) * hidden);
+      want_scales.insert(want_scales.end(), sc.begin() + t * (hidden / 128),
+                         sc.begin() + (t + 1) * (hidden / 128));
+      for (int h = 0; h < hidden; ++h) {
+        dequantized.push_back(e4m3_value(c[t * hidden + h]) * sc[t * (hidden / 128) + h / 128]);
+      }
+      local_sum.push_back(sum);
+    }
+  }
+  Checks c;
+  const int64_t received = got.recv_x.tensor().shape[0];
+  c.expect(received == static_cast<int64_t>(local_sum.size()),
+           fmt::format("received {} rows, expected {}", received, local_sum.size()));
+  if (received != static_cast<int64_t>(local_sum.size())) return c.outcome("");
+  std::vector<uint8_t> r_codes(want_codes.size());
+  std::vector<float> r_scales(want_scales.size());
+  ctx.copy(r_codes.data(), got.recv_x.tensor().data, r_codes.size());
+  ctx.copy(r_scales.data(), got.recv_x_scales.tensor().data, r_scales.size() * 4);
+  c.expect(r_codes == want_codes, "received FP8 values differ");
+  c.expect(r_scales == want_scales, "received scales differ");
+  double worst = 0;
+  for (size_t i = 0; i < dequantized.size(); ++i) {
+    const float v = e4m3_value(r_codes[i]) * r_scales[i / 128];
+    worst = std::max(worst, std::fabs(static_cast<double>(v) - dequantized[i]) /
+                                (std::fabs(dequantized[i]) + 1e-6));
+  }
+  c.expect(worst <= 1e-3, fmt::format("dequantized rows off by {} relative", worst));
+
+  // Combine in bfloat16: x_dequantized * local weight sum comes back summed.
+  std::vector<float> y(dequantized.size());
+  for (size_t i = 0; i < y.size(); ++i) y[i] = dequantized[i] * local_sum[i / hidden];
+  Tensor y_tensor(ctx, dev, DLDataType{kDLBfloat, 16, 1}, {received, hidden});
+  std::vector<uint16_t> y_bf16(y.size());
+  for (size_t i = 0; i < y.size(); ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, &y[i], 4);
+    bits += 0x7FFF + ((bits >> 16) & 1);  // round to nearest even
+    y_bf16[i] = static_cast<uint16_t>(bits >> 16);
+  }
+  y_tensor.set(y_bf16);
+  courier::ep::CombineResult combined = buffer.combine(*y_tensor.view(), got.handle);
+  std::vector<uint16_t> out(static_cast<size_t>(mine.tokens) * hidden);
+  ctx.copy(out.data(), combined.combined_x.tensor().data, out.size() * 2);
+  int wrong = 0;
+  for (int t = 0; t < mine.tokens; ++t) {
+    float total = 0;
+    for (int k = 0; k < topk; ++k) {
+      if (mine.idx[t * topk + k] >= 0) total += mine.weights[t * topk + k];
+    }
+    for (int h = 0; h < hidden; ++h) {
+      const float want =
+          e4m3_value(codes[t * hidden + h]) * scales[t * (hidden / 128) + h / 128] * total;
+      const float have = from_bf16(out[t * hidden + h]);
+      if (std::fabs(have - want) > 2e-2f * std::fabs(want) + 1e-2f) ++wrong;
+    }
+  }
+  c.expect(wrong == 0, fmt::format("{} combined values off", wrong));
+  return c.outcome(
+      fmt::format("{} FP8 rows and their scales arrived bit-exact (dequantized within "
+                  "1e-3: worst {:.1e}); bfloat16 combine right",
+                  received, worst));
+}
+
 Outcome check_ll(courier::Context& ctx, bool bf16) {
   const int ranks = ctx.world_size(), me = ctx.rank();
   const int hidden = 64, topk = 4, experts = 4 * ranks, per = experts / ranks, max_tokens = 64;
@@ -560,6 +717,7 @@ int main() {
         {"layout-errors", [&] { return check_layout_errors(ctx, buffer); }},
         {"ht-float32", [&] { return check_ht(ctx, false); }},
         {"ht-bfloat16", [&] { return check_ht(ctx, true); }},
+        {"ht-fp8", [&] { return check_ht_fp8(ctx); }},
         {"ll-float32", [&] { return check_ll(ctx, false); }},
         {"ll-bfloat16", [&] { return check_ll(ctx, true); }},
         {"ht-errors", [&] { return check_ht_errors(ctx); }},
