@@ -79,6 +79,7 @@ LowLatency::LowLatency(Context& ctx, const BufferOptions& options, DLDevice devi
       exchange_(ctx, checked_size(layout_, options)) {
   const uint64_t slots = uint64_t{local_experts_} * ranks_ * options.max_tokens_per_rank;
   packed_x_ = ctx.alloc(slots * layout_.row_bytes);
+  packed_scales_ = ctx.alloc(std::max<uint64_t>(slots * (options.hidden / kFp8Block) * 4, 1));
   packed_count_ = ctx.alloc(4ull * local_experts_);
   packed_src_ = ctx.alloc(4 * slots);
   packed_range_ = ctx.alloc(8ull * local_experts_ * ranks_);
@@ -90,6 +91,8 @@ LowLatency::Inputs LowLatency::validate(const LowLatencyDispatchArgs& args) cons
   if (args.x == nullptr) fail("ep::Buffer::low_latency_dispatch: x is missing");
   const DType dtype =
       args.x->dtype.code == kDLFloat && args.x->dtype.bits == 32 ? DType::float32 : DType::bfloat16;
+  in.dtype = dtype;
+  in.fp8 = args.use_fp8;
   in.x = static_cast<const std::byte*>(check_tensor(args.x, "ep::Buffer::low_latency_dispatch: x",
                                                     dtype, {-1, -1}, device_.device_type));
   in.tokens = static_cast<uint32_t>(args.x->shape[0]);
@@ -116,7 +119,13 @@ LowLatency::Inputs LowLatency::validate(const LowLatencyDispatchArgs& args) cons
     fail("ep::Buffer::low_latency_dispatch: top-{} where the buffer was sized for 1..{}", in.topk,
          options_.max_topk);
   }
-  in.config = {in.hidden, dtype, in.topk, options_.num_experts};
+  if (in.fp8 && in.hidden % kFp8Block != 0) {
+    fail(
+        "ep::Buffer::low_latency_dispatch: use_fp8 needs hidden a multiple of {} (one scale per "
+        "{} channels); hidden is {}",
+        kFp8Block, kFp8Block, in.hidden);
+  }
+  in.config = {in.hidden, in.fp8 ? DType::fp8_e4m3 : dtype, in.topk, options_.num_experts};
   if (configured_ && !(in.config == config_)) {
     fail(
         "ep::Buffer::low_latency_dispatch: hidden {}, {}, top-{} differ from the first call's "
@@ -202,6 +211,23 @@ LowLatencyDispatchResult LowLatency::dispatch(const LowLatencyDispatchArgs& args
   handle.dtype_bits = in.x_dtype.bits;
   handle.send_slot.assign(idx.size(), -1);
   handle.recv_counts = std::make_shared<std::vector<uint32_t>>();
+  // FP8: quantize every token once (values, then their scales, in a row slot).
+  const uint32_t scale_columns = in.hidden / kFp8Block;
+  std::vector<std::byte> quantized;
+  if (in.fp8) {
+    std::vector<std::byte> raw(uint64_t{in.tokens} * row_bytes);
+    ctx_.copy(raw.data(), in.x, raw.size());
+    quantized.assign(uint64_t{in.tokens} * row_bytes, std::byte{0});
+    std::vector<float> row(in.hidden);
+    for (uint32_t t = 0; t < in.tokens; ++t) {
+      std::fill(row.begin(), row.end(), 0.0f);
+      accumulate(in.dtype, raw.data() + uint64_t{t} * row_bytes, in.hidden, row.data());
+      std::byte* slot = quantized.data() + uint64_t{t} * row_bytes;
+      std::vector<float> scales(scale_columns);
+      quantize_row(row.data(), in.hidden, reinterpret_cast<uint8_t*>(slot), scales.data());
+      std::memcpy(slot + in.hidden, scales.data(), scale_columns * 4);
+    }
+  }
   // Pack each (token, expert) pair into its (destination, expert) block.
   std::vector<uint64_t> counts(uint64_t{ranks_} * local_experts_, 0);
   std::vector<std::vector<int32_t>> sources(counts.size());
@@ -213,8 +239,8 @@ LowLatencyDispatchResult LowLatency::dispatch(const LowLatencyDispatchArgs& args
       const uint32_t le = static_cast<uint32_t>(e) % local_experts_;
       uint64_t& j = counts[uint64_t{d} * local_experts_ + le];
       handle.send_slot[uint64_t{t} * in.topk + k] = static_cast<int32_t>(j);
-      ctx_.copy(at(layout_.send_rows(d, le) + j * row_bytes), in.x + uint64_t{t} * row_bytes,
-                row_bytes);
+      ctx_.copy(at(layout_.send_rows(d, le) + j * row_bytes),
+                (in.fp8 ? quantized.data() : in.x) + uint64_t{t} * row_bytes, row_bytes);
       sources[uint64_t{d} * local_experts_ + le].push_back(static_cast<int32_t>(t));
       ++j;
     }
@@ -249,7 +275,13 @@ LowLatencyDispatchResult LowLatency::dispatch(const LowLatencyDispatchArgs& args
   LowLatencyDispatchResult result;
   const int64_t slots = int64_t{ranks_} * options_.max_tokens_per_rank;
   result.packed_recv_x =
-      TensorView(packed_x_.data(), device_, in.x_dtype, {local_experts_, slots, in.hidden});
+      TensorView(packed_x_.data(), device_, in.fp8 ? DLDataType{kDLFloat, 8, 1} : in.x_dtype,
+                 {local_experts_, slots, in.hidden});
+  if (in.fp8) {
+    result.packed_recv_x_scales =
+        TensorView(packed_scales_.data(), device_, DLDataType{kDLFloat, 32, 1},
+                   {local_experts_, slots, static_cast<int64_t>(scale_columns)});
+  }
   result.packed_recv_count =
       TensorView(packed_count_.data(), device_, DLDataType{kDLInt, 32, 1}, {local_experts_});
   result.packed_recv_src_info =
@@ -259,14 +291,16 @@ LowLatencyDispatchResult LowLatency::dispatch(const LowLatencyDispatchArgs& args
   result.handle = handle;
   if (args.return_recv_hook) {
     // The copy shares recv_counts with the handle returned.
-    result.recv_hook = [this, call, copy = handle]() mutable { receive(call, &copy); };
+    result.recv_hook = [this, call, fp8 = in.fp8, copy = handle]() mutable {
+      receive(call, fp8, &copy);
+    };
   } else {
-    receive(call, &result.handle);
+    receive(call, in.fp8, &result.handle);
   }
   return result;
 }
 
-void LowLatency::receive(uint64_t call, LowLatencyHandle* handle) {
+void LowLatency::receive(uint64_t call, bool fp8, LowLatencyHandle* handle) {
   const uint32_t parity = call & 1;
   const std::vector<uint64_t> counts = wait(0, parity, call / 2 + 1, "low_latency_dispatch");
   const uint32_t row_bytes = layout_.row_bytes;
@@ -286,8 +320,24 @@ void LowLatency::receive(uint64_t call, LowLatencyHandle* handle) {
             s, count, le);
       }
       const uint64_t row = le * slots + begin;
-      ctx_.copy(static_cast<std::byte*>(packed_x_.data()) + row * row_bytes,
-                at(layout_.recv_rows(parity, s, le)), count * row_bytes);
+      if (fp8) {  // split each slot into values and scales
+        const uint32_t hidden = options_.hidden, columns = hidden / kFp8Block;
+        std::vector<std::byte> block(count * row_bytes), values(count * hidden),
+            scales(count * columns * 4);
+        ctx_.copy(block.data(), at(layout_.recv_rows(parity, s, le)), block.size());
+        for (uint64_t i = 0; i < count; ++i) {
+          std::memcpy(values.data() + i * hidden, block.data() + i * row_bytes, hidden);
+          std::memcpy(scales.data() + i * columns * 4, block.data() + i * row_bytes + hidden,
+                      columns * 4);
+        }
+        ctx_.copy(static_cast<std::byte*>(packed_x_.data()) + row * hidden, values.data(),
+                  values.size());
+        ctx_.copy(static_cast<std::byte*>(packed_scales_.data()) + row * columns * 4, scales.data(),
+                  scales.size());
+      } else {
+        ctx_.copy(static_cast<std::byte*>(packed_x_.data()) + row * row_bytes,
+                  at(layout_.recv_rows(parity, s, le)), count * row_bytes);
+      }
       ctx_.copy(static_cast<int32_t*>(packed_src_.data()) + row,
                 at(layout_.recv_src(parity, s, le)), count * 4);
       range[uint64_t{le} * ranks_ + s] = static_cast<int64_t>(begin << 32 | count);

@@ -48,7 +48,9 @@ class LowLatency {
     const std::byte* x = nullptr;
     const int64_t* idx = nullptr;
     uint32_t tokens = 0, hidden = 0, topk = 0;
+    DType dtype = DType::float32;
     DLDataType x_dtype{};
+    bool fp8 = false;
     CallConfig config;
   };
   Inputs validate(const LowLatencyDispatchArgs& args) const;
@@ -60,7 +62,7 @@ class LowLatency {
   // counts[src][expert] of a phase's call, once every rank's signal is here.
   std::vector<uint64_t> wait(uint32_t phase, uint32_t parity, uint64_t epoch, const char* what);
   // The receive half of dispatch call `call`: compacts the rows per expert.
-  void receive(uint64_t call, LowLatencyHandle* handle);
+  void receive(uint64_t call, bool fp8, LowLatencyHandle* handle);
   std::byte* at(uint64_t offset) const { return exchange_.at(offset); }
 
   Context& ctx_;
@@ -69,7 +71,7 @@ class LowLatency {
   uint32_t rank_, ranks_, local_experts_;
   LlWindowLayout layout_;
   Exchange exchange_;
-  DeviceBuffer packed_x_, packed_count_, packed_src_, packed_range_, combined_x_;
+  DeviceBuffer packed_x_, packed_scales_, packed_count_, packed_src_, packed_range_, combined_x_;
   bool configured_ = false;
   CallConfig config_;
   uint64_t calls_[2] = {0, 0};

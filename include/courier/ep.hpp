@@ -108,6 +108,9 @@ struct LowLatencyDispatchArgs {
   // Return after sending; the result's recv_hook() waits for the data and
   // fills the outputs, so compute can run in between.
   bool return_recv_hook = false;
+  // Send FP8 e4m3 with one float scale per 128 channels (hidden a multiple
+  // of 128): packed_recv_x is then FP8 and packed_recv_x_scales is set.
+  bool use_fp8 = false;
 };
 
 // What low_latency_combine needs: where each of this rank's (token, k)
@@ -127,8 +130,9 @@ struct LowLatencyDispatchResult {
   // [local experts, ranks * max_tokens_per_rank, hidden]: per expert, the
   // rows from rank 0, then rank 1, ..., packed from row 0.
   TensorView packed_recv_x;
-  TensorView packed_recv_count;         // [local experts] int32: rows per expert
-  TensorView packed_recv_src_info;      // [local experts, ranks * max_tokens] int32: source token
+  TensorView packed_recv_x_scales;  // use_fp8: [local experts, ranks * max_tokens, hidden / 128]
+  TensorView packed_recv_count;     // [local experts] int32: rows per expert
+  TensorView packed_recv_src_info;  // [local experts, ranks * max_tokens] int32: source token
   TensorView packed_recv_layout_range;  // [local experts, ranks] int64: (begin << 32) | count
   LowLatencyHandle handle;
   // Set with return_recv_hook: call before reading the outputs.

@@ -26,6 +26,9 @@
 //                   order, counts, source indices and layout ranges right;
 //                   combine of the rows as they came gives x * (sum of the
 //                   token's weights)
+//   ll-fp8          use_fp8: rows quantized by Courier equal an independent
+//                   reference quantization (values and scales); bfloat16
+//                   weighted combine right
 //   ht-errors       one rank with more tokens than the buffer holds: every
 //                   rank fails, none hangs; ranks with different
 //                   configurations at the first call: every rank fails
@@ -662,6 +665,99 @@ Outcome check_ll(courier::Context& ctx, bool bf16) {
                   rows_checked, bf16 ? "1e-2 relative" : "1e-5 relative"));
 }
 
+Outcome check_ll_fp8(courier::Context& ctx) {
+  const int ranks = ctx.world_size(), me = ctx.rank();
+  const int hidden = 256, topk = 4, experts = 4 * ranks, per = experts / ranks, max_tokens = 64;
+  const int columns = hidden / 128;
+  courier::ep::BufferOptions options;
+  options.low_latency_mode = true;
+  options.max_tokens_per_rank = max_tokens;
+  options.hidden = hidden;
+  options.element_bytes = 2;
+  options.max_topk = topk;
+  options.num_experts = experts;
+  courier::ep::Buffer buffer(ctx, options);
+  const DLDevice dev = buffer.device();
+  const int64_t slots = int64_t{ranks} * max_tokens;
+  const Inputs mine = inputs_of(me, hidden, topk, experts, 0);
+  Tensor x(ctx, dev, DLDataType{kDLBfloat, 16, 1}, {mine.tokens, hidden});
+  x.set(encode(mine.x, true));
+  Tensor idx(ctx, dev, kInt64, {mine.tokens, topk});
+  idx.set(mine.idx);
+  Tensor weights(ctx, dev, DLDataType{kDLFloat, 32, 1}, {mine.tokens, topk});
+  weights.set(mine.weights);
+  courier::ep::LowLatencyDispatchArgs args;
+  args.x = x.view();
+  args.topk_idx = idx.view();
+  args.use_fp8 = true;
+  courier::ep::LowLatencyDispatchResult got = buffer.low_latency_dispatch(args);
+  Checks c;
+  c.expect(
+      got.packed_recv_x.tensor().dtype.bits == 8 && got.packed_recv_x_scales.tensor().ndim == 3,
+      "packed_recv_x is not FP8 with scales");
+  std::vector<uint8_t> codes(static_cast<size_t>(per * slots * hidden));
+  std::vector<float> scales(static_cast<size_t>(per * slots * columns));
+  ctx.copy(codes.data(), got.packed_recv_x.tensor().data, codes.size());
+  ctx.copy(scales.data(), got.packed_recv_x_scales.tensor().data, scales.size() * 4);
+  std::vector<float> dequantized(static_cast<size_t>(per * slots * hidden), 0.0f);
+  uint64_t rows = 0;
+  for (int le = 0; le < per; ++le) {
+    int64_t row = 0;
+    for (int s = 0; s < ranks; ++s) {
+      const Inputs in = inputs_of(s, hidden, topk, experts, 0);
+      std::vector<uint8_t> want_codes;
+      std::vector<float> want_scales;
+      quantize(in.x, hidden, &want_codes, &want_scales);
+      for (int t = 0; t < in.tokens; ++t) {
+        bool chose = false;
+        for (int k = 0; k < topk; ++k) chose |= in.idx[t * topk + k] == me * per + le;
+        if (!chose) continue;
+        const size_t at = static_cast<size_t>((le * slots + row) * hidden);
+        c.expect(std::equal(want_codes.begin() + t * hidden, want_codes.begin() + (t + 1) * hidden,
+                            codes.begin() + static_cast<int64_t>(at)),
+                 fmt::format("expert {} row {}: FP8 values differ from the reference", le, row));
+        c.expect(
+            std::equal(want_scales.begin() + t * columns, want_scales.begin() + (t + 1) * columns,
+                       scales.begin() + static_cast<int64_t>(at / 128)),
+            fmt::format("expert {} row {}: scales differ from the reference", le, row));
+        for (int h = 0; h < hidden; ++h) {
+          dequantized[at + h] = e4m3_value(codes[at + h]) * scales[(at + h) / 128];
+        }
+        ++row;
+        ++rows;
+      }
+    }
+  }
+  // Identity experts in bfloat16: the weighted sum of the dequantized rows.
+  Tensor back(ctx, dev, DLDataType{kDLBfloat, 16, 1}, {per, slots, hidden});
+  back.set(encode(dequantized, true));
+  courier::ep::CombineResult combined =
+      buffer.low_latency_combine(*back.view(), *idx.view(), *weights.view(), got.handle);
+  std::vector<std::byte> out_bytes(mine.x.size() * 2);
+  ctx.copy(out_bytes.data(), combined.combined_x.tensor().data, out_bytes.size());
+  const std::vector<float> out = decode(out_bytes, true);
+  std::vector<uint8_t> my_codes;
+  std::vector<float> my_scales;
+  quantize(mine.x, hidden, &my_codes, &my_scales);
+  int wrong = 0;
+  for (int t = 0; t < mine.tokens; ++t) {
+    float total = 0;
+    for (int k = 0; k < topk; ++k) {
+      if (mine.idx[t * topk + k] >= 0) total += mine.weights[t * topk + k];
+    }
+    for (int h = 0; h < hidden; ++h) {
+      const float want =
+          e4m3_value(my_codes[t * hidden + h]) * my_scales[t * columns + h / 128] * total;
+      if (std::fabs(out[t * hidden + h] - want) > 2e-2f * std::fabs(want) + 1e-2f) ++wrong;
+    }
+  }
+  c.expect(wrong == 0, fmt::format("{} combined values off", wrong));
+  return c.outcome(
+      fmt::format("{} expert rows quantized exactly as the reference codec, scales "
+                  "equal; bfloat16 weighted combine right",
+                  rows));
+}
+
 Outcome check_ht_errors(courier::Context& ctx) {
   const int ranks = ctx.world_size(), me = ctx.rank();
   const int hidden = 32, topk = 2, experts = 2 * ranks;
@@ -720,6 +816,7 @@ int main() {
         {"ht-fp8", [&] { return check_ht_fp8(ctx); }},
         {"ll-float32", [&] { return check_ll(ctx, false); }},
         {"ll-bfloat16", [&] { return check_ll(ctx, true); }},
+        {"ll-fp8", [&] { return check_ll_fp8(ctx); }},
         {"ht-errors", [&] { return check_ht_errors(ctx); }},
     };
     int passed = 0, failed = 0;
