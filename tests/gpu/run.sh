@@ -28,7 +28,7 @@ cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCOURIER_GPU_
   { tail -30 "$OUT/configure.log"; exit 1; }
 cmake --build "$BUILD" -j "$(nproc)" --target courier-bench courier-info courier-run \
   courier-gpu-cuda courier-gpu-host courier-nic-ce courier-gpu-backend-test courier-semantics-check \
-  ep_check >"$OUT/build.log" 2>&1 ||
+  ep_check moe_demo >"$OUT/build.log" 2>&1 ||
   { grep -E "error|FAILED" -A5 "$OUT/build.log" | head -60; exit 1; }
 nvidia-smi --query-gpu=name,driver_version,pcie.link.gen.current,pcie.link.width.current \
   --format=csv,noheader 2>/dev/null | tee "$OUT/gpus.txt"
