@@ -131,12 +131,6 @@ Options parse(int argc, char** argv) {
                              o.tokens, o.hidden));
   }
   if (const int64_t ranks = world_size_from_env(); ranks > 0) check_against_ranks(o, ranks);
-#if !COURIER_EP_HAVE_LOW_LATENCY
-  if (o.ll && !o.ht) {
-    fmt::print(stderr, "moe_demo: low-latency mode is not available in this build\n");
-    std::exit(2);
-  }
-#endif
   return o;
 }
 
@@ -444,7 +438,6 @@ class HighThroughputRun {
 
 // ---- low-latency mode ----
 
-#if COURIER_EP_HAVE_LOW_LATENCY
 class LowLatencyRun {
  public:
   LowLatencyRun(courier::Context& ctx, const Options& o)
@@ -579,7 +572,6 @@ class LowLatencyRun {
   Tensor x_, idx_, weights_, y_;
   int64_t pairs_ = 0, received_ = 0;
 };
-#endif
 
 constexpr int kChecked = 2;  // checked calls: both halves of a double buffer
 constexpr int kWarmup = 2;
@@ -647,7 +639,6 @@ void run_ht(courier::Context& ctx, const Options& o, Job& job, std::vector<Timin
   timings.push_back(tc);
 }
 
-#if COURIER_EP_HAVE_LOW_LATENCY
 void run_ll(courier::Context& ctx, const Options& o, Job& job, std::vector<Timing>& timings) {
   LowLatencyRun ll(ctx, o);
   std::string dispatch_failure, combine_failure;
@@ -697,7 +688,6 @@ void run_ll(courier::Context& ctx, const Options& o, Job& job, std::vector<Timin
   timings.push_back(td);
   timings.push_back(tc);
 }
-#endif
 
 void print_table(const std::vector<Timing>& timings) {
   if (timings.empty()) return;
@@ -735,13 +725,7 @@ int main(int argc, char** argv) {
     std::vector<Timing> timings;
     if (o.ht) run_ht(ctx, o, job, timings);
     if (o.ll) {
-#if COURIER_EP_HAVE_LOW_LATENCY
       run_ll(ctx, o, job, timings);
-#else
-      if (ctx.rank() == 0) {
-        fmt::print(stderr, "moe_demo: low-latency mode is not available in this build\n");
-      }
-#endif
     }
     ctx.barrier();
     if (ctx.rank() == 0) {

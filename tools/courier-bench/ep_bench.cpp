@@ -13,14 +13,6 @@
 
 namespace courier::bench {
 
-bool ep_low_latency_available() {
-#if COURIER_EP_HAVE_LOW_LATENCY
-  return true;
-#else
-  return false;
-#endif
-}
-
 namespace {
 
 constexpr DLDataType kBf16{kDLBfloat, 16, 1};
@@ -252,7 +244,6 @@ void bench_ht(Context& ctx, const EpOptions& o, const Setup& s, RawWrites& raw,
   }
 }
 
-#if COURIER_EP_HAVE_LOW_LATENCY
 void bench_ll(Context& ctx, const EpOptions& o, const Setup& s, RawWrites& raw,
               std::vector<EpRow>& rows) {
   ep::BufferOptions b;
@@ -308,7 +299,6 @@ void bench_ll(Context& ctx, const EpOptions& o, const Setup& s, RawWrites& raw,
     for (Series* series : {&d, &dr, &c, &cr}) rows.push_back(summarize(o, tokens, *series));
   }
 }
-#endif
 
 }  // namespace
 
@@ -326,11 +316,7 @@ std::vector<EpRow> run_ep_bench(Context& ctx, const EpOptions& o) {
   if (o.mode == "ht") {
     bench_ht(ctx, o, s, raw, rows);
   } else {
-#if COURIER_EP_HAVE_LOW_LATENCY
     bench_ll(ctx, o, s, raw, rows);
-#else
-    fail("courier-bench ep: low-latency mode is not available in this build");
-#endif
   }
   ctx.barrier();
   return rows;

@@ -42,7 +42,4 @@ struct EpRow {
 // Collective; every rank returns its own rows (rank 0's are the ones printed).
 std::vector<EpRow> run_ep_bench(Context& ctx, const EpOptions& options);
 
-// True when this build links low-latency mode (core/ep/low_latency.cpp).
-bool ep_low_latency_available();
-
 }  // namespace courier::bench

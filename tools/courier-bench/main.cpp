@@ -559,9 +559,6 @@ int run_ep(int argc, char** argv) {
   if (o.topk > o.experts) {
     usage_error(fmt::format("--topk {} exceeds --experts {}", o.topk, o.experts));
   }
-  if (o.mode == "ll" && !courier::bench::ep_low_latency_available()) {
-    usage_error("low-latency mode is not available in this build");
-  }
   try {
     Job job;
     std::shared_ptr<courier::Bootstrap> bootstrap = job.bootstrap;
