@@ -226,7 +226,11 @@ std::string ProxyThread::stall_report(uint64_t now) const {
       index_, seconds, outstanding_, pending_.size());
   // The oldest incomplete command of each channel holds its completion
   // prefix back: its peer is the first suspect.
+  // Channels held back by a posted command that never completed weigh more
+  // than those held back by a refused post: a full transport can be the
+  // doing of any stuck peer, a missing completion points at its own.
   std::vector<uint64_t> blocking(semantics_.world_size(), 0);
+  std::vector<uint64_t> blocking_posted(semantics_.world_size(), 0);
   for (const ProxyChannel* c : channels_) {
     const uint64_t tail = c->consumer.next_ticket();
     const uint64_t completed = c->tracker.prefix();
@@ -243,15 +247,19 @@ std::string ProxyThread::stall_report(uint64_t now) const {
       continue;
     }
     uint32_t peer = c->target[completed & (c->target.size() - 1)] >> 1;
-    const char* state = "posted, no completion";
+    bool posted = true;
     for (const PendingPost& p : pending_) {
       if (p.channel == c && p.ticket == completed) {
         peer = p.cmd.dst_rank();
-        state = "refused by the transport";
+        posted = false;
       }
     }
-    text += fmt::format("; oldest incomplete: command {} for rank {} ({})", completed, peer, state);
-    if (peer < blocking.size()) ++blocking[peer];
+    text += fmt::format("; oldest incomplete: command {} for rank {} ({})", completed, peer,
+                        posted ? "posted, no completion" : "refused by the transport");
+    if (peer < blocking.size()) {
+      ++blocking[peer];
+      if (posted) ++blocking_posted[peer];
+    }
   }
   // Commands the transport refused count against their peer: a peer that
   // stopped making room is the likeliest cause of a stall.
@@ -262,13 +270,15 @@ std::string ProxyThread::stall_report(uint64_t now) const {
   auto seq_text = [](uint16_t next) {
     return next == 0 ? std::string("none") : std::to_string(next - 1);
   };
-  // The suspect: the rank that holds back most of this thread's channels,
-  // then the one with most work outstanding; between equals, the one silent
-  // longest (no completion of ours since): a stopped rank usually goes
-  // silent first, the ranks that wait on it a little later.
+  // The suspect: the rank that holds back most of this thread's channels
+  // with a posted command, then with any command; between equals, the one
+  // silent longest (no completion of ours since: a stopped rank usually goes
+  // silent first, the ranks that wait on it a little later), then the one
+  // with most work outstanding.
   uint32_t suspect = UINT32_MAX;
   uint64_t suspect_silent_since = 0;
   uint64_t suspect_weight = 0;
+  uint64_t suspect_outstanding = 0;
   for (uint32_t peer = 0; peer < semantics_.world_size(); ++peer) {
     const uint32_t writes = semantics_.writes_in_flight_to(peer);
     const uint32_t atomics = semantics_.atomics_awaiting_answer_from(peer);
@@ -287,14 +297,19 @@ std::string ProxyThread::stall_report(uint64_t now) const {
         last == 0
             ? std::string("no completion from it yet")
             : fmt::format("last completion {:.1f} s ago", static_cast<double>(now - last) / 1e9));
-    const uint64_t weight = blocking[peer] * 1'000'000 + writes + atomics + refused[peer];
-    if (weight == 0) continue;  // nothing of ours waits on it
-    const bool quieter = suspect == UINT32_MAX || weight > suspect_weight ||
-                         (weight == suspect_weight && last < suspect_silent_since);
+    const uint64_t outstanding = writes + atomics + refused[peer];
+    if (blocking[peer] + outstanding == 0) continue;  // nothing of ours waits on it
+    const uint64_t weight = blocking_posted[peer] * 1'000'000 + blocking[peer] * 1'000;
+    const bool quieter =
+        suspect == UINT32_MAX || weight > suspect_weight ||
+        (weight == suspect_weight &&
+         (last < suspect_silent_since ||
+          (last == suspect_silent_since && outstanding > suspect_outstanding)));
     if (quieter) {
       suspect = peer;
       suspect_silent_since = last;
       suspect_weight = weight;
+      suspect_outstanding = outstanding;
     }
   }
   if (suspect != UINT32_MAX) {
