@@ -300,11 +300,10 @@ std::string ProxyThread::stall_report(uint64_t now) const {
     const uint64_t outstanding = writes + atomics + refused[peer];
     if (blocking[peer] + outstanding == 0) continue;  // nothing of ours waits on it
     const uint64_t weight = blocking_posted[peer] * 1'000'000 + blocking[peer] * 1'000;
-    const bool quieter =
-        suspect == UINT32_MAX || weight > suspect_weight ||
-        (weight == suspect_weight &&
-         (last < suspect_silent_since ||
-          (last == suspect_silent_since && outstanding > suspect_outstanding)));
+    const bool quieter = suspect == UINT32_MAX || weight > suspect_weight ||
+                         (weight == suspect_weight &&
+                          (last < suspect_silent_since ||
+                           (last == suspect_silent_since && outstanding > suspect_outstanding)));
     if (quieter) {
       suspect = peer;
       suspect_silent_since = last;
