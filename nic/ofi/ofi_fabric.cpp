@@ -3,8 +3,14 @@
 #include <rdma/fi_cm.h>
 #include <rdma/fi_errno.h>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cerrno>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <random>
 
 #include "ofi_error.hpp"
 
@@ -61,6 +67,19 @@ int open_endpoint_stack(const ProviderProfile& profile, uint32_t tx_depth, uint3
   if (rc != 0) return fail(rc, "fi_ep_bind(av)");
   rc = fi_ep_bind(stack.ep.get(), stack.cq.as_fid(), FI_TRANSMIT | FI_RECV);
   if (rc != 0) return fail(rc, "fi_ep_bind(cq)");
+  if (profile.provider_name == "shm") {
+    // shm names each endpoint's shared-memory region after the process id
+    // unless told otherwise. A killed process leaves its region in
+    // /dev/shm, and once process ids wrap a new endpoint with the same
+    // default name fails to enable (-EBUSY). A random name cannot collide.
+    std::random_device random;
+    const uint64_t nonce = (uint64_t{random()} << 32) ^ random();
+    char name[64];
+    std::snprintf(name, sizeof name, "courier-%d-%016llx", static_cast<int>(getpid()),
+                  static_cast<unsigned long long>(nonce));
+    rc = fi_setname(stack.ep.as_fid(), name, std::strlen(name) + 1);
+    if (rc != 0) return fail(rc, "fi_setname");
+  }
   rc = fi_enable(stack.ep.get());
   if (rc != 0) return fail(rc, "fi_enable");
 
