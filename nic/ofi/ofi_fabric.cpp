@@ -2,7 +2,6 @@
 
 #include <rdma/fi_cm.h>
 #include <rdma/fi_errno.h>
-
 #include <unistd.h>
 
 #include <algorithm>
