@@ -275,18 +275,25 @@ DispatchResult HighThroughput::dispatch(const DispatchArgs& args) {
   handle.send_index.assign(uint64_t{tokens} * ranks_, -1);
   std::vector<std::vector<TransferCmd>> commands(ranks_);
   std::vector<std::byte> meta(layout_.meta_bytes * tokens);
+  // The tokens' rows on the host once (FP8: values and scales), so packing
+  // costs one copy per destination instead of one per row.
+  const uint64_t x_row_bytes = fp8 ? hidden : row_bytes;
+  std::vector<std::byte> h_x(uint64_t{tokens} * x_row_bytes);
+  std::vector<std::byte> h_scales(fp8 ? uint64_t{tokens} * scale_columns * 4 : 0);
+  ctx_.copy(h_x.data(), x, h_x.size());
+  if (fp8) ctx_.copy(h_scales.data(), in.scales, h_scales.size());
+  std::vector<std::byte> packed(uint64_t{tokens} * row_bytes);
   for (uint32_t d = 0; d < ranks_; ++d) {
     // Pack the tokens for d, each once, in token order, with their meta.
     uint32_t count = 0;
     for (uint32_t t = 0; t < tokens; ++t) {
       if (h_in[uint64_t{t} * ranks_ + d] == 0) continue;
       handle.send_index[uint64_t{t} * ranks_ + d] = static_cast<int32_t>(count);
-      std::byte* slot = at(layout_.send_rows(d) + uint64_t{count} * row_bytes);
+      std::byte* slot = packed.data() + uint64_t{count} * row_bytes;
+      std::memcpy(slot, h_x.data() + uint64_t{t} * x_row_bytes, x_row_bytes);
       if (fp8) {  // the row slot holds the values, then their scales
-        ctx_.copy(slot, x + uint64_t{t} * hidden, hidden);
-        ctx_.copy(slot + hidden, in.scales + uint64_t{t} * scale_columns, scale_columns * 4);
-      } else {
-        ctx_.copy(slot, x + uint64_t{t} * row_bytes, row_bytes);
+        std::memcpy(slot + hidden, h_scales.data() + uint64_t{t} * scale_columns * 4,
+                    scale_columns * 4);
       }
       std::byte* m = meta.data() + uint64_t{count} * layout_.meta_bytes;
       const int32_t source = static_cast<int32_t>(t);
@@ -301,6 +308,7 @@ DispatchResult HighThroughput::dispatch(const DispatchArgs& args) {
       }
       ++count;
     }
+    ctx_.copy(at(layout_.send_rows(d)), packed.data(), uint64_t{count} * row_bytes);
     ctx_.copy(at(layout_.send_meta(d)), meta.data(), uint64_t{count} * layout_.meta_bytes);
     if (d == rank_) {  // to itself: local copies, then the same signal words
       ctx_.copy(at(layout_.recv_rows(parity, d)), at(layout_.send_rows(d)),

@@ -211,22 +211,26 @@ LowLatencyDispatchResult LowLatency::dispatch(const LowLatencyDispatchArgs& args
   handle.dtype_bits = in.x_dtype.bits;
   handle.send_slot.assign(idx.size(), -1);
   handle.recv_counts = std::make_shared<std::vector<uint32_t>>();
-  // FP8: quantize every token once (values, then their scales, in a row slot).
+  // Every token's row on the host once, as it will travel (FP8: quantized,
+  // values then scales in a row slot).
   const uint32_t scale_columns = in.hidden / kFp8Block;
-  std::vector<std::byte> quantized;
+  std::vector<std::byte> host_rows;
   if (in.fp8) {
     std::vector<std::byte> raw(uint64_t{in.tokens} * row_bytes);
     ctx_.copy(raw.data(), in.x, raw.size());
-    quantized.assign(uint64_t{in.tokens} * row_bytes, std::byte{0});
+    host_rows.assign(uint64_t{in.tokens} * row_bytes, std::byte{0});
     std::vector<float> row(in.hidden);
     for (uint32_t t = 0; t < in.tokens; ++t) {
       std::fill(row.begin(), row.end(), 0.0f);
       accumulate(in.dtype, raw.data() + uint64_t{t} * row_bytes, in.hidden, row.data());
-      std::byte* slot = quantized.data() + uint64_t{t} * row_bytes;
+      std::byte* slot = host_rows.data() + uint64_t{t} * row_bytes;
       std::vector<float> scales(scale_columns);
       quantize_row(row.data(), in.hidden, reinterpret_cast<uint8_t*>(slot), scales.data());
       std::memcpy(slot + in.hidden, scales.data(), scale_columns * 4);
     }
+  } else {  // then one copy per block, not one per row
+    host_rows.resize(uint64_t{in.tokens} * row_bytes);
+    ctx_.copy(host_rows.data(), in.x, host_rows.size());
   }
   // Pack each (token, expert) pair into its (destination, expert) block.
   std::vector<uint64_t> counts(uint64_t{ranks_} * local_experts_, 0);
@@ -239,8 +243,6 @@ LowLatencyDispatchResult LowLatency::dispatch(const LowLatencyDispatchArgs& args
       const uint32_t le = static_cast<uint32_t>(e) % local_experts_;
       uint64_t& j = counts[uint64_t{d} * local_experts_ + le];
       handle.send_slot[uint64_t{t} * in.topk + k] = static_cast<int32_t>(j);
-      ctx_.copy(at(layout_.send_rows(d, le) + j * row_bytes),
-                (in.fp8 ? quantized.data() : in.x) + uint64_t{t} * row_bytes, row_bytes);
       sources[uint64_t{d} * local_experts_ + le].push_back(static_cast<int32_t>(t));
       ++j;
     }
@@ -251,6 +253,12 @@ LowLatencyDispatchResult LowLatency::dispatch(const LowLatencyDispatchArgs& args
                                counts.begin() + uint64_t{d + 1} * local_experts_);
     for (uint32_t le = 0; le < local_experts_; ++le) {
       const auto& src = sources[uint64_t{d} * local_experts_ + le];
+      std::vector<std::byte> block(src.size() * row_bytes);
+      for (size_t i = 0; i < src.size(); ++i) {
+        std::memcpy(block.data() + i * row_bytes,
+                    host_rows.data() + static_cast<uint64_t>(src[i]) * row_bytes, row_bytes);
+      }
+      ctx_.copy(at(layout_.send_rows(d, le)), block.data(), block.size());
       ctx_.copy(at(layout_.send_src(d, le)), src.data(), src.size() * 4);
       if (d == rank_) {
         ctx_.copy(at(layout_.recv_rows(parity, d, le)), at(layout_.send_rows(d, le)),
