@@ -109,8 +109,19 @@ std::vector<std::byte> Exchange::wait(uint64_t first_record, uint64_t record_byt
 
 namespace courier::ep {
 
-void Exchange::agree_on_first_call(const CallConfig& mine, const std::string& refused,
-                                   const char* what) {
+void Exchange::admit(const CallConfig& mine, const std::string& refused, const char* what,
+                     const std::function<void(const std::string&)>& refuse) {
+  if (configured_) {
+    if (!refused.empty()) refuse(refused);
+    if (!(mine == config_)) {
+      refuse(fmt::format(
+          "ep::Buffer::{}: hidden {}, {}, top-{}, {} experts differ from the first call's hidden "
+          "{}, {}, top-{}, {} experts; one Buffer serves one configuration",
+          what, mine.hidden, to_string(mine.dtype), mine.topk, mine.num_experts, config_.hidden,
+          to_string(config_.dtype), config_.topk, config_.num_experts));
+    }
+    return;
+  }
   struct Vote {
     CallConfig config;
     uint32_t ok;
@@ -134,6 +145,18 @@ void Exchange::agree_on_first_call(const CallConfig& mine, const std::string& re
     }
   }
   if (!refused.empty()) throw Error(refused);
+  configured_ = true;
+  config_ = mine;
+}
+
+void Exchange::refuse(std::vector<std::vector<TransferCmd>>& refusals, const char* what,
+                      const std::string& why) {
+  try {
+    run(refusals, what);
+  } catch (const Error&) {
+    // The refusal itself is the error worth reporting.
+  }
+  throw Error(why);
 }
 
 }  // namespace courier::ep

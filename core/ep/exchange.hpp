@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -60,17 +61,29 @@ class Exchange {
   // ranks, or at once when a peer died.
   std::vector<std::byte> wait(uint64_t first_record, uint64_t record_bytes, uint64_t epoch_field,
                               uint64_t epoch, const char* what);
-  // The first call of a Buffer: every rank compares its configuration and
-  // whether it accepted its arguments (one bootstrap allgather). Throws on
-  // every rank when one refused (`refused` is this rank's reason) or the
-  // configurations differ.
-  void agree_on_first_call(const CallConfig& mine, const std::string& refused, const char* what);
+  // Decides whether this rank's call of `what` goes ahead; `refused` is
+  // this rank's reason to refuse its arguments ("" when none). On the first
+  // call every rank compares its configuration and acceptance (one
+  // bootstrap allgather) and all throw together when one refused or the
+  // configurations differ. Later a refused call, or one whose configuration
+  // differs from the first, goes to `refuse`, which tells the peers and
+  // throws.
+  void admit(const CallConfig& mine, const std::string& refused, const char* what,
+             const std::function<void(const std::string&)>& refuse);
+  bool configured() const { return configured_; }
+  const CallConfig& config() const { return config_; }
+  // Sends `refusals` (each peer's "refused" signal), then throws `why`: the
+  // peers waiting for this call fail at once instead of hanging.
+  [[noreturn]] void refuse(std::vector<std::vector<TransferCmd>>& refusals, const char* what,
+                           const std::string& why);
 
  private:
   Context& ctx_;
   uint32_t rank_, ranks_;
   DeviceBuffer memory_;
   uint32_t window_ = 0;
+  bool configured_ = false;
+  CallConfig config_;
 };
 
 }  // namespace courier::ep

@@ -153,7 +153,7 @@ HighThroughput::DispatchInputs HighThroughput::validate(const DispatchArgs& args
   }
   const DispatchHandle* cached = args.cached_handle;
   if (cached != nullptr) {
-    if (!configured_ || cached->num_tokens != in.tokens || cached->hidden != in.hidden ||
+    if (!exchange_.configured() || cached->num_tokens != in.tokens || cached->hidden != in.hidden ||
         cached->recv_counts.size() != ranks_ ||
         cached->send_index.size() != uint64_t{in.tokens} * ranks_) {
       fail(
@@ -162,7 +162,7 @@ HighThroughput::DispatchInputs HighThroughput::validate(const DispatchArgs& args
           in.tokens, in.hidden);
     }
   }
-  in.topk = configured_ ? config_.topk : 0;
+  in.topk = exchange_.configured() ? exchange_.config().topk : 0;
   if (args.topk_idx != nullptr || cached == nullptr) {
     in.idx = static_cast<const int64_t*>(
         check_tensor(args.topk_idx, "ep::Buffer::dispatch: topk_idx", DType::int64, {in.tokens, -1},
@@ -182,7 +182,7 @@ HighThroughput::DispatchInputs HighThroughput::validate(const DispatchArgs& args
                      DType::boolean, {in.tokens, ranks_}, device_.device_type));
   }
   const int experts = args.num_experts == 0 && cached != nullptr
-                          ? static_cast<int>(config_.num_experts)
+                          ? static_cast<int>(exchange_.config().num_experts)
                           : args.num_experts;
   if (experts <= 0 || experts % static_cast<int>(ranks_) != 0) {
     fail("ep::Buffer::dispatch: num_experts {} is not a positive multiple of the {} ranks", experts,
@@ -196,13 +196,6 @@ HighThroughput::DispatchInputs HighThroughput::validate(const DispatchArgs& args
         args.num_worst_tokens, capacity);
   }
   in.config = {in.hidden, in.dtype, in.topk, static_cast<uint32_t>(experts)};
-  if (configured_ && !(in.config == config_)) {
-    fail(
-        "ep::Buffer::dispatch: hidden {}, {}, top-{}, {} experts differ from the first call's "
-        "hidden {}, {}, top-{}, {} experts; one Buffer serves one configuration",
-        in.config.hidden, to_string(in.config.dtype), in.config.topk, in.config.num_experts,
-        config_.hidden, to_string(config_.dtype), config_.topk, config_.num_experts);
-  }
   return in;
 }
 
@@ -215,12 +208,7 @@ void HighThroughput::refuse(uint32_t phase, const std::string& why) {
   for (uint32_t d = 0; d < ranks_; ++d) {
     if (d != rank_) add_signal(commands[d], d, phase, parity, kRefused);
   }
-  try {
-    exchange_.run(commands, phase == 0 ? "dispatch" : "combine");
-  } catch (const Error&) {
-    // The refusal itself is the error worth reporting.
-  }
-  throw Error(why);
+  exchange_.refuse(commands, phase == 0 ? "dispatch" : "combine", why);
 }
 
 DispatchResult HighThroughput::dispatch(const DispatchArgs& args) {
@@ -231,13 +219,7 @@ DispatchResult HighThroughput::dispatch(const DispatchArgs& args) {
   } catch (const Error& e) {
     refused = e.what();
   }
-  if (!configured_) {
-    exchange_.agree_on_first_call(in.config, refused, "dispatch");
-    configured_ = true;
-    config_ = in.config;
-  } else if (!refused.empty()) {
-    refuse(0, refused);
-  }
+  exchange_.admit(in.config, refused, "dispatch", [&](const std::string& why) { refuse(0, why); });
   const auto tokens = in.tokens;
   const auto hidden = in.hidden;
   const auto topk = in.topk;
@@ -424,7 +406,7 @@ CombineResult HighThroughput::combine(const DLTensor& x_tensor, const DispatchHa
   const DType dtype = handle.dtype_bits == 32 ? DType::float32 : DType::bfloat16;
   const std::byte* x = nullptr;
   try {
-    if (!configured_ || handle.recv_counts.size() != ranks_ ||
+    if (!exchange_.configured() || handle.recv_counts.size() != ranks_ ||
         handle.send_index.size() != uint64_t{handle.num_tokens} * ranks_) {
       fail("ep::Buffer::combine: the handle does not come from a dispatch of this Buffer");
     }

@@ -82,8 +82,6 @@ class HighThroughput {
   Exchange exchange_;
   // Outputs, owned here: the views returned point into them.
   DeviceBuffer recv_x_, recv_x_scales_, recv_topk_idx_, recv_topk_weights_, combined_x_;
-  bool configured_ = false;
-  CallConfig config_;
   uint64_t calls_[2] = {0, 0};  // dispatch and combine calls so far
 };
 

@@ -126,13 +126,6 @@ LowLatency::Inputs LowLatency::validate(const LowLatencyDispatchArgs& args) cons
         kFp8Block, kFp8Block, in.hidden);
   }
   in.config = {in.hidden, in.fp8 ? DType::fp8_e4m3 : dtype, in.topk, options_.num_experts};
-  if (configured_ && !(in.config == config_)) {
-    fail(
-        "ep::Buffer::low_latency_dispatch: hidden {}, {}, top-{} differ from the first call's "
-        "hidden {}, {}, top-{}; one Buffer serves one configuration",
-        in.hidden, to_string(dtype), in.topk, config_.hidden, to_string(config_.dtype),
-        config_.topk);
-  }
   return in;
 }
 
@@ -152,12 +145,7 @@ void LowLatency::refuse(uint32_t phase, const std::string& why) {
   for (uint32_t d = 0; d < ranks_; ++d) {
     if (d != rank_) signal(commands[d], d, phase, parity, refused);
   }
-  try {
-    exchange_.run(commands, phase == 0 ? "low_latency_dispatch" : "low_latency_combine");
-  } catch (const Error&) {
-    // The refusal itself is the error worth reporting.
-  }
-  throw Error(why);
+  exchange_.refuse(commands, phase == 0 ? "low_latency_dispatch" : "low_latency_combine", why);
 }
 
 std::vector<uint64_t> LowLatency::wait(uint32_t phase, uint32_t parity, uint64_t epoch,
@@ -183,13 +171,8 @@ LowLatencyDispatchResult LowLatency::dispatch(const LowLatencyDispatchArgs& args
   } catch (const Error& e) {
     refused = e.what();
   }
-  if (!configured_) {
-    exchange_.agree_on_first_call(in.config, refused, "low_latency_dispatch");
-    configured_ = true;
-    config_ = in.config;
-  } else if (!refused.empty()) {
-    refuse(0, refused);
-  }
+  exchange_.admit(in.config, refused, "low_latency_dispatch",
+                  [&](const std::string& why) { refuse(0, why); });
   const uint32_t row_bytes = layout_.row_bytes;
   std::vector<int64_t> idx(uint64_t{in.tokens} * in.topk);
   ctx_.copy(idx.data(), in.idx, idx.size() * 8);
@@ -367,7 +350,7 @@ CombineResult LowLatency::combine(const DLTensor& x_tensor, const DLTensor& topk
   std::vector<float> weights;
   const uint64_t slots = uint64_t{ranks_} * options_.max_tokens_per_rank;
   try {
-    if (!configured_ || !handle.recv_counts ||
+    if (!exchange_.configured() || !handle.recv_counts ||
         handle.recv_counts->size() != uint64_t{local_experts_} * ranks_ ||
         handle.send_slot.size() != uint64_t{handle.num_tokens} * handle.topk) {
       fail(

@@ -72,8 +72,6 @@ class LowLatency {
   LlWindowLayout layout_;
   Exchange exchange_;
   DeviceBuffer packed_x_, packed_scales_, packed_count_, packed_src_, packed_range_, combined_x_;
-  bool configured_ = false;
-  CallConfig config_;
   uint64_t calls_[2] = {0, 0};
 };
 
