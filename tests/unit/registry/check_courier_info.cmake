@@ -22,21 +22,7 @@ foreach(variable COURIER_GPU_BACKEND COURIER_NIC_BACKEND COURIER_SIM_IMM_BYTES
   unset(ENV{${variable}})
 endforeach()
 
-set(failures "")
-function(expect text regex what)
-  if(NOT "${text}" MATCHES "${regex}")
-    set(failures "${failures}  - ${what}\n      (no match for: ${regex})\n" PARENT_SCOPE)
-  endif()
-endfunction()
-
-function(run_courier_info out_var)
-  execute_process(COMMAND "${COURIER_INFO}" ${ARGN}
-                  OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
-  if(NOT rc EQUAL 0)
-    message(FATAL_ERROR "courier-info ${ARGN} exited with ${rc}\nstdout:\n${out}\nstderr:\n${err}")
-  endif()
-  set(${out_var} "${out}" PARENT_SCOPE)
-endfunction()
+include(${CMAKE_CURRENT_LIST_DIR}/courier_info_checks.cmake)
 
 # Each broken test plugin: file name, then (on the next line) the reason.
 # A CMake list cannot hold ';', so reasons spell it <SEMI>.

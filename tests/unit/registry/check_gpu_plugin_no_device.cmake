@@ -16,21 +16,7 @@ foreach(variable COURIER_GPU_BACKEND COURIER_NIC_BACKEND COURIER_LOG_LEVEL)
   unset(ENV{${variable}})
 endforeach()
 
-set(failures "")
-function(expect text regex what)
-  if(NOT "${text}" MATCHES "${regex}")
-    set(failures "${failures}  - ${what}\n      (no match for: ${regex})\n" PARENT_SCOPE)
-  endif()
-endfunction()
-
-function(run_courier_info out_var)
-  execute_process(COMMAND "${COURIER_INFO}" ${ARGN}
-                  OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
-  if(NOT rc EQUAL 0)
-    message(FATAL_ERROR "courier-info ${ARGN} exited with ${rc}\nstdout:\n${out}\nstderr:\n${err}")
-  endif()
-  set(${out_var} "${out}" PARENT_SCOPE)
-endfunction()
+include(${CMAKE_CURRENT_LIST_DIR}/courier_info_checks.cmake)
 
 # --- human output -----------------------------------------------------------
 run_courier_info(text)
