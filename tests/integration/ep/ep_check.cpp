@@ -286,6 +286,29 @@ std::vector<float> decode(const std::vector<std::byte>& bytes, bool bf16) {
   return out;
 }
 
+// How many values of combined_x [tokens, hidden] differ from x(t, h) times the
+// sum of token t's weights (masked experts excluded) by more than
+// rel * |want| + abs.
+int combined_values_off(courier::Context& ctx, const courier::ep::CombineResult& combined,
+                        const Inputs& mine, int topk, int hidden, bool bf16, float rel, float abs,
+                        const std::function<float(int, int)>& x) {
+  std::vector<std::byte> bytes(static_cast<size_t>(mine.tokens) * hidden * (bf16 ? 2 : 4));
+  ctx.copy(bytes.data(), combined.combined_x.tensor().data, bytes.size());
+  const std::vector<float> out = decode(bytes, bf16);
+  int wrong = 0;
+  for (int t = 0; t < mine.tokens; ++t) {
+    float total = 0;
+    for (int k = 0; k < topk; ++k) {
+      if (mine.idx[t * topk + k] >= 0) total += mine.weights[t * topk + k];
+    }
+    for (int h = 0; h < hidden; ++h) {
+      const float want = x(t, h) * total;
+      if (std::fabs(out[t * hidden + h] - want) > rel * std::fabs(want) + abs) ++wrong;
+    }
+  }
+  return wrong;
+}
+
 Outcome check_ht(courier::Context& ctx, bool bf16) {
   const int ranks = ctx.world_size(), me = ctx.rank();
   const int hidden = 96, topk = 4, experts = 4 * ranks, per = experts / ranks;
@@ -392,21 +415,9 @@ Outcome check_ht(courier::Context& ctx, bool bf16) {
     Tensor y_tensor(ctx, dev, xtype, {received, hidden});
     y_tensor.set(encode(y, bf16));
     courier::ep::CombineResult combined = buffer.combine(*y_tensor.view(), got.handle);
-    std::vector<std::byte> out_bytes(mine.x.size() * (bf16 ? 2 : 4));
-    ctx.copy(out_bytes.data(), combined.combined_x.tensor().data, out_bytes.size());
-    const std::vector<float> out = decode(out_bytes, bf16);
-    int wrong = 0;
-    for (int t = 0; t < mine.tokens; ++t) {
-      float total = 0;
-      for (int k = 0; k < topk; ++k) {
-        if (mine.idx[t * topk + k] >= 0) total += mine.weights[t * topk + k];
-      }
-      for (int h = 0; h < hidden; ++h) {
-        const float want = mine.x[t * hidden + h] * total;
-        const float tol = bf16 ? 1e-2f * std::fabs(want) + 1e-2f : 1e-5f * std::fabs(want) + 1e-6f;
-        if (std::fabs(out[t * hidden + h] - want) > tol) ++wrong;
-      }
-    }
+    const int wrong = combined_values_off(ctx, combined, mine, topk, hidden, bf16,
+                                          bf16 ? 1e-2f : 1e-5f, bf16 ? 1e-2f : 1e-6f,
+                                          [&](int t, int h) { return mine.x[t * hidden + h]; });
     c.expect(wrong == 0, fmt::format("call {}: {} combined values off", call, wrong));
   }
   return c.outcome(
@@ -547,21 +558,10 @@ Outcome check_ht_fp8(courier::Context& ctx) {
   }
   y_tensor.set(y_bf16);
   courier::ep::CombineResult combined = buffer.combine(*y_tensor.view(), got.handle);
-  std::vector<uint16_t> out(static_cast<size_t>(mine.tokens) * hidden);
-  ctx.copy(out.data(), combined.combined_x.tensor().data, out.size() * 2);
-  int wrong = 0;
-  for (int t = 0; t < mine.tokens; ++t) {
-    float total = 0;
-    for (int k = 0; k < topk; ++k) {
-      if (mine.idx[t * topk + k] >= 0) total += mine.weights[t * topk + k];
-    }
-    for (int h = 0; h < hidden; ++h) {
-      const float want =
-          e4m3_value(codes[t * hidden + h]) * scales[t * (hidden / 128) + h / 128] * total;
-      const float have = from_bf16(out[t * hidden + h]);
-      if (std::fabs(have - want) > 2e-2f * std::fabs(want) + 1e-2f) ++wrong;
-    }
-  }
+  const int wrong =
+      combined_values_off(ctx, combined, mine, topk, hidden, true, 2e-2f, 1e-2f, [&](int t, int h) {
+        return e4m3_value(codes[t * hidden + h]) * scales[t * (hidden / 128) + h / 128];
+      });
   c.expect(wrong == 0, fmt::format("{} combined values off", wrong));
   return c.outcome(
       fmt::format("{} FP8 rows and their scales arrived bit-exact (dequantized within "
@@ -642,21 +642,9 @@ Outcome check_ll(courier::Context& ctx, bool bf16) {
     back.set(packed_bytes);
     courier::ep::CombineResult combined =
         buffer.low_latency_combine(*back.view(), *idx.view(), *weights.view(), got.handle);
-    std::vector<std::byte> out_bytes(mine.x.size() * (bf16 ? 2 : 4));
-    ctx.copy(out_bytes.data(), combined.combined_x.tensor().data, out_bytes.size());
-    const std::vector<float> out = decode(out_bytes, bf16);
-    int wrong = 0;
-    for (int t = 0; t < mine.tokens; ++t) {
-      float total = 0;
-      for (int k = 0; k < topk; ++k) {
-        if (mine.idx[t * topk + k] >= 0) total += mine.weights[t * topk + k];
-      }
-      for (int h = 0; h < hidden; ++h) {
-        const float want = mine.x[t * hidden + h] * total;
-        const float tol = bf16 ? 1e-2f * std::fabs(want) + 1e-2f : 1e-5f * std::fabs(want) + 1e-6f;
-        if (std::fabs(out[t * hidden + h] - want) > tol) ++wrong;
-      }
-    }
+    const int wrong = combined_values_off(ctx, combined, mine, topk, hidden, bf16,
+                                          bf16 ? 1e-2f : 1e-5f, bf16 ? 1e-2f : 1e-6f,
+                                          [&](int t, int h) { return mine.x[t * hidden + h]; });
     c.expect(wrong == 0, fmt::format("call {}: {} combined values off", call, wrong));
   }
   return c.outcome(
@@ -733,24 +721,13 @@ Outcome check_ll_fp8(courier::Context& ctx) {
   back.set(encode(dequantized, true));
   courier::ep::CombineResult combined =
       buffer.low_latency_combine(*back.view(), *idx.view(), *weights.view(), got.handle);
-  std::vector<std::byte> out_bytes(mine.x.size() * 2);
-  ctx.copy(out_bytes.data(), combined.combined_x.tensor().data, out_bytes.size());
-  const std::vector<float> out = decode(out_bytes, true);
   std::vector<uint8_t> my_codes;
   std::vector<float> my_scales;
   quantize(mine.x, hidden, &my_codes, &my_scales);
-  int wrong = 0;
-  for (int t = 0; t < mine.tokens; ++t) {
-    float total = 0;
-    for (int k = 0; k < topk; ++k) {
-      if (mine.idx[t * topk + k] >= 0) total += mine.weights[t * topk + k];
-    }
-    for (int h = 0; h < hidden; ++h) {
-      const float want =
-          e4m3_value(my_codes[t * hidden + h]) * my_scales[t * columns + h / 128] * total;
-      if (std::fabs(out[t * hidden + h] - want) > 2e-2f * std::fabs(want) + 1e-2f) ++wrong;
-    }
-  }
+  const int wrong =
+      combined_values_off(ctx, combined, mine, topk, hidden, true, 2e-2f, 1e-2f, [&](int t, int h) {
+        return e4m3_value(my_codes[t * hidden + h]) * my_scales[t * columns + h / 128];
+      });
   c.expect(wrong == 0, fmt::format("{} combined values off", wrong));
   return c.outcome(
       fmt::format("{} expert rows quantized exactly as the reference codec, scales "
