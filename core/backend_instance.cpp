@@ -187,6 +187,10 @@ GpuBackend::GpuBackend(const GpuPlugin& plugin, const HostServices& host) : plug
     props_.caps &= ~(COURIER_GPU_CAP_IPC | COURIER_GPU_CAP_DMABUF | COURIER_GPU_CAP_FIFO_KERNELS |
                      COURIER_GPU_CAP_GRAPHS | COURIER_GPU_CAP_EP_KERNELS);
   }
+  // The EP direct path came with minor 2, the same way.
+  const size_t needed2 = offsetof(courier_gpu_plugin_v1, ep_sync) + sizeof ops->ep_sync;
+  has_minor2_ = has_minor1_ && plugin_.abi_minor >= 2 && ops->header.struct_size >= needed2;
+  if (!has_minor2_) props_.caps &= ~COURIER_GPU_CAP_EP_DIRECT;
 }
 
 GpuBackend::~GpuBackend() { plugin_.ops->fini(handle_); }

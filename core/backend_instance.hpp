@@ -74,12 +74,15 @@ class GpuBackend {
   // Whether the minor-1 entry points (ipc_*, dmabuf_export, run_fifo_*)
   // exist; each is usable only where its capability bit is set too.
   bool has_minor1() const { return has_minor1_; }
+  // Whether the minor-2 entry points (ep_*: the EP direct path) exist.
+  bool has_minor2() const { return has_minor2_; }
 
  private:
   GpuPlugin plugin_;
   void* handle_ = nullptr;
   courier_gpu_props_v1 props_{};
   bool has_minor1_ = false;
+  bool has_minor2_ = false;
 };
 
 // Tries every choice of `spec` in order and returns the first that

@@ -48,6 +48,7 @@ constexpr BitName kGpuCaps[] = {
     {COURIER_GPU_CAP_FIFO_KERNELS, "fifo_kernels"},
     {COURIER_GPU_CAP_GRAPHS, "graphs"},
     {COURIER_GPU_CAP_EP_KERNELS, "ep_kernels"},
+    {COURIER_GPU_CAP_EP_DIRECT, "ep_direct"},
 };
 
 constexpr BitName kMemoryKinds[] = {

@@ -78,6 +78,9 @@ constexpr Knob kKnobs[] = {
      "consecutive ranks as one host (tests multi-host paths on one machine)"},
     {"COURIER_RETRY_COUNT", "7",
      "re-posts of a transiently failed (-EBUSY) operation before it fails (0..64)"},
+    {"COURIER_EP_TRANSPORT", "auto",
+     "EP dispatch/combine: direct (device stores to peers' GPUs on one host), proxy (the NIC "
+     "backend), auto (direct where possible)"},
     {"COURIER_BOOTSTRAP", "", "rendezvous host:port (rank 0 listens), or 'mpi'"},
     {"COURIER_JOB_TOKEN", "", "the job's secret, presented by every rank to the rendezvous"},
     {"COURIER_RANK", "", "this process's rank (set by courier-run)"},
@@ -328,6 +331,11 @@ Config Config::load(const EnvLookup& env, bool need_job) {
   config.backend_path = parser.text("COURIER_BACKEND_PATH");
   config.faults = parse_fault_spec(parser.text("COURIER_FAULTS"), "COURIER_FAULTS");
   config.retry_count = parser.unsigned_in("COURIER_RETRY_COUNT", config.retry_count, 0, 64);
+  config.ep_transport =
+      parser.choice("COURIER_EP_TRANSPORT", config.ep_transport,
+                    {std::pair<std::string_view, EpTransport>{"auto", EpTransport::automatic},
+                     {"direct", EpTransport::direct},
+                     {"proxy", EpTransport::proxy}});
   config.ranks_per_host =
       parser.unsigned_in("COURIER_RANKS_PER_HOST", config.ranks_per_host, 0, 65536);
   if (need_job) config.job = detect_job(parser, env);

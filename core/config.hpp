@@ -43,6 +43,9 @@ struct JobInfo {
 };
 
 // One line of the effective configuration, as courier-info shows it.
+// COURIER_EP_TRANSPORT: how EP dispatch/combine move rows (docs/ep.md).
+enum class EpTransport { automatic, direct, proxy };
+
 struct ConfigEntry {
   std::string name;
   std::string value;
@@ -70,6 +73,7 @@ struct Config {
   FaultSpec faults;             // COURIER_FAULTS: docs/faults.md; inactive by default
   uint32_t ranks_per_host = 0;  // COURIER_RANKS_PER_HOST: 0 = by hostname; N simulates hosts
   uint32_t retry_count = 7;     // COURIER_RETRY_COUNT: re-posts of a transiently failed post
+  EpTransport ep_transport = EpTransport::automatic;  // COURIER_EP_TRANSPORT
   JobInfo job;
   std::vector<ConfigEntry> entries;
 

@@ -655,6 +655,12 @@ const GpuBackend& ContextInternals::gpu(const Context& context) { return *contex
 
 int ContextInternals::device(const Context& context) { return context.impl_->device; }
 
+const Config& ContextInternals::config(const Context& context) { return context.impl_->config; }
+
+size_t ContextInternals::hosts(const Context& context) {
+  return context.impl_->barrier_topology.host_leaders.size();
+}
+
 void Context::run_device_commands(std::vector<DeviceCommandList>& lists) const {
   const GpuBackend& gpu = *impl_->gpu;
   if (!gpu.has_minor1() || (gpu.props().caps & COURIER_GPU_CAP_FIFO_KERNELS) == 0) {

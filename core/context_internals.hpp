@@ -1,8 +1,12 @@
 // What core code outside context.cpp (the EP layer) needs from a Context:
-// its GPU backend and device. Not part of the public API.
+// its GPU backend and device, its configuration, and how many hosts the job
+// spans. Not part of the public API.
 #pragma once
 
+#include <cstddef>
+
 #include "core/backend_instance.hpp"
+#include "core/config.hpp"
 #include "courier/context.hpp"
 
 namespace courier {
@@ -10,6 +14,8 @@ namespace courier {
 struct ContextInternals {
   static const GpuBackend& gpu(const Context& context);
   static int device(const Context& context);
+  static const Config& config(const Context& context);
+  static size_t hosts(const Context& context);
 };
 
 }  // namespace courier

@@ -5,6 +5,7 @@
 
 #include "cuda_ep_kernels.hpp"
 #include "cuda_status.hpp"
+#include "gpu/ep/direct_kernels.hpp"
 #include "gpu/ep/layout.hpp"
 
 namespace courier::cuda_gpu {
@@ -38,6 +39,126 @@ int run_ep_layout(const courier_gpu_ep_layout_v1* job) {
   if (rc == cudaSuccess) rc = cudaStreamSynchronize(stream);
   cudaStreamDestroy(stream);
   return rc == cudaSuccess ? 0 : fail(rc, "running the EP layout kernel");
+}
+
+namespace {
+
+// The direct path's kernels are loaded when the EP stream is made, not at
+// their first launch: a lazily loaded kernel can wait for a wait_kernel
+// that spins for a peer.
+cudaError_t load_direct_kernels() {
+  cudaFuncAttributes attributes{};
+  const void* kernels[] = {
+      reinterpret_cast<const void*>(device::ep::route_kernel),
+      reinterpret_cast<const void*>(device::ep::signal_kernel),
+      reinterpret_cast<const void*>(device::ep::wait_kernel),
+      reinterpret_cast<const void*>(device::ep::ht_dispatch_kernel),
+      reinterpret_cast<const void*>(device::ep::ll_dispatch_kernel),
+      reinterpret_cast<const void*>(device::ep::ll_counts_kernel),
+      reinterpret_cast<const void*>(device::ep::combine_send_kernel),
+      reinterpret_cast<const void*>(device::ep::reduce_kernel),
+  };
+  for (const void* kernel : kernels) {
+    const cudaError_t rc = cudaFuncGetAttributes(&attributes, kernel);
+    if (rc != cudaSuccess) return rc;
+  }
+  return cudaSuccess;
+}
+
+template <class Job>
+bool too_small(const Job* job) {
+  return job == nullptr || job->struct_size < sizeof *job;
+}
+
+int launched(const char* what) {
+  const cudaError_t rc = cudaGetLastError();
+  return rc == cudaSuccess ? 0 : fail(rc, std::string("launching ") + what);
+}
+
+// Enough groups of 32 lanes to keep every SM busy with row copies.
+constexpr uint32_t kRowThreads = 512;
+constexpr uint32_t kRowBlocksMax = 132 * 4;
+
+uint32_t row_blocks(uint64_t rows) {
+  const uint64_t groups_per_block = kRowThreads / device::ep::kGroup;
+  const uint64_t needed = (rows + groups_per_block - 1) / groups_per_block;
+  return static_cast<uint32_t>(needed == 0 ? 1 : needed < kRowBlocksMax ? needed : kRowBlocksMax);
+}
+
+}  // namespace
+
+int make_ep_stream(int device, cudaStream_t* stream) {
+  cudaError_t rc = cudaSetDevice(device);
+  if (rc != cudaSuccess) return fail(rc, "cudaSetDevice(" + std::to_string(device) + ")");
+  rc = load_direct_kernels();
+  if (rc != cudaSuccess) return fail(rc, "loading the EP direct kernels");
+  rc = cudaStreamCreateWithFlags(stream, cudaStreamNonBlocking);
+  return rc == cudaSuccess ? 0 : fail(rc, "cudaStreamCreate (EP stream)");
+}
+
+int ep_route(const courier_gpu_ep_route_v1* job, cudaStream_t stream) {
+  if (too_small(job)) return fail(-EINVAL, "ep_route: job is NULL or its struct_size too small");
+  const bool by_rank = job->mode == COURIER_GPU_EP_ROUTE_RANKS;
+  const uint32_t blocks = (by_rank ? job->num_ranks : job->num_experts) +
+                          (by_rank && job->topk_idx != nullptr ? job->num_experts : 0);
+  device::ep::route_kernel<<<blocks, 1024, 0, stream>>>(*job);
+  return launched("the EP route kernel");
+}
+
+int ep_signal(const courier_gpu_ep_signal_v1* job, cudaStream_t stream) {
+  if (too_small(job)) return fail(-EINVAL, "ep_signal: job is NULL or its struct_size too small");
+  device::ep::signal_kernel<<<job->num_ranks, 256, 0, stream>>>(*job);
+  return launched("the EP signal kernel");
+}
+
+int ep_wait(const courier_gpu_ep_wait_v1* job, cudaStream_t stream) {
+  if (too_small(job)) return fail(-EINVAL, "ep_wait: job is NULL or its struct_size too small");
+  device::ep::wait_kernel<<<1, COURIER_GPU_EP_MAX_RANKS, 0, stream>>>(*job);
+  return launched("the EP wait kernel");
+}
+
+int ep_ht_dispatch(const courier_gpu_ep_ht_dispatch_v1* job, cudaStream_t stream) {
+  if (too_small(job)) {
+    return fail(-EINVAL, "ep_ht_dispatch: job is NULL or its struct_size too small");
+  }
+  const uint32_t rows = job->tokens > job->pad_rows ? job->tokens : job->pad_rows;
+  device::ep::ht_dispatch_kernel<<<row_blocks(rows), kRowThreads, 0, stream>>>(*job);
+  return launched("the EP high-throughput dispatch kernel");
+}
+
+int ep_ll_dispatch(const courier_gpu_ep_ll_dispatch_v1* job, cudaStream_t stream) {
+  if (too_small(job)) {
+    return fail(-EINVAL, "ep_ll_dispatch: job is NULL or its struct_size too small");
+  }
+  const uint32_t blocks = row_blocks(uint64_t{job->tokens} * job->topk);
+  device::ep::ll_dispatch_kernel<<<blocks, kRowThreads, 0, stream>>>(*job);
+  return launched("the EP low-latency dispatch kernel");
+}
+
+int ep_ll_counts(const courier_gpu_ep_ll_counts_v1* job, cudaStream_t stream) {
+  if (too_small(job))
+    return fail(-EINVAL, "ep_ll_counts: job is NULL or its struct_size too small");
+  const uint32_t blocks = (job->local_experts + 255) / 256;
+  device::ep::ll_counts_kernel<<<blocks == 0 ? 1 : blocks, 256, 0, stream>>>(*job);
+  return launched("the EP low-latency counts kernel");
+}
+
+int ep_combine_send(const courier_gpu_ep_combine_send_v1* job, cudaStream_t stream) {
+  if (too_small(job)) {
+    return fail(-EINVAL, "ep_combine_send: job is NULL or its struct_size too small");
+  }
+  const uint64_t rows = job->mode == COURIER_GPU_EP_ROUTE_RANKS
+                            ? job->rows
+                            : uint64_t{job->local_experts} * job->rows_per_expert;
+  device::ep::combine_send_kernel<<<row_blocks(rows), kRowThreads, 0, stream>>>(*job);
+  return launched("the EP combine send kernel");
+}
+
+int ep_reduce(const courier_gpu_ep_reduce_v1* job, cudaStream_t stream) {
+  if (too_small(job)) return fail(-EINVAL, "ep_reduce: job is NULL or its struct_size too small");
+  const uint32_t blocks = job->tokens == 0 ? 1 : job->tokens < 4096 ? job->tokens : 4096;
+  device::ep::reduce_kernel<<<blocks, 256, 0, stream>>>(*job);
+  return launched("the EP reduce kernel");
 }
 
 }  // namespace courier::cuda_gpu

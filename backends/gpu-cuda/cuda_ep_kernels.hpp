@@ -1,11 +1,25 @@
 // The expert-parallel kernels of gpu/ep/ compiled for NVIDIA GPUs.
 #pragma once
 
+#include <cuda_runtime_api.h>
+
 #include "courier/abi/gpu_v1.h"
 
 namespace courier::cuda_gpu {
 
 // Returns 0 or a negative status with the reason in last_error().
 int run_ep_layout(const courier_gpu_ep_layout_v1* job);
+
+// The direct path (GPU ABI minor 2): a stream per device with the kernels
+// loaded, and one enqueue function per entry point.
+int make_ep_stream(int device, cudaStream_t* stream);
+int ep_route(const courier_gpu_ep_route_v1* job, cudaStream_t stream);
+int ep_signal(const courier_gpu_ep_signal_v1* job, cudaStream_t stream);
+int ep_wait(const courier_gpu_ep_wait_v1* job, cudaStream_t stream);
+int ep_ht_dispatch(const courier_gpu_ep_ht_dispatch_v1* job, cudaStream_t stream);
+int ep_ll_dispatch(const courier_gpu_ep_ll_dispatch_v1* job, cudaStream_t stream);
+int ep_ll_counts(const courier_gpu_ep_ll_counts_v1* job, cudaStream_t stream);
+int ep_combine_send(const courier_gpu_ep_combine_send_v1* job, cudaStream_t stream);
+int ep_reduce(const courier_gpu_ep_reduce_v1* job, cudaStream_t stream);
 
 }  // namespace courier::cuda_gpu

@@ -12,8 +12,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <new>
 #include <string>
+#include <vector>
 
 #include "courier/abi/gpu_v1.h"
 #include "cuda_ep_kernels.hpp"
@@ -35,6 +37,9 @@ struct CudaBackend {
   // cuMemGetHandleForAddressRange, when the driver has it.
   CUresult (*get_handle_for_range)(void*, CUdeviceptr, size_t, CUmemRangeHandleType,
                                    unsigned long long) = nullptr;
+  // The EP direct path's stream per device, made at first use.
+  std::mutex ep_streams_lock;
+  std::vector<cudaStream_t> ep_streams;
 };
 
 CudaBackend* as_backend(void* backend) { return static_cast<CudaBackend*>(backend); }
@@ -100,7 +105,13 @@ int cuda_init(const courier_host_services_v1* host, void** backend) {
   return 0;
 }
 
-void cuda_fini(void* backend) { delete as_backend(backend); }
+void cuda_fini(void* backend) {
+  CudaBackend* b = as_backend(backend);
+  for (cudaStream_t stream : b->ep_streams) {
+    if (stream != nullptr) cudaStreamDestroy(stream);
+  }
+  delete b;
+}
 
 const char* cuda_last_error(void*) { return courier::cuda_gpu::last_error(); }
 
@@ -115,7 +126,7 @@ int cuda_query(void* backend, courier_gpu_props_v1* props) {
   props->caps = 0;
   if (b->device_count > 0) {
     props->caps = COURIER_GPU_CAP_MAPPED_HOST | COURIER_GPU_CAP_IPC | COURIER_GPU_CAP_FIFO_KERNELS |
-                  COURIER_GPU_CAP_GRAPHS | COURIER_GPU_CAP_EP_KERNELS;
+                  COURIER_GPU_CAP_GRAPHS | COURIER_GPU_CAP_EP_KERNELS | COURIER_GPU_CAP_EP_DIRECT;
     if (b->dmabuf) props->caps |= COURIER_GPU_CAP_DMABUF;
   }
   std::snprintf(props->device_name, sizeof props->device_name, "%s", b->device_name.c_str());
@@ -267,6 +278,32 @@ int cuda_run_ep_layout(void*, const courier_gpu_ep_layout_v1* job) {
   return courier::cuda_gpu::run_ep_layout(job);
 }
 
+// The EP stream of `device`, current on this thread; NULL after fail().
+cudaStream_t ep_stream(void* backend, int device) {
+  CudaBackend* b = as_backend(backend);
+  if (select_device(b, device) != 0) return nullptr;
+  std::lock_guard<std::mutex> lock(b->ep_streams_lock);
+  if (b->ep_streams.empty()) b->ep_streams.assign(static_cast<size_t>(b->device_count), nullptr);
+  cudaStream_t& stream = b->ep_streams[static_cast<size_t>(device)];
+  if (stream == nullptr && courier::cuda_gpu::make_ep_stream(device, &stream) != 0) return nullptr;
+  return stream;
+}
+
+// One entry point per direct-path kernel: the job's device's EP stream.
+template <class Job, int (*Enqueue)(const Job*, cudaStream_t)>
+int enqueue_ep(void* backend, const Job* job) {
+  if (job == nullptr) return fail(-EINVAL, "EP kernel: job is NULL");
+  cudaStream_t stream = ep_stream(backend, job->device);
+  return stream == nullptr ? -EIO : Enqueue(job, stream);
+}
+
+int cuda_ep_sync(void* backend, int device) {
+  cudaStream_t stream = ep_stream(backend, device);
+  if (stream == nullptr) return -EIO;
+  const cudaError_t rc = cudaStreamSynchronize(stream);
+  return rc == cudaSuccess ? 0 : fail(rc, "waiting for the EP stream");
+}
+
 const courier_gpu_plugin_v1 kPlugin = {
     {sizeof(courier_gpu_plugin_v1), COURIER_GPU_ABI_MAJOR, COURIER_GPU_ABI_MINOR, "cuda"},
     "NVIDIA GPUs through the CUDA runtime (driver loaded on first use)",
@@ -291,6 +328,15 @@ const courier_gpu_plugin_v1 kPlugin = {
     cuda_run_fifo_round_trips,
     cuda_run_command_lists,
     cuda_run_ep_layout,
+    enqueue_ep<courier_gpu_ep_route_v1, courier::cuda_gpu::ep_route>,
+    enqueue_ep<courier_gpu_ep_signal_v1, courier::cuda_gpu::ep_signal>,
+    enqueue_ep<courier_gpu_ep_wait_v1, courier::cuda_gpu::ep_wait>,
+    enqueue_ep<courier_gpu_ep_ht_dispatch_v1, courier::cuda_gpu::ep_ht_dispatch>,
+    enqueue_ep<courier_gpu_ep_ll_dispatch_v1, courier::cuda_gpu::ep_ll_dispatch>,
+    enqueue_ep<courier_gpu_ep_ll_counts_v1, courier::cuda_gpu::ep_ll_counts>,
+    enqueue_ep<courier_gpu_ep_combine_send_v1, courier::cuda_gpu::ep_combine_send>,
+    enqueue_ep<courier_gpu_ep_reduce_v1, courier::cuda_gpu::ep_reduce>,
+    cuda_ep_sync,
 };
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <cerrno>
 #include <string>
 
+#include "gpu/ep/direct_kernels.hpp"
 #include "gpu/ep/layout.hpp"
 #include "hip_ep_kernels.hpp"
 #include "hip_status.hpp"
@@ -38,6 +39,133 @@ int run_ep_layout(const courier_gpu_ep_layout_v1* job) {
   if (rc == hipSuccess) rc = hipStreamSynchronize(stream);
   (void)hipStreamDestroy(stream);  // the kernel's status matters more
   return rc == hipSuccess ? 0 : fail(rc, "running the EP layout kernel");
+}
+
+namespace {
+
+// The direct path's kernels are loaded when the EP stream is made, not at
+// their first launch: a lazily loaded kernel can wait for a wait_kernel
+// that spins for a peer.
+hipError_t load_direct_kernels() {
+  hipFuncAttributes attributes{};
+  const void* kernels[] = {
+      reinterpret_cast<const void*>(device::ep::route_kernel),
+      reinterpret_cast<const void*>(device::ep::signal_kernel),
+      reinterpret_cast<const void*>(device::ep::wait_kernel),
+      reinterpret_cast<const void*>(device::ep::ht_dispatch_kernel),
+      reinterpret_cast<const void*>(device::ep::ll_dispatch_kernel),
+      reinterpret_cast<const void*>(device::ep::ll_counts_kernel),
+      reinterpret_cast<const void*>(device::ep::combine_send_kernel),
+      reinterpret_cast<const void*>(device::ep::reduce_kernel),
+  };
+  for (const void* kernel : kernels) {
+    const hipError_t rc = hipFuncGetAttributes(&attributes, kernel);
+    if (rc != hipSuccess) return rc;
+  }
+  return hipSuccess;
+}
+
+template <class Job>
+bool too_small(const Job* job) {
+  return job == nullptr || job->struct_size < sizeof *job;
+}
+
+int launched(const char* what) {
+  const hipError_t rc = hipGetLastError();
+  return rc == hipSuccess ? 0 : fail(rc, std::string("launching ") + what);
+}
+
+// Enough groups of 32 lanes (half a wavefront) to keep every CU busy with
+// row copies: two blocks per CU of the largest part (MI300X, 304 CUs).
+constexpr uint32_t kRowThreads = 512;
+constexpr uint32_t kRowBlocksMax = 304 * 2;
+
+uint32_t row_blocks(uint64_t rows) {
+  const uint64_t groups_per_block = kRowThreads / device::ep::kGroup;
+  const uint64_t needed = (rows + groups_per_block - 1) / groups_per_block;
+  return static_cast<uint32_t>(needed == 0 ? 1 : needed < kRowBlocksMax ? needed : kRowBlocksMax);
+}
+
+}  // namespace
+
+int make_ep_stream(int device, hipStream_t* stream) {
+  hipError_t rc = hipSetDevice(device);
+  if (rc != hipSuccess) return fail(rc, "hipSetDevice(" + std::to_string(device) + ")");
+  rc = load_direct_kernels();
+  if (rc != hipSuccess) return fail(rc, "loading the EP direct kernels");
+  rc = hipStreamCreateWithFlags(stream, hipStreamNonBlocking);
+  return rc == hipSuccess ? 0 : fail(rc, "hipStreamCreate (EP stream)");
+}
+
+int ep_route(const courier_gpu_ep_route_v1* job, hipStream_t stream) {
+  if (too_small(job)) return fail(-EINVAL, "ep_route: job is NULL or its struct_size too small");
+  const bool by_rank = job->mode == COURIER_GPU_EP_ROUTE_RANKS;
+  const uint32_t blocks = (by_rank ? job->num_ranks : job->num_experts) +
+                          (by_rank && job->topk_idx != nullptr ? job->num_experts : 0);
+  hipLaunchKernelGGL(device::ep::route_kernel, dim3(blocks), dim3(1024), 0, stream, *job);
+  return launched("the EP route kernel");
+}
+
+int ep_signal(const courier_gpu_ep_signal_v1* job, hipStream_t stream) {
+  if (too_small(job)) return fail(-EINVAL, "ep_signal: job is NULL or its struct_size too small");
+  hipLaunchKernelGGL(device::ep::signal_kernel, dim3(job->num_ranks), dim3(256), 0, stream, *job);
+  return launched("the EP signal kernel");
+}
+
+int ep_wait(const courier_gpu_ep_wait_v1* job, hipStream_t stream) {
+  if (too_small(job)) return fail(-EINVAL, "ep_wait: job is NULL or its struct_size too small");
+  hipLaunchKernelGGL(device::ep::wait_kernel, dim3(1), dim3(COURIER_GPU_EP_MAX_RANKS), 0, stream,
+                     *job);
+  return launched("the EP wait kernel");
+}
+
+int ep_ht_dispatch(const courier_gpu_ep_ht_dispatch_v1* job, hipStream_t stream) {
+  if (too_small(job)) {
+    return fail(-EINVAL, "ep_ht_dispatch: job is NULL or its struct_size too small");
+  }
+  const uint32_t rows = job->tokens > job->pad_rows ? job->tokens : job->pad_rows;
+  hipLaunchKernelGGL(device::ep::ht_dispatch_kernel, dim3(row_blocks(rows)), dim3(kRowThreads), 0,
+                     stream, *job);
+  return launched("the EP high-throughput dispatch kernel");
+}
+
+int ep_ll_dispatch(const courier_gpu_ep_ll_dispatch_v1* job, hipStream_t stream) {
+  if (too_small(job)) {
+    return fail(-EINVAL, "ep_ll_dispatch: job is NULL or its struct_size too small");
+  }
+  const uint32_t blocks = row_blocks(uint64_t{job->tokens} * job->topk);
+  hipLaunchKernelGGL(device::ep::ll_dispatch_kernel, dim3(blocks), dim3(kRowThreads), 0, stream,
+                     *job);
+  return launched("the EP low-latency dispatch kernel");
+}
+
+int ep_ll_counts(const courier_gpu_ep_ll_counts_v1* job, hipStream_t stream) {
+  if (too_small(job)) {
+    return fail(-EINVAL, "ep_ll_counts: job is NULL or its struct_size too small");
+  }
+  const uint32_t blocks = (job->local_experts + 255) / 256;
+  hipLaunchKernelGGL(device::ep::ll_counts_kernel, dim3(blocks == 0 ? 1 : blocks), dim3(256), 0,
+                     stream, *job);
+  return launched("the EP low-latency counts kernel");
+}
+
+int ep_combine_send(const courier_gpu_ep_combine_send_v1* job, hipStream_t stream) {
+  if (too_small(job)) {
+    return fail(-EINVAL, "ep_combine_send: job is NULL or its struct_size too small");
+  }
+  const uint64_t rows = job->mode == COURIER_GPU_EP_ROUTE_RANKS
+                            ? job->rows
+                            : uint64_t{job->local_experts} * job->rows_per_expert;
+  hipLaunchKernelGGL(device::ep::combine_send_kernel, dim3(row_blocks(rows)), dim3(kRowThreads), 0,
+                     stream, *job);
+  return launched("the EP combine send kernel");
+}
+
+int ep_reduce(const courier_gpu_ep_reduce_v1* job, hipStream_t stream) {
+  if (too_small(job)) return fail(-EINVAL, "ep_reduce: job is NULL or its struct_size too small");
+  const uint32_t blocks = job->tokens == 0 ? 1 : job->tokens < 4096 ? job->tokens : 4096;
+  hipLaunchKernelGGL(device::ep::reduce_kernel, dim3(blocks), dim3(256), 0, stream, *job);
+  return launched("the EP reduce kernel");
 }
 
 }  // namespace courier::hip_gpu

@@ -11,8 +11,10 @@
 #include <cstddef>
 #include <cstdio>
 #include <cstring>
+#include <mutex>
 #include <new>
 #include <string>
+#include <vector>
 
 #include "courier/abi/gpu_v1.h"
 #include "hip_ep_kernels.hpp"
@@ -28,6 +30,9 @@ struct HipBackend {
   int warp_size = 64;  // CDNA wavefront; replaced by device 0's when there is one
   std::string no_device_reason;
   std::string device_name;
+  // The EP direct path's stream per device, made at first use.
+  std::mutex ep_streams_lock;
+  std::vector<hipStream_t> ep_streams;
 };
 
 HipBackend* as_backend(void* backend) { return static_cast<HipBackend*>(backend); }
@@ -67,7 +72,13 @@ int hip_init(const courier_host_services_v1* host, void** backend) {
   return 0;
 }
 
-void hip_fini(void* backend) { delete as_backend(backend); }
+void hip_fini(void* backend) {
+  HipBackend* b = as_backend(backend);
+  for (hipStream_t stream : b->ep_streams) {
+    if (stream != nullptr) (void)hipStreamDestroy(stream);
+  }
+  delete b;
+}
 
 const char* hip_last_error(void*) { return courier::hip_gpu::last_error(); }
 
@@ -83,7 +94,7 @@ int hip_query(void* backend, courier_gpu_props_v1* props) {
   if (b->device_count > 0) {
     // No COURIER_GPU_CAP_DMABUF: see hip_dmabuf_export.
     props->caps = COURIER_GPU_CAP_MAPPED_HOST | COURIER_GPU_CAP_IPC | COURIER_GPU_CAP_FIFO_KERNELS |
-                  COURIER_GPU_CAP_GRAPHS | COURIER_GPU_CAP_EP_KERNELS;
+                  COURIER_GPU_CAP_GRAPHS | COURIER_GPU_CAP_EP_KERNELS | COURIER_GPU_CAP_EP_DIRECT;
   }
   std::snprintf(props->device_name, sizeof props->device_name, "%s", b->device_name.c_str());
   std::snprintf(props->no_device_reason, sizeof props->no_device_reason, "%s",
@@ -202,6 +213,32 @@ int hip_run_command_lists(void*, courier_gpu_command_lists_v1* job) {
   return courier::hip_gpu::run_command_lists(job);
 }
 
+// The EP stream of `device`, current on this thread; NULL after fail().
+hipStream_t ep_stream(void* backend, int device) {
+  HipBackend* b = as_backend(backend);
+  if (select_device(b, device) != 0) return nullptr;
+  std::lock_guard<std::mutex> lock(b->ep_streams_lock);
+  if (b->ep_streams.empty()) b->ep_streams.assign(static_cast<size_t>(b->device_count), nullptr);
+  hipStream_t& stream = b->ep_streams[static_cast<size_t>(device)];
+  if (stream == nullptr && courier::hip_gpu::make_ep_stream(device, &stream) != 0) return nullptr;
+  return stream;
+}
+
+// One entry point per direct-path kernel: the job's device's EP stream.
+template <class Job, int (*Enqueue)(const Job*, hipStream_t)>
+int enqueue_ep(void* backend, const Job* job) {
+  if (job == nullptr) return fail(-EINVAL, "EP kernel: job is NULL");
+  hipStream_t stream = ep_stream(backend, job->device);
+  return stream == nullptr ? -EIO : Enqueue(job, stream);
+}
+
+int hip_ep_sync(void* backend, int device) {
+  hipStream_t stream = ep_stream(backend, device);
+  if (stream == nullptr) return -EIO;
+  const hipError_t rc = hipStreamSynchronize(stream);
+  return rc == hipSuccess ? 0 : fail(rc, "waiting for the EP stream");
+}
+
 const courier_gpu_plugin_v1 kPlugin = {
     {sizeof(courier_gpu_plugin_v1), COURIER_GPU_ABI_MAJOR, COURIER_GPU_ABI_MINOR, "hip"},
     "AMD GPUs through the ROCm HIP runtime",
@@ -226,6 +263,15 @@ const courier_gpu_plugin_v1 kPlugin = {
     hip_run_fifo_round_trips,
     hip_run_command_lists,
     hip_run_ep_layout,
+    enqueue_ep<courier_gpu_ep_route_v1, courier::hip_gpu::ep_route>,
+    enqueue_ep<courier_gpu_ep_signal_v1, courier::hip_gpu::ep_signal>,
+    enqueue_ep<courier_gpu_ep_wait_v1, courier::hip_gpu::ep_wait>,
+    enqueue_ep<courier_gpu_ep_ht_dispatch_v1, courier::hip_gpu::ep_ht_dispatch>,
+    enqueue_ep<courier_gpu_ep_ll_dispatch_v1, courier::hip_gpu::ep_ll_dispatch>,
+    enqueue_ep<courier_gpu_ep_ll_counts_v1, courier::hip_gpu::ep_ll_counts>,
+    enqueue_ep<courier_gpu_ep_combine_send_v1, courier::hip_gpu::ep_combine_send>,
+    enqueue_ep<courier_gpu_ep_reduce_v1, courier::hip_gpu::ep_reduce>,
+    hip_ep_sync,
 };
 
 }  // namespace

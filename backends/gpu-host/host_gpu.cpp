@@ -158,6 +158,17 @@ const courier_gpu_plugin_v1 kPlugin = {
     host_run_fifo_round_trips,
     host_run_command_lists,
     host_run_ep_layout,
+    // ep_*: no direct path (host memory is not shared across processes);
+    // EP runs over the proxy path.
+    nullptr,
+    nullptr,
+    nullptr,
+    nullptr,
+    nullptr,
+    nullptr,
+    nullptr,
+    nullptr,
+    nullptr,
 };
 
 }  // namespace

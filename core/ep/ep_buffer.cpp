@@ -9,6 +9,7 @@
 #include "core/context_internals.hpp"
 #include "core/ep/high_throughput.hpp"
 #include "core/ep/low_latency.hpp"
+#include "core/ep/peer_windows.hpp"
 #include "core/ep/tensor_checks.hpp"
 #include "courier/ep.hpp"
 
@@ -29,8 +30,12 @@ struct Buffer::Impl {
     const DLDevice dl{device_type, device_type == kDLCPU ? 0 : device};
     if (opts.max_tokens_per_rank > 0 && opts.low_latency_mode) {
       low_latency = std::make_unique<LowLatency>(context, opts, dl);
+      transport = low_latency->direct() ? "direct" : "proxy";
     } else if (opts.max_tokens_per_rank > 0) {
       high_throughput = std::make_unique<HighThroughput>(context, opts, dl);
+      transport = high_throughput->direct() ? "direct" : "proxy";
+    } else {  // a layout-only Buffer: what one with tokens would use
+      transport = PeerWindows::usable(context) ? "direct" : "proxy";
     }
   }
 
@@ -66,6 +71,7 @@ struct Buffer::Impl {
   DLDeviceType device_type;
   BufferOptions options;
   DeviceBuffer scratch;  // first_invalid of the layout kernel
+  const char* transport = "proxy";
   std::unique_ptr<HighThroughput> high_throughput;
   std::unique_ptr<LowLatency> low_latency;
 };
@@ -114,6 +120,7 @@ Buffer::~Buffer() = default;
 
 int Buffer::num_ranks() const { return impl_->ctx.world_size(); }
 int Buffer::rank() const { return impl_->ctx.rank(); }
+const char* Buffer::transport() const { return impl_->transport; }
 
 DLDevice Buffer::device() const {
   return DLDevice{impl_->device_type, impl_->device_type == kDLCPU ? 0 : impl_->device};

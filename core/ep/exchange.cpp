@@ -109,46 +109,6 @@ std::vector<std::byte> Exchange::wait(uint64_t first_record, uint64_t record_byt
 
 namespace courier::ep {
 
-void Exchange::admit(const CallConfig& mine, const std::string& refused, const char* what,
-                     const std::function<void(const std::string&)>& refuse) {
-  if (configured_) {
-    if (!refused.empty()) refuse(refused);
-    if (!(mine == config_)) {
-      refuse(fmt::format(
-          "ep::Buffer::{}: hidden {}, {}, top-{}, {} experts differ from the first call's hidden "
-          "{}, {}, top-{}, {} experts; one Buffer serves one configuration",
-          what, mine.hidden, to_string(mine.dtype), mine.topk, mine.num_experts, config_.hidden,
-          to_string(config_.dtype), config_.topk, config_.num_experts));
-    }
-    return;
-  }
-  struct Vote {
-    CallConfig config;
-    uint32_t ok;
-  } vote{mine, refused.empty() ? 1u : 0u};
-  std::vector<std::byte> all =
-      ctx_.bootstrap().allgather(std::as_bytes(std::span<const Vote, 1>(&vote, 1)));
-  for (uint32_t r = 0; r < ranks_; ++r) {
-    Vote theirs;
-    std::memcpy(&theirs, all.data() + r * sizeof(Vote), sizeof theirs);
-    if (r == rank_ || !refused.empty()) continue;
-    if (theirs.ok == 0) {
-      fail("ep::Buffer::{}: rank {} refused its arguments (its error says why)", what, r);
-    }
-    if (!(theirs.config == mine)) {
-      fail(
-          "ep::Buffer::{}: rank {} calls with hidden {}, {}, top-{}, {} experts but rank {} with "
-          "hidden {}, {}, top-{}, {} experts: every rank must use the same configuration",
-          what, r, theirs.config.hidden, to_string(theirs.config.dtype), theirs.config.topk,
-          theirs.config.num_experts, rank_, mine.hidden, to_string(mine.dtype), mine.topk,
-          mine.num_experts);
-    }
-  }
-  if (!refused.empty()) throw Error(refused);
-  configured_ = true;
-  config_ = mine;
-}
-
 void Exchange::refuse(std::vector<std::vector<TransferCmd>>& refusals, const char* what,
                       const std::string& why) {
   try {

@@ -10,19 +10,11 @@
 #include <string>
 #include <vector>
 
+#include "core/ep/call_admission.hpp"
 #include "core/ep/tensor_checks.hpp"
 #include "courier/context.hpp"
 
 namespace courier::ep {
-
-// What every rank must call a Buffer with, the same on all ranks.
-struct CallConfig {
-  uint32_t hidden = 0;
-  DType dtype = DType::float32;
-  uint32_t topk = 0;
-  uint32_t num_experts = 0;
-  bool operator==(const CallConfig&) const = default;
-};
 
 // The count word of a refused call: its peers fail instead of waiting.
 inline constexpr uint64_t kRefused = ~uint64_t{0};
@@ -61,17 +53,6 @@ class Exchange {
   // ranks, or at once when a peer died.
   std::vector<std::byte> wait(uint64_t first_record, uint64_t record_bytes, uint64_t epoch_field,
                               uint64_t epoch, const char* what);
-  // Decides whether this rank's call of `what` goes ahead; `refused` is
-  // this rank's reason to refuse its arguments ("" when none). On the first
-  // call every rank compares its configuration and acceptance (one
-  // bootstrap allgather) and all throw together when one refused or the
-  // configurations differ. Later a refused call, or one whose configuration
-  // differs from the first, goes to `refuse`, which tells the peers and
-  // throws.
-  void admit(const CallConfig& mine, const std::string& refused, const char* what,
-             const std::function<void(const std::string&)>& refuse);
-  bool configured() const { return configured_; }
-  const CallConfig& config() const { return config_; }
   // Sends `refusals` (each peer's "refused" signal), then throws `why`: the
   // peers waiting for this call fail at once instead of hanging.
   [[noreturn]] void refuse(std::vector<std::vector<TransferCmd>>& refusals, const char* what,
@@ -82,8 +63,6 @@ class Exchange {
   uint32_t rank_, ranks_;
   DeviceBuffer memory_;
   uint32_t window_ = 0;
-  bool configured_ = false;
-  CallConfig config_;
 };
 
 }  // namespace courier::ep

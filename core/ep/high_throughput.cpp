@@ -75,7 +75,13 @@ HighThroughput::HighThroughput(Context& ctx, const BufferOptions& options, DLDev
       ranks_(static_cast<uint32_t>(ctx.world_size())),
       layout_(ranks_, options.max_tokens_per_rank, options.hidden * options.element_bytes,
               options.max_topk),
-      exchange_(ctx, checked_size(layout_, options)) {
+      admission_(ctx) {
+  checked_size(layout_, options);
+  if (DirectHighThroughput::fits(options) && PeerWindows::usable(ctx)) {
+    direct_ = std::make_unique<DirectHighThroughput>(ctx, options, device);
+    return;
+  }
+  exchange_ = std::make_unique<Exchange>(ctx, layout_.total_bytes());
   const uint64_t rows = uint64_t{ranks_} * options.max_tokens_per_rank;
   recv_x_ = ctx.alloc(std::max<uint64_t>(rows * layout_.row_bytes, 1));
   recv_x_scales_ = ctx.alloc(std::max<uint64_t>(rows * (options.hidden / kFp8Block) * 4, 1));
@@ -100,13 +106,13 @@ void HighThroughput::add_signal(std::vector<TransferCmd>& list, uint32_t dst, ui
                                 uint32_t parity, uint64_t count) {
   ctx_.copy(at(layout_.staging(dst)), &count, sizeof count);
   const uint64_t record = layout_.signal(phase, parity, rank_);
-  exchange_.add_signal(list, dst, layout_.staging(dst), record, 8, record + 8);
+  exchange_->add_signal(list, dst, layout_.staging(dst), record, 8, record + 8);
 }
 
 std::vector<uint64_t> HighThroughput::wait_signals(uint32_t phase, uint32_t parity, uint64_t epoch,
                                                    const char* what) {
   const std::vector<std::byte> records =
-      exchange_.wait(layout_.signal(phase, parity, 0), 16, 8, epoch, what);
+      exchange_->wait(layout_.signal(phase, parity, 0), 16, 8, epoch, what);
   std::vector<uint64_t> counts(ranks_);
   for (uint32_t r = 0; r < ranks_; ++r) {
     std::memcpy(&counts[r], records.data() + 16ull * r, 8);
@@ -153,8 +159,8 @@ HighThroughput::DispatchInputs HighThroughput::validate(const DispatchArgs& args
   }
   const DispatchHandle* cached = args.cached_handle;
   if (cached != nullptr) {
-    if (!exchange_.configured() || cached->num_tokens != in.tokens || cached->hidden != in.hidden ||
-        cached->recv_counts.size() != ranks_ ||
+    if (!admission_.configured() || cached->num_tokens != in.tokens ||
+        cached->hidden != in.hidden || cached->recv_counts.size() != ranks_ ||
         cached->send_index.size() != uint64_t{in.tokens} * ranks_) {
       fail(
           "ep::Buffer::dispatch: cached_handle does not describe this x ({} tokens, hidden {}): "
@@ -162,7 +168,7 @@ HighThroughput::DispatchInputs HighThroughput::validate(const DispatchArgs& args
           in.tokens, in.hidden);
     }
   }
-  in.topk = exchange_.configured() ? exchange_.config().topk : 0;
+  in.topk = admission_.configured() ? admission_.config().topk : 0;
   if (args.topk_idx != nullptr || cached == nullptr) {
     in.idx = static_cast<const int64_t*>(
         check_tensor(args.topk_idx, "ep::Buffer::dispatch: topk_idx", DType::int64, {in.tokens, -1},
@@ -182,7 +188,7 @@ HighThroughput::DispatchInputs HighThroughput::validate(const DispatchArgs& args
                      DType::boolean, {in.tokens, ranks_}, device_.device_type));
   }
   const int experts = args.num_experts == 0 && cached != nullptr
-                          ? static_cast<int>(exchange_.config().num_experts)
+                          ? static_cast<int>(admission_.config().num_experts)
                           : args.num_experts;
   if (experts <= 0 || experts % static_cast<int>(ranks_) != 0) {
     fail("ep::Buffer::dispatch: num_experts {} is not a positive multiple of the {} ranks", experts,
@@ -202,13 +208,14 @@ HighThroughput::DispatchInputs HighThroughput::validate(const DispatchArgs& args
 void HighThroughput::refuse(uint32_t phase, const std::string& why) {
   // The peers are about to wait for this rank's signal of this call: give
   // them one that says "refused", so they fail at once instead of hanging.
+  if (direct_) direct_->refuse(phase, calls_[phase]++, why);
   const uint32_t parity = calls_[phase] & 1;
   ++calls_[phase];
   std::vector<std::vector<TransferCmd>> commands(ranks_);
   for (uint32_t d = 0; d < ranks_; ++d) {
     if (d != rank_) add_signal(commands[d], d, phase, parity, kRefused);
   }
-  exchange_.refuse(commands, phase == 0 ? "dispatch" : "combine", why);
+  exchange_->refuse(commands, phase == 0 ? "dispatch" : "combine", why);
 }
 
 DispatchResult HighThroughput::dispatch(const DispatchArgs& args) {
@@ -219,7 +226,8 @@ DispatchResult HighThroughput::dispatch(const DispatchArgs& args) {
   } catch (const Error& e) {
     refused = e.what();
   }
-  exchange_.admit(in.config, refused, "dispatch", [&](const std::string& why) { refuse(0, why); });
+  admission_.admit(in.config, refused, "dispatch", [&](const std::string& why) { refuse(0, why); });
+  if (direct_) return direct_->dispatch(in, args, calls_[0]++);
   const auto tokens = in.tokens;
   const auto hidden = in.hidden;
   const auto topk = in.topk;
@@ -301,13 +309,13 @@ DispatchResult HighThroughput::dispatch(const DispatchArgs& args) {
       ctx_.copy(at(layout_.signal(0, parity, rank_)), words, sizeof words);
       continue;
     }
-    exchange_.add_writes(commands[d], d, layout_.send_rows(d), layout_.recv_rows(parity, rank_),
-                         uint64_t{count} * row_bytes);
-    exchange_.add_writes(commands[d], d, layout_.send_meta(d), layout_.recv_meta(parity, rank_),
-                         uint64_t{count} * layout_.meta_bytes);
+    exchange_->add_writes(commands[d], d, layout_.send_rows(d), layout_.recv_rows(parity, rank_),
+                          uint64_t{count} * row_bytes);
+    exchange_->add_writes(commands[d], d, layout_.send_meta(d), layout_.recv_meta(parity, rank_),
+                          uint64_t{count} * layout_.meta_bytes);
     add_signal(commands[d], d, 0, parity, count);
   }
-  exchange_.run(commands, "dispatch");
+  exchange_->run(commands, "dispatch");
   const std::vector<uint64_t> counts = wait_signals(0, parity, epoch, "dispatch");
   if (args.cached_handle != nullptr) {
     for (uint32_t s = 0; s < ranks_; ++s) {
@@ -406,7 +414,7 @@ CombineResult HighThroughput::combine(const DLTensor& x_tensor, const DispatchHa
   const DType dtype = handle.dtype_bits == 32 ? DType::float32 : DType::bfloat16;
   const std::byte* x = nullptr;
   try {
-    if (!exchange_.configured() || handle.recv_counts.size() != ranks_ ||
+    if (!admission_.configured() || handle.recv_counts.size() != ranks_ ||
         handle.send_index.size() != uint64_t{handle.num_tokens} * ranks_) {
       fail("ep::Buffer::combine: the handle does not come from a dispatch of this Buffer");
     }
@@ -419,6 +427,7 @@ CombineResult HighThroughput::combine(const DLTensor& x_tensor, const DispatchHa
   } catch (const Error& e) {
     refuse(1, e.what());
   }
+  if (direct_) return direct_->combine(x, x_tensor.dtype, handle, calls_[1]++);
   const uint32_t row_bytes = layout_.row_bytes;
   const uint32_t parity = calls_[1] & 1;
   const uint64_t epoch = calls_[1] / 2 + 1;
@@ -438,11 +447,11 @@ CombineResult HighThroughput::combine(const DLTensor& x_tensor, const DispatchHa
       ctx_.copy(at(layout_.signal(1, parity, rank_)), words, sizeof words);
       continue;
     }
-    exchange_.add_writes(commands[s], s, layout_.send_rows(s), layout_.combine_rows(parity, rank_),
-                         bytes);
+    exchange_->add_writes(commands[s], s, layout_.send_rows(s), layout_.combine_rows(parity, rank_),
+                          bytes);
     add_signal(commands[s], s, 1, parity, count);
   }
-  exchange_.run(commands, "combine");
+  exchange_->run(commands, "combine");
   wait_signals(1, parity, epoch, "combine");
 
   // Per token, the sum of the rows that came back, in float.

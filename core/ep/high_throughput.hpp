@@ -1,8 +1,10 @@
-// High-throughput dispatch and combine (docs/ep.md), orchestrated from the
-// host: rows are packed with Context::copy, moved by WRITE commands that
-// device threads push (Context::run_device_commands), and announced with
-// write-then-atomic signals. Correct on every backend; the GPU kernels that
-// pack and reduce on the device come next.
+// High-throughput dispatch and combine (docs/ep.md). Two transports: the
+// direct path (DirectHighThroughput: GPU kernels store into the peers'
+// windows) where the GPUs share a host and the backend can, otherwise the
+// proxy path orchestrated from the host: rows packed with Context::copy,
+// moved by WRITE commands that device threads push
+// (Context::run_device_commands), announced with write-then-atomic signals.
+// This class checks the arguments and admits the call for both.
 #pragma once
 
 #include <cstddef>
@@ -11,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "core/ep/call_admission.hpp"
+#include "core/ep/direct_high_throughput.hpp"
 #include "core/ep/exchange.hpp"
 #include "core/ep/tensor_checks.hpp"
 #include "courier/context.hpp"
@@ -47,20 +51,11 @@ class HighThroughput {
   HighThroughput& operator=(const HighThroughput&) = delete;
 
   DispatchResult dispatch(const DispatchArgs& args);
+  bool direct() const { return direct_ != nullptr; }
   CombineResult combine(const DLTensor& x, const DispatchHandle& handle);
 
  private:
-  struct DispatchInputs {
-    const std::byte* x = nullptr;
-    const float* scales = nullptr;  // FP8 x
-    const int64_t* idx = nullptr;
-    const float* weights = nullptr;
-    const uint8_t* in_rank = nullptr;
-    uint32_t tokens = 0, hidden = 0, topk = 0;
-    DType dtype = DType::float32;
-    DLDataType x_dtype{};
-    CallConfig config;
-  };
+  using DispatchInputs = HtInputs;
   DispatchInputs validate(const DispatchArgs& args) const;
   // Tells every peer this call of `phase` is refused, then throws `why`.
   [[noreturn]] void refuse(uint32_t phase, const std::string& why);
@@ -72,14 +67,16 @@ class HighThroughput {
   // returns their counts.
   std::vector<uint64_t> wait_signals(uint32_t phase, uint32_t parity, uint64_t epoch,
                                      const char* what);
-  std::byte* at(uint64_t offset) const { return exchange_.at(offset); }
+  std::byte* at(uint64_t offset) const { return exchange_->at(offset); }
 
   Context& ctx_;
   BufferOptions options_;
   DLDevice device_;
   uint32_t rank_, ranks_;
   HtWindowLayout layout_;
-  Exchange exchange_;
+  CallAdmission admission_;
+  std::unique_ptr<DirectHighThroughput> direct_;  // the direct path, or
+  std::unique_ptr<Exchange> exchange_;            // the proxy path
   // Outputs, owned here: the views returned point into them.
   DeviceBuffer recv_x_, recv_x_scales_, recv_topk_idx_, recv_topk_weights_, combined_x_;
   uint64_t calls_[2] = {0, 0};  // dispatch and combine calls so far

@@ -76,7 +76,13 @@ LowLatency::LowLatency(Context& ctx, const BufferOptions& options, DLDevice devi
       local_experts_(options.num_experts / ranks_),
       layout_(ranks_, local_experts_, options.max_tokens_per_rank,
               options.hidden * options.element_bytes),
-      exchange_(ctx, checked_size(layout_, options)) {
+      admission_(ctx) {
+  checked_size(layout_, options);
+  if (DirectLowLatency::fits(options) && PeerWindows::usable(ctx)) {
+    direct_ = std::make_unique<DirectLowLatency>(ctx, options, device);
+    return;
+  }
+  exchange_ = std::make_unique<Exchange>(ctx, layout_.total_bytes());
   const uint64_t slots = uint64_t{local_experts_} * ranks_ * options.max_tokens_per_rank;
   packed_x_ = ctx.alloc(slots * layout_.row_bytes);
   packed_scales_ = ctx.alloc(std::max<uint64_t>(slots * (options.hidden / kFp8Block) * 4, 1));
@@ -133,11 +139,12 @@ void LowLatency::signal(std::vector<TransferCmd>& list, uint32_t dst, uint32_t p
                         uint32_t parity, const std::vector<uint64_t>& counts) {
   ctx_.copy(at(layout_.staging(dst)), counts.data(), counts.size() * 8);
   const uint64_t record = layout_.signal(phase, parity, rank_);
-  exchange_.add_signal(list, dst, layout_.staging(dst), record, counts.size() * 8,
-                       record + 8ull * local_experts_);
+  exchange_->add_signal(list, dst, layout_.staging(dst), record, counts.size() * 8,
+                        record + 8ull * local_experts_);
 }
 
 void LowLatency::refuse(uint32_t phase, const std::string& why) {
+  if (direct_) direct_->refuse(phase, calls_[phase]++, why);
   const uint32_t parity = calls_[phase] & 1;
   ++calls_[phase];
   std::vector<uint64_t> refused(local_experts_, kRefused);
@@ -145,12 +152,12 @@ void LowLatency::refuse(uint32_t phase, const std::string& why) {
   for (uint32_t d = 0; d < ranks_; ++d) {
     if (d != rank_) signal(commands[d], d, phase, parity, refused);
   }
-  exchange_.refuse(commands, phase == 0 ? "low_latency_dispatch" : "low_latency_combine", why);
+  exchange_->refuse(commands, phase == 0 ? "low_latency_dispatch" : "low_latency_combine", why);
 }
 
 std::vector<uint64_t> LowLatency::wait(uint32_t phase, uint32_t parity, uint64_t epoch,
                                        const char* what) {
-  const std::vector<std::byte> records = exchange_.wait(
+  const std::vector<std::byte> records = exchange_->wait(
       layout_.signal(phase, parity, 0), layout_.record_bytes, 8ull * local_experts_, epoch, what);
   std::vector<uint64_t> counts(uint64_t{ranks_} * local_experts_);
   for (uint32_t s = 0; s < ranks_; ++s) {
@@ -171,8 +178,9 @@ LowLatencyDispatchResult LowLatency::dispatch(const LowLatencyDispatchArgs& args
   } catch (const Error& e) {
     refused = e.what();
   }
-  exchange_.admit(in.config, refused, "low_latency_dispatch",
-                  [&](const std::string& why) { refuse(0, why); });
+  admission_.admit(in.config, refused, "low_latency_dispatch",
+                   [&](const std::string& why) { refuse(0, why); });
+  if (direct_) return direct_->dispatch(in, args.return_recv_hook, calls_[0]++);
   const uint32_t row_bytes = layout_.row_bytes;
   std::vector<int64_t> idx(uint64_t{in.tokens} * in.topk);
   ctx_.copy(idx.data(), in.idx, idx.size() * 8);
@@ -192,6 +200,7 @@ LowLatencyDispatchResult LowLatency::dispatch(const LowLatencyDispatchArgs& args
   handle.hidden = in.hidden;
   handle.dtype_code = in.x_dtype.code;
   handle.dtype_bits = in.x_dtype.bits;
+  handle.call = call;
   handle.send_slot.assign(idx.size(), -1);
   handle.recv_counts = std::make_shared<std::vector<uint32_t>>();
   // Every token's row on the host once, as it will travel (FP8: quantized,
@@ -248,10 +257,10 @@ LowLatencyDispatchResult LowLatency::dispatch(const LowLatencyDispatchArgs& args
                   src.size() * row_bytes);
         ctx_.copy(at(layout_.recv_src(parity, d, le)), src.data(), src.size() * 4);
       } else {
-        exchange_.add_writes(commands[d], d, layout_.send_rows(d, le),
-                             layout_.recv_rows(parity, rank_, le), src.size() * row_bytes);
-        exchange_.add_writes(commands[d], d, layout_.send_src(d, le),
-                             layout_.recv_src(parity, rank_, le), src.size() * 4);
+        exchange_->add_writes(commands[d], d, layout_.send_rows(d, le),
+                              layout_.recv_rows(parity, rank_, le), src.size() * row_bytes);
+        exchange_->add_writes(commands[d], d, layout_.send_src(d, le),
+                              layout_.recv_src(parity, rank_, le), src.size() * 4);
       }
     }
     if (d == rank_) {  // its own record, written directly
@@ -261,7 +270,7 @@ LowLatencyDispatchResult LowLatency::dispatch(const LowLatencyDispatchArgs& args
       signal(commands[d], d, 0, parity, mine);
     }
   }
-  exchange_.run(commands, "low_latency_dispatch");
+  exchange_->run(commands, "low_latency_dispatch");
 
   LowLatencyDispatchResult result;
   const int64_t slots = int64_t{ranks_} * options_.max_tokens_per_rank;
@@ -349,10 +358,20 @@ CombineResult LowLatency::combine(const DLTensor& x_tensor, const DLTensor& topk
   std::vector<int64_t> idx;
   std::vector<float> weights;
   const uint64_t slots = uint64_t{ranks_} * options_.max_tokens_per_rank;
+  const float* weights_ptr = nullptr;
   try {
-    if (!exchange_.configured() || !handle.recv_counts ||
-        handle.recv_counts->size() != uint64_t{local_experts_} * ranks_ ||
-        handle.send_slot.size() != uint64_t{handle.num_tokens} * handle.topk) {
+    if (direct_) {
+      // The direct path reads the dispatch's receive buffers, which the
+      // dispatch after next reuses.
+      if (!admission_.configured() || handle.topk == 0 || handle.call + 2 < calls_[0] ||
+          handle.call >= calls_[0]) {
+        fail(
+            "ep::Buffer::low_latency_combine: the handle does not come from one of the last two "
+            "low_latency_dispatch calls of this Buffer (their receive buffers are reused after)");
+      }
+    } else if (!admission_.configured() || !handle.recv_counts ||
+               handle.recv_counts->size() != uint64_t{local_experts_} * ranks_ ||
+               handle.send_slot.size() != uint64_t{handle.num_tokens} * handle.topk) {
       fail(
           "ep::Buffer::low_latency_combine: the handle does not come from a completed "
           "low_latency_dispatch of this Buffer (with a recv hook: call it first)");
@@ -363,22 +382,25 @@ CombineResult LowLatency::combine(const DLTensor& x_tensor, const DLTensor& topk
     const int64_t t = handle.num_tokens, k = handle.topk;
     auto* idx_ptr = check_tensor(&topk_idx_tensor, "ep::Buffer::low_latency_combine: topk_idx",
                                  DType::int64, {t, k}, device_.device_type);
-    auto* w_ptr =
+    weights_ptr = static_cast<const float*>(
         check_tensor(&topk_weights_tensor, "ep::Buffer::low_latency_combine: topk_weights",
-                     DType::float32, {t, k}, device_.device_type);
-    idx.resize(static_cast<size_t>(t * k));
-    weights.resize(idx.size());
-    ctx_.copy(idx.data(), idx_ptr, idx.size() * 8);
-    ctx_.copy(weights.data(), w_ptr, weights.size() * 4);
-    for (size_t i = 0; i < idx.size(); ++i) {
-      if ((idx[i] >= 0) != (handle.send_slot[i] >= 0)) {
-        fail("ep::Buffer::low_latency_combine: topk_idx[{}][{}] is not the one dispatched", i / k,
-             i % k);
+                     DType::float32, {t, k}, device_.device_type));
+    if (!direct_) {
+      idx.resize(static_cast<size_t>(t * k));
+      weights.resize(idx.size());
+      ctx_.copy(idx.data(), idx_ptr, idx.size() * 8);
+      ctx_.copy(weights.data(), weights_ptr, weights.size() * 4);
+      for (size_t i = 0; i < idx.size(); ++i) {
+        if ((idx[i] >= 0) != (handle.send_slot[i] >= 0)) {
+          fail("ep::Buffer::low_latency_combine: topk_idx[{}][{}] is not the one dispatched", i / k,
+               i % k);
+        }
       }
     }
   } catch (const Error& e) {
     refuse(1, e.what());
   }
+  if (direct_) return direct_->combine(x, weights_ptr, handle, calls_[1]++);
   const uint32_t row_bytes = layout_.row_bytes;
   const uint64_t call = calls_[1]++;
   const uint32_t parity = call & 1;
@@ -397,8 +419,8 @@ CombineResult LowLatency::combine(const DLTensor& x_tensor, const DLTensor& topk
         ctx_.copy(at(layout_.combine_rows(parity, s, le)), rows, count * row_bytes);
       } else {
         ctx_.copy(at(layout_.send_rows(s, le)), rows, count * row_bytes);
-        exchange_.add_writes(commands[s], s, layout_.send_rows(s, le),
-                             layout_.combine_rows(parity, rank_, le), count * row_bytes);
+        exchange_->add_writes(commands[s], s, layout_.send_rows(s, le),
+                              layout_.combine_rows(parity, rank_, le), count * row_bytes);
       }
     }
     if (s == rank_) {
@@ -408,7 +430,7 @@ CombineResult LowLatency::combine(const DLTensor& x_tensor, const DLTensor& topk
       signal(commands[s], s, 1, parity, mine);
     }
   }
-  exchange_.run(commands, "low_latency_combine");
+  exchange_->run(commands, "low_latency_combine");
   const std::vector<uint64_t> back = wait(1, parity, call / 2 + 1, "low_latency_combine");
 
   // out[t] = sum_k w[t][k] * (the row expert k sent back for t).

@@ -1,14 +1,19 @@
-// Low-latency dispatch and combine (docs/ep.md), orchestrated from the
-// host like high-throughput mode: every (token, expert) pair travels into
-// per-expert receive buffers, counts per (expert, source) announced with one
-// write-then-atomic signal per destination; the receive half can be deferred
-// (recv_hook) so communication overlaps compute.
+// Low-latency dispatch and combine (docs/ep.md): every (token, expert) pair
+// travels into per-expert receive buffers; the receive half can be deferred
+// (recv_hook) so communication overlaps compute. Over the direct path
+// (DirectLowLatency) where the GPUs share a host and the backend can;
+// otherwise orchestrated from the host like high-throughput mode, counts per
+// (expert, source) announced with one write-then-atomic signal per
+// destination. This class checks the arguments and admits the call.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "core/ep/call_admission.hpp"
+#include "core/ep/direct_low_latency.hpp"
 #include "core/ep/exchange.hpp"
 #include "courier/ep.hpp"
 
@@ -40,19 +45,12 @@ class LowLatency {
   LowLatency(Context& ctx, const BufferOptions& options, DLDevice device);
 
   LowLatencyDispatchResult dispatch(const LowLatencyDispatchArgs& args);
+  bool direct() const { return direct_ != nullptr; }
   CombineResult combine(const DLTensor& x, const DLTensor& topk_idx, const DLTensor& topk_weights,
                         const LowLatencyHandle& handle);
 
  private:
-  struct Inputs {
-    const std::byte* x = nullptr;
-    const int64_t* idx = nullptr;
-    uint32_t tokens = 0, hidden = 0, topk = 0;
-    DType dtype = DType::float32;
-    DLDataType x_dtype{};
-    bool fp8 = false;
-    CallConfig config;
-  };
+  using Inputs = LlInputs;
   Inputs validate(const LowLatencyDispatchArgs& args) const;
   static uint64_t checked_size(const LlWindowLayout& layout, const BufferOptions& options);
   // Sends this rank's refusal of a call of `phase` to every peer, then throws.
@@ -63,14 +61,16 @@ class LowLatency {
   std::vector<uint64_t> wait(uint32_t phase, uint32_t parity, uint64_t epoch, const char* what);
   // The receive half of dispatch call `call`: compacts the rows per expert.
   void receive(uint64_t call, bool fp8, LowLatencyHandle* handle);
-  std::byte* at(uint64_t offset) const { return exchange_.at(offset); }
+  std::byte* at(uint64_t offset) const { return exchange_->at(offset); }
 
   Context& ctx_;
   BufferOptions options_;
   DLDevice device_;
   uint32_t rank_, ranks_, local_experts_;
   LlWindowLayout layout_;
-  Exchange exchange_;
+  CallAdmission admission_;
+  std::unique_ptr<DirectLowLatency> direct_;  // the direct path, or
+  std::unique_ptr<Exchange> exchange_;        // the proxy path
   DeviceBuffer packed_x_, packed_scales_, packed_count_, packed_src_, packed_range_, combined_x_;
   uint64_t calls_[2] = {0, 0};
 };

@@ -3,9 +3,6 @@
 // theirs in without copies; they live in the GPU backend's memory (host
 // memory on gpu-host) and are row-major and contiguous.
 //
-// Being built (issue 5): the layout, high-throughput and low-latency
-// dispatch/combine are here (host-orchestrated); device kernels, FP8 and
-// cached handles follow.
 #pragma once
 
 #include <dlpack/dlpack.h>
@@ -118,6 +115,9 @@ struct LowLatencyDispatchArgs {
 struct LowLatencyHandle {
   uint32_t num_tokens = 0;
   uint32_t topk = 0;
+  uint64_t call = 0;  // which low_latency_dispatch of the Buffer (0, 1, ...)
+  // Proxy path only (the direct path keeps both on the device; its counts
+  // are packed_recv_layout_range):
   std::vector<int32_t> send_slot;  // [num_tokens * topk]: row at the expert, or -1
   // [local experts * ranks]: rows received per (expert, source); filled by
   // the receive half (at once, or by recv_hook).
@@ -178,6 +178,10 @@ class Buffer {
 
   int num_ranks() const;
   int rank() const;
+  // How dispatch and combine move rows: "direct" (GPU kernels store into
+  // the peers' GPUs of this host) or "proxy" (the NIC backend's proxy
+  // threads); see COURIER_EP_TRANSPORT.
+  const char* transport() const;
   // Where tensors passed to this Buffer must live (kDLCPU on gpu-host,
   // kDLCUDA or kDLROCM with this rank's GPU index otherwise).
   DLDevice device() const;

@@ -5,6 +5,8 @@
 #
 #   tests/gpu/run.sh            (BUILD=build-gpu by default)
 #   TESTS=gpu-ce BENCH=0 tests/gpu/run.sh   (only tests matching TESTS, no benchmarks)
+#   TESTS=gpu-ep BENCH=ep tests/gpu/run.sh  (EP tests, then only the EP benchmarks: Courier
+#                                            direct and proxy, NCCL all_to_all_single)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 BUILD=${BUILD:-build-gpu}
@@ -52,6 +54,30 @@ bench() {  # bench NAME ARGS...: one courier-bench run, table kept in $OUT/NAME.
   return $rc
 }
 B="$BUILD/bin/courier-bench"
+
+if [ "${BENCH:-1}" = ep ]; then
+  # EP2 at the field's standard shapes (docs/performance.md): Courier over the
+  # direct path and through the proxy over nic-ce, then NCCL all_to_all_single
+  # of the same rows.
+  R="$BUILD/bin/courier-run --timeout 600 -n 2"
+  export COURIER_NIC_BACKEND=ce COURIER_GPU_BACKEND=cuda
+  HT="--mode ht --tokens 512,1024,2048,4096 --hidden 7168 --topk 8 --experts 256 --unmasked"
+  LL="--mode ll --tokens 128 --hidden 7168 --topk 8 --experts 288 --unmasked --fp8"
+  for transport in direct proxy; do
+    iters=50
+    [ "$transport" = proxy ] && iters=5
+    bench "ep-ht-$transport" env COURIER_EP_TRANSPORT=$transport $R "$B" ep $HT --iters $iters
+    bench "ep-ll-$transport" env COURIER_EP_TRANSPORT=$transport $R "$B" ep $LL --iters $iters
+  done
+  bench nccl python3 tools/nccl_alltoall_bench.py --ranks 2 --ht-tokens 512,1024,2048,4096 \
+    --json "$OUT/nccl.json"
+  step "summary"
+  printf '%s\n' "$tests_line"
+  for f in ep-ht-direct ep-ll-direct ep-ht-proxy ep-ll-proxy nccl; do
+    grep -E "^(ep +)?(ht|ll|ll-fp8) " "$OUT/$f.txt" | sed "s/^/$f: /"
+  done
+  exit 0
+fi
 bench fifo-1proxy "$B" fifo --gpu cuda --repeats 3 --round-trips 20000
 bench fifo-4proxies env COURIER_PROXY_THREADS=4 "$B" fifo --gpu cuda --repeats 3
 bench fifo-1proxy-thread-push "$B" fifo --gpu cuda --push thread --commands 20000000 --repeats 3

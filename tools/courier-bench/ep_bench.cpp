@@ -65,7 +65,7 @@ double now_us() {
 // Random routing: distinct experts per token, about one choice in eight
 // masked (-1), as in tests/integration/ep/ep_check.cpp.
 std::vector<int64_t> random_topk(std::mt19937_64& rng, uint32_t tokens, uint32_t topk,
-                                 uint32_t experts) {
+                                 uint32_t experts, bool masked) {
   std::vector<int64_t> idx;
   for (uint32_t t = 0; t < tokens; ++t) {
     std::vector<int64_t> chosen;
@@ -73,7 +73,10 @@ std::vector<int64_t> random_topk(std::mt19937_64& rng, uint32_t tokens, uint32_t
       const auto e = static_cast<int64_t>(rng() % experts);
       if (std::find(chosen.begin(), chosen.end(), e) == chosen.end()) chosen.push_back(e);
     }
-    for (uint32_t k = 0; k < topk; ++k) idx.push_back(rng() % 8 == 0 ? -1 : chosen[k]);
+    for (uint32_t k = 0; k < topk; ++k) {
+      const bool drop = rng() % 8 == 0;
+      idx.push_back(masked && drop ? -1 : chosen[k]);
+    }
   }
   return idx;
 }
@@ -162,7 +165,7 @@ struct Series {
 EpRow summarize(const EpOptions& o, uint32_t tokens, Series s) {
   std::sort(s.us.begin(), s.us.end());
   EpRow row;
-  row.mode = o.mode;
+  row.mode = o.mode == "ll" && o.fp8 ? "ll-fp8" : o.mode;
   row.phase = s.phase;
   row.path = s.path;
   row.tokens = tokens;
@@ -204,7 +207,7 @@ void bench_ht(Context& ctx, const EpOptions& o, const Setup& s, RawWrites& raw,
       y(ctx, dev, kBf16, {R * T, o.hidden});
   for (uint32_t tokens : o.tokens) {
     std::mt19937_64 rng(7919ull * s.me + tokens);
-    const std::vector<int64_t> routing = random_topk(rng, tokens, o.topk, o.experts);
+    const std::vector<int64_t> routing = random_topk(rng, tokens, o.topk, o.experts, !o.unmasked);
     ctx.copy(idx.data(), routing.data(), routing.size() * 8);
     for (Tensor* t : {&x, &idx, &weights, &in_rank}) t->set_rows(tokens);
     buffer.get_dispatch_layout(*idx.view(), static_cast<int>(o.experts),
@@ -220,9 +223,9 @@ void bench_ht(Context& ctx, const EpOptions& o, const Setup& s, RawWrites& raw,
     args.topk_weights = weights.view();
     args.is_token_in_rank = in_rank.view();
     args.num_experts = static_cast<int>(o.experts);
-    Series d{"dispatch", "courier", {}, total(dispatch_to)},
-        dr{"dispatch", "raw-write", {}, d.bytes};
-    Series c{"combine", "courier", {}, 0}, cr{"combine", "raw-write", {}, 0};
+    const std::string path = fmt::format("courier-{}", buffer.transport());
+    Series d{"dispatch", path, {}, total(dispatch_to)}, dr{"dispatch", "raw-write", {}, d.bytes};
+    Series c{"combine", path, {}, 0}, cr{"combine", "raw-write", {}, 0};
     for (uint32_t i = 0; i < o.warmup + o.iters; ++i) {
       ep::DispatchResult got;
       const double td = timed(ctx, [&] { got = buffer.dispatch(args); });
@@ -260,19 +263,22 @@ void bench_ll(Context& ctx, const EpOptions& o, const Setup& s, RawWrites& raw,
       weights(ctx, dev, kF32, {T, o.topk}), y(ctx, dev, kBf16, {per, R * T, o.hidden});
   for (uint32_t tokens : o.tokens) {
     std::mt19937_64 rng(7919ull * s.me + tokens);
-    const std::vector<int64_t> routing = random_topk(rng, tokens, o.topk, o.experts);
+    const std::vector<int64_t> routing = random_topk(rng, tokens, o.topk, o.experts, !o.unmasked);
     ctx.copy(idx.data(), routing.data(), routing.size() * 8);
     for (Tensor* t : {&x, &idx, &weights}) t->set_rows(tokens);
     std::vector<uint64_t> dispatch_to(R, 0), combine_to(R, 0);
+    // An FP8 row travels as hidden bytes plus one float scale per 128.
+    const uint64_t sent_row_bytes = o.fp8 ? o.hidden + o.hidden / 128 * 4 : s.row_bytes;
     for (int64_t e : routing) {
-      if (e >= 0 && e / s.per != s.me) dispatch_to[e / s.per] += s.row_bytes;
+      if (e >= 0 && e / s.per != s.me) dispatch_to[e / s.per] += sent_row_bytes;
     }
     ep::LowLatencyDispatchArgs args;
     args.x = x.view();
     args.topk_idx = idx.view();
-    Series d{"dispatch", "courier", {}, total(dispatch_to)},
-        dr{"dispatch", "raw-write", {}, d.bytes};
-    Series c{"combine", "courier", {}, 0}, cr{"combine", "raw-write", {}, 0};
+    args.use_fp8 = o.fp8;
+    const std::string path = fmt::format("courier-{}", buffer.transport());
+    Series d{"dispatch", path, {}, total(dispatch_to)}, dr{"dispatch", "raw-write", {}, d.bytes};
+    Series c{"combine", path, {}, 0}, cr{"combine", "raw-write", {}, 0};
     for (uint32_t i = 0; i < o.warmup + o.iters; ++i) {
       ep::LowLatencyDispatchResult got;
       const double td = timed(ctx, [&] { got = buffer.low_latency_dispatch(args); });

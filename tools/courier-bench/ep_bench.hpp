@@ -27,10 +27,14 @@ struct EpOptions {
   uint32_t experts = 16;
   uint32_t iters = 20;
   uint32_t warmup = 2;
+  bool fp8 = false;  // ll: dispatch FP8 (use_fp8), combine bfloat16
+  // Routing: top-k distinct random experts per token, one choice in eight
+  // masked (-1) unless unmasked (the reference benchmarks' routing).
+  bool unmasked = false;
 };
 
 struct EpRow {
-  std::string mode, phase, path;  // path: "courier" or "raw-write"
+  std::string mode, phase, path;  // path: "courier-direct", "courier-proxy" or "raw-write"
   uint32_t tokens = 0;
   uint32_t iters = 0;
   double bytes = 0;  // row bytes this rank sends to other ranks per call

@@ -52,8 +52,8 @@ constexpr const char* kUsage =
     "       courier-run -n N courier-bench barrier [--provider shm|tcp] [--iters N]\n"
     "                          [--scope world|rail] [--check] [--json]\n"
     "       courier-run -n N courier-bench ep --mode ll|ht [--tokens A,B,...] [--hidden H]\n"
-    "                          [--topk K] [--experts E] [--iters N] [--provider shm|tcp]\n"
-    "                          [--json]\n"
+    "                          [--topk K] [--experts E] [--iters N] [--fp8] [--unmasked]\n"
+    "                          [--provider shm|tcp] [--json]\n"
     "\n"
     "fifo       host-GPU producer threads into one proxy thread (commands/s); baseline:\n"
     "           the same ring drained by a bare loop (path 'ring').\n"
@@ -548,6 +548,10 @@ int run_ep(int argc, char** argv) {
       o.experts = static_cast<uint32_t>(parse_number(flag, value(), 1, 4096));
     } else if (flag == "--iters") {
       o.iters = static_cast<uint32_t>(parse_number(flag, value(), 1, 1000000));
+    } else if (flag == "--fp8") {
+      o.fp8 = true;
+    } else if (flag == "--unmasked") {
+      o.unmasked = true;
     } else if (flag == "--provider") {
       provider = parse_provider(value());
     } else {
@@ -556,6 +560,10 @@ int run_ep(int argc, char** argv) {
     return true;
   });
   if (!mode_given) usage_error("ep needs --mode ll or --mode ht");
+  if (o.fp8 && o.mode != "ll") usage_error("--fp8 is for --mode ll (FP8 dispatch, BF16 combine)");
+  if (o.fp8 && o.hidden % 128 != 0) {
+    usage_error(fmt::format("--fp8 needs --hidden a multiple of 128, not {}", o.hidden));
+  }
   if (o.topk > o.experts) {
     usage_error(fmt::format("--topk {} exceeds --experts {}", o.topk, o.experts));
   }
@@ -582,7 +590,7 @@ int run_ep(int argc, char** argv) {
     if (bootstrap->rank() != 0) return 0;
     if (!json) {
       fmt::print(
-          "{:<5} {:<4} {:<9} {:<10} {:>7} {:>7} {:>5} {:>8} {:>6} {:>6} {:>11} {:>11} {:>9}\n",
+          "{:<5} {:<6} {:<9} {:<14} {:>7} {:>7} {:>5} {:>8} {:>6} {:>6} {:>11} {:>11} {:>9}\n",
           "bench", "mode", "phase", "path", "tokens", "hidden", "topk", "experts", "ranks", "iters",
           "median us", "p99 us", "GB/s");
     }
@@ -597,7 +605,7 @@ int run_ep(int argc, char** argv) {
             r.iters, r.bytes, r.median_us, r.p99_us, r.gbytes_per_s);
       } else {
         fmt::print(
-            "{:<5} {:<4} {:<9} {:<10} {:>7} {:>7} {:>5} {:>8} {:>6} {:>6} {:>11.1f} {:>11.1f} "
+            "{:<5} {:<6} {:<9} {:<14} {:>7} {:>7} {:>5} {:>8} {:>6} {:>6} {:>11.1f} {:>11.1f} "
             "{:>9.3f}\n",
             "ep", r.mode, r.phase, r.path, r.tokens, o.hidden, o.topk, o.experts, ranks, r.iters,
             r.median_us, r.p99_us, r.gbytes_per_s);

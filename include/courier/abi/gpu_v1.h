@@ -16,7 +16,7 @@ extern "C" {
 #endif
 
 #define COURIER_GPU_ABI_MAJOR 1
-#define COURIER_GPU_ABI_MINOR 1
+#define COURIER_GPU_ABI_MINOR 2
 #define COURIER_GPU_SYMBOL_V1 "courier_gpu_backend_v1"
 
 /* Capability bits (courier_gpu_props_v1.caps). */
@@ -28,6 +28,8 @@ extern "C" {
 #define COURIER_GPU_CAP_FIFO_KERNELS (1u << 4) /* run_fifo_producers, run_fifo_round_trips */
 #define COURIER_GPU_CAP_GRAPHS (1u << 5)       /* kernels can be captured in a graph */
 #define COURIER_GPU_CAP_EP_KERNELS (1u << 6)   /* run_ep_layout (expert parallelism) */
+/* Minor 2: */
+#define COURIER_GPU_CAP_EP_DIRECT (1u << 7) /* ep_* below: EP over direct stores to peers */
 
 typedef struct courier_gpu_props_v1 {
   uint32_t struct_size;
@@ -179,6 +181,185 @@ typedef struct courier_gpu_ep_layout_v1 {
   uint64_t* first_invalid;
 } courier_gpu_ep_layout_v1;
 
+/* ---- Minor 2: expert parallelism over direct device stores (docs/ep.md,
+ * "Direct path"). Every rank's Buffer window has the same layout; `peers`
+ * holds each rank's window as this device addresses it (its own for the
+ * caller's rank, IPC mappings for the others), and the kernels store into
+ * them directly (NVLink between GPUs of one host). The ep_* entry points
+ * enqueue on the backend's EP stream of `device` and return at once;
+ * ep_sync waits for that stream. Offsets (*_off) are byte offsets into a
+ * window. `status` points at a u32 in mapped host memory: a kernel that
+ * finds it non-zero skips its work, and a signal kernel then marks its flags
+ * refused, so a failure on one rank fails every rank instead of hanging
+ * them. Status codes: COURIER_GPU_EP_STATUS_*. */
+#define COURIER_GPU_EP_MAX_RANKS 64
+#define COURIER_GPU_EP_REFUSED_FLAG (1ull << 63)     /* set in a flag word: "refused" */
+#define COURIER_GPU_EP_STATUS_REFUSED_BY 0x10000000u /* | rank: its flag said refused */
+#define COURIER_GPU_EP_STATUS_TIMEOUT 0x20000000u    /* | rank: its flag never came */
+#define COURIER_GPU_EP_STATUS_BAD_INDEX 0x40000000u  /* topk_idx out of range (see bad_index) */
+#define COURIER_GPU_EP_STATUS_RANK_MASK 0x0fffffffu
+
+typedef struct courier_gpu_ep_peers_v1 {
+  void* window[COURIER_GPU_EP_MAX_RANKS];
+} courier_gpu_ep_peers_v1;
+
+/* Groups of ep_route. */
+#define COURIER_GPU_EP_ROUTE_RANKS 0   /* high-throughput: a token once per rank */
+#define COURIER_GPU_EP_ROUTE_EXPERTS 1 /* low-latency: every (token, k) pair */
+
+/* Each item's slot within its group, in token order, and the counts of
+ * this rank's record. RANKS: items are the (t, r) with in_rank[t][r];
+ * slots [T][R]; record = count per rank [R], then count per expert [E]
+ * (tokens whose top-k holds it; zeros without topk_idx). EXPERTS: items are
+ * the (t, k) with topk_idx[t][k] >= 0; slots [T][K]; record = count per
+ * expert [E]. Slots of non-items are -1. An index outside [-1, E) sets
+ * *status to BAD_INDEX and *bad_index to ((t + 1) << 32) | k. */
+typedef struct courier_gpu_ep_route_v1 {
+  uint32_t struct_size;
+  int32_t device;
+  uint32_t mode; /* COURIER_GPU_EP_ROUTE_* */
+  uint32_t tokens, topk, num_experts, num_ranks;
+  uint32_t reserved;
+  const int64_t* topk_idx; /* [T][K], NULL: RANKS mode without expert counts */
+  const uint8_t* in_rank;  /* [T][R], RANKS mode */
+  int32_t* slots;          /* out */
+  uint32_t* record;        /* out */
+  uint64_t* bad_index;     /* mapped host memory */
+  uint32_t* status;
+} courier_gpu_ep_route_v1;
+
+/* Copies `bytes` at `src` (this device) to offset record_off of every
+ * rank's window, then raises the u64 at flag_off there to `epoch` (with
+ * REFUSED_FLAG when *status is set) with release semantics: a rank that
+ * sees the flag sees the record and everything this device stored before.
+ * bytes may be 0 (only the flags). */
+typedef struct courier_gpu_ep_signal_v1 {
+  uint32_t struct_size;
+  int32_t device;
+  uint32_t rank, num_ranks;
+  const void* src;
+  uint64_t bytes, record_off, flag_off;
+  uint64_t epoch;
+  uint32_t* status;
+  courier_gpu_ep_peers_v1 peers;
+} courier_gpu_ep_signal_v1;
+
+/* Waits until flags[r] >= epoch for every rank r (flags in this device's
+ * memory); sets *status to REFUSED_BY | r or TIMEOUT | r otherwise. */
+typedef struct courier_gpu_ep_wait_v1 {
+  uint32_t struct_size;
+  int32_t device;
+  uint32_t num_ranks;
+  uint32_t reserved;
+  const uint64_t* flags;
+  uint64_t epoch;
+  uint64_t timeout_ns;
+  uint32_t* status;
+} courier_gpu_ep_wait_v1;
+
+/* High-throughput dispatch: token t with slots[t][d] >= 0 goes to rank d at
+ * row begin + slot, begin = sum over s < rank of records[s][d] (records:
+ * num_ranks records of record_words u32 in this device's memory, from
+ * ep_route RANKS and ep_signal). Stored there: its value row (row_bytes),
+ * scales (scale_cols floats, when x_scales), topk local expert ids (int64,
+ * -1 where not on d) and weights (when topk > 0). Also pads this rank's
+ * rows [received, pad_rows) with zeros (ids -1). */
+typedef struct courier_gpu_ep_ht_dispatch_v1 {
+  uint32_t struct_size;
+  int32_t device;
+  uint32_t rank, num_ranks;
+  uint32_t tokens, topk, experts_per_rank, row_bytes, scale_cols;
+  uint32_t record_words;
+  uint32_t pad_rows;
+  uint32_t reserved;
+  const void* x;
+  const float* x_scales;
+  const int64_t* topk_idx;
+  const float* topk_weights;
+  const int32_t* slots;
+  const uint32_t* records;
+  uint64_t x_off, scales_off, idx_off, weights_off;
+  uint32_t* status;
+  courier_gpu_ep_peers_v1 peers;
+} courier_gpu_ep_ht_dispatch_v1;
+
+/* Low-latency dispatch: pair (t, k) with e = topk_idx[t][k] >= 0 goes to
+ * rank d = e / L (L local experts), expert l = e % L, row
+ * l * rows_per_expert + begin + slots[t][k], begin = sum over s < rank of
+ * records[s][e]. Stored there: the row (x_dtype_bits 16: bfloat16, 32:
+ * float32; with fp8: e4m3 values, hidden bytes, plus hidden / 128 float
+ * scales, quantized here), the source token t (int32) and k (int32). */
+typedef struct courier_gpu_ep_ll_dispatch_v1 {
+  uint32_t struct_size;
+  int32_t device;
+  uint32_t rank, num_ranks;
+  uint32_t tokens, topk, num_experts, hidden;
+  uint32_t x_dtype_bits, fp8, rows_per_expert;
+  uint32_t reserved;
+  const void* x;
+  const int64_t* topk_idx;
+  const int32_t* slots;
+  const uint32_t* records; /* [R][E] */
+  uint64_t x_off, scales_off, src_off, k_off;
+  uint32_t* status;
+  courier_gpu_ep_peers_v1 peers;
+} courier_gpu_ep_ll_dispatch_v1;
+
+/* Low-latency receive bookkeeping: count[l] = sum over s of
+ * records[s][rank * L + l]; range[l][s] = (begin << 32) | records[s][...]. */
+typedef struct courier_gpu_ep_ll_counts_v1 {
+  uint32_t struct_size;
+  int32_t device;
+  uint32_t rank, num_ranks, local_experts, num_experts;
+  const uint32_t* records;
+  int32_t* count;
+  int64_t* range;
+  uint32_t* status;
+} courier_gpu_ep_ll_counts_v1;
+
+/* Combine's send half: rows of x go back to the ranks they came from.
+ * RANKS (high-throughput): row i of x came from rank s with
+ * begins[s] <= i < begins[s + 1]; it goes to rank s at
+ * out_off + (rank * rows_per_rank + i - begins[s]) * row_bytes.
+ * EXPERTS (low-latency): x is [L][rows_per_expert]; row j < count[l] of
+ * expert l came from the rank s whose range[l][s] covers j, token src[..],
+ * k k[..]; it goes to rank s at out_off + (t * topk + k) * row_bytes. */
+typedef struct courier_gpu_ep_combine_send_v1 {
+  uint32_t struct_size;
+  int32_t device;
+  uint32_t mode; /* COURIER_GPU_EP_ROUTE_* */
+  uint32_t rank, num_ranks, row_bytes;
+  uint32_t rows;          /* RANKS: rows of x */
+  uint32_t rows_per_rank; /* RANKS */
+  uint32_t local_experts, rows_per_expert, topk;
+  uint32_t reserved;
+  const void* x;
+  const int32_t* begins; /* RANKS: [R + 1] */
+  const int32_t* count;  /* EXPERTS */
+  const int64_t* range;
+  const int32_t* src;
+  const int32_t* k;
+  uint64_t out_off;
+  uint32_t* status;
+  courier_gpu_ep_peers_v1 peers;
+} courier_gpu_ep_combine_send_v1;
+
+/* Combine's reduce: out[t] = sum over j < terms with slots[t][j] >= 0 of
+ * weight * rows[r], in float, stored as bfloat16 (dtype_bits 16) or
+ * float32. RANKS: r = j * rows_per_term + slots[t][j], weight 1. EXPERTS:
+ * r = t * terms + j, weight weights[t][j]. */
+typedef struct courier_gpu_ep_reduce_v1 {
+  uint32_t struct_size;
+  int32_t device;
+  uint32_t mode;
+  uint32_t tokens, hidden, dtype_bits, terms, rows_per_term;
+  const int32_t* slots;
+  const float* weights;
+  const void* rows;
+  void* out;
+  uint32_t* status;
+} courier_gpu_ep_reduce_v1;
+
 typedef struct courier_gpu_plugin_v1 {
   courier_plugin_header header;
   const char* description;
@@ -225,6 +406,19 @@ typedef struct courier_gpu_plugin_v1 {
   int (*run_command_lists)(void* backend, courier_gpu_command_lists_v1* job);
   /* Expert-parallel kernels (COURIER_GPU_CAP_EP_KERNELS); return once done. */
   int (*run_ep_layout)(void* backend, const courier_gpu_ep_layout_v1* job);
+
+  /* ---- minor 2 (read only when header.struct_size covers them) ----
+   * COURIER_GPU_CAP_EP_DIRECT: enqueue on the EP stream of job->device. */
+  int (*ep_route)(void* backend, const courier_gpu_ep_route_v1* job);
+  int (*ep_signal)(void* backend, const courier_gpu_ep_signal_v1* job);
+  int (*ep_wait)(void* backend, const courier_gpu_ep_wait_v1* job);
+  int (*ep_ht_dispatch)(void* backend, const courier_gpu_ep_ht_dispatch_v1* job);
+  int (*ep_ll_dispatch)(void* backend, const courier_gpu_ep_ll_dispatch_v1* job);
+  int (*ep_ll_counts)(void* backend, const courier_gpu_ep_ll_counts_v1* job);
+  int (*ep_combine_send)(void* backend, const courier_gpu_ep_combine_send_v1* job);
+  int (*ep_reduce)(void* backend, const courier_gpu_ep_reduce_v1* job);
+  /* Waits until everything enqueued on the EP stream of `device` ran. */
+  int (*ep_sync)(void* backend, int device);
 } courier_gpu_plugin_v1;
 
 typedef const courier_gpu_plugin_v1* (*courier_gpu_backend_v1_fn)(void);

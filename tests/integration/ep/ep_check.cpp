@@ -32,8 +32,11 @@
 //   ht-errors       one rank with more tokens than the buffer holds: every
 //                   rank fails, none hangs; ranks with different
 //                   configurations at the first call: every rank fails
-// Prints "[PASS|FAIL] <case>: <detail>" and "ep: P passed, F failed"; exits 1
-// if a case failed.
+// --gpu-shapes runs the high-throughput and low-latency cases at the field's
+// standard shapes instead (4096 and 128 tokens, hidden 7168, top-8 of 256 and
+// 288 experts), without the float32 ones.
+// Prints "[PASS|FAIL] <case>: <detail>" and "ep: P passed, F failed
+// (transport direct|proxy)"; exits 1 if a case failed.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -43,6 +46,7 @@
 #include <functional>
 #include <random>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "courier/context.hpp"
@@ -225,6 +229,23 @@ Outcome check_layout_errors(courier::Context& ctx, courier::ep::Buffer& buffer) 
   return c.outcome("5 bad calls refused with the argument named; the next call works");
 }
 
+// The sizes of a case. The defaults are small enough for CPU ranks;
+// --gpu-shapes gives the field's standard ones (4096 tokens in
+// high-throughput mode, 128 in low-latency mode, hidden 7168, top-8).
+struct Shape {
+  int max_tokens = 64;
+  int tokens = 20;     // rank r's call c dispatches tokens + 7r + 3c (small) or tokens - 7r - 3c
+  bool fewer = false;  // the second form, to stay within max_tokens
+  int hidden = 0;
+  int topk = 4;
+  int experts_per_rank = 4;
+  int experts = 0;  // when set: this many in all, instead of experts_per_rank
+  int tokens_of(int rank, int call) const {
+    return fewer ? tokens - 7 * rank - 3 * call : tokens + 7 * rank + 3 * call;
+  }
+  int experts_of(int ranks) const { return experts > 0 ? experts : experts_per_rank * ranks; }
+};
+
 // One rank's dispatch inputs, reproducible by every rank.
 struct Inputs {
   int tokens = 0;
@@ -233,10 +254,10 @@ struct Inputs {
   std::vector<float> x;  // [tokens, hidden], small integers: exact in bfloat16
 };
 
-Inputs inputs_of(int rank, int hidden, int topk, int experts, int call) {
+Inputs inputs_of(const Shape& shape, int rank, int hidden, int topk, int experts, int call) {
   std::mt19937_64 rng(977 * rank + 31 * call + 5);
   Inputs in;
-  in.tokens = 20 + 7 * rank + 3 * call;
+  in.tokens = shape.tokens_of(rank, call);
   in.idx = random_topk(rng, in.tokens, topk, experts);
   for (size_t i = 0; i < in.idx.size(); ++i) in.weights.push_back(0.25f * (1 + rng() % 4));
   for (int t = 0; t < in.tokens; ++t) {
@@ -309,11 +330,12 @@ int combined_values_off(courier::Context& ctx, const courier::ep::CombineResult&
   return wrong;
 }
 
-Outcome check_ht(courier::Context& ctx, bool bf16) {
+Outcome check_ht(courier::Context& ctx, const Shape& shape, bool bf16) {
   const int ranks = ctx.world_size(), me = ctx.rank();
-  const int hidden = 96, topk = 4, experts = 4 * ranks, per = experts / ranks;
+  const int hidden = shape.hidden, topk = shape.topk, experts = shape.experts_of(ranks),
+            per = experts / ranks;
   courier::ep::BufferOptions options;
-  options.max_tokens_per_rank = 64;
+  options.max_tokens_per_rank = static_cast<uint32_t>(shape.max_tokens);
   options.hidden = hidden;
   options.element_bytes = bf16 ? 2 : 4;
   options.max_topk = topk;
@@ -323,7 +345,7 @@ Outcome check_ht(courier::Context& ctx, bool bf16) {
   Checks c;
   uint64_t rows_checked = 0;
   for (int call = 0; call < 2; ++call) {  // twice: both halves of the double buffer
-    const Inputs mine = inputs_of(me, hidden, topk, experts, call);
+    const Inputs mine = inputs_of(shape, me, hidden, topk, experts, call);
     Tensor x(ctx, dev, xtype, {mine.tokens, hidden});
     std::vector<std::byte> x_bytes = encode(mine.x, bf16);
     x.set(x_bytes);
@@ -349,7 +371,7 @@ Outcome check_ht(courier::Context& ctx, bool bf16) {
     std::vector<int64_t> want_idx;
     std::vector<int32_t> want_per_expert(per, 0);
     for (int s = 0; s < ranks; ++s) {
-      const Inputs in = inputs_of(s, hidden, topk, experts, call);
+      const Inputs in = inputs_of(shape, s, hidden, topk, experts, call);
       for (int t = 0; t < in.tokens; ++t) {
         bool here = false;
         for (int k = 0; k < topk; ++k)
@@ -391,7 +413,7 @@ Outcome check_ht(courier::Context& ctx, bool bf16) {
 
     // The same tokens again through the cached handle, rows padded to a
     // fixed count: the same rows, zeros after them, no topk columns.
-    const int64_t worst = int64_t{ranks} * 64;
+    const int64_t worst = int64_t{ranks} * shape.max_tokens;
     courier::ep::DispatchArgs cached_args;
     cached_args.x = x.view();
     cached_args.cached_handle = &got.handle;
@@ -434,7 +456,7 @@ float e4m3_value(uint8_t code) {
   return e == 0 ? sign * std::ldexp(static_cast<float>(m), -9)
                 : sign * std::ldexp(1.0f + m / 8.0f, e - 7);
 }
-uint8_t e4m3_code(float v) {
+uint8_t nearest_e4m3_code(float v) {
   uint8_t best = 0;
   float best_err = INFINITY;
   for (int c = 0; c < 256; ++c) {
@@ -446,6 +468,14 @@ uint8_t e4m3_code(float v) {
     }
   }
   return best;
+}
+// The search above, remembered per value: the test rows hold few distinct
+// values, and the large shapes quantize millions of them.
+uint8_t e4m3_code(float v) {
+  static std::unordered_map<float, uint8_t> known;
+  auto [at, inserted] = known.try_emplace(v, 0);
+  if (inserted) at->second = nearest_e4m3_code(v);
+  return at->second;
 }
 // Quantizes rows of `hidden` (a multiple of 128) to codes and scales.
 void quantize(const std::vector<float>& x, int hidden, std::vector<uint8_t>* codes,
@@ -462,17 +492,18 @@ void quantize(const std::vector<float>& x, int hidden, std::vector<uint8_t>* cod
   }
 }
 
-Outcome check_ht_fp8(courier::Context& ctx) {
+Outcome check_ht_fp8(courier::Context& ctx, const Shape& shape) {
   const int ranks = ctx.world_size(), me = ctx.rank();
-  const int hidden = 256, topk = 4, experts = 4 * ranks, per = experts / ranks;
+  const int hidden = shape.hidden, topk = shape.topk, experts = shape.experts_of(ranks),
+            per = experts / ranks;
   courier::ep::BufferOptions options;
-  options.max_tokens_per_rank = 64;
+  options.max_tokens_per_rank = static_cast<uint32_t>(shape.max_tokens);
   options.hidden = hidden;
   options.element_bytes = 2;  // FP8 rows ride in bfloat16-sized slots
   options.max_topk = topk;
   courier::ep::Buffer buffer(ctx, options);
   const DLDevice dev = buffer.device();
-  const Inputs mine = inputs_of(me, hidden, topk, experts, 0);
+  const Inputs mine = inputs_of(shape, me, hidden, topk, experts, 0);
   std::vector<uint8_t> codes;
   std::vector<float> scales;
   quantize(mine.x, hidden, &codes, &scales);
@@ -502,7 +533,7 @@ Outcome check_ht_fp8(courier::Context& ctx) {
   std::vector<uint8_t> want_codes;
   std::vector<float> want_scales, dequantized, local_sum;
   for (int s = 0; s < ranks; ++s) {
-    const Inputs in = inputs_of(s, hidden, topk, experts, 0);
+    const Inputs in = inputs_of(shape, s, hidden, topk, experts, 0);
     std::vector<uint8_t> c;
     std::vector<float> sc;
     quantize(in.x, hidden, &c, &sc);
@@ -569,9 +600,10 @@ Outcome check_ht_fp8(courier::Context& ctx) {
                   received, worst));
 }
 
-Outcome check_ll(courier::Context& ctx, bool bf16) {
+Outcome check_ll(courier::Context& ctx, const Shape& shape, bool bf16) {
   const int ranks = ctx.world_size(), me = ctx.rank();
-  const int hidden = 64, topk = 4, experts = 4 * ranks, per = experts / ranks, max_tokens = 64;
+  const int hidden = shape.hidden, topk = shape.topk, experts = shape.experts_of(ranks),
+            per = experts / ranks, max_tokens = shape.max_tokens;
   courier::ep::BufferOptions options;
   options.low_latency_mode = true;
   options.max_tokens_per_rank = max_tokens;
@@ -586,7 +618,7 @@ Outcome check_ll(courier::Context& ctx, bool bf16) {
   Checks c;
   uint64_t rows_checked = 0;
   for (int call = 0; call < 2; ++call) {
-    const Inputs mine = inputs_of(me, hidden, topk, experts, call);
+    const Inputs mine = inputs_of(shape, me, hidden, topk, experts, call);
     Tensor x(ctx, dev, xtype, {mine.tokens, hidden});
     x.set(encode(mine.x, bf16));
     Tensor idx(ctx, dev, kInt64, {mine.tokens, topk});
@@ -610,10 +642,12 @@ Outcome check_ll(courier::Context& ctx, bool bf16) {
     ctx.copy(count.data(), got.packed_recv_count.tensor().data, count.size() * 4);
     ctx.copy(src.data(), got.packed_recv_src_info.tensor().data, src.size() * 4);
     ctx.copy(range.data(), got.packed_recv_layout_range.tensor().data, range.size() * 8);
+    std::vector<Inputs> all;
+    for (int s = 0; s < ranks; ++s) all.push_back(inputs_of(shape, s, hidden, topk, experts, call));
     for (int le = 0; le < per; ++le) {
       int64_t row = 0;
       for (int s = 0; s < ranks; ++s) {
-        const Inputs in = inputs_of(s, hidden, topk, experts, call);
+        const Inputs& in = all[s];
         const int64_t begin = row;
         for (int t = 0; t < in.tokens; ++t) {
           bool chose = false;
@@ -653,9 +687,10 @@ Outcome check_ll(courier::Context& ctx, bool bf16) {
                   rows_checked, bf16 ? "1e-2 relative" : "1e-5 relative"));
 }
 
-Outcome check_ll_fp8(courier::Context& ctx) {
+Outcome check_ll_fp8(courier::Context& ctx, const Shape& shape) {
   const int ranks = ctx.world_size(), me = ctx.rank();
-  const int hidden = 256, topk = 4, experts = 4 * ranks, per = experts / ranks, max_tokens = 64;
+  const int hidden = shape.hidden, topk = shape.topk, experts = shape.experts_of(ranks),
+            per = experts / ranks, max_tokens = shape.max_tokens;
   const int columns = hidden / 128;
   courier::ep::BufferOptions options;
   options.low_latency_mode = true;
@@ -667,7 +702,7 @@ Outcome check_ll_fp8(courier::Context& ctx) {
   courier::ep::Buffer buffer(ctx, options);
   const DLDevice dev = buffer.device();
   const int64_t slots = int64_t{ranks} * max_tokens;
-  const Inputs mine = inputs_of(me, hidden, topk, experts, 0);
+  const Inputs mine = inputs_of(shape, me, hidden, topk, experts, 0);
   Tensor x(ctx, dev, DLDataType{kDLBfloat, 16, 1}, {mine.tokens, hidden});
   x.set(encode(mine.x, true));
   Tensor idx(ctx, dev, kInt64, {mine.tokens, topk});
@@ -689,13 +724,19 @@ Outcome check_ll_fp8(courier::Context& ctx) {
   ctx.copy(scales.data(), got.packed_recv_x_scales.tensor().data, scales.size() * 4);
   std::vector<float> dequantized(static_cast<size_t>(per * slots * hidden), 0.0f);
   uint64_t rows = 0;
+  std::vector<Inputs> all;
+  std::vector<std::vector<uint8_t>> all_codes(ranks);
+  std::vector<std::vector<float>> all_scales(ranks);
+  for (int s = 0; s < ranks; ++s) {
+    all.push_back(inputs_of(shape, s, hidden, topk, experts, 0));
+    quantize(all[s].x, hidden, &all_codes[s], &all_scales[s]);
+  }
   for (int le = 0; le < per; ++le) {
     int64_t row = 0;
     for (int s = 0; s < ranks; ++s) {
-      const Inputs in = inputs_of(s, hidden, topk, experts, 0);
-      std::vector<uint8_t> want_codes;
-      std::vector<float> want_scales;
-      quantize(in.x, hidden, &want_codes, &want_scales);
+      const Inputs& in = all[s];
+      const std::vector<uint8_t>& want_codes = all_codes[s];
+      const std::vector<float>& want_scales = all_scales[s];
       for (int t = 0; t < in.tokens; ++t) {
         bool chose = false;
         for (int k = 0; k < topk; ++k) chose |= in.idx[t * topk + k] == me * per + le;
@@ -781,21 +822,62 @@ Outcome check_ht_errors(courier::Context& ctx) {
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  const bool gpu_shapes = argc > 1 && std::string(argv[1]) == "--gpu-shapes";
+  if (argc > 2 || (argc == 2 && !gpu_shapes)) {
+    fmt::print(stderr, "usage: ep_check [--gpu-shapes]\n");
+    return 2;
+  }
   try {
     courier::Context ctx;
     courier::ep::Buffer buffer(ctx);
-    const std::vector<std::pair<const char*, std::function<Outcome()>>> cases = {
+    auto shape = [](int hidden) {
+      Shape s;
+      s.hidden = hidden;
+      return s;
+    };
+    // The field's standard shapes: high-throughput 4096 tokens, hidden
+    // 7168, top-8 of 256 (BF16) or 288 (FP8) experts; low-latency 128
+    // tokens of 288 experts.
+    auto big = [](int max_tokens, int experts) {
+      Shape s;
+      s.max_tokens = max_tokens;
+      s.tokens = max_tokens;
+      s.fewer = true;
+      s.hidden = 7168;
+      s.topk = 8;
+      s.experts = experts;
+      return s;
+    };
+    std::vector<std::pair<const char*, std::function<Outcome()>>> cases = {
         {"layout", [&] { return check_layout(ctx, buffer); }},
         {"layout-errors", [&] { return check_layout_errors(ctx, buffer); }},
-        {"ht-float32", [&] { return check_ht(ctx, false); }},
-        {"ht-bfloat16", [&] { return check_ht(ctx, true); }},
-        {"ht-fp8", [&] { return check_ht_fp8(ctx); }},
-        {"ll-float32", [&] { return check_ll(ctx, false); }},
-        {"ll-bfloat16", [&] { return check_ll(ctx, true); }},
-        {"ll-fp8", [&] { return check_ll_fp8(ctx); }},
-        {"ht-errors", [&] { return check_ht_errors(ctx); }},
     };
+    if (gpu_shapes) {
+      cases.insert(
+          cases.end(),
+          {
+              {"ht-bfloat16-4096x7168-top8-of-256",
+               [&] { return check_ht(ctx, big(4096, 256), true); }},
+              {"ht-bfloat16-4096x7168-top8-of-288",
+               [&] { return check_ht(ctx, big(4096, 288), true); }},
+              {"ht-fp8-4096x7168-top8-of-256", [&] { return check_ht_fp8(ctx, big(4096, 256)); }},
+              {"ll-bfloat16-128x7168-top8-of-288",
+               [&] { return check_ll(ctx, big(128, 288), true); }},
+              {"ll-fp8-128x7168-top8-of-288", [&] { return check_ll_fp8(ctx, big(128, 288)); }},
+              {"ll-fp8-128x7168-top8-of-256", [&] { return check_ll_fp8(ctx, big(128, 256)); }},
+          });
+    } else {
+      cases.insert(cases.end(), {
+                                    {"ht-float32", [&] { return check_ht(ctx, shape(96), false); }},
+                                    {"ht-bfloat16", [&] { return check_ht(ctx, shape(96), true); }},
+                                    {"ht-fp8", [&] { return check_ht_fp8(ctx, shape(256)); }},
+                                    {"ll-float32", [&] { return check_ll(ctx, shape(64), false); }},
+                                    {"ll-bfloat16", [&] { return check_ll(ctx, shape(64), true); }},
+                                    {"ll-fp8", [&] { return check_ll_fp8(ctx, shape(256)); }},
+                                });
+    }
+    cases.emplace_back("ht-errors", [&] { return check_ht_errors(ctx); });
     int passed = 0, failed = 0;
     for (const auto& [name, run] : cases) {
       Outcome o = run();
@@ -803,7 +885,7 @@ int main() {
       (o.pass ? passed : failed)++;
     }
     ctx.barrier();
-    fmt::print("ep: {} passed, {} failed\n", passed, failed);
+    fmt::print("ep: {} passed, {} failed (transport {})\n", passed, failed, buffer.transport());
     return failed == 0 ? 0 : 1;
   } catch (const courier::Error& e) {
     fmt::print(stderr, "ep_check: {}\n", e.what());

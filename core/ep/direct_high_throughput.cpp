@@ -1,0 +1,267 @@
+#include "core/ep/direct_high_throughput.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/check.hpp"
+#include "core/ep/element_types.hpp"
+
+namespace courier::ep {
+
+namespace {
+
+constexpr uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
+
+// Experts a direct-path Buffer counts per rank when BufferOptions does not
+// say (num_experts 0).
+constexpr uint32_t kDefaultMaxExperts = 1024;
+
+enum Phase : uint32_t { kNotify = 0, kData = 1, kCombine = 2 };
+
+}  // namespace
+
+HtDirectLayout::HtDirectLayout(uint32_t ranks, uint32_t max_tokens, uint32_t row_bytes,
+                               uint32_t hidden, uint32_t max_topk, uint32_t max_experts)
+    : ranks(ranks), max_tokens(max_tokens), row_bytes(row_bytes), max_experts(max_experts) {
+  record_words = static_cast<uint32_t>(align_up(ranks + max_experts, 4));
+  record_bytes = 4ull * record_words;
+  const uint64_t rows = uint64_t{ranks} * max_tokens;
+  const uint64_t scale_bytes = hidden % kFp8Block == 0 ? hidden / kFp8Block * 4ull : 0;
+  uint64_t at = 0;
+  auto take = [&at](uint64_t bytes) {
+    const uint64_t here = at;
+    at = align_up(at + bytes, 256);
+    return here;
+  };
+  for (uint32_t p = 0; p < 2; ++p) {
+    records[p] = take(ranks * record_bytes);
+    recv_x[p] = take(rows * row_bytes);
+    recv_scales[p] = take(rows * scale_bytes);
+    recv_idx[p] = take(rows * max_topk * 8);
+    recv_weights[p] = take(rows * max_topk * 4);
+    combine[p] = take(rows * row_bytes);
+  }
+  flags = take(3ull * 2 * ranks * 8);
+  slots = take(rows * 4);
+  staging = take(record_bytes);
+  plan = take(4ull * (ranks + 1) + rows * 4);
+  in_rank = take(rows);
+  total = at;
+}
+
+DirectHighThroughput::DirectHighThroughput(Context& ctx, const BufferOptions& options,
+                                           DLDevice device)
+    : ctx_(ctx),
+      options_(options),
+      device_(device),
+      rank_(static_cast<uint32_t>(ctx.rank())),
+      ranks_(static_cast<uint32_t>(ctx.world_size())),
+      layout_(ranks_, options.max_tokens_per_rank, options.hidden * options.element_bytes,
+              options.hidden, options.max_topk,
+              options.num_experts > 0 ? options.num_experts : kDefaultMaxExperts),
+      windows_(ctx, layout_.total),
+      combined_x_(ctx.alloc(uint64_t{options.max_tokens_per_rank} * layout_.row_bytes)) {}
+
+void DirectHighThroughput::refuse(uint32_t phase, uint64_t call, const std::string& why) {
+  const uint32_t parity = call & 1;
+  const uint64_t epoch = call / 2 + 1;
+  try {
+    windows_.set_refused();
+    for (uint32_t p :
+         phase == 0 ? std::vector<uint32_t>{kNotify, kData} : std::vector<uint32_t>{kCombine}) {
+      windows_.signal(nullptr, 0, 0, layout_.flag(p, parity, rank_), epoch);
+    }
+    windows_.check(windows_.ops()->ep_sync(windows_.backend(), windows_.device()), "refusing");
+  } catch (const Error&) {
+    // The refusal itself is the error worth reporting.
+  }
+  throw Error(why);
+}
+
+DispatchResult DirectHighThroughput::dispatch(const HtInputs& in, const DispatchArgs& args,
+                                              uint64_t call) {
+  const uint32_t parity = call & 1;
+  const uint64_t epoch = call / 2 + 1;
+  const uint32_t experts = in.config.num_experts, per_rank = experts / ranks_;
+  if (experts > layout_.max_experts) {
+    refuse(0, call,
+           fmt::format("ep::Buffer::dispatch: {} experts, more than the {} this Buffer counts "
+                       "(BufferOptions::num_experts)",
+                       experts, layout_.max_experts));
+  }
+  const bool fp8 = in.dtype == DType::fp8_e4m3;
+  const bool with_topk = in.idx != nullptr;
+  windows_.clear_status();
+
+  // Round 1: slots and counts, to every rank.
+  const uint8_t* in_rank = in.in_rank;
+  if (args.cached_handle != nullptr) {
+    std::vector<uint8_t> mask(args.cached_handle->send_index.size());
+    for (size_t i = 0; i < mask.size(); ++i) mask[i] = args.cached_handle->send_index[i] >= 0;
+    ctx_.copy(windows_.at(layout_.in_rank), mask.data(), mask.size());
+    in_rank = reinterpret_cast<const uint8_t*>(windows_.at(layout_.in_rank));
+  }
+  courier_gpu_ep_route_v1 route{};
+  route.struct_size = sizeof route;
+  route.device = windows_.device();
+  route.mode = COURIER_GPU_EP_ROUTE_RANKS;
+  route.tokens = in.tokens;
+  route.topk = with_topk ? in.topk : 0;
+  route.num_experts = experts;
+  route.num_ranks = ranks_;
+  route.topk_idx = in.idx;
+  route.in_rank = in_rank;
+  route.slots = reinterpret_cast<int32_t*>(windows_.at(layout_.slots));
+  route.record = reinterpret_cast<uint32_t*>(windows_.at(layout_.staging));
+  route.bad_index = windows_.bad_index_device();
+  route.status = windows_.status_device();
+  windows_.check(windows_.ops()->ep_route(windows_.backend(), &route), "routing the tokens");
+  windows_.signal(windows_.at(layout_.staging), layout_.record_bytes,
+                  layout_.records[parity] + rank_ * layout_.record_bytes,
+                  layout_.flag(kNotify, parity, rank_), epoch);
+  windows_.wait(layout_.flag(kNotify, parity, 0), epoch);
+  windows_.sync("dispatch");
+  std::vector<uint32_t> records(uint64_t{ranks_} * layout_.record_words);
+  ctx_.copy(records.data(), windows_.at(layout_.records[parity]), records.size() * 4);
+
+  DispatchHandle handle;
+  handle.num_tokens = in.tokens;
+  handle.hidden = in.hidden;
+  handle.dtype_code = fp8 ? static_cast<uint32_t>(kDLBfloat) : in.x_dtype.code;
+  handle.dtype_bits = fp8 ? 16 : in.x_dtype.bits;
+  handle.num_worst_tokens = static_cast<uint32_t>(args.num_worst_tokens);
+  DispatchResult result;
+  result.num_recv_tokens_per_expert.assign(per_rank, 0);
+  uint64_t received = 0;
+  for (uint32_t s = 0; s < ranks_; ++s) {
+    const uint32_t* record = records.data() + uint64_t{s} * layout_.record_words;
+    handle.recv_counts.push_back(record[rank_]);
+    received += record[rank_];
+    for (uint32_t l = 0; l < per_rank; ++l) {
+      result.num_recv_tokens_per_expert[l] +=
+          static_cast<int32_t>(record[ranks_ + rank_ * per_rank + l]);
+    }
+  }
+  if (args.cached_handle != nullptr) {
+    for (uint32_t s = 0; s < ranks_; ++s) {
+      if (handle.recv_counts[s] != args.cached_handle->recv_counts[s]) {
+        refuse(0, call,
+               fmt::format("ep::Buffer::dispatch: rank {} sends {} rows where the cached handle "
+                           "expects {}: the ranks did not all reuse the same layout",
+                           s, handle.recv_counts[s], args.cached_handle->recv_counts[s]));
+      }
+    }
+  }
+  const uint64_t rows_out =
+      args.num_worst_tokens > 0 ? static_cast<uint64_t>(args.num_worst_tokens) : received;
+  if (received > rows_out) {
+    refuse(0, call,
+           fmt::format("ep::Buffer::dispatch: {} rows arrive, more than num_worst_tokens {}",
+                       received, rows_out));
+  }
+
+  // Round 2: the rows, straight into every destination's outputs.
+  courier_gpu_ep_ht_dispatch_v1 job{};
+  job.struct_size = sizeof job;
+  job.device = windows_.device();
+  job.rank = rank_;
+  job.num_ranks = ranks_;
+  job.tokens = in.tokens;
+  job.topk = with_topk ? in.topk : 0;
+  job.experts_per_rank = per_rank;
+  job.row_bytes = fp8 ? in.hidden : in.hidden * (in.dtype == DType::float32 ? 4 : 2);
+  job.scale_cols = fp8 ? in.hidden / kFp8Block : 0;
+  job.record_words = layout_.record_words;
+  job.pad_rows = static_cast<uint32_t>(args.num_worst_tokens > 0 ? rows_out : 0);
+  job.x = in.x;
+  job.x_scales = fp8 ? in.scales : nullptr;
+  job.topk_idx = in.idx;
+  job.topk_weights = in.weights;
+  job.slots = route.slots;
+  job.records = reinterpret_cast<const uint32_t*>(windows_.at(layout_.records[parity]));
+  job.x_off = layout_.recv_x[parity];
+  job.scales_off = layout_.recv_scales[parity];
+  job.idx_off = layout_.recv_idx[parity];
+  job.weights_off = layout_.recv_weights[parity];
+  job.status = windows_.status_device();
+  job.peers = windows_.peers();
+  windows_.check(windows_.ops()->ep_ht_dispatch(windows_.backend(), &job), "sending the rows");
+  windows_.signal(nullptr, 0, 0, layout_.flag(kData, parity, rank_), epoch);
+  windows_.wait(layout_.flag(kData, parity, 0), epoch);
+  // While the rows travel: the handle's copy of the slots.
+  handle.send_index.resize(uint64_t{in.tokens} * ranks_);
+  ctx_.copy(handle.send_index.data(), route.slots, handle.send_index.size() * 4);
+  windows_.sync("dispatch");
+
+  const auto n = static_cast<int64_t>(rows_out);
+  const uint32_t columns = with_topk ? in.topk : 0;
+  result.recv_x =
+      TensorView(windows_.at(layout_.recv_x[parity]), device_, in.x_dtype, {n, in.hidden});
+  if (fp8) {
+    result.recv_x_scales = TensorView(windows_.at(layout_.recv_scales[parity]), device_,
+                                      DLDataType{kDLFloat, 32, 1}, {n, in.hidden / kFp8Block});
+  }
+  result.recv_topk_idx = TensorView(windows_.at(layout_.recv_idx[parity]), device_,
+                                    DLDataType{kDLInt, 64, 1}, {n, columns});
+  result.recv_topk_weights = TensorView(windows_.at(layout_.recv_weights[parity]), device_,
+                                        DLDataType{kDLFloat, 32, 1}, {n, columns});
+  result.handle = std::move(handle);
+  return result;
+}
+
+CombineResult DirectHighThroughput::combine(const std::byte* x, const DLDataType& dtype,
+                                            const DispatchHandle& handle, uint64_t call) {
+  const uint32_t parity = call & 1;
+  const uint64_t epoch = call / 2 + 1;
+  windows_.clear_status();
+  // The plan from the handle: where each source's rows begin in x, and
+  // which row of each rank holds each token.
+  std::vector<int32_t> plan(ranks_ + 1 + handle.send_index.size());
+  for (uint32_t s = 0; s < ranks_; ++s)
+    plan[s + 1] = plan[s] + static_cast<int32_t>(handle.recv_counts[s]);
+  std::copy(handle.send_index.begin(), handle.send_index.end(), plan.begin() + ranks_ + 1);
+  ctx_.copy(windows_.at(layout_.plan), plan.data(), plan.size() * 4);
+  const auto* begins = reinterpret_cast<const int32_t*>(windows_.at(layout_.plan));
+
+  courier_gpu_ep_combine_send_v1 send{};
+  send.struct_size = sizeof send;
+  send.device = windows_.device();
+  send.mode = COURIER_GPU_EP_ROUTE_RANKS;
+  send.rank = rank_;
+  send.num_ranks = ranks_;
+  send.row_bytes = layout_.row_bytes;
+  send.rows = static_cast<uint32_t>(plan[ranks_]);
+  send.rows_per_rank = options_.max_tokens_per_rank;
+  send.x = x;
+  send.begins = begins;
+  send.out_off = layout_.combine[parity];
+  send.status = windows_.status_device();
+  send.peers = windows_.peers();
+  windows_.check(windows_.ops()->ep_combine_send(windows_.backend(), &send), "sending rows back");
+  windows_.signal(nullptr, 0, 0, layout_.flag(kCombine, parity, rank_), epoch);
+  windows_.wait(layout_.flag(kCombine, parity, 0), epoch);
+
+  courier_gpu_ep_reduce_v1 reduce{};
+  reduce.struct_size = sizeof reduce;
+  reduce.device = windows_.device();
+  reduce.mode = COURIER_GPU_EP_ROUTE_RANKS;
+  reduce.tokens = handle.num_tokens;
+  reduce.hidden = handle.hidden;
+  reduce.dtype_bits = dtype.bits;
+  reduce.terms = ranks_;
+  reduce.rows_per_term = options_.max_tokens_per_rank;
+  reduce.slots = begins + ranks_ + 1;
+  reduce.rows = windows_.at(layout_.combine[parity]);
+  reduce.out = combined_x_.data();
+  reduce.status = windows_.status_device();
+  windows_.check(windows_.ops()->ep_reduce(windows_.backend(), &reduce), "summing the rows");
+  windows_.sync("combine");
+  CombineResult result;
+  result.combined_x = TensorView(combined_x_.data(), device_, dtype,
+                                 {static_cast<int64_t>(handle.num_tokens), handle.hidden});
+  return result;
+}
+
+}  // namespace courier::ep

@@ -1,0 +1,80 @@
+// High-throughput dispatch and combine over the direct path (docs/ep.md,
+// "Direct path"): the GPU kernels of the backend's ep_* entry points store
+// rows straight into the peers' windows, so a dispatch is two rounds: the
+// counts (every rank learns where its rows land at every peer), then the
+// rows, each announced by a flag per rank.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/ep/call_admission.hpp"
+#include "core/ep/peer_windows.hpp"
+#include "courier/ep.hpp"
+
+namespace courier::ep {
+
+// A high-throughput dispatch's arguments once checked (pointers are device
+// memory).
+struct HtInputs {
+  const std::byte* x = nullptr;
+  const float* scales = nullptr;  // FP8 x
+  const int64_t* idx = nullptr;
+  const float* weights = nullptr;
+  const uint8_t* in_rank = nullptr;
+  uint32_t tokens = 0, hidden = 0, topk = 0;
+  DType dtype = DType::float32;
+  DLDataType x_dtype{};
+  CallConfig config;
+};
+
+// Where everything lives in every rank's window; [parity] = call parity (a
+// peer may be one call ahead).
+struct HtDirectLayout {
+  HtDirectLayout(uint32_t ranks, uint32_t max_tokens, uint32_t row_bytes, uint32_t hidden,
+                 uint32_t max_topk, uint32_t max_experts);
+
+  uint32_t ranks, max_tokens, row_bytes, max_experts;
+  uint32_t record_words;  // counts per rank, then per expert
+  uint64_t record_bytes;
+  uint64_t records[2], recv_x[2], recv_scales[2], recv_idx[2], recv_weights[2], combine[2];
+  uint64_t flags;  // [phase: notify, data, combine][parity][rank] u64
+  // Local scratch: slots [max_tokens][ranks], this rank's record, the
+  // combine plan (begins [ranks + 1], then send_index [max_tokens][ranks]),
+  // is_token_in_rank of a cached dispatch.
+  uint64_t slots, staging, plan, in_rank;
+  uint64_t total;
+
+  uint64_t flag(uint32_t phase, uint32_t parity, uint32_t rank) const {
+    return flags + ((uint64_t{phase} * 2 + parity) * ranks + rank) * 8;
+  }
+};
+
+class DirectHighThroughput {
+ public:
+  // Whether the kernels take these sizes: hidden a multiple of 8 (vector
+  // loads in the reduce) and at most 32 experts per token (one lane each).
+  static bool fits(const BufferOptions& options) {
+    return options.hidden % 8 == 0 && options.max_topk <= 32;
+  }
+  DirectHighThroughput(Context& ctx, const BufferOptions& options, DLDevice device);
+
+  DispatchResult dispatch(const HtInputs& in, const DispatchArgs& args, uint64_t call);
+  CombineResult combine(const std::byte* x, const DLDataType& dtype, const DispatchHandle& handle,
+                        uint64_t call);
+  // Fails call `call` of `phase` (0 dispatch, 1 combine) on every rank:
+  // raises this rank's flags marked refused, then throws `why`.
+  [[noreturn]] void refuse(uint32_t phase, uint64_t call, const std::string& why);
+
+ private:
+  Context& ctx_;
+  BufferOptions options_;
+  DLDevice device_;
+  uint32_t rank_, ranks_;
+  HtDirectLayout layout_;
+  PeerWindows windows_;
+  DeviceBuffer combined_x_;
+};
+
+}  // namespace courier::ep

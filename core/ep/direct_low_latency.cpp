@@ -1,0 +1,232 @@
+#include "core/ep/direct_low_latency.hpp"
+
+#include <fmt/format.h>
+
+#include <vector>
+
+#include "core/check.hpp"
+#include "core/ep/element_types.hpp"
+
+namespace courier::ep {
+
+namespace {
+
+constexpr uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
+
+enum Phase : uint32_t { kNotify = 0, kData = 1, kCombine = 2 };
+
+}  // namespace
+
+LlDirectLayout::LlDirectLayout(uint32_t ranks, uint32_t experts, uint32_t max_tokens,
+                               uint32_t hidden, uint32_t element_bytes, uint32_t max_topk)
+    : ranks(ranks),
+      experts(experts),
+      local_experts(experts / ranks),
+      rows_per_expert(ranks * max_tokens) {
+  record_bytes = align_up(4ull * experts, 16);
+  const uint64_t rows = uint64_t{local_experts} * rows_per_expert;
+  const uint64_t row_bytes = uint64_t{hidden} * element_bytes;
+  const uint64_t scale_bytes = hidden % kFp8Block == 0 ? hidden / kFp8Block * 4ull : 0;
+  uint64_t at = 0;
+  auto take = [&at](uint64_t bytes) {
+    const uint64_t here = at;
+    at = align_up(at + bytes, 256);
+    return here;
+  };
+  for (uint32_t p = 0; p < 2; ++p) {
+    records[p] = take(ranks * record_bytes);
+    x[p] = take(rows * row_bytes);
+    scales[p] = take(rows * scale_bytes);
+    src[p] = take(rows * 4);
+    k[p] = take(rows * 4);
+    count[p] = take(4ull * local_experts);
+    range[p] = take(8ull * local_experts * ranks);
+    slots[p] = take(4ull * max_tokens * max_topk);
+    combine[p] = take(uint64_t{max_tokens} * max_topk * row_bytes);
+  }
+  flags = take(3ull * 2 * ranks * 8);
+  staging = take(record_bytes);
+  total = at;
+}
+
+DirectLowLatency::DirectLowLatency(Context& ctx, const BufferOptions& options, DLDevice device)
+    : ctx_(ctx),
+      options_(options),
+      device_(device),
+      rank_(static_cast<uint32_t>(ctx.rank())),
+      ranks_(static_cast<uint32_t>(ctx.world_size())),
+      layout_(ranks_, options.num_experts, options.max_tokens_per_rank, options.hidden,
+              options.element_bytes, options.max_topk),
+      windows_(ctx, layout_.total),
+      combined_x_(ctx.alloc(uint64_t{options.max_tokens_per_rank} * options.hidden *
+                            options.element_bytes)) {}
+
+void DirectLowLatency::refuse(uint32_t phase, uint64_t call, const std::string& why) {
+  const uint32_t parity = call & 1;
+  try {
+    windows_.set_refused();
+    for (uint32_t p :
+         phase == 0 ? std::vector<uint32_t>{kNotify, kData} : std::vector<uint32_t>{kCombine}) {
+      windows_.signal(nullptr, 0, 0, layout_.flag(p, parity, rank_), call / 2 + 1);
+    }
+    windows_.check(windows_.ops()->ep_sync(windows_.backend(), windows_.device()), "refusing");
+  } catch (const Error&) {
+    // The refusal itself is the error worth reporting.
+  }
+  throw Error(why);
+}
+
+LowLatencyDispatchResult DirectLowLatency::dispatch(const LlInputs& in, bool return_recv_hook,
+                                                    uint64_t call) {
+  const uint32_t parity = call & 1;
+  const uint64_t epoch = call / 2 + 1;
+  const uint32_t L = layout_.local_experts;
+  windows_.clear_status();
+
+  courier_gpu_ep_route_v1 route{};
+  route.struct_size = sizeof route;
+  route.device = windows_.device();
+  route.mode = COURIER_GPU_EP_ROUTE_EXPERTS;
+  route.tokens = in.tokens;
+  route.topk = in.topk;
+  route.num_experts = layout_.experts;
+  route.num_ranks = ranks_;
+  route.topk_idx = in.idx;
+  route.slots = reinterpret_cast<int32_t*>(windows_.at(layout_.slots[parity]));
+  route.record = reinterpret_cast<uint32_t*>(windows_.at(layout_.staging));
+  route.bad_index = windows_.bad_index_device();
+  route.status = windows_.status_device();
+  windows_.check(windows_.ops()->ep_route(windows_.backend(), &route), "routing the tokens");
+  windows_.signal(windows_.at(layout_.staging), layout_.record_bytes,
+                  layout_.records[parity] + rank_ * layout_.record_bytes,
+                  layout_.flag(kNotify, parity, rank_), epoch);
+  windows_.wait(layout_.flag(kNotify, parity, 0), epoch);
+
+  courier_gpu_ep_ll_dispatch_v1 job{};
+  job.struct_size = sizeof job;
+  job.device = windows_.device();
+  job.rank = rank_;
+  job.num_ranks = ranks_;
+  job.tokens = in.tokens;
+  job.topk = in.topk;
+  job.num_experts = layout_.experts;
+  job.hidden = in.hidden;
+  job.x_dtype_bits = in.x_dtype.bits;
+  job.fp8 = in.fp8 ? 1 : 0;
+  job.rows_per_expert = layout_.rows_per_expert;
+  job.x = in.x;
+  job.topk_idx = in.idx;
+  job.slots = route.slots;
+  job.records = reinterpret_cast<const uint32_t*>(windows_.at(layout_.records[parity]));
+  job.x_off = layout_.x[parity];
+  job.scales_off = layout_.scales[parity];
+  job.src_off = layout_.src[parity];
+  job.k_off = layout_.k[parity];
+  job.status = windows_.status_device();
+  job.peers = windows_.peers();
+  windows_.check(windows_.ops()->ep_ll_dispatch(windows_.backend(), &job), "sending the rows");
+  windows_.signal(nullptr, 0, 0, layout_.flag(kData, parity, rank_), epoch);
+
+  LowLatencyDispatchResult result;
+  const int64_t slots = layout_.rows_per_expert;
+  result.packed_recv_x =
+      TensorView(windows_.at(layout_.x[parity]), device_,
+                 in.fp8 ? DLDataType{kDLFloat, 8, 1} : in.x_dtype, {L, slots, in.hidden});
+  if (in.fp8) {
+    result.packed_recv_x_scales =
+        TensorView(windows_.at(layout_.scales[parity]), device_, DLDataType{kDLFloat, 32, 1},
+                   {L, slots, static_cast<int64_t>(in.hidden / kFp8Block)});
+  }
+  result.packed_recv_count =
+      TensorView(windows_.at(layout_.count[parity]), device_, DLDataType{kDLInt, 32, 1}, {L});
+  result.packed_recv_src_info =
+      TensorView(windows_.at(layout_.src[parity]), device_, DLDataType{kDLInt, 32, 1}, {L, slots});
+  result.packed_recv_layout_range = TensorView(windows_.at(layout_.range[parity]), device_,
+                                               DLDataType{kDLInt, 64, 1}, {L, ranks_});
+  LowLatencyHandle& handle = result.handle;
+  handle.num_tokens = in.tokens;
+  handle.topk = in.topk;
+  handle.hidden = in.hidden;
+  handle.dtype_code = in.x_dtype.code;
+  handle.dtype_bits = in.x_dtype.bits;
+  handle.call = call;
+  if (return_recv_hook) {
+    result.recv_hook = [this, call] { receive(call); };
+  } else {
+    receive(call);
+  }
+  return result;
+}
+
+void DirectLowLatency::receive(uint64_t call) {
+  const uint32_t parity = call & 1;
+  windows_.wait(layout_.flag(kData, parity, 0), call / 2 + 1);
+  courier_gpu_ep_ll_counts_v1 counts{};
+  counts.struct_size = sizeof counts;
+  counts.device = windows_.device();
+  counts.rank = rank_;
+  counts.num_ranks = ranks_;
+  counts.local_experts = layout_.local_experts;
+  counts.num_experts = layout_.experts;
+  counts.records = reinterpret_cast<const uint32_t*>(windows_.at(layout_.records[parity]));
+  counts.count = reinterpret_cast<int32_t*>(windows_.at(layout_.count[parity]));
+  counts.range = reinterpret_cast<int64_t*>(windows_.at(layout_.range[parity]));
+  counts.status = windows_.status_device();
+  windows_.check(windows_.ops()->ep_ll_counts(windows_.backend(), &counts), "counting the rows");
+  windows_.sync("low_latency_dispatch");
+}
+
+CombineResult DirectLowLatency::combine(const std::byte* x, const float* topk_weights,
+                                        const LowLatencyHandle& handle, uint64_t call) {
+  const uint32_t parity = call & 1;
+  const uint32_t from = handle.call & 1;  // the dispatch's buffers
+  const uint64_t epoch = call / 2 + 1;
+  windows_.clear_status();
+  const uint64_t row_bytes = uint64_t{handle.hidden} * (handle.dtype_bits / 8);
+
+  courier_gpu_ep_combine_send_v1 send{};
+  send.struct_size = sizeof send;
+  send.device = windows_.device();
+  send.mode = COURIER_GPU_EP_ROUTE_EXPERTS;
+  send.rank = rank_;
+  send.num_ranks = ranks_;
+  send.row_bytes = static_cast<uint32_t>(row_bytes);
+  send.local_experts = layout_.local_experts;
+  send.rows_per_expert = layout_.rows_per_expert;
+  send.topk = handle.topk;
+  send.x = x;
+  send.count = reinterpret_cast<const int32_t*>(windows_.at(layout_.count[from]));
+  send.range = reinterpret_cast<const int64_t*>(windows_.at(layout_.range[from]));
+  send.src = reinterpret_cast<const int32_t*>(windows_.at(layout_.src[from]));
+  send.k = reinterpret_cast<const int32_t*>(windows_.at(layout_.k[from]));
+  send.out_off = layout_.combine[parity];
+  send.status = windows_.status_device();
+  send.peers = windows_.peers();
+  windows_.check(windows_.ops()->ep_combine_send(windows_.backend(), &send), "sending rows back");
+  windows_.signal(nullptr, 0, 0, layout_.flag(kCombine, parity, rank_), epoch);
+  windows_.wait(layout_.flag(kCombine, parity, 0), epoch);
+
+  courier_gpu_ep_reduce_v1 reduce{};
+  reduce.struct_size = sizeof reduce;
+  reduce.device = windows_.device();
+  reduce.mode = COURIER_GPU_EP_ROUTE_EXPERTS;
+  reduce.tokens = handle.num_tokens;
+  reduce.hidden = handle.hidden;
+  reduce.dtype_bits = handle.dtype_bits;
+  reduce.terms = handle.topk;
+  reduce.slots = reinterpret_cast<const int32_t*>(windows_.at(layout_.slots[from]));
+  reduce.weights = topk_weights;
+  reduce.rows = windows_.at(layout_.combine[parity]);
+  reduce.out = combined_x_.data();
+  reduce.status = windows_.status_device();
+  windows_.check(windows_.ops()->ep_reduce(windows_.backend(), &reduce), "summing the rows");
+  windows_.sync("low_latency_combine");
+  CombineResult result;
+  result.combined_x = TensorView(combined_x_.data(), device_,
+                                 DLDataType{static_cast<uint8_t>(handle.dtype_code),
+                                            static_cast<uint8_t>(handle.dtype_bits), 1},
+                                 {static_cast<int64_t>(handle.num_tokens), handle.hidden});
+  return result;
+}
+
+}  // namespace courier::ep

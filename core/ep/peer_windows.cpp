@@ -1,0 +1,164 @@
+#include "core/ep/peer_windows.hpp"
+
+#include <fmt/format.h>
+
+#include <cstring>
+#include <span>
+
+#include "core/bootstrap/bootstrap.hpp"
+#include "core/check.hpp"
+#include "core/context_internals.hpp"
+
+namespace courier::ep {
+
+namespace {
+
+std::string why_not_direct(const Context& ctx) {
+  const GpuBackend& gpu = ContextInternals::gpu(ctx);
+  const uint32_t caps = gpu.props().caps;
+  if ((caps & COURIER_GPU_CAP_EP_DIRECT) == 0 || (caps & COURIER_GPU_CAP_IPC) == 0) {
+    return fmt::format(
+        "GPU backend '{}' cannot store into peers' memory (capabilities ep_direct "
+        "and ipc)",
+        gpu.plugin().name);
+  }
+  if (ctx.world_size() > COURIER_GPU_EP_MAX_RANKS) {
+    return fmt::format("{} ranks, more than the direct path's {}", ctx.world_size(),
+                       COURIER_GPU_EP_MAX_RANKS);
+  }
+  if (ContextInternals::hosts(ctx) != 1) {
+    return fmt::format("the job spans {} hosts; the direct path reaches GPUs of one host",
+                       ContextInternals::hosts(ctx));
+  }
+  return {};
+}
+
+}  // namespace
+
+bool PeerWindows::usable(const Context& ctx) {
+  const EpTransport choice = ContextInternals::config(ctx).ep_transport;
+  if (choice == EpTransport::proxy) return false;
+  const std::string why = why_not_direct(ctx);
+  if (why.empty()) return true;
+  if (choice == EpTransport::direct) {
+    fail("COURIER_EP_TRANSPORT=direct cannot be honoured: {}", why);
+  }
+  return false;
+}
+
+PeerWindows::PeerWindows(Context& ctx, uint64_t bytes)
+    : ctx_(ctx),
+      gpu_(ContextInternals::gpu(ctx)),
+      device_(ContextInternals::device(ctx)),
+      rank_(static_cast<uint32_t>(ctx.rank())),
+      ranks_(static_cast<uint32_t>(ctx.world_size())),
+      timeout_ns_(uint64_t{ContextInternals::config(ctx).timeout_s} * 1000000000ull) {
+  local_ = ctx.alloc(bytes);  // zeroed by the backend
+  check(ops()->host_alloc_mapped(backend(), 16, &status_host_, &status_device_),
+        "mapping the EP status word");
+  std::memset(status_host_, 0, 16);
+  courier_gpu_ipc_handle_v1 mine{};
+  check(ops()->ipc_export(backend(), local_.data(), &mine), "exporting the EP window");
+  std::vector<std::byte> all = ctx.bootstrap().allgather(
+      std::as_bytes(std::span<const courier_gpu_ipc_handle_v1, 1>(&mine, 1)));
+  for (uint32_t r = 0; r < ranks_; ++r) {
+    if (r == rank_) {
+      peers_.window[r] = local_.data();
+      continue;
+    }
+    courier_gpu_ipc_handle_v1 theirs;
+    std::memcpy(&theirs, all.data() + r * sizeof theirs, sizeof theirs);
+    void* mapped = nullptr;
+    const int rc = ops()->ipc_import(backend(), device_, &theirs, &mapped);
+    if (rc != 0) {
+      const std::string reason = gpu_.last_error();
+      for (void* p : imported_) ops()->ipc_close(backend(), p);
+      ops()->host_free_mapped(backend(), status_host_);
+      fail("ep::Buffer: mapping rank {}'s EP window on GPU {}: {}", r, device_, reason);
+    }
+    imported_.push_back(mapped);
+    peers_.window[r] = mapped;
+  }
+  // Nobody stores into a peer before every peer mapped every window.
+  ctx.bootstrap().barrier();
+}
+
+PeerWindows::~PeerWindows() {
+  try {
+    ctx_.bootstrap().barrier();  // no peer still stores into this window
+  } catch (const Error&) {
+    // A rank that is gone cannot store any more either.
+  }
+  for (void* p : imported_) ops()->ipc_close(backend(), p);
+  ops()->host_free_mapped(backend(), status_host_);
+}
+
+void PeerWindows::clear_status() const { std::memset(status_host_, 0, 16); }
+
+void PeerWindows::set_refused() const {
+  const uint32_t refused = COURIER_GPU_EP_STATUS_REFUSED_BY | rank_;
+  std::memcpy(status_host_, &refused, 4);
+}
+
+uint32_t PeerWindows::status() const {
+  return *static_cast<const volatile uint32_t*>(status_host_);
+}
+
+uint64_t PeerWindows::bad_index() const {
+  return *reinterpret_cast<const volatile uint64_t*>(static_cast<std::byte*>(status_host_) + 8);
+}
+
+void PeerWindows::signal(const void* src, uint64_t bytes, uint64_t record_off, uint64_t flag_off,
+                         uint64_t epoch) const {
+  courier_gpu_ep_signal_v1 job{};
+  job.struct_size = sizeof job;
+  job.device = device_;
+  job.rank = rank_;
+  job.num_ranks = ranks_;
+  job.src = src;
+  job.bytes = bytes;
+  job.record_off = record_off;
+  job.flag_off = flag_off;
+  job.epoch = epoch;
+  job.status = status_device();
+  job.peers = peers_;
+  check(ops()->ep_signal(backend(), &job), "signalling the peers");
+}
+
+void PeerWindows::wait(uint64_t first_flag, uint64_t epoch) const {
+  courier_gpu_ep_wait_v1 job{};
+  job.struct_size = sizeof job;
+  job.device = device_;
+  job.num_ranks = ranks_;
+  job.flags = reinterpret_cast<const uint64_t*>(at(first_flag));
+  job.epoch = epoch;
+  job.timeout_ns = timeout_ns_;
+  job.status = status_device();
+  check(ops()->ep_wait(backend(), &job), "waiting for the peers");
+}
+
+void PeerWindows::check(int rc, const char* what) const {
+  if (rc != 0) fail("ep::Buffer: {}: {}", what, gpu_.last_error());
+}
+
+void PeerWindows::sync(const char* what) const {
+  check(ops()->ep_sync(backend(), device_), what);
+  const uint32_t s = status();
+  if (s == 0) return;
+  const uint32_t r = s & COURIER_GPU_EP_STATUS_RANK_MASK;
+  if ((s & COURIER_GPU_EP_STATUS_BAD_INDEX) != 0) {
+    const uint64_t at = bad_index();
+    fail("ep::Buffer::{}: topk_idx[{}][{}] is outside [-1, num_experts)", what, (at >> 32) - 1,
+         at & 0xFFFFFFFFu);
+  }
+  if ((s & COURIER_GPU_EP_STATUS_TIMEOUT) != 0) {
+    if (auto failure = ctx_.failed_peer()) {
+      fail("ep::Buffer::{}: rank {} is gone: {}", what, failure->rank, failure->reason);
+    }
+    fail("ep::Buffer::{}: no data from rank {} after {} s (it did not call {} or is stuck)", what,
+         r, timeout_ns_ / 1000000000ull, what);
+  }
+  fail("ep::Buffer::{}: rank {} refused its arguments (its error says why)", what, r);
+}
+
+}  // namespace courier::ep

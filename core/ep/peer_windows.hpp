@@ -1,0 +1,79 @@
+// The EP direct path's memory (docs/ep.md, "Direct path"): one window of
+// device memory per rank, the same layout on every rank, mapped into every
+// other rank's GPU through the GPU backend's IPC, plus a status word in
+// mapped host memory that the kernels use to fail a call on every rank
+// instead of hanging. Also the calls into the backend's ep_* entry points,
+// each checked and named.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/backend_instance.hpp"
+#include "courier/abi/gpu_v1.h"
+#include "courier/context.hpp"
+
+namespace courier::ep {
+
+class PeerWindows {
+ public:
+  // Whether this job can take the direct path: the GPU backend has the
+  // ep_direct and ipc capabilities, every rank is on this host, and
+  // COURIER_EP_TRANSPORT allows it. Every rank decides alike. With
+  // COURIER_EP_TRANSPORT=direct an impossible direct path is an error
+  // saying why.
+  static bool usable(const Context& ctx);
+
+  // Collective: allocates `bytes` of device memory (zeroed), exchanges IPC
+  // handles through the bootstrap and maps every peer's window.
+  PeerWindows(Context& ctx, uint64_t bytes);
+  ~PeerWindows();
+  PeerWindows(const PeerWindows&) = delete;
+  PeerWindows& operator=(const PeerWindows&) = delete;
+
+  std::byte* at(uint64_t offset) const { return static_cast<std::byte*>(local_.data()) + offset; }
+  const courier_gpu_ep_peers_v1& peers() const { return peers_; }
+  int device() const { return device_; }
+  const courier_gpu_plugin_v1* ops() const { return gpu_.ops(); }
+  void* backend() const { return gpu_.handle(); }
+  uint64_t timeout_ns() const { return timeout_ns_; }
+
+  // The status word and the first bad topk index, as the kernels see them.
+  uint32_t* status_device() const { return static_cast<uint32_t*>(status_device_); }
+  uint64_t* bad_index_device() const { return static_cast<uint64_t*>(status_device_) + 1; }
+  void clear_status() const;
+  // Marks this rank's call refused: its signal kernels raise refused flags.
+  void set_refused() const;
+  uint32_t status() const;
+  uint64_t bad_index() const;
+
+  // Enqueues ep_signal: `bytes` at local `src` to record_off of every
+  // window, then every window's flag at flag_off raised to `epoch`.
+  void signal(const void* src, uint64_t bytes, uint64_t record_off, uint64_t flag_off,
+              uint64_t epoch) const;
+  // Enqueues ep_wait for the ranks' flags at local offset first_flag (one
+  // u64 per rank) to reach `epoch`.
+  void wait(uint64_t first_flag, uint64_t epoch) const;
+
+  // Throws "<what>: <backend's reason>" when rc is not 0.
+  void check(int rc, const char* what) const;
+  // Waits for the EP stream; throws naming the rank when a kernel reported
+  // a refusal, a timeout or a bad index.
+  void sync(const char* what) const;
+
+ private:
+  Context& ctx_;
+  const GpuBackend& gpu_;
+  int device_;
+  uint32_t rank_, ranks_;
+  uint64_t timeout_ns_;
+  DeviceBuffer local_;
+  courier_gpu_ep_peers_v1 peers_{};
+  std::vector<void*> imported_;
+  void* status_host_ = nullptr;  // {u32 status, pad, u64 bad index}
+  void* status_device_ = nullptr;
+};
+
+}  // namespace courier::ep

@@ -1,0 +1,426 @@
+// The kernels of the EP direct path (GPU ABI minor 2, docs/ep.md "Direct
+// path"), written once for nvcc and hipcc: the CUDA and HIP backends include
+// this file and launch them. Rows move with 16-byte vector stores straight
+// into the peers' windows (NVLink between GPUs of one host); flags are
+// raised with system-scope release stores after a system fence, so a peer
+// that sees a flag sees everything stored before it.
+//
+// Work is split into "groups" of kGroup lanes (a warp on CUDA, half a
+// wavefront on AMD): one group per row.
+#pragma once
+
+#include <cstdint>
+
+#include "courier/abi/gpu_v1.h"
+#include "gpu/device_atomics.hpp"
+#include "gpu/ep/element_codec.hpp"
+
+namespace courier::device::ep {
+
+inline constexpr uint32_t kGroup = 32;
+
+__device__ __forceinline__ float group_max(float v) {
+  for (int mask = kGroup / 2; mask > 0; mask /= 2) {
+#if defined(__CUDA_ARCH__)
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, mask));
+#else
+    v = fmaxf(v, __shfl_xor(v, mask, kGroup));
+#endif
+  }
+  return v;
+}
+
+__device__ __forceinline__ uint32_t status_of(const uint32_t* status) {
+  return *const_cast<const volatile uint32_t*>(status);
+}
+
+__device__ __forceinline__ void set_status(uint32_t* status, uint32_t code) {
+  if (status_of(status) == 0) *const_cast<volatile uint32_t*>(status) = code;
+}
+
+__device__ __forceinline__ std::byte* window(const courier_gpu_ep_peers_v1& peers, uint32_t rank,
+                                             uint64_t offset) {
+  return static_cast<std::byte*>(peers.window[rank]) + offset;
+}
+
+// Copies n bytes with the `lanes` lanes of a group, 16 bytes per lane and
+// step where alignment allows (four loads in flight before the stores).
+__device__ __forceinline__ void group_copy(void* dst, const void* src, uint64_t n, uint32_t lane,
+                                           uint32_t lanes) {
+  const auto d = reinterpret_cast<uintptr_t>(dst), s = reinterpret_cast<uintptr_t>(src);
+  if (((d | s | n) & 15u) == 0) {
+    auto* out = static_cast<int4*>(dst);
+    const auto* in = static_cast<const int4*>(src);
+    const uint64_t vectors = n / 16;
+    uint64_t i = lane;
+    for (; i + 3 * lanes < vectors; i += 4 * lanes) {
+      const int4 a = in[i], b = in[i + lanes], c = in[i + 2 * lanes], e = in[i + 3 * lanes];
+      out[i] = a;
+      out[i + lanes] = b;
+      out[i + 2 * lanes] = c;
+      out[i + 3 * lanes] = e;
+    }
+    for (; i < vectors; i += lanes) out[i] = in[i];
+  } else if (((d | s | n) & 3u) == 0) {
+    for (uint64_t i = lane; i < n / 4; i += lanes)
+      static_cast<uint32_t*>(dst)[i] = static_cast<const uint32_t*>(src)[i];
+  } else {
+    for (uint64_t i = lane; i < n; i += lanes)
+      static_cast<uint8_t*>(dst)[i] = static_cast<const uint8_t*>(src)[i];
+  }
+}
+
+__device__ __forceinline__ void group_zero(void* dst, uint64_t n, uint32_t lane, uint32_t lanes) {
+  for (uint64_t i = lane; i < n; i += lanes) static_cast<uint8_t*>(dst)[i] = 0;
+}
+
+// Exclusive prefix sum of `value` over the block's threads (blockDim.x <=
+// 1024); *total gets the block's sum. Every thread must call it.
+__device__ __forceinline__ uint32_t block_exclusive_scan(uint32_t value, uint32_t* total) {
+  __shared__ uint32_t sums[1024];
+  const uint32_t tid = threadIdx.x;
+  sums[tid] = value;
+  __syncthreads();
+  for (uint32_t step = 1; step < blockDim.x; step *= 2) {
+    const uint32_t add = tid >= step ? sums[tid - step] : 0;
+    __syncthreads();
+    sums[tid] += add;
+    __syncthreads();
+  }
+  const uint32_t inclusive = sums[tid];
+  *total = sums[blockDim.x - 1];
+  __syncthreads();
+  return inclusive - value;
+}
+
+// ---- ep_route: one block per group (and, in RANKS mode with topk_idx, one
+// per expert count); tokens in order, each thread a contiguous run of them.
+__global__ void route_kernel(courier_gpu_ep_route_v1 job) {
+  const uint32_t T = job.tokens, K = job.topk, R = job.num_ranks, E = job.num_experts;
+  const bool by_rank = job.mode == COURIER_GPU_EP_ROUTE_RANKS;
+  const uint32_t groups = by_rank ? R : E;
+  const uint32_t group = blockIdx.x;
+  const uint32_t per_thread = (T + blockDim.x - 1) / blockDim.x;
+  const uint32_t first = threadIdx.x * per_thread;
+  const uint32_t last = first + per_thread < T ? first + per_thread : T;
+  auto expert_of = [&](uint32_t t, uint32_t k) { return job.topk_idx[uint64_t{t} * K + k]; };
+
+  if (by_rank && job.topk_idx == nullptr && group == 0) {  // no experts known: zero counts
+    for (uint32_t e = threadIdx.x; e < E; e += blockDim.x) job.record[R + e] = 0;
+  }
+  if (group >= groups) {  // RANKS mode: tokens per expert (a token once per expert)
+    const uint32_t e = group - groups;
+    uint32_t count = 0;
+    for (uint32_t t = first; t < last; ++t) {
+      for (uint32_t k = 0; k < K; ++k) {
+        if (expert_of(t, k) == static_cast<int64_t>(e)) {
+          ++count;
+          break;
+        }
+      }
+    }
+    uint32_t total = 0;
+    block_exclusive_scan(count, &total);
+    if (threadIdx.x == 0) job.record[R + e] = total;
+    return;
+  }
+  if (group == 0 && job.topk_idx != nullptr) {  // one block checks the indices
+    for (uint32_t t = first; t < last; ++t) {
+      for (uint32_t k = 0; k < K; ++k) {
+        const int64_t e = expert_of(t, k);
+        if (e < -1 || e >= static_cast<int64_t>(E)) {
+          device::compare_exchange(job.bad_index, 0, (uint64_t{t} + 1) << 32 | k);
+          set_status(job.status, COURIER_GPU_EP_STATUS_BAD_INDEX);
+        }
+        if (!by_rank && (e < 0 || e >= static_cast<int64_t>(E))) {
+          job.slots[uint64_t{t} * K + k] = -1;
+        }
+      }
+    }
+  }
+  // Items of this group per thread, then each item's slot.
+  uint32_t count = 0;
+  for (uint32_t t = first; t < last; ++t) {
+    if (by_rank) {
+      count += job.in_rank[uint64_t{t} * R + group] != 0 ? 1 : 0;
+    } else {
+      for (uint32_t k = 0; k < K; ++k) count += expert_of(t, k) == static_cast<int64_t>(group);
+    }
+  }
+  uint32_t total = 0;
+  uint32_t slot = block_exclusive_scan(count, &total);
+  for (uint32_t t = first; t < last; ++t) {
+    if (by_rank) {
+      const bool in = job.in_rank[uint64_t{t} * R + group] != 0;
+      job.slots[uint64_t{t} * R + group] = in ? static_cast<int32_t>(slot++) : -1;
+    } else {
+      for (uint32_t k = 0; k < K; ++k) {
+        if (expert_of(t, k) == static_cast<int64_t>(group)) {
+          job.slots[uint64_t{t} * K + k] = static_cast<int32_t>(slot++);
+        }
+      }
+    }
+  }
+  if (threadIdx.x == 0) job.record[group] = total;
+}
+
+// ---- ep_signal: block d writes the record to rank d, then its flag.
+__global__ void signal_kernel(courier_gpu_ep_signal_v1 job) {
+  const uint32_t d = blockIdx.x;
+  if (job.bytes > 0) {
+    group_copy(window(job.peers, d, job.record_off), job.src, job.bytes, threadIdx.x, blockDim.x);
+  }
+  __threadfence_system();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const uint64_t refused = status_of(job.status) != 0 ? COURIER_GPU_EP_REFUSED_FLAG : 0;
+    device::store_release(reinterpret_cast<uint64_t*>(window(job.peers, d, job.flag_off)),
+                          job.epoch | refused);
+  }
+}
+
+// ---- ep_wait: thread r waits for rank r's flag.
+__global__ void wait_kernel(courier_gpu_ep_wait_v1 job) {
+  const uint32_t r = threadIdx.x;
+  if (r >= job.num_ranks) return;
+  const uint64_t start = device::now_ns();
+  for (uint32_t spins = 0;; ++spins) {
+    const uint64_t flag = device::load_acquire(job.flags + r);
+    if ((flag & COURIER_GPU_EP_REFUSED_FLAG) != 0) {
+      set_status(job.status, COURIER_GPU_EP_STATUS_REFUSED_BY | r);
+      return;
+    }
+    if (flag >= job.epoch) return;
+    if ((spins & 255u) == 0) {
+      if (status_of(job.status) != 0) return;  // another wait already failed this call
+      if (device::now_ns() - start > job.timeout_ns) {
+        set_status(job.status, COURIER_GPU_EP_STATUS_TIMEOUT | r);
+        return;
+      }
+    }
+  }
+}
+
+// ---- ep_ht_dispatch: a group per token; it writes the token to each of its ranks.
+__global__ void ht_dispatch_kernel(courier_gpu_ep_ht_dispatch_v1 job) {
+  __shared__ uint32_t begin[COURIER_GPU_EP_MAX_RANKS];
+  __shared__ uint32_t received;
+  __shared__ uint32_t failed;
+  const uint32_t R = job.num_ranks;
+  if (threadIdx.x == 0) {
+    failed = status_of(job.status);
+    uint32_t sum = 0;
+    for (uint32_t s = 0; s < R; ++s) sum += job.records[uint64_t{s} * job.record_words + job.rank];
+    received = sum;
+  }
+  if (threadIdx.x < R) {
+    uint32_t sum = 0;
+    for (uint32_t s = 0; s < job.rank; ++s)
+      sum += job.records[uint64_t{s} * job.record_words + threadIdx.x];
+    begin[threadIdx.x] = sum;
+  }
+  __syncthreads();
+  if (failed != 0) return;
+  const uint32_t lane = threadIdx.x % kGroup;
+  const uint32_t groups = gridDim.x * (blockDim.x / kGroup);
+  const uint32_t first = blockIdx.x * (blockDim.x / kGroup) + threadIdx.x / kGroup;
+  const uint32_t K = job.topk, scale_bytes = job.scale_cols * 4;
+  for (uint32_t t = first; t < job.tokens; t += groups) {
+    const std::byte* x = static_cast<const std::byte*>(job.x) + uint64_t{t} * job.row_bytes;
+    for (uint32_t d = 0; d < R; ++d) {
+      const int32_t slot = job.slots[uint64_t{t} * R + d];
+      if (slot < 0) continue;
+      const uint64_t row = begin[d] + static_cast<uint32_t>(slot);
+      group_copy(window(job.peers, d, job.x_off + row * job.row_bytes), x, job.row_bytes, lane,
+                 kGroup);
+      if (job.x_scales != nullptr) {
+        group_copy(window(job.peers, d, job.scales_off + row * scale_bytes),
+                   job.x_scales + uint64_t{t} * job.scale_cols, scale_bytes, lane, kGroup);
+      }
+      if (lane < K) {
+        const int64_t e = job.topk_idx[uint64_t{t} * K + lane];
+        const int64_t first_expert = int64_t{d} * job.experts_per_rank;
+        const int64_t local =
+            e >= first_expert && e < first_expert + job.experts_per_rank ? e - first_expert : -1;
+        reinterpret_cast<int64_t*>(window(job.peers, d, job.idx_off))[row * K + lane] = local;
+        reinterpret_cast<float*>(window(job.peers, d, job.weights_off))[row * K + lane] =
+            job.topk_weights[uint64_t{t} * K + lane];
+      }
+    }
+  }
+  // Padding of this rank's outputs past the rows that arrive.
+  for (uint32_t row = received + first; row < job.pad_rows; row += groups) {
+    group_zero(window(job.peers, job.rank, job.x_off + uint64_t{row} * job.row_bytes),
+               job.row_bytes, lane, kGroup);
+    if (job.x_scales != nullptr) {
+      group_zero(window(job.peers, job.rank, job.scales_off + uint64_t{row} * scale_bytes),
+                 scale_bytes, lane, kGroup);
+    }
+    if (lane < K) {
+      reinterpret_cast<int64_t*>(
+          window(job.peers, job.rank, job.idx_off))[uint64_t{row} * K + lane] = -1;
+      reinterpret_cast<float*>(
+          window(job.peers, job.rank, job.weights_off))[uint64_t{row} * K + lane] = 0.0f;
+    }
+  }
+  __threadfence_system();
+}
+
+// Loads 4 consecutive elements of a bfloat16 (16 bits) or float32 row as floats.
+__device__ __forceinline__ void load4(const void* row, uint32_t bits, uint64_t i, float* v) {
+  if (bits == 16) {
+    const uint2 w = *reinterpret_cast<const uint2*>(static_cast<const uint16_t*>(row) + i);
+    v[0] = bf16_to_float(static_cast<uint16_t>(w.x & 0xFFFFu));
+    v[1] = bf16_to_float(static_cast<uint16_t>(w.x >> 16));
+    v[2] = bf16_to_float(static_cast<uint16_t>(w.y & 0xFFFFu));
+    v[3] = bf16_to_float(static_cast<uint16_t>(w.y >> 16));
+  } else {
+    const float4 w = *reinterpret_cast<const float4*>(static_cast<const float*>(row) + i);
+    v[0] = w.x;
+    v[1] = w.y;
+    v[2] = w.z;
+    v[3] = w.w;
+  }
+}
+
+// ---- ep_ll_dispatch: a group per (token, k) pair.
+__global__ void ll_dispatch_kernel(courier_gpu_ep_ll_dispatch_v1 job) {
+  __shared__ uint32_t failed;
+  if (threadIdx.x == 0) failed = status_of(job.status);
+  __syncthreads();
+  if (failed != 0) return;
+  const uint32_t lane = threadIdx.x % kGroup;
+  const uint32_t groups = gridDim.x * (blockDim.x / kGroup);
+  const uint32_t first = blockIdx.x * (blockDim.x / kGroup) + threadIdx.x / kGroup;
+  const uint32_t K = job.topk, E = job.num_experts, L = E / job.num_ranks;
+  const uint32_t elem = job.x_dtype_bits / 8;
+  const uint64_t out_row_bytes = job.fp8 != 0 ? job.hidden : uint64_t{job.hidden} * elem;
+  const uint32_t scale_cols = job.hidden / kFp8Channels;
+  for (uint32_t item = first; item < job.tokens * K; item += groups) {
+    const uint32_t t = item / K, k = item % K;
+    const int64_t e = job.topk_idx[item];
+    if (e < 0 || e >= static_cast<int64_t>(E)) continue;
+    const uint32_t d = static_cast<uint32_t>(e) / L, l = static_cast<uint32_t>(e) % L;
+    uint32_t begin = 0;
+    for (uint32_t s = 0; s < job.rank; ++s) begin += job.records[uint64_t{s} * E + e];
+    const uint64_t row =
+        uint64_t{l} * job.rows_per_expert + begin + static_cast<uint32_t>(job.slots[item]);
+    const void* x = static_cast<const std::byte*>(job.x) + uint64_t{t} * job.hidden * elem;
+    std::byte* out = window(job.peers, d, job.x_off + row * out_row_bytes);
+    if (job.fp8 == 0) {
+      group_copy(out, x, out_row_bytes, lane, kGroup);
+    } else {  // a group per block of 128 channels: 4 per lane
+      float* scales =
+          reinterpret_cast<float*>(window(job.peers, d, job.scales_off)) + row * scale_cols;
+      for (uint32_t b = 0; b < scale_cols; ++b) {
+        float v[4];
+        load4(x, job.x_dtype_bits, uint64_t{b} * kFp8Channels + lane * 4, v);
+        float amax = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
+        amax = group_max(amax);
+        const float scale = amax > 0.0f ? amax / kE4m3Max : 1.0f;
+        uint32_t packed = 0;
+        for (int i = 0; i < 4; ++i) packed |= uint32_t{float_to_e4m3(v[i] / scale)} << (8 * i);
+        *reinterpret_cast<uint32_t*>(out + uint64_t{b} * kFp8Channels + lane * 4) = packed;
+        if (lane == 0) scales[b] = scale;
+      }
+    }
+    if (lane == 0) {
+      reinterpret_cast<int32_t*>(window(job.peers, d, job.src_off))[row] = static_cast<int32_t>(t);
+      reinterpret_cast<int32_t*>(window(job.peers, d, job.k_off))[row] = static_cast<int32_t>(k);
+    }
+  }
+  __threadfence_system();
+}
+
+// ---- ep_ll_counts: thread l sums expert l's rows from every rank.
+__global__ void ll_counts_kernel(courier_gpu_ep_ll_counts_v1 job) {
+  const uint32_t l = blockIdx.x * blockDim.x + threadIdx.x;
+  if (l >= job.local_experts) return;
+  const uint32_t e = job.rank * job.local_experts + l;
+  uint32_t begin = 0;
+  for (uint32_t s = 0; s < job.num_ranks; ++s) {
+    const uint32_t count = job.records[uint64_t{s} * job.num_experts + e];
+    job.range[uint64_t{l} * job.num_ranks + s] =
+        static_cast<int64_t>(uint64_t{begin} << 32 | count);
+    begin += count;
+  }
+  job.count[l] = static_cast<int32_t>(begin);
+}
+
+// ---- ep_combine_send: a group per row, back to the rank it came from.
+__global__ void combine_send_kernel(courier_gpu_ep_combine_send_v1 job) {
+  __shared__ uint32_t failed;
+  if (threadIdx.x == 0) failed = status_of(job.status);
+  __syncthreads();
+  if (failed != 0) return;
+  const uint32_t lane = threadIdx.x % kGroup;
+  const uint32_t groups = gridDim.x * (blockDim.x / kGroup);
+  const uint32_t first = blockIdx.x * (blockDim.x / kGroup) + threadIdx.x / kGroup;
+  const auto* x = static_cast<const std::byte*>(job.x);
+  if (job.mode == COURIER_GPU_EP_ROUTE_RANKS) {
+    for (uint32_t i = first; i < job.rows; i += groups) {
+      uint32_t s = 0;
+      while (s + 1 < job.num_ranks && i >= static_cast<uint32_t>(job.begins[s + 1])) ++s;
+      const uint64_t slot = uint64_t{job.rank} * job.rows_per_rank + i - job.begins[s];
+      group_copy(window(job.peers, s, job.out_off + slot * job.row_bytes),
+                 x + uint64_t{i} * job.row_bytes, job.row_bytes, lane, kGroup);
+    }
+  } else {
+    const uint32_t rows = job.local_experts * job.rows_per_expert;
+    for (uint32_t i = first; i < rows; i += groups) {
+      const uint32_t l = i / job.rows_per_expert, j = i % job.rows_per_expert;
+      if (j >= static_cast<uint32_t>(job.count[l])) continue;
+      uint32_t s = 0;
+      for (; s + 1 < job.num_ranks; ++s) {
+        const uint64_t range = static_cast<uint64_t>(job.range[uint64_t{l} * job.num_ranks + s]);
+        if (j < (range >> 32) + (range & 0xFFFFFFFFu)) break;
+      }
+      const uint64_t slot = uint64_t(job.src[i]) * job.topk + static_cast<uint32_t>(job.k[i]);
+      group_copy(window(job.peers, s, job.out_off + slot * job.row_bytes),
+                 x + uint64_t{i} * job.row_bytes, job.row_bytes, lane, kGroup);
+    }
+  }
+  __threadfence_system();
+}
+
+// ---- ep_reduce: a block per token; each thread 4 channels at a time.
+__global__ void reduce_kernel(courier_gpu_ep_reduce_v1 job) {
+  __shared__ uint32_t failed;
+  if (threadIdx.x == 0) failed = status_of(job.status);
+  __syncthreads();
+  if (failed != 0) return;
+  const uint32_t elem = job.dtype_bits / 8;
+  const uint64_t row_bytes = uint64_t{job.hidden} * elem;
+  for (uint32_t t = blockIdx.x; t < job.tokens; t += gridDim.x) {
+    for (uint32_t c = threadIdx.x * 4; c < job.hidden; c += blockDim.x * 4) {
+      float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      for (uint32_t j = 0; j < job.terms; ++j) {
+        const int32_t slot = job.slots[uint64_t{t} * job.terms + j];
+        if (slot < 0) continue;
+        uint64_t r = 0;
+        float w = 1.0f;
+        if (job.mode == COURIER_GPU_EP_ROUTE_RANKS) {
+          r = uint64_t{j} * job.rows_per_term + static_cast<uint32_t>(slot);
+        } else {
+          r = uint64_t{t} * job.terms + j;
+          w = job.weights[uint64_t{t} * job.terms + j];
+        }
+        float v[4];
+        load4(static_cast<const std::byte*>(job.rows) + r * row_bytes, job.dtype_bits, c, v);
+        for (int i = 0; i < 4; ++i) sum[i] += w * v[i];
+      }
+      std::byte* out = static_cast<std::byte*>(job.out) + uint64_t{t} * row_bytes;
+      if (job.dtype_bits == 16) {
+        uint2 w;
+        w.x = uint32_t{float_to_bf16(sum[0])} | uint32_t{float_to_bf16(sum[1])} << 16;
+        w.y = uint32_t{float_to_bf16(sum[2])} | uint32_t{float_to_bf16(sum[3])} << 16;
+        *reinterpret_cast<uint2*>(reinterpret_cast<uint16_t*>(out) + c) = w;
+      } else {
+        *reinterpret_cast<float4*>(reinterpret_cast<float*>(out) + c) =
+            make_float4(sum[0], sum[1], sum[2], sum[3]);
+      }
+    }
+  }
+}
+
+}  // namespace courier::device::ep

@@ -1,0 +1,67 @@
+// Element conversions the EP kernels need on the device: bfloat16 <->
+// float, and float -> FP8 e4m3 ("fn": no infinities, largest 448), rounded
+// to nearest even and saturated, the same rules as the host codec
+// (core/ep/element_types.hpp), written with integer operations so nvcc and
+// hipcc (which has no FP8 header in ROCm 5) give the same bits.
+#pragma once
+
+#include <cstdint>
+
+#include "courier/platform.hpp"
+
+namespace courier::device {
+
+COURIER_DEVICE_INLINE uint32_t float_bits(float f) {
+  union {
+    float f;
+    uint32_t u;
+  } v{f};
+  return v.u;
+}
+
+COURIER_DEVICE_INLINE float bits_float(uint32_t u) {
+  union {
+    uint32_t u;
+    float f;
+  } v{u};
+  return v.f;
+}
+
+COURIER_DEVICE_INLINE float bf16_to_float(uint16_t v) { return bits_float(uint32_t{v} << 16); }
+
+// Round to nearest even; NaN stays NaN.
+COURIER_DEVICE_INLINE uint16_t float_to_bf16(float f) {
+  uint32_t bits = float_bits(f);
+  if ((bits & 0x7F800000u) == 0x7F800000u && (bits & 0x007FFFFFu) != 0) {
+    return static_cast<uint16_t>((bits >> 16) | 0x40);
+  }
+  bits += 0x7FFFu + ((bits >> 16) & 1u);
+  return static_cast<uint16_t>(bits >> 16);
+}
+
+inline constexpr float kE4m3Max = 448.0f;
+inline constexpr uint32_t kFp8Channels = 128;  // channels per scale
+
+// e4m3fn bits of an already scaled value.
+COURIER_DEVICE_INLINE uint8_t float_to_e4m3(float f) {
+  const uint32_t bits = float_bits(f);
+  const uint8_t sign = static_cast<uint8_t>((bits >> 24) & 0x80);
+  const uint32_t magnitude = bits & 0x7FFFFFFFu;
+  if (magnitude > 0x7F800000u) return 0x7F;  // NaN
+  const float a = bits_float(magnitude);
+  if (a >= kE4m3Max) return sign | 0x7E;
+  if (a < 0.015625f) {               // below 2^-6: subnormal steps of 2^-9, ties to even
+    const float steps = a * 512.0f;  // exact
+    uint32_t q = static_cast<uint32_t>(steps);
+    const float rest = steps - static_cast<float>(q);
+    if (rest > 0.5f || (rest == 0.5f && (q & 1u) != 0)) ++q;
+    return sign | static_cast<uint8_t>(q);  // 8 steps is 2^-6, the first normal code
+  }
+  // Normal: keep 3 of the 23 mantissa bits, ties to even; a carry moves
+  // into the exponent, which is what rounding up should do.
+  const uint32_t rounded = magnitude + 0x7FFFFu + ((magnitude >> 20) & 1u);
+  const uint32_t code = (rounded >> 20) - ((127u - 7u) << 3);
+  return sign | static_cast<uint8_t>(code > 0x7Eu ? 0x7Eu : code);
+}
+
+}  // namespace courier::device
