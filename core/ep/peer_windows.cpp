@@ -54,9 +54,7 @@ PeerWindows::PeerWindows(Context& ctx, uint64_t bytes)
       ranks_(static_cast<uint32_t>(ctx.world_size())),
       timeout_ns_(uint64_t{ContextInternals::config(ctx).timeout_s} * 1000000000ull) {
   local_ = ctx.alloc(bytes);  // zeroed by the backend
-  check(ops()->host_alloc_mapped(backend(), 16, &status_host_, &status_device_),
-        "mapping the EP status word");
-  std::memset(status_host_, 0, 16);
+  status_ = ctx.alloc(16);
   courier_gpu_ipc_handle_v1 mine{};
   check(ops()->ipc_export(backend(), local_.data(), &mine), "exporting the EP window");
   std::vector<std::byte> all = ctx.bootstrap().allgather(
@@ -73,7 +71,6 @@ PeerWindows::PeerWindows(Context& ctx, uint64_t bytes)
     if (rc != 0) {
       const std::string reason = gpu_.last_error();
       for (void* p : imported_) ops()->ipc_close(backend(), p);
-      ops()->host_free_mapped(backend(), status_host_);
       fail("ep::Buffer: mapping rank {}'s EP window on GPU {}: {}", r, device_, reason);
     }
     imported_.push_back(mapped);
@@ -90,22 +87,29 @@ PeerWindows::~PeerWindows() {
     // A rank that is gone cannot store any more either.
   }
   for (void* p : imported_) ops()->ipc_close(backend(), p);
-  ops()->host_free_mapped(backend(), status_host_);
 }
 
-void PeerWindows::clear_status() const { std::memset(status_host_, 0, 16); }
+void PeerWindows::clear_status() const {
+  check(ops()->ep_sync(backend(), device_), "finishing the previous call");
+  const uint64_t zeros[2] = {0, 0};
+  ctx_.copy(status_.data(), zeros, sizeof zeros);
+}
 
 void PeerWindows::set_refused() const {
   const uint32_t refused = COURIER_GPU_EP_STATUS_REFUSED_BY | rank_;
-  std::memcpy(status_host_, &refused, 4);
+  ctx_.copy(status_.data(), &refused, 4);
 }
 
 uint32_t PeerWindows::status() const {
-  return *static_cast<const volatile uint32_t*>(status_host_);
+  uint32_t s = 0;
+  ctx_.copy(&s, status_.data(), 4);
+  return s;
 }
 
 uint64_t PeerWindows::bad_index() const {
-  return *reinterpret_cast<const volatile uint64_t*>(static_cast<std::byte*>(status_host_) + 8);
+  uint64_t at = 0;
+  ctx_.copy(&at, static_cast<const std::byte*>(status_.data()) + 8, 8);
+  return at;
 }
 
 void PeerWindows::signal(const void* src, uint64_t bytes, uint64_t record_off, uint64_t flag_off,

@@ -1,9 +1,10 @@
 // The EP direct path's memory (docs/ep.md, "Direct path"): one window of
 // device memory per rank, the same layout on every rank, mapped into every
 // other rank's GPU through the GPU backend's IPC, plus a status word in
-// mapped host memory that the kernels use to fail a call on every rank
-// instead of hanging. Also the calls into the backend's ep_* entry points,
-// each checked and named.
+// device memory that the kernels use to fail a call on every rank instead
+// of hanging. (Device memory, not mapped host memory: every block reads it,
+// and reads of host memory from thousands of blocks serialize on PCIe.) Also the calls into the
+// backend's ep_* entry points, each checked and named.
 #pragma once
 
 #include <cstddef>
@@ -41,8 +42,10 @@ class PeerWindows {
   uint64_t timeout_ns() const { return timeout_ns_; }
 
   // The status word and the first bad topk index, as the kernels see them.
-  uint32_t* status_device() const { return static_cast<uint32_t*>(status_device_); }
-  uint64_t* bad_index_device() const { return static_cast<uint64_t*>(status_device_) + 1; }
+  uint32_t* status_device() const { return static_cast<uint32_t*>(status_.data()); }
+  uint64_t* bad_index_device() const { return static_cast<uint64_t*>(status_.data()) + 1; }
+  // Waits for the EP stream (a receive hook may have left work), then
+  // clears the status for a new call.
   void clear_status() const;
   // Marks this rank's call refused: its signal kernels raise refused flags.
   void set_refused() const;
@@ -72,8 +75,7 @@ class PeerWindows {
   DeviceBuffer local_;
   courier_gpu_ep_peers_v1 peers_{};
   std::vector<void*> imported_;
-  void* status_host_ = nullptr;  // {u32 status, pad, u64 bad index}
-  void* status_device_ = nullptr;
+  DeviceBuffer status_;  // {u32 status, pad, u64 bad index}
 };
 
 }  // namespace courier::ep

@@ -63,13 +63,13 @@ if [ "${BENCH:-1}" = ep ]; then
   export COURIER_NIC_BACKEND=ce COURIER_GPU_BACKEND=cuda
   HT="--mode ht --tokens 512,1024,2048,4096 --hidden 7168 --topk 8 --experts 256 --unmasked"
   LL="--mode ll --tokens 128 --hidden 7168 --topk 8 --experts 288 --unmasked --fp8"
-  for transport in direct proxy; do
+  for transport in ${EP_TRANSPORTS:-direct proxy}; do
     iters=50
     [ "$transport" = proxy ] && iters=5
     bench "ep-ht-$transport" env COURIER_EP_TRANSPORT=$transport $R "$B" ep $HT --iters $iters
     bench "ep-ll-$transport" env COURIER_EP_TRANSPORT=$transport $R "$B" ep $LL --iters $iters
   done
-  bench nccl python3 tools/nccl_alltoall_bench.py --ranks 2 --ht-tokens 512,1024,2048,4096 \
+  [ "${NCCL:-1}" = 1 ] && bench nccl python3 tools/nccl_alltoall_bench.py --ranks 2 --ht-tokens 512,1024,2048,4096 \
     --json "$OUT/nccl.json"
   step "summary"
   printf '%s\n' "$tests_line"

@@ -188,8 +188,8 @@ typedef struct courier_gpu_ep_layout_v1 {
  * them directly (NVLink between GPUs of one host). The ep_* entry points
  * enqueue on the backend's EP stream of `device` and return at once;
  * ep_sync waits for that stream. Offsets (*_off) are byte offsets into a
- * window. `status` points at a u32 in mapped host memory: a kernel that
- * finds it non-zero skips its work, and a signal kernel then marks its flags
+ * window. `status` points at a u32 in device memory: a kernel that finds
+ * it non-zero skips its work, and a signal kernel then marks its flags
  * refused, so a failure on one rank fails every rank instead of hanging
  * them. Status codes: COURIER_GPU_EP_STATUS_*. */
 #define COURIER_GPU_EP_MAX_RANKS 64
@@ -224,7 +224,7 @@ typedef struct courier_gpu_ep_route_v1 {
   const uint8_t* in_rank;  /* [T][R], RANKS mode */
   int32_t* slots;          /* out */
   uint32_t* record;        /* out */
-  uint64_t* bad_index;     /* mapped host memory */
+  uint64_t* bad_index;     /* device memory */
   uint32_t* status;
 } courier_gpu_ep_route_v1;
 
