@@ -130,7 +130,9 @@ int ep_ll_dispatch(const courier_gpu_ep_ll_dispatch_v1* job, cudaStream_t stream
   if (too_small(job)) {
     return fail(-EINVAL, "ep_ll_dispatch: job is NULL or its struct_size too small");
   }
-  const uint32_t blocks = row_blocks(uint64_t{job->tokens} * job->topk);
+  // A block per (token, k) pair.
+  const uint64_t pairs = uint64_t{job->tokens} * job->topk;
+  const uint32_t blocks = static_cast<uint32_t>(pairs == 0 ? 1 : pairs < 4096 ? pairs : 4096);
   device::ep::ll_dispatch_kernel<<<blocks, kRowThreads, 0, stream>>>(*job);
   return launched("the EP low-latency dispatch kernel");
 }

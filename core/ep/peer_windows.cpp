@@ -55,6 +55,9 @@ PeerWindows::PeerWindows(Context& ctx, uint64_t bytes)
       timeout_ns_(uint64_t{ContextInternals::config(ctx).timeout_s} * 1000000000ull) {
   local_ = ctx.alloc(bytes);  // zeroed by the backend
   status_ = ctx.alloc(16);
+  check(ops()->host_alloc_mapped(backend(), 64, &status_host_, &status_mirror_),
+        "mapping the EP status mirror");
+  std::memset(status_host_, 0, 64);
   courier_gpu_ipc_handle_v1 mine{};
   check(ops()->ipc_export(backend(), local_.data(), &mine), "exporting the EP window");
   std::vector<std::byte> all = ctx.bootstrap().allgather(
@@ -71,6 +74,7 @@ PeerWindows::PeerWindows(Context& ctx, uint64_t bytes)
     if (rc != 0) {
       const std::string reason = gpu_.last_error();
       for (void* p : imported_) ops()->ipc_close(backend(), p);
+      ops()->host_free_mapped(backend(), status_host_);
       fail("ep::Buffer: mapping rank {}'s EP window on GPU {}: {}", r, device_, reason);
     }
     imported_.push_back(mapped);
@@ -87,23 +91,22 @@ PeerWindows::~PeerWindows() {
     // A rank that is gone cannot store any more either.
   }
   for (void* p : imported_) ops()->ipc_close(backend(), p);
+  ops()->host_free_mapped(backend(), status_host_);
 }
 
-void PeerWindows::clear_status() const {
+void PeerWindows::clear_status() {
+  if (!dirty_) return;
   check(ops()->ep_sync(backend(), device_), "finishing the previous call");
   const uint64_t zeros[2] = {0, 0};
   ctx_.copy(status_.data(), zeros, sizeof zeros);
+  *static_cast<volatile uint32_t*>(status_host_) = 0;
+  dirty_ = false;
 }
 
-void PeerWindows::set_refused() const {
+void PeerWindows::set_refused() {
   const uint32_t refused = COURIER_GPU_EP_STATUS_REFUSED_BY | rank_;
   ctx_.copy(status_.data(), &refused, 4);
-}
-
-uint32_t PeerWindows::status() const {
-  uint32_t s = 0;
-  ctx_.copy(&s, status_.data(), 4);
-  return s;
+  dirty_ = true;
 }
 
 uint64_t PeerWindows::bad_index() const {
@@ -138,6 +141,7 @@ void PeerWindows::wait(uint64_t first_flag, uint64_t epoch) const {
   job.epoch = epoch;
   job.timeout_ns = timeout_ns_;
   job.status = status_device();
+  job.status_host = static_cast<uint32_t*>(status_mirror_);
   check(ops()->ep_wait(backend(), &job), "waiting for the peers");
 }
 
@@ -145,10 +149,11 @@ void PeerWindows::check(int rc, const char* what) const {
   if (rc != 0) fail("ep::Buffer: {}: {}", what, gpu_.last_error());
 }
 
-void PeerWindows::sync(const char* what) const {
+void PeerWindows::sync(const char* what) {
   check(ops()->ep_sync(backend(), device_), what);
-  const uint32_t s = status();
+  const uint32_t s = *static_cast<const volatile uint32_t*>(status_host_);
   if (s == 0) return;
+  dirty_ = true;
   const uint32_t r = s & COURIER_GPU_EP_STATUS_RANK_MASK;
   if ((s & COURIER_GPU_EP_STATUS_BAD_INDEX) != 0) {
     const uint64_t at = bad_index();

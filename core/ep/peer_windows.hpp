@@ -3,7 +3,8 @@
 // other rank's GPU through the GPU backend's IPC, plus a status word in
 // device memory that the kernels use to fail a call on every rank instead
 // of hanging. (Device memory, not mapped host memory: every block reads it,
-// and reads of host memory from thousands of blocks serialize on PCIe.) Also the calls into the
+// and reads of host memory from thousands of blocks serialize on PCIe. The
+// wait kernel mirrors it into mapped host memory for the host.) Also the calls into the
 // backend's ep_* entry points, each checked and named.
 #pragma once
 
@@ -44,12 +45,10 @@ class PeerWindows {
   // The status word and the first bad topk index, as the kernels see them.
   uint32_t* status_device() const { return static_cast<uint32_t*>(status_.data()); }
   uint64_t* bad_index_device() const { return static_cast<uint64_t*>(status_.data()) + 1; }
-  // Waits for the EP stream (a receive hook may have left work), then
-  // clears the status for a new call.
-  void clear_status() const;
+  // Before a call: clears the status when the last call left it set.
+  void clear_status();
   // Marks this rank's call refused: its signal kernels raise refused flags.
-  void set_refused() const;
-  uint32_t status() const;
+  void set_refused();
   uint64_t bad_index() const;
 
   // Enqueues ep_signal: `bytes` at local `src` to record_off of every
@@ -63,8 +62,8 @@ class PeerWindows {
   // Throws "<what>: <backend's reason>" when rc is not 0.
   void check(int rc, const char* what) const;
   // Waits for the EP stream; throws naming the rank when a kernel reported
-  // a refusal, a timeout or a bad index.
-  void sync(const char* what) const;
+  // a refusal, a timeout or a bad index (seen by the last ep_wait).
+  void sync(const char* what);
 
  private:
   Context& ctx_;
@@ -75,7 +74,10 @@ class PeerWindows {
   DeviceBuffer local_;
   courier_gpu_ep_peers_v1 peers_{};
   std::vector<void*> imported_;
-  DeviceBuffer status_;  // {u32 status, pad, u64 bad index}
+  DeviceBuffer status_;            // {u32 status, pad, u64 bad index}
+  void* status_host_ = nullptr;    // the wait kernel's mirror of the status
+  void* status_mirror_ = nullptr;  // the same, as the device addresses it
+  bool dirty_ = false;             // the status may be non-zero
 };
 
 }  // namespace courier::ep

@@ -179,10 +179,9 @@ __global__ void signal_kernel(courier_gpu_ep_signal_v1 job) {
   }
 }
 
-// ---- ep_wait: thread r waits for rank r's flag.
-__global__ void wait_kernel(courier_gpu_ep_wait_v1 job) {
-  const uint32_t r = threadIdx.x;
-  if (r >= job.num_ranks) return;
+// ---- ep_wait: thread r waits for rank r's flag; then the status goes to
+// the host's mirror (one posted store, so the host need not copy it back).
+__device__ __forceinline__ void wait_for(const courier_gpu_ep_wait_v1& job, uint32_t r) {
   const uint64_t start = device::now_ns();
   for (uint32_t spins = 0;; ++spins) {
     const uint64_t flag = device::load_acquire(job.flags + r);
@@ -198,6 +197,14 @@ __global__ void wait_kernel(courier_gpu_ep_wait_v1 job) {
         return;
       }
     }
+  }
+}
+
+__global__ void wait_kernel(courier_gpu_ep_wait_v1 job) {
+  if (threadIdx.x < job.num_ranks) wait_for(job, threadIdx.x);
+  __syncthreads();
+  if (threadIdx.x == 0 && job.status_host != nullptr) {
+    *const_cast<volatile uint32_t*>(job.status_host) = status_of(job.status);
   }
 }
 
@@ -283,20 +290,20 @@ __device__ __forceinline__ void load4(const void* row, uint32_t bits, uint64_t i
   }
 }
 
-// ---- ep_ll_dispatch: a group per (token, k) pair.
+// ---- ep_ll_dispatch: a block per (token, k) pair; FP8 with a group per
+// block of 128 channels (many in flight: the loop is latency-bound).
 __global__ void ll_dispatch_kernel(courier_gpu_ep_ll_dispatch_v1 job) {
   __shared__ uint32_t failed;
   if (threadIdx.x == 0) failed = status_of(job.status);
   __syncthreads();
   if (failed != 0) return;
-  const uint32_t lane = threadIdx.x % kGroup;
-  const uint32_t groups = gridDim.x * (blockDim.x / kGroup);
-  const uint32_t first = blockIdx.x * (blockDim.x / kGroup) + threadIdx.x / kGroup;
+  const uint32_t lane = threadIdx.x % kGroup, group = threadIdx.x / kGroup;
+  const uint32_t groups = blockDim.x / kGroup;
   const uint32_t K = job.topk, E = job.num_experts, L = E / job.num_ranks;
   const uint32_t elem = job.x_dtype_bits / 8;
   const uint64_t out_row_bytes = job.fp8 != 0 ? job.hidden : uint64_t{job.hidden} * elem;
   const uint32_t scale_cols = job.hidden / kFp8Channels;
-  for (uint32_t item = first; item < job.tokens * K; item += groups) {
+  for (uint32_t item = blockIdx.x; item < job.tokens * K; item += gridDim.x) {
     const uint32_t t = item / K, k = item % K;
     const int64_t e = job.topk_idx[item];
     if (e < 0 || e >= static_cast<int64_t>(E)) continue;
@@ -308,11 +315,11 @@ __global__ void ll_dispatch_kernel(courier_gpu_ep_ll_dispatch_v1 job) {
     const void* x = static_cast<const std::byte*>(job.x) + uint64_t{t} * job.hidden * elem;
     std::byte* out = window(job.peers, d, job.x_off + row * out_row_bytes);
     if (job.fp8 == 0) {
-      group_copy(out, x, out_row_bytes, lane, kGroup);
-    } else {  // a group per block of 128 channels: 4 per lane
+      group_copy(out, x, out_row_bytes, threadIdx.x, blockDim.x);
+    } else {
       float* scales =
           reinterpret_cast<float*>(window(job.peers, d, job.scales_off)) + row * scale_cols;
-      for (uint32_t b = 0; b < scale_cols; ++b) {
+      for (uint32_t b = group; b < scale_cols; b += groups) {
         float v[4];
         load4(x, job.x_dtype_bits, uint64_t{b} * kFp8Channels + lane * 4, v);
         float amax = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
@@ -324,7 +331,7 @@ __global__ void ll_dispatch_kernel(courier_gpu_ep_ll_dispatch_v1 job) {
         if (lane == 0) scales[b] = scale;
       }
     }
-    if (lane == 0) {
+    if (threadIdx.x == 0) {
       reinterpret_cast<int32_t*>(window(job.peers, d, job.src_off))[row] = static_cast<int32_t>(t);
       reinterpret_cast<int32_t*>(window(job.peers, d, job.k_off))[row] = static_cast<int32_t>(k);
     }
@@ -383,38 +390,50 @@ __global__ void combine_send_kernel(courier_gpu_ep_combine_send_v1 job) {
   __threadfence_system();
 }
 
-// ---- ep_reduce: a block per token; each thread 4 channels at a time.
+// ---- ep_reduce: a block per token; each thread 4 channels at a time, the
+// terms' loads issued before they are summed.
 __global__ void reduce_kernel(courier_gpu_ep_reduce_v1 job) {
   __shared__ uint32_t failed;
   if (threadIdx.x == 0) failed = status_of(job.status);
   __syncthreads();
   if (failed != 0) return;
+  constexpr uint32_t kBatch = 8;
   const uint32_t elem = job.dtype_bits / 8;
   const uint64_t row_bytes = uint64_t{job.hidden} * elem;
   for (uint32_t t = blockIdx.x; t < job.tokens; t += gridDim.x) {
     for (uint32_t c = threadIdx.x * 4; c < job.hidden; c += blockDim.x * 4) {
       float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-      for (uint32_t j = 0; j < job.terms; ++j) {
-        const int32_t slot = job.slots[uint64_t{t} * job.terms + j];
-        if (slot < 0) continue;
-        uint64_t r = 0;
-        float w = 1.0f;
-        if (job.mode == COURIER_GPU_EP_ROUTE_RANKS) {
-          r = uint64_t{j} * job.rows_per_term + static_cast<uint32_t>(slot);
-        } else {
-          r = uint64_t{t} * job.terms + j;
-          w = job.weights[uint64_t{t} * job.terms + j];
+      for (uint32_t first = 0; first < job.terms; first += kBatch) {
+        float v[kBatch][4];
+        float w[kBatch];
+#pragma unroll
+        for (uint32_t b = 0; b < kBatch; ++b) {
+          const uint32_t j = first + b;
+          const int32_t slot = j < job.terms ? job.slots[uint64_t{t} * job.terms + j] : -1;
+          w[b] = 0.0f;
+          v[b][0] = v[b][1] = v[b][2] = v[b][3] = 0.0f;
+          if (slot < 0) continue;
+          uint64_t r = 0;
+          if (job.mode == COURIER_GPU_EP_ROUTE_RANKS) {
+            r = uint64_t{j} * job.rows_per_term + static_cast<uint32_t>(slot);
+            w[b] = 1.0f;
+          } else {
+            r = uint64_t{t} * job.terms + j;
+            w[b] = job.weights[uint64_t{t} * job.terms + j];
+          }
+          load4(static_cast<const std::byte*>(job.rows) + r * row_bytes, job.dtype_bits, c, v[b]);
         }
-        float v[4];
-        load4(static_cast<const std::byte*>(job.rows) + r * row_bytes, job.dtype_bits, c, v);
-        for (int i = 0; i < 4; ++i) sum[i] += w * v[i];
+#pragma unroll
+        for (uint32_t b = 0; b < kBatch; ++b) {
+          for (int i = 0; i < 4; ++i) sum[i] += w[b] * v[b][i];
+        }
       }
       std::byte* out = static_cast<std::byte*>(job.out) + uint64_t{t} * row_bytes;
       if (job.dtype_bits == 16) {
-        uint2 w;
-        w.x = uint32_t{float_to_bf16(sum[0])} | uint32_t{float_to_bf16(sum[1])} << 16;
-        w.y = uint32_t{float_to_bf16(sum[2])} | uint32_t{float_to_bf16(sum[3])} << 16;
-        *reinterpret_cast<uint2*>(reinterpret_cast<uint16_t*>(out) + c) = w;
+        uint2 packed;
+        packed.x = uint32_t{float_to_bf16(sum[0])} | uint32_t{float_to_bf16(sum[1])} << 16;
+        packed.y = uint32_t{float_to_bf16(sum[2])} | uint32_t{float_to_bf16(sum[3])} << 16;
+        *reinterpret_cast<uint2*>(reinterpret_cast<uint16_t*>(out) + c) = packed;
       } else {
         *reinterpret_cast<float4*>(reinterpret_cast<float*>(out) + c) =
             make_float4(sum[0], sum[1], sum[2], sum[3]);

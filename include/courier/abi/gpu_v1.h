@@ -245,7 +245,9 @@ typedef struct courier_gpu_ep_signal_v1 {
 } courier_gpu_ep_signal_v1;
 
 /* Waits until flags[r] >= epoch for every rank r (flags in this device's
- * memory); sets *status to REFUSED_BY | r or TIMEOUT | r otherwise. */
+ * memory); sets *status to REFUSED_BY | r or TIMEOUT | r otherwise. Then
+ * copies *status to *status_host (mapped host memory; NULL: not), so the
+ * host learns the outcome without a copy. */
 typedef struct courier_gpu_ep_wait_v1 {
   uint32_t struct_size;
   int32_t device;
@@ -255,6 +257,7 @@ typedef struct courier_gpu_ep_wait_v1 {
   uint64_t epoch;
   uint64_t timeout_ns;
   uint32_t* status;
+  uint32_t* status_host;
 } courier_gpu_ep_wait_v1;
 
 /* High-throughput dispatch: token t with slots[t][d] >= 0 goes to rank d at
