@@ -5,6 +5,8 @@
     courier-run -n 4 build/bin/courier-bench ep --mode ll --json > ll.jsonl
     tools/plot_bench.py ht.jsonl ll.jsonl --out plots/
     ... | tools/plot_bench.py --out plots/          (reads stdin without files)
+    tools/plot_bench.py ht.jsonl nccl.json --out plots/   (with tools/nccl_alltoall_bench.py's
+                                                           --json: drawn as path "nccl")
 
 For `ep` rows: ep_latency.png (median latency, p99 dashed) and
 ep_bandwidth.png (GB/s) against tokens per rank, one line per
@@ -23,10 +25,23 @@ from collections import defaultdict
 PREFIX = re.compile(r"^\[\d+\]\s*")  # courier-run's rank prefix
 
 
+def nccl_rows(doc):
+    # tools/nccl_alltoall_bench.py --json: one object with its rows, drawn as path "nccl".
+    return [dict(r, bench="ep", path="nccl") for r in doc.get("rows", [])]
+
+
 def read_rows(streams):
     rows = []
     for stream in streams:
-        for line in stream:
+        text = stream.read()
+        try:
+            doc = json.loads(text)
+        except json.JSONDecodeError:
+            doc = None
+        if isinstance(doc, dict) and doc.get("tool") == "nccl_alltoall_bench":
+            rows.extend(nccl_rows(doc))
+            continue
+        for line in text.splitlines():
             line = PREFIX.sub("", line.strip())
             if not line.startswith("{"):
                 continue

@@ -108,7 +108,8 @@ int ep_route(const courier_gpu_ep_route_v1* job, hipStream_t stream) {
 
 int ep_signal(const courier_gpu_ep_signal_v1* job, hipStream_t stream) {
   if (too_small(job)) return fail(-EINVAL, "ep_signal: job is NULL or its struct_size too small");
-  hipLaunchKernelGGL(device::ep::signal_kernel, dim3(job->num_ranks), dim3(256), 0, stream, *job);
+  const uint32_t blocks = job->num_ranks + (job->wait.flags != nullptr ? 1 : 0);
+  hipLaunchKernelGGL(device::ep::signal_kernel, dim3(blocks), dim3(256), 0, stream, *job);
   return launched("the EP signal kernel");
 }
 

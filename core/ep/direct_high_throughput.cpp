@@ -118,10 +118,10 @@ DispatchResult DirectHighThroughput::dispatch(const HtInputs& in, const Dispatch
   route.bad_index = windows_.bad_index_device();
   route.status = windows_.status_device();
   windows_.check(windows_.ops()->ep_route(windows_.backend(), &route), "routing the tokens");
-  windows_.signal(windows_.at(layout_.staging), layout_.record_bytes,
-                  layout_.records[parity] + rank_ * layout_.record_bytes,
-                  layout_.flag(kNotify, parity, rank_), epoch);
-  windows_.wait(layout_.flag(kNotify, parity, 0), epoch);
+  windows_.signal_and_wait(windows_.at(layout_.staging), layout_.record_bytes,
+                           layout_.records[parity] + rank_ * layout_.record_bytes,
+                           layout_.flag(kNotify, parity, rank_), layout_.flag(kNotify, parity, 0),
+                           epoch);
   windows_.sync("dispatch");
   std::vector<uint32_t> records(uint64_t{ranks_} * layout_.record_words);
   ctx_.copy(records.data(), windows_.at(layout_.records[parity]), records.size() * 4);
@@ -188,8 +188,8 @@ DispatchResult DirectHighThroughput::dispatch(const HtInputs& in, const Dispatch
   job.status = windows_.status_device();
   job.peers = windows_.peers();
   windows_.check(windows_.ops()->ep_ht_dispatch(windows_.backend(), &job), "sending the rows");
-  windows_.signal(nullptr, 0, 0, layout_.flag(kData, parity, rank_), epoch);
-  windows_.wait(layout_.flag(kData, parity, 0), epoch);
+  windows_.signal_and_wait(nullptr, 0, 0, layout_.flag(kData, parity, rank_),
+                           layout_.flag(kData, parity, 0), epoch);
   // While the rows travel: the handle's copy of the slots.
   handle.send_index.resize(uint64_t{in.tokens} * ranks_);
   ctx_.copy(handle.send_index.data(), route.slots, handle.send_index.size() * 4);
@@ -240,8 +240,8 @@ CombineResult DirectHighThroughput::combine(const std::byte* x, const DLDataType
   send.status = windows_.status_device();
   send.peers = windows_.peers();
   windows_.check(windows_.ops()->ep_combine_send(windows_.backend(), &send), "sending rows back");
-  windows_.signal(nullptr, 0, 0, layout_.flag(kCombine, parity, rank_), epoch);
-  windows_.wait(layout_.flag(kCombine, parity, 0), epoch);
+  windows_.signal_and_wait(nullptr, 0, 0, layout_.flag(kCombine, parity, rank_),
+                           layout_.flag(kCombine, parity, 0), epoch);
 
   courier_gpu_ep_reduce_v1 reduce{};
   reduce.struct_size = sizeof reduce;

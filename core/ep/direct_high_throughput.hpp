@@ -53,11 +53,6 @@ struct HtDirectLayout {
 
 class DirectHighThroughput {
  public:
-  // Whether the kernels take these sizes: hidden a multiple of 8 (vector
-  // loads in the reduce) and at most 32 experts per token (one lane each).
-  static bool fits(const BufferOptions& options) {
-    return options.hidden % 8 == 0 && options.max_topk <= 32;
-  }
   DirectHighThroughput(Context& ctx, const BufferOptions& options, DLDevice device);
 
   DispatchResult dispatch(const HtInputs& in, const DispatchArgs& args, uint64_t call);

@@ -97,10 +97,10 @@ LowLatencyDispatchResult DirectLowLatency::dispatch(const LlInputs& in, bool ret
   route.bad_index = windows_.bad_index_device();
   route.status = windows_.status_device();
   windows_.check(windows_.ops()->ep_route(windows_.backend(), &route), "routing the tokens");
-  windows_.signal(windows_.at(layout_.staging), layout_.record_bytes,
-                  layout_.records[parity] + rank_ * layout_.record_bytes,
-                  layout_.flag(kNotify, parity, rank_), epoch);
-  windows_.wait(layout_.flag(kNotify, parity, 0), epoch);
+  windows_.signal_and_wait(windows_.at(layout_.staging), layout_.record_bytes,
+                           layout_.records[parity] + rank_ * layout_.record_bytes,
+                           layout_.flag(kNotify, parity, rank_), layout_.flag(kNotify, parity, 0),
+                           epoch);
 
   courier_gpu_ep_ll_dispatch_v1 job{};
   job.struct_size = sizeof job;
@@ -203,8 +203,8 @@ CombineResult DirectLowLatency::combine(const std::byte* x, const float* topk_we
   send.status = windows_.status_device();
   send.peers = windows_.peers();
   windows_.check(windows_.ops()->ep_combine_send(windows_.backend(), &send), "sending rows back");
-  windows_.signal(nullptr, 0, 0, layout_.flag(kCombine, parity, rank_), epoch);
-  windows_.wait(layout_.flag(kCombine, parity, 0), epoch);
+  windows_.signal_and_wait(nullptr, 0, 0, layout_.flag(kCombine, parity, rank_),
+                           layout_.flag(kCombine, parity, 0), epoch);
 
   courier_gpu_ep_reduce_v1 reduce{};
   reduce.struct_size = sizeof reduce;

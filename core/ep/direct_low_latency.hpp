@@ -45,9 +45,6 @@ struct LlDirectLayout {
 
 class DirectLowLatency {
  public:
-  static bool fits(const BufferOptions& options) {
-    return options.hidden % 8 == 0 && options.max_topk <= 32;
-  }
   DirectLowLatency(Context& ctx, const BufferOptions& options, DLDevice device);
 
   LowLatencyDispatchResult dispatch(const LlInputs& in, bool return_recv_hook, uint64_t call);

@@ -77,7 +77,7 @@ HighThroughput::HighThroughput(Context& ctx, const BufferOptions& options, DLDev
               options.max_topk),
       admission_(ctx) {
   checked_size(layout_, options);
-  if (DirectHighThroughput::fits(options) && PeerWindows::usable(ctx)) {
+  if (PeerWindows::usable(ctx, direct_misfit(options))) {
     direct_ = std::make_unique<DirectHighThroughput>(ctx, options, device);
     return;
   }

@@ -78,7 +78,7 @@ LowLatency::LowLatency(Context& ctx, const BufferOptions& options, DLDevice devi
               options.hidden * options.element_bytes),
       admission_(ctx) {
   checked_size(layout_, options);
-  if (DirectLowLatency::fits(options) && PeerWindows::usable(ctx)) {
+  if (PeerWindows::usable(ctx, direct_misfit(options))) {
     direct_ = std::make_unique<DirectLowLatency>(ctx, options, device);
     return;
   }

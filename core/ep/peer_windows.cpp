@@ -35,10 +35,20 @@ std::string why_not_direct(const Context& ctx) {
 
 }  // namespace
 
-bool PeerWindows::usable(const Context& ctx) {
+std::string direct_misfit(const BufferOptions& options) {
+  if (options.hidden % 8 != 0) {
+    return fmt::format("hidden {} is not a multiple of 8", options.hidden);
+  }
+  if (options.max_topk > 32) {
+    return fmt::format("max_topk {} is more than 32 experts per token", options.max_topk);
+  }
+  return {};
+}
+
+bool PeerWindows::usable(const Context& ctx, const std::string& misfit) {
   const EpTransport choice = ContextInternals::config(ctx).ep_transport;
   if (choice == EpTransport::proxy) return false;
-  const std::string why = why_not_direct(ctx);
+  const std::string why = misfit.empty() ? why_not_direct(ctx) : misfit;
   if (why.empty()) return true;
   if (choice == EpTransport::direct) {
     fail("COURIER_EP_TRANSPORT=direct cannot be honoured: {}", why);
@@ -115,24 +125,27 @@ uint64_t PeerWindows::bad_index() const {
   return at;
 }
 
-void PeerWindows::signal(const void* src, uint64_t bytes, uint64_t record_off, uint64_t flag_off,
-                         uint64_t epoch) const {
+namespace {
+
+courier_gpu_ep_signal_v1 signal_job(int device, uint32_t rank, uint32_t ranks, const void* src,
+                                    uint64_t bytes, uint64_t record_off, uint64_t flag_off,
+                                    uint64_t epoch) {
   courier_gpu_ep_signal_v1 job{};
   job.struct_size = sizeof job;
-  job.device = device_;
-  job.rank = rank_;
-  job.num_ranks = ranks_;
+  job.device = device;
+  job.rank = rank;
+  job.num_ranks = ranks;
   job.src = src;
   job.bytes = bytes;
   job.record_off = record_off;
   job.flag_off = flag_off;
   job.epoch = epoch;
-  job.status = status_device();
-  job.peers = peers_;
-  check(ops()->ep_signal(backend(), &job), "signalling the peers");
+  return job;
 }
 
-void PeerWindows::wait(uint64_t first_flag, uint64_t epoch) const {
+}  // namespace
+
+courier_gpu_ep_wait_v1 PeerWindows::wait_job(uint64_t first_flag, uint64_t epoch) const {
   courier_gpu_ep_wait_v1 job{};
   job.struct_size = sizeof job;
   job.device = device_;
@@ -142,6 +155,30 @@ void PeerWindows::wait(uint64_t first_flag, uint64_t epoch) const {
   job.timeout_ns = timeout_ns_;
   job.status = status_device();
   job.status_host = static_cast<uint32_t*>(status_mirror_);
+  return job;
+}
+
+void PeerWindows::signal(const void* src, uint64_t bytes, uint64_t record_off, uint64_t flag_off,
+                         uint64_t epoch) const {
+  courier_gpu_ep_signal_v1 job =
+      signal_job(device_, rank_, ranks_, src, bytes, record_off, flag_off, epoch);
+  job.status = status_device();
+  job.peers = peers_;
+  check(ops()->ep_signal(backend(), &job), "signalling the peers");
+}
+
+void PeerWindows::signal_and_wait(const void* src, uint64_t bytes, uint64_t record_off,
+                                  uint64_t flag_off, uint64_t first_flag, uint64_t epoch) const {
+  courier_gpu_ep_signal_v1 job =
+      signal_job(device_, rank_, ranks_, src, bytes, record_off, flag_off, epoch);
+  job.status = status_device();
+  job.peers = peers_;
+  job.wait = wait_job(first_flag, epoch);
+  check(ops()->ep_signal(backend(), &job), "signalling and waiting for the peers");
+}
+
+void PeerWindows::wait(uint64_t first_flag, uint64_t epoch) const {
+  const courier_gpu_ep_wait_v1 job = wait_job(first_flag, epoch);
   check(ops()->ep_wait(backend(), &job), "waiting for the peers");
 }
 

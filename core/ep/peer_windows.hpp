@@ -16,17 +16,24 @@
 #include "core/backend_instance.hpp"
 #include "courier/abi/gpu_v1.h"
 #include "courier/context.hpp"
+#include "courier/ep.hpp"
 
 namespace courier::ep {
+
+// Why the direct path's kernels cannot take a Buffer's sizes ("" when they
+// can): hidden a multiple of 8 (vector loads) and at most 32 experts per
+// token (a lane each).
+std::string direct_misfit(const BufferOptions& options);
 
 class PeerWindows {
  public:
   // Whether this job can take the direct path: the GPU backend has the
-  // ep_direct and ipc capabilities, every rank is on this host, and
+  // ep_direct and ipc capabilities, every rank is on this host, the
+  // Buffer's sizes fit the kernels (`misfit`: why not, "" when they do), and
   // COURIER_EP_TRANSPORT allows it. Every rank decides alike. With
   // COURIER_EP_TRANSPORT=direct an impossible direct path is an error
   // saying why.
-  static bool usable(const Context& ctx);
+  static bool usable(const Context& ctx, const std::string& misfit = "");
 
   // Collective: allocates `bytes` of device memory (zeroed), exchanges IPC
   // handles through the bootstrap and maps every peer's window.
@@ -55,6 +62,10 @@ class PeerWindows {
   // window, then every window's flag at flag_off raised to `epoch`.
   void signal(const void* src, uint64_t bytes, uint64_t record_off, uint64_t flag_off,
               uint64_t epoch) const;
+  // The same, and in the same launch the wait for the ranks' flags at
+  // local offset first_flag to reach `epoch` (wait below).
+  void signal_and_wait(const void* src, uint64_t bytes, uint64_t record_off, uint64_t flag_off,
+                       uint64_t first_flag, uint64_t epoch) const;
   // Enqueues ep_wait for the ranks' flags at local offset first_flag (one
   // u64 per rank) to reach `epoch`.
   void wait(uint64_t first_flag, uint64_t epoch) const;
@@ -66,6 +77,8 @@ class PeerWindows {
   void sync(const char* what);
 
  private:
+  courier_gpu_ep_wait_v1 wait_job(uint64_t first_flag, uint64_t epoch) const;
+
   Context& ctx_;
   const GpuBackend& gpu_;
   int device_;

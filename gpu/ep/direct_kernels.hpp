@@ -164,21 +164,6 @@ __global__ void route_kernel(courier_gpu_ep_route_v1 job) {
   if (threadIdx.x == 0) job.record[group] = total;
 }
 
-// ---- ep_signal: block d writes the record to rank d, then its flag.
-__global__ void signal_kernel(courier_gpu_ep_signal_v1 job) {
-  const uint32_t d = blockIdx.x;
-  if (job.bytes > 0) {
-    group_copy(window(job.peers, d, job.record_off), job.src, job.bytes, threadIdx.x, blockDim.x);
-  }
-  __threadfence_system();
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    const uint64_t refused = status_of(job.status) != 0 ? COURIER_GPU_EP_REFUSED_FLAG : 0;
-    device::store_release(reinterpret_cast<uint64_t*>(window(job.peers, d, job.flag_off)),
-                          job.epoch | refused);
-  }
-}
-
 // ---- ep_wait: thread r waits for rank r's flag; then the status goes to
 // the host's mirror (one posted store, so the host need not copy it back).
 __device__ __forceinline__ void wait_for(const courier_gpu_ep_wait_v1& job, uint32_t r) {
@@ -200,11 +185,35 @@ __device__ __forceinline__ void wait_for(const courier_gpu_ep_wait_v1& job, uint
   }
 }
 
-__global__ void wait_kernel(courier_gpu_ep_wait_v1 job) {
+// The wait of one block (its first num_ranks threads), then the mirror.
+__device__ __forceinline__ void wait_block(const courier_gpu_ep_wait_v1& job) {
   if (threadIdx.x < job.num_ranks) wait_for(job, threadIdx.x);
   __syncthreads();
   if (threadIdx.x == 0 && job.status_host != nullptr) {
     *const_cast<volatile uint32_t*>(job.status_host) = status_of(job.status);
+  }
+}
+
+__global__ void wait_kernel(courier_gpu_ep_wait_v1 job) { wait_block(job); }
+
+// ---- ep_signal: block d writes the record to rank d, then its flag; with
+// a wait, block num_ranks waits (the two need not be ordered: a rank's own
+// flag arrives like any other).
+__global__ void signal_kernel(courier_gpu_ep_signal_v1 job) {
+  const uint32_t d = blockIdx.x;
+  if (d == job.num_ranks) {
+    wait_block(job.wait);
+    return;
+  }
+  if (job.bytes > 0) {
+    group_copy(window(job.peers, d, job.record_off), job.src, job.bytes, threadIdx.x, blockDim.x);
+  }
+  __threadfence_system();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const uint64_t refused = status_of(job.status) != 0 ? COURIER_GPU_EP_REFUSED_FLAG : 0;
+    device::store_release(reinterpret_cast<uint64_t*>(window(job.peers, d, job.flag_off)),
+                          job.epoch | refused);
   }
 }
 

@@ -58,7 +58,7 @@ B="$BUILD/bin/courier-bench"
 if [ "${BENCH:-1}" = ep ]; then
   # EP2 at the field's standard shapes (docs/performance.md): Courier over the
   # direct path and through the proxy over nic-ce, then NCCL all_to_all_single
-  # of the same rows.
+  # of the same rows; JSON in $OUT (tools/plot_bench.py draws it).
   R="$BUILD/bin/courier-run --timeout 600 -n 2"
   export COURIER_NIC_BACKEND=ce COURIER_GPU_BACKEND=cuda
   HT="--mode ht --tokens 512,1024,2048,4096 --hidden 7168 --topk 8 --experts 256 --unmasked"
@@ -66,16 +66,36 @@ if [ "${BENCH:-1}" = ep ]; then
   for transport in ${EP_TRANSPORTS:-direct proxy}; do
     iters=50
     [ "$transport" = proxy ] && iters=5
-    bench "ep-ht-$transport" env COURIER_EP_TRANSPORT=$transport $R "$B" ep $HT --iters $iters
-    bench "ep-ll-$transport" env COURIER_EP_TRANSPORT=$transport $R "$B" ep $LL --iters $iters
+    for mode in ht ll; do
+      args=$HT
+      [ "$mode" = ll ] && args=$LL
+      step "ep-$mode-$transport"
+      env COURIER_EP_TRANSPORT=$transport $R "$B" ep $args --iters $iters --json \
+        >"$OUT/ep-$mode-$transport.jsonl" 2>&1 || tail -5 "$OUT/ep-$mode-$transport.jsonl"
+    done
   done
-  [ "${NCCL:-1}" = 1 ] && bench nccl python3 tools/nccl_alltoall_bench.py --ranks 2 --ht-tokens 512,1024,2048,4096 \
-    --json "$OUT/nccl.json"
+  if [ "${NCCL:-1}" = 1 ]; then
+    bench nccl python3 tools/nccl_alltoall_bench.py --ranks 2 --ht-tokens 512,1024,2048,4096 \
+      --json "$OUT/nccl.json"
+  fi
   step "summary"
   printf '%s\n' "$tests_line"
-  for f in ep-ht-direct ep-ll-direct ep-ht-proxy ep-ll-proxy nccl; do
-    grep -E "^(ep +)?(ht|ll|ll-fp8) " "$OUT/$f.txt" | sed "s/^/$f: /"
-  done
+  python3 - "$OUT" <<'PY'
+import glob, json, os, re, sys
+rows = []
+for f in sorted(glob.glob(os.path.join(sys.argv[1], "ep-*.jsonl"))):
+    for line in open(f):
+        line = re.sub(r"^\[\d+\]\s*", "", line.strip())
+        if line.startswith("{"):
+            rows.append(json.loads(line))
+nccl = os.path.join(sys.argv[1], "nccl.json")
+if os.path.exists(nccl):
+    rows += [dict(r, path="nccl") for r in json.load(open(nccl))["rows"]]
+print(f"{'mode':<7}{'phase':<9}{'path':<15}{'tokens':>7}{'median us':>11}{'p99 us':>10}{'GB/s':>9}")
+for r in rows:
+    print(f"{r['mode']:<7}{r['phase']:<9}{r['path']:<15}{r['tokens']:>7}{r['median_us']:>11.1f}"
+          f"{r['p99_us']:>10.1f}{r['gbytes_per_s']:>9.1f}")
+PY
   exit 0
 fi
 bench fifo-1proxy "$B" fifo --gpu cuda --repeats 3 --round-trips 20000

@@ -228,22 +228,6 @@ typedef struct courier_gpu_ep_route_v1 {
   uint32_t* status;
 } courier_gpu_ep_route_v1;
 
-/* Copies `bytes` at `src` (this device) to offset record_off of every
- * rank's window, then raises the u64 at flag_off there to `epoch` (with
- * REFUSED_FLAG when *status is set) with release semantics: a rank that
- * sees the flag sees the record and everything this device stored before.
- * bytes may be 0 (only the flags). */
-typedef struct courier_gpu_ep_signal_v1 {
-  uint32_t struct_size;
-  int32_t device;
-  uint32_t rank, num_ranks;
-  const void* src;
-  uint64_t bytes, record_off, flag_off;
-  uint64_t epoch;
-  uint32_t* status;
-  courier_gpu_ep_peers_v1 peers;
-} courier_gpu_ep_signal_v1;
-
 /* Waits until flags[r] >= epoch for every rank r (flags in this device's
  * memory); sets *status to REFUSED_BY | r or TIMEOUT | r otherwise. Then
  * copies *status to *status_host (mapped host memory; NULL: not), so the
@@ -259,6 +243,24 @@ typedef struct courier_gpu_ep_wait_v1 {
   uint32_t* status;
   uint32_t* status_host;
 } courier_gpu_ep_wait_v1;
+
+/* Copies `bytes` at `src` (this device) to offset record_off of every
+ * rank's window, then raises the u64 at flag_off there to `epoch` (with
+ * REFUSED_FLAG when *status is set) with release semantics: a rank that
+ * sees the flag sees the record and everything this device stored before.
+ * bytes may be 0 (only the flags). With wait.flags set, the same launch
+ * also does what ep_wait does with `wait` (one launch instead of two). */
+typedef struct courier_gpu_ep_signal_v1 {
+  uint32_t struct_size;
+  int32_t device;
+  uint32_t rank, num_ranks;
+  const void* src;
+  uint64_t bytes, record_off, flag_off;
+  uint64_t epoch;
+  uint32_t* status;
+  courier_gpu_ep_peers_v1 peers;
+  courier_gpu_ep_wait_v1 wait;
+} courier_gpu_ep_signal_v1;
 
 /* High-throughput dispatch: token t with slots[t][d] >= 0 goes to rank d at
  * row begin + slot, begin = sum over s < rank of records[s][d] (records:
