@@ -54,7 +54,7 @@ def read_rows(streams):
     return rows
 
 
-def plot_ep(plt, rows, out):
+def plot_ep(plt, rows, out, median_only=False, heading=None):
     series = defaultdict(list)
     for r in rows:
         key = "{} {} {}".format(r.get("mode", "?"), r.get("phase", "?"), r.get("path", "courier"))
@@ -65,12 +65,13 @@ def plot_ep(plt, rows, out):
         points.sort(key=lambda r: r["tokens"])
         x = [p["tokens"] for p in points]
         line, = ax.plot(x, [p["median_us"] for p in points], marker="o", label=key + " median")
-        ax.plot(x, [p["p99_us"] for p in points], linestyle="--", color=line.get_color(),
-                label=key + " p99")
+        if not median_only:
+            ax.plot(x, [p["p99_us"] for p in points], linestyle="--", color=line.get_color(),
+                    label=key + " p99")
     ax.set_xlabel("tokens per rank")
     ax.set_ylabel("latency (us)")
     ax.set_xscale("log", base=2)
-    ax.set_title(title(rows, "EP latency"))
+    ax.set_title(heading or title(rows, "EP latency"))
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=7)
     written.append(save(fig, out, "ep_latency.png"))
@@ -84,7 +85,7 @@ def plot_ep(plt, rows, out):
     ax.set_xlabel("tokens per rank")
     ax.set_ylabel("GB/s (row bytes sent to other ranks / median)")
     ax.set_xscale("log", base=2)
-    ax.set_title(title(rows, "EP bandwidth"))
+    ax.set_title(heading or title(rows, "EP bandwidth"))
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=7)
     written.append(save(fig, out, "ep_bandwidth.png"))
@@ -133,6 +134,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("files", nargs="*", help="JSON-lines files (default: stdin)")
     parser.add_argument("--out", default=".", help="directory for the PNG files (default: .)")
+    parser.add_argument("--median-only", action="store_true", help="ep: no p99 lines")
+    parser.add_argument("--title", help="ep: the plots' title (default: from the rows)")
     args = parser.parse_args()
     try:
         import matplotlib
@@ -160,7 +163,7 @@ def main():
     written = []
     for bench, bench_rows in sorted(by_bench.items()):
         if bench == "ep":
-            written += plot_ep(plt, bench_rows, args.out)
+            written += plot_ep(plt, bench_rows, args.out, args.median_only, args.title)
         else:
             written += plot_sized(plt, bench, bench_rows, args.out)
     if not written:
