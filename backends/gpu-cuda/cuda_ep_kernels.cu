@@ -54,7 +54,7 @@ cudaError_t load_direct_kernels() {
       reinterpret_cast<const void*>(device::ep::wait_kernel),
       reinterpret_cast<const void*>(device::ep::ht_dispatch_kernel),
       reinterpret_cast<const void*>(device::ep::ll_dispatch_kernel),
-      reinterpret_cast<const void*>(device::ep::ll_counts_kernel),
+      reinterpret_cast<const void*>(device::ep::ll_receive_kernel),
       reinterpret_cast<const void*>(device::ep::combine_send_kernel),
       reinterpret_cast<const void*>(device::ep::reduce_kernel),
   };
@@ -131,19 +131,19 @@ int ep_ll_dispatch(const courier_gpu_ep_ll_dispatch_v1* job, cudaStream_t stream
   if (too_small(job)) {
     return fail(-EINVAL, "ep_ll_dispatch: job is NULL or its struct_size too small");
   }
-  // A block per (token, k) pair.
-  const uint64_t pairs = uint64_t{job->tokens} * job->topk;
-  const uint32_t blocks = static_cast<uint32_t>(pairs == 0 ? 1 : pairs < 4096 ? pairs : 4096);
+  // A block per rank (its release flag), then one per (token, k) pair.
+  const uint32_t blocks = job->num_ranks + job->tokens * job->topk;
   device::ep::ll_dispatch_kernel<<<blocks, kRowThreads, 0, stream>>>(*job);
   return launched("the EP low-latency dispatch kernel");
 }
 
-int ep_ll_counts(const courier_gpu_ep_ll_counts_v1* job, cudaStream_t stream) {
-  if (too_small(job))
-    return fail(-EINVAL, "ep_ll_counts: job is NULL or its struct_size too small");
-  const uint32_t blocks = (job->local_experts + 255) / 256;
-  device::ep::ll_counts_kernel<<<blocks == 0 ? 1 : blocks, 256, 0, stream>>>(*job);
-  return launched("the EP low-latency counts kernel");
+int ep_ll_receive(const courier_gpu_ep_ll_receive_v1* job, cudaStream_t stream) {
+  if (too_small(job)) {
+    return fail(-EINVAL, "ep_ll_receive: job is NULL or its struct_size too small");
+  }
+  const uint32_t blocks = job->local_experts == 0 ? 1 : job->local_experts;
+  device::ep::ll_receive_kernel<<<blocks, kRowThreads, 0, stream>>>(*job);
+  return launched("the EP low-latency receive kernel");
 }
 
 int ep_combine_send(const courier_gpu_ep_combine_send_v1* job, cudaStream_t stream) {

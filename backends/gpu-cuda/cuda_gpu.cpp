@@ -333,7 +333,7 @@ const courier_gpu_plugin_v1 kPlugin = {
     enqueue_ep<courier_gpu_ep_wait_v1, courier::cuda_gpu::ep_wait>,
     enqueue_ep<courier_gpu_ep_ht_dispatch_v1, courier::cuda_gpu::ep_ht_dispatch>,
     enqueue_ep<courier_gpu_ep_ll_dispatch_v1, courier::cuda_gpu::ep_ll_dispatch>,
-    enqueue_ep<courier_gpu_ep_ll_counts_v1, courier::cuda_gpu::ep_ll_counts>,
+    enqueue_ep<courier_gpu_ep_ll_receive_v1, courier::cuda_gpu::ep_ll_receive>,
     enqueue_ep<courier_gpu_ep_combine_send_v1, courier::cuda_gpu::ep_combine_send>,
     enqueue_ep<courier_gpu_ep_reduce_v1, courier::cuda_gpu::ep_reduce>,
     cuda_ep_sync,

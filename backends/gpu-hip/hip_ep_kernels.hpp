@@ -18,7 +18,7 @@ int ep_signal(const courier_gpu_ep_signal_v1* job, hipStream_t stream);
 int ep_wait(const courier_gpu_ep_wait_v1* job, hipStream_t stream);
 int ep_ht_dispatch(const courier_gpu_ep_ht_dispatch_v1* job, hipStream_t stream);
 int ep_ll_dispatch(const courier_gpu_ep_ll_dispatch_v1* job, hipStream_t stream);
-int ep_ll_counts(const courier_gpu_ep_ll_counts_v1* job, hipStream_t stream);
+int ep_ll_receive(const courier_gpu_ep_ll_receive_v1* job, hipStream_t stream);
 int ep_combine_send(const courier_gpu_ep_combine_send_v1* job, hipStream_t stream);
 int ep_reduce(const courier_gpu_ep_reduce_v1* job, hipStream_t stream);
 

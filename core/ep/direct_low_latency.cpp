@@ -13,7 +13,10 @@ namespace {
 
 constexpr uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 
-enum Phase : uint32_t { kNotify = 0, kData = 1, kCombine = 2 };
+// Flags: the rows and counts of a dispatch are in; combine's rows are in; a
+// rank finished reading what the others staged for it (they may stage the
+// next call of that parity).
+enum Phase : uint32_t { kData = 0, kCombine = 1, kRelease = 2 };
 
 }  // namespace
 
@@ -22,6 +25,7 @@ LlDirectLayout::LlDirectLayout(uint32_t ranks, uint32_t experts, uint32_t max_to
     : ranks(ranks),
       experts(experts),
       local_experts(experts / ranks),
+      max_tokens(max_tokens),
       rows_per_expert(ranks * max_tokens) {
   record_bytes = align_up(4ull * experts, 16);
   const uint64_t rows = uint64_t{local_experts} * rows_per_expert;
@@ -35,6 +39,10 @@ LlDirectLayout::LlDirectLayout(uint32_t ranks, uint32_t experts, uint32_t max_to
   };
   for (uint32_t p = 0; p < 2; ++p) {
     records[p] = take(ranks * record_bytes);
+    staging_x[p] = take(rows * row_bytes);
+    staging_scales[p] = take(rows * scale_bytes);
+    staging_src[p] = take(rows * 4);
+    staging_k[p] = take(rows * 4);
     x[p] = take(rows * row_bytes);
     scales[p] = take(rows * scale_bytes);
     src[p] = take(rows * 4);
@@ -46,6 +54,7 @@ LlDirectLayout::LlDirectLayout(uint32_t ranks, uint32_t experts, uint32_t max_to
   }
   flags = take(3ull * 2 * ranks * 8);
   staging = take(record_bytes);
+  done = take(4);
   total = at;
 }
 
@@ -66,7 +75,7 @@ void DirectLowLatency::refuse(uint32_t phase, uint64_t call, const std::string& 
   try {
     windows_.set_refused();
     for (uint32_t p :
-         phase == 0 ? std::vector<uint32_t>{kNotify, kData} : std::vector<uint32_t>{kCombine}) {
+         phase == 0 ? std::vector<uint32_t>{kData, kRelease} : std::vector<uint32_t>{kCombine}) {
       windows_.signal(nullptr, 0, 0, layout_.flag(p, parity, rank_), call / 2 + 1);
     }
     windows_.check(windows_.ops()->ep_sync(windows_.backend(), windows_.device()), "refusing");
@@ -97,11 +106,9 @@ LowLatencyDispatchResult DirectLowLatency::dispatch(const LlInputs& in, bool ret
   route.bad_index = windows_.bad_index_device();
   route.status = windows_.status_device();
   windows_.check(windows_.ops()->ep_route(windows_.backend(), &route), "routing the tokens");
-  windows_.signal_and_wait(windows_.at(layout_.staging), layout_.record_bytes,
-                           layout_.records[parity] + rank_ * layout_.record_bytes,
-                           layout_.flag(kNotify, parity, rank_), layout_.flag(kNotify, parity, 0),
-                           epoch);
 
+  // The rows go straight into the destinations' staging blocks (no round
+  // of counts first); the counts follow with the data flag.
   courier_gpu_ep_ll_dispatch_v1 job{};
   job.struct_size = sizeof job;
   job.device = windows_.device();
@@ -113,19 +120,29 @@ LowLatencyDispatchResult DirectLowLatency::dispatch(const LlInputs& in, bool ret
   job.hidden = in.hidden;
   job.x_dtype_bits = in.x_dtype.bits;
   job.fp8 = in.fp8 ? 1 : 0;
-  job.rows_per_expert = layout_.rows_per_expert;
+  job.max_tokens = layout_.max_tokens;
   job.x = in.x;
   job.topk_idx = in.idx;
   job.slots = route.slots;
-  job.records = reinterpret_cast<const uint32_t*>(windows_.at(layout_.records[parity]));
-  job.x_off = layout_.x[parity];
-  job.scales_off = layout_.scales[parity];
-  job.src_off = layout_.src[parity];
-  job.k_off = layout_.k[parity];
+  job.x_off = layout_.staging_x[parity];
+  job.scales_off = layout_.staging_scales[parity];
+  job.src_off = layout_.staging_src[parity];
+  job.k_off = layout_.staging_k[parity];
+  job.released = reinterpret_cast<const uint64_t*>(windows_.at(layout_.flag(kRelease, parity, 0)));
+  job.released_epoch = epoch - 1;  // what they staged two calls ago is read
+  job.timeout_ns = windows_.timeout_ns();
   job.status = windows_.status_device();
   job.peers = windows_.peers();
   windows_.check(windows_.ops()->ep_ll_dispatch(windows_.backend(), &job), "sending the rows");
-  windows_.signal(nullptr, 0, 0, layout_.flag(kData, parity, rank_), epoch);
+  const uint64_t record_off = layout_.records[parity] + rank_ * layout_.record_bytes;
+  if (return_recv_hook) {
+    windows_.signal(windows_.at(layout_.staging), layout_.record_bytes, record_off,
+                    layout_.flag(kData, parity, rank_), epoch);
+  } else {
+    windows_.signal_and_wait(windows_.at(layout_.staging), layout_.record_bytes, record_off,
+                             layout_.flag(kData, parity, rank_), layout_.flag(kData, parity, 0),
+                             epoch);
+  }
 
   LowLatencyDispatchResult result;
   const int64_t slots = layout_.rows_per_expert;
@@ -150,29 +167,47 @@ LowLatencyDispatchResult DirectLowLatency::dispatch(const LlInputs& in, bool ret
   handle.dtype_code = in.x_dtype.code;
   handle.dtype_bits = in.x_dtype.bits;
   handle.call = call;
+  call_fp8_[parity] = in.fp8;
+  call_row_bytes_[parity] = in.fp8 ? in.hidden : in.hidden * (in.x_dtype.bits / 8);
   if (return_recv_hook) {
-    result.recv_hook = [this, call] { receive(call); };
+    result.recv_hook = [this, call] { receive(call, false); };
   } else {
-    receive(call);
+    receive(call, true);
   }
   return result;
 }
 
-void DirectLowLatency::receive(uint64_t call) {
+void DirectLowLatency::receive(uint64_t call, bool waited) {
   const uint32_t parity = call & 1;
-  windows_.wait(layout_.flag(kData, parity, 0), call / 2 + 1);
-  courier_gpu_ep_ll_counts_v1 counts{};
-  counts.struct_size = sizeof counts;
-  counts.device = windows_.device();
-  counts.rank = rank_;
-  counts.num_ranks = ranks_;
-  counts.local_experts = layout_.local_experts;
-  counts.num_experts = layout_.experts;
-  counts.records = reinterpret_cast<const uint32_t*>(windows_.at(layout_.records[parity]));
-  counts.count = reinterpret_cast<int32_t*>(windows_.at(layout_.count[parity]));
-  counts.range = reinterpret_cast<int64_t*>(windows_.at(layout_.range[parity]));
-  counts.status = windows_.status_device();
-  windows_.check(windows_.ops()->ep_ll_counts(windows_.backend(), &counts), "counting the rows");
+  const uint64_t epoch = call / 2 + 1;
+  if (!waited) windows_.wait(layout_.flag(kData, parity, 0), epoch);
+  courier_gpu_ep_ll_receive_v1 job{};
+  job.struct_size = sizeof job;
+  job.device = windows_.device();
+  job.rank = rank_;
+  job.num_ranks = ranks_;
+  job.local_experts = layout_.local_experts;
+  job.num_experts = layout_.experts;
+  job.max_tokens = layout_.max_tokens;
+  job.row_bytes = call_row_bytes_[parity];
+  job.scale_cols = call_fp8_[parity] ? options_.hidden / kFp8Block : 0;
+  job.records = reinterpret_cast<const uint32_t*>(windows_.at(layout_.records[parity]));
+  job.staging_x = windows_.at(layout_.staging_x[parity]);
+  job.staging_scales = reinterpret_cast<const float*>(windows_.at(layout_.staging_scales[parity]));
+  job.staging_src = reinterpret_cast<const int32_t*>(windows_.at(layout_.staging_src[parity]));
+  job.staging_k = reinterpret_cast<const int32_t*>(windows_.at(layout_.staging_k[parity]));
+  job.x = windows_.at(layout_.x[parity]);
+  job.scales = reinterpret_cast<float*>(windows_.at(layout_.scales[parity]));
+  job.src = reinterpret_cast<int32_t*>(windows_.at(layout_.src[parity]));
+  job.k = reinterpret_cast<int32_t*>(windows_.at(layout_.k[parity]));
+  job.count = reinterpret_cast<int32_t*>(windows_.at(layout_.count[parity]));
+  job.range = reinterpret_cast<int64_t*>(windows_.at(layout_.range[parity]));
+  job.done = reinterpret_cast<uint32_t*>(windows_.at(layout_.done));
+  job.release_off = layout_.flag(kRelease, parity, rank_);
+  job.epoch = epoch;
+  job.status = windows_.status_device();
+  job.peers = windows_.peers();
+  windows_.check(windows_.ops()->ep_ll_receive(windows_.backend(), &job), "packing the rows");
   windows_.sync("low_latency_dispatch");
 }
 

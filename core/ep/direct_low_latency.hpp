@@ -1,9 +1,9 @@
 // Low-latency dispatch and combine over the direct path (docs/ep.md,
 // "Direct path"): every (token, expert) pair is stored by a GPU kernel
-// straight into its expert's packed receive buffer at the destination
-// (quantized to FP8 on the way with use_fp8), after one round of per-expert
-// counts that tells every rank where its rows land. The receive half (wait
-// for the flags, count per expert) is separable: recv_hook.
+// straight into the destination's staging block of (expert, source rank)
+// (quantized to FP8 on the way with use_fp8), and the per-expert counts
+// follow with the data flag. The receive half (wait for the flags, pack
+// each expert's blocks from row 0) is separable: recv_hook.
 #pragma once
 
 #include <cstdint>
@@ -31,11 +31,17 @@ struct LlDirectLayout {
   LlDirectLayout(uint32_t ranks, uint32_t experts, uint32_t max_tokens, uint32_t hidden,
                  uint32_t element_bytes, uint32_t max_topk);
 
-  uint32_t ranks, experts, local_experts, rows_per_expert;
+  uint32_t ranks, experts, local_experts, max_tokens, rows_per_expert;
   uint64_t record_bytes;  // count per expert
-  uint64_t records[2], x[2], scales[2], src[2], k[2], count[2], range[2], slots[2], combine[2];
-  uint64_t flags;    // [phase: notify, data, combine][parity][rank] u64
+  uint64_t records[2];
+  // Staging, [local expert][source rank][max_tokens] rows: where senders store.
+  uint64_t staging_x[2], staging_scales[2], staging_src[2], staging_k[2];
+  // The outputs, packed per expert from row 0 by the receive half.
+  uint64_t x[2], scales[2], src[2], k[2], count[2], range[2];
+  uint64_t slots[2], combine[2];
+  uint64_t flags;    // [phase: data, combine, release][parity][rank] u64
   uint64_t staging;  // this rank's record
+  uint64_t done;     // the receive kernel's count of finished blocks
   uint64_t total;
 
   uint64_t flag(uint32_t phase, uint32_t parity, uint32_t rank) const {
@@ -56,7 +62,9 @@ class DirectLowLatency {
   [[noreturn]] void refuse(uint32_t phase, uint64_t call, const std::string& why);
 
  private:
-  void receive(uint64_t call);
+  // The receive half of dispatch `call`; `waited`: its data flags were
+  // already waited for.
+  void receive(uint64_t call, bool waited);
 
   Context& ctx_;
   BufferOptions options_;
@@ -65,6 +73,8 @@ class DirectLowLatency {
   LlDirectLayout layout_;
   PeerWindows windows_;
   DeviceBuffer combined_x_;
+  bool call_fp8_[2] = {false, false};  // per parity: how the rows travel
+  uint32_t call_row_bytes_[2] = {0, 0};
 };
 
 }  // namespace courier::ep

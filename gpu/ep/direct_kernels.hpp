@@ -299,68 +299,139 @@ __device__ __forceinline__ void load4(const void* row, uint32_t bits, uint64_t i
   }
 }
 
-// ---- ep_ll_dispatch: a block per (token, k) pair; FP8 with a group per
-// block of 128 channels (many in flight: the loop is latency-bound).
+// Waits until the flag (REFUSED_FLAG ignored) reaches `want`; sets the
+// status on a timeout. One thread.
+__device__ __forceinline__ bool wait_released(const uint64_t* flag, uint64_t want,
+                                              uint64_t timeout_ns, uint32_t* status,
+                                              uint32_t rank) {
+  const uint64_t start = device::now_ns();
+  for (uint32_t spins = 0;; ++spins) {
+    if ((device::load_acquire(flag) & ~COURIER_GPU_EP_REFUSED_FLAG) >= want) return true;
+    if ((spins & 255u) == 0 && device::now_ns() - start > timeout_ns) {
+      set_status(status, COURIER_GPU_EP_STATUS_TIMEOUT | rank);
+      return false;
+    }
+  }
+}
+
+// ---- ep_ll_dispatch: blocks [0, num_ranks) wait for the ranks' release
+// flags (so that the signal after this kernel may write their records);
+// then a block per (token, k) pair; FP8 with a group per block of 128
+// channels (many in flight: the loop is latency-bound).
 __global__ void ll_dispatch_kernel(courier_gpu_ep_ll_dispatch_v1 job) {
   __shared__ uint32_t failed;
-  if (threadIdx.x == 0) failed = status_of(job.status);
+  const uint32_t R = job.num_ranks, K = job.topk, E = job.num_experts, L = E / R;
+  if (blockIdx.x < R) {
+    if (threadIdx.x == 0) {
+      wait_released(job.released + blockIdx.x, job.released_epoch, job.timeout_ns, job.status,
+                    blockIdx.x);
+    }
+    return;
+  }
+  const uint32_t item = blockIdx.x - R;
+  const int64_t e = job.topk_idx[item];
+  if (e < 0 || e >= static_cast<int64_t>(E)) return;
+  const uint32_t d = static_cast<uint32_t>(e) / L, l = static_cast<uint32_t>(e) % L;
+  if (threadIdx.x == 0) {
+    failed = status_of(job.status);
+    if (failed == 0 &&
+        !wait_released(job.released + d, job.released_epoch, job.timeout_ns, job.status, d)) {
+      failed = 1;
+    }
+  }
   __syncthreads();
   if (failed != 0) return;
   const uint32_t lane = threadIdx.x % kGroup, group = threadIdx.x / kGroup;
   const uint32_t groups = blockDim.x / kGroup;
-  const uint32_t K = job.topk, E = job.num_experts, L = E / job.num_ranks;
+  const uint32_t t = item / K, k = item % K;
   const uint32_t elem = job.x_dtype_bits / 8;
   const uint64_t out_row_bytes = job.fp8 != 0 ? job.hidden : uint64_t{job.hidden} * elem;
   const uint32_t scale_cols = job.hidden / kFp8Channels;
-  for (uint32_t item = blockIdx.x; item < job.tokens * K; item += gridDim.x) {
-    const uint32_t t = item / K, k = item % K;
-    const int64_t e = job.topk_idx[item];
-    if (e < 0 || e >= static_cast<int64_t>(E)) continue;
-    const uint32_t d = static_cast<uint32_t>(e) / L, l = static_cast<uint32_t>(e) % L;
-    uint32_t begin = 0;
-    for (uint32_t s = 0; s < job.rank; ++s) begin += job.records[uint64_t{s} * E + e];
-    const uint64_t row =
-        uint64_t{l} * job.rows_per_expert + begin + static_cast<uint32_t>(job.slots[item]);
-    const void* x = static_cast<const std::byte*>(job.x) + uint64_t{t} * job.hidden * elem;
-    std::byte* out = window(job.peers, d, job.x_off + row * out_row_bytes);
-    if (job.fp8 == 0) {
-      group_copy(out, x, out_row_bytes, threadIdx.x, blockDim.x);
-    } else {
-      float* scales =
-          reinterpret_cast<float*>(window(job.peers, d, job.scales_off)) + row * scale_cols;
-      for (uint32_t b = group; b < scale_cols; b += groups) {
-        float v[4];
-        load4(x, job.x_dtype_bits, uint64_t{b} * kFp8Channels + lane * 4, v);
-        float amax = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
-        amax = group_max(amax);
-        const float scale = amax > 0.0f ? amax / kE4m3Max : 1.0f;
-        uint32_t packed = 0;
-        for (int i = 0; i < 4; ++i) packed |= uint32_t{float_to_e4m3(v[i] / scale)} << (8 * i);
-        *reinterpret_cast<uint32_t*>(out + uint64_t{b} * kFp8Channels + lane * 4) = packed;
-        if (lane == 0) scales[b] = scale;
-      }
+  const uint64_t row =
+      (uint64_t{l} * R + job.rank) * job.max_tokens + static_cast<uint32_t>(job.slots[item]);
+  const void* x = static_cast<const std::byte*>(job.x) + uint64_t{t} * job.hidden * elem;
+  std::byte* out = window(job.peers, d, job.x_off + row * out_row_bytes);
+  if (job.fp8 == 0) {
+    group_copy(out, x, out_row_bytes, threadIdx.x, blockDim.x);
+  } else {
+    float* scales =
+        reinterpret_cast<float*>(window(job.peers, d, job.scales_off)) + row * scale_cols;
+    for (uint32_t b = group; b < scale_cols; b += groups) {
+      float v[4];
+      load4(x, job.x_dtype_bits, uint64_t{b} * kFp8Channels + lane * 4, v);
+      float amax = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
+      amax = group_max(amax);
+      const float scale = amax > 0.0f ? amax / kE4m3Max : 1.0f;
+      uint32_t packed = 0;
+      for (int i = 0; i < 4; ++i) packed |= uint32_t{float_to_e4m3(v[i] / scale)} << (8 * i);
+      *reinterpret_cast<uint32_t*>(out + uint64_t{b} * kFp8Channels + lane * 4) = packed;
+      if (lane == 0) scales[b] = scale;
     }
-    if (threadIdx.x == 0) {
-      reinterpret_cast<int32_t*>(window(job.peers, d, job.src_off))[row] = static_cast<int32_t>(t);
-      reinterpret_cast<int32_t*>(window(job.peers, d, job.k_off))[row] = static_cast<int32_t>(k);
-    }
+  }
+  if (threadIdx.x == 0) {
+    reinterpret_cast<int32_t*>(window(job.peers, d, job.src_off))[row] = static_cast<int32_t>(t);
+    reinterpret_cast<int32_t*>(window(job.peers, d, job.k_off))[row] = static_cast<int32_t>(k);
   }
   __threadfence_system();
 }
 
-// ---- ep_ll_counts: thread l sums expert l's rows from every rank.
-__global__ void ll_counts_kernel(courier_gpu_ep_ll_counts_v1 job) {
-  const uint32_t l = blockIdx.x * blockDim.x + threadIdx.x;
-  if (l >= job.local_experts) return;
+// ---- ep_ll_receive: a block per local expert packs its staging blocks;
+// the last block to finish raises the release flags.
+__global__ void ll_receive_kernel(courier_gpu_ep_ll_receive_v1 job) {
+  __shared__ uint32_t begin[COURIER_GPU_EP_MAX_RANKS + 1];
+  __shared__ uint32_t failed;
+  __shared__ bool last;
+  const uint32_t R = job.num_ranks, l = blockIdx.x;
   const uint32_t e = job.rank * job.local_experts + l;
-  uint32_t begin = 0;
-  for (uint32_t s = 0; s < job.num_ranks; ++s) {
-    const uint32_t count = job.records[uint64_t{s} * job.num_experts + e];
-    job.range[uint64_t{l} * job.num_ranks + s] =
-        static_cast<int64_t>(uint64_t{begin} << 32 | count);
-    begin += count;
+  if (threadIdx.x == 0) {
+    failed = status_of(job.status);
+    uint32_t sum = 0;
+    for (uint32_t s = 0; s < R; ++s) {
+      begin[s] = sum;
+      const uint32_t count = job.records[uint64_t{s} * job.num_experts + e];
+      job.range[uint64_t{l} * R + s] = static_cast<int64_t>(uint64_t{sum} << 32 | count);
+      sum += count;
+    }
+    begin[R] = sum;
+    job.count[l] = static_cast<int32_t>(sum);
   }
-  job.count[l] = static_cast<int32_t>(begin);
+  __syncthreads();
+  if (failed == 0) {
+    const uint32_t lane = threadIdx.x % kGroup;
+    const uint32_t groups = blockDim.x / kGroup, group = threadIdx.x / kGroup;
+    const uint64_t rows_per_expert = uint64_t{R} * job.max_tokens;
+    for (uint32_t i = group; i < begin[R]; i += groups) {
+      uint32_t s = 0;
+      while (s + 1 < R && i >= begin[s + 1]) ++s;
+      const uint64_t from = (uint64_t{l} * R + s) * job.max_tokens + (i - begin[s]);
+      const uint64_t to = l * rows_per_expert + i;
+      group_copy(static_cast<std::byte*>(job.x) + to * job.row_bytes,
+                 static_cast<const std::byte*>(job.staging_x) + from * job.row_bytes, job.row_bytes,
+                 lane, kGroup);
+      if (job.scale_cols > 0) {
+        group_copy(job.scales + to * job.scale_cols, job.staging_scales + from * job.scale_cols,
+                   job.scale_cols * 4ull, lane, kGroup);
+      }
+      if (lane == 0) {
+        job.src[to] = job.staging_src[from];
+        job.k[to] = job.staging_k[from];
+      }
+    }
+  }
+  // Every block's reads of the staging are done before the release.
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence();
+    last = atomicAdd(job.done, 1u) == gridDim.x - 1;
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence_system();
+  if (threadIdx.x < R) {
+    device::store_release(
+        reinterpret_cast<uint64_t*>(window(job.peers, threadIdx.x, job.release_off)), job.epoch);
+  }
+  if (threadIdx.x == 0) *job.done = 0;
 }
 
 // ---- ep_combine_send: a group per row, back to the rank it came from.

@@ -288,39 +288,65 @@ typedef struct courier_gpu_ep_ht_dispatch_v1 {
   courier_gpu_ep_peers_v1 peers;
 } courier_gpu_ep_ht_dispatch_v1;
 
-/* Low-latency dispatch: pair (t, k) with e = topk_idx[t][k] >= 0 goes to
- * rank d = e / L (L local experts), expert l = e % L, row
- * l * rows_per_expert + begin + slots[t][k], begin = sum over s < rank of
- * records[s][e]. Stored there: the row (x_dtype_bits 16: bfloat16, 32:
+/* Low-latency dispatch, send half: pair (t, k) with e = topk_idx[t][k] >= 0
+ * goes to rank d = e / L (L local experts), expert l = e % L, into d's
+ * staging block of (l, this rank): row (l * num_ranks + rank) * max_tokens
+ * + slots[t][k]. Stored there: the row (x_dtype_bits 16: bfloat16, 32:
  * float32; with fp8: e4m3 values, hidden bytes, plus hidden / 128 float
- * scales, quantized here), the source token t (int32) and k (int32). */
+ * scales, quantized here), the source token t (int32) and k (int32).
+ * Before storing into d's staging, waits until released[d] (this device's
+ * memory; the REFUSED_FLAG bit ignored) reaches released_epoch: d has
+ * finished reading what this rank stored there two calls ago. */
 typedef struct courier_gpu_ep_ll_dispatch_v1 {
   uint32_t struct_size;
   int32_t device;
   uint32_t rank, num_ranks;
   uint32_t tokens, topk, num_experts, hidden;
-  uint32_t x_dtype_bits, fp8, rows_per_expert;
+  uint32_t x_dtype_bits, fp8, max_tokens;
   uint32_t reserved;
   const void* x;
   const int64_t* topk_idx;
   const int32_t* slots;
-  const uint32_t* records; /* [R][E] */
-  uint64_t x_off, scales_off, src_off, k_off;
+  uint64_t x_off, scales_off, src_off, k_off; /* the staging blocks */
+  const uint64_t* released;                   /* [num_ranks] */
+  uint64_t released_epoch;
+  uint64_t timeout_ns;
   uint32_t* status;
   courier_gpu_ep_peers_v1 peers;
 } courier_gpu_ep_ll_dispatch_v1;
 
-/* Low-latency receive bookkeeping: count[l] = sum over s of
- * records[s][rank * L + l]; range[l][s] = (begin << 32) | records[s][...]. */
-typedef struct courier_gpu_ep_ll_counts_v1 {
+/* Low-latency dispatch, receive half (after the ranks' data flags): per
+ * local expert l, the staging blocks of rank 0, 1, ... are packed into the
+ * outputs from row 0 (x, scales, src, k: [L][num_ranks * max_tokens]
+ * rows), count[l] = sum over s of records[s][rank * L + l] and range[l][s]
+ * = (begin << 32) | records[s][rank * L + l]. Then, once every block is
+ * done (*done counts them and is left at 0), raises this rank's release
+ * flag at release_off in every window to `epoch`, also when *status is set
+ * (then nothing is packed): the senders may store into the staging again.
+ * Pointers are this device's memory. */
+typedef struct courier_gpu_ep_ll_receive_v1 {
   uint32_t struct_size;
   int32_t device;
-  uint32_t rank, num_ranks, local_experts, num_experts;
-  const uint32_t* records;
+  uint32_t rank, num_ranks, local_experts, num_experts, max_tokens;
+  uint32_t row_bytes, scale_cols; /* scale_cols 0: no scales */
+  uint32_t reserved;
+  const uint32_t* records; /* [num_ranks][num_experts] */
+  const void* staging_x;
+  const float* staging_scales;
+  const int32_t* staging_src;
+  const int32_t* staging_k;
+  void* x;
+  float* scales;
+  int32_t* src;
+  int32_t* k;
   int32_t* count;
   int64_t* range;
+  uint32_t* done;
+  uint64_t release_off;
+  uint64_t epoch;
   uint32_t* status;
-} courier_gpu_ep_ll_counts_v1;
+  courier_gpu_ep_peers_v1 peers;
+} courier_gpu_ep_ll_receive_v1;
 
 /* Combine's send half: rows of x go back to the ranks they came from.
  * RANKS (high-throughput): row i of x came from rank s with
@@ -419,7 +445,7 @@ typedef struct courier_gpu_plugin_v1 {
   int (*ep_wait)(void* backend, const courier_gpu_ep_wait_v1* job);
   int (*ep_ht_dispatch)(void* backend, const courier_gpu_ep_ht_dispatch_v1* job);
   int (*ep_ll_dispatch)(void* backend, const courier_gpu_ep_ll_dispatch_v1* job);
-  int (*ep_ll_counts)(void* backend, const courier_gpu_ep_ll_counts_v1* job);
+  int (*ep_ll_receive)(void* backend, const courier_gpu_ep_ll_receive_v1* job);
   int (*ep_combine_send)(void* backend, const courier_gpu_ep_combine_send_v1* job);
   int (*ep_reduce)(void* backend, const courier_gpu_ep_reduce_v1* job);
   /* Waits until everything enqueued on the EP stream of `device` ran. */
