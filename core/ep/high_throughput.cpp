@@ -245,6 +245,12 @@ DispatchResult HighThroughput::dispatch(const DispatchArgs& args) {
   if (with_topk) {
     ctx_.copy(h_idx.data(), in.idx, h_idx.size() * 8);
     ctx_.copy(h_weights.data(), in.weights, h_weights.size() * 4);
+    for (size_t i = 0; i < h_idx.size(); ++i) {
+      if (h_idx[i] < -1 || h_idx[i] >= static_cast<int64_t>(in.config.num_experts)) {
+        refuse(0, fmt::format("ep::Buffer::dispatch: topk_idx[{}][{}] = {} is outside [-1, {})",
+                              i / topk, i % topk, h_idx[i], in.config.num_experts));
+      }
+    }
   }
   if (args.cached_handle != nullptr) {
     for (size_t i = 0; i < h_in.size(); ++i) h_in[i] = args.cached_handle->send_index[i] >= 0;

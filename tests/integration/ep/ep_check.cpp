@@ -29,9 +29,12 @@
 //   ll-fp8          use_fp8: rows quantized by Courier equal an independent
 //                   reference quantization (values and scales); bfloat16
 //                   weighted combine right
-//   ht-errors       one rank with more tokens than the buffer holds: every
-//                   rank fails, none hangs; ranks with different
+//   ht-errors       one rank with more tokens than the buffer holds, or an
+//                   expert index out of range: every rank fails, none
+//                   hangs, the next call works; ranks with different
 //                   configurations at the first call: every rank fails
+//   ll-errors       the same for low-latency dispatch (an expert index out
+//                   of range), and the next calls work
 // --gpu-shapes runs the high-throughput and low-latency cases at the field's
 // standard shapes instead (4096 and 128 tokens, hidden 7168, top-8 of 256 and
 // 288 experts), without the float32 ones.
@@ -785,11 +788,11 @@ Outcome check_ht_errors(courier::Context& ctx) {
   options.hidden = hidden;
   options.element_bytes = 4;
   options.max_topk = topk;
-  auto run = [&](courier::ep::Buffer& buffer, int tokens, int k) {
+  auto run = [&](courier::ep::Buffer& buffer, int tokens, int k, int64_t expert = 0) {
     const DLDevice dev = buffer.device();
     Tensor x(ctx, dev, DLDataType{kDLFloat, 32, 1}, {tokens, hidden});
     Tensor idx(ctx, dev, kInt64, {tokens, k});
-    idx.set(std::vector<int64_t>(static_cast<size_t>(tokens) * k, 0));
+    idx.set(std::vector<int64_t>(static_cast<size_t>(tokens) * k, expert));
     Tensor weights(ctx, dev, DLDataType{kDLFloat, 32, 1}, {tokens, k});
     Tensor in_rank(ctx, dev, kBool, {tokens, ranks});
     courier::ep::DispatchArgs args;
@@ -808,6 +811,10 @@ Outcome check_ht_errors(courier::Context& ctx) {
                          : "rank 1 refused its arguments",
                  [&] { run(buffer, me == 1 ? 17 : 8, topk); });
     run(buffer, 8, topk);  // and the Buffer still works
+    expect_error(c, "an expert index past the end (rank 1)",
+                 me == 1 ? "is outside [-1, " : "rank 1 refused its arguments",
+                 [&] { run(buffer, 8, topk, me == 1 ? experts : 0); });
+    run(buffer, 8, topk);
   }
   {
     courier::ep::Buffer buffer(ctx, options);
@@ -816,8 +823,49 @@ Outcome check_ht_errors(courier::Context& ctx) {
                  [&] { run(buffer, 8, me == 0 ? 1 : 2); });
   }
   return c.outcome(
-      "a refused call fails every rank at once, the next call works; "
-      "mismatched configurations fail every rank");
+      "a refused call (too many tokens, an expert index out of range) fails every rank at "
+      "once, the next call works; mismatched configurations fail every rank");
+}
+
+// Low-latency bad input: an expert index out of range on rank 1 fails every
+// rank; the calls after it (both halves of the double buffer) work.
+Outcome check_ll_errors(courier::Context& ctx) {
+  const int ranks = ctx.world_size(), me = ctx.rank();
+  const int hidden = 64, topk = 2, experts = 2 * ranks, tokens = 8;
+  courier::ep::BufferOptions options;
+  options.low_latency_mode = true;
+  options.max_tokens_per_rank = 16;
+  options.hidden = hidden;
+  options.element_bytes = 2;
+  options.max_topk = topk;
+  options.num_experts = experts;
+  courier::ep::Buffer buffer(ctx, options);
+  const DLDevice dev = buffer.device();
+  Tensor x(ctx, dev, DLDataType{kDLBfloat, 16, 1}, {tokens, hidden});
+  Tensor idx(ctx, dev, kInt64, {tokens, topk});
+  auto run = [&](int64_t expert) {
+    idx.set(std::vector<int64_t>(static_cast<size_t>(tokens) * topk, expert));
+    courier::ep::LowLatencyDispatchArgs args;
+    args.x = x.view();
+    args.topk_idx = idx.view();
+    courier::ep::LowLatencyDispatchResult got = buffer.low_latency_dispatch(args);
+    std::vector<int32_t> count(static_cast<size_t>(experts / ranks));
+    ctx.copy(count.data(), got.packed_recv_count.tensor().data, count.size() * 4);
+    return count;
+  };
+  Checks c;
+  run(0);
+  expect_error(c, "an expert index past the end (rank 1)",
+               me == 1 ? "is outside [-1, " : "rank 1 refused its arguments",
+               [&] { run(me == 1 ? experts : 0); });
+  for (int call = 0; call < 2; ++call) {
+    // Every rank sends its tokens to expert 0 (rank 0's first): rank 0
+    // receives tokens x ranks rows there.
+    const std::vector<int32_t> count = run(0);
+    c.expect(count[0] == (me == 0 ? tokens * topk * ranks : 0),
+             fmt::format("call {} after the error: expert 0 counts {} rows", call, count[0]));
+  }
+  return c.outcome("a refused call fails every rank at once; the next calls work");
 }
 
 }  // namespace
@@ -878,6 +926,7 @@ int main(int argc, char** argv) {
                                 });
     }
     cases.emplace_back("ht-errors", [&] { return check_ht_errors(ctx); });
+    cases.emplace_back("ll-errors", [&] { return check_ll_errors(ctx); });
     int passed = 0, failed = 0;
     for (const auto& [name, run] : cases) {
       Outcome o = run();
