@@ -169,12 +169,16 @@ __global__ void route_kernel(courier_gpu_ep_route_v1 job) {
 __device__ __forceinline__ void wait_for(const courier_gpu_ep_wait_v1& job, uint32_t r) {
   const uint64_t start = device::now_ns();
   for (uint32_t spins = 0;; ++spins) {
+    // A refusal counts only when it is this call's: a flag keeps the
+    // refused bit of an earlier call of this parity until the rank signals
+    // again.
     const uint64_t flag = device::load_acquire(job.flags + r);
-    if ((flag & COURIER_GPU_EP_REFUSED_FLAG) != 0) {
-      set_status(job.status, COURIER_GPU_EP_STATUS_REFUSED_BY | r);
+    if ((flag & ~COURIER_GPU_EP_REFUSED_FLAG) >= job.epoch) {
+      if ((flag & COURIER_GPU_EP_REFUSED_FLAG) != 0) {
+        set_status(job.status, COURIER_GPU_EP_STATUS_REFUSED_BY | r);
+      }
       return;
     }
-    if (flag >= job.epoch) return;
     if ((spins & 255u) == 0) {
       if (status_of(job.status) != 0) return;  // another wait already failed this call
       if (device::now_ns() - start > job.timeout_ns) {
