@@ -47,6 +47,44 @@ std::string_view to_string(AtomicsMode mode) {
 
 namespace {
 
+// "mlx5_0,mlx5_3" -> {"mlx5_0", "mlx5_3"}; empty names are an error.
+std::vector<std::string> parse_name_list(const std::string& text, const char* name) {
+  std::vector<std::string> out;
+  if (text.empty()) return out;
+  size_t start = 0;
+  while (true) {
+    const size_t comma = text.find(',', start);
+    const std::string item =
+        text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    if (item.empty()) fail("{}='{}' is invalid: an empty name in the list", name, text);
+    out.push_back(item);
+    if (comma == std::string::npos) return out;
+    start = comma + 1;
+  }
+}
+
+// "0-3,8" -> {0, 1, 2, 3, 8}, sorted, without duplicates.
+std::vector<int32_t> parse_cpu_list(const std::string& text, const char* name) {
+  std::vector<int32_t> cpus;
+  for (const std::string& item : parse_name_list(text, name)) {
+    const size_t dash = item.find('-');
+    auto number = [&](const std::string& digits) {
+      if (digits.empty() || digits.size() > 6 ||
+          digits.find_first_not_of("0123456789") != std::string::npos) {
+        fail("{}='{}' is invalid: '{}' is not a CPU number or range like 0-3", name, text, item);
+      }
+      return static_cast<int32_t>(std::stol(digits));
+    };
+    const int32_t first = number(item.substr(0, dash));
+    const int32_t last = dash == std::string::npos ? first : number(item.substr(dash + 1));
+    if (last < first) fail("{}='{}' is invalid: the range {} runs backwards", name, text, item);
+    for (int32_t c = first; c <= last; ++c) cpus.push_back(c);
+  }
+  std::sort(cpus.begin(), cpus.end());
+  cpus.erase(std::unique(cpus.begin(), cpus.end()), cpus.end());
+  return cpus;
+}
+
 // How one knob is parsed. Integers carry an inclusive range; `power_of_two`
 // adds that constraint; enumerations list their accepted words.
 struct Knob {
@@ -78,6 +116,13 @@ constexpr Knob kKnobs[] = {
      "consecutive ranks as one host (tests multi-host paths on one machine)"},
     {"COURIER_RETRY_COUNT", "7",
      "re-posts of a transiently failed (-EBUSY) operation before it fails (0..64)"},
+    {"COURIER_TOPOLOGY_XML", "",
+     "a machine recorded with `lstopo --of xml --whole-io` to use instead of this one"},
+    {"COURIER_NIC_SELECTION", "auto",
+     "GPU-to-NIC pairing: auto (nearest, balanced), nearest, numa, round-robin"},
+    {"COURIER_NICS", "", "comma-separated RDMA devices to use, in order (e.g. mlx5_0,mlx5_3)"},
+    {"COURIER_PROXY_CPUS", "",
+     "CPUs for the proxy threads (e.g. 0-3,8); unset: the GPU's NUMA node"},
     {"COURIER_EP_TRANSPORT", "auto",
      "EP dispatch/combine: direct (device stores to peers' GPUs on one host), proxy (the NIC "
      "backend), auto (direct where possible)"},
@@ -331,6 +376,15 @@ Config Config::load(const EnvLookup& env, bool need_job) {
   config.backend_path = parser.text("COURIER_BACKEND_PATH");
   config.faults = parse_fault_spec(parser.text("COURIER_FAULTS"), "COURIER_FAULTS");
   config.retry_count = parser.unsigned_in("COURIER_RETRY_COUNT", config.retry_count, 0, 64);
+  config.topology_xml = parser.text("COURIER_TOPOLOGY_XML");
+  config.nic_selection = parser.choice(
+      "COURIER_NIC_SELECTION", config.nic_selection,
+      {std::pair<std::string_view, NicSelectionMode>{"auto", NicSelectionMode::automatic},
+       {"nearest", NicSelectionMode::nearest},
+       {"numa", NicSelectionMode::numa},
+       {"round-robin", NicSelectionMode::round_robin}});
+  config.nics = parse_name_list(parser.text("COURIER_NICS"), "COURIER_NICS");
+  config.proxy_cpus = parse_cpu_list(parser.text("COURIER_PROXY_CPUS"), "COURIER_PROXY_CPUS");
   config.ep_transport =
       parser.choice("COURIER_EP_TRANSPORT", config.ep_transport,
                     {std::pair<std::string_view, EpTransport>{"auto", EpTransport::automatic},

@@ -46,6 +46,9 @@ struct JobInfo {
 // COURIER_EP_TRANSPORT: how EP dispatch/combine move rows (docs/ep.md).
 enum class EpTransport { automatic, direct, proxy };
 
+// COURIER_NIC_SELECTION: how GPUs are paired with NICs (docs/topology.md).
+enum class NicSelectionMode { automatic, nearest, numa, round_robin };
+
 struct ConfigEntry {
   std::string name;
   std::string value;
@@ -74,6 +77,11 @@ struct Config {
   uint32_t ranks_per_host = 0;  // COURIER_RANKS_PER_HOST: 0 = by hostname; N simulates hosts
   uint32_t retry_count = 7;     // COURIER_RETRY_COUNT: re-posts of a transiently failed post
   EpTransport ep_transport = EpTransport::automatic;  // COURIER_EP_TRANSPORT
+  // Topology (docs/topology.md):
+  std::string topology_xml;  // COURIER_TOPOLOGY_XML: a recorded machine
+  NicSelectionMode nic_selection = NicSelectionMode::automatic;  // COURIER_NIC_SELECTION
+  std::vector<std::string> nics;    // COURIER_NICS: only these RDMA devices, in order
+  std::vector<int32_t> proxy_cpus;  // COURIER_PROXY_CPUS: pin proxies here
   JobInfo job;
   std::vector<ConfigEntry> entries;
 

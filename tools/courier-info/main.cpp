@@ -1,16 +1,19 @@
 // courier-info: what Courier finds on this machine, what it rejects and why,
 // what it would pick, and how it is configured.
 #include <cstdio>
+#include <string>
 #include <string_view>
 
 #include "core/config.hpp"
 #include "core/log.hpp"
 #include "report.hpp"
+#include "topology_view.hpp"
 
 namespace {
 
 constexpr std::string_view kUsage =
     R"(Usage: courier-info [--json] [--help]
+       courier-info --topology [--json] [--svg FILE]
 
 Lists what Courier finds on this machine:
   - the plugin directories searched (COURIER_BACKEND_PATH first, then the
@@ -22,9 +25,16 @@ Lists what Courier finds on this machine:
   - the effective configuration (every COURIER_* knob, its value and source);
   - bad values and unknown COURIER_* variables (likely typos).
 
+With --topology, instead: the machine (or COURIER_TOPOLOGY_XML's), one row
+per GPU with its PCI address, NUMA node, the NIC(s) Courier pairs it with and
+their PCIe distance, the NIC backend and the proxy CPUs; choices forced by
+COURIER_NICS, COURIER_NIC_BACKEND or COURIER_PROXY_CPUS are marked.
+
 Options:
-  --json   print the same as one JSON object
-  --help   print this text
+  --json       print the same as one JSON object
+  --topology   report the topology and the GPU-to-NIC pairing
+  --svg FILE   with --topology: also draw the machine and the pairs into FILE
+  --help       print this text
 
 A bad value is reported as an error line and everything else is still listed.
 The exit status is 0 whenever the report was printed, 2 for a bad option.
@@ -33,11 +43,20 @@ The exit status is 0 whenever the report was printed, 2 for a bad option.
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool json = false;
+  bool json = false, topology = false;
+  std::string svg;
   for (int i = 1; i < argc; ++i) {
     std::string_view arg = argv[i];
     if (arg == "--json") {
       json = true;
+    } else if (arg == "--topology") {
+      topology = true;
+    } else if (arg == "--svg") {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "courier-info: --svg needs a file name\n");
+        return 2;
+      }
+      svg = argv[++i];
     } else if (arg == "--help" || arg == "-h") {
       std::fwrite(kUsage.data(), 1, kUsage.size(), stdout);
       return 0;
@@ -47,6 +66,12 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+
+  if (!svg.empty() && !topology) {
+    std::fprintf(stderr, "courier-info: --svg goes with --topology\n");
+    return 2;
+  }
+  if (topology) return courier::info::run_topology({json, svg});
 
   // The tool's own log level: COURIER_LOG_LEVEL when valid (a bad value is
   // reported in the Configuration section, not here).

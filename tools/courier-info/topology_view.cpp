@@ -1,0 +1,194 @@
+#include "topology_view.hpp"
+
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <fstream>
+
+#include "core/config.hpp"
+#include "courier/error.hpp"
+#include "json_writer.hpp"
+#include "topology/discovery.hpp"
+#include "topology/pairing.hpp"
+#include "topology_svg.hpp"
+
+namespace courier::info {
+
+namespace {
+
+using topology::Machine;
+using topology::Plan;
+
+// 0,1,2,3,8 -> "0-3,8"
+std::string cpu_text(const std::vector<int32_t>& cpus) {
+  std::string out;
+  for (size_t i = 0; i < cpus.size();) {
+    size_t j = i;
+    while (j + 1 < cpus.size() && cpus[j + 1] == cpus[j] + 1) ++j;
+    if (!out.empty()) out += ",";
+    out += j == i ? fmt::format("{}", cpus[i]) : fmt::format("{}-{}", cpus[i], cpus[j]);
+    i = j + 1;
+  }
+  return out.empty() ? "-" : out;
+}
+
+std::string numa_text(int numa) { return numa < 0 ? "-" : fmt::format("{}", numa); }
+
+topology::NicSelection selection_of(NicSelectionMode mode) {
+  switch (mode) {
+    case NicSelectionMode::nearest:
+      return topology::NicSelection::nearest;
+    case NicSelectionMode::numa:
+      return topology::NicSelection::numa;
+    case NicSelectionMode::round_robin:
+      return topology::NicSelection::round_robin;
+    case NicSelectionMode::automatic:
+      break;
+  }
+  return topology::NicSelection::automatic;
+}
+
+std::string render_text(const Machine& m, const Plan& plan, const Config& config) {
+  std::string out = fmt::format("Topology of {}\n", m.source);
+  out += fmt::format("NIC selection: {}{}\n", topology::to_string(plan.selection),
+                     config.nics.empty() ? ""
+                                         : fmt::format(" among COURIER_NICS={} (forced)",
+                                                       fmt::join(config.nics, ",")));
+  out += fmt::format("NIC backend: {}{}\n", plan.backend,
+                     plan.backend_forced ? " (forced by COURIER_NIC_BACKEND)" : "");
+  out += fmt::format("Allowed CPUs: {}\n\n", cpu_text(m.allowed_cpus));
+  const char* row = "{:<4} {:<8} {:<13} {:<5} {:<22} {:<9} {:<10} {}\n";
+  out += fmt::format(fmt::runtime(row), "GPU", "NAME", "PCI", "NUMA", "NIC(S)", "DISTANCE",
+                     "BACKEND", "PROXY CPUS");
+  for (const topology::GpuPlan& p : plan.gpus) {
+    const topology::Gpu& g = m.gpus[static_cast<size_t>(p.gpu)];
+    std::vector<std::string> names, hops;
+    for (size_t i = 0; i < p.nics.size(); ++i) {
+      names.push_back(m.nics[static_cast<size_t>(p.nics[i])].name);
+      hops.push_back(fmt::format("{}", p.distances[i]));
+    }
+    out += fmt::format(fmt::runtime(row), p.gpu, g.name, g.pci.text(), numa_text(g.numa),
+                       names.empty() ? "-" : fmt::format("{}", fmt::join(names, ",")),
+                       hops.empty() ? "-" : fmt::format("{}", fmt::join(hops, ",")),
+                       p.backend + (p.backend_forced ? "*" : ""),
+                       cpu_text(p.proxy_cpus) + (p.cpus_forced ? " (COURIER_PROXY_CPUS)" : ""));
+    if (!p.note.empty()) out += fmt::format("     note: {}\n", p.note);
+  }
+  if (plan.gpus.empty()) out += "(no GPU)\n";
+  if (plan.backend_forced) out += "* forced by COURIER_NIC_BACKEND\n";
+  out += fmt::format("\nRDMA NICs: {}\n", m.nics.empty() ? "none" : "");
+  for (const topology::Nic& n : m.nics) {
+    out += fmt::format("  {:<10} {:<8} {}  NUMA {}\n", n.name, n.driver, n.pci.text(),
+                       numa_text(n.numa));
+  }
+  for (const std::string& note : plan.notes) out += fmt::format("note: {}\n", note);
+  return out;
+}
+
+std::string render_json(const Machine& m, const Plan& plan, const Config& config) {
+  std::string out;
+  JsonWriter w(out);
+  w.begin_object();
+  w.field("source", m.source);
+  w.field_bool("hwloc", m.from_hwloc);
+  w.field("selection", topology::to_string(plan.selection));
+  w.field_list("nics_forced", config.nics);
+  w.field("backend", plan.backend);
+  w.field_bool("backend_forced", plan.backend_forced);
+  w.field("allowed_cpus", cpu_text(m.allowed_cpus));
+  w.key("numa");
+  w.begin_array();
+  for (const topology::NumaNode& n : m.numa) {
+    w.begin_object();
+    w.field("node", static_cast<uint64_t>(n.os_index));
+    w.field("cpus", cpu_text(n.cpus));
+    w.end_object();
+  }
+  w.end_array();
+  w.key("gpus");
+  w.begin_array();
+  for (const topology::GpuPlan& p : plan.gpus) {
+    const topology::Gpu& g = m.gpus[static_cast<size_t>(p.gpu)];
+    w.begin_object();
+    w.field("index", static_cast<uint64_t>(p.gpu));
+    w.field("name", g.name);
+    w.field("vendor", g.vendor);
+    w.field("pci", g.pci.text());
+    w.key("numa");
+    if (g.numa < 0) {
+      w.null();
+    } else {
+      w.number(static_cast<uint64_t>(g.numa));
+    }
+    std::vector<std::string> names;
+    for (int n : p.nics) names.push_back(m.nics[static_cast<size_t>(n)].name);
+    w.field_list("nics", names);
+    w.key("distances");
+    w.begin_array();
+    for (int d : p.distances) w.number(static_cast<uint64_t>(d < 0 ? 0 : d));
+    w.end_array();
+    w.field_bool("nics_forced", p.nics_forced);
+    w.field("backend", p.backend);
+    w.field_bool("backend_forced", p.backend_forced);
+    w.key("proxy_cpus");
+    w.begin_array();
+    for (int32_t c : p.proxy_cpus) w.number(static_cast<uint64_t>(c));
+    w.end_array();
+    w.field_bool("proxy_cpus_forced", p.cpus_forced);
+    w.field_or_null("note", p.note);
+    w.end_object();
+  }
+  w.end_array();
+  w.key("rdma_nics");
+  w.begin_array();
+  for (const topology::Nic& n : m.nics) {
+    w.begin_object();
+    w.field("name", n.name);
+    w.field("driver", n.driver);
+    w.field("backend", topology::backend_for_driver(n.driver));
+    w.field("pci", n.pci.text());
+    w.key("numa");
+    if (n.numa < 0) {
+      w.null();
+    } else {
+      w.number(static_cast<uint64_t>(n.numa));
+    }
+    w.end_object();
+  }
+  w.end_array();
+  w.field_list("notes", plan.notes);
+  w.end_object();
+  out += "\n";
+  return out;
+}
+
+}  // namespace
+
+int run_topology(const TopologyOptions& options) {
+  try {
+    const Config config = Config::load(process_env(), false);
+    const Machine m = topology::discover(config.topology_xml);
+    topology::Policy policy;
+    policy.selection = selection_of(config.nic_selection);
+    policy.nics = config.nics;
+    policy.nic_backend = config.nic_backend;
+    policy.proxy_cpus = config.proxy_cpus;
+    const Plan plan = topology::plan(m, policy);
+    const std::string out =
+        options.json ? render_json(m, plan, config) : render_text(m, plan, config);
+    std::fwrite(out.data(), 1, out.size(), stdout);
+    if (!options.svg_path.empty()) {
+      std::ofstream svg(options.svg_path);
+      svg << render_svg(m, plan);
+      if (!svg) {
+        throw Error(fmt::format("--svg {}: cannot write the file", options.svg_path));
+      }
+    }
+    return std::fflush(stdout) == 0 ? 0 : 1;
+  } catch (const Error& e) {
+    std::fprintf(stderr, "courier-info: %s\n", e.what());
+    return 1;
+  }
+}
+
+}  // namespace courier::info

@@ -1,0 +1,38 @@
+#include "topology/machine.hpp"
+
+#include <fmt/format.h>
+
+#include <tuple>
+
+namespace courier::topology {
+
+std::string PciAddress::text() const {
+  return fmt::format("{:04x}:{:02x}:{:02x}.{:x}", domain, bus, device, function);
+}
+
+bool PciAddress::operator<(const PciAddress& o) const {
+  return std::tie(domain, bus, device, function) < std::tie(o.domain, o.bus, o.device, o.function);
+}
+
+int Machine::distance(int a, int b) const {
+  const int n = static_cast<int>(tree.size());
+  if (a < 0 || b < 0 || a >= n || b >= n) return -1;
+  std::vector<int> up_a;  // a, its parent, ..., the root
+  for (int x = a; x >= 0; x = tree[x].parent) up_a.push_back(x);
+  int hops_b = 0;
+  for (int y = b; y >= 0; y = tree[y].parent, ++hops_b) {
+    for (size_t i = 0; i < up_a.size(); ++i) {
+      if (up_a[i] == y) return static_cast<int>(i) + hops_b;
+    }
+  }
+  return -1;
+}
+
+const NumaNode* Machine::numa_node(int os_index) const {
+  for (const NumaNode& n : numa) {
+    if (n.os_index == os_index) return &n;
+  }
+  return nullptr;
+}
+
+}  // namespace courier::topology
