@@ -20,6 +20,7 @@
 #include "core/faults/transport_chain.hpp"
 #include "core/proxy/nic_endpoint.hpp"
 #include "core/proxy/proxy_thread.hpp"
+#include "core/proxy_placement.hpp"
 #include "core/registry.hpp"
 #include "core/semantics/shared_segment.hpp"
 #include "gpu/channel_descriptor.hpp"
@@ -498,9 +499,13 @@ struct Context::Impl {
     options.stall_timeout_ns = uint64_t{config.timeout_s} * 1'000'000'000u;
     options.may_sleep = (nic->props().caps & COURIER_NIC_CAP_PASSIVE_TARGET) != 0;
     const uint32_t threads = config.proxy_threads;
-    rank_cpus =
-        default_rank_cpus(allowed_cpus(), static_cast<size_t>(sysconf(_SC_NPROCESSORS_ONLN)),
-                          config.job.local_rank, config.job.local_size);
+    const ProxyPlacement placement =
+        place_proxies(config, device, gpu->props().mem_kind != COURIER_MEM_HOST);
+    rank_cpus = placement.cpus;
+    if (!rank_cpus.empty()) {
+      log.info("context", "proxy threads on CPUs {} ({})", fmt::join(rank_cpus, ","),
+               placement.why);
+    }
     for (uint32_t i = 0; i < threads; ++i) {
       if (!rank_cpus.empty()) options.cpu = rank_cpus[i % rank_cpus.size()];
       std::vector<ProxyChannel*> mine;

@@ -1,5 +1,6 @@
-// Default CPU placement of a rank's proxy threads and host kernels, until
-// topology-aware pinning (NUMA, PCIe distance, COURIER_PROXY_CPUS) exists.
+// Default CPU placement of a rank's proxy threads and host kernels, when
+// neither COURIER_PROXY_CPUS nor the topology (core/proxy_placement.hpp)
+// decides.
 #pragma once
 
 #include <cstddef>
