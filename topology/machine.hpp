@@ -49,6 +49,9 @@ struct NumaNode {
   std::vector<int32_t> cpus;  // every PU of the node, allowed or not
 };
 
+// CPUs as ranges: {0, 1, 2, 3, 8} -> "0-3,8"; "-" when empty.
+std::string cpu_list_text(const std::vector<int32_t>& cpus);
+
 struct Machine {
   std::string source;  // where this came from, for people: "this machine", "XML file F", ...
   bool from_hwloc = true;

@@ -10,6 +10,7 @@
 #include <map>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace courier::info {
@@ -23,13 +24,16 @@ using topology::TreeNode;
 using Kind = TreeNode::Kind;
 
 // Layout, in px.
-constexpr int kMargin = 20;      // around the whole drawing
-constexpr int kPad = 10;         // inside a container, around its children
-constexpr int kGap = 12;         // between side-by-side children
-constexpr int kLane = 30;        // under a row of devices: room for connectors and hop labels
-constexpr int kLeafWidth = 130;  // a device box, unless its text needs more
-constexpr int kStripe = 5;       // the colour bar on a NIC shared by several GPUs
-constexpr int kSwatch = 12;      // a legend line's colour square
+constexpr int kMargin = 20;  // around the whole drawing
+constexpr int kPad = 10;     // inside a container, around its children
+constexpr int kGap = 12;     // between side-by-side children
+// Under a row of devices: room for the connectors and their hop labels,
+// deeper when some connector leaves its container.
+constexpr int kLane = 30, kDeepLane = 52;
+constexpr int kNearDip = 22, kFarDip = 44;  // how far below the boxes a curve's controls go
+constexpr int kLeafWidth = 130;             // a device box, unless its text needs more
+constexpr int kStripe = 5;                  // the colour bar on a NIC shared by several GPUs
+constexpr int kSwatch = 12;                 // a legend line's colour square
 constexpr int kHeadFont = 15, kTitleFont = 13, kTextFont = 12, kSmallFont = 11;
 
 // Well separated hues (Tableau 10 without its grey, then darker companions),
@@ -129,20 +133,13 @@ int text_width(std::string_view s, int font, bool bold) {
 
 // 0,1,2,3,8 -> "0-3,8"; cut after about `limit` characters (with the count
 // of CPUs) so that a scattered list cannot stretch a box across the page.
+// CPU ranges, shortened to about `limit` characters for a drawing.
 std::string cpu_text(const std::vector<int32_t>& cpus, size_t limit = 48) {
-  std::string out;
-  for (size_t i = 0; i < cpus.size();) {
-    size_t j = i;
-    while (j + 1 < cpus.size() && cpus[j + 1] == cpus[j] + 1) ++j;
-    const std::string range =
-        j == i ? fmt::format("{}", cpus[i]) : fmt::format("{}-{}", cpus[i], cpus[j]);
-    if (!out.empty() && out.size() + range.size() > limit) {
-      return fmt::format("{},\u2026 ({} CPUs)", out, cpus.size());
-    }
-    out += (out.empty() ? "" : ",") + range;
-    i = j + 1;
-  }
-  return out.empty() ? "-" : out;
+  const std::string all = topology::cpu_list_text(cpus);
+  if (all.size() <= limit) return all;
+  const size_t cut = all.rfind(',', limit);
+  return fmt::format("{},\u2026 ({} CPUs)", all.substr(0, cut == std::string::npos ? limit : cut),
+                     cpus.size());
 }
 
 std::string numa_text(int numa) { return numa < 0 ? "?" : fmt::format("{}", numa); }
@@ -191,6 +188,24 @@ std::string text_stack(const std::vector<Line>& lines, int x, int top, std::stri
 
 // ---- The drawing ----------------------------------------------------------
 
+struct Rect {
+  int x, y, w, h;
+  bool overlaps(const Rect& o) const {
+    return x < o.x + o.w && o.x < x + w && y < o.y + o.h && o.y < y + h;
+  }
+};
+
+// A connector: a cubic Bezier from (x1, y1) down to its control points at
+// height `dip` and up to (x2, y2).
+struct Curve {
+  int x1 = 0, y1 = 0, x2 = 0, y2 = 0, dip = 0;
+  std::pair<int, int> at(double t) const {
+    const double u = 1 - t, a = u * u * u, b = 3 * u * u * t, c = 3 * u * t * t, d = t * t * t;
+    return {static_cast<int>(a * x1 + b * x1 + c * x2 + d * x2 + 0.5),
+            static_cast<int>(a * y1 + (b + c) * dip + d * y2 + 0.5)};
+  }
+};
+
 // A box of the drawing: a container (machine, package, bridge, switch) or a
 // device (GPU, NIC, or a tree node of a device kind the lists lack).
 struct Box {
@@ -201,6 +216,7 @@ struct Box {
   std::vector<size_t> children;  // indices into Drawing::boxes_
   int title_height = 0;
   int x = 0, y = 0, w = 0, h = 0;
+  size_t parent = 0;  // the box it is drawn in (the root: itself)
   bool device() const { return kind == Kind::gpu || kind == Kind::nic || kind == Kind::other_pci; }
 };
 
@@ -210,10 +226,10 @@ class Drawing {
     index_plan();
     index_tree();
     root_ = build_root();
-    leaf_height_ = 0;
     for (const Box& b : boxes_) {
       if (b.device()) leaf_height_ = std::max(leaf_height_, 8 + stack_height(b.lines) + 6);
     }
+    lane_ = any_far_pairing() ? kDeepLane : kLane;
     measure(root_);
   }
 
@@ -265,6 +281,8 @@ class Drawing {
       const int p = m_.tree[static_cast<size_t>(i)].parent;
       children_[static_cast<size_t>(p > 0 && p < n && p != i ? p : 0)].push_back(i);
     }
+    placed_gpu_.assign(m_.gpus.size(), false);
+    placed_nic_.assign(m_.nics.size(), false);
     for (size_t g = 0; g < m_.gpus.size(); ++g) gpu_at_[m_.gpus[g].node] = static_cast<int>(g);
     for (size_t k = 0; k < m_.nics.size(); ++k) nic_at_[m_.nics[k].node] = static_cast<int>(k);
   }
@@ -322,15 +340,17 @@ class Drawing {
     lines.insert(lines.begin() + 1, numa_lines.begin(), numa_lines.end());
     // GPUs and NICs the tree does not place go in the machine box.
     for (size_t g = 0; g < m_.gpus.size(); ++g) {
-      if (!placed_gpu_.count(static_cast<int>(g))) {
+      if (!placed_gpu_[g]) {
         const size_t b = add(gpu_box(static_cast<int>(g)));
         boxes_[root].children.push_back(b);
+        boxes_[b].parent = root;
       }
     }
     for (size_t k = 0; k < m_.nics.size(); ++k) {
-      if (!placed_nic_.count(static_cast<int>(k))) {
+      if (!placed_nic_[k]) {
         const size_t b = add(nic_box(static_cast<int>(k)));
         boxes_[root].children.push_back(b);
+        boxes_[b].parent = root;
       }
     }
     if (boxes_[root].children.empty()) {
@@ -362,6 +382,7 @@ class Drawing {
         child = build(c, loose);
       }
       boxes_[box].children.push_back(child);
+      boxes_[child].parent = box;
     }
     if (k == Kind::package && inside.empty()) {
       boxes_[box].lines.push_back({"no GPU or NIC", kSmallFont, false, kMuted});
@@ -427,7 +448,7 @@ class Drawing {
   }
 
   Box gpu_box(int g) {
-    placed_gpu_[g] = true;
+    placed_gpu_[static_cast<size_t>(g)] = true;
     const topology::Gpu& gpu = m_.gpus[static_cast<size_t>(g)];
     Box b;
     b.kind = Kind::gpu;
@@ -441,7 +462,7 @@ class Drawing {
   }
 
   Box nic_box(int n) {
-    placed_nic_[n] = true;
+    placed_nic_[static_cast<size_t>(n)] = true;
     const topology::Nic& nic = m_.nics[static_cast<size_t>(n)];
     const std::vector<int>& users = users_[static_cast<size_t>(n)];
     Box b;
@@ -456,8 +477,10 @@ class Drawing {
     } else if (users.empty() && !m_.gpus.empty()) {
       b.lines.push_back({"no GPU uses it", kSmallFont, false, kMuted});
     }
-    b.tooltip = fmt::format("{}: driver {}, PCI {}, NUMA {}", nic.name, nic.driver, nic.pci.text(),
-                            numa_text(nic.numa));
+    b.tooltip = fmt::format(
+        "{}: driver {}, PCI {}, NUMA {}; {}", nic.name, nic.driver, nic.pci.text(),
+        numa_text(nic.numa),
+        users.empty() ? "no GPU uses it" : fmt::format("used by GPU {}", fmt::join(users, ",")));
     return b;
   }
 
@@ -485,6 +508,15 @@ class Drawing {
     return b;
   }
 
+  // Whether a connector starts or ends at this box.
+  bool paired(const Box& b) const {
+    if (b.kind == Kind::nic) return !users_[static_cast<size_t>(b.nic)].empty();
+    if (b.kind != Kind::gpu) return false;
+    return std::any_of(users_.begin(), users_.end(), [&](const std::vector<int>& users) {
+      return std::find(users.begin(), users.end(), b.gpu) != users.end();
+    });
+  }
+
   void measure(size_t i) {
     Box& b = boxes_[i];
     if (b.device()) {
@@ -493,16 +525,17 @@ class Drawing {
       return;
     }
     int inner_w = 0, inner_h = 0;
-    bool holds_leaf = false;
+    bool holds_connector_end = false;  // then leave a lane for the connectors
     for (size_t c : b.children) {
       measure(c);
       inner_w += boxes_[c].w + (inner_w > 0 ? kGap : 0);
       inner_h = std::max(inner_h, boxes_[c].h);
-      holds_leaf = holds_leaf || boxes_[c].device();
+      holds_connector_end = holds_connector_end || paired(boxes_[c]);
     }
     b.title_height = 6 + stack_height(b.lines) + 4;
     b.w = std::max(inner_w, stack_width(b.lines)) + 2 * kPad;
-    b.h = b.title_height + inner_h + (b.children.empty() ? 2 : kPad) + (holds_leaf ? kLane : 0);
+    b.h = b.title_height + inner_h + (b.children.empty() ? 2 : kPad) +
+          (holds_connector_end ? lane_ : 0);
   }
 
   void place(size_t i, int x, int y) {
@@ -609,11 +642,30 @@ class Drawing {
     return nullptr;
   }
 
+  // Whether the GPU and NIC of a pairing sit in different containers: their
+  // curve then runs deeper, under those between neighbours.
+  bool far_apart(int gpu, int nic) const {
+    const Box* g = box_of_gpu(gpu);
+    const Box* n = box_of_nic(nic);
+    return g != nullptr && n != nullptr && g->parent != n->parent;
+  }
+
+  bool any_far_pairing() const {
+    for (const GpuPlan& p : plan_.gpus) {
+      for (int n : p.nics) {
+        if (valid_gpu(p.gpu) && valid_nic(n) && far_apart(p.gpu, n)) return true;
+      }
+    }
+    return false;
+  }
+
   // A curve from each GPU's bottom edge to each of its NICs', dipping into
-  // the lane below the devices, with the hop count at its lowest point. All
-  // curves go first and all labels after, so no curve crosses a label.
+  // the lane below the devices, with the hop count on it. All curves go
+  // first and all labels after, so no curve crosses a label.
   std::string connectors() const {
     std::string curves, labels;
+    std::vector<Rect> taken;  // the labels placed so far
+    int far_count = 0;
     for (const GpuPlan& p : plan_.gpus) {
       const Box* gb = valid_gpu(p.gpu) ? box_of_gpu(p.gpu) : nullptr;
       if (gb == nullptr) continue;
@@ -624,30 +676,45 @@ class Drawing {
         // Spread the ends of several curves along the bottom edges.
         const std::vector<int>& users = users_[static_cast<size_t>(p.nics[k])];
         const auto slot = std::find(users.begin(), users.end(), p.gpu) - users.begin();
-        const int x1 =
-            gb->x + gb->w * static_cast<int>(k + 1) / static_cast<int>(p.nics.size() + 1);
-        const int x2 =
-            nb->x + nb->w * static_cast<int>(slot + 1) / static_cast<int>(users.size() + 1);
-        const int y1 = gb->y + gb->h, y2 = nb->y + nb->h;
-        const int dip = std::max(y1, y2) + std::min(kLane + 10, 22 + std::abs(x2 - x1) / 60);
+        Curve c;
+        c.x1 = gb->x + gb->w * static_cast<int>(k + 1) / static_cast<int>(p.nics.size() + 1);
+        c.x2 = nb->x + nb->w * static_cast<int>(slot + 1) / static_cast<int>(users.size() + 1);
+        c.y1 = gb->y + gb->h;
+        c.y2 = nb->y + nb->h;
+        // Curves between neighbours stay shallow; longer ones take one of a
+        // few deeper levels, so that two of them rarely run on top of each other.
+        const int depth = gb->parent == nb->parent ? kNearDip : kFarDip + 6 * (far_count++ % 4);
+        c.dip = std::max(c.y1, c.y2) + depth;
         curves += fmt::format(
             "<path d=\"M {} {} C {} {} {} {} {} {}\" fill=\"none\" stroke=\"{}\" "
             "stroke-width=\"2\" stroke-opacity=\"0.85\"/>\n",
-            x1, y1, x1, dip, x2, dip, x2, y2, colour);
+            c.x1, c.y1, c.x1, c.dip, c.x2, c.dip, c.x2, c.y2, colour);
         const int hops = k < p.distances.size() ? p.distances[k] : -1;
-        labels += hop_label(hops_text(hops), (x1 + x2) / 2, (y1 + y2 + 6 * dip) / 8, colour);
+        labels += hop_label(hops_text(hops), c, colour, taken);
       }
     }
     return curves + labels;
   }
 
-  static std::string hop_label(const std::string& text, int cx, int cy, std::string_view colour) {
+  // The hop count in a small white box on the curve: at its middle, or the
+  // nearest point along it where it covers no label placed before.
+  static std::string hop_label(const std::string& text, const Curve& c, std::string_view colour,
+                               std::vector<Rect>& taken) {
     const int w = text_width(text, kSmallFont, false) + 8, h = kSmallFont + 5;
+    Rect r{};
+    for (const double t : {0.5, 0.4, 0.6, 0.3, 0.7, 0.2, 0.8, 0.5}) {
+      const auto [cx, cy] = c.at(t);
+      r = {cx - w / 2, cy - h / 2, w, h};
+      if (std::none_of(taken.begin(), taken.end(), [&](const Rect& o) { return o.overlaps(r); })) {
+        break;
+      }
+    }
+    taken.push_back(r);
     return fmt::format(
         "<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" rx=\"3\" ry=\"3\" fill=\"#ffffff\" "
         "stroke=\"{}\" stroke-width=\"1\"/>\n"
         "<text x=\"{}\" y=\"{}\" font-size=\"{}\" text-anchor=\"middle\" fill=\"{}\">{}</text>\n",
-        cx - w / 2, cy - h / 2, w, h, colour, cx, cy + kSmallFont / 2 - 1, kSmallFont, kInk,
+        r.x, r.y, w, h, colour, r.x + w / 2, r.y + h / 2 + kSmallFont / 2 - 1, kSmallFont, kInk,
         xml(text));
   }
 
@@ -681,7 +748,7 @@ class Drawing {
                        p.backend_forced ? " (forced)" : "", cpu_text(p.proxy_cpus, 64),
                        p.cpus_forced ? " (COURIER_PROXY_CPUS)" : ""),
            kTextFont, false, kInk});
-      if (!p.note.empty()) lines.push_back({"    note: " + p.note, kSmallFont, false, kMuted});
+      if (!p.note.empty()) lines.push_back({"note: " + p.note, kSmallFont, false, kMuted});
     }
     if (m_.gpus.empty()) {
       lines.push_back({fmt::format("No GPU: nothing to pair; a process without a GPU uses "
@@ -722,13 +789,14 @@ class Drawing {
 
   const Machine& m_;
   const Plan& plan_;
-  std::vector<std::vector<int>> children_;  // tree node -> its children
-  std::map<int, int> gpu_at_, nic_at_;      // tree node -> GPU / NIC index
-  std::map<int, bool> placed_gpu_, placed_nic_;
-  std::vector<std::vector<int>> users_;  // NIC -> the GPUs using it, in plan order
+  std::vector<std::vector<int>> children_;     // tree node -> its children
+  std::map<int, int> gpu_at_, nic_at_;         // tree node -> GPU / NIC index
+  std::vector<bool> placed_gpu_, placed_nic_;  // already in a box
+  std::vector<std::vector<int>> users_;        // NIC -> the GPUs using it, in plan order
   std::vector<Box> boxes_;
   size_t root_ = 0;
   int leaf_height_ = 0;
+  int lane_ = kLane;
 };
 
 }  // namespace

@@ -19,18 +19,7 @@ namespace {
 using topology::Machine;
 using topology::Plan;
 
-// 0,1,2,3,8 -> "0-3,8"
-std::string cpu_text(const std::vector<int32_t>& cpus) {
-  std::string out;
-  for (size_t i = 0; i < cpus.size();) {
-    size_t j = i;
-    while (j + 1 < cpus.size() && cpus[j + 1] == cpus[j] + 1) ++j;
-    if (!out.empty()) out += ",";
-    out += j == i ? fmt::format("{}", cpus[i]) : fmt::format("{}-{}", cpus[i], cpus[j]);
-    i = j + 1;
-  }
-  return out.empty() ? "-" : out;
-}
+std::string cpu_text(const std::vector<int32_t>& cpus) { return topology::cpu_list_text(cpus); }
 
 std::string numa_text(int numa) { return numa < 0 ? "-" : fmt::format("{}", numa); }
 
