@@ -198,8 +198,13 @@ GpuBackend::~GpuBackend() { plugin_.ops->fini(handle_); }
 std::string GpuBackend::last_error() const { return reason_from(plugin_.ops->last_error(handle_)); }
 
 std::unique_ptr<NicBackend> open_nic_backend(Registry& registry, std::string_view spec,
-                                             const HostServices& host, Logger& log) {
+                                             const HostServices& host, Logger& log,
+                                             std::string_view preferred) {
   std::vector<const NicPlugin*> choices = registry.nic_choices(spec);
+  if (spec.empty() && !preferred.empty()) {
+    std::stable_partition(choices.begin(), choices.end(),
+                          [&](const NicPlugin* plugin) { return plugin->name == preferred; });
+  }
   // A backend that reaches only its own host (COURIER_NIC_CAP_HOST_LOCAL) is
   // taken only when nothing else initializes: the core cannot know yet
   // whether the job stays on one host. Naming it in the spec still works.

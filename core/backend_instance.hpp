@@ -89,8 +89,11 @@ class GpuBackend {
 // initializes; otherwise throws an Error listing each candidate's reason.
 // A bad knob value is the user's mistake, not the backend's, so it is thrown
 // at once instead of moving on to the next choice.
+// `preferred` (topology's pick, core/topology_choice.hpp) is tried first
+// when `spec` names nothing and a plugin of that name exists.
 std::unique_ptr<NicBackend> open_nic_backend(Registry& registry, std::string_view spec,
-                                             const HostServices& host, Logger& log);
+                                             const HostServices& host, Logger& log,
+                                             std::string_view preferred = {});
 std::unique_ptr<GpuBackend> open_gpu_backend(Registry& registry, std::string_view spec,
                                              const HostServices& host, Logger& log);
 

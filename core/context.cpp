@@ -20,9 +20,9 @@
 #include "core/faults/transport_chain.hpp"
 #include "core/proxy/nic_endpoint.hpp"
 #include "core/proxy/proxy_thread.hpp"
-#include "core/proxy_placement.hpp"
 #include "core/registry.hpp"
 #include "core/semantics/shared_segment.hpp"
+#include "core/topology_choice.hpp"
 #include "gpu/channel_descriptor.hpp"
 #include "gpu/fifo_push.hpp"
 
@@ -145,6 +145,7 @@ struct Context::Impl {
   std::array<bool, kUserWindows> window_used{};  // user window ids in use
   // This rank's share of the CPUs: its proxies, and its host kernels.
   std::vector<int32_t> rank_cpus;
+  TopologyChoice topology;  // proxy CPUs and the NIC backend to try first
   // A peer's death, reported by the bootstrap's liveness monitor. The watch
   // is the last member: cancelled first, before the channels it fails.
   mutable std::mutex peer_mutex;
@@ -168,7 +169,12 @@ struct Context::Impl {
            gpu->props().no_device_reason);
     }
     choose_device();
-    nic = open_nic_backend(registry, config.nic_backend, host, log);
+    topology = choose_from_topology(config, device, gpu->props().mem_kind != COURIER_MEM_HOST);
+    if (config.nic_backend.empty() && !topology.nic_backend.empty()) {
+      log.info("context", "topology: NIC backend {} first ({})", topology.nic_backend,
+               topology.nic_why);
+    }
+    nic = open_nic_backend(registry, config.nic_backend, host, log, topology.nic_backend);
     if ((nic->props().caps & COURIER_NIC_CAP_DELIVERY_COMPLETE) == 0) {
       log.warn("context",
                "NIC backend '{}' does not report delivery-complete: a completed WRITE (and so "
@@ -499,12 +505,10 @@ struct Context::Impl {
     options.stall_timeout_ns = uint64_t{config.timeout_s} * 1'000'000'000u;
     options.may_sleep = (nic->props().caps & COURIER_NIC_CAP_PASSIVE_TARGET) != 0;
     const uint32_t threads = config.proxy_threads;
-    const ProxyPlacement placement =
-        place_proxies(config, device, gpu->props().mem_kind != COURIER_MEM_HOST);
-    rank_cpus = placement.cpus;
+    rank_cpus = topology.proxy_cpus;
     if (!rank_cpus.empty()) {
       log.info("context", "proxy threads on CPUs {} ({})", fmt::join(rank_cpus, ","),
-               placement.why);
+               topology.proxy_why);
     }
     for (uint32_t i = 0; i < threads; ++i) {
       if (!rank_cpus.empty()) options.cpu = rank_cpus[i % rank_cpus.size()];

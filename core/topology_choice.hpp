@@ -1,0 +1,32 @@
+// What a Context takes from topology/ (docs/topology.md): where its proxy
+// threads run, and which NIC backend to try first.
+//
+// Proxy CPUs: COURIER_PROXY_CPUS; else the CPUs topology gives this rank's
+// GPU (its NUMA node's allowed CPUs, shared with the node's other GPUs);
+// else the default split of the allowed CPUs among the host's ranks
+// (core/cpu_placement.hpp). NIC backend: unless COURIER_NIC_BACKEND names
+// one, the backend for the driver of the NIC paired with this rank's GPU
+// (mlx5 -> cx7, ...) is tried first.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/config.hpp"
+
+namespace courier {
+
+struct TopologyChoice {
+  std::vector<int32_t> proxy_cpus;  // empty: leave placement to the kernel
+  std::string proxy_why;            // for the log
+  std::string nic_backend;          // to try first ("": no preference)
+  std::string nic_why;
+};
+
+// `device` is this rank's GPU index (PCI bus-id order), `device_memory`
+// whether the GPU backend has real devices (not host memory). Throws
+// courier::Error when COURIER_PROXY_CPUS leaves no CPU this process may use.
+TopologyChoice choose_from_topology(const Config& config, int device, bool device_memory);
+
+}  // namespace courier
