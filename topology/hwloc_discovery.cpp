@@ -197,6 +197,11 @@ Machine discover(const std::string& xml_path) {
   if (hwloc_topology_init(&raw) != 0) throw Error(what + ": hwloc_topology_init failed");
   Topology topo(raw, hwloc_topology_destroy);
   hwloc_topology_set_io_types_filter(raw, HWLOC_TYPE_FILTER_KEEP_ALL);
+  // PCI devices from Linux's sysfs, not through libpciaccess ("pci"
+  // component): that one keeps global state hwloc never frees, which every
+  // process creating a Context would leak (and sanitizers report).
+  if (!recorded)
+    hwloc_topology_set_components(raw, HWLOC_TOPOLOGY_COMPONENTS_FLAG_BLACKLIST, "pci");
   hwloc_topology_set_flags(raw, HWLOC_TOPOLOGY_FLAG_INCLUDE_DISALLOWED);
   const std::string invalid = fmt::format(
       "{}: not a valid hwloc XML topology (hwloc could not load it; record one with `lstopo "
