@@ -377,12 +377,12 @@ Config Config::load(const EnvLookup& env, bool need_job) {
   config.faults = parse_fault_spec(parser.text("COURIER_FAULTS"), "COURIER_FAULTS");
   config.retry_count = parser.unsigned_in("COURIER_RETRY_COUNT", config.retry_count, 0, 64);
   config.topology_xml = parser.text("COURIER_TOPOLOGY_XML");
-  config.nic_selection = parser.choice(
-      "COURIER_NIC_SELECTION", config.nic_selection,
-      {std::pair<std::string_view, NicSelectionMode>{"auto", NicSelectionMode::automatic},
-       {"nearest", NicSelectionMode::nearest},
-       {"numa", NicSelectionMode::numa},
-       {"round-robin", NicSelectionMode::round_robin}});
+  config.nic_selection = parser.choice("COURIER_NIC_SELECTION", config.nic_selection,
+                                       {std::pair<std::string_view, topology::NicSelection>{
+                                            "auto", topology::NicSelection::automatic},
+                                        {"nearest", topology::NicSelection::nearest},
+                                        {"numa", topology::NicSelection::numa},
+                                        {"round-robin", topology::NicSelection::round_robin}});
   config.nics = parse_name_list(parser.text("COURIER_NICS"), "COURIER_NICS");
   config.proxy_cpus = parse_cpu_list(parser.text("COURIER_PROXY_CPUS"), "COURIER_PROXY_CPUS");
   config.ep_transport =

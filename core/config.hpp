@@ -15,6 +15,7 @@
 
 #include "core/faults/fault_spec.hpp"
 #include "core/log.hpp"
+#include "topology/pairing.hpp"
 
 namespace courier {
 
@@ -46,9 +47,6 @@ struct JobInfo {
 // COURIER_EP_TRANSPORT: how EP dispatch/combine move rows (docs/ep.md).
 enum class EpTransport { automatic, direct, proxy };
 
-// COURIER_NIC_SELECTION: how GPUs are paired with NICs (docs/topology.md).
-enum class NicSelectionMode { automatic, nearest, numa, round_robin };
-
 struct ConfigEntry {
   std::string name;
   std::string value;
@@ -79,9 +77,10 @@ struct Config {
   EpTransport ep_transport = EpTransport::automatic;  // COURIER_EP_TRANSPORT
   // Topology (docs/topology.md):
   std::string topology_xml;  // COURIER_TOPOLOGY_XML: a recorded machine
-  NicSelectionMode nic_selection = NicSelectionMode::automatic;  // COURIER_NIC_SELECTION
-  std::vector<std::string> nics;    // COURIER_NICS: only these RDMA devices, in order
-  std::vector<int32_t> proxy_cpus;  // COURIER_PROXY_CPUS: pin proxies here
+  topology::NicSelection nic_selection =
+      topology::NicSelection::automatic;  // COURIER_NIC_SELECTION
+  std::vector<std::string> nics;          // COURIER_NICS: only these RDMA devices, in order
+  std::vector<int32_t> proxy_cpus;        // COURIER_PROXY_CPUS: pin proxies here
   JobInfo job;
   std::vector<ConfigEntry> entries;
 

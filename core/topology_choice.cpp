@@ -24,6 +24,15 @@ std::vector<int32_t> intersect(const std::vector<int32_t>& a, const std::vector<
 
 }  // namespace
 
+topology::Policy topology_policy(const Config& config) {
+  topology::Policy policy;
+  policy.selection = config.nic_selection;
+  policy.nics = config.nics;
+  policy.nic_backend = config.nic_backend;
+  policy.proxy_cpus = config.proxy_cpus;
+  return policy;
+}
+
 TopologyChoice choose_from_topology(const Config& config, int device, bool device_memory) {
   TopologyChoice choice;
   const std::vector<int32_t> allowed = allowed_cpus();
@@ -33,9 +42,7 @@ TopologyChoice choose_from_topology(const Config& config, int device, bool devic
   std::optional<topology::Plan> plan;
   try {
     machine = topology::discover(config.topology_xml);
-    topology::Policy policy;
-    policy.nics = config.nics;
-    plan = topology::plan(*machine, policy);
+    plan = topology::plan(*machine, topology_policy(config));
   } catch (const Error&) {
   }
   // This rank's GPU as topology sees it: one rank per GPU of the machine.

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/config.hpp"
+#include "topology/pairing.hpp"
 
 namespace courier {
 
@@ -23,6 +24,11 @@ struct TopologyChoice {
   std::string nic_backend;          // to try first ("": no preference)
   std::string nic_why;
 };
+
+// The pairing policy the knobs ask for (COURIER_NIC_SELECTION, COURIER_NICS,
+// COURIER_NIC_BACKEND, COURIER_PROXY_CPUS): what the Context and
+// courier-info --topology both plan with.
+topology::Policy topology_policy(const Config& config);
 
 // `device` is this rank's GPU index (PCI bus-id order), `device_memory`
 // whether the GPU backend has real devices (not host memory). Throws

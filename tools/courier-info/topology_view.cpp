@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "core/config.hpp"
+#include "core/topology_choice.hpp"
 #include "courier/error.hpp"
 #include "json_writer.hpp"
 #include "topology/discovery.hpp"
@@ -22,20 +23,6 @@ using topology::Plan;
 std::string cpu_text(const std::vector<int32_t>& cpus) { return topology::cpu_list_text(cpus); }
 
 std::string numa_text(int numa) { return numa < 0 ? "-" : fmt::format("{}", numa); }
-
-topology::NicSelection selection_of(NicSelectionMode mode) {
-  switch (mode) {
-    case NicSelectionMode::nearest:
-      return topology::NicSelection::nearest;
-    case NicSelectionMode::numa:
-      return topology::NicSelection::numa;
-    case NicSelectionMode::round_robin:
-      return topology::NicSelection::round_robin;
-    case NicSelectionMode::automatic:
-      break;
-  }
-  return topology::NicSelection::automatic;
-}
 
 std::string render_text(const Machine& m, const Plan& plan, const Config& config) {
   std::string out = fmt::format("Topology of {}\n", m.source);
@@ -157,12 +144,7 @@ int run_topology(const TopologyOptions& options) {
   try {
     const Config config = Config::load(process_env(), false);
     const Machine m = topology::discover(config.topology_xml);
-    topology::Policy policy;
-    policy.selection = selection_of(config.nic_selection);
-    policy.nics = config.nics;
-    policy.nic_backend = config.nic_backend;
-    policy.proxy_cpus = config.proxy_cpus;
-    const Plan plan = topology::plan(m, policy);
+    const Plan plan = topology::plan(m, topology_policy(config));
     const std::string out =
         options.json ? render_json(m, plan, config) : render_text(m, plan, config);
     std::fwrite(out.data(), 1, out.size(), stdout);
