@@ -35,7 +35,8 @@ typedef struct courier_plugin_header {
 #define COURIER_LOG_TRACE 4
 
 /* Services the core hands to a plugin in init(), so that plugins never link
- * against the core. All function pointers are always non-NULL. */
+ * against the core. The first four function pointers are always non-NULL; later
+ * additions are tested with COURIER_HOST_HAS. */
 typedef struct courier_host_services_v1 {
   uint32_t struct_size;
   uint32_t reserved;
@@ -45,7 +46,24 @@ typedef struct courier_host_services_v1 {
   const char* (*get_env)(void* ctx, const char* name);
   void* (*alloc)(void* ctx, size_t size, size_t alignment);
   void (*free)(void* ctx, void* ptr);
+  /* Added after the first release: a plugin reads it only when struct_size
+   * covers it (COURIER_HOST_HAS(host, dmabuf_export)).
+   *
+   * Exports the GPU memory [addr, addr+len) of the job's GPU backend as a
+   * dmabuf: on success returns COURIER_OK with *fd a new file descriptor the
+   * caller owns (and closes) and *offset the position of addr within that
+   * dmabuf. -EOPNOTSUPP when the GPU backend, driver or memory cannot
+   * (host memory, a GPU backend without dmabuf); -EINVAL for a range that is
+   * not one GPU allocation. NIC backends register GPU memory through it
+   * (ibv_reg_dmabuf_mr) before falling back to peer-memory registration. */
+  int (*dmabuf_export)(void* ctx, const void* addr, size_t len, int* fd, uint64_t* offset);
 } courier_host_services_v1;
+
+/* True when `host` (a courier_host_services_v1*) is large enough to carry
+ * `field` and the entry is set: the way to test for services added later. */
+#define COURIER_HOST_HAS(host, field)                                                   \
+  ((host)->struct_size >= offsetof(courier_host_services_v1, field) + sizeof((host)->field) && \
+   (host)->field != NULL)
 
 /* A configuration knob a plugin reads through get_env. The core validates
  * enumerated and ranged knobs before init(), so a bad value stops start-up
