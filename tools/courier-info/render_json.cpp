@@ -41,6 +41,10 @@ void write_backend(JsonWriter& json, const BackendReport& backend) {
   json.begin_object();
   for (const Property& property : backend.properties) write_property(json, property);
   json.end_object();
+  json.key("device_report");
+  json.begin_array();
+  for (const std::string& line : backend.device_report) json.string(line);
+  json.end_array();
   json.key("knobs");
   json.begin_array();
   for (const KnobReport& knob : backend.knobs) {

@@ -41,6 +41,10 @@ void render_backend(std::string& out, const BackendReport& backend) {
     facts.add({property.name, property_text(property)});
   }
   out += facts.render(4);
+  if (!backend.device_report.empty()) {
+    out += "    device report:\n";
+    for (const std::string& line : backend.device_report) out += "      " + line + "\n";
+  }
   if (backend.knobs.empty()) {
     out += "    knobs: none\n";
     return;

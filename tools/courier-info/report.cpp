@@ -5,6 +5,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstddef>
+#include <cstring>
 #include <filesystem>
 
 #include "core/backend_instance.hpp"
@@ -139,6 +141,28 @@ std::vector<KnobReport> describe_knobs(const courier_knob_v1* knobs, uint32_t co
   return reports;
 }
 
+// The NIC backend's device report (ABI 1.2 describe), split into lines.
+std::vector<std::string> device_report(const NicBackend& backend) {
+  const courier_nic_plugin_v1* ops = backend.ops();
+  const size_t needed = offsetof(courier_nic_plugin_v1, describe) + sizeof ops->describe;
+  if (ops->header.struct_size < needed || ops->describe == nullptr) return {};
+  size_t length = 0;
+  if (ops->describe(backend.handle(), nullptr, &length) != COURIER_OK || length == 0) return {};
+  std::string text(length, '\0');
+  if (ops->describe(backend.handle(), text.data(), &length) != COURIER_OK) return {};
+  text.resize(std::strlen(text.c_str()));
+  std::vector<std::string> lines;
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    lines.push_back(text.substr(start, end - start));
+    start = end + 1;
+  }
+  return lines;
+}
+std::vector<std::string> device_report(const GpuBackend& /*backend*/) { return {}; }
+
 // Initializes one plugin (Backend's constructor checks knobs, runs init and
 // query) and records the result; fini runs when `backend` goes out of scope.
 template <class Backend, class Plugin, class Describe>
@@ -155,6 +179,7 @@ BackendReport try_backend(PluginKind kind, const Plugin& plugin, const HostServi
     Backend backend(plugin, host);
     report.initialized = true;
     report.properties = describe_props(backend.props());
+    report.device_report = device_report(backend);
   } catch (const Error& error) {
     report.error = error.what();
   }

@@ -47,6 +47,8 @@ struct BackendReport {
   bool initialized = false;
   std::string error;  // why init failed (empty when it worked)
   std::vector<Property> properties;
+  // The backend's own device report (NIC ABI 1.2 describe), one line each.
+  std::vector<std::string> device_report;
   std::vector<KnobReport> knobs;
 };
 

@@ -27,7 +27,8 @@ extern "C" {
 #define COURIER_NIC_ABI_MAJOR 1
 /* Minor 1 added atomics: the COURIER_NIC_ATOMIC_* bits, caps_with_atomics,
  * COURIER_NIC_EP_ATOMICS, courier_nic_atomic_v1 and post_atomic. */
-#define COURIER_NIC_ABI_MINOR 1
+/* Minor 2 added describe. */
+#define COURIER_NIC_ABI_MINOR 2
 #define COURIER_NIC_SYMBOL_V1 "courier_nic_backend_v1"
 
 /* Capability bits (courier_nic_props_v1.caps). */
@@ -219,6 +220,13 @@ typedef struct courier_nic_plugin_v1 {
    * place for fetching ops. -EAGAIN: full; -EOPNOTSUPP: op not in atomic_ops.
    * NULL when the backend has no atomics. */
   int (*post_atomic)(void* ep, const courier_nic_atomic_v1* atomic);
+
+  /* Minor 2. A report of the backend's device for courier-info and
+   * hardware-validation reports (atomic capability, on-demand paging, queue
+   * pair limits, addresses, ...): lines separated by '\n', NUL-terminated,
+   * truncated to fit *len bytes; *len is set to the bytes the whole report
+   * needs (NUL included). NULL when the backend has nothing to add. */
+  int (*describe)(void* backend, char* buf, size_t* len);
 } courier_nic_plugin_v1;
 
 typedef const courier_nic_plugin_v1* (*courier_nic_backend_v1_fn)(void);

@@ -1,0 +1,69 @@
+// libcourier-nic-bnxt.so: Broadcom NetXtreme-E / Thor (bnxt_re) through verbs.
+// Host memory is registered for on-demand paging when the device supports it
+// for RC writes and atomics (no pinning), and writes in flight per peer are
+// capped by default: the field reports "transport retry counter exceeded" on
+// this NIC under deep queues. The code is nic/verbs.
+#include <courier/abi/nic_v1.h>
+
+#include "nic/verbs/verbs_plugin_entries.hpp"
+
+namespace courier::nic_bnxt {
+namespace {
+
+using namespace courier::verbs;
+
+// 1 MiB per peer: ~140 activations of 7 KiB in flight to each peer, enough
+// to cover a round trip at 400 Gb/s, shallow enough to keep retries rare.
+#define COURIER_BNXT_INFLIGHT_DEFAULT "1048576"
+
+const BackendTraits kTraits = {
+    "bnxt",
+    // ibv_device_attr.vendor_id of bnxt_re devices: Broadcom's PCI vendor ID.
+    {"Broadcom NetXtreme (bnxt_re)", {0x14e4}},
+    /* prefer_odp */ true,
+    /* inflight_bytes_default */ COURIER_BNXT_INFLIGHT_DEFAULT,
+    /* latency_ns */ 2500,
+    /* bandwidth_mbps */ 50000,  // 400 Gb/s (Thor 2)
+};
+
+constexpr auto kKnobs = entries::make_knobs(
+    COURIER_BNXT_INFLIGHT_DEFAULT,
+    "bytes of writes in flight per peer before posting waits (conservative by default: deep "
+    "queues cause transport retries on this NIC); 0: no limit");
+
+int bnxt_init(const courier_host_services_v1* host, void** backend) {
+  return entries::init(kTraits, host, backend);
+}
+
+const courier_nic_plugin_v1 kPlugin = {
+    /* header */ {sizeof(courier_nic_plugin_v1), COURIER_NIC_ABI_MAJOR, COURIER_NIC_ABI_MINOR,
+                  "bnxt"},
+    /* description */
+    "Broadcom NetXtreme/Thor (bnxt_re) over verbs RC queue pairs: on-demand paging, capped "
+    "in-flight bytes",
+    kKnobs.data(),
+    static_cast<uint32_t>(kKnobs.size()),
+    /* reserved */ 0,
+    bnxt_init,
+    entries::fini,
+    entries::last_error,
+    entries::query,
+    entries::ep_open,
+    entries::ep_close,
+    entries::ep_name,
+    entries::ep_connect,
+    entries::mr_register,
+    entries::mr_deregister,
+    entries::post_write,
+    entries::poll,
+    entries::post_atomic,
+    entries::describe,
+};
+
+}  // namespace
+}  // namespace courier::nic_bnxt
+
+extern "C" __attribute__((visibility("default"))) const courier_nic_plugin_v1*
+courier_nic_backend_v1(void) {
+  return &courier::nic_bnxt::kPlugin;
+}

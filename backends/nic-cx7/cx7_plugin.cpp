@@ -1,0 +1,61 @@
+// libcourier-nic-cx7.so: NVIDIA/Mellanox ConnectX (mlx5) through verbs, with
+// the NIC's own atomics. The code is nic/verbs; this file says which devices
+// it drives and how it is tuned.
+#include <courier/abi/nic_v1.h>
+
+#include "nic/verbs/verbs_plugin_entries.hpp"
+
+namespace courier::nic_cx7 {
+namespace {
+
+using namespace courier::verbs;
+
+const BackendTraits kTraits = {
+    "cx7",
+    // ibv_device_attr.vendor_id of ConnectX devices: Mellanox's IEEE OUI.
+    {"NVIDIA/Mellanox ConnectX", {0x02c9}},
+    /* prefer_odp */ false,  // pinning is cheap and fastest on ConnectX
+    /* inflight_bytes_default */ "0",
+    /* latency_ns */ 2000,
+    /* bandwidth_mbps */ 50000,  // 400 Gb/s
+};
+
+constexpr auto kKnobs = entries::make_knobs(
+    "0", "bytes of writes in flight per peer before posting waits; 0: no limit");
+
+int cx7_init(const courier_host_services_v1* host, void** backend) {
+  return entries::init(kTraits, host, backend);
+}
+
+const courier_nic_plugin_v1 kPlugin = {
+    /* header */ {sizeof(courier_nic_plugin_v1), COURIER_NIC_ABI_MAJOR, COURIER_NIC_ABI_MINOR,
+                  "cx7"},
+    /* description */
+    "NVIDIA ConnectX (mlx5) over verbs RC queue pairs: ordered writes, immediate data, NIC "
+    "atomics",
+    kKnobs.data(),
+    static_cast<uint32_t>(kKnobs.size()),
+    /* reserved */ 0,
+    cx7_init,
+    entries::fini,
+    entries::last_error,
+    entries::query,
+    entries::ep_open,
+    entries::ep_close,
+    entries::ep_name,
+    entries::ep_connect,
+    entries::mr_register,
+    entries::mr_deregister,
+    entries::post_write,
+    entries::poll,
+    entries::post_atomic,
+    entries::describe,
+};
+
+}  // namespace
+}  // namespace courier::nic_cx7
+
+extern "C" __attribute__((visibility("default"))) const courier_nic_plugin_v1*
+courier_nic_backend_v1(void) {
+  return &courier::nic_cx7::kPlugin;
+}

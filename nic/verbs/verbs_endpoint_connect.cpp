@@ -1,0 +1,303 @@
+// Connecting a verbs endpoint: RC queue pairs need each other's queue pair
+// numbers, and the all-gathered endpoint names can only carry the UD queue
+// pair that every endpoint opens first. So each side creates one RC queue
+// pair per peer and tells the peer its number in a "hello" over UD (wire
+// format in docs/wire-formats.md):
+//   offset 0 u32 magic 0x48565243 ("CRVH")  4 u32 sender's RC QPN for the receiver
+//   8 u64 sender endpoint id  16 u64 receiver endpoint id  24 u32 sender PSN  28 u32 flags
+// flags bit 0 (kHaveYours): the sender has the receiver's QPN, so its queue
+// pair towards the receiver is already in RTS.
+// A side moves its queue pair to RTR/RTS on the first hello from a peer and
+// answers hellos lacking kHaveYours; it is done with a peer once it has the
+// peer's QPN and a hello with kHaveYours. Unanswered hellos are resent
+// every 20 ms until the connect timeout (UD is unreliable), and hellos still
+// arriving after connect() returned are answered from poll().
+#include <arpa/inet.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <random>
+#include <thread>
+
+#include "verbs_device.hpp"
+#include "verbs_endpoint.hpp"
+#include "verbs_error.hpp"
+
+namespace courier::verbs {
+namespace {
+
+constexpr uint32_t kHelloMagic = 0x48565243;
+constexpr uint32_t kHaveYours = 1u << 0;
+constexpr uint32_t kQkey = 0x43525651;
+constexpr uint32_t kGrhBytes = 40;      // UD receives start with the global routing header
+constexpr uint32_t kUdSlotBytes = 128;  // one hello (+ GRH) per slot
+constexpr uint32_t kUdReceives = 256;
+constexpr uint32_t kUdSends = 64;
+constexpr auto kResendPeriod = std::chrono::milliseconds(20);
+
+uint32_t random_psn() {
+  std::random_device device;
+  return device() & 0xffffff;  // PSNs are 24 bits
+}
+
+}  // namespace
+
+struct Endpoint::Hello {
+  uint32_t magic;
+  uint32_t rc_qpn;
+  uint64_t sender_id;
+  uint64_t receiver_id;
+  uint32_t psn;
+  uint32_t flags;
+};
+
+int Endpoint::open_handshake_queue() {
+  static_assert(sizeof(Hello) == 32, "the hello wire format is 32 bytes");
+  int rc = CompletionQueue::create(device_, static_cast<int>(kUdReceives + kUdSends), &ud_cq_);
+  if (rc != 0) return rc;
+  rc = QueuePair::create_ud(device_, ud_cq_->get(), std::max(kUdReceives, kUdSends), &ud_qp_);
+  if (rc != 0) return rc;
+  rc = ud_qp_->activate_ud(local_.port, kQkey);
+  if (rc != 0) return rc;
+  local_.ud_qpn = ud_qp_->qpn();
+  local_.qkey = kQkey;
+  ud_buffer_.resize(size_t{kUdSlotBytes} * (kUdReceives + kUdSends));
+  std::string warning;
+  rc = MemoryRegion::register_memory(device_, host_, RegistrationPolicy{}, this, ud_buffer_.data(),
+                                     ud_buffer_.size(), COURIER_MEM_HOST, &ud_mr_, &warning);
+  if (rc != 0) return rc;
+  // Receives are posted now, so hellos from peers that connect before us wait here.
+  for (uint32_t i = 0; i < kUdReceives; ++i) {
+    ibv_sge sge{ud_mr_->base() + uint64_t{i} * kUdSlotBytes, kUdSlotBytes, ud_mr_->lkey()};
+    ibv_recv_wr wr{};
+    wr.wr_id = i;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    ibv_recv_wr* bad = nullptr;
+    rc = ibv_post_recv(ud_qp_->get(), &wr, &bad);
+    if (rc != 0) {
+      return set_error(-(rc > 0 ? rc : EIO), "handshake queue: %s",
+                       describe_verbs_error("ibv_post_recv", rc).c_str());
+    }
+  }
+  return 0;
+}
+
+int Endpoint::send_hello(uint32_t peer) {
+  // Reap finished sends first so the slot about to be reused is free.
+  if (ud_sends_inflight_ >= kUdSends) {
+    int rc = service_handshake();
+    if (rc != 0) return rc;
+    if (ud_sends_inflight_ >= kUdSends) return 0;  // try again at the next resend
+  }
+  Peer& p = peers_[peer];
+  Hello hello{kHelloMagic,           p.qp->qpn(), local_.endpoint_id,
+              p.address.endpoint_id, p.local_psn, p.have_theirs ? kHaveYours : 0u};
+  const uint32_t slot = kUdReceives + (ud_next_send_++ % kUdSends);
+  std::byte* where = ud_buffer_.data() + size_t{slot} * kUdSlotBytes;
+  std::memcpy(where, &hello, sizeof hello);
+  ibv_sge sge{ud_mr_->base() + uint64_t{slot} * kUdSlotBytes, sizeof hello, ud_mr_->lkey()};
+  ibv_send_wr wr{};
+  wr.wr_id = slot;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.opcode = IBV_WR_SEND;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.wr.ud.ah = p.ah->get();
+  wr.wr.ud.remote_qpn = p.address.ud_qpn;
+  wr.wr.ud.remote_qkey = p.address.qkey;
+  ibv_send_wr* bad = nullptr;
+  const int rc = ibv_post_send(ud_qp_->get(), &wr, &bad);
+  if (rc != 0) {
+    return set_error(-(rc > 0 ? rc : EIO), "connecting to rank %u: sending the hello: %s", peer,
+                     describe_verbs_error("ibv_post_send", rc).c_str());
+  }
+  ++ud_sends_inflight_;
+  return 0;
+}
+
+int Endpoint::connect_peer(uint32_t peer, uint32_t remote_qpn, uint32_t remote_psn) {
+  Peer& p = peers_[peer];
+  const uint8_t rd_atomic = static_cast<uint8_t>(std::clamp(device_.info().max_qp_rd_atom, 1, 16));
+  int rc = p.qp->connect_rc(local_, p.address, remote_qpn, remote_psn, p.local_psn, rd_atomic,
+                            options_.tuning);
+  if (rc != 0) {
+    return set_error(rc, "connecting to rank %u: %s", peer, std::string(last_error()).c_str());
+  }
+  p.remote_qpn = remote_qpn;
+  p.have_theirs = true;
+  return post_receives(p, recv_depth_);
+}
+
+int Endpoint::connect_self(uint32_t self) {
+  // A queue pair connected to itself: loopback through the NIC.
+  Peer& p = peers_[self];
+  int rc = connect_peer(self, p.qp->qpn(), p.local_psn);
+  p.confirmed = true;
+  return rc;
+}
+
+void Endpoint::handle_hello(const Hello& hello) {
+  if (hello.magic != kHelloMagic || hello.receiver_id != local_.endpoint_id) return;
+  auto found = peer_of_id_.find(hello.sender_id);
+  if (found == peer_of_id_.end()) return;  // not one of our peers (a stale endpoint)
+  const uint32_t peer = found->second;
+  Peer& p = peers_[peer];
+  if (!p.have_theirs && p.failure.empty()) {
+    if (connect_peer(peer, hello.rc_qpn, hello.psn) != 0) {
+      p.failure = last_error();
+      return;
+    }
+  }
+  if (hello.flags & kHaveYours) {
+    p.confirmed = true;
+  } else {
+    send_hello(peer);  // they do not have our QPN yet
+  }
+}
+
+int Endpoint::service_handshake() {
+  ibv_wc wcs[16];
+  for (;;) {
+    const int got = ibv_poll_cq(ud_cq_->get(), 16, wcs);
+    if (got < 0) return set_error(-EIO, "handshake queue: ibv_poll_cq failed");
+    for (int i = 0; i < got; ++i) {
+      const ibv_wc& wc = wcs[i];
+      if (!(wc.opcode & IBV_WC_RECV)) {
+        --ud_sends_inflight_;
+        continue;
+      }
+      if (wc.status == IBV_WC_SUCCESS && wc.byte_len >= kGrhBytes + sizeof(Hello)) {
+        Hello hello;
+        const std::byte* slot = ud_buffer_.data() + wc.wr_id * kUdSlotBytes;
+        std::memcpy(&hello, slot + kGrhBytes, sizeof hello);
+        handle_hello(hello);
+      }
+      if (wc.status == IBV_WC_WR_FLUSH_ERR) continue;
+      ibv_sge sge{ud_mr_->base() + wc.wr_id * kUdSlotBytes, kUdSlotBytes, ud_mr_->lkey()};
+      ibv_recv_wr wr{};
+      wr.wr_id = wc.wr_id;
+      wr.sg_list = &sge;
+      wr.num_sge = 1;
+      ibv_recv_wr* bad = nullptr;
+      ibv_post_recv(ud_qp_->get(), &wr, &bad);
+    }
+    if (got < 16) return 0;
+  }
+}
+
+int Endpoint::connect(uint32_t num_peers, const void* names, size_t stride) {
+  if (connected_) return set_error(-EALREADY, "ep_connect: the endpoint is already connected");
+  if (num_peers == 0 || !names || stride < kNameBytes) {
+    return set_error(-EINVAL, "ep_connect: %u peers, names %p, stride %zu (a name is %zu bytes)",
+                     num_peers, names, stride, kNameBytes);
+  }
+  const auto* table = static_cast<const std::byte*>(names);
+  peers_.resize(num_peers);
+  bool found_self = false;
+  for (uint32_t r = 0; r < num_peers; ++r) {
+    int rc = decode_name(table + size_t{r} * stride, stride, r, &peers_[r].address);
+    if (rc != 0) return rc;
+    const EndpointAddress& a = peers_[r].address;
+    if (a.endpoint_id == local_.endpoint_id) {
+      if (found_self) {
+        return set_error(-EINVAL, "ep_connect: this endpoint's name appears twice in the table");
+      }
+      self_ = r;
+      found_self = true;
+    }
+    if (a.link_layer != local_.link_layer || a.global() != local_.global()) {
+      return set_error(-EINVAL,
+                       "ep_connect: rank %u's port is %s%s but ours is %s%s: all ranks must use "
+                       "the same kind of fabric and addressing",
+                       r, a.link_layer == IBV_LINK_LAYER_ETHERNET ? "RoCE" : "InfiniBand",
+                       a.global() ? " (GID)" : " (LID)",
+                       local_.link_layer == IBV_LINK_LAYER_ETHERNET ? "RoCE" : "InfiniBand",
+                       local_.global() ? " (GID)" : " (LID)");
+    }
+  }
+  if (!found_self) {
+    return set_error(-EINVAL, "ep_connect: this endpoint's own name is not in the table");
+  }
+
+  // Receives per peer for writes with immediate data; the completion queue
+  // must hold every signalled send plus every posted receive.
+  recv_depth_ = std::clamp<uint32_t>(options_.rx_depth, 16, 512);
+  recv_depth_ = std::min<uint32_t>(recv_depth_, static_cast<uint32_t>(device_.info().max_qp_wr));
+  const uint32_t send_depth =
+      std::min<uint32_t>(options_.tx_depth, static_cast<uint32_t>(device_.info().max_qp_wr));
+  const uint64_t cq_entries = uint64_t{options_.tx_depth} + uint64_t{num_peers} * recv_depth_;
+  if (cq_entries > static_cast<uint64_t>(device_.info().max_cqe)) {
+    return set_error(-EINVAL, "ep_connect: %u peers need %llu completion entries, %s has %d",
+                     num_peers, static_cast<unsigned long long>(cq_entries),
+                     device_.info().name.c_str(), device_.info().max_cqe);
+  }
+  int rc = CompletionQueue::create(device_, static_cast<int>(cq_entries), &cq_);
+  if (rc != 0) return rc;
+  for (uint32_t r = 0; r < num_peers; ++r) {
+    Peer& p = peers_[r];
+    rc = QueuePair::create_rc(device_, cq_->get(), cq_->get(), send_depth, recv_depth_, &p.qp);
+    if (rc != 0) return set_error(rc, "rank %u: %s", r, std::string(last_error()).c_str());
+    p.local_psn = random_psn();
+    peer_of_qpn_[p.qp->qpn()] = r;
+    peer_of_id_[p.address.endpoint_id] = r;
+    if (r == self_) continue;
+    rc = AddressHandle::create(device_,
+                               make_ah_attr(local_, p.address, options_.tuning.traffic_class,
+                                            options_.tuning.service_level),
+                               &p.ah);
+    if (rc != 0) return set_error(rc, "rank %u: %s", r, std::string(last_error()).c_str());
+  }
+  rc = connect_self(self_);
+  if (rc != 0) return rc;
+  connected_ = true;
+
+  using Clock = std::chrono::steady_clock;
+  const auto deadline = Clock::now() + std::chrono::milliseconds(options_.connect_timeout_ms);
+  auto next_send = Clock::now();
+  for (;;) {
+    rc = service_handshake();
+    if (rc != 0) return rc;
+    uint32_t waiting = 0;
+    std::string missing;
+    for (uint32_t r = 0; r < num_peers; ++r) {
+      const Peer& p = peers_[r];
+      if (!p.failure.empty()) {
+        connected_ = false;
+        return set_error(-ECONNREFUSED, "ep_connect: rank %u: %s", r, p.failure.c_str());
+      }
+      if (p.have_theirs && p.confirmed) continue;
+      if (++waiting <= 8) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+    }
+    if (waiting == 0) break;
+    const auto now = Clock::now();
+    if (now >= deadline) {
+      connected_ = false;
+      return set_error(-ETIMEDOUT,
+                       "ep_connect: no answer within %u ms from %u rank(s): %s%s (are they "
+                       "running, on the same fabric, and connecting too?)",
+                       options_.connect_timeout_ms, waiting, missing.c_str(),
+                       waiting > 8 ? ", ..." : "");
+    }
+    if (now >= next_send) {
+      for (uint32_t r = 0; r < num_peers; ++r) {
+        if (r != self_ && !peers_[r].confirmed) {
+          rc = send_hello(r);
+          if (rc != 0) return rc;
+        }
+      }
+      next_send = now + kResendPeriod;
+    }
+    // Others share these cores: wait briefly rather than spin.
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+  // A last hello each, in case a peer's confirmation from us was lost.
+  for (uint32_t r = 0; r < num_peers; ++r) {
+    if (r != self_) send_hello(r);
+  }
+  return 0;
+}
+
+}  // namespace courier::verbs
