@@ -6,6 +6,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
 #include <cstddef>
 #include <system_error>
@@ -194,6 +195,32 @@ GpuBackend::GpuBackend(const GpuPlugin& plugin, const HostServices& host) : plug
 }
 
 GpuBackend::~GpuBackend() { plugin_.ops->fini(handle_); }
+
+int GpuBackend::export_dmabuf(const void* addr, size_t len, int* fd, uint64_t* offset,
+                              std::string* why) const {
+  const auto* ops = plugin_.ops;
+  if (!has_minor1_) {
+    *why = fmt::format(
+        "GPU backend '{}' cannot export dmabuf: its plugin speaks GPU ABI 1.{}, "
+        "older than dmabuf_export (1.1)",
+        plugin_.name, plugin_.abi_minor);
+    return -EOPNOTSUPP;
+  }
+  if (ops->dmabuf_export == nullptr || (props_.caps & COURIER_GPU_CAP_DMABUF) == 0) {
+    *why = fmt::format(
+        "GPU backend '{}' cannot export dmabuf: it does not report the dmabuf "
+        "capability (its memory, driver or device has no dmabuf export)",
+        plugin_.name);
+    return -EOPNOTSUPP;
+  }
+  // The ABI's entry predates const-correct pointers; it does not write
+  // through ptr.
+  int status = ops->dmabuf_export(handle_, const_cast<void*>(addr), len, fd, offset);
+  if (status != COURIER_OK) {
+    *why = fmt::format("GPU backend '{}': {}", plugin_.name, reason_from(ops->last_error(handle_)));
+  }
+  return status;
+}
 
 std::string GpuBackend::last_error() const { return reason_from(plugin_.ops->last_error(handle_)); }
 

@@ -13,10 +13,13 @@
 
 namespace courier {
 
+class GpuBackend;
+
 // The courier_host_services_v1 table handed to plugins: logging through a
-// Logger, environment through an EnvLookup, aligned allocation. A plugin may
-// keep the table, so it must outlive every backend initialized with it. Its
-// functions may be called from any thread.
+// Logger, environment through an EnvLookup, aligned allocation, and dmabuf
+// export of GPU memory through the GPU backend lent with lend_gpu(). A
+// plugin may keep the table, so it must outlive every backend initialized
+// with it. Its functions may be called from any thread.
 class HostServices {
  public:
   HostServices(Logger& log, EnvLookup env);
@@ -26,6 +29,11 @@ class HostServices {
   const courier_host_services_v1* table() const;
   // The environment plugins see (what get_env answers).
   std::optional<std::string> env(std::string_view name) const;
+  // The GPU backend whose memory dmabuf_export exports (nullptr: none, the
+  // state of new services, where dmabuf_export answers -EOPNOTSUPP). The
+  // Context lends its GPU before the NIC backend's init; `gpu` must outlive
+  // every call plugins make, or be taken back with lend_gpu(nullptr).
+  void lend_gpu(const GpuBackend* gpu);
 
  private:
   struct State;
@@ -76,6 +84,12 @@ class GpuBackend {
   bool has_minor1() const { return has_minor1_; }
   // Whether the minor-2 entry points (ep_*: the EP direct path) exist.
   bool has_minor2() const { return has_minor2_; }
+  // Exports [addr, addr + len) of this backend's device memory as a dmabuf,
+  // with the contract of courier_host_services_v1.dmabuf_export. When the
+  // status is not COURIER_OK, *why says what refused it (this backend
+  // lacking the entry or the capability, or the plugin's last_error).
+  int export_dmabuf(const void* addr, size_t len, int* fd, uint64_t* offset,
+                    std::string* why) const;
 
  private:
   GpuPlugin plugin_;

@@ -174,6 +174,10 @@ struct Context::Impl {
       log.info("context", "topology: NIC backend {} first ({})", topology.nic_backend,
                topology.nic_why);
     }
+    // NIC backends register GPU memory through the host services' dmabuf_export,
+    // which asks this GPU backend (it outlives the NIC backend: members are
+    // destroyed in reverse order).
+    host.lend_gpu(gpu.get());
     nic = open_nic_backend(registry, config.nic_backend, host, log, topology.nic_backend);
     if ((nic->props().caps & COURIER_NIC_CAP_DELIVERY_COMPLETE) == 0) {
       log.warn("context",

@@ -1,6 +1,8 @@
 // HostServices: what the core lends to plugins through courier_host_services_v1.
 // These functions are called from C code in the plugins, so no exception may
 // leave them.
+#include <atomic>
+#include <cerrno>
 #include <cstdlib>
 #include <deque>
 #include <mutex>
@@ -27,6 +29,10 @@ struct ServiceContext {
   std::mutex env_mutex;
   std::deque<std::string> env_values;
   std::unordered_map<std::string, const std::string*> env_latest;
+
+  // The GPU backend dmabuf_export asks; lent after the table was handed to
+  // plugins (the GPU backend itself is initialized with it), so atomic.
+  std::atomic<const GpuBackend*> gpu{nullptr};
 };
 
 LogLevel level_from_abi(int level) {
@@ -78,6 +84,31 @@ void* host_alloc(void* /*ctx*/, size_t size, size_t alignment) {
 
 void host_free(void* /*ctx*/, void* ptr) { std::free(ptr); }
 
+int host_dmabuf_export(void* ctx, const void* addr, size_t len, int* fd, uint64_t* offset) {
+  auto* state = static_cast<ServiceContext*>(ctx);
+  try {
+    std::string why;
+    int status = -EINVAL;
+    const GpuBackend* gpu = state->gpu.load(std::memory_order_acquire);
+    if (fd == nullptr || offset == nullptr) {
+      why = "fd or offset is NULL";
+    } else if (gpu == nullptr) {
+      status = -EOPNOTSUPP;
+      why = "no GPU backend is attached to these host services";
+    } else {
+      status = gpu->export_dmabuf(addr, len, fd, offset, &why);
+    }
+    // The plugin sees only the status; the reason goes to the log, where the
+    // plugin's own line about falling back to another registration sits.
+    if (status != COURIER_OK) {
+      state->log.info("host", "dmabuf_export of {} bytes at {}: {}", len, addr, why);
+    }
+    return status;
+  } catch (...) {
+    return -ENOMEM;  // only formatting the reason allocates
+  }
+}
+
 }  // namespace
 
 struct HostServices::State {
@@ -96,6 +127,7 @@ HostServices::HostServices(Logger& log, EnvLookup env)
   table.get_env = host_get_env;
   table.alloc = host_alloc;
   table.free = host_free;
+  table.dmabuf_export = host_dmabuf_export;
 }
 
 HostServices::~HostServices() = default;
@@ -104,6 +136,10 @@ const courier_host_services_v1* HostServices::table() const { return &state_->ta
 
 std::optional<std::string> HostServices::env(std::string_view name) const {
   return state_->context.env(name);
+}
+
+void HostServices::lend_gpu(const GpuBackend* gpu) {
+  state_->context.gpu.store(gpu, std::memory_order_release);
 }
 
 }  // namespace courier

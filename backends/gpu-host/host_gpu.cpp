@@ -153,7 +153,7 @@ const courier_gpu_plugin_v1 kPlugin = {
     nullptr,  // ipc_export: host memory is not shared across processes
     nullptr,  // ipc_import
     nullptr,  // ipc_close
-    nullptr,  // dmabuf_export
+    nullptr,  // dmabuf_export: host memory is no dmabuf; the core answers -EOPNOTSUPP
     host_run_fifo_producers,
     host_run_fifo_round_trips,
     host_run_command_lists,

@@ -7,11 +7,20 @@
  *
  * It runs no kernels: without COURIER_GPU_CAP_HOST_KERNELS the ABI asks
  * launch_host_kernel to return -ENOTSUP.
+ *
+ * Built with SIM_GPU_DMABUF it is instead a current-minor plugin that
+ * claims COURIER_GPU_CAP_DMABUF and "exports" a range as a memfd of the
+ * pages that hold it (no real dmabuf exists without a GPU driver), so the
+ * tests can follow the core's host services into a GPU plugin and back.
  */
+#define _GNU_SOURCE /* memfd_create */
 #include <errno.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "courier/abi/gpu_v1.h"
 
@@ -49,6 +58,9 @@ static int sim_query(void* backend, courier_gpu_props_v1* props) {
   memset(props, 0, sizeof *props);
   props->struct_size = sizeof *props;
   props->caps = COURIER_GPU_CAP_MAPPED_HOST;
+#ifdef SIM_GPU_DMABUF
+  props->caps |= COURIER_GPU_CAP_DMABUF;
+#endif
   props->device_count = 1;
   props->warp_size = 1;
   props->mem_kind = COURIER_MEM_HOST;
@@ -92,10 +104,40 @@ static int sim_launch_host_kernel(void* backend, const courier_host_kernel_launc
   return sim_fail(-ENOTSUP, "runs no kernels (no COURIER_GPU_CAP_HOST_KERNELS)");
 }
 
+#ifdef SIM_GPU_DMABUF
+/* A memfd as long as the pages holding [ptr, ptr + bytes); *offset is ptr's
+ * offset from the first, as a GPU backend's dmabuf_export answers. */
+static int sim_dmabuf_export(void* backend, void* ptr, size_t bytes, int* fd, uint64_t* offset) {
+  (void)backend;
+  if (ptr == NULL || bytes == 0) return sim_fail(-EINVAL, "dmabuf_export: NULL or empty range");
+  const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+  const uintptr_t address = (uintptr_t)ptr;
+  const uintptr_t start = address & ~(page - 1);
+  const uintptr_t end = (address + bytes + page - 1) & ~(page - 1);
+  int memfd = memfd_create(SIM_GPU_NAME "-dmabuf", MFD_CLOEXEC);
+  if (memfd < 0) return sim_fail(-errno, "dmabuf_export: memfd_create failed");
+  if (ftruncate(memfd, (off_t)(end - start)) != 0) {
+    int error = errno;
+    close(memfd);
+    return sim_fail(-error, "dmabuf_export: ftruncate of the memfd failed");
+  }
+  *fd = memfd;
+  *offset = address - start;
+  return COURIER_OK;
+}
+
+/* A current-minor plugin: entries it lacks are NULL, their capabilities
+ * unclaimed. */
+static const courier_gpu_plugin_v1 plugin = {
+    .header = {sizeof(courier_gpu_plugin_v1), COURIER_GPU_ABI_MAJOR, COURIER_GPU_ABI_MINOR,
+               SIM_GPU_NAME},
+    .dmabuf_export = sim_dmabuf_export,
+#else
 /* Built as an ABI 1.0 plugin (its struct ends before ipc_export), so the
  * tests prove that plugins older than minor 1 keep loading. */
 static const courier_gpu_plugin_v1 plugin = {
     .header = {offsetof(courier_gpu_plugin_v1, ipc_export), COURIER_GPU_ABI_MAJOR, 0, SIM_GPU_NAME},
+#endif
     .description = "host-memory GPU stand-in for tests",
     .init = sim_init,
     .fini = sim_fini,

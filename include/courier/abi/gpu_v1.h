@@ -425,8 +425,14 @@ typedef struct courier_gpu_plugin_v1 {
   int (*ipc_import)(void* backend, int device, const courier_gpu_ipc_handle_v1* handle, void** ptr);
   int (*ipc_close)(void* backend, void* ptr);
   /* A dmabuf file descriptor covering [ptr, ptr + bytes) of device memory,
-   * for NIC registration (COURIER_GPU_CAP_DMABUF); *offset is ptr's offset
-   * in it. The caller closes the fd. */
+   * for NIC registration (COURIER_GPU_CAP_DMABUF). The dmabuf starts at the
+   * host page that holds ptr (drivers export whole pages), and *offset is
+   * ptr's offset from that start; the caller owns the fd and closes it.
+   * -EOPNOTSUPP when the driver, device or memory cannot be exported (host
+   * memory among them), -EINVAL when [ptr, ptr + bytes) is not inside one
+   * device allocation of this backend; last_error says which. The core's
+   * host services export through this entry (courier_host_services_v1
+   * .dmabuf_export), so NIC plugins reach it without knowing the GPU. */
   int (*dmabuf_export)(void* backend, void* ptr, size_t bytes, int* fd, uint64_t* offset);
   /* Self-test and benchmark kernels (COURIER_GPU_CAP_FIFO_KERNELS); both
    * return once the kernel finished. */
