@@ -9,6 +9,7 @@
 
 #include <cerrno>
 #include <cstddef>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <mutex>
@@ -92,9 +93,12 @@ int hip_query(void* backend, courier_gpu_props_v1* props) {
   props->mem_kind = COURIER_MEM_ROCM;
   props->caps = 0;
   if (b->device_count > 0) {
-    // No COURIER_GPU_CAP_DMABUF: see hip_dmabuf_export.
     props->caps = COURIER_GPU_CAP_MAPPED_HOST | COURIER_GPU_CAP_IPC | COURIER_GPU_CAP_FIFO_KERNELS |
                   COURIER_GPU_CAP_GRAPHS | COURIER_GPU_CAP_EP_KERNELS | COURIER_GPU_CAP_EP_DIRECT;
+    // dmabuf only where HIP can export (see hip_dmabuf_export); the runtime
+    // has no device attribute to ask, so an export refused by the driver
+    // fails at the call.
+    if (COURIER_HIP_HAS_DMABUF_EXPORT) props->caps |= COURIER_GPU_CAP_DMABUF;
   }
   std::snprintf(props->device_name, sizeof props->device_name, "%s", b->device_name.c_str());
   std::snprintf(props->no_device_reason, sizeof props->no_device_reason, "%s",
@@ -186,15 +190,83 @@ int hip_ipc_close(void*, void* ptr) {
   return rc == hipSuccess ? 0 : fail(rc, "hipIpcCloseMemHandle");
 }
 
-// ROCm 5.2, which this backend is written against, cannot export device
-// memory as a dmabuf: neither HIP nor its HSA runtime has an export call.
-// Later ROCm releases add hsa_amd_portable_export_dmabuf; this backend does
-// not use it yet, so the capability is not reported and NICs must register
-// device memory another way (amdgpu peer memory).
-int hip_dmabuf_export(void*, void*, size_t, int*, uint64_t*) {
-  return fail(-ENOTSUP,
-              "gpu-hip cannot export dmabuf: ROCm 5.2 has no export API "
-              "(hsa_amd_portable_export_dmabuf is in later ROCm, not used yet)");
+// hipPointerAttribute_t's memory type: `memoryType` before ROCm 6,
+// `type` from ROCm 6 on.
+template <class Attributes>
+hipMemoryType memory_type(const Attributes& attributes) {
+  if constexpr (requires { attributes.type; }) {
+    return attributes.type;
+  } else {
+    return attributes.memoryType;
+  }
+}
+
+std::string hex(uintptr_t address) {
+  char text[24];
+  std::snprintf(text, sizeof text, "0x%llx", static_cast<unsigned long long>(address));
+  return text;
+}
+
+// The dmabuf covers the host pages holding [ptr, ptr + bytes), as on
+// gpu-cuda; *offset is ptr's offset from the first page. Export needs
+// hipMemGetHandleForAddressRange (ROCm 6); COURIER_HIP_HAS_DMABUF_EXPORT
+// says whether the HIP headers this backend was built with have it
+// (CMakeLists.txt checks). The checks before it run on every ROCm, so the
+// errors for host memory and bad ranges are the same everywhere.
+int hip_dmabuf_export(void* backend, void* ptr, size_t bytes, int* fd, uint64_t* offset) {
+  const HipBackend* b = as_backend(backend);
+  if (ptr == nullptr || fd == nullptr || offset == nullptr || bytes == 0) {
+    return fail(-EINVAL, "dmabuf_export: NULL argument or zero size");
+  }
+  const auto address = reinterpret_cast<uintptr_t>(ptr);
+  const std::string range = "[" + hex(address) + ", +" + std::to_string(bytes) + ")";
+  if (bytes > UINTPTR_MAX - address) {
+    return fail(-EINVAL, "dmabuf_export: " + range + " wraps around the address space");
+  }
+  hipPointerAttribute_t attributes{};
+  if (hipPointerGetAttributes(&attributes, ptr) != hipSuccess) {
+    (void)hipGetLastError();  // an unknown pointer is host memory; clear the error
+    return fail(-EOPNOTSUPP, "dmabuf_export: " + range +
+                                 " is not HIP memory (host memory is "
+                                 "not exported)");
+  }
+  if (memory_type(attributes) != hipMemoryTypeDevice) {
+    return fail(-EOPNOTSUPP, "dmabuf_export: " + range +
+                                 " is not HIP device memory (host or managed memory is not "
+                                 "exported)");
+  }
+  if (int rc = select_device(b, attributes.device); rc != 0) return rc;
+  hipDeviceptr_t base = nullptr;
+  size_t size = 0;
+  if (hipError_t rc = hipMemGetAddressRange(&base, &size, ptr); rc != hipSuccess) {
+    return fail(-EINVAL, "dmabuf_export: hipMemGetAddressRange(" + hex(address) +
+                             ") found no allocation: " + courier::hip_gpu::describe(rc));
+  }
+  const auto allocation = reinterpret_cast<uintptr_t>(base);
+  if (address + bytes > allocation + size) {
+    return fail(-EINVAL, "dmabuf_export: " + range + " runs past the end of its allocation [" +
+                             hex(allocation) + ", +" + std::to_string(size) + ")");
+  }
+  const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t start = address & ~(page - 1);
+  const uintptr_t end = (address + bytes + page - 1) & ~(page - 1);
+#if COURIER_HIP_HAS_DMABUF_EXPORT
+  int handle = -1;
+  hipError_t rc = hipMemGetHandleForAddressRange(&handle, reinterpret_cast<hipDeviceptr_t>(start),
+                                                 end - start, hipMemRangeHandleTypeDmaBufFd, 0);
+  if (rc != hipSuccess) {
+    return fail(rc, "dmabuf_export: hipMemGetHandleForAddressRange([" + hex(start) + ", +" +
+                        std::to_string(end - start) + ") on device " +
+                        std::to_string(attributes.device) + ")");
+  }
+  *fd = handle;
+  *offset = address - start;
+  return 0;
+#else
+  (void)start;
+  (void)end;
+  return fail(-EOPNOTSUPP, "HIP runtime has no hipMemGetHandleForAddressRange (ROCm < 6)");
+#endif
 }
 
 int hip_run_fifo_producers(void*, courier_gpu_fifo_producers_v1* job) {
