@@ -2,13 +2,16 @@
 // host memory mapped into the device (unified addressing: the same pointer
 // on both sides), device memory comes from cudaMalloc, peers on the host
 // share it through CUDA IPC handles, and NICs register it through a dmabuf
-// file descriptor. Driver-only calls (dmabuf export) are resolved through
-// the runtime's driver entry points, so nothing links against libcuda.
+// file descriptor. Driver-only calls (dmabuf export, allocation ranges) are
+// resolved through the runtime's driver entry points, so nothing links
+// against libcuda.
 #include <cuda.h>
 #include <cuda_runtime_api.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstddef>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -33,10 +36,16 @@ struct CudaBackend {
   int default_device = 0;
   std::string no_device_reason;
   std::string device_name;
-  bool dmabuf = false;
-  // cuMemGetHandleForAddressRange, when the driver has it.
+  // Per device: CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED (and the driver calls
+  // below exist); the capability reports the default device's.
+  std::vector<bool> dmabuf;
+  // Why dmabuf is false, for the errors of dmabuf_export.
+  std::string no_dmabuf_reason;
+  // Driver calls, when the driver has them (they are not in the runtime).
   CUresult (*get_handle_for_range)(void*, CUdeviceptr, size_t, CUmemRangeHandleType,
                                    unsigned long long) = nullptr;
+  CUresult (*get_address_range)(CUdeviceptr*, size_t*, CUdeviceptr) = nullptr;
+  CUresult (*get_error_name)(CUresult, const char**) = nullptr;
   // The EP direct path's stream per device, made at first use.
   std::mutex ep_streams_lock;
   std::vector<cudaStream_t> ep_streams;
@@ -66,6 +75,35 @@ int select_device(const CudaBackend* b, int device) {
   return rc == cudaSuccess ? 0 : fail(rc, "cudaSetDevice(" + std::to_string(device) + ")");
 }
 
+// Which devices can export dmabuf: the driver must have the calls and the
+// device must say so (CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED: open kernel
+// modules, Linux >= 5.12).
+void find_dmabuf_support(CudaBackend* b) {
+  b->dmabuf.assign(static_cast<size_t>(b->device_count), false);
+  b->get_handle_for_range =
+      driver_entry<decltype(b->get_handle_for_range)>("cuMemGetHandleForAddressRange", 11070);
+  b->get_address_range = driver_entry<decltype(b->get_address_range)>("cuMemGetAddressRange", 3020);
+  b->get_error_name = driver_entry<decltype(b->get_error_name)>("cuGetErrorName", 6000);
+  auto get_attribute =
+      driver_entry<CUresult (*)(int*, CUdevice_attribute, CUdevice)>("cuDeviceGetAttribute", 2000);
+  if (b->get_handle_for_range == nullptr || b->get_address_range == nullptr ||
+      get_attribute == nullptr) {
+    b->no_dmabuf_reason =
+        "the CUDA driver has no cuMemGetHandleForAddressRange (it needs CUDA 11.7 or later)";
+    return;
+  }
+  b->no_dmabuf_reason =
+      "CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED is 0 (dmabuf needs NVIDIA's open kernel modules "
+      "and Linux 5.12 or later)";
+  for (int device = 0; device < b->device_count; ++device) {
+    // The runtime's device ordinals are the driver's CUdevice values.
+    int supported = 0;
+    if (get_attribute(&supported, CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED, device) == CUDA_SUCCESS) {
+      b->dmabuf[static_cast<size_t>(device)] = supported != 0;
+    }
+  }
+}
+
 int cuda_init(const courier_host_services_v1* host, void** backend) {
   if (host == nullptr || backend == nullptr) return fail(-EINVAL, "init: NULL argument");
   auto* b = new (std::nothrow) CudaBackend;
@@ -90,16 +128,7 @@ int cuda_init(const courier_host_services_v1* host, void** backend) {
     if (cudaGetDeviceProperties(&props, b->default_device) == cudaSuccess) {
       b->device_name = props.name;
     }
-    b->get_handle_for_range =
-        driver_entry<decltype(b->get_handle_for_range)>("cuMemGetHandleForAddressRange", 11070);
-    auto get_attribute = driver_entry<CUresult (*)(int*, CUdevice_attribute, CUdevice)>(
-        "cuDeviceGetAttribute", 2000);
-    int dmabuf = 0;
-    if (get_attribute != nullptr && b->get_handle_for_range != nullptr &&
-        get_attribute(&dmabuf, CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED, b->default_device) ==
-            CUDA_SUCCESS) {
-      b->dmabuf = dmabuf != 0;
-    }
+    find_dmabuf_support(b);
   }
   *backend = b;
   return 0;
@@ -127,7 +156,7 @@ int cuda_query(void* backend, courier_gpu_props_v1* props) {
   if (b->device_count > 0) {
     props->caps = COURIER_GPU_CAP_MAPPED_HOST | COURIER_GPU_CAP_IPC | COURIER_GPU_CAP_FIFO_KERNELS |
                   COURIER_GPU_CAP_GRAPHS | COURIER_GPU_CAP_EP_KERNELS | COURIER_GPU_CAP_EP_DIRECT;
-    if (b->dmabuf) props->caps |= COURIER_GPU_CAP_DMABUF;
+    if (b->dmabuf[static_cast<size_t>(b->default_device)]) props->caps |= COURIER_GPU_CAP_DMABUF;
   }
   std::snprintf(props->device_name, sizeof props->device_name, "%s", b->device_name.c_str());
   std::snprintf(props->no_device_reason, sizeof props->no_device_reason, "%s",
@@ -235,27 +264,75 @@ int cuda_ipc_close(void*, void* ptr) {
   return rc == cudaSuccess ? 0 : fail(rc, "cudaIpcCloseMemHandle");
 }
 
+std::string hex(uintptr_t address) {
+  char text[24];
+  std::snprintf(text, sizeof text, "0x%llx", static_cast<unsigned long long>(address));
+  return text;
+}
+
+// "CUDA_ERROR_INVALID_VALUE", or the number when the driver cannot name it.
+std::string driver_error(const CudaBackend* b, CUresult rc) {
+  const char* name = nullptr;
+  if (b->get_error_name != nullptr && b->get_error_name(rc, &name) == CUDA_SUCCESS &&
+      name != nullptr) {
+    return name;
+  }
+  return "CUresult " + std::to_string(static_cast<int>(rc));
+}
+
+// The dmabuf covers the host pages holding [ptr, ptr + bytes): the driver
+// exports page-aligned ranges only. *offset is ptr's offset from the first
+// page.
 int cuda_dmabuf_export(void* backend, void* ptr, size_t bytes, int* fd, uint64_t* offset) {
   const CudaBackend* b = as_backend(backend);
   if (ptr == nullptr || fd == nullptr || offset == nullptr || bytes == 0) {
     return fail(-EINVAL, "dmabuf_export: NULL argument or zero size");
   }
-  if (!b->dmabuf) {
-    return fail(
-        -ENOTSUP,
-        "this driver or device cannot export dmabuf (CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED is 0)");
-  }
-  // The driver wants a page-aligned range; export the pages that cover it.
-  constexpr uintptr_t kPage = 4096;
   const auto address = reinterpret_cast<uintptr_t>(ptr);
-  const uintptr_t start = address & ~(kPage - 1);
-  const uintptr_t end = (address + bytes + kPage - 1) & ~(kPage - 1);
-  int handle = -1;
-  CUresult rc = b->get_handle_for_range(&handle, static_cast<CUdeviceptr>(start), end - start,
-                                        CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0);
+  const std::string range = "[" + hex(address) + ", +" + std::to_string(bytes) + ")";
+  if (bytes > UINTPTR_MAX - address) {
+    return fail(-EINVAL, "dmabuf_export: " + range + " wraps around the address space");
+  }
+  cudaPointerAttributes attributes{};
+  if (cudaPointerGetAttributes(&attributes, ptr) != cudaSuccess) {
+    cudaGetLastError();  // an unknown pointer is host memory; clear the error
+    attributes.type = cudaMemoryTypeUnregistered;
+  }
+  if (attributes.type != cudaMemoryTypeDevice) {
+    return fail(-EOPNOTSUPP, "dmabuf_export: " + range +
+                                 " is not CUDA device memory (host or managed memory is "
+                                 "not exported)");
+  }
+  const int device = attributes.device;
+  if (device < 0 || device >= b->device_count || !b->dmabuf[static_cast<size_t>(device)]) {
+    return fail(-EOPNOTSUPP, "dmabuf_export: CUDA device " + std::to_string(device) +
+                                 " cannot export dmabuf: " + b->no_dmabuf_reason);
+  }
+  if (int rc = select_device(b, device); rc != 0) return rc;
+  CUdeviceptr base = 0;
+  size_t size = 0;
+  CUresult rc = b->get_address_range(&base, &size, static_cast<CUdeviceptr>(address));
   if (rc != CUDA_SUCCESS) {
-    return fail(-EIO, "cuMemGetHandleForAddressRange(" + std::to_string(end - start) +
-                          " bytes) failed with CUresult " + std::to_string(static_cast<int>(rc)));
+    return fail(-EINVAL, "dmabuf_export: cuMemGetAddressRange(" + hex(address) +
+                             ") found no allocation: " + driver_error(b, rc));
+  }
+  if (address + bytes > base + size) {
+    return fail(-EINVAL, "dmabuf_export: " + range + " runs past the end of its allocation [" +
+                             hex(base) + ", +" + std::to_string(size) + ")");
+  }
+  const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t start = address & ~(page - 1);
+  const uintptr_t end = (address + bytes + page - 1) & ~(page - 1);
+  int handle = -1;
+  rc = b->get_handle_for_range(&handle, static_cast<CUdeviceptr>(start), end - start,
+                               CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0);
+  if (rc != CUDA_SUCCESS) {
+    const int status = rc == CUDA_ERROR_NOT_SUPPORTED   ? -EOPNOTSUPP
+                       : rc == CUDA_ERROR_INVALID_VALUE ? -EINVAL
+                                                        : -EIO;
+    return fail(status, "dmabuf_export: cuMemGetHandleForAddressRange([" + hex(start) + ", +" +
+                            std::to_string(end - start) + ") on device " + std::to_string(device) +
+                            "): " + driver_error(b, rc));
   }
   *fd = handle;
   *offset = address - start;

@@ -3,10 +3,12 @@
 // dmabuf export and the errors that name what was wrong. The backend is the
 // one COURIER_GPU_BACKEND picks (run.sh sets cuda).
 #include <doctest/doctest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -117,5 +119,63 @@ TEST_CASE("dmabuf: an fd covering device memory, or a reason why not") {
     CHECK(rc == -ENOTSUP);
     MESSAGE("dmabuf not offered: " << gpu.backend->last_error());
   }
+  CHECK(gpu.ops().mem_free(gpu.handle(), 0, device) == 0);
+}
+
+// What NIC backends call: the core's host services, answered by the GPU
+// backend lent to them. The dmabuf starts at the host page holding addr
+// (drivers export whole pages), and offset is addr's distance from that
+// start: addr modulo the page size. Here addr = p + 4096 + 7 with p from
+// cudaMalloc, so with 4 KiB pages and p page-aligned (cudaMalloc aligns
+// allocations of this size to 2 MiB) the offset is 7, and the dmabuf starts
+// at p + 4096; the check below is that rule, whatever p and the page size.
+TEST_CASE("dmabuf through the host services: [p + 4096 + 7, +1000) of 2 MiB + 100 bytes") {
+  Gpu gpu;
+  gpu.host.lend_gpu(gpu.backend.get());
+  const courier_host_services_v1* table = gpu.host.table();
+  REQUIRE(COURIER_HOST_HAS(table, dmabuf_export));
+  constexpr size_t kBytes = (2u << 20) + 100;
+  void* device = nullptr;
+  REQUIRE(gpu.ops().mem_alloc(gpu.handle(), 0, kBytes, &device) == 0);
+  const char* addr = static_cast<const char*>(device) + 4096 + 7;
+  const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  int fd = -1;
+  uint64_t offset = 0;
+  const int rc = table->dmabuf_export(table->ctx, addr, 1000, &fd, &offset);
+  if ((gpu.backend->props().caps & COURIER_GPU_CAP_DMABUF) != 0) {
+    REQUIRE(rc == 0);
+    REQUIRE(fd >= 0);
+    CHECK(offset == reinterpret_cast<uintptr_t>(addr) % page);
+    struct stat info {};
+    CHECK(fstat(fd, &info) == 0);
+    // A dmabuf's size is its inode's: it covers the range from the offset.
+    CHECK(static_cast<uint64_t>(info.st_size) >= offset + 1000);
+    CHECK(close(fd) == 0);
+
+    // A range that starts inside the allocation and runs 2 MiB past its
+    // end (past any rounding of the allocation's size) is not one allocation.
+    fd = -1;
+    CHECK(table->dmabuf_export(table->ctx, static_cast<const char*>(device) + (2u << 20) + 50,
+                               2u << 20, &fd, &offset) == -EINVAL);
+    CHECK(fd == -1);
+  } else {
+    CHECK(rc == -EOPNOTSUPP);
+    CHECK(fd == -1);
+    // The backend's own answer says why (the core logs it at info level).
+    CHECK(gpu.ops().dmabuf_export(gpu.handle(), device, 1000, &fd, &offset) == -EOPNOTSUPP);
+    MESSAGE("dmabuf not offered: " << gpu.backend->last_error());
+  }
+
+  // Host memory, pageable or pinned and mapped, is not exported.
+  std::vector<char> pageable(8192);
+  fd = -1;
+  CHECK(table->dmabuf_export(table->ctx, pageable.data() + 4096, 1000, &fd, &offset) ==
+        -EOPNOTSUPP);
+  void* pinned = nullptr;
+  void* pinned_device = nullptr;
+  REQUIRE(gpu.ops().host_alloc_mapped(gpu.handle(), 8192, &pinned, &pinned_device) == 0);
+  CHECK(table->dmabuf_export(table->ctx, pinned, 4096, &fd, &offset) == -EOPNOTSUPP);
+  CHECK(fd == -1);
+  CHECK(gpu.ops().host_free_mapped(gpu.handle(), pinned) == 0);
   CHECK(gpu.ops().mem_free(gpu.handle(), 0, device) == 0);
 }
