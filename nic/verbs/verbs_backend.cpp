@@ -147,6 +147,11 @@ int Backend::query(courier_nic_props_v1* props) const {
 
 int Backend::open_endpoint(const courier_nic_ep_attr_v1& attr,
                            std::unique_ptr<Endpoint>* out) const {
+  if ((attr.flags & COURIER_NIC_EP_ATOMICS) && atomic_ops_ == 0) {
+    return set_error(-EOPNOTSUPP,
+                     "ep_open: COURIER_NIC_EP_ATOMICS asked for, but %s has no atomic capability",
+                     device_->info().name.c_str());
+  }
   EndpointOptions options = endpoint_defaults_;
   options.tx_depth = std::max<uint32_t>(attr.tx_depth, 1);
   options.rx_depth = std::max<uint32_t>(attr.rx_depth, 1);

@@ -171,15 +171,16 @@ int Endpoint::post_write(const courier_nic_write_v1& w) {
   if (w.flags & ~uint32_t{COURIER_NIC_WRITE_IMM}) {
     return set_error(-EINVAL, "post_write: unknown flags 0x%x", w.flags);
   }
+  if (w.length == 0) return set_error(-EINVAL, "post_write: zero-length write");
   auto* local = static_cast<MemoryRegion*>(w.local_mr);
-  if (w.length > 0 && (!local || local->owner() != this)) {
+  if (!local || local->owner() != this) {
     return set_error(-EINVAL, "post_write: local_mr was not registered on this endpoint");
   }
   if (w.length > kMaxWrite) {
     return set_error(-EMSGSIZE, "post_write: %llu bytes exceed the 2 GiB RDMA write limit",
                      static_cast<unsigned long long>(w.length));
   }
-  if (w.length > 0 && !local->covers(w.local_offset, w.length)) {
+  if (!local->covers(w.local_offset, w.length)) {
     return set_error(-EINVAL,
                      "post_write: local range [%llu, +%llu) is outside the %zu-byte region",
                      static_cast<unsigned long long>(w.local_offset),
@@ -195,13 +196,11 @@ int Endpoint::post_write(const courier_nic_write_v1& w) {
   wr.wr_id = slot;
   wr.opcode = imm ? IBV_WR_RDMA_WRITE_WITH_IMM : IBV_WR_RDMA_WRITE;
   wr.send_flags = IBV_SEND_SIGNALED;
-  if (w.length > 0) {
-    sge.addr = local->base() + w.local_offset;
-    sge.length = static_cast<uint32_t>(w.length);
-    sge.lkey = local->lkey();
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
-  }
+  sge.addr = local->base() + w.local_offset;
+  sge.length = static_cast<uint32_t>(w.length);
+  sge.lkey = local->lkey();
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
   wr.wr.rdma.remote_addr = w.remote.base + w.remote_offset;
   wr.wr.rdma.rkey = static_cast<uint32_t>(w.remote.key);
   // Verbs carry 32 bits of immediate data, in network byte order.
@@ -212,10 +211,18 @@ int Endpoint::post_write(const courier_nic_write_v1& w) {
 int Endpoint::post_atomic(const courier_nic_atomic_v1& a) {
   int rc = check_peer(a.peer, "post_atomic");
   if (rc != 0) return rc;
-  if ((options_.atomic_ops & a.op) == 0 || courier_nic_atomic_width(a.op) == 0) {
-    return set_error(-EOPNOTSUPP, "post_atomic: %s is not offered by this endpoint%s",
-                     op_name(a.op),
-                     options_.atomic_ops == 0 ? " (opened without COURIER_NIC_EP_ATOMICS)" : "");
+  if (options_.atomic_ops == 0) {
+    return set_error(-EINVAL,
+                     "post_atomic: the endpoint was opened without "
+                     "COURIER_NIC_EP_ATOMICS");
+  }
+  if (courier_nic_atomic_width(a.op) == 0) {
+    return set_error(-EINVAL, "post_atomic: op 0x%x is not exactly one COURIER_NIC_ATOMIC_* bit",
+                     a.op);
+  }
+  if ((options_.atomic_ops & a.op) == 0) {
+    return set_error(-EOPNOTSUPP, "post_atomic: %s is not offered (verbs atomics are 64-bit)",
+                     op_name(a.op));
   }
   if (a.remote_offset % 8 != 0) {
     return set_error(-EINVAL, "post_atomic: %s remote offset %llu is not 8-byte aligned",
