@@ -61,7 +61,7 @@ typedef struct courier_host_services_v1 {
 
 /* True when `host` (a courier_host_services_v1*) is large enough to carry
  * `field` and the entry is set: the way to test for services added later. */
-#define COURIER_HOST_HAS(host, field)                                                   \
+#define COURIER_HOST_HAS(host, field)                                                          \
   ((host)->struct_size >= offsetof(courier_host_services_v1, field) + sizeof((host)->field) && \
    (host)->field != NULL)
 
