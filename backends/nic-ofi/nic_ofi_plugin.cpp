@@ -1,176 +1,46 @@
-// libcourier-nic-ofi.so: the plugin entry point.
+// libcourier-nic-ofi.so: libfabric RDM endpoints over shm or tcp, the
+// backend Courier uses where no RDMA NIC exists (docs/nic-ofi.md).
 //
-// This file is the C boundary. Each entry of courier_nic_plugin_v1 turns the
-// opaque handles back into C++ objects (Backend, ofi::Endpoint,
-// ofi::MemoryRegion) and calls them; nothing C++ (exceptions included)
-// crosses back. The data path, post_write, post_atomic and poll, goes
-// straight through.
+// The backend object and the entry points are nic/ofi's, shared with
+// nic-efa; this file says what makes nic-ofi: its knobs and what it may
+// promise.
 #include <courier/abi/nic_v1.h>
 
-#include <cerrno>
-#include <exception>
-#include <memory>
-#include <new>
-
-#include "nic/ofi/ofi_ep.hpp"
-#include "nic/ofi/ofi_error.hpp"
-#include "nic_ofi_backend.hpp"
+#include "nic/ofi/ofi_backend.hpp"
+#include "nic/ofi/ofi_plugin_entries.hpp"
 
 namespace courier::nic_ofi {
 namespace {
 
-// Control-path entries allocate (std::string, std::vector); an allocation
-// failure must become -ENOMEM, not an exception escaping into C.
-template <typename F>
-int guarded(const char* what, F&& body) {
-  try {
-    return body();
-  } catch (const std::bad_alloc&) {
-    return ofi::set_error(-ENOMEM, "%s: out of memory", what);
-  } catch (const std::exception& e) {
-    return ofi::set_error(-EIO, "%s: %s", what, e.what());
-  }
-}
+constexpr ofi::BackendTraits kTraits = {
+    .name = "ofi",
+    .description =
+        "libfabric RDM endpoints over shm or tcp (one-sided writes, remote CQ data, atomics)",
+    .provider_knob = "COURIER_OFI_PROVIDER",
+    .provider_default = "shm",
+    .provider_allowed = "shm|tcp",
+    .provider_help =
+        "libfabric provider: shm (processes of one host) or tcp (tcp;ofi_rxm, any IP network)",
+    .write_timeout_knob = "COURIER_OFI_WRITE_TIMEOUT_S",
+    // shm and tcp are the transports themselves, not stand-ins for hardware.
+    .hardware_value = nullptr,
+    .hardware_name = nullptr,
+    .hardware_missing = nullptr,
+    .may_claim_ordered_writes = true,
+    .may_offer_atomics = true,
+    .max_imm_bytes = 8,
+    .device_memory = false,
+};
 
-ofi::Endpoint* as_endpoint(void* ep) { return static_cast<ofi::Endpoint*>(ep); }
-
-int plugin_init(const courier_host_services_v1* host, void** backend) {
-  return guarded("init", [&] {
-    if (!backend) return ofi::set_error(-EINVAL, "init: NULL backend output");
-    std::unique_ptr<Backend> created;
-    const int rc = Backend::create(host, &created);
-    if (rc != 0) return rc;
-    *backend = created.release();
-    return 0;
-  });
-}
-
-void plugin_fini(void* backend) { delete static_cast<Backend*>(backend); }
-
-const char* plugin_last_error(void* /*backend*/) { return ofi::last_error().c_str(); }
-
-int plugin_query(void* backend, courier_nic_props_v1* props) {
-  if (!backend) return ofi::set_error(-EINVAL, "query: NULL backend");
-  return static_cast<Backend*>(backend)->query(props);
-}
-
-int plugin_ep_open(void* backend, const courier_nic_ep_attr_v1* attr, void** ep) {
-  return guarded("ep_open", [&] {
-    if (!backend || !attr || !ep) return ofi::set_error(-EINVAL, "ep_open: NULL argument");
-    if (attr->struct_size < sizeof(courier_nic_ep_attr_v1)) {
-      return ofi::set_error(-EINVAL, "ep_open: attr->struct_size %u is too small",
-                            attr->struct_size);
-    }
-    if (attr->flags & ~uint32_t{COURIER_NIC_EP_ATOMICS}) {
-      return ofi::set_error(-EINVAL, "ep_open: unknown flags 0x%x", attr->flags);
-    }
-    const Backend& owner = *static_cast<Backend*>(backend);
-    const bool atomics = (attr->flags & COURIER_NIC_EP_ATOMICS) != 0;
-    ofi::EndpointOptions options;
-    options.atomics = atomics;
-    options.tx_depth = attr->tx_depth;
-    options.rx_depth = attr->rx_depth;
-    options.write_timeout_ms = owner.write_timeout_ms();
-    std::unique_ptr<ofi::Endpoint> endpoint;
-    // Atomic endpoints open from their own profile: requesting FI_ATOMIC can
-    // change what the provider grants, and the write-only path stays as tuned.
-    const int rc =
-        ofi::Endpoint::open(atomics ? owner.atomic_profile() : owner.profile(), options, &endpoint);
-    if (rc != 0) return rc;
-    *ep = endpoint.release();
-    return 0;
-  });
-}
-
-int plugin_ep_close(void* ep) {
-  if (!ep) return ofi::set_error(-EINVAL, "ep_close: NULL endpoint");
-  ofi::Endpoint* endpoint = as_endpoint(ep);
-  // A registered region keeps the domain busy; closing under it would fail
-  // half-way and leave the region dangling.
-  if (endpoint->registered_regions() > 0) {
-    return ofi::set_error(-EBUSY, "ep_close: %u memory regions are still registered",
-                          endpoint->registered_regions());
-  }
-  delete endpoint;
-  return 0;
-}
-
-int plugin_ep_name(void* ep, void* buf, size_t* len) {
-  if (!ep) return ofi::set_error(-EINVAL, "ep_name: NULL endpoint");
-  return as_endpoint(ep)->name(buf, len);
-}
-
-int plugin_ep_connect(void* ep, uint32_t num_peers, const void* names, size_t stride) {
-  return guarded("ep_connect", [&] {
-    if (!ep) return ofi::set_error(-EINVAL, "ep_connect: NULL endpoint");
-    return as_endpoint(ep)->connect(num_peers, names, stride);
-  });
-}
-
-int plugin_mr_register(void* ep, void* addr, size_t len, uint32_t mem_kind, void** mr,
-                       courier_nic_rkey_v1* rkey) {
-  return guarded("mr_register", [&] {
-    if (!ep || !mr) return ofi::set_error(-EINVAL, "mr_register: NULL endpoint or output");
-    std::unique_ptr<ofi::MemoryRegion> region;
-    const int rc = as_endpoint(ep)->register_memory(addr, len, mem_kind, &region, rkey);
-    if (rc != 0) return rc;
-    *mr = region.release();
-    return 0;
-  });
-}
-
-int plugin_mr_deregister(void* mr) {
-  if (!mr) return ofi::set_error(-EINVAL, "mr_deregister: NULL region");
-  auto* region = static_cast<ofi::MemoryRegion*>(mr);
-  // The ABI passes the region alone; it remembers its endpoint.
-  return static_cast<ofi::Endpoint*>(region->owner())->deregister_memory(region);
-}
-
-int plugin_post_write(void* ep, const courier_nic_write_v1* write) {
-  if (!ep || !write) return ofi::set_error(-EINVAL, "post_write: NULL endpoint or write");
-  return as_endpoint(ep)->post_write(*write);
-}
-
-int plugin_post_atomic(void* ep, const courier_nic_atomic_v1* atomic) {
-  if (!ep || !atomic) return ofi::set_error(-EINVAL, "post_atomic: NULL endpoint or atomic");
-  return as_endpoint(ep)->post_atomic(*atomic);
-}
-
-int plugin_poll(void* ep, courier_nic_completion_v1* out, uint32_t max) {
-  if (!ep) return ofi::set_error(-EINVAL, "poll: NULL endpoint");
-  return as_endpoint(ep)->poll(out, max);
-}
-
-const courier_knob_v1 kKnobs[] = {
-    {kProviderKnob, kProviderDefault, kProviderAllowed,
-     "libfabric provider: shm (processes of one host) or tcp (tcp;ofi_rxm, any IP network)"},
-    {kWriteTimeoutKnob, kWriteTimeoutDefault, "0..86400",
+constexpr courier_knob_v1 kKnobs[] = {
+    {kTraits.provider_knob, kTraits.provider_default, kTraits.provider_allowed,
+     kTraits.provider_help},
+    {kTraits.write_timeout_knob, ofi::kWriteTimeoutDefault, ofi::kWriteTimeoutAllowed,
      "seconds after which a write without completion is reported as failed (-ETIMEDOUT); "
      "0 turns the watchdog off"},
 };
 
-const courier_nic_plugin_v1 kPlugin = {
-    /* header */ {sizeof(courier_nic_plugin_v1), COURIER_NIC_ABI_MAJOR, COURIER_NIC_ABI_MINOR,
-                  "ofi"},
-    /* description */
-    "libfabric RDM endpoints over shm or tcp (one-sided writes, remote CQ data, atomics)",
-    /* knobs */ kKnobs,
-    /* num_knobs */ sizeof kKnobs / sizeof kKnobs[0],
-    /* reserved */ 0,
-    plugin_init,
-    plugin_fini,
-    plugin_last_error,
-    plugin_query,
-    plugin_ep_open,
-    plugin_ep_close,
-    plugin_ep_name,
-    plugin_ep_connect,
-    plugin_mr_register,
-    plugin_mr_deregister,
-    plugin_post_write,
-    plugin_poll,
-    plugin_post_atomic,
-};
+constexpr courier_nic_plugin_v1 kPlugin = ofi::make_nic_plugin<kTraits>(kKnobs);
 
 }  // namespace
 }  // namespace courier::nic_ofi

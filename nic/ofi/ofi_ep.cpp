@@ -9,6 +9,7 @@
 #include <new>
 
 #include "ofi_error.hpp"
+#include "ofi_hmem.hpp"
 
 namespace courier::ofi {
 
@@ -47,6 +48,7 @@ int Endpoint::open(const ProviderProfile& profile, const EndpointOptions& option
   ep->watchdog_scan_limit_ = options.write_timeout_ms / ep->watchdog_interval_ms_;
   ep->provider_name_ = profile.provider_name;
   ep->mr_mode_ = profile.mr_mode;
+  ep->mem_kinds_ = profile.mem_kinds;
   ep->imm_mask_ =
       profile.imm_bytes >= 8 ? ~uint64_t{0} : (uint64_t{1} << (8 * profile.imm_bytes)) - 1;
   ep->max_msg_size_ = profile.max_msg_size;
@@ -125,11 +127,18 @@ int Endpoint::register_memory(void* addr, size_t len, uint32_t mem_kind,
   if (!addr || len == 0 || !out || !rkey) {
     return set_error(-EINVAL, "mr_register: NULL address, zero length or NULL output");
   }
-  if (mem_kind != COURIER_MEM_HOST) {
+  fi_hmem_iface iface = FI_HMEM_SYSTEM;
+  if (!(mem_kind & mem_kinds_) || !hmem_iface_of(mem_kind, &iface)) {
+    if (mem_kinds_ == COURIER_MEM_HOST) {
+      return set_error(-ENOTSUP,
+                       "mr_register: memory kind 0x%x is not supported (this backend registers "
+                       "host memory only)",
+                       mem_kind);
+    }
     return set_error(-ENOTSUP,
-                     "mr_register: memory kind 0x%x is not supported (this backend registers "
-                     "host memory only)",
-                     mem_kind);
+                     "mr_register: memory kind 0x%x is not supported (this endpoint registers "
+                     "%s memory)",
+                     mem_kind, describe_memory_kinds(mem_kinds_).c_str());
   }
   // FI_WRITE: the region is the source of local writes; FI_REMOTE_WRITE:
   // peers write into it. An atomic endpoint's regions are also targets of
@@ -137,7 +146,7 @@ int Endpoint::register_memory(void* addr, size_t len, uint32_t mem_kind,
   const uint64_t access =
       atomics_ ? FI_WRITE | FI_REMOTE_WRITE | FI_READ | FI_REMOTE_READ : FI_WRITE | FI_REMOTE_WRITE;
   const int rc = MemoryRegion::create(stack_.domain.get(), stack_.ep.get(), mr_mode_, addr, len,
-                                      access, next_requested_key_++, this, out);
+                                      access, next_requested_key_++, this, out, iface);
   if (rc != 0) return rc;
   rkey->key = (*out)->key();
   rkey->base = (*out)->base();

@@ -88,6 +88,7 @@ class Endpoint {
   bool length_in_data_ = false;      // sender rank and length ride in the CQ data's upper half
   uint32_t self_rank_ = UINT32_MAX;  // under length_in_data_: set by connect()
   uint64_t mr_mode_ = 0;
+  uint32_t mem_kinds_ = COURIER_MEM_HOST;  // COURIER_MEM_* register_memory accepts
   uint64_t imm_mask_ = 0;
   uint64_t max_msg_size_ = 0;
 

@@ -10,6 +10,8 @@
 // recorded in ProviderProfile and becomes capability bits of the backend.
 #pragma once
 
+#include <courier/abi/plugin_header.h>
+
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -22,11 +24,12 @@ namespace courier::ofi {
 // the GPU hosts ship 1.17).
 inline constexpr uint32_t kApiVersion = FI_VERSION(1, 17);
 
-// The providers behind the nic-ofi backend's COURIER_OFI_PROVIDER knob, with
-// their nominal performance (DESIGN.md section 5) for backend scoring. Kept
-// here so that the plugin and courier-bench's raw baseline map names alike.
+// The providers behind the backends' provider knobs (COURIER_OFI_PROVIDER,
+// COURIER_EFA_PROVIDER), with their nominal performance (DESIGN.md section 5)
+// for backend scoring. Kept here so that the plugins and courier-bench's raw
+// baseline map names alike; each backend allows only some of them.
 struct ProviderAlias {
-  const char* knob_value;   // "shm", "tcp"
+  const char* knob_value;   // "shm", "tcp", "efa"
   const char* prov_name;    // what fi_getinfo calls it
   uint32_t latency_ns;      // nominal half round trip
   uint32_t bandwidth_mbps;  // nominal bandwidth, megabits per second
@@ -34,7 +37,9 @@ struct ProviderAlias {
 // nullptr when `knob_value` names no alias.
 const ProviderAlias* find_provider_alias(std::string_view knob_value);
 
-// The memory-registration modes the hints offer to honour.
+// The memory-registration modes the hints offer to honour. FI_MR_HMEM (device
+// buffers must be registered, which Courier always does) is added where
+// FI_HMEM is requested: it means nothing without it.
 inline constexpr uint64_t kRequestedMrMode =
     FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY | FI_MR_ENDPOINT;
 
@@ -48,6 +53,22 @@ struct FeatureRequest {
   // and write a local result); ordered_writes then also asks for FI_ORDER_WAW,
   // the bit that orders RMA writes and atomics with each other.
   bool atomics = false;
+  // caps FI_HMEM and mr_mode FI_MR_HMEM: device memory can be registered.
+  bool hmem = false;
+};
+
+// What a backend lets the probe ask for. The defaults are nic-ofi's.
+struct ProbeOptions {
+  // Try FI_ORDER_RMA_WAW. A backend that never claims ordered writes (nic-efa:
+  // EFA's SRD reorders) does not ask, so the provider keeps its unordered,
+  // usually faster, path.
+  bool ordered_writes = true;
+  // Ask once more with FI_HMEM and keep that answer when a device interface
+  // (CUDA, ROCr) registers memory (see ofi_hmem.hpp).
+  bool device_memory = false;
+  // The most immediate-data bytes to report, whatever the provider carries
+  // (nic-efa: 4, as on EFA, also over shm's 8).
+  uint32_t max_imm_bytes = 8;
 };
 
 // The outcome of probing one provider. All endpoints of a backend are opened
@@ -68,6 +89,9 @@ struct ProviderProfile {
   bool length_in_data = false;
   uint64_t mr_mode = 0;    // what the provider requires (fi_info's mr_mode)
   uint32_t imm_bytes = 0;  // immediate bytes Courier gets (see length_in_data)
+  // COURIER_MEM_* the endpoints register: host, plus the device kinds whose
+  // FI_HMEM interface works (ProbeOptions::device_memory only).
+  uint32_t mem_kinds = COURIER_MEM_HOST;
   uint64_t max_msg_size = 0;
   std::string provider_name;  // fabric_attr->prov_name, e.g. "tcp;ofi_rxm"
 
@@ -87,7 +111,8 @@ InfoPtr make_hints(const std::string& prov_name, const FeatureRequest& features)
 // "shm", "tcp;ofi_rxm" or "efa"), trying feature sets from the richest down.
 // On failure returns -errno and sets last_error(), for example
 // "provider 'tcp;ofi_rxm' not available: fi_getinfo returned -61 (No data available)".
-int probe_provider(const std::string& prov_name, ProviderProfile* out);
+int probe_provider(const std::string& prov_name, ProviderProfile* out,
+                   const ProbeOptions& options = {});
 
 // As probe_provider, with FeatureRequest::atomics set on every attempt: the
 // profile of endpoints that post atomics. Requesting FI_ATOMIC may change

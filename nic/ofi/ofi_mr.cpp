@@ -1,6 +1,7 @@
 #include "ofi_mr.hpp"
 
 #include <rdma/fi_errno.h>
+#include <sys/uio.h>
 
 #include <cerrno>
 #include <memory>
@@ -21,14 +22,31 @@ bool not_needed(uint64_t mr_mode, long rc) {
 
 int MemoryRegion::create(fid_domain* domain, fid_ep* ep, uint64_t mr_mode, void* addr, size_t len,
                          uint64_t access, uint64_t requested_key, void* owner,
-                         std::unique_ptr<MemoryRegion>* out) {
+                         std::unique_ptr<MemoryRegion>* out, fi_hmem_iface iface) {
   std::unique_ptr<MemoryRegion> region(new (std::nothrow) MemoryRegion);
   if (!region) return set_error(-ENOMEM, "mr_register: out of memory");
 
-  long rc = fi_mr_reg(domain, addr, len, access, 0, requested_key, 0, region->mr_.out(), nullptr);
+  iovec iov{addr, len};
+  fi_mr_attr attr{};
+  attr.mr_iov = &iov;
+  attr.iov_count = 1;
+  attr.access = access;
+  attr.offset = 0;
+  attr.requested_key = requested_key;
+  attr.iface = iface;
+  // The plugin ABI's mr_register carries no device ordinal, so the device
+  // stays 0: the ordinal is unknown here. libfabric's CUDA and ROCr
+  // interfaces find a pointer's device themselves where they need it; a
+  // provider that trusts the ordinal would see device 0 for memory of any
+  // GPU (docs/nic-efa.md, "GPU memory").
+  attr.device.reserved = 0;
+  long rc = fi_mr_regattr(domain, &attr, 0, region->mr_.out());
   if (rc != 0) {
-    return set_error(to_errno(rc), "mr_register of %zu bytes at %p: %s", len, addr,
-                     describe_fi_error("fi_mr_reg", rc).c_str());
+    const char* memory = iface == FI_HMEM_CUDA   ? " of CUDA memory"
+                         : iface == FI_HMEM_ROCR ? " of ROCm memory"
+                                                 : "";
+    return set_error(to_errno(rc), "mr_register%s of %zu bytes at %p: %s", memory, len, addr,
+                     describe_fi_error("fi_mr_regattr", rc).c_str());
   }
 
   // The EFA sequence: bind to the endpoint, then enable.

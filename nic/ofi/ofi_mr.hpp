@@ -13,7 +13,10 @@
 //    would accept NULL;
 //  - publishes a base address so peers can address it: the region's virtual
 //    address under FI_MR_VIRT_ADDR, 0 otherwise (offset-based addressing).
-//    Peers compute base + offset and never need to know which it is.
+//    Peers compute base + offset and never need to know which it is;
+//  - goes through fi_mr_regattr with the memory's interface (FI_HMEM_SYSTEM
+//    for host memory, FI_HMEM_CUDA / FI_HMEM_ROCR for device memory under
+//    FI_HMEM), so host and device memory take one path.
 #pragma once
 
 #include <cstddef>
@@ -29,10 +32,11 @@ class MemoryRegion {
   // Registers [addr, addr + len) on `domain` for `access` (FI_WRITE,
   // FI_REMOTE_WRITE, ...) and binds it to `ep`. `owner` is remembered for the
   // caller: the object that registered the region (the plugin ABI hands a
-  // region back without its endpoint, see mr_deregister).
+  // region back without its endpoint, see mr_deregister). `iface` says what
+  // memory it is (ofi_hmem.hpp); device memory needs a profile with FI_HMEM.
   static int create(fid_domain* domain, fid_ep* ep, uint64_t mr_mode, void* addr, size_t len,
                     uint64_t access, uint64_t requested_key, void* owner,
-                    std::unique_ptr<MemoryRegion>* out);
+                    std::unique_ptr<MemoryRegion>* out, fi_hmem_iface iface = FI_HMEM_SYSTEM);
 
   // Closes the registration now and reports fi_close's status as -errno
   // (the destructor closes too, silently).

@@ -1,0 +1,57 @@
+// libcourier-nic-efa.so: AWS EFA through libfabric's efa provider
+// (FI_EP_RDM over SRD), see docs/nic-efa.md.
+//
+// The backend object and the entry points are nic/ofi's, shared with
+// nic-ofi; this file says what makes nic-efa. It promises what EFA gives on
+// every instance, whatever the provider underneath grants: 4 bytes of
+// immediate data, no write ordering (SRD delivers out of order) and no
+// transport atomics, so the core orders at the receiver and emulates
+// atomics over immediate data. COURIER_EFA_PROVIDER=shm|tcp runs the same
+// code over a local provider, to test it without EFA hardware.
+#include <courier/abi/nic_v1.h>
+
+#include "nic/ofi/ofi_backend.hpp"
+#include "nic/ofi/ofi_plugin_entries.hpp"
+
+namespace courier::nic_efa {
+namespace {
+
+constexpr ofi::BackendTraits kTraits = {
+    .name = "efa",
+    .description =
+        "AWS EFA through libfabric's efa provider (RDM over SRD: unordered writes, 4-byte "
+        "immediate data, no transport atomics); COURIER_EFA_PROVIDER=shm|tcp runs it over a "
+        "test stand-in instead of EFA",
+    .provider_knob = "COURIER_EFA_PROVIDER",
+    .provider_default = "efa",
+    .provider_allowed = "efa|shm|tcp",
+    .provider_help =
+        "libfabric provider: efa (the EFA device); shm or tcp run nic-efa's code without EFA, "
+        "for testing only",
+    .write_timeout_knob = "COURIER_EFA_WRITE_TIMEOUT_S",
+    .hardware_value = "efa",
+    .hardware_name = "EFA",
+    .hardware_missing = "no EFA device, or this libfabric was built without the efa provider",
+    .may_claim_ordered_writes = false,
+    .may_offer_atomics = false,
+    .max_imm_bytes = 4,
+    .device_memory = true,
+};
+
+constexpr courier_knob_v1 kKnobs[] = {
+    {kTraits.provider_knob, kTraits.provider_default, kTraits.provider_allowed,
+     kTraits.provider_help},
+    {kTraits.write_timeout_knob, ofi::kWriteTimeoutDefault, ofi::kWriteTimeoutAllowed,
+     "seconds after which a write without completion is reported as failed (-ETIMEDOUT); "
+     "0 turns the watchdog off"},
+};
+
+constexpr courier_nic_plugin_v1 kPlugin = ofi::make_nic_plugin<kTraits>(kKnobs);
+
+}  // namespace
+}  // namespace courier::nic_efa
+
+extern "C" __attribute__((visibility("default"))) const courier_nic_plugin_v1*
+courier_nic_backend_v1(void) {
+  return &courier::nic_efa::kPlugin;
+}
