@@ -13,8 +13,8 @@
 //   error-*             bad rank, unregistered window, past the remote window's
 //                       end: the channel fails with exactly one error
 // Each rank prints "[PASS|FAIL|SKIP] <case>: <detail>" per case and
-// "semantics: P passed, F failed, S skipped (<mode>)"; it exits 1 if a case
-// failed.
+// "semantics: P passed, F failed, S skipped (<mode>), NIC backend <name>,
+// ADD_U64 <strategy>, ADD_U32 <strategy>"; it exits 1 if a case failed.
 //
 // Two modes, same cases and checks (DeviceAccess below): host-kernel mode
 // (GPU backends with host kernels, i.e. gpu-host) pushes from host threads
@@ -334,8 +334,13 @@ class Suite {
     run_case("barrier-rail", [&] { return barrier_rail_case(); });
     error_cases();
     ctx_.barrier();  // nobody leaves while a peer still runs
-    fmt::print("semantics: {} passed, {} failed, {} skipped ({} mode)\n", passed_, failed_,
-               skipped_, mode());
+    // What ran, after the counts, so that a test can check both from one
+    // line (e.g. that nic-efa really carried the run, with imm atomics).
+    fmt::print(
+        "semantics: {} passed, {} failed, {} skipped ({} mode), NIC backend {}, ADD_U64 {}, "
+        "ADD_U32 {}\n",
+        passed_, failed_, skipped_, mode(), ctx_.nic_backend(), ctx_.atomic_stats().add_u64,
+        ctx_.atomic_stats().add_u32);
     return failed_ == 0 ? 0 : 1;
   }
 

@@ -1,0 +1,108 @@
+# Runs courier-info and checks how it shows nic-efa: where there is no EFA
+# (the CI machines), its init fails with the reason, which names the
+# provider and the knob, and the next backend (ofi) is there to fall back
+# to; with COURIER_EFA_PROVIDER=shm it initializes, and its device and a
+# warning say that this is a test stand-in, not EFA.
+#
+#   cmake -DCOURIER_INFO=<exe> -DPLUGIN_DIR=<dir> -DCHECKS=<courier_info_checks.cmake>
+#         -P check_efa_in_courier_info.cmake
+
+foreach(required COURIER_INFO PLUGIN_DIR CHECKS)
+  if(NOT DEFINED ${required})
+    message(FATAL_ERROR "check_efa_in_courier_info.cmake: -D${required}=... is required")
+  endif()
+endforeach()
+
+set(ENV{COURIER_BACKEND_PATH} "${PLUGIN_DIR}")
+foreach(variable COURIER_GPU_BACKEND COURIER_NIC_BACKEND COURIER_LOG_LEVEL COURIER_EFA_PROVIDER
+                 COURIER_OFI_PROVIDER COURIER_TOPOLOGY_XML)
+  unset(ENV{${variable}})
+endforeach()
+
+include(${CHECKS})
+
+# The efa block under "Backends", up to its knobs.
+function(efa_block text out_var)
+  set(block "")
+  string(FIND "${text}" "\n  nic efa (ABI " start)
+  if(start GREATER_EQUAL 0)
+    string(SUBSTRING "${text}" ${start} -1 block)
+    string(FIND "${block}" "\n    knobs:" end)
+    if(end GREATER 0)
+      string(SUBSTRING "${block}" 0 ${end} block)
+    endif()
+  endif()
+  set(${out_var} "${block}" PARENT_SCOPE)
+endfunction()
+
+# --- the default provider (efa) ---------------------------------------------
+run_courier_info(text)
+expect("${text}" "\n  nic +efa +1\\.[0-9]+ +usable +[^\n]*/libcourier-nic-efa\\.so\n"
+       "nic-efa found and loadable (its ABI is fine)")
+expect("${text}" "\n  nic ofi \\(ABI [^\n]*\n +description +[^\n]+\n +init +ok\n"
+       "nic-ofi initializes: there is a backend to fall back to")
+expect("${text}" "\n  COURIER_NIC_BACKEND +\\(unset\\) +([^\n]*, )?efa, ([^\n]*, )?ofi[,\n]"
+       "an unforced selection tries efa, then ofi")
+efa_block("${text}" block)
+if("${block}" MATCHES "\n +init +ok\n")
+  # A machine with an EFA device: then the device is the real thing.
+  message(STATUS "nic-efa initialized: an EFA device is present; the no-device path is not exercised")
+  expect("${block}" "\n +device +[^\n(]+\n" "nic-efa names its device without a stand-in note")
+else()
+  expect("${block}" "\n +init +FAILED: NIC backend 'efa' \\([^)]*\\) failed to initialize: libfabric provider 'efa' not found: no EFA device[^\n]*\\(COURIER_EFA_PROVIDER=efa\\)"
+         "nic-efa's init fails naming the provider, the missing device and the knob")
+
+  run_courier_info(json --json)
+  string(JSON count ERROR_VARIABLE json_error LENGTH "${json}" backends)
+  if(json_error)
+    string(APPEND failures "  - --json output has no backends array: ${json_error}\n")
+    set(count 0)
+  endif()
+  set(found FALSE)
+  if(count GREATER 0)
+    math(EXPR last "${count} - 1")
+    foreach(i RANGE 0 ${last})
+      string(JSON kind GET "${json}" backends ${i} kind)
+      string(JSON name GET "${json}" backends ${i} name)
+      if(NOT kind STREQUAL "nic" OR NOT name STREQUAL "efa")
+        continue()
+      endif()
+      set(found TRUE)
+      string(JSON initialized GET "${json}" backends ${i} initialized)
+      string(JSON error GET "${json}" backends ${i} error)
+      if(initialized)
+        string(APPEND failures "  - JSON: nic efa initialized, the text said it failed\n")
+      endif()
+      expect("${error}" "libfabric provider 'efa' not found: no EFA device.*\\(COURIER_EFA_PROVIDER=efa\\)"
+             "JSON: nic efa's error gives the reason")
+    endforeach()
+  endif()
+  if(NOT found)
+    string(APPEND failures "  - JSON: nic efa is not among the backends\n")
+  endif()
+endif()
+
+# --- a test stand-in: said so in the device and in a warning ----------------
+set(ENV{COURIER_EFA_PROVIDER} "shm")
+execute_process(COMMAND "${COURIER_INFO}" OUTPUT_VARIABLE text ERROR_VARIABLE err
+                RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "courier-info exited with ${rc}\nstdout:\n${text}\nstderr:\n${err}")
+endif()
+efa_block("${text}" block)
+expect("${block}" "\n +init +ok\n" "nic-efa over shm initializes")
+expect("${block}" "\n +device +shm \\(COURIER_EFA_PROVIDER: test stand-in, not EFA\\)\n"
+       "the device says shm is a stand-in, not EFA")
+expect("${block}" "\n +imm_bytes +4\n" "4 bytes of immediate data, as on EFA")
+expect("${block}" "\n +atomic_ops +0\n" "no transport atomics")
+if("${block}" MATCHES "\n +caps +[^\n]*ordered_writes")
+  string(APPEND failures "  - nic-efa over shm claims ordered_writes\n")
+endif()
+expect("${err}" "warn efa: COURIER_EFA_PROVIDER=shm: nic-efa runs over libfabric provider shm as a test stand-in, not on EFA hardware"
+       "a warning says the run is on a stand-in")
+
+if(failures)
+  message(FATAL_ERROR "courier-info did not show nic-efa as it should:\n${failures}\n"
+                      "--- last human output ---\n${text}")
+endif()
+message(STATUS "courier-info showed nic-efa as expected")
