@@ -29,6 +29,10 @@ class HostServices {
   const courier_host_services_v1* table() const;
   // The environment plugins see (what get_env answers).
   std::optional<std::string> env(std::string_view name) const;
+  // Makes get_env(name) answer `value` where the environment does not set
+  // `name`: facts the core worked out for plugins (docs/plugin-abi.md,
+  // "Derived variables"), e.g. COURIER_PAIRED_NICS.
+  void derive(std::string name, std::string value);
   // The GPU backend whose memory dmabuf_export exports (nullptr: none, the
   // state of new services, where dmabuf_export answers -EOPNOTSUPP). The
   // Context lends its GPU before the NIC backend's init; `gpu` must outlive

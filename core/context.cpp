@@ -178,6 +178,14 @@ struct Context::Impl {
     // which asks this GPU backend (it outlives the NIC backend: members are
     // destroyed in reverse order).
     host.lend_gpu(gpu.get());
+    // RDMA backends open the NIC topology paired with this rank's GPU unless
+    // their own knob names a device.
+    if (!topology.nics.empty()) {
+      std::string paired;
+      for (const std::string& name : topology.nics) paired += (paired.empty() ? "" : ",") + name;
+      host.derive("COURIER_PAIRED_NICS", paired);
+      log.info("context", "topology: NICs paired with GPU {}: {}", device, paired);
+    }
     nic = open_nic_backend(registry, config.nic_backend, host, log, topology.nic_backend);
     if ((nic->props().caps & COURIER_NIC_CAP_DELIVERY_COMPLETE) == 0) {
       log.warn("context",

@@ -29,6 +29,9 @@ struct ServiceContext {
   std::mutex env_mutex;
   std::deque<std::string> env_values;
   std::unordered_map<std::string, const std::string*> env_latest;
+  // Values the core derived (HostServices::derive), seen where the
+  // environment does not set the variable.
+  std::unordered_map<std::string, std::string> derived;
 
   // The GPU backend dmabuf_export asks; lent after the table was handed to
   // plugins (the GPU backend itself is initialized with it), so atomic.
@@ -58,8 +61,12 @@ const char* host_get_env(void* ctx, const char* name) {
   if (name == nullptr) return nullptr;
   try {
     std::optional<std::string> value = state->env(name);
-    if (!value) return nullptr;
     std::lock_guard lock(state->env_mutex);
+    if (!value) {
+      auto derived = state->derived.find(name);
+      if (derived == state->derived.end()) return nullptr;
+      value = derived->second;
+    }
     auto latest = state->env_latest.find(name);
     if (latest != state->env_latest.end() && *latest->second == *value) {
       return latest->second->c_str();
@@ -136,6 +143,11 @@ const courier_host_services_v1* HostServices::table() const { return &state_->ta
 
 std::optional<std::string> HostServices::env(std::string_view name) const {
   return state_->context.env(name);
+}
+
+void HostServices::derive(std::string name, std::string value) {
+  std::lock_guard lock(state_->context.env_mutex);
+  state_->context.derived[std::move(name)] = std::move(value);
 }
 
 void HostServices::lend_gpu(const GpuBackend* gpu) {

@@ -83,6 +83,11 @@ TopologyChoice choose_from_topology(const Config& config, int device, bool devic
         if (machine->nics[i].name == first) nic = static_cast<int>(i);
       }
     }
+    if (mine != nullptr) {
+      for (int paired : mine->nics) {
+        choice.nics.push_back(machine->nics[static_cast<size_t>(paired)].name);
+      }
+    }
     const topology::Nic& n = machine->nics[static_cast<size_t>(nic >= 0 ? nic : 0)];
     choice.nic_backend = topology::backend_for_driver(n.driver);
     choice.nic_why = fmt::format("{} ({}), {}", n.name, n.driver,

@@ -22,6 +22,7 @@ struct TopologyChoice {
   std::vector<int32_t> proxy_cpus;  // empty: leave placement to the kernel
   std::string proxy_why;            // for the log
   std::string nic_backend;          // to try first ("": no preference)
+  std::vector<std::string> nics;    // the NICs paired with this rank's GPU, nearest first
   std::string nic_why;
 };
 

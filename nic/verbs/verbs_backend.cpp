@@ -52,7 +52,9 @@ int Backend::create(const BackendTraits& traits, const courier_host_services_v1*
   backend->host_ = host;
 
   const char* wanted = host->get_env(host->ctx, kDeviceKnob);
-  int rc = Device::open(traits.family, wanted ? wanted : "", &backend->device_);
+  const char* paired = host->get_env(host->ctx, kPairedNicsVariable);
+  int rc =
+      Device::open(traits.family, wanted ? wanted : "", paired ? paired : "", &backend->device_);
   if (rc != 0) return rc;
   rc = backend->read_knobs();
   if (rc != 0) return rc;

@@ -22,6 +22,9 @@ inline constexpr const char* kTimeoutKnob = "COURIER_IB_TIMEOUT";
 inline constexpr const char* kRetryKnob = "COURIER_IB_RETRY_CNT";
 inline constexpr const char* kConnectTimeoutKnob = "COURIER_IB_CONNECT_TIMEOUT_S";
 inline constexpr const char* kInflightBytesKnob = "COURIER_MAX_INFLIGHT_BYTES";
+// Derived by the core (not a knob): the NICs topology paired with this rank's
+// GPU, nearest first, comma-separated. Used when COURIER_IB_DEVICE is unset.
+inline constexpr const char* kPairedNicsVariable = "COURIER_PAIRED_NICS";
 
 struct BackendTraits {
   const char* name;                    // plugin name, for log lines

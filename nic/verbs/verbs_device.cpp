@@ -226,7 +226,7 @@ int list_family_devices(const DeviceFamily& family, std::vector<DeviceInfo>* min
   return 0;
 }
 
-int Device::open(const DeviceFamily& family, const std::string& wanted,
+int Device::open(const DeviceFamily& family, const std::string& wanted, const std::string& paired,
                  std::unique_ptr<Device>* out) {
   std::vector<DeviceInfo> mine;
   std::vector<std::string> others;
@@ -253,11 +253,20 @@ int Device::open(const DeviceFamily& family, const std::string& wanted,
                        wanted.c_str());
     }
   } else {
-    for (const DeviceInfo& info : mine) {
-      if (info.first_active_port()) {
-        chosen = &info;
-        break;
+    // Topology's pairing first (nearest NIC to this rank's GPU), in its order.
+    size_t start = 0;
+    while (!chosen && start < paired.size()) {
+      size_t end = paired.find(',', start);
+      if (end == std::string::npos) end = paired.size();
+      const std::string name = paired.substr(start, end - start);
+      for (const DeviceInfo& info : mine) {
+        if (info.name == name && info.first_active_port()) chosen = &info;
       }
+      start = end + 1;
+    }
+    for (const DeviceInfo& info : mine) {
+      if (chosen) break;
+      if (info.first_active_port()) chosen = &info;
     }
     if (!chosen) {
       if (mine.empty()) {

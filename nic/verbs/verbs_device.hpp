@@ -81,10 +81,12 @@ int list_family_devices(const DeviceFamily& family, std::vector<DeviceInfo>* min
 // An open device: context plus protection domain, closed in the destructor.
 class Device {
  public:
-  // `wanted`: a device name (COURIER_IB_DEVICE) or "" for the first device
-  // of the family with an active port. Returns -errno and sets last_error
-  // with the reason (no device, wrong family, no active port, ...).
-  static int open(const DeviceFamily& family, const std::string& wanted,
+  // `wanted`: a device name (COURIER_IB_DEVICE), or "" for the first device
+  // named in `paired` (COURIER_PAIRED_NICS: comma-separated, from topology)
+  // that is of the family and has an active port, else the first such device.
+  // Returns -errno and sets last_error with the reason (no device, wrong
+  // family, no active port, ...).
+  static int open(const DeviceFamily& family, const std::string& wanted, const std::string& paired,
                   std::unique_ptr<Device>* out);
   ~Device();
   Device(const Device&) = delete;

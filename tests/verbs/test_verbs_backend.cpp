@@ -137,6 +137,18 @@ TEST_CASE("devices: none, the wrong family, a named device, knobs") {
     host.env.erase("COURIER_IB_DEVICE");
   }
   {
+    // The core derives COURIER_PAIRED_NICS from topology; the knob wins over it.
+    FakeDevices devices("cx7,cx7");
+    host.env["COURIER_PAIRED_NICS"] = "mlx5_9,mlx5_1,mlx5_0";
+    CHECK(std::string(props_of(*open_backend(kConnectX, host)).device) == "mlx5_1");
+    host.env["COURIER_IB_DEVICE"] = "mlx5_0";
+    CHECK(std::string(props_of(*open_backend(kConnectX, host)).device) == "mlx5_0");
+    host.env.erase("COURIER_IB_DEVICE");
+    host.env["COURIER_PAIRED_NICS"] = "bnxt_re0";  // not of this family: the first one
+    CHECK(std::string(props_of(*open_backend(kConnectX, host)).device) == "mlx5_0");
+    host.env.erase("COURIER_PAIRED_NICS");
+  }
+  {
     FakeDevices devices("cx7");
     host.env["COURIER_IB_TC"] = "300";
     CHECK(Backend::create(kConnectX, &host.table, &backend) == -EINVAL);

@@ -60,6 +60,20 @@ TEST_CASE("host services: a plugin's log line goes to the Logger under the backe
   CHECK(log.text() == "courier warn sim: link is slow\n");
 }
 
+TEST_CASE("host services: derived values show where the environment is silent") {
+  CapturedLog log(LogLevel::info);
+  FakeEnv env;
+  env.set("COURIER_IB_DEVICE", "mlx5_3");
+  HostServices host(log.logger(), env.lookup());
+  const courier_host_services_v1* table = host.table();
+  CHECK(table->get_env(table->ctx, "COURIER_PAIRED_NICS") == nullptr);
+  host.derive("COURIER_PAIRED_NICS", "mlx5_0,mlx5_1");
+  host.derive("COURIER_IB_DEVICE", "mlx5_0");
+  CHECK(std::string(table->get_env(table->ctx, "COURIER_PAIRED_NICS")) == "mlx5_0,mlx5_1");
+  // The environment wins over what the core derived.
+  CHECK(std::string(table->get_env(table->ctx, "COURIER_IB_DEVICE")) == "mlx5_3");
+}
+
 TEST_CASE("host services may be used from several threads at once") {
   CapturedLog log(LogLevel::info);
   FakeEnv env;
