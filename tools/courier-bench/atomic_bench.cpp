@@ -210,7 +210,7 @@ AtomicRun run_atomic_bench(Context& ctx, const AtomicOptions& o) {
   r.bench = "atomic";
   r.path = run.stats.add_u64;
   r.op = "add_u64";
-  r.provider = o.provider;
+  r.provider = ctx.nic_backend() == "ofi" ? o.provider : ctx.nic_backend();
   r.size = o.block;
   r.window = 0;
   r.iters = groups * (world - 1) * world;  // atomics in the whole job

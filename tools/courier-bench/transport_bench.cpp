@@ -71,7 +71,8 @@ BenchResult CourierTransport::run(size_t size, uint64_t iters) {
   r.bench = "transport";
   r.path = "courier";
   r.op = options_.op;
-  r.provider = options_.provider;
+  // The libfabric provider for nic-ofi; otherwise the backend actually used.
+  r.provider = ctx_.nic_backend() == "ofi" ? options_.provider : ctx_.nic_backend();
   r.size = size;
   r.window = options_.window;
   r.fifo_inflight = options_.fifo_inflight;
