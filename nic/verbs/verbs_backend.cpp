@@ -171,12 +171,13 @@ std::string Backend::describe() const {
     text += line + "\n";
   }
   char line[256];
+  const std::string cap =
+      o.max_inflight_bytes == 0 ? std::string("no cap") : std::to_string(o.max_inflight_bytes);
   std::snprintf(line, sizeof line,
                 "settings: traffic class %u, service level %u, timeout %u, retry count %u, "
-                "in-flight bytes per peer %s%llu",
+                "in-flight bytes per peer %s",
                 o.tuning.traffic_class, o.tuning.service_level, o.tuning.timeout,
-                o.tuning.retry_cnt, o.max_inflight_bytes ? "" : "unlimited ",
-                static_cast<unsigned long long>(o.max_inflight_bytes));
+                o.tuning.retry_cnt, cap.c_str());
   text += line;
   return text;
 }
