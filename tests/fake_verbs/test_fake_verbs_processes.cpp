@@ -41,6 +41,7 @@ void with_child(const std::function<int(int fd)>& child,
                 const std::function<void(int fd)>& parent) {
   int fds[2];
   REQUIRE(socketpair(AF_UNIX, SOCK_STREAM, 0, fds) == 0);
+  std::fflush(nullptr);  // or the child flushes the parent's buffered output again
   const pid_t pid = fork();
   REQUIRE(pid >= 0);
   if (pid == 0) {
