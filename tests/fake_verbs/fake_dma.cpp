@@ -3,14 +3,14 @@
 #include <cstring>
 
 #if defined(__SANITIZE_THREAD__)
-#define COURIER_FAKE_VERBS_TSAN 1
+#define FAKE_VERBS_DEVICES_TSAN 1
 #elif defined(__has_feature)
 #if __has_feature(thread_sanitizer)
-#define COURIER_FAKE_VERBS_TSAN 1
+#define FAKE_VERBS_DEVICES_TSAN 1
 #endif
 #endif
 
-#ifdef COURIER_FAKE_VERBS_TSAN
+#ifdef FAKE_VERBS_DEVICES_TSAN
 // ThreadSanitizer's dynamic annotations (defined by its runtime).
 extern "C" void AnnotateIgnoreReadsBegin(const char* file, int line);
 extern "C" void AnnotateIgnoreReadsEnd(const char* file, int line);
@@ -21,14 +21,14 @@ extern "C" void AnnotateIgnoreWritesEnd(const char* file, int line);
 namespace courier::fake_verbs {
 
 DmaScope::DmaScope() {
-#ifdef COURIER_FAKE_VERBS_TSAN
+#ifdef FAKE_VERBS_DEVICES_TSAN
   AnnotateIgnoreReadsBegin(__FILE__, __LINE__);
   AnnotateIgnoreWritesBegin(__FILE__, __LINE__);
 #endif
 }
 
 DmaScope::~DmaScope() {
-#ifdef COURIER_FAKE_VERBS_TSAN
+#ifdef FAKE_VERBS_DEVICES_TSAN
   AnnotateIgnoreWritesEnd(__FILE__, __LINE__);
   AnnotateIgnoreReadsEnd(__FILE__, __LINE__);
 #endif

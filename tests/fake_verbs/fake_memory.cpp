@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <vector>
 
@@ -53,6 +54,29 @@ bool access_is_valid(const Profile& profile, unsigned access, const char* verb) 
   return true;
 }
 
+// Whether [address, address + length) is covered by readable and writable
+// mappings of this process (/proc/self/maps). Pinning takes the pages with
+// write access, so a PROT_NONE reservation, such as the address range of a
+// GPU allocation without a peer-memory driver, fails with EFAULT there.
+bool range_is_accessible(const void* address, size_t length) {
+  uintptr_t at = reinterpret_cast<uintptr_t>(address);
+  const uintptr_t end = at + length;
+  std::FILE* maps = std::fopen("/proc/self/maps", "r");
+  if (!maps) return true;  // cannot tell: let mincore decide
+  char line[512];
+  while (at < end && std::fgets(line, sizeof line, maps)) {
+    unsigned long low = 0, high = 0;
+    char perms[5] = {};
+    if (std::sscanf(line, "%lx-%lx %4s", &low, &high, perms) != 3) continue;
+    if (at >= low && at < high) {
+      if (perms[0] != 'r' || perms[1] != 'w') break;
+      at = high;  // maps lists mappings in address order
+    }
+  }
+  std::fclose(maps);
+  return at >= end;
+}
+
 // Whether [address, address + length) is mapped: pinning fails otherwise.
 bool range_is_mapped(const void* address, size_t length) {
   const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
@@ -81,7 +105,8 @@ ibv_mr* register_region(ibv_pd* pd, std::byte* host, size_t length, uint64_t iov
     return nullptr;
   }
   if (!access_is_valid(hca->profile(), access, verb)) return nullptr;
-  if (!(access & IBV_ACCESS_ON_DEMAND) && !range_is_mapped(host, length)) {
+  if (!(access & IBV_ACCESS_ON_DEMAND) &&
+      (!range_is_mapped(host, length) || !range_is_accessible(host, length))) {
     refuse_errno(EFAULT, verb, "[%p, +%zu) is not mapped memory", static_cast<void*>(host), length);
     return nullptr;
   }

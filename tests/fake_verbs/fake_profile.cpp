@@ -90,7 +90,7 @@ std::vector<Profile> profiles_from_list(std::string_view list) {
       profiles.push_back(std::move(*profile));
     } else {
       std::fprintf(stderr,
-                   "fake verbs: COURIER_FAKE_VERBS names unknown profile '%.*s' (known: cx7, "
+                   "fake verbs: FAKE_VERBS_DEVICES names unknown profile '%.*s' (known: cx7, "
                    "cx7-ib, cx7-noatomic, bnxt, bnxt-noodp); skipped\n",
                    static_cast<int>(item.size()), item.data());
     }
@@ -99,7 +99,7 @@ std::vector<Profile> profiles_from_list(std::string_view list) {
 }
 
 std::vector<Profile> profiles_from_environment() {
-  const char* value = std::getenv("COURIER_FAKE_VERBS");
+  const char* value = std::getenv("FAKE_VERBS_DEVICES");
   return profiles_from_list(value ? value : "cx7,bnxt");
 }
 

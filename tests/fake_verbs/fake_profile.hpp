@@ -1,5 +1,5 @@
 // Device profiles of the fake verbs device: what each simulated HCA model
-// reports and supports, and the COURIER_FAKE_VERBS list that picks them.
+// reports and supports, and the FAKE_VERBS_DEVICES list that picks them.
 #pragma once
 
 #include <infiniband/verbs.h>
@@ -13,7 +13,7 @@
 namespace courier::fake_verbs {
 
 struct Profile {
-  std::string name;         // as written in COURIER_FAKE_VERBS, e.g. "cx7-ib"
+  std::string name;         // as written in FAKE_VERBS_DEVICES, e.g. "cx7-ib"
   std::string device_stem;  // "mlx5_" or "bnxt_re"; the device name adds an index
   uint32_t vendor_id = 0;
   uint32_t vendor_part_id = 0;
@@ -41,11 +41,11 @@ struct Profile {
 // The profile called `name`, or nothing if no profile has that name.
 std::optional<Profile> profile_named(std::string_view name);
 
-// Parses a COURIER_FAKE_VERBS value ("cx7,bnxt"; "none" or "" for no
+// Parses a FAKE_VERBS_DEVICES value ("cx7,bnxt"; "none" or "" for no
 // devices). An unknown name is reported on stderr and skipped.
 std::vector<Profile> profiles_from_list(std::string_view list);
 
-// The profiles the environment asks for: COURIER_FAKE_VERBS, or "cx7,bnxt"
+// The profiles the environment asks for: FAKE_VERBS_DEVICES, or "cx7,bnxt"
 // when it is unset.
 std::vector<Profile> profiles_from_environment();
 

@@ -11,19 +11,19 @@
 namespace courier::fake_verbs::testing {
 
 ScopedProfiles::ScopedProfiles(const char* value) {
-  if (const char* old = std::getenv("COURIER_FAKE_VERBS")) previous_ = old;
+  if (const char* old = std::getenv("FAKE_VERBS_DEVICES")) previous_ = old;
   if (value) {
-    ::setenv("COURIER_FAKE_VERBS", value, 1);
+    ::setenv("FAKE_VERBS_DEVICES", value, 1);
   } else {
-    ::unsetenv("COURIER_FAKE_VERBS");
+    ::unsetenv("FAKE_VERBS_DEVICES");
   }
 }
 
 ScopedProfiles::~ScopedProfiles() {
   if (previous_) {
-    ::setenv("COURIER_FAKE_VERBS", previous_->c_str(), 1);
+    ::setenv("FAKE_VERBS_DEVICES", previous_->c_str(), 1);
   } else {
-    ::unsetenv("COURIER_FAKE_VERBS");
+    ::unsetenv("FAKE_VERBS_DEVICES");
   }
 }
 

@@ -15,7 +15,7 @@ namespace courier::fake_verbs::testing {
 
 inline constexpr std::chrono::seconds kWaitLimit{30};
 
-// Sets COURIER_FAKE_VERBS for the scope, restoring it afterwards.
+// Sets FAKE_VERBS_DEVICES for the scope, restoring it afterwards.
 class ScopedProfiles {
  public:
   explicit ScopedProfiles(const char* value);
@@ -25,7 +25,7 @@ class ScopedProfiles {
   std::optional<std::string> previous_;
 };
 
-// The first device COURIER_FAKE_VERBS = `profile` lists, opened, with a PD.
+// The first device FAKE_VERBS_DEVICES = `profile` lists, opened, with a PD.
 class OpenDevice {
  public:
   explicit OpenDevice(const char* profile);

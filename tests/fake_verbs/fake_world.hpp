@@ -45,7 +45,7 @@ class World {
 
   pid_t pid() const { return pid_; }
 
-  // The devices COURIER_FAKE_VERBS lists now, in order.
+  // The devices FAKE_VERBS_DEVICES lists now, in order.
   std::vector<Device*> list_devices();
   // Reserves the device's HCA number if it has none; false if none is free.
   bool reserve(Device& device);

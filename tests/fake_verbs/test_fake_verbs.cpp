@@ -48,7 +48,7 @@ std::vector<std::string> device_names(const char* profiles) {
 
 }  // namespace
 
-TEST_CASE("COURIER_FAKE_VERBS picks the devices; none or empty lists nothing") {
+TEST_CASE("FAKE_VERBS_DEVICES picks the devices; none or empty lists nothing") {
   CHECK(device_names(nullptr) == std::vector<std::string>{"mlx5_0", "bnxt_re0"});
   CHECK(device_names("none").empty());
   CHECK(device_names("").empty());
@@ -489,6 +489,23 @@ TEST_CASE("memory registration checks access flags, ODP support and invalidates 
   CHECK(ibv_reg_mr(noodp.pd, memory.data(), memory.size(),
                    IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_ON_DEMAND) == nullptr);
   CHECK(errno == EINVAL);
+}
+
+TEST_CASE("pinning memory the process cannot access fails with EFAULT") {
+  // A PROT_NONE reservation stands for a GPU allocation's address range on a
+  // host without a peer-memory driver: mapped, but not pinnable.
+  OpenDevice cx7("cx7");
+  const size_t bytes = 1 << 16;
+  void* reserved = mmap(nullptr, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  REQUIRE(reserved != MAP_FAILED);
+  errno = 0;
+  CHECK(ibv_reg_mr(cx7.pd, reserved, bytes, kTargetAccess) == nullptr);
+  CHECK(errno == EFAULT);
+  REQUIRE(mprotect(reserved, bytes, PROT_READ | PROT_WRITE) == 0);
+  ibv_mr* mr = ibv_reg_mr(cx7.pd, reserved, bytes, kTargetAccess);
+  CHECK(mr != nullptr);
+  if (mr) ibv_dereg_mr(mr);
+  munmap(reserved, bytes);
 }
 
 TEST_CASE("a deregistered MR's rkey is refused") {

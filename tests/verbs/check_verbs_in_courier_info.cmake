@@ -14,7 +14,7 @@ foreach(required COURIER_INFO PLUGIN_DIR FAKE_PLUGIN_DIR CHECKS)
   endif()
 endforeach()
 foreach(variable COURIER_GPU_BACKEND COURIER_NIC_BACKEND COURIER_LOG_LEVEL COURIER_IB_DEVICE
-                 COURIER_IB_GID_INDEX COURIER_TOPOLOGY_XML COURIER_FAKE_VERBS)
+                 COURIER_IB_GID_INDEX COURIER_TOPOLOGY_XML FAKE_VERBS_DEVICES)
   unset(ENV{${variable}})
 endforeach()
 include(${CHECKS})
@@ -51,7 +51,7 @@ endforeach()
 
 # --- 2. on the fake device ----------------------------------------------------
 set(ENV{COURIER_BACKEND_PATH} "${FAKE_PLUGIN_DIR}")
-set(ENV{COURIER_FAKE_VERBS} "cx7,bnxt")
+set(ENV{FAKE_VERBS_DEVICES} "cx7,bnxt")
 run_courier_info(text)
 backend_block("${text}" cx7 block)
 expect("${block}" "\n +init +ok\n" "nic-cx7 initializes on the fake ConnectX")

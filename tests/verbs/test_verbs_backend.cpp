@@ -2,7 +2,7 @@
 // its refusals, knobs, GID selection, the endpoint name, memory registration
 // paths (on-demand, pinned, dmabuf, peer memory), atomics capability, and
 // the data path over loopback and between two endpoints, including error
-// completions. The fake device is chosen with COURIER_FAKE_VERBS.
+// completions. The fake device is chosen with FAKE_VERBS_DEVICES.
 #include <doctest/doctest.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -59,10 +59,10 @@ struct Host {
   }
 };
 
-// Sets COURIER_FAKE_VERBS for the scope of one test.
+// Sets FAKE_VERBS_DEVICES for the scope of one test.
 struct FakeDevices {
-  explicit FakeDevices(const char* profiles) { setenv("COURIER_FAKE_VERBS", profiles, 1); }
-  ~FakeDevices() { unsetenv("COURIER_FAKE_VERBS"); }
+  explicit FakeDevices(const char* profiles) { setenv("FAKE_VERBS_DEVICES", profiles, 1); }
+  ~FakeDevices() { unsetenv("FAKE_VERBS_DEVICES"); }
 };
 
 std::unique_ptr<Backend> open_backend(const BackendTraits& traits, Host& host) {
