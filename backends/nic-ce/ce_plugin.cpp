@@ -222,6 +222,7 @@ const courier_nic_plugin_v1 kPlugin = {
     plugin_post_write,
     plugin_poll,
     plugin_post_atomic,
+    /* describe */ nullptr,  // no device of its own to report beyond the GPUs'
 };
 
 }  // namespace
