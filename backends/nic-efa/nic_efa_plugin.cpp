@@ -36,6 +36,7 @@ constexpr ofi::BackendTraits kTraits = {
     .may_offer_atomics = false,
     .max_imm_bytes = 4,
     .device_memory = true,
+    .device_knob = "COURIER_EFA_DEVICE",
 };
 
 constexpr courier_knob_v1 kKnobs[] = {
@@ -44,6 +45,9 @@ constexpr courier_knob_v1 kKnobs[] = {
     {kTraits.write_timeout_knob, ofi::kWriteTimeoutDefault, ofi::kWriteTimeoutAllowed,
      "seconds after which a write without completion is reported as failed (-ETIMEDOUT); "
      "0 turns the watchdog off"},
+    {kTraits.device_knob, "", nullptr,
+     "EFA device (libfabric domain, e.g. rdmap16s27) to use; empty: the first of the NICs "
+     "topology paired with this rank's GPU, else the provider's first"},
 };
 
 constexpr courier_nic_plugin_v1 kPlugin = ofi::make_nic_plugin<kTraits>(kKnobs);

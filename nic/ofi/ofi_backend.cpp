@@ -129,7 +129,25 @@ int Backend::create(const BackendTraits& traits, const courier_host_services_v1*
   options.ordered_writes = traits.may_claim_ordered_writes;
   options.device_memory = traits.device_memory;
   options.max_imm_bytes = traits.max_imm_bytes;
+  const char* device = traits.device_knob ? host->get_env(host->ctx, traits.device_knob) : nullptr;
+  if (device && *device) {
+    options.devices.emplace_back(device);
+    options.device_required = true;
+  } else if (traits.device_knob && !stand_in) {
+    // Topology's pairing (derived by the core), nearest NIC first.
+    const char* paired = host->get_env(host->ctx, "COURIER_PAIRED_NICS");
+    for (std::string_view rest = paired ? paired : ""; !rest.empty();) {
+      const size_t comma = std::min(rest.find(','), rest.size());
+      if (comma > 0) options.devices.emplace_back(rest.substr(0, comma));
+      rest.remove_prefix(std::min(comma + 1, rest.size()));
+    }
+  }
   rc = probe_provider(choice->prov_name, &backend->profile_, options);
+  if (rc == -ENODEV) {
+    const std::string reason = last_error();
+    return set_error(rc, "%s=%s: %s (%s=%s)", traits.device_knob, device, reason.c_str(),
+                     traits.provider_knob, value);
+  }
   if (rc != 0 && rc == -ENODATA && traits.hardware_value && !stand_in) {
     // The provider of the plugin's own hardware is absent: say which, why
     // that usually is, and which knob value asked for it.
@@ -165,6 +183,10 @@ int Backend::create(const BackendTraits& traits, const courier_host_services_v1*
     // suite) must see that this is not the hardware.
     std::snprintf(props.device, sizeof props.device, "%s (%s: test stand-in, not %s)",
                   p.provider_name.c_str(), traits.provider_knob, traits.hardware_name);
+  } else if (traits.device_knob && p.info->domain_attr && p.info->domain_attr->name) {
+    // A NIC provider: say which device (domain) this backend drives.
+    std::snprintf(props.device, sizeof props.device, "%s %s", p.provider_name.c_str(),
+                  p.info->domain_attr->name);
   } else {
     std::snprintf(props.device, sizeof props.device, "%s", p.provider_name.c_str());
   }

@@ -47,6 +47,12 @@ struct BackendTraits {
   bool may_offer_atomics;  // false: no probe, atomic_ops 0, post_atomic NULL
   uint32_t max_imm_bytes;  // immediate-data width reported at most
   bool device_memory;      // ask for FI_HMEM; register CUDA/ROCm memory where granted
+
+  // The knob naming the device (libfabric domain) to use, e.g.
+  // "COURIER_EFA_DEVICE"; unset, the hardware's provider takes the first of
+  // the NICs topology paired with this rank's GPU (COURIER_PAIRED_NICS) it
+  // lists. nullptr: the provider's first domain (nic-ofi: shm, tcp).
+  const char* device_knob = nullptr;
 };
 
 class Backend {

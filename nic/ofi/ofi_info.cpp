@@ -91,7 +91,17 @@ std::vector<FeatureRequest> attempts(bool atomics, bool ordering_wanted) {
   return ladder;
 }
 
-int getinfo(const std::string& prov_name, const FeatureRequest& features, InfoPtr* out) {
+// Whether fi_info `i` is on `device`: its domain is the device, or the
+// device with a suffix (efa names domains "<device>-rdm" and "-dgrm").
+bool on_device(const fi_info& i, const std::string& device) {
+  const char* domain = i.domain_attr && i.domain_attr->name ? i.domain_attr->name : "";
+  const std::string_view name(domain);
+  return name == device ||
+         (name.starts_with(device) && name.size() > device.size() && name[device.size()] == '-');
+}
+
+int getinfo(const std::string& prov_name, const FeatureRequest& features,
+            const ProbeOptions& options, InfoPtr* out) {
   InfoPtr hints = make_hints(prov_name, features);
   if (!hints) return -FI_ENOMEM;
   fi_info* list = nullptr;
@@ -99,8 +109,27 @@ int getinfo(const std::string& prov_name, const FeatureRequest& features, InfoPt
   if (rc != 0) return rc;
   InfoPtr all(list);
   // The first entry is the provider's preferred one (for tcp: the first
-  // interface, IPv4 before IPv6). Keep only that entry.
-  out->reset(fi_dupinfo(all.get()));
+  // interface, IPv4 before IPv6), unless a preferred device is listed.
+  const fi_info* chosen = nullptr;
+  for (const std::string& device : options.devices) {
+    for (const fi_info* i = all.get(); i && !chosen; i = i->next) {
+      if (on_device(*i, device)) chosen = i;
+    }
+    if (chosen) break;
+  }
+  if (!chosen && options.device_required && !options.devices.empty()) {
+    std::string domains;
+    for (const fi_info* i = all.get(); i; i = i->next) {
+      const char* name = i->domain_attr && i->domain_attr->name ? i->domain_attr->name : "?";
+      if (domains.find(name) == std::string::npos)
+        domains += (domains.empty() ? "" : ", ") + std::string(name);
+    }
+    set_error(-ENODEV, "no device %s among the provider's domains (%s)",
+              options.devices.front().c_str(), domains.c_str());
+    return -FI_ENODEV;
+  }
+  if (!chosen) chosen = all.get();
+  out->reset(fi_dupinfo(chosen));  // one entry (fi_dupinfo never copies `next`)
   return *out ? 0 : -FI_ENOMEM;
 }
 
@@ -131,11 +160,14 @@ uint32_t atomic_in_flight_limit(const char* prov_name) {
 // the device memory kinds) only when the provider grants FI_HMEM and at
 // least one device interface registers memory; otherwise the host-only
 // answer stays, and with it the path the provider tunes for host memory.
-uint32_t try_device_memory(const std::string& prov_name, FeatureRequest* granted, InfoPtr* info) {
+uint32_t try_device_memory(const std::string& prov_name, const ProbeOptions& options,
+                           FeatureRequest* granted, InfoPtr* info) {
   FeatureRequest with_hmem = *granted;
   with_hmem.hmem = true;
   InfoPtr hmem_info;
-  if (getinfo(prov_name, with_hmem, &hmem_info) != 0 || !(hmem_info->caps & FI_HMEM)) return 0;
+  if (getinfo(prov_name, with_hmem, options, &hmem_info) != 0 || !(hmem_info->caps & FI_HMEM)) {
+    return 0;
+  }
   const uint32_t kinds = device_memory_kinds(*hmem_info);
   if (kinds == 0) return 0;
   *granted = with_hmem;
@@ -149,18 +181,19 @@ int probe(const std::string& prov_name, bool atomics, const ProbeOptions& option
   FeatureRequest granted;
   int rc = -FI_ENODATA;
   for (const FeatureRequest& attempt : attempts(atomics, options.ordered_writes)) {
-    rc = getinfo(prov_name, attempt, &info);
+    rc = getinfo(prov_name, attempt, options, &info);
     if (rc == 0) {
       granted = attempt;
       break;
     }
+    if (rc == -FI_ENODEV) return -ENODEV;  // the named device is not there (last_error says)
   }
   if (rc != 0) {
     return set_error(to_errno(rc), "provider '%s' not available%s: %s", prov_name.c_str(),
                      atomics ? " with FI_ATOMIC" : "", describe_fi_error("fi_getinfo", rc).c_str());
   }
   uint32_t device_kinds = 0;
-  if (options.device_memory) device_kinds = try_device_memory(prov_name, &granted, &info);
+  if (options.device_memory) device_kinds = try_device_memory(prov_name, options, &granted, &info);
 
   // FI_RX_CQ_DATA: remote CQ data is only delivered into posted receive
   // buffers. Posting receives needs FI_MSG|FI_RECV, which the first round did
@@ -168,7 +201,7 @@ int probe(const std::string& prov_name, bool atomics, const ProbeOptions& option
   // can select a slower path), so ask again with them.
   if (info->mode & FI_RX_CQ_DATA) {
     granted.receives = true;
-    rc = getinfo(prov_name, granted, &info);
+    rc = getinfo(prov_name, granted, options, &info);
     if (rc != 0) {
       return set_error(to_errno(rc),
                        "provider '%s' requires FI_RX_CQ_DATA but cannot post receives: %s",

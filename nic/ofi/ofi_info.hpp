@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "ofi_fid.hpp"
 
@@ -69,6 +70,13 @@ struct ProbeOptions {
   // The most immediate-data bytes to report, whatever the provider carries
   // (nic-efa: 4, as on EFA, also over shm's 8).
   uint32_t max_imm_bytes = 8;
+  // Devices (libfabric domains) to use, in order of preference: the first
+  // one fi_getinfo lists wins; "rdmap16s27" also matches the domain
+  // "rdmap16s27-rdm". None listed, or none found: the provider's first.
+  std::vector<std::string> devices;
+  // A device of `devices` must be found (the user named it): otherwise the
+  // probe fails with -ENODEV naming the domains there are.
+  bool device_required = false;
 };
 
 // The outcome of probing one provider. All endpoints of a backend are opened

@@ -253,6 +253,28 @@ TEST_CASE("nic-efa's default provider is efa; without it init names the provider
   }
 }
 
+TEST_CASE("COURIER_EFA_DEVICE picks the libfabric domain; an unknown one is refused by name") {
+  // Over the tcp stand-in the domains are network interfaces; every host has lo.
+  PluginFile efa("efa");
+  FakeHost host;
+  host.set_env("COURIER_EFA_PROVIDER", "tcp");
+  host.set_env("COURIER_EFA_DEVICE", "lo");
+  {
+    Instance backend(efa.api(), host);
+    REQUIRE_MESSAGE(backend.status == 0, backend.error());
+    CHECK(host.count(COURIER_LOG_INFO, "(domain lo)") == 1);
+  }
+  host.set_env("COURIER_EFA_DEVICE", "no-such-nic0");
+  Instance refused(efa.api(), host);
+  CHECK(refused.status == -ENODEV);
+  const std::string error = refused.error();
+  CAPTURE(error);
+  CHECK(
+      error.starts_with("COURIER_EFA_DEVICE=no-such-nic0: no device no-such-nic0 among the "
+                        "provider's domains ("));
+  CHECK(error.find("lo") != std::string::npos);
+}
+
 TEST_CASE("the provider knobs accept only their own backend's values") {
   PluginFile efa("efa"), ofi("ofi");
   {
