@@ -106,7 +106,10 @@ int Backend::probe_atomics(const std::string& prov_name) {
 
 int Backend::create(const BackendTraits& traits, const courier_host_services_v1* host,
                     std::unique_ptr<Backend>* out) {
-  if (!host || host->struct_size < sizeof(courier_host_services_v1) || !host->get_env) {
+  // Entries after `free` came later (COURIER_HOST_HAS): an older core's
+  // shorter table is fine.
+  if (!host || host->struct_size < offsetof(courier_host_services_v1, free) + sizeof host->free ||
+      !host->get_env) {
     return set_error(-EINVAL, "init: host services missing or too old");
   }
   const char* value = host->get_env(host->ctx, traits.provider_knob);

@@ -21,6 +21,15 @@ T get(const std::byte* in, size_t offset) {
   return value;
 }
 
+bool gid_is_ipv4_mapped(const ibv_gid& gid) {
+  static const uint8_t prefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+  return std::memcmp(gid.raw, prefix, sizeof prefix) == 0;
+}
+
+bool gid_is_link_local(const ibv_gid& gid) {
+  return gid.raw[0] == 0xfe && (gid.raw[1] & 0xc0) == 0x80;  // fe80::/10
+}
+
 }  // namespace
 
 void encode_name(const EndpointAddress& a, std::byte* out) {
@@ -98,17 +107,36 @@ int select_gid(const PortInfo& port, const char* knob, uint8_t* gid_index, ibv_g
     *gid_index = kNoGid;  // InfiniBand: LID routing within the subnet
     return 0;
   }
-  for (GidType wanted : {GidType::roce_v2, GidType::roce_v1}) {
-    for (const GidEntry& entry : port.gids) {
-      if (entry.type != wanted) continue;
-      *gid_index = static_cast<uint8_t>(entry.index);
-      *gid = entry.gid;
-      if (wanted == GidType::roce_v1) {
-        *warning = "port " + std::to_string(port.number) +
-                   " has no RoCE v2 GID: using RoCE v1 GID " + std::to_string(entry.index);
-      }
-      return 0;
+  // RoCE v2 carries IP, so it routes across subnets; among its GIDs an
+  // IPv4-mapped one (::ffff:a.b.c.d, what RoCE fabrics are usually configured
+  // with) before another routable one, before the link-local fe80:: one, which
+  // reaches only the same L2 segment. RoCE v1 last.
+  const GidEntry* best = nullptr;
+  int best_rank = 0;
+  for (const GidEntry& entry : port.gids) {
+    int rank = 1;  // RoCE v1
+    if (entry.type == GidType::roce_v2) {
+      rank = gid_is_ipv4_mapped(entry.gid) ? 4 : gid_is_link_local(entry.gid) ? 2 : 3;
+    } else if (entry.type != GidType::roce_v1) {
+      continue;
     }
+    if (rank > best_rank) {
+      best = &entry;
+      best_rank = rank;
+    }
+  }
+  if (best) {
+    *gid_index = static_cast<uint8_t>(best->index);
+    *gid = best->gid;
+    if (best_rank == 1) {
+      *warning = "port " + std::to_string(port.number) + " has no RoCE v2 GID: using RoCE v1 GID " +
+                 std::to_string(best->index);
+    } else if (best_rank == 2) {
+      *warning = "port " + std::to_string(port.number) +
+                 " has only a link-local RoCE v2 GID (index " + std::to_string(best->index) +
+                 "): peers outside this L2 segment are unreachable; set COURIER_IB_GID_INDEX";
+    }
+    return 0;
   }
   return set_error(-ENETUNREACH,
                    "port %u is RoCE but has no GID (no IP address on the interface?); "

@@ -45,9 +45,10 @@ void encode_name(const EndpointAddress& address, std::byte* out);
 int decode_name(const std::byte* in, size_t bytes, uint32_t rank, EndpointAddress* out);
 
 // The GID index an endpoint on `port` uses. `knob` is COURIER_IB_GID_INDEX
-// ("auto" / NULL / "" or a number). auto: on RoCE the first RoCE v2 GID
-// (routable, what RoCE fabrics are configured for), else the first RoCE v1
-// one; on InfiniBand none (LID routing). Returns 0 or -EINVAL naming the
+// ("auto" / NULL / "" or a number). auto on RoCE: the first IPv4-mapped
+// RoCE v2 GID, else the first other routable v2 one, else a link-local v2
+// one (with a warning), else RoCE v1 (with a warning); on InfiniBand none
+// (LID routing). Returns 0 or -EINVAL naming the
 // knob. *warning is set when the choice deserves one.
 int select_gid(const PortInfo& port, const char* knob, uint8_t* gid_index, ibv_gid* gid,
                std::string* warning);

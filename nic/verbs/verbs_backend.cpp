@@ -160,7 +160,7 @@ int Backend::open_endpoint(const courier_nic_ep_attr_v1& attr,
   options.atomic_ops = (attr.flags & COURIER_NIC_EP_ATOMICS) ? atomic_ops_ : 0;
   return Endpoint::open(
       *device_, host_, options,
-      [this](int level, const std::string& message) { log(level, message); }, out);
+      [this](int level, const std::string& message) { log(level, message); }, &endpoints_, out);
 }
 
 std::string Backend::describe() const {

@@ -53,6 +53,7 @@ class Backend {
   const BackendTraits& traits_;
   const courier_host_services_v1* host_ = nullptr;
   std::unique_ptr<Device> device_;
+  mutable EndpointSet endpoints_;  // the open endpoints (they answer each other's handshakes)
   EndpointOptions endpoint_defaults_;
   uint32_t atomic_ops_ = 0;
   courier_nic_props_v1 props_{};

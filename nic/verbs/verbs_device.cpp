@@ -147,6 +147,7 @@ int query_device(ibv_context* context, DeviceInfo* out) {
   out->max_cqe = a.max_cqe;
   out->max_sge = a.max_sge;
   out->max_qp_rd_atom = a.max_qp_rd_atom;
+  out->max_qp_init_rd_atom = a.max_qp_init_rd_atom;
   out->max_mr_size = a.max_mr_size;
   out->ports.clear();
   for (uint8_t number = 1; number <= a.phys_port_cnt; ++number) {

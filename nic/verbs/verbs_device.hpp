@@ -50,7 +50,8 @@ struct DeviceInfo {
   int max_qp_wr = 0;
   int max_cqe = 0;
   int max_sge = 0;
-  int max_qp_rd_atom = 0;
+  int max_qp_rd_atom = 0;       // RDMA reads/atomics a QP accepts in flight as target
+  int max_qp_init_rd_atom = 0;  // ... and issues in flight as initiator
   uint64_t max_mr_size = 0;
   std::vector<PortInfo> ports;
 

@@ -19,6 +19,12 @@ namespace {
 constexpr uint32_t kPollBatch = 64;
 // Largest RDMA write (the IB limit is 2^31 bytes).
 constexpr uint64_t kMaxWrite = uint64_t{1} << 31;
+// wr_id of posted receives; sends use their slot index. Completions are told
+// apart by wr_id because opcode is undefined in error completions.
+constexpr uint64_t kReceiveTag = uint64_t{1} << 63;
+// With every peer connected, poll() looks at the handshake queue once every
+// this many calls, to answer a peer that still waits for us.
+constexpr uint32_t kHandshakeServicePeriod = 64;
 
 const char* op_name(uint32_t op) { return courier_nic_atomic_name(op); }
 
@@ -30,11 +36,32 @@ uint64_t random_id() {
 
 }  // namespace
 
+void EndpointSet::add(Endpoint* endpoint) {
+  std::lock_guard lock(mutex_);
+  endpoints_.push_back(endpoint);
+}
+
+void EndpointSet::remove(Endpoint* endpoint) {
+  std::lock_guard lock(mutex_);
+  std::erase(endpoints_, endpoint);
+}
+
+void EndpointSet::service_siblings(const Endpoint* caller) {
+  std::lock_guard lock(mutex_);
+  for (Endpoint* endpoint : endpoints_) {
+    if (endpoint != caller && endpoint->handshake_ready()) endpoint->service_handshake();
+  }
+}
+
 Endpoint::Endpoint(const Device& device, const courier_host_services_v1* host,
-                   const EndpointOptions& options, LogFn log)
-    : device_(device), host_(host), options_(options), log_(std::move(log)) {}
+                   const EndpointOptions& options, LogFn log, EndpointSet* siblings)
+    : device_(device), host_(host), options_(options), log_(std::move(log)), siblings_(siblings) {
+  if (siblings_) siblings_->add(this);
+}
 
 Endpoint::~Endpoint() {
+  // Out of the set first: no sibling may service us while we are taken apart.
+  if (siblings_) siblings_->remove(this);
   // Queue pairs go before the completion queues they report to, and before
   // the regions they may still reference (member order would do the reverse).
   peers_.clear();
@@ -44,9 +71,11 @@ Endpoint::~Endpoint() {
 }
 
 int Endpoint::open(const Device& device, const courier_host_services_v1* host,
-                   const EndpointOptions& options, LogFn log, std::unique_ptr<Endpoint>* out) {
+                   const EndpointOptions& options, LogFn log, EndpointSet* siblings,
+                   std::unique_ptr<Endpoint>* out) {
   if (options.tx_depth == 0) return set_error(-EINVAL, "ep_open: tx_depth must be at least 1");
-  std::unique_ptr<Endpoint> ep(new (std::nothrow) Endpoint(device, host, options, std::move(log)));
+  std::unique_ptr<Endpoint> ep(new (std::nothrow)
+                                   Endpoint(device, host, options, std::move(log), siblings));
   if (!ep) return set_error(-ENOMEM, "ep_open: out of memory");
   const PortInfo& port = device.port();
   EndpointAddress& local = ep->local_;
@@ -224,9 +253,14 @@ int Endpoint::post_atomic(const courier_nic_atomic_v1& a) {
     return set_error(-EOPNOTSUPP, "post_atomic: %s is not offered (verbs atomics are 64-bit)",
                      op_name(a.op));
   }
-  if (a.remote_offset % 8 != 0) {
-    return set_error(-EINVAL, "post_atomic: %s remote offset %llu is not 8-byte aligned",
-                     op_name(a.op), static_cast<unsigned long long>(a.remote_offset));
+  // The address the NIC sees must be aligned, or the target NAKs and the
+  // connection dies: check it here and refuse the one atomic instead.
+  if ((a.remote.base + a.remote_offset) % 8 != 0) {
+    return set_error(-EINVAL,
+                     "post_atomic: %s remote address (base 0x%llx + offset %llu) is not 8-byte "
+                     "aligned",
+                     op_name(a.op), static_cast<unsigned long long>(a.remote.base),
+                     static_cast<unsigned long long>(a.remote_offset));
   }
   const bool fetching = a.op != COURIER_NIC_ATOMIC_ADD_U64;
   uint64_t result_addr = 0;
@@ -271,6 +305,7 @@ int Endpoint::post_receives(Peer& peer, uint32_t count) {
   // Writes with immediate data consume a receive; it carries no buffer.
   for (uint32_t i = 0; i < count; ++i) {
     ibv_recv_wr wr{};
+    wr.wr_id = kReceiveTag;
     ibv_recv_wr* bad = nullptr;
     const int rc = ibv_post_recv(peer.qp->get(), &wr, &bad);
     if (rc != 0) {
@@ -283,7 +318,7 @@ int Endpoint::post_receives(Peer& peer, uint32_t count) {
 
 uint32_t Endpoint::translate(const ibv_wc& wc, courier_nic_completion_v1* out) {
   *out = {};
-  if (wc.opcode & IBV_WC_RECV) {
+  if (wc.wr_id & kReceiveTag) {
     auto found = peer_of_qpn_.find(wc.qp_num);
     const uint32_t peer = found == peer_of_qpn_.end() ? UINT32_MAX : found->second;
     if (wc.status == IBV_WC_WR_FLUSH_ERR) return 0;  // the connection failed; already reported
@@ -291,8 +326,16 @@ uint32_t Endpoint::translate(const ibv_wc& wc, courier_nic_completion_v1* out) {
     out->peer = peer;
     if (wc.status != IBV_WC_SUCCESS) {
       out->status = wc_status_to_errno(wc.status);
-      set_error(out->status, "incoming write from rank %u failed: %s (vendor error 0x%x)", peer,
-                describe_wc_status(wc.status).c_str(), wc.vendor_err);
+      char text[384];
+      std::snprintf(text, sizeof text,
+                    "incoming write with immediate data from rank %u failed: %s (vendor error "
+                    "0x%x)",
+                    peer, describe_wc_status(wc.status).c_str(), wc.vendor_err);
+      set_error(out->status, "%s", text);
+      if (peer != UINT32_MAX && peers_[peer].failure.empty()) {
+        peers_[peer].failure = text;
+        log_(COURIER_LOG_ERROR, std::string(text) + ": the queue pair is now in the error state");
+      }
       return 1;
     }
     if (peer != UINT32_MAX) post_receives(peers_[peer], 1);
@@ -321,16 +364,16 @@ uint32_t Endpoint::translate(const ibv_wc& wc, courier_nic_completion_v1* out) {
                   kOps[static_cast<int>(s.op)], s.peer, static_cast<unsigned long long>(s.cookie),
                   describe_wc_status(wc.status).c_str(), wc.vendor_err);
     Peer& p = peers_[s.peer];
-    if (p.failure.empty()) {
+    const bool first = p.failure.empty();
+    if (first) {
       p.failure = text;
       log_(COURIER_LOG_ERROR, std::string(text) +
                                   ": the queue pair is now in the error state; later "
                                   "operations to this rank fail");
     }
+    // A flushed request names the error that failed the connection.
     set_error(out->status, "%s",
-              wc.status == IBV_WC_WR_FLUSH_ERR
-                  ? (std::string(text) + " after: " + p.failure).c_str()
-                  : text);
+              first ? text : (std::string(text) + " after: " + p.failure).c_str());
   }
   return 1;
 }
@@ -338,8 +381,11 @@ uint32_t Endpoint::translate(const ibv_wc& wc, courier_nic_completion_v1* out) {
 int Endpoint::poll(courier_nic_completion_v1* out, uint32_t max) {
   if (!out && max > 0) return set_error(-EINVAL, "poll: NULL output array");
   if (!connected_) return 0;
-  int rc = service_handshake();  // a peer may still need our answer
-  if (rc != 0) return rc;
+  // A peer may still need our answer (verbs_endpoint_connect.cpp).
+  if (++polls_ % kHandshakeServicePeriod == 0) {
+    const int rc = service_handshake();
+    if (rc != 0) return rc;
+  }
   uint32_t produced = 0;
   ibv_wc wcs[kPollBatch];
   while (produced < max) {

@@ -19,10 +19,12 @@
 
 #include <courier/abi/nic_v1.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -51,10 +53,31 @@ struct EndpointOptions {
 
 using LogFn = std::function<void(int level, const std::string& message)>;
 
+class Endpoint;
+
+// The endpoints of one backend. An endpoint waiting in connect() also answers
+// the handshakes of its connected siblings: the core connects endpoints one
+// after the other, so a peer still finishing endpoint 0's handshake (a lost
+// datagram) needs our endpoint 0 to answer while we wait in endpoint 1's,
+// where that peer will only arrive afterwards.
+class EndpointSet {
+ public:
+  void add(Endpoint* endpoint);
+  void remove(Endpoint* endpoint);
+  // Services the handshake queue of every connected endpoint but `caller`.
+  void service_siblings(const Endpoint* caller);
+
+ private:
+  std::mutex mutex_;
+  std::vector<Endpoint*> endpoints_;
+};
+
 class Endpoint {
  public:
+  // `siblings`: the backend's endpoints, which this one joins until destroyed.
   static int open(const Device& device, const courier_host_services_v1* host,
-                  const EndpointOptions& options, LogFn log, std::unique_ptr<Endpoint>* out);
+                  const EndpointOptions& options, LogFn log, EndpointSet* siblings,
+                  std::unique_ptr<Endpoint>* out);
   ~Endpoint();
   Endpoint(const Endpoint&) = delete;
   Endpoint& operator=(const Endpoint&) = delete;
@@ -73,15 +96,20 @@ class Endpoint {
   int post_atomic(const courier_nic_atomic_v1& atomic);
   int poll(courier_nic_completion_v1* out, uint32_t max);
 
+  // Reaps the handshake queue and answers hellos (any thread; locked).
+  int service_handshake();
+  // connect() succeeded: siblings may service this endpoint's handshake.
+  bool handshake_ready() const { return handshake_ready_.load(std::memory_order_acquire); }
+
  private:
   struct Peer {
     EndpointAddress address;
     std::unique_ptr<QueuePair> qp;
     std::unique_ptr<AddressHandle> ah;  // for handshake messages
-    uint32_t remote_qpn = 0;
     uint32_t local_psn = 0;
     bool have_theirs = false;  // we know their queue pair (ours is connected)
     bool confirmed = false;    // they told us they know ours
+    bool done() const { return have_theirs && confirmed; }
     uint32_t inflight = 0;
     uint64_t inflight_bytes = 0;
     std::string failure;  // first error on this connection ("" while healthy)
@@ -97,7 +125,7 @@ class Endpoint {
   struct Hello;
 
   Endpoint(const Device& device, const courier_host_services_v1* host,
-           const EndpointOptions& options, LogFn log);
+           const EndpointOptions& options, LogFn log, EndpointSet* siblings);
   int open_handshake_queue();
   int acquire_slot(uint32_t peer, uint64_t bytes, uint64_t cookie, Op op, uint32_t* slot);
   void release_slot(uint32_t slot);
@@ -109,7 +137,8 @@ class Endpoint {
   // Handshake (verbs_endpoint_connect.cpp).
   int send_hello(uint32_t peer);
   void handle_hello(const Hello& hello);
-  int service_handshake();
+  int service_handshake_locked();
+  void send_pending_hellos();
   int connect_peer(uint32_t peer, uint32_t remote_qpn, uint32_t remote_psn);
   int connect_self(uint32_t self);
 
@@ -117,9 +146,17 @@ class Endpoint {
   const courier_host_services_v1* host_;
   const EndpointOptions options_;
   LogFn log_;
+  EndpointSet* siblings_;
+  // Guards the handshake queue and state that a sibling's connect() may
+  // service while this endpoint's proxy polls it.
+  std::mutex handshake_mutex_;
+  std::atomic<bool> handshake_ready_{false};
   EndpointAddress local_;
   uint32_t self_ = 0;
   bool connected_ = false;
+  bool connect_failed_ = false;  // connect() ran and failed: the endpoint is unusable
+  uint32_t polls_ = 0;           // poll() calls, to service the handshake now and then
+  uint32_t next_resend_ = 0;     // where the next round of hellos starts
   uint32_t recv_depth_ = 0;
 
   // Handshake resources: a UD queue pair with its own queue and buffers.

@@ -5,13 +5,15 @@
 // format in docs/wire-formats.md):
 //   offset 0 u32 magic 0x48565243 ("CRVH")  4 u32 sender's RC QPN for the receiver
 //   8 u64 sender endpoint id  16 u64 receiver endpoint id  24 u32 sender PSN  28 u32 flags
-// flags bit 0 (kHaveYours): the sender has the receiver's QPN, so its queue
-// pair towards the receiver is already in RTS.
-// A side moves its queue pair to RTR/RTS on the first hello from a peer and
-// answers hellos lacking kHaveYours; it is done with a peer once it has the
-// peer's QPN and a hello with kHaveYours. Unanswered hellos are resent
-// every 20 ms until the connect timeout (UD is unreliable), and hellos still
-// arriving after connect() returned are answered from poll().
+// flags: kHaveYours, the sender has the receiver's QPN (its queue pair
+// towards the receiver is in RTS); kDone, the sender also knows the receiver
+// has its QPN, so it needs nothing more.
+// Rules: on a peer's first hello, connect our queue pair to it; a hello with
+// kHaveYours confirms; every hello without kDone is answered with our state.
+// A side is done with a peer once it has the peer's QPN and a confirmation.
+// Until then it resends every 20 ms (UD may drop), and since an unfinished
+// peer's hellos always lack kDone, the side that finished first keeps
+// answering them, from poll() once connect() has returned.
 #include <arpa/inet.h>
 
 #include <algorithm>
@@ -30,11 +32,12 @@ namespace {
 
 constexpr uint32_t kHelloMagic = 0x48565243;
 constexpr uint32_t kHaveYours = 1u << 0;
+constexpr uint32_t kDone = 1u << 1;
 constexpr uint32_t kQkey = 0x43525651;
 constexpr uint32_t kGrhBytes = 40;      // UD receives start with the global routing header
 constexpr uint32_t kUdSlotBytes = 128;  // one hello (+ GRH) per slot
 constexpr uint32_t kUdReceives = 256;
-constexpr uint32_t kUdSends = 64;
+constexpr uint32_t kUdSends = 256;
 constexpr auto kResendPeriod = std::chrono::milliseconds(20);
 
 uint32_t random_psn() {
@@ -86,15 +89,12 @@ int Endpoint::open_handshake_queue() {
 }
 
 int Endpoint::send_hello(uint32_t peer) {
-  // Reap finished sends first so the slot about to be reused is free.
-  if (ud_sends_inflight_ >= kUdSends) {
-    int rc = service_handshake();
-    if (rc != 0) return rc;
-    if (ud_sends_inflight_ >= kUdSends) return 0;  // try again at the next resend
-  }
+  // A full send queue: skip; the next resend (or the peer's) tries again.
+  if (ud_sends_inflight_ >= kUdSends) return 0;
   Peer& p = peers_[peer];
+  const uint32_t flags = (p.have_theirs ? kHaveYours : 0u) | (p.done() ? kDone : 0u);
   Hello hello{kHelloMagic,           p.qp->qpn(), local_.endpoint_id,
-              p.address.endpoint_id, p.local_psn, p.have_theirs ? kHaveYours : 0u};
+              p.address.endpoint_id, p.local_psn, flags};
   const uint32_t slot = kUdReceives + (ud_next_send_++ % kUdSends);
   std::byte* where = ud_buffer_.data() + size_t{slot} * kUdSlotBytes;
   std::memcpy(where, &hello, sizeof hello);
@@ -120,13 +120,14 @@ int Endpoint::send_hello(uint32_t peer) {
 
 int Endpoint::connect_peer(uint32_t peer, uint32_t remote_qpn, uint32_t remote_psn) {
   Peer& p = peers_[peer];
-  const uint8_t rd_atomic = static_cast<uint8_t>(std::clamp(device_.info().max_qp_rd_atom, 1, 16));
-  int rc = p.qp->connect_rc(local_, p.address, remote_qpn, remote_psn, p.local_psn, rd_atomic,
-                            options_.tuning);
+  // Atomics in flight per queue pair: what the device allows, at most 16.
+  const auto depth = [](int limit) { return static_cast<uint8_t>(std::clamp(limit, 0, 16)); };
+  int rc = p.qp->connect_rc(local_, p.address, remote_qpn, remote_psn, p.local_psn,
+                            depth(device_.info().max_qp_rd_atom),
+                            depth(device_.info().max_qp_init_rd_atom), options_.tuning);
   if (rc != 0) {
     return set_error(rc, "connecting to rank %u: %s", peer, std::string(last_error()).c_str());
   }
-  p.remote_qpn = remote_qpn;
   p.have_theirs = true;
   return post_receives(p, recv_depth_);
 }
@@ -151,22 +152,26 @@ void Endpoint::handle_hello(const Hello& hello) {
       return;
     }
   }
-  if (hello.flags & kHaveYours) {
-    p.confirmed = true;
-  } else {
-    send_hello(peer);  // they do not have our QPN yet
-  }
+  if (hello.flags & kHaveYours) p.confirmed = true;
+  if (!(hello.flags & kDone)) send_hello(peer);  // they still need something from us
 }
 
 int Endpoint::service_handshake() {
+  std::lock_guard lock(handshake_mutex_);
+  return service_handshake_locked();
+}
+
+int Endpoint::service_handshake_locked() {
   ibv_wc wcs[16];
   for (;;) {
     const int got = ibv_poll_cq(ud_cq_->get(), 16, wcs);
     if (got < 0) return set_error(-EIO, "handshake queue: ibv_poll_cq failed");
     for (int i = 0; i < got; ++i) {
       const ibv_wc& wc = wcs[i];
-      if (!(wc.opcode & IBV_WC_RECV)) {
-        --ud_sends_inflight_;
+      // wr_id tells receives (slots below kUdReceives) from sends: opcode
+      // is undefined in error completions.
+      if (wc.wr_id >= kUdReceives) {
+        if (ud_sends_inflight_ > 0) --ud_sends_inflight_;
         continue;
       }
       if (wc.status == IBV_WC_SUCCESS && wc.byte_len >= kGrhBytes + sizeof(Hello)) {
@@ -190,6 +195,13 @@ int Endpoint::service_handshake() {
 
 int Endpoint::connect(uint32_t num_peers, const void* names, size_t stride) {
   if (connected_) return set_error(-EALREADY, "ep_connect: the endpoint is already connected");
+  if (connect_failed_) {
+    return set_error(-EINVAL,
+                     "ep_connect: an earlier connect of this endpoint failed; close it and open "
+                     "a new one");
+  }
+  // Any failure below leaves queue pairs half connected: no second attempt.
+  connect_failed_ = true;
   if (num_peers == 0 || !names || stride < kNameBytes) {
     return set_error(-EINVAL, "ep_connect: %u peers, names %p, stride %zu (a name is %zu bytes)",
                      num_peers, names, stride, kNameBytes);
@@ -268,7 +280,7 @@ int Endpoint::connect(uint32_t num_peers, const void* names, size_t stride) {
         connected_ = false;
         return set_error(-ECONNREFUSED, "ep_connect: rank %u: %s", r, p.failure.c_str());
       }
-      if (p.have_theirs && p.confirmed) continue;
+      if (p.done()) continue;
       if (++waiting <= 8) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
     }
     if (waiting == 0) break;
@@ -282,22 +294,30 @@ int Endpoint::connect(uint32_t num_peers, const void* names, size_t stride) {
                        waiting > 8 ? ", ..." : "");
     }
     if (now >= next_send) {
-      for (uint32_t r = 0; r < num_peers; ++r) {
-        if (r != self_ && !peers_[r].confirmed) {
-          rc = send_hello(r);
-          if (rc != 0) return rc;
-        }
-      }
+      send_pending_hellos();
       next_send = now + kResendPeriod;
     }
+    if (siblings_) siblings_->service_siblings(this);
     // Others share these cores: wait briefly rather than spin.
     std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
-  // A last hello each, in case a peer's confirmation from us was lost.
-  for (uint32_t r = 0; r < num_peers; ++r) {
-    if (r != self_) send_hello(r);
-  }
+  connect_failed_ = false;
+  handshake_ready_.store(true, std::memory_order_release);
   return 0;
+}
+
+void Endpoint::send_pending_hellos() {
+  std::lock_guard lock(handshake_mutex_);
+  // Start where the last round stopped, so that with a full send queue
+  // every unfinished peer gets its turn.
+  const uint32_t n = static_cast<uint32_t>(peers_.size());
+  for (uint32_t k = 0; k < n && ud_sends_inflight_ < kUdSends; ++k) {
+    const uint32_t r = (next_resend_ + k) % n;
+    if (r != self_ && !peers_[r].done()) {
+      send_hello(r);
+      next_resend_ = r + 1;
+    }
+  }
 }
 
 }  // namespace courier::verbs

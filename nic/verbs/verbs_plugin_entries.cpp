@@ -106,19 +106,20 @@ int mr_deregister(void* mr) {
   return static_cast<Endpoint*>(region->owner())->deregister_memory(region);
 }
 
+// The data path builds error texts too; guarded() costs nothing until one throws.
 int post_write(void* ep, const courier_nic_write_v1* write) {
   if (!ep || !write) return set_error(-EINVAL, "post_write: NULL endpoint or write");
-  return as_endpoint(ep)->post_write(*write);
+  return guarded("post_write", [&] { return as_endpoint(ep)->post_write(*write); });
 }
 
 int poll(void* ep, courier_nic_completion_v1* out, uint32_t max) {
   if (!ep) return set_error(-EINVAL, "poll: NULL endpoint");
-  return as_endpoint(ep)->poll(out, max);
+  return guarded("poll", [&] { return as_endpoint(ep)->poll(out, max); });
 }
 
 int post_atomic(void* ep, const courier_nic_atomic_v1* atomic) {
   if (!ep || !atomic) return set_error(-EINVAL, "post_atomic: NULL endpoint or atomic");
-  return as_endpoint(ep)->post_atomic(*atomic);
+  return guarded("post_atomic", [&] { return as_endpoint(ep)->post_atomic(*atomic); });
 }
 
 int describe(void* backend, char* buf, size_t* len) {

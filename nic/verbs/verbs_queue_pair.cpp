@@ -119,7 +119,8 @@ int QueuePair::modify(ibv_qp_attr* attr, int mask, const char* transition) {
 
 int QueuePair::connect_rc(const EndpointAddress& local, const EndpointAddress& remote,
                           uint32_t remote_qpn, uint32_t remote_psn, uint32_t local_psn,
-                          uint8_t max_rd_atomic, const QueuePairTuning& tuning) {
+                          uint8_t dest_rd_atomic, uint8_t rd_atomic,
+                          const QueuePairTuning& tuning) {
   ibv_qp_attr attr{};
   attr.qp_state = IBV_QPS_INIT;
   attr.pkey_index = 0;
@@ -136,7 +137,7 @@ int QueuePair::connect_rc(const EndpointAddress& local, const EndpointAddress& r
   attr.path_mtu = static_cast<ibv_mtu>(std::min(local.mtu, remote.mtu));
   attr.dest_qp_num = remote_qpn;
   attr.rq_psn = remote_psn;
-  attr.max_dest_rd_atomic = max_rd_atomic;
+  attr.max_dest_rd_atomic = dest_rd_atomic;
   attr.min_rnr_timer = tuning.min_rnr_timer;
   attr.ah_attr = make_ah_attr(local, remote, tuning.traffic_class, tuning.service_level);
   rc = modify(&attr,
@@ -151,7 +152,7 @@ int QueuePair::connect_rc(const EndpointAddress& local, const EndpointAddress& r
   attr.retry_cnt = tuning.retry_cnt;
   attr.rnr_retry = tuning.rnr_retry;
   attr.sq_psn = local_psn;
-  attr.max_rd_atomic = max_rd_atomic;
+  attr.max_rd_atomic = rd_atomic;
   return modify(&attr,
                 IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
                     IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC,

@@ -3,7 +3,7 @@
 //   RC: RESET -> INIT (port, access) -> RTR (peer's address, QPN, PSN)
 //       -> RTS (timeouts, retries, our PSN)
 //   UD: RESET -> INIT (port, qkey) -> RTR -> RTS (PSN); used only for the
-//       connection handshake (verbs_handshake.hpp).
+//       connection handshake (verbs_endpoint_connect.cpp).
 #pragma once
 
 #include <infiniband/verbs.h>
@@ -67,8 +67,10 @@ class QueuePair {
   uint32_t send_depth() const { return send_depth_; }
 
   // RC: RESET -> INIT -> RTR -> RTS towards `remote_qpn` of `remote`.
+  // `dest_rd_atomic`: atomics the peer may have in flight here (RTR);
+  // `rd_atomic`: atomics we may have in flight there (RTS).
   int connect_rc(const EndpointAddress& local, const EndpointAddress& remote, uint32_t remote_qpn,
-                 uint32_t remote_psn, uint32_t local_psn, uint8_t max_rd_atomic,
+                 uint32_t remote_psn, uint32_t local_psn, uint8_t dest_rd_atomic, uint8_t rd_atomic,
                  const QueuePairTuning& tuning);
   // UD: RESET -> INIT -> RTR -> RTS with `qkey`.
   int activate_ud(uint8_t port, uint32_t qkey);

@@ -127,6 +127,16 @@ void Hca::push_completion(Cq& cq, const CqEntry& entry) {
     return;
   }
   cq.entries.push_back(entry);
+  if (entry.wc.status != IBV_WC_SUCCESS) {
+    // ibv_poll_cq(3): in an error completion only wr_id, status, qp_num and
+    // vendor_err are valid. Make the rest plainly wrong (a send looks like a
+    // receive and the other way round), so code that reads them fails here.
+    ibv_wc& wc = cq.entries.back().wc;
+    wc.opcode = (wc.opcode & IBV_WC_RECV) ? IBV_WC_RDMA_WRITE : IBV_WC_RECV_RDMA_WITH_IMM;
+    wc.byte_len = 0xdeadbeef;
+    wc.imm_data = 0xdeadbeef;
+    wc.wc_flags = IBV_WC_WITH_IMM;
+  }
 }
 
 void Hca::complete_send(Qp& qp, const SendWr& wr, ibv_wc_status status) {

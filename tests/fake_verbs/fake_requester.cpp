@@ -2,8 +2,14 @@
 // kWindow in flight per QP; a retryable NAK (receiver not ready, target QP
 // not ready) rewinds to the NAKed WR (go-back-N: the responder drops what
 // followed it) and retransmits after a delay.
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <functional>
+#include <random>
+#include <thread>
 
 #include "fake_protocol.hpp"
 
@@ -81,8 +87,30 @@ bool is_atomic(ibv_wr_opcode opcode) {
   return opcode == IBV_WR_ATOMIC_CMP_AND_SWP || opcode == IBV_WR_ATOMIC_FETCH_AND_ADD;
 }
 
+// FAKE_VERBS_UD_LOSS=P (0 to 1): the share of UD datagrams the fabric loses,
+// so tests can prove that protocols over UD survive loss. Read once.
+double datagram_loss() {
+  static const double loss = [] {
+    const char* value = std::getenv("FAKE_VERBS_UD_LOSS");
+    const double p = value ? std::strtod(value, nullptr) : 0.0;
+    return p > 0.0 && p <= 1.0 ? p : 0.0;
+  }();
+  return loss;
+}
+
+bool lose_datagram() {
+  const double loss = datagram_loss();
+  if (loss == 0.0) return false;
+  // One generator per engine thread; seeded per process and thread.
+  thread_local std::minstd_rand random(
+      static_cast<uint32_t>(::getpid()) * 2654435761u ^
+      static_cast<uint32_t>(std::hash<std::thread::id>{}(std::this_thread::get_id())));
+  return std::uniform_real_distribution<double>(0.0, 1.0)(random) < loss;
+}
+
 // UD sends complete once they are on the wire; an unreachable or busy
-// destination silently loses the datagram, as UD does.
+// destination silently loses the datagram, as UD does (and FAKE_VERBS_UD_LOSS
+// makes the fabric lose some on purpose).
 void pump_datagrams(Hca& hca, Qp& qp, Links& links) {
   while (qp.state == IBV_QPS_RTS && !qp.send_queue.empty()) {
     SendWr& wr = qp.send_queue.front();
@@ -96,7 +124,7 @@ void pump_datagrams(Hca& hca, Qp& qp, Links& links) {
       bool refused = false;
       Connection* connection =
           destination.hca_number ? links.connection_to(*destination.hca_number, refused) : nullptr;
-      if (connection) {
+      if (connection && !lose_datagram()) {
         FrameHeader header = request_header(hca, qp, wr, destination);
         header.datagram = 1;
         header.target_qpn = wr.ud_remote_qpn;

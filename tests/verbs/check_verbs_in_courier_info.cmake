@@ -59,7 +59,8 @@ expect("${block}" "\n +device +mlx5_0\n" "nic-cx7 opened mlx5_0")
 expect("${block}" "\n    device report:\n      mlx5_0: vendor 0x02c9 part 4129 fw [^\n]*, atomics HCA[^\n]*, ODP no[^\n]*max_qp 131072"
        "the ConnectX report: vendor, part, firmware, atomics, ODP, queue pairs")
 expect("${block}" "\n        port 1: [^\n]*Ethernet \\(RoCE\\)[^\n]*\\(selected\\)\n" "the port and its link layer")
-expect("${block}" "\n          gid\\[1\\] [^\n]* RoCE v2 \\(selected\\)\n" "the first RoCE v2 GID is selected")
+expect("${block}" "\n          gid\\[3\\] ::ffff:[^\n]* RoCE v2 \\(selected\\)\n"
+       "the IPv4-mapped RoCE v2 GID is selected")
 backend_block("${text}" bnxt block)
 expect("${block}" "\n +init +ok\n" "nic-bnxt initializes on the fake Broadcom NIC")
 expect("${block}" "\n      bnxt_re0: vendor 0x14e4 [^\n]*ODP yes" "the Broadcom report shows ODP")

@@ -160,7 +160,7 @@ TEST_CASE("devices: none, the wrong family, a named device, knobs") {
   }
 }
 
-TEST_CASE("GID selection: the first RoCE v2 GID by default, the knob's otherwise") {
+TEST_CASE("GID selection: a routable RoCE v2 GID by default, the knob's otherwise") {
   PortInfo roce;
   roce.number = 1;
   roce.link_layer = IBV_LINK_LAYER_ETHERNET;
@@ -191,6 +191,34 @@ TEST_CASE("GID selection: the first RoCE v2 GID by default, the knob's otherwise
   REQUIRE(select_gid(roce, "auto", &index, &gid, &warning) == 0);
   CHECK(index == 0);
   CHECK(warning.find("no RoCE v2 GID") != std::string::npos);
+
+  // Real RoCE tables: link-local fe80:: and IPv4-mapped ::ffff:a.b.c.d, each
+  // as v1 and v2. The IPv4-mapped v2 one routes; the link-local one does not.
+  PortInfo table;
+  table.number = 1;
+  table.link_layer = IBV_LINK_LAYER_ETHERNET;
+  for (uint32_t i = 0; i < 4; ++i) {
+    GidEntry entry;
+    entry.index = i;
+    if (i < 2) {
+      entry.gid.raw[0] = 0xfe;
+      entry.gid.raw[1] = 0x80;
+    } else {
+      entry.gid.raw[10] = entry.gid.raw[11] = 0xff;
+      entry.gid.raw[12] = 10;
+    }
+    entry.gid.raw[15] = 7;
+    entry.type = i % 2 ? GidType::roce_v2 : GidType::roce_v1;
+    table.gids.push_back(entry);
+  }
+  warning.clear();
+  REQUIRE(select_gid(table, nullptr, &index, &gid, &warning) == 0);
+  CHECK(index == 3);
+  CHECK(warning.empty());
+  table.gids.resize(2);  // no IP address yet: only the link-local pair
+  REQUIRE(select_gid(table, nullptr, &index, &gid, &warning) == 0);
+  CHECK(index == 1);
+  CHECK(warning.find("link-local") != std::string::npos);
 
   PortInfo ib;
   ib.number = 1;
@@ -304,6 +332,22 @@ TEST_CASE("GPU memory: dmabuf when the core exports one, peer memory otherwise")
   close(host.dmabuf_fd);
 }
 
+TEST_CASE("connect: a peer that never answers fails naming it; no second attempt") {
+  FakeDevices devices("cx7");
+  Host host;
+  host.env["COURIER_IB_CONNECT_TIMEOUT_S"] = "1";
+  std::unique_ptr<Backend> backend = open_backend(kConnectX, host);
+  std::unique_ptr<Endpoint> a = open_endpoint(*backend);
+  std::unique_ptr<Endpoint> silent = open_endpoint(*backend);  // never connects
+  std::vector<std::byte> names = name_of(*a);
+  const std::vector<std::byte> second = name_of(*silent);
+  names.insert(names.end(), second.begin(), second.end());
+  CHECK(a->connect(2, names.data(), kNameBytes) == -ETIMEDOUT);
+  CHECK(last_error().find("from 1 rank(s): 1") != std::string::npos);
+  CHECK(a->connect(2, names.data(), kNameBytes) == -EINVAL);
+  CHECK(last_error().find("an earlier connect of this endpoint failed") != std::string::npos);
+}
+
 TEST_CASE("data path: two endpoints connect, write, write with immediate, atomics, errors") {
   FakeDevices devices("cx7");
   Host host;
@@ -326,6 +370,7 @@ TEST_CASE("data path: two endpoints connect, write, write with immediate, atomic
   INFO(error_a << " / " << error_b);
   REQUIRE(rc_a == 0);
   REQUIRE(rc_b == 0);
+  CHECK(a->connect(2, names.data(), kNameBytes) == -EALREADY);
 
   std::vector<uint64_t> memory_a(512, 0), memory_b(512, 0);
   std::unique_ptr<MemoryRegion> mr_a, mr_b;
@@ -382,6 +427,10 @@ TEST_CASE("data path: two endpoints connect, write, write with immediate, atomic
   CHECK(memory_b[300] == 7);
   at.remote_offset = 3;
   CHECK(a->post_atomic(at) == -EINVAL);  // misaligned: refused before posting
+  at.remote_offset = 296 * 8;
+  at.remote.base += 4;  // a window starting off alignment: the address counts
+  CHECK(a->post_atomic(at) == -EINVAL);
+  at.remote = key_b;
 
   // Loopback: b writes to itself.
   courier_nic_write_v1 self{};
