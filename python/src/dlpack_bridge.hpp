@@ -1,0 +1,85 @@
+// Tensors across the Python boundary as DLPack, without copies.
+//
+// In: any object with __dlpack__ (numpy >= 1.22, torch, cupy, ...) is read
+// through its capsule; ImportedTensor keeps the producer's tensor alive for
+// the duration of one call. A DtypeView reinterprets the bits of such an
+// object as another dtype of the same width (numpy has no bfloat16 or FP8
+// of its own: courier.deep_ep passes ml_dtypes arrays as uint16/uint8 bits).
+//
+// Out: a TensorRef is a view into memory a Buffer owns, exported through
+// __dlpack__ / __dlpack_device__; every consumer array holds a reference to
+// it, and it holds one to its owner, so the memory outlives the arrays.
+#pragma once
+
+#include <dlpack/dlpack.h>
+#include <nanobind/nanobind.h>
+
+#include <atomic>
+#include <memory>
+#include <string>
+
+#include "courier/ep.hpp"
+
+namespace courier::python {
+
+// "bfloat16", "float32", "float8_e4m3fn", "int64", "int32", "uint8", "bool", ...
+std::string dtype_name(const DLDataType& dtype);
+DLDataType dtype_from_name(const std::string& name);
+
+// Another dtype of the same width for the bits of `tensor`.
+struct DtypeView {
+  nanobind::object tensor;
+  DLDataType dtype{};
+};
+
+class ImportedTensor {
+ public:
+  ImportedTensor() = default;
+  // None gives an empty ImportedTensor (get() is nullptr). Anything else
+  // must offer __dlpack__ (or be a DtypeView of such an object); `name`
+  // names the argument in errors. Needs the GIL.
+  ImportedTensor(nanobind::handle object, const char* name);
+  ImportedTensor(ImportedTensor&& other) noexcept;
+  ImportedTensor& operator=(ImportedTensor&& other) noexcept;
+  ImportedTensor(const ImportedTensor&) = delete;
+  ImportedTensor& operator=(const ImportedTensor&) = delete;
+  // Returns the tensor to its producer; needs the GIL.
+  ~ImportedTensor();
+
+  const DLTensor* get() const { return managed_ != nullptr ? &tensor_ : nullptr; }
+
+ private:
+  void release();
+  DLManagedTensor* managed_ = nullptr;
+  DLTensor tensor_{};
+};
+
+// Counts a Buffer's result views that are still alive, so that closing the
+// Buffer while arrays still point into its memory is refused.
+using LiveViews = std::shared_ptr<std::atomic<int>>;
+
+class TensorRef {
+ public:
+  TensorRef(const ep::TensorView& view, nanobind::object owner, LiveViews live);
+  TensorRef(const TensorRef&) = delete;
+  TensorRef& operator=(const TensorRef&) = delete;
+  ~TensorRef();
+
+  const DLTensor& tensor() const { return view_.tensor(); }
+  // The same memory as `dtype` (same width in bits).
+  TensorRef* reinterpret(const std::string& dtype) const;
+  // A capsule "dltensor" whose deleter drops a reference to `self`.
+  static nanobind::object export_capsule(nanobind::handle self);
+
+ private:
+  ep::TensorView view_;
+  nanobind::object owner_;
+  LiveViews live_;
+};
+
+// None when the view has no tensor (an output the call did not produce),
+// else a new TensorRef owned by Python.
+nanobind::object make_tensor_ref(const ep::TensorView& view, nanobind::handle owner,
+                                 const LiveViews& live);
+
+}  // namespace courier::python

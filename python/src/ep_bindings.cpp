@@ -1,0 +1,316 @@
+// courier._courier.EpBuffer: courier::ep::Buffer (include/courier/ep.hpp)
+// with DLPack tensors in and TensorRef views out. Calls that wait for other
+// ranks run without the GIL.
+#include <nanobind/stl/function.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "courier/context.hpp"
+#include "courier/ep.hpp"
+#include "courier/error.hpp"
+#include "python/src/bindings.hpp"
+#include "python/src/dlpack_bridge.hpp"
+
+namespace nb = nanobind;
+
+namespace courier::python {
+
+namespace {
+
+// Owns one ep::Buffer; the Python object keeps its Context alive.
+class EpBuffer {
+ public:
+  EpBuffer(nb::object context, const ep::BufferOptions& options) : context_(std::move(context)) {
+    Context& ctx = *nb::inst_ptr<Context>(context_);
+    nb::gil_scoped_release released;  // collective: waits for the other ranks
+    buffer_ = std::make_unique<ep::Buffer>(ctx, options);
+  }
+
+  ep::Buffer& get(const char* call) const {
+    if (!buffer_) throw courier::Error(std::string("EpBuffer.") + call + ": the Buffer was closed");
+    return *buffer_;
+  }
+  bool closed() const { return !buffer_; }
+  const LiveViews& live() const { return live_; }
+
+  // Collective (gives the Buffer's window back on every rank).
+  void close() {
+    if (!buffer_) return;
+    if (*live_ > 0) {
+      throw courier::Error("EpBuffer.close: " + std::to_string(live_->load()) +
+                           " result view(s) still point into the Buffer's memory; drop them "
+                           "(or copy them) first");
+    }
+    std::unique_ptr<ep::Buffer> buffer = std::move(buffer_);
+    nb::gil_scoped_release released;
+    buffer.reset();
+  }
+
+ private:
+  nb::object context_;
+  std::unique_ptr<ep::Buffer> buffer_;
+  LiveViews live_ = std::make_shared<std::atomic<int>>(0);
+};
+
+struct DispatchOutput {
+  nb::object recv_x, recv_x_scales, recv_topk_idx, recv_topk_weights;
+  std::vector<int32_t> num_recv_tokens_per_expert;
+  ep::DispatchHandle handle;
+};
+
+struct LowLatencyOutput {
+  nb::object packed_recv_x, packed_recv_x_scales, packed_recv_count, packed_recv_src_info,
+      packed_recv_layout_range;
+  ep::LowLatencyHandle handle;
+  nb::object buffer;                // the EpBuffer, for recv_hook
+  std::function<void()> recv_hook;  // empty once called, or when not asked for
+
+  void receive() {
+    if (!recv_hook) {
+      throw courier::Error(
+          "recv_hook: nothing to receive (the dispatch was made without return_recv_hook, or "
+          "the hook was already called)");
+    }
+    nb::inst_ptr<EpBuffer>(buffer)->get("recv_hook");
+    std::function<void()> hook = std::move(recv_hook);
+    recv_hook = nullptr;
+    nb::gil_scoped_release released;
+    hook();
+  }
+};
+
+EpBuffer& self_of(nb::handle self) { return *nb::inst_ptr<EpBuffer>(self); }
+
+void get_dispatch_layout(nb::handle self, nb::handle topk_idx, int num_experts,
+                         nb::handle num_tokens_per_rank, nb::handle num_tokens_per_expert,
+                         nb::handle is_token_in_rank) {
+  ep::Buffer& buffer = self_of(self).get("get_dispatch_layout");
+  ImportedTensor idx(topk_idx, "get_dispatch_layout: topk_idx");
+  ImportedTensor per_rank(num_tokens_per_rank, "get_dispatch_layout: num_tokens_per_rank");
+  ImportedTensor per_expert(num_tokens_per_expert, "get_dispatch_layout: num_tokens_per_expert");
+  ImportedTensor in_rank(is_token_in_rank, "get_dispatch_layout: is_token_in_rank");
+  if (idx.get() == nullptr) throw courier::Error("get_dispatch_layout: topk_idx is missing");
+  ep::DispatchLayout out{const_cast<DLTensor*>(per_rank.get()),
+                         const_cast<DLTensor*>(per_expert.get()),
+                         const_cast<DLTensor*>(in_rank.get())};
+  nb::gil_scoped_release released;
+  buffer.get_dispatch_layout(*idx.get(), num_experts, out);
+}
+
+DispatchOutput* dispatch(nb::handle self, nb::handle x, nb::handle x_scales, nb::handle topk_idx,
+                         nb::handle topk_weights, nb::handle is_token_in_rank, int num_experts,
+                         const ep::DispatchHandle* cached_handle, int num_worst_tokens) {
+  EpBuffer& owner = self_of(self);
+  ep::Buffer& buffer = owner.get("dispatch");
+  ImportedTensor tx(x, "dispatch: x"), ts(x_scales, "dispatch: x_scales"),
+      ti(topk_idx, "dispatch: topk_idx"), tw(topk_weights, "dispatch: topk_weights"),
+      tr(is_token_in_rank, "dispatch: is_token_in_rank");
+  ep::DispatchArgs args;
+  args.x = tx.get();
+  args.x_scales = ts.get();
+  args.topk_idx = ti.get();
+  args.topk_weights = tw.get();
+  args.is_token_in_rank = tr.get();
+  args.num_experts = num_experts;
+  args.cached_handle = cached_handle;
+  args.num_worst_tokens = num_worst_tokens;
+  ep::DispatchResult result;
+  {
+    nb::gil_scoped_release released;
+    result = buffer.dispatch(args);
+  }
+  auto* out = new DispatchOutput;
+  out->recv_x = make_tensor_ref(result.recv_x, self, owner.live());
+  out->recv_x_scales = make_tensor_ref(result.recv_x_scales, self, owner.live());
+  out->recv_topk_idx = make_tensor_ref(result.recv_topk_idx, self, owner.live());
+  out->recv_topk_weights = make_tensor_ref(result.recv_topk_weights, self, owner.live());
+  out->num_recv_tokens_per_expert = std::move(result.num_recv_tokens_per_expert);
+  out->handle = std::move(result.handle);
+  return out;
+}
+
+nb::object combine(nb::handle self, nb::handle x, const ep::DispatchHandle& handle) {
+  EpBuffer& owner = self_of(self);
+  ep::Buffer& buffer = owner.get("combine");
+  ImportedTensor tx(x, "combine: x");
+  if (tx.get() == nullptr) throw courier::Error("combine: x is missing");
+  ep::CombineResult result;
+  {
+    nb::gil_scoped_release released;
+    result = buffer.combine(*tx.get(), handle);
+  }
+  return make_tensor_ref(result.combined_x, self, owner.live());
+}
+
+LowLatencyOutput* low_latency_dispatch(nb::handle self, nb::handle x, nb::handle topk_idx,
+                                       bool use_fp8, bool return_recv_hook) {
+  EpBuffer& owner = self_of(self);
+  ep::Buffer& buffer = owner.get("low_latency_dispatch");
+  ImportedTensor tx(x, "low_latency_dispatch: x"), ti(topk_idx, "low_latency_dispatch: topk_idx");
+  ep::LowLatencyDispatchArgs args;
+  args.x = tx.get();
+  args.topk_idx = ti.get();
+  args.use_fp8 = use_fp8;
+  args.return_recv_hook = return_recv_hook;
+  ep::LowLatencyDispatchResult result;
+  {
+    nb::gil_scoped_release released;
+    result = buffer.low_latency_dispatch(args);
+  }
+  auto* out = new LowLatencyOutput;
+  out->packed_recv_x = make_tensor_ref(result.packed_recv_x, self, owner.live());
+  out->packed_recv_x_scales = make_tensor_ref(result.packed_recv_x_scales, self, owner.live());
+  out->packed_recv_count = make_tensor_ref(result.packed_recv_count, self, owner.live());
+  out->packed_recv_src_info = make_tensor_ref(result.packed_recv_src_info, self, owner.live());
+  out->packed_recv_layout_range =
+      make_tensor_ref(result.packed_recv_layout_range, self, owner.live());
+  out->handle = std::move(result.handle);
+  out->buffer = nb::borrow(self);
+  out->recv_hook = std::move(result.recv_hook);
+  return out;
+}
+
+nb::object low_latency_combine(nb::handle self, nb::handle x, nb::handle topk_idx,
+                               nb::handle topk_weights, const ep::LowLatencyHandle& handle) {
+  EpBuffer& owner = self_of(self);
+  ep::Buffer& buffer = owner.get("low_latency_combine");
+  ImportedTensor tx(x, "low_latency_combine: x"), ti(topk_idx, "low_latency_combine: topk_idx"),
+      tw(topk_weights, "low_latency_combine: topk_weights");
+  if (tx.get() == nullptr || ti.get() == nullptr || tw.get() == nullptr) {
+    throw courier::Error("low_latency_combine: x, topk_idx and topk_weights are required");
+  }
+  ep::CombineResult result;
+  {
+    nb::gil_scoped_release released;
+    result = buffer.low_latency_combine(*tx.get(), *ti.get(), *tw.get(), handle);
+  }
+  return make_tensor_ref(result.combined_x, self, owner.live());
+}
+
+}  // namespace
+
+void bind_ep(nb::module_& m) {
+  nb::class_<ep::DispatchHandle>(m, "DispatchHandle",
+                                 "What combine needs to bring a high-throughput dispatch back.")
+      .def_ro("num_tokens", &ep::DispatchHandle::num_tokens, "This rank's dispatched tokens.")
+      .def_ro("recv_counts", &ep::DispatchHandle::recv_counts, "Rows received from each rank.")
+      .def_ro("hidden", &ep::DispatchHandle::hidden, "The hidden size of the rows.")
+      .def_ro("num_worst_tokens", &ep::DispatchHandle::num_worst_tokens,
+              "Rows of the padded receive tensors (0: not padded).");
+
+  nb::class_<ep::LowLatencyHandle>(m, "LowLatencyHandle",
+                                   "What low_latency_combine needs to bring a dispatch back.")
+      .def_ro("num_tokens", &ep::LowLatencyHandle::num_tokens, "This rank's dispatched tokens.")
+      .def_ro("topk", &ep::LowLatencyHandle::topk, "Experts per token.")
+      .def_ro("call", &ep::LowLatencyHandle::call, "Which low-latency dispatch (0, 1, ...).")
+      .def_ro("hidden", &ep::LowLatencyHandle::hidden, "The hidden size of the rows.");
+
+  nb::class_<DispatchOutput>(m, "DispatchOutput", "The results of EpBuffer.dispatch (views).")
+      .def_ro("recv_x", &DispatchOutput::recv_x, "[received, hidden] rows, by source rank.")
+      .def_ro("recv_x_scales", &DispatchOutput::recv_x_scales,
+              "FP8 dispatch: [received, hidden / 128] float32 scales; else None.")
+      .def_ro("recv_topk_idx", &DispatchOutput::recv_topk_idx,
+              "[received, topk] int64 local expert ids, -1 where the expert is elsewhere.")
+      .def_ro("recv_topk_weights", &DispatchOutput::recv_topk_weights,
+              "[received, topk] float32 weights.")
+      .def_ro("num_recv_tokens_per_expert", &DispatchOutput::num_recv_tokens_per_expert,
+              "Rows received per local expert.")
+      .def_ro("handle", &DispatchOutput::handle, "For combine and cached dispatches.");
+
+  nb::class_<LowLatencyOutput>(m, "LowLatencyOutput",
+                               "The results of EpBuffer.low_latency_dispatch (views).")
+      .def_ro("packed_recv_x", &LowLatencyOutput::packed_recv_x,
+              "[local experts, ranks * max_tokens, hidden] rows per expert.")
+      .def_ro("packed_recv_x_scales", &LowLatencyOutput::packed_recv_x_scales,
+              "use_fp8: [local experts, ranks * max_tokens, hidden / 128] float32; else None.")
+      .def_ro("packed_recv_count", &LowLatencyOutput::packed_recv_count,
+              "[local experts] int32 rows per expert.")
+      .def_ro("packed_recv_src_info", &LowLatencyOutput::packed_recv_src_info,
+              "[local experts, ranks * max_tokens] int32 source token of each row.")
+      .def_ro("packed_recv_layout_range", &LowLatencyOutput::packed_recv_layout_range,
+              "[local experts, ranks] int64: (begin << 32) | count per source rank.")
+      .def_ro("handle", &LowLatencyOutput::handle, "For low_latency_combine.")
+      .def_prop_ro(
+          "has_recv_hook", [](const LowLatencyOutput& o) { return static_cast<bool>(o.recv_hook); },
+          "Whether recv_hook() still has to be called before reading the outputs.")
+      .def("recv_hook", &LowLatencyOutput::receive,
+           "Wait for the rows (return_recv_hook) and fill the outputs. Call once.");
+
+  nb::class_<EpBuffer>(m, "EpBuffer",
+                       "courier::ep::Buffer: expert-parallel dispatch and combine. Creating and "
+                       "closing it are collective.")
+      .def(
+          "__init__",
+          [](EpBuffer* self, nb::object context, size_t num_nvl_bytes, size_t num_rdma_bytes,
+             bool low_latency_mode, uint32_t max_tokens_per_rank, uint32_t hidden,
+             uint32_t element_bytes, uint32_t max_topk, uint32_t num_experts) {
+            if (!nb::isinstance<Context>(context)) {
+              throw courier::Error("EpBuffer: context must be a courier Context");
+            }
+            ep::BufferOptions options;
+            options.num_nvl_bytes = num_nvl_bytes;
+            options.num_rdma_bytes = num_rdma_bytes;
+            options.low_latency_mode = low_latency_mode;
+            options.max_tokens_per_rank = max_tokens_per_rank;
+            options.hidden = hidden;
+            options.element_bytes = element_bytes;
+            options.max_topk = max_topk;
+            options.num_experts = num_experts;
+            new (self) EpBuffer(std::move(context), options);
+          },
+          nb::arg("context"), nb::kw_only(), nb::arg("num_nvl_bytes") = 0,
+          nb::arg("num_rdma_bytes") = 0, nb::arg("low_latency_mode") = false,
+          nb::arg("max_tokens_per_rank") = 0, nb::arg("hidden") = 0, nb::arg("element_bytes") = 2,
+          nb::arg("max_topk") = 8, nb::arg("num_experts") = 0,
+          "Collective. Sized for max_tokens_per_rank tokens of `hidden` elements of "
+          "element_bytes (2: bfloat16, 4: float32) with up to max_topk experts each; "
+          "low_latency_mode also needs num_experts. Zero tokens: layouts only.")
+      .def("close", &EpBuffer::close,
+           "Collective: give the Buffer's memory back now (refused while result views live).")
+      .def_prop_ro("closed", &EpBuffer::closed, "Whether close() was called.")
+      .def_prop_ro(
+          "num_ranks", [](const EpBuffer& b) { return b.get("num_ranks").num_ranks(); },
+          "The number of ranks.")
+      .def_prop_ro(
+          "rank", [](const EpBuffer& b) { return b.get("rank").rank(); }, "This rank.")
+      .def_prop_ro(
+          "transport",
+          [](const EpBuffer& b) { return std::string(b.get("transport").transport()); },
+          "'direct' (GPU stores between GPUs of one host) or 'proxy' (the NIC backend).")
+      .def_prop_ro(
+          "device",
+          [](const EpBuffer& b) {
+            const DLDevice d = b.get("device").device();
+            return std::make_tuple(static_cast<int>(d.device_type), static_cast<int>(d.device_id));
+          },
+          "Where tensors must live, as (DLPack device type, device id): (1, 0) is the CPU.")
+      .def("get_dispatch_layout", &get_dispatch_layout, nb::arg("topk_idx"), nb::arg("num_experts"),
+           nb::arg("num_tokens_per_rank"), nb::arg("num_tokens_per_expert"),
+           nb::arg("is_token_in_rank"),
+           "Fill the caller's num_tokens_per_rank [ranks] int32, num_tokens_per_expert "
+           "[experts] int32 and is_token_in_rank [tokens, ranks] bool from topk_idx.")
+      .def("dispatch", &dispatch, nb::arg("x"), nb::arg("x_scales") = nb::none(),
+           nb::arg("topk_idx") = nb::none(), nb::arg("topk_weights") = nb::none(),
+           nb::arg("is_token_in_rank") = nb::none(), nb::arg("num_experts") = 0,
+           nb::arg("cached_handle") = nb::none(), nb::arg("num_worst_tokens") = 0,
+           nb::rv_policy::take_ownership,
+           "Collective high-throughput dispatch; the result's tensors are views valid until "
+           "the next dispatch.")
+      .def("combine", &combine, nb::arg("x"), nb::arg("handle"),
+           "Collective high-throughput combine: per token, the sum of the rows sent back.")
+      .def("low_latency_dispatch", &low_latency_dispatch, nb::arg("x"), nb::arg("topk_idx"),
+           nb::arg("use_fp8") = false, nb::arg("return_recv_hook") = false,
+           nb::rv_policy::take_ownership, "Collective low-latency dispatch into per-expert rows.")
+      .def("low_latency_combine", &low_latency_combine, nb::arg("x"), nb::arg("topk_idx"),
+           nb::arg("topk_weights"), nb::arg("handle"),
+           "Collective low-latency combine: per token, sum over k of weight * row.");
+}
+
+}  // namespace courier::python
