@@ -1,0 +1,893 @@
+"""courier.deep_ep: DeepEP's public ``Buffer`` API on Courier.
+
+Code written against DeepEP runs unchanged apart from the import::
+
+    from courier import deep_ep        # instead of: import deep_ep
+    buffer = deep_ep.Buffer(group, num_nvl_bytes, num_rdma_bytes)
+
+Tensors are torch tensors (CPU or CUDA) or, on the host backend, numpy
+arrays; results come back as the same kind as the input. bfloat16 and FP8
+numpy arrays use the ``ml_dtypes`` types. What differs from DeepEP, argument
+by argument, is in docs/python.md: arguments that only tune performance or
+scheduling are accepted; arguments whose meaning Courier cannot honour raise
+``ValueError`` naming the argument; failures of the C++ side raise
+``courier.Error`` with its message.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+import sys
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from . import _courier
+from ._courier import Error
+
+__all__ = [
+    "Buffer",
+    "Config",
+    "EventOverlap",
+    "Error",
+]
+
+#: A numpy array or a torch tensor.
+Tensor = Any
+
+_FP8_BLOCK = 128  # channels per FP8 scale
+
+
+# ----------------------------------------------------------------------------
+# Tensors: numpy or torch in, the same kind out.
+
+
+def _torch_module() -> Any:
+    """torch if the program imported it (a torch tensor can only come from
+    there), else None: torch stays optional."""
+    return sys.modules.get("torch")
+
+
+def _is_torch(tensor: Any) -> bool:
+    torch = _torch_module()
+    return torch is not None and isinstance(tensor, torch.Tensor)
+
+
+def _ml_dtypes() -> Any:
+    try:
+        import ml_dtypes  # type: ignore[import-not-found]
+    except ImportError:
+        return None
+    return ml_dtypes
+
+
+def _numpy_dtype_name(array: np.ndarray) -> str:
+    return array.dtype.name
+
+
+def _to_courier(tensor: Optional[Tensor], name: str) -> Any:
+    """What the C++ bridge reads: the tensor itself (it has __dlpack__), or a
+    DtypeView of its bits where the framework cannot export the dtype."""
+    if tensor is None:
+        return None
+    if _is_torch(tensor):
+        torch = _torch_module()
+        if tensor.dtype == torch.float8_e4m3fn:
+            return _courier.DtypeView(tensor.view(torch.uint8), "float8_e4m3fn")
+        return tensor
+    if isinstance(tensor, np.ndarray):
+        dtype = _numpy_dtype_name(tensor)
+        if dtype == "bfloat16":
+            return _courier.DtypeView(tensor.view(np.uint16), "bfloat16")
+        if dtype == "float8_e4m3fn":
+            return _courier.DtypeView(tensor.view(np.uint8), "float8_e4m3fn")
+        return tensor
+    raise TypeError(f"{name}: expected a numpy array or a torch tensor, got {type(tensor).__name__}")
+
+
+class _Kind:
+    """Where results go: numpy arrays, or torch tensors on the input's device."""
+
+    def __init__(self, like: Tensor, name: str) -> None:
+        if not (_is_torch(like) or isinstance(like, np.ndarray)):
+            raise TypeError(f"{name}: expected a numpy array or a torch tensor, got "
+                            f"{type(like).__name__}")
+        self.torch = _torch_module() if _is_torch(like) else None
+        self.device = like.device if self.torch is not None else None
+
+    def wait_for_producer(self) -> None:
+        """Courier's kernels run on their own stream: let the caller's stream
+        finish writing the inputs first."""
+        if self.torch is not None and self.device.type == "cuda":
+            self.torch.cuda.current_stream(self.device).synchronize()
+
+    def view(self, ref: Optional[_courier.TensorRef]) -> Optional[Tensor]:
+        """A zero-copy array over a Buffer view."""
+        if ref is None:
+            return None
+        if self.torch is not None:
+            torch = self.torch
+            if ref.dtype == "float8_e4m3fn":
+                return torch.from_dlpack(ref.reinterpret("uint8")).view(torch.float8_e4m3fn)
+            return torch.from_dlpack(ref)
+        if ref.dtype in ("bfloat16", "float8_e4m3fn"):
+            bits = np.from_dlpack(ref.reinterpret("uint16" if ref.dtype == "bfloat16" else "uint8"))
+            ml = _ml_dtypes()
+            return bits.view(getattr(ml, ref.dtype)) if ml is not None else bits
+        return np.from_dlpack(ref)
+
+    def owned(self, ref: Optional[_courier.TensorRef]) -> Optional[Tensor]:
+        """A copy the caller owns (DeepEP hands out fresh tensors; Courier's
+        views are reused by the next call)."""
+        array = self.view(ref)
+        if array is None:
+            return None
+        return array.clone() if self.torch is not None else array.copy()
+
+    def empty(self, shape: Sequence[int], dtype: str) -> Tensor:
+        if self.torch is not None:
+            torch = self.torch
+            return torch.empty(tuple(shape), dtype=getattr(torch, dtype), device=self.device)
+        return np.empty(tuple(shape), dtype=np.dtype(dtype))
+
+    def empty_like_view(self, ref: _courier.TensorRef) -> Tensor:
+        array = self.view(ref)
+        if self.torch is not None:
+            return self.torch.empty_like(array)
+        return np.empty_like(array)
+
+    def padded(self, array: Optional[Tensor], rows: int, fill: float, call: str) -> Optional[Tensor]:
+        """`array` with `rows` rows: its own, then `fill` (num_worst_tokens)."""
+        if array is None or rows == 0:
+            return array
+        have = int(array.shape[0])
+        if have > rows:
+            raise Error(f"{call}: {have} rows were received, more than num_worst_tokens {rows}")
+        shape = (rows,) + tuple(array.shape[1:])
+        if self.torch is not None:
+            out = self.torch.full(shape, fill, dtype=array.dtype, device=array.device)
+        else:
+            out = np.full(shape, fill, dtype=array.dtype)
+        out[:have] = array
+        return out
+
+    def copy_into(self, out: Tensor, ref: _courier.TensorRef) -> None:
+        source = self.view(ref)
+        if self.torch is not None:
+            out.copy_(source)
+        else:
+            np.copyto(out, source)
+
+
+def _rows(tensor: Tensor) -> int:
+    return int(tensor.shape[0])
+
+
+def _element_bytes(x: Tensor) -> int:
+    """Bytes of a Buffer row element for x: 4 for float32, 2 otherwise
+    (bfloat16; FP8 rows travel in bfloat16-sized slots)."""
+    name = str(x.dtype).replace("torch.", "")
+    return 4 if name == "float32" else 2
+
+
+def _dtype_code(x: Tensor) -> int:
+    name = str(x.dtype).replace("torch.", "")
+    return {"bfloat16": 1, "float32": 2, "float8_e4m3fn": 3}.get(name, 0)
+
+
+# ----------------------------------------------------------------------------
+# DeepEP's helper types.
+
+
+class EventOverlap:
+    """DeepEP's event wrapper. Courier's calls return once their results are
+    complete, so there is nothing to wait for: ``current_stream_wait`` and the
+    ``with`` block return at once."""
+
+    def __init__(self, event: Any = None, extra_tensors: Optional[Tuple[Any, ...]] = None) -> None:
+        """``event``: an event handle (kept, not waited on); ``extra_tensors``:
+        tensors kept alive with the event."""
+        self.event = event
+        self.extra_tensors = extra_tensors
+
+    def current_stream_wait(self) -> None:
+        """Make the current stream wait for the event: the work is done already."""
+        return None
+
+    def __enter__(self) -> "EventOverlap":
+        return self
+
+    def __exit__(self, exc_type: Any, exc_value: Any, traceback: Any) -> None:
+        return None
+
+
+class Config:
+    """DeepEP's performance configuration (SMs, chunk sizes). Courier keeps
+    the values and validates them, but its kernels size their own work:
+    a Config never changes results."""
+
+    def __init__(
+        self,
+        num_sms: int = 20,
+        num_max_nvl_chunked_send_tokens: int = 6,
+        num_max_nvl_chunked_recv_tokens: int = 256,
+        num_max_rdma_chunked_send_tokens: int = 6,
+        num_max_rdma_chunked_recv_tokens: int = 256,
+    ) -> None:
+        """The same positional arguments as DeepEP's Config."""
+        values = {
+            "num_sms": num_sms,
+            "num_max_nvl_chunked_send_tokens": num_max_nvl_chunked_send_tokens,
+            "num_max_nvl_chunked_recv_tokens": num_max_nvl_chunked_recv_tokens,
+            "num_max_rdma_chunked_send_tokens": num_max_rdma_chunked_send_tokens,
+            "num_max_rdma_chunked_recv_tokens": num_max_rdma_chunked_recv_tokens,
+        }
+        for name, value in values.items():
+            if not isinstance(value, int) or value <= 0:
+                raise ValueError(f"Config: {name} must be a positive integer, got {value!r}")
+        if num_max_nvl_chunked_send_tokens >= num_max_nvl_chunked_recv_tokens:
+            raise ValueError(
+                "Config: num_max_nvl_chunked_send_tokens "
+                f"{num_max_nvl_chunked_send_tokens} must be below "
+                f"num_max_nvl_chunked_recv_tokens {num_max_nvl_chunked_recv_tokens}")
+        self.num_sms = num_sms
+        self.num_max_nvl_chunked_send_tokens = num_max_nvl_chunked_send_tokens
+        self.num_max_nvl_chunked_recv_tokens = num_max_nvl_chunked_recv_tokens
+        self.num_max_rdma_chunked_send_tokens = num_max_rdma_chunked_send_tokens
+        self.num_max_rdma_chunked_recv_tokens = num_max_rdma_chunked_recv_tokens
+
+    def get_nvl_buffer_size_hint(self, hidden_bytes: int, num_ranks: int) -> int:
+        """Bytes for num_nvl_bytes. Informational: Courier sizes its
+        high-throughput memory from the calls themselves (docs/python.md)."""
+        return num_ranks * self.num_max_nvl_chunked_recv_tokens * (hidden_bytes + 64) * max(
+            self.num_sms // 2, 1)
+
+    def get_rdma_buffer_size_hint(self, hidden_bytes: int, num_ranks: int) -> int:
+        """Bytes for num_rdma_bytes in high-throughput mode. Informational, as
+        get_nvl_buffer_size_hint."""
+        return num_ranks * self.num_max_rdma_chunked_recv_tokens * (hidden_bytes + 64) * max(
+            self.num_sms // 2, 1)
+
+    def __repr__(self) -> str:
+        return (f"Config({self.num_sms}, {self.num_max_nvl_chunked_send_tokens}, "
+                f"{self.num_max_nvl_chunked_recv_tokens}, {self.num_max_rdma_chunked_send_tokens}, "
+                f"{self.num_max_rdma_chunked_recv_tokens})")
+
+
+class DispatchHandle:
+    """What ``combine`` and a cached ``dispatch`` need (DeepEP's handle is a
+    tuple of layout tensors; Courier's is this object: pass it back as is)."""
+
+    def __init__(self, native: _courier.DispatchHandle, buffer: _courier.EpBuffer, capacity: int,
+                 is_token_in_rank: Optional[Tensor], num_recv_tokens: int) -> None:
+        self.native = native
+        self.buffer = buffer
+        self.capacity = capacity
+        self.is_token_in_rank = is_token_in_rank
+        self.num_recv_tokens = num_recv_tokens
+
+
+class LowLatencyHandle(tuple):
+    """DeepEP's low-latency handle: the tuple ``(packed_recv_src_info,
+    packed_recv_layout_range, num_max_dispatch_tokens_per_rank, hidden,
+    num_experts)``, carrying Courier's own handle for low_latency_combine."""
+
+    native: _courier.LowLatencyHandle
+    buffer: _courier.EpBuffer
+
+    def __new__(cls, items: Tuple[Any, ...], native: _courier.LowLatencyHandle,
+                buffer: _courier.EpBuffer) -> "LowLatencyHandle":
+        handle = super().__new__(cls, items)
+        handle.native = native
+        handle.buffer = buffer
+        return handle
+
+
+# ----------------------------------------------------------------------------
+# The job: environment or a process group.
+
+
+def _group_bootstrap(group: Any) -> _courier.CallbackBootstrap:
+    """A Courier bootstrap whose collectives go through `group`: an object
+    with rank(), size(), allgather(bytes) -> bytes and barrier(), or a
+    torch.distributed process group (all-gather of a uint8 tensor on the
+    group's device)."""
+    if hasattr(group, "allgather") and hasattr(group, "barrier"):
+        return _courier.CallbackBootstrap(int(group.rank()), int(group.size()), group.allgather,
+                                          group.barrier)
+    torch = _torch_module()
+    if torch is None:
+        raise TypeError(
+            f"group: a {type(group).__name__} is neither a torch.distributed process group nor "
+            "an object with rank(), size(), allgather(bytes) and barrier()")
+    import torch.distributed as dist
+
+    size = dist.get_world_size(group)
+    rank = dist.get_rank(group)
+    backend = str(dist.get_backend(group)).lower()
+    device = (torch.device("cuda", torch.cuda.current_device())
+              if "nccl" in backend else torch.device("cpu"))
+
+    def allgather(block: bytes) -> bytes:
+        if len(block) == 0:
+            dist.barrier(group=group)
+            return b""
+        mine = torch.frombuffer(bytearray(block), dtype=torch.uint8).to(device)
+        blocks = [torch.empty_like(mine) for _ in range(size)]
+        dist.all_gather(blocks, mine, group=group)
+        return b"".join(bytes(b.cpu().numpy().tobytes()) for b in blocks)
+
+    def barrier() -> None:
+        dist.barrier(group=group)
+
+    return _courier.CallbackBootstrap(rank, size, allgather, barrier)
+
+
+def _check_accepted(call: str, **flags: Tuple[Any, Any]) -> None:
+    """Raise ValueError for an argument whose value Courier cannot honour:
+    each flag is (value, the only accepted value)."""
+    for name, (value, accepted) in flags.items():
+        if value != accepted:
+            raise ValueError(f"{call}: {name}={value!r} is not supported by Courier "
+                             f"(only {accepted!r}; see docs/python.md)")
+
+
+def _low_latency_bytes(max_tokens: int, hidden: int, num_ranks: int, num_experts: int,
+                       element_bytes: int) -> int:
+    """Bytes of Courier's low-latency window (the proxy path's layout, which
+    the direct path fits in): send, receive and combine rows, source
+    indices, per-rank records."""
+    def align(v: int) -> int:
+        return (v + 63) // 64 * 64
+
+    local_experts = max(num_experts // max(num_ranks, 1), 1)
+    slots = num_ranks * local_experts * max_tokens
+    row = hidden * element_bytes
+    record = 8 * (local_experts + 1)
+    size = align(slots * row)          # send rows
+    size = align(size + slots * 4)     # send source indices
+    size = align(size + num_ranks * record)
+    size = align(size + 2 * slots * row)  # receive rows, two parities
+    size = align(size + 2 * slots * 4)
+    size = align(size + 2 * slots * row)  # combine rows
+    return size + 4 * num_ranks * record
+
+
+# ----------------------------------------------------------------------------
+# The Buffer.
+
+
+class Buffer:
+    """DeepEP's expert-parallel Buffer on Courier: high-throughput
+    dispatch/combine, low-latency dispatch/combine, and the layout.
+
+    Attributes:
+        num_sms: SMs for high-throughput kernels (kept; Courier sizes its own).
+        rank: this rank in the group.
+        group_size: the number of ranks.
+        group: the process group given (None: the environment's job).
+        num_nvl_bytes, num_rdma_bytes: the sizes given.
+        low_latency_mode: whether low-latency calls are allowed.
+        context: the courier.Context underneath.
+    """
+
+    num_sms: int = 20
+
+    def __init__(
+        self,
+        group: Any = None,
+        num_nvl_bytes: int = 0,
+        num_rdma_bytes: int = 0,
+        low_latency_mode: bool = False,
+        num_qps_per_rank: int = 24,
+        allow_nvlink_for_low_latency_mode: bool = True,
+        allow_mnnvl: bool = False,
+        use_fabric: bool = False,
+        explicitly_destroy: bool = False,
+        enable_shrink: bool = False,
+        comm: Any = None,
+        *,
+        env: Optional[Dict[str, str]] = None,
+    ) -> None:
+        """Collective: join the group's ranks and set up the Buffer.
+
+        Arguments as DeepEP's. ``group``: a torch.distributed process group
+        (Courier's bootstrap then all-gathers through it), or None to join
+        the job the environment names (courier-run, torchrun). Courier only
+        (keyword): ``env``, COURIER_* settings that override the process
+        environment, e.g. ``{"COURIER_OFI_PROVIDER": "tcp"}``.
+        """
+        for name, value in (("num_nvl_bytes", num_nvl_bytes), ("num_rdma_bytes", num_rdma_bytes)):
+            if not isinstance(value, int) or value < 0:
+                raise ValueError(f"Buffer: {name} must be a non-negative integer, got {value!r}")
+        if not isinstance(num_qps_per_rank, int) or num_qps_per_rank <= 0:
+            raise ValueError(f"Buffer: num_qps_per_rank must be positive, got {num_qps_per_rank!r}")
+        _check_accepted("Buffer", enable_shrink=(enable_shrink, False), comm=(comm, None))
+        bootstrap = _group_bootstrap(group) if group is not None else None
+        self.context = _courier.Context(env=env, bootstrap=bootstrap)
+        self.rank: int = self.context.rank
+        self.group_size: int = self.context.world_size
+        self.group = group
+        self.num_nvl_bytes = num_nvl_bytes
+        self.num_rdma_bytes = num_rdma_bytes
+        self.low_latency_mode = low_latency_mode
+        self.num_qps_per_rank = num_qps_per_rank
+        self.allow_nvlink_for_low_latency_mode = allow_nvlink_for_low_latency_mode
+        self.allow_mnnvl = allow_mnnvl
+        self.use_fabric = use_fabric
+        self.explicitly_destroy = explicitly_destroy
+        self._layout = _courier.EpBuffer(self.context, num_nvl_bytes=num_nvl_bytes,
+                                         num_rdma_bytes=num_rdma_bytes)
+        # Courier's Buffers, made on first use: one per configuration a
+        # call brings (each fixes hidden, dtype, top-k and experts), keyed by
+        # it; high-throughput ones with their capacity in tokens per rank.
+        self._ht: Dict[Tuple[int, ...], Tuple[_courier.EpBuffer, int]] = {}
+        self._ll: Dict[Tuple[int, ...], _courier.EpBuffer] = {}
+        self._destroyed = False
+
+    # -- lifetime -------------------------------------------------------------
+
+    def destroy(self) -> None:
+        """Collective: release the Buffer now (needs explicitly_destroy=True,
+        as with DeepEP)."""
+        if not self.explicitly_destroy:
+            raise ValueError("Buffer.destroy: the Buffer was made without explicitly_destroy=True")
+        self._release()
+
+    def _release(self) -> None:
+        if self._destroyed:
+            return
+        self._destroyed = True
+        buffers = [b for b, _ in self._ht.values()] + list(self._ll.values()) + [self._layout]
+        for buffer in buffers:
+            buffer.close()
+        self._ht.clear()
+        self._ll.clear()
+        self.context.barrier()
+
+    def _alive(self, call: str) -> None:
+        if self._destroyed:
+            raise Error(f"Buffer.{call}: the Buffer was destroyed")
+
+    @property
+    def transport(self) -> str:
+        """How rows move: 'direct' (GPU stores within a host) or 'proxy'."""
+        return self._layout.transport
+
+    # -- DeepEP's static helpers -------------------------------------------------
+
+    @staticmethod
+    def set_num_sms(new_num_sms: int) -> None:
+        """Set the SMs for high-throughput kernels (even, as with DeepEP). Kept
+        for the default Configs; Courier's kernels size their own grids."""
+        if not isinstance(new_num_sms, int) or new_num_sms <= 0 or new_num_sms % 2 != 0:
+            raise ValueError(f"set_num_sms: the SM count must be even and positive, got "
+                             f"{new_num_sms!r}")
+        Buffer.num_sms = new_num_sms
+
+    @staticmethod
+    def capture() -> EventOverlap:
+        """An event on the current stream. Courier's calls complete before they
+        return, so this is an already completed EventOverlap."""
+        return EventOverlap()
+
+    @staticmethod
+    def get_low_latency_rdma_size_hint(num_max_dispatch_tokens_per_rank: int, hidden: int,
+                                       num_ranks: int, num_experts: int) -> int:
+        """The least num_rdma_bytes for low-latency calls of up to
+        num_max_dispatch_tokens_per_rank tokens of `hidden` bfloat16 values
+        over num_experts experts: the size of Courier's low-latency window."""
+        for name, value in (("num_max_dispatch_tokens_per_rank", num_max_dispatch_tokens_per_rank),
+                            ("hidden", hidden), ("num_ranks", num_ranks),
+                            ("num_experts", num_experts)):
+            if not isinstance(value, int) or value <= 0:
+                raise ValueError(f"get_low_latency_rdma_size_hint: {name} must be positive, got "
+                                 f"{value!r}")
+        return _low_latency_bytes(num_max_dispatch_tokens_per_rank, hidden, num_ranks, num_experts,
+                                  2)
+
+    @staticmethod
+    def get_dispatch_config(num_ranks: int) -> Config:
+        """A dispatch Config for num_ranks (any positive number of ranks)."""
+        if not isinstance(num_ranks, int) or num_ranks <= 0:
+            raise ValueError(f"get_dispatch_config: num_ranks must be positive, got {num_ranks!r}")
+        return Config(Buffer.num_sms, 6, 256, 6, 128)
+
+    @staticmethod
+    def get_combine_config(num_ranks: int) -> Config:
+        """A combine Config for num_ranks (any positive number of ranks)."""
+        if not isinstance(num_ranks, int) or num_ranks <= 0:
+            raise ValueError(f"get_combine_config: num_ranks must be positive, got {num_ranks!r}")
+        return Config(Buffer.num_sms, 6, 256, 6, 128)
+
+    # -- layout -------------------------------------------------------------------
+
+    def get_dispatch_layout(
+        self,
+        topk_idx: Tensor,
+        num_experts: int,
+        previous_event: Optional[EventOverlap] = None,
+        async_finish: bool = False,
+        allocate_on_comm_stream: bool = False,
+    ) -> Tuple[Tensor, Optional[Tensor], Tensor, Tensor, EventOverlap]:
+        """Where the tokens of topk_idx ``[num_tokens, num_topk]`` int64 (-1:
+        none) go. Returns (num_tokens_per_rank ``[num_ranks]`` int32, None
+        (no RDMA ranks), num_tokens_per_expert ``[num_experts]`` int32,
+        is_token_in_rank ``[num_tokens, num_ranks]`` bool, event). Local."""
+        self._alive("get_dispatch_layout")
+        kind = _Kind(topk_idx, "get_dispatch_layout: topk_idx")
+        kind.wait_for_producer()
+        per_rank = kind.empty((self.group_size,), "int32")
+        per_expert = kind.empty((int(num_experts),), "int32")
+        in_rank = kind.empty((_rows(topk_idx), self.group_size), "bool")
+        self._layout.get_dispatch_layout(_to_courier(topk_idx, "topk_idx"), int(num_experts),
+                                         per_rank, per_expert, in_rank)
+        return per_rank, None, per_expert, in_rank, EventOverlap()
+
+    # -- high-throughput ------------------------------------------------------------
+
+    def _agree(self, record: Tuple[int, ...]) -> List[Tuple[int, ...]]:
+        """Every rank's record (out of band, through the bootstrap)."""
+        fmt = f"<{len(record)}q"
+        all_bytes = self.context.allgather(struct.pack(fmt, *record))
+        size = struct.calcsize(fmt)
+        return [struct.unpack(fmt, all_bytes[r * size:(r + 1) * size])
+                for r in range(self.group_size)]
+
+    @staticmethod
+    def _ht_key_of(x: Tensor, topk: int, num_experts: int) -> Tuple[int, ...]:
+        return (int(x.shape[1]), _dtype_code(x), topk, num_experts)
+
+    def _high_throughput(self, x: Tensor, topk: int, num_experts: int) -> _courier.EpBuffer:
+        """The Buffer for this call's shape, made (collectively) when the
+        shape is new or more tokens come than it was sized for."""
+        key = self._ht_key_of(x, topk, num_experts)
+        records = self._agree((_rows(x),) + key)
+        for r, theirs in enumerate(records):
+            if theirs[1:] != key:
+                raise Error(
+                    f"dispatch: rank {r} calls with hidden {theirs[1]}, dtype code {theirs[2]}, "
+                    f"top-{theirs[3]}, {theirs[4]} experts but rank {self.rank} with hidden "
+                    f"{key[0]}, dtype code {key[1]}, top-{key[2]}, {key[3]} experts: every rank "
+                    "must use the same configuration")
+        need = max(max(t[0] for t in records), 1)
+        buffer, capacity = self._ht.get(key, (None, 0))
+        if buffer is None or capacity < need:
+            if buffer is not None:  # too small: every rank replaces it now
+                buffer.close()
+            capacity = max(16, 1 << (need - 1).bit_length())
+            buffer = _courier.EpBuffer(
+                self.context, num_nvl_bytes=self.num_nvl_bytes, num_rdma_bytes=self.num_rdma_bytes,
+                max_tokens_per_rank=capacity, hidden=key[0], element_bytes=_element_bytes(x),
+                max_topk=max(topk, 1), num_experts=num_experts)
+            self._ht[key] = (buffer, capacity)
+        return buffer
+
+    def _handle_buffer(self, handle: Any, call: str) -> _courier.EpBuffer:
+        if not isinstance(handle, DispatchHandle):
+            raise ValueError(f"{call}: handle must be the handle a dispatch of this Buffer "
+                             f"returned, got {type(handle).__name__}")
+        if handle.buffer.closed:
+            raise Error(f"{call}: the handle comes from a dispatch made before the Buffer grew "
+                        "for more tokens (or was destroyed); dispatch again first")
+        return handle.buffer
+
+    def dispatch(
+        self,
+        x: Union[Tensor, Tuple[Tensor, Tensor]],
+        handle: Optional[DispatchHandle] = None,
+        num_tokens_per_rank: Optional[Tensor] = None,
+        num_tokens_per_rdma_rank: Optional[Tensor] = None,
+        is_token_in_rank: Optional[Tensor] = None,
+        num_tokens_per_expert: Optional[Tensor] = None,
+        topk_idx: Optional[Tensor] = None,
+        topk_weights: Optional[Tensor] = None,
+        expert_alignment: int = 1,
+        num_worst_tokens: int = 0,
+        config: Optional[Config] = None,
+        previous_event: Optional[EventOverlap] = None,
+        async_finish: bool = False,
+        allocate_on_comm_stream: bool = False,
+    ) -> Tuple[Union[Tensor, Tuple[Tensor, Tensor]], Optional[Tensor], Optional[Tensor],
+               Optional[List[int]], Optional[DispatchHandle], EventOverlap]:
+        """Collective high-throughput dispatch: each token goes once to every
+        rank holding one of its experts.
+
+        ``x``: ``[num_tokens, hidden]`` bfloat16 or float32, or a tuple
+        (FP8 e4m3 ``[num_tokens, hidden]``, float32 scales
+        ``[num_tokens, hidden // 128]``). Without ``handle``: topk_idx,
+        topk_weights, is_token_in_rank and num_tokens_per_expert (from
+        get_dispatch_layout) are required. With ``handle`` (cached mode):
+        the layout of that earlier dispatch of the same tokens is reused.
+
+        Returns (recv_x (a tuple with FP8 x), recv_topk_idx,
+        recv_topk_weights, num_recv_tokens_per_expert_list, handle, event);
+        the cached mode returns (recv_x, None, None, None, None, event).
+        """
+        self._alive("dispatch")
+        if config is not None and not isinstance(config, Config):
+            raise ValueError(f"dispatch: config must be a Config, got {type(config).__name__}")
+        if not isinstance(expert_alignment, int) or expert_alignment <= 0:
+            raise ValueError(f"dispatch: expert_alignment must be positive, got "
+                             f"{expert_alignment!r}")
+        if not isinstance(num_worst_tokens, int) or num_worst_tokens < 0:
+            raise ValueError(f"dispatch: num_worst_tokens must be >= 0, got {num_worst_tokens!r}")
+        x, x_scales = x if isinstance(x, tuple) else (x, None)
+        kind = _Kind(x, "dispatch: x")
+        kind.wait_for_producer()
+        if handle is not None:
+            if topk_idx is not None or topk_weights is not None:
+                raise ValueError("dispatch: with a handle (cached mode) topk_idx and topk_weights "
+                                 "must be None")
+            buffer = self._handle_buffer(handle, "dispatch")
+            out = buffer.dispatch(_to_courier(x, "x"), _to_courier(x_scales, "x_scales"),
+                                  cached_handle=handle.native)
+            recv_x = kind.padded(kind.owned(out.recv_x), num_worst_tokens, 0, "dispatch")
+            recv_scales = kind.padded(kind.owned(out.recv_x_scales), num_worst_tokens, 0,
+                                      "dispatch")
+            del out
+            return ((recv_x, recv_scales) if x_scales is not None else recv_x, None, None, None,
+                    None, EventOverlap())
+        for name, value in (("topk_idx", topk_idx), ("topk_weights", topk_weights),
+                            ("is_token_in_rank", is_token_in_rank),
+                            ("num_tokens_per_expert", num_tokens_per_expert)):
+            if value is None:
+                raise ValueError(f"dispatch: {name} is required without a handle (from "
+                                 "get_dispatch_layout and the router)")
+        num_experts = int(num_tokens_per_expert.shape[0])
+        buffer = self._high_throughput(x, int(topk_idx.shape[1]), num_experts)
+        out = buffer.dispatch(
+            _to_courier(x, "x"), _to_courier(x_scales, "x_scales"),
+            _to_courier(topk_idx, "topk_idx"), _to_courier(topk_weights, "topk_weights"),
+            _to_courier(is_token_in_rank, "is_token_in_rank"), num_experts)
+        # num_worst_tokens pads the copies (Courier's rows stay unpadded).
+        worst = num_worst_tokens
+        recv_x = kind.padded(kind.owned(out.recv_x), worst, 0, "dispatch")
+        recv_scales = kind.padded(kind.owned(out.recv_x_scales), worst, 0, "dispatch")
+        recv_idx = kind.padded(kind.owned(out.recv_topk_idx), worst, -1, "dispatch")
+        recv_weights = kind.padded(kind.owned(out.recv_topk_weights), worst, 0, "dispatch")
+        # As DeepEP: a weight whose expert lives on another rank reads 0.
+        if kind.torch is not None:
+            recv_weights.masked_fill_(recv_idx < 0, 0.0)
+        else:
+            recv_weights[recv_idx < 0] = 0.0
+        counts = [int(math.ceil(c / expert_alignment) * expert_alignment)
+                  for c in out.num_recv_tokens_per_expert]
+        capacity = self._ht[self._ht_key_of(x, int(topk_idx.shape[1]), num_experts)][1]
+        new_handle = DispatchHandle(out.handle, buffer, capacity, is_token_in_rank,
+                                    _rows(out.recv_x))
+        del out
+        return ((recv_x, recv_scales) if x_scales is not None else recv_x, recv_idx,
+                recv_weights, counts, new_handle, EventOverlap())
+
+    def combine(
+        self,
+        x: Tensor,
+        handle: DispatchHandle,
+        topk_weights: Optional[Tensor] = None,
+        bias: Union[Tensor, Tuple[Tensor, Tensor], None] = None,
+        config: Optional[Config] = None,
+        previous_event: Optional[EventOverlap] = None,
+        async_finish: bool = False,
+        allocate_on_comm_stream: bool = False,
+    ) -> Tuple[Tensor, Optional[Tensor], EventOverlap]:
+        """Collective high-throughput combine: ``x`` ``[received, hidden]`` in
+        recv_x's order goes back; each token gets the sum of its rows
+        (weight them before, as with DeepEP). ``bias`` (one tensor or two)
+        ``[num_tokens, hidden]`` is added to the result.
+
+        Returns (combined_x, combined_topk_weights, event). With
+        ``topk_weights`` ``[received, num_topk]`` float32, combined_topk_weights
+        holds, per token, the sum of the weight rows its ranks sent back; they
+        travel out of band through the bootstrap (correct, not fast)."""
+        self._alive("combine")
+        if config is not None and not isinstance(config, Config):
+            raise ValueError(f"combine: config must be a Config, got {type(config).__name__}")
+        buffer = self._handle_buffer(handle, "combine")
+        kind = _Kind(x, "combine: x")
+        kind.wait_for_producer()
+        combined = kind.owned(buffer.combine(_to_courier(x, "x"), handle.native))
+        for b in (bias if isinstance(bias, tuple) else (bias,)):
+            if b is not None:
+                if tuple(b.shape) != tuple(combined.shape):
+                    raise ValueError(f"combine: bias has shape {tuple(b.shape)} where "
+                                     f"{tuple(combined.shape)} is required")
+                combined += b
+        combined_weights = None
+        if topk_weights is not None:
+            combined_weights = self._combine_weights(kind, topk_weights, handle)
+        return combined, combined_weights, EventOverlap()
+
+    def _combine_weights(self, kind: _Kind, topk_weights: Tensor,
+                         handle: DispatchHandle) -> Tensor:
+        """combine's topk_weights, reduced through the bootstrap: every rank
+        publishes the weight rows it received (and from whom); each sums,
+        per token, the rows of the ranks the token went to."""
+        ranks, me = self.group_size, self.rank
+        host = lambda t: t.detach().cpu().numpy() if kind.torch is not None else np.asarray(t)
+        weights = host(topk_weights)
+        counts = list(handle.native.recv_counts)
+        received = sum(counts)
+        if (weights.dtype != np.float32 or weights.ndim != 2
+                or weights.shape[0] < received):
+            raise ValueError(f"combine: topk_weights must be [{received}, num_topk] float32, got "
+                             f"{weights.dtype} {tuple(weights.shape)}")
+        topk = weights.shape[1]
+        slots = ranks * handle.capacity
+        block = np.zeros(ranks * 2 + slots * topk, np.float32)
+        block[:ranks] = np.array(counts, np.float32)
+        block[ranks:ranks + 1] = topk
+        block[ranks * 2:ranks * 2 + received * topk] = weights[:received].reshape(-1)
+        everyone = np.frombuffer(self.context.allgather(block.tobytes()), np.float32)
+        everyone = everyone.reshape(ranks, -1)
+        in_rank = host(handle.is_token_in_rank).astype(bool)
+        out = np.zeros((in_rank.shape[0], topk), np.float32)
+        for r in range(ranks):
+            theirs = everyone[r]
+            if int(theirs[ranks]) != topk:
+                raise Error(f"combine: rank {r} passes topk_weights with {int(theirs[ranks])} "
+                            f"columns, rank {me} with {topk}")
+            begin = int(theirs[:me].sum())
+            tokens = np.nonzero(in_rank[:, r])[0]
+            rows = theirs[ranks * 2:].reshape(-1, topk)[begin:begin + len(tokens)]
+            out[tokens] += rows
+        if kind.torch is not None:
+            return kind.torch.from_numpy(out).to(kind.device)
+        return out
+
+    # -- low-latency ------------------------------------------------------------------
+
+    def _low_latency(self, x: Tensor, max_tokens: int, num_experts: int, topk: int,
+                     use_fp8: bool) -> _courier.EpBuffer:
+        if not self.low_latency_mode:
+            raise ValueError("low_latency_dispatch: the Buffer was made without "
+                             "low_latency_mode=True")
+        hidden = int(x.shape[1])
+        element_bytes = _element_bytes(x)
+        need = _low_latency_bytes(max_tokens, hidden, self.group_size, num_experts, element_bytes)
+        if self.num_rdma_bytes < need:
+            raise ValueError(
+                f"low_latency_dispatch: num_rdma_bytes {self.num_rdma_bytes} is below the {need} "
+                f"bytes {max_tokens} tokens of hidden {hidden} over {num_experts} experts need "
+                "(Buffer.get_low_latency_rdma_size_hint)")
+        key = (max_tokens, hidden, num_experts, element_bytes, topk, int(use_fp8))
+        buffer = self._ll.get(key)
+        if buffer is None:
+            # Another size replaces the earlier ones (FP8 and not may coexist).
+            for old_key in [k for k in self._ll if k[:5] != key[:5]]:
+                self._ll.pop(old_key).close()
+            buffer = _courier.EpBuffer(
+                self.context, num_nvl_bytes=self.num_nvl_bytes, num_rdma_bytes=self.num_rdma_bytes,
+                low_latency_mode=True, max_tokens_per_rank=max_tokens, hidden=hidden,
+                element_bytes=element_bytes, max_topk=max(topk, 1), num_experts=num_experts)
+            self._ll[key] = buffer
+        return buffer
+
+    def clean_low_latency_buffer(self, num_max_dispatch_tokens_per_rank: int, hidden: int,
+                                 num_experts: int) -> None:
+        """DeepEP zeroes its low-latency signals here. Courier's low-latency
+        calls count epochs instead and need no cleaning: the arguments are
+        checked and nothing else happens."""
+        self._alive("clean_low_latency_buffer")
+        Buffer.get_low_latency_rdma_size_hint(num_max_dispatch_tokens_per_rank, hidden,
+                                              self.group_size, num_experts)
+
+    def low_latency_dispatch(
+        self,
+        x: Tensor,
+        topk_idx: Tensor,
+        num_max_dispatch_tokens_per_rank: int,
+        num_experts: int,
+        cumulative_local_expert_recv_stats: Optional[Tensor] = None,
+        dispatch_wait_recv_cost_stats: Optional[Tensor] = None,
+        use_fp8: bool = True,
+        round_scale: bool = False,
+        use_ue8m0: bool = False,
+        async_finish: bool = False,
+        return_recv_hook: bool = False,
+    ) -> Tuple[Union[Tensor, Tuple[Tensor, Tensor]], Tensor, LowLatencyHandle, EventOverlap,
+               Optional[Callable[[], None]]]:
+        """Collective low-latency dispatch: every (token, expert) pair travels
+        into per-expert receive rows.
+
+        ``x``: ``[num_tokens, hidden]`` bfloat16 (or float32);
+        ``topk_idx``: ``[num_tokens, num_topk]`` int64, -1 for none.
+        ``use_fp8``: send FP8 e4m3 with one float32 scale per 128 channels.
+        ``return_recv_hook``: return after sending; the hook receives.
+
+        Returns (recv_x ``[num_local_experts, num_ranks *
+        num_max_dispatch_tokens_per_rank, hidden]`` (with use_fp8 a tuple with
+        the scales ``[..., hidden // 128]``, column-major in the last two
+        dimensions as DeepEP's), recv_count ``[num_local_experts]`` int32,
+        handle, event, hook (None without return_recv_hook))."""
+        self._alive("low_latency_dispatch")
+        _check_accepted("low_latency_dispatch", round_scale=(round_scale, False),
+                        use_ue8m0=(use_ue8m0, False))
+        kind = _Kind(x, "low_latency_dispatch: x")
+        kind.wait_for_producer()
+        buffer = self._low_latency(x, int(num_max_dispatch_tokens_per_rank), int(num_experts),
+                                   int(topk_idx.shape[1]), bool(use_fp8))
+        out = buffer.low_latency_dispatch(_to_courier(x, "x"), _to_courier(topk_idx, "topk_idx"),
+                                          use_fp8=bool(use_fp8),
+                                          return_recv_hook=bool(return_recv_hook))
+        recv_x = kind.empty_like_view(out.packed_recv_x)
+        recv_scales = None
+        if use_fp8:
+            e, n, columns = out.packed_recv_x_scales.shape
+            # DeepEP's scales are column-major in the last two dimensions.
+            storage = kind.empty((e, columns, n), "float32")
+            recv_scales = storage.transpose(1, 2) if kind.torch is not None else storage.transpose(
+                0, 2, 1)
+        recv_count = kind.empty_like_view(out.packed_recv_count)
+        src_info = kind.empty_like_view(out.packed_recv_src_info)
+        layout_range = kind.empty_like_view(out.packed_recv_layout_range)
+
+        def receive() -> None:
+            if out.has_recv_hook:
+                out.recv_hook()
+            kind.copy_into(recv_x, out.packed_recv_x)
+            if recv_scales is not None:
+                kind.copy_into(recv_scales, out.packed_recv_x_scales)
+            kind.copy_into(recv_count, out.packed_recv_count)
+            kind.copy_into(src_info, out.packed_recv_src_info)
+            kind.copy_into(layout_range, out.packed_recv_layout_range)
+            stats = cumulative_local_expert_recv_stats
+            if stats is not None:
+                if kind.torch is not None:
+                    stats.add_(recv_count)
+                else:
+                    np.add(stats, recv_count, out=stats)
+
+        handle = LowLatencyHandle(
+            (src_info, layout_range, int(num_max_dispatch_tokens_per_rank), int(x.shape[1]),
+             int(num_experts)), out.handle, buffer)
+        hook: Optional[Callable[[], None]] = None
+        if return_recv_hook:
+            hook = receive
+        else:
+            receive()
+        return ((recv_x, recv_scales) if use_fp8 else recv_x, recv_count, handle, EventOverlap(),
+                hook)
+
+    def low_latency_combine(
+        self,
+        x: Tensor,
+        topk_idx: Tensor,
+        topk_weights: Tensor,
+        handle: LowLatencyHandle,
+        use_logfmt: bool = False,
+        zero_copy: bool = False,
+        async_finish: bool = False,
+        return_recv_hook: bool = False,
+        out: Optional[Tensor] = None,
+    ) -> Tuple[Tensor, EventOverlap, Optional[Callable[[], None]]]:
+        """Collective low-latency combine: ``x`` ``[num_local_experts,
+        num_ranks * num_max_dispatch_tokens_per_rank, hidden]`` bfloat16 in
+        recv_x's layout goes back; each token gets sum over k of
+        topk_weights[t, k] * (its row from expert k).
+
+        Returns (combined_x ``[num_tokens, hidden]`` (``out`` when given),
+        event, hook). With return_recv_hook the combine is complete already
+        and the hook does nothing (the results are the same)."""
+        self._alive("low_latency_combine")
+        _check_accepted("low_latency_combine", use_logfmt=(use_logfmt, False))
+        if not isinstance(handle, LowLatencyHandle):
+            raise ValueError("low_latency_combine: handle must be the one low_latency_dispatch "
+                             f"returned, got {type(handle).__name__}")
+        if handle.buffer.closed:
+            raise Error("low_latency_combine: the handle comes from a low-latency dispatch of "
+                        "another size (or the Buffer was destroyed); dispatch again first")
+        kind = _Kind(x, "low_latency_combine: x")
+        kind.wait_for_producer()
+        ref = handle.buffer.low_latency_combine(_to_courier(x, "x"), _to_courier(topk_idx, "topk_idx"),
+                                           _to_courier(topk_weights, "topk_weights"),
+                                           handle.native)
+        if out is not None:
+            kind.copy_into(out, ref)
+            combined = out
+        else:
+            combined = kind.owned(ref)
+        del ref
+        hook: Optional[Callable[[], None]] = (lambda: None) if return_recv_hook else None
+        return combined, EventOverlap(), hook
