@@ -129,6 +129,12 @@ class _Kind:
         if self.torch is not None:
             torch = self.torch
             return torch.empty(tuple(shape), dtype=getattr(torch, dtype), device=self.device)
+        if dtype in ("bfloat16", "float8_e4m3fn"):
+            ml = _ml_dtypes()
+            if ml is None:
+                raise Error(f"a {dtype} numpy array needs the ml_dtypes package (pip install "
+                            "ml_dtypes)")
+            return np.empty(tuple(shape), dtype=getattr(ml, dtype))
         return np.empty(tuple(shape), dtype=np.dtype(dtype))
 
     def empty_like_view(self, ref: _courier.TensorRef) -> Tensor:
@@ -275,12 +281,14 @@ class LowLatencyHandle(tuple):
 
     native: _courier.LowLatencyHandle
     buffer: _courier.EpBuffer
+    combine_buffer: Optional[Tensor]
 
     def __new__(cls, items: Tuple[Any, ...], native: _courier.LowLatencyHandle,
                 buffer: _courier.EpBuffer) -> "LowLatencyHandle":
         handle = super().__new__(cls, items)
         handle.native = native
         handle.buffer = buffer
+        handle.combine_buffer = None  # get_next_low_latency_combine_buffer's tensor
         return handle
 
 
@@ -850,6 +858,22 @@ class Buffer:
         return ((recv_x, recv_scales) if use_fp8 else recv_x, recv_count, handle, EventOverlap(),
                 hook)
 
+    def get_next_low_latency_combine_buffer(self, handle: LowLatencyHandle) -> Tensor:
+        """A bfloat16 tensor ``[num_local_experts, num_ranks *
+        num_max_dispatch_tokens_per_rank, hidden]`` to write expert outputs
+        into; low_latency_combine(..., zero_copy=True) with this handle then
+        sends it (instead of its x). In Courier it is an ordinary tensor of
+        the caller's, not a window of the Buffer."""
+        if not isinstance(handle, LowLatencyHandle):
+            raise ValueError("get_next_low_latency_combine_buffer: handle must be the one "
+                             f"low_latency_dispatch returned, got {type(handle).__name__}")
+        if handle.combine_buffer is None:
+            src_info, _, max_tokens, hidden, num_experts = handle
+            kind = _Kind(src_info, "handle")
+            handle.combine_buffer = kind.empty(
+                (num_experts // self.group_size, self.group_size * max_tokens, hidden), "bfloat16")
+        return handle.combine_buffer
+
     def low_latency_combine(
         self,
         x: Tensor,
@@ -878,6 +902,8 @@ class Buffer:
         if handle.buffer.closed:
             raise Error("low_latency_combine: the handle comes from a low-latency dispatch of "
                         "another size (or the Buffer was destroyed); dispatch again first")
+        if zero_copy and handle.combine_buffer is not None:
+            x = handle.combine_buffer  # where the caller wrote the rows
         kind = _Kind(x, "low_latency_combine: x")
         kind.wait_for_producer()
         ref = handle.buffer.low_latency_combine(_to_courier(x, "x"), _to_courier(topk_idx, "topk_idx"),
