@@ -1,0 +1,46 @@
+"""Shared helpers of the courier Python tests (pytest, host backend, numpy)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from typing import Dict, List
+
+import pytest
+
+import courier
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+# tests/python/gpu holds torchrun programs for the GPU host, not pytest tests.
+collect_ignore = ["gpu"]
+
+# Every test runs on CPU threads over libfabric shm, with few proxy threads
+# (2 shared cores in CI), also on a machine that has a GPU.
+HOST_ENV: Dict[str, str] = {
+    "COURIER_GPU_BACKEND": "host",
+    "COURIER_NIC_BACKEND": "ofi",
+    "COURIER_OFI_PROVIDER": "shm",
+    "COURIER_PROXY_THREADS": "1",
+    "COURIER_CHANNELS": "4",
+}
+
+
+@pytest.fixture(autouse=True)
+def host_backend(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Single-process tests use the same backends as the multi-rank ones."""
+    for name, value in HOST_ENV.items():
+        monkeypatch.setenv(name, value)
+    for name in ("COURIER_RANK", "COURIER_WORLD_SIZE", "COURIER_BOOTSTRAP", "RANK", "WORLD_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def run_ranks(ranks: int, args: List[str], timeout: int = 300) -> subprocess.CompletedProcess:
+    """Runs `python tests/python/ep_ranks.py ARGS` on `ranks` ranks through
+    courier-run (python -m courier.run) and returns the finished process."""
+    env = dict(os.environ, **HOST_ENV)
+    command = [sys.executable, "-m", "courier.run", "--timeout", str(timeout), "-n", str(ranks),
+               sys.executable, os.path.join(HERE, "ep_ranks.py")] + args
+    print("running:", " ".join(command))
+    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout + 60)

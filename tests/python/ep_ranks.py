@@ -1,0 +1,354 @@
+"""One rank of the multi-process courier.deep_ep checks, run under
+``courier-run -n N python ep_ranks.py CASE...`` by test_multiprocess.py.
+
+Every rank builds every rank's inputs from the same seeds, computes what it
+should receive with plain numpy, and compares. A case prints
+``PASS <case>: <detail>`` or raises (the rank then exits non-zero).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from typing import Callable, Dict, List, Tuple
+
+import numpy as np
+
+import courier
+from courier import deep_ep
+
+HIDDEN = 128  # a multiple of 128: FP8 scales
+TOPK = 4
+EXPERTS_PER_RANK = 4
+
+
+class FileGroup:
+    """A process group made of files in a shared directory: the
+    rank()/size()/allgather()/barrier() object courier.deep_ep.Buffer accepts
+    in place of a torch.distributed group (so the Python bootstrap path runs
+    without torch)."""
+
+    def __init__(self, directory: str, rank: int, size: int) -> None:
+        self.directory, self._rank, self._size, self.calls = directory, rank, size, 0
+
+    def rank(self) -> int:
+        return self._rank
+
+    def size(self) -> int:
+        return self._size
+
+    def allgather(self, block: bytes) -> bytes:
+        self.calls += 1
+        name = os.path.join(self.directory, f"c{self.calls}-r{self._rank}")
+        with open(name + ".tmp", "wb") as f:
+            f.write(block)
+        os.rename(name + ".tmp", name)
+        blocks = []
+        for r in range(self._size):
+            path = os.path.join(self.directory, f"c{self.calls}-r{r}")
+            deadline = time.monotonic() + 60
+            while not os.path.exists(path):
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"FileGroup: rank {r} never wrote {path}")
+                time.sleep(0.002)
+            with open(path, "rb") as f:
+                blocks.append(f.read())
+        return b"".join(blocks)
+
+    def barrier(self) -> None:
+        self.allgather(b"")
+
+
+def inputs(rank: int, call: int, ranks: int) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Rank `rank`'s x [T, HIDDEN] float32 (small integers: exact in
+    bfloat16), topk_idx [T, TOPK] int64 (distinct experts, about one in
+    eight -1) and topk_weights [T, TOPK] float32 for call `call`."""
+    rng = np.random.default_rng(1000 * rank + call)
+    experts = EXPERTS_PER_RANK * ranks
+    tokens = 10 + 3 * rank + call
+    idx = np.stack([rng.choice(experts, TOPK, replace=False) for _ in range(tokens)])
+    idx = idx.astype(np.int64)
+    idx[rng.random((tokens, TOPK)) < 0.125] = -1
+    weights = (rng.integers(1, 5, (tokens, TOPK)) * 0.25).astype(np.float32)
+    t = np.arange(tokens)[:, None]
+    h = np.arange(HIDDEN)[None, :]
+    x = ((rank * 37 + t * 11 + h * 3 + call) % 101 - 50).astype(np.float32)
+    return x, idx, weights
+
+
+def expected_receive(me: int, ranks: int, call: int) -> Dict[str, np.ndarray]:
+    """What rank `me` receives in a high-throughput dispatch: each rank's
+    tokens with an expert here, in rank then token order."""
+    per = EXPERTS_PER_RANK
+    rows, idx_rows, w_rows, local_sums = [], [], [], []
+    counts = np.zeros(per, np.int64)
+    for s in range(ranks):
+        x, idx, w = inputs(s, call, ranks)
+        local = (idx >= 0) & (idx // per == me)
+        for t in np.nonzero(local.any(axis=1))[0]:
+            rows.append(x[t])
+            idx_rows.append(np.where(local[t], idx[t] - me * per, -1))
+            w_rows.append(np.where(local[t], w[t], 0.0))
+            local_sums.append(w[t][local[t]].sum())
+            for e in idx[t][local[t]]:
+                counts[e - me * per] += 1
+    return {
+        "x": np.array(rows, np.float32).reshape(-1, HIDDEN),
+        "idx": np.array(idx_rows, np.int64).reshape(-1, TOPK),
+        "weights": np.array(w_rows, np.float32).reshape(-1, TOPK),
+        "local_sums": np.array(local_sums, np.float32),
+        "counts": counts,
+    }
+
+
+def layout_reference(idx: np.ndarray, ranks: int) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+    per = EXPERTS_PER_RANK
+    in_rank = np.zeros((idx.shape[0], ranks), bool)
+    per_expert = np.zeros(per * ranks, np.int32)
+    for t, row in enumerate(idx):
+        for e in row[row >= 0]:
+            per_expert[e] += 1
+            in_rank[t, e // per] = True
+    return in_rank.sum(axis=0).astype(np.int32), per_expert, in_rank
+
+
+def check(ok: bool, what: str) -> None:
+    if not ok:
+        raise AssertionError(what)
+
+
+def make_buffer(**kwargs) -> deep_ep.Buffer:
+    return deep_ep.Buffer(None, **kwargs)
+
+
+def case_layout(buffer: deep_ep.Buffer) -> str:
+    ranks = buffer.group_size
+    _, idx, _ = inputs(buffer.rank, 0, ranks)
+    per_rank, per_rdma, per_expert, in_rank, event = buffer.get_dispatch_layout(
+        idx, EXPERTS_PER_RANK * ranks)
+    want_rank, want_expert, want_in = layout_reference(idx, ranks)
+    check(per_rdma is None, "num_tokens_per_rdma_rank is not None")
+    check(isinstance(event, deep_ep.EventOverlap), "no EventOverlap")
+    check(per_rank.dtype == np.int32 and np.array_equal(per_rank, want_rank),
+          f"num_tokens_per_rank {per_rank} != {want_rank}")
+    check(np.array_equal(per_expert, want_expert), "num_tokens_per_expert differs")
+    check(in_rank.dtype == np.bool_ and np.array_equal(in_rank, want_in),
+          "is_token_in_rank differs")
+    return f"{idx.shape[0]} tokens, {int(want_rank.sum())} token-rank pairs exact"
+
+
+def dispatch_combine(buffer: deep_ep.Buffer, call: int, to_dtype: Callable, rtol: float) -> int:
+    me, ranks = buffer.rank, buffer.group_size
+    x, idx, w = inputs(me, call, ranks)
+    per_rank, _, per_expert, in_rank, _ = buffer.get_dispatch_layout(idx, EXPERTS_PER_RANK * ranks)
+    recv_x, recv_idx, recv_w, counts, handle, _ = buffer.dispatch(
+        to_dtype(x), num_tokens_per_rank=per_rank, is_token_in_rank=in_rank,
+        num_tokens_per_expert=per_expert, topk_idx=idx, topk_weights=w, expert_alignment=4)
+    want = expected_receive(me, ranks, call)
+    check(recv_x.dtype == to_dtype(x).dtype, f"recv_x dtype {recv_x.dtype}")
+    check(np.array_equal(recv_x.astype(np.float32), want["x"]), f"call {call}: recv_x differs")
+    check(np.array_equal(recv_idx, want["idx"]), f"call {call}: recv_topk_idx differs")
+    check(np.array_equal(recv_w, want["weights"]), f"call {call}: recv_topk_weights differs")
+    aligned = [int(-(-c // 4) * 4) for c in want["counts"]]
+    check(counts == aligned, f"call {call}: num_recv_tokens_per_expert {counts} != {aligned}")
+
+    # Cached handle, padded to a fixed row count: the same rows, zeros after.
+    worst = ranks * 32
+    again, none_idx, none_w, none_counts, none_handle, _ = buffer.dispatch(
+        to_dtype(x), handle=handle, num_worst_tokens=worst)
+    check(none_idx is None and none_w is None and none_counts is None and none_handle is None,
+          "cached dispatch returned more than recv_x")
+    check(again.shape == (worst, HIDDEN), f"padded cached recv_x has shape {again.shape}")
+    rows = want["x"].shape[0]
+    check(np.array_equal(again[:rows].astype(np.float32), want["x"]),
+          "cached rows differ from the uncached ones")
+    check(not np.any(again[rows:].astype(np.float32)), "padding rows are not zero")
+
+    # Experts weight their rows; combine sums them back per token.
+    y = want["x"] * want["local_sums"][:, None]
+    combined, combined_w, _ = buffer.combine(to_dtype(y), handle, topk_weights=recv_w)
+    # Each expert's weight lives on one rank; the others sent 0 for it.
+    check(np.array_equal(combined_w, np.where(idx >= 0, w, 0)), "combined_topk_weights differ")
+    total = np.where(idx >= 0, w, 0).sum(axis=1)
+    np.testing.assert_allclose(combined.astype(np.float32), x * total[:, None], rtol=rtol,
+                               atol=rtol, err_msg=f"call {call}: combined_x")
+    return rows
+
+
+def case_ht(buffer: deep_ep.Buffer) -> str:
+    rows = sum(dispatch_combine(buffer, call, lambda a: a, 1e-5) for call in range(2))
+    return f"2 float32 dispatch+combine calls, {rows} rows; cached, padded and aligned right"
+
+
+def case_ht_bf16(buffer: deep_ep.Buffer) -> str:
+    import ml_dtypes
+
+    rows = dispatch_combine(buffer, 0, lambda a: a.astype(ml_dtypes.bfloat16), 1e-2)
+    return f"bfloat16 dispatch+combine, {rows} rows"
+
+
+def case_ht_fp8(buffer: deep_ep.Buffer) -> str:
+    """FP8 rows and scales arrive bit-exact (the tuple form of x)."""
+    import ml_dtypes
+
+    me, ranks = buffer.rank, buffer.group_size
+
+    def quantize(x: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+        blocks = x.reshape(x.shape[0], -1, 128)
+        scales = np.maximum(np.abs(blocks).max(axis=2), 1e-4) / 448.0
+        codes = (blocks / scales[:, :, None]).reshape(x.shape).astype(ml_dtypes.float8_e4m3fn)
+        return codes, scales.astype(np.float32)
+
+    x, idx, w = inputs(me, 0, ranks)
+    per_rank, _, per_expert, in_rank, _ = buffer.get_dispatch_layout(idx, EXPERTS_PER_RANK * ranks)
+    (recv_x, recv_scales), _, _, _, handle, _ = buffer.dispatch(
+        quantize(x), num_tokens_per_rank=per_rank, is_token_in_rank=in_rank,
+        num_tokens_per_expert=per_expert, topk_idx=idx, topk_weights=w)
+    want = expected_receive(me, ranks, 0)
+    want_codes, want_scales = quantize(want["x"])
+    check(recv_x.dtype == ml_dtypes.float8_e4m3fn, f"recv_x dtype {recv_x.dtype}")
+    check(np.array_equal(recv_x.view(np.uint8), want_codes.view(np.uint8)), "FP8 rows differ")
+    check(np.array_equal(recv_scales, want_scales), "FP8 scales differ")
+    return f"{recv_x.shape[0]} FP8 rows and their scales bit-exact"
+
+
+def low_latency(buffer: deep_ep.Buffer, use_fp8: bool, hook: bool, call: int) -> int:
+    import ml_dtypes
+
+    me, ranks = buffer.rank, buffer.group_size
+    per, max_tokens = EXPERTS_PER_RANK, 32
+    x, idx, w = inputs(me, call, ranks)
+    stats = np.zeros(per, np.int32)
+    recv, count, handle, event, recv_hook = buffer.low_latency_dispatch(
+        x.astype(ml_dtypes.bfloat16), idx, max_tokens, per * ranks,
+        cumulative_local_expert_recv_stats=stats, use_fp8=use_fp8, return_recv_hook=hook)
+    check((recv_hook is not None) == hook, "recv_hook returned wrongly")
+    if hook:
+        recv_hook()
+    recv_x, scales = recv if use_fp8 else (recv, None)
+    check(recv_x.shape == (per, ranks * max_tokens, HIDDEN), f"recv_x shape {recv_x.shape}")
+    src_info, layout_range, n, hidden, experts = handle
+    check((n, hidden, experts) == (max_tokens, HIDDEN, per * ranks), "handle sizes differ")
+    rows = 0
+    for le in range(per):
+        row = 0
+        for s in range(ranks):
+            xs, idx_s, _ = inputs(s, call, ranks)
+            begin = row
+            for t in np.nonzero((idx_s == me * per + le).any(axis=1))[0]:
+                got = recv_x[le, row].astype(np.float32)
+                if use_fp8:
+                    got = got * np.repeat(scales[le, row], 128)
+                    np.testing.assert_allclose(got, xs[t], rtol=0.07, atol=1e-3,
+                                               err_msg=f"expert {le} row {row} (FP8)")
+                else:
+                    check(np.array_equal(got, xs[t]), f"expert {le} row {row} differs")
+                check(src_info[le, row] == t, f"expert {le} row {row} names token "
+                      f"{src_info[le, row]}, not {t}")
+                row += 1
+            check(layout_range[le, s] == ((begin << 32) | (row - begin)),
+                  f"layout range of expert {le} from rank {s}")
+        check(count[le] == row, f"expert {le} counts {count[le]} rows, expected {row}")
+        rows += row
+    check(np.array_equal(stats, count), "cumulative_local_expert_recv_stats != recv_count")
+    if use_fp8:
+        check(scales.strides[1] == 4, "scales are not column-major in the last two dimensions")
+
+    # Identity experts: send the rows back; each token gets sum_k w_k * x.
+    back = recv_x.astype(np.float32)
+    if use_fp8:
+        back = back * np.repeat(scales, 128, axis=2)
+    send = back.astype(ml_dtypes.bfloat16)
+    if hook:  # zero_copy: the rows come from the combine buffer, not from x
+        buffer.get_next_low_latency_combine_buffer(handle)[:] = send
+        send = np.zeros_like(send)
+    combined, _, combine_hook = buffer.low_latency_combine(
+        send, idx, w, handle, zero_copy=hook, return_recv_hook=hook)
+    if hook:
+        combine_hook()
+    total = np.where(idx >= 0, w, 0).sum(axis=1)
+    np.testing.assert_allclose(combined.astype(np.float32), x * total[:, None],
+                               rtol=0.08 if use_fp8 else 1e-2, atol=0.5 if use_fp8 else 1e-2,
+                               err_msg="low-latency combined_x")
+    return rows
+
+
+def case_ll(buffer: deep_ep.Buffer) -> str:
+    rows = low_latency(buffer, False, False, 0) + low_latency(buffer, False, True, 1)
+    return f"bfloat16, at once and through the hook: {rows} expert rows, weighted combine right"
+
+
+def case_ll_fp8(buffer: deep_ep.Buffer) -> str:
+    rows = low_latency(buffer, True, True, 0) + low_latency(buffer, True, False, 1)
+    return f"FP8 with hook and without: {rows} expert rows within e4m3 precision"
+
+
+def expect_error(call: Callable[[], object], needle: str) -> str:
+    try:
+        call()
+    except courier.Error as error:
+        check(needle in str(error), f"the error '{error}' lacks '{needle}'")
+        return str(error)
+    raise AssertionError(f"no courier.Error (wanted '{needle}')")
+
+
+def case_errors(buffer: deep_ep.Buffer) -> str:
+    me, ranks = buffer.rank, buffer.group_size
+    experts = EXPERTS_PER_RANK * ranks
+    x, idx, w = inputs(me, 0, ranks)
+    per_rank, _, per_expert, in_rank, _ = buffer.get_dispatch_layout(idx, experts)
+    bad = idx.copy()
+    if me == 1:
+        bad[2, 1] = experts
+    message = expect_error(
+        lambda: buffer.dispatch(x, num_tokens_per_rank=per_rank, is_token_in_rank=in_rank,
+                                num_tokens_per_expert=per_expert, topk_idx=bad, topk_weights=w),
+        f"is outside [-1, {experts})" if me == 1 else "rank 1 refused its arguments")
+    # The next call works.
+    recv_x = buffer.dispatch(x, num_tokens_per_rank=per_rank, is_token_in_rank=in_rank,
+                             num_tokens_per_expert=per_expert, topk_idx=idx, topk_weights=w)[0]
+    check(np.array_equal(recv_x, expected_receive(me, ranks, 0)["x"]), "the call after differs")
+    # Ranks that disagree on the number of experts fail together.
+    other = per_expert if me != 0 else np.zeros(experts + ranks, np.int32)
+    expect_error(
+        lambda: buffer.dispatch(x, num_tokens_per_rank=per_rank, is_token_in_rank=in_rank,
+                                num_tokens_per_expert=other, topk_idx=idx, topk_weights=w),
+        "every rank must use the same configuration")
+    return f"a bad rank fails every rank with the C++ message ({message!r}); the next call works"
+
+
+CASES: Dict[str, Callable[[deep_ep.Buffer], str]] = {
+    "layout": case_layout,
+    "ht": case_ht,
+    "ht-bf16": case_ht_bf16,
+    "ht-fp8": case_ht_fp8,
+    "ll": case_ll,
+    "ll-fp8": case_ll_fp8,
+    "errors": case_errors,
+}
+
+
+def main(argv: List[str]) -> int:
+    names = argv[1:]
+    group = None
+    if names and names[0].startswith("--file-group="):
+        rank, size = int(os.environ["COURIER_RANK"]), int(os.environ["COURIER_WORLD_SIZE"])
+        group = FileGroup(names[0].split("=", 1)[1], rank, size)
+        names = names[1:]
+    low_latency_mode = any(n.startswith("ll") for n in names)
+    ranks = int(os.environ.get("COURIER_WORLD_SIZE", "1"))
+    rdma = deep_ep.Buffer.get_low_latency_rdma_size_hint(32, HIDDEN, ranks,
+                                                         EXPERTS_PER_RANK * ranks)
+    buffer = deep_ep.Buffer(group, num_rdma_bytes=rdma, low_latency_mode=low_latency_mode)
+    if group is not None:
+        check(buffer.context.bootstrap_kind == "python", "the group was not used as bootstrap")
+        check(group.calls > 0, "the group's allgather was never called")
+    for name in names:
+        detail = CASES[name](buffer)
+        print(f"PASS {name}: {detail}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,154 @@
+"""Single-process checks of courier.deep_ep: helpers, argument validation,
+and C++ errors arriving as courier.Error with their message."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import courier
+from courier import deep_ep
+
+
+def test_config_validates_and_keeps_values() -> None:
+    config = deep_ep.Config(24, 6, 256, 6, 128)
+    assert (config.num_sms, config.num_max_nvl_chunked_recv_tokens) == (24, 256)
+    assert config.get_nvl_buffer_size_hint(7168 * 2, 8) > 0
+    assert config.get_rdma_buffer_size_hint(7168 * 2, 8) > 0
+    with pytest.raises(ValueError, match="num_sms must be a positive integer"):
+        deep_ep.Config(0)
+    with pytest.raises(ValueError, match="num_max_nvl_chunked_send_tokens 300 must be below"):
+        deep_ep.Config(20, 300, 256)
+
+
+def test_static_helpers() -> None:
+    assert isinstance(deep_ep.Buffer.get_dispatch_config(8), deep_ep.Config)
+    assert isinstance(deep_ep.Buffer.get_combine_config(3), deep_ep.Config)
+    with pytest.raises(ValueError, match="num_ranks must be positive"):
+        deep_ep.Buffer.get_dispatch_config(0)
+    saved = deep_ep.Buffer.num_sms
+    try:
+        deep_ep.Buffer.set_num_sms(24)
+        assert deep_ep.Buffer.get_dispatch_config(2).num_sms == 24
+        with pytest.raises(ValueError, match="must be even"):
+            deep_ep.Buffer.set_num_sms(23)
+    finally:
+        deep_ep.Buffer.num_sms = saved
+    small = deep_ep.Buffer.get_low_latency_rdma_size_hint(128, 7168, 8, 288)
+    large = deep_ep.Buffer.get_low_latency_rdma_size_hint(256, 7168, 8, 288)
+    assert 0 < small < large
+    with pytest.raises(ValueError, match="hidden must be positive"):
+        deep_ep.Buffer.get_low_latency_rdma_size_hint(128, 0, 8, 288)
+    event = deep_ep.Buffer.capture()
+    event.current_stream_wait()
+    with event:
+        pass
+
+
+@pytest.fixture(scope="module")
+def buffer() -> deep_ep.Buffer:
+    """A one-rank job (no launcher variables), low-latency mode allowed."""
+    mp = pytest.MonkeyPatch()
+    from conftest import HOST_ENV
+
+    for name, value in HOST_ENV.items():
+        mp.setenv(name, value)
+    rdma = deep_ep.Buffer.get_low_latency_rdma_size_hint(16, 128, 1, 4)
+    made = deep_ep.Buffer(None, num_rdma_bytes=rdma, low_latency_mode=True,
+                          explicitly_destroy=True)
+    yield made
+    made.destroy()
+    mp.undo()
+
+
+def test_single_rank_layout(buffer: deep_ep.Buffer) -> None:
+    assert (buffer.rank, buffer.group_size) == (0, 1)
+    idx = np.array([[0, 3], [-1, 2], [1, -1]], np.int64)
+    per_rank, per_rdma, per_expert, in_rank, _ = buffer.get_dispatch_layout(idx, 4)
+    assert per_rdma is None
+    assert per_rank.tolist() == [3]
+    assert per_expert.tolist() == [1, 1, 1, 1]
+    assert in_rank.tolist() == [[True], [True], [True]]
+
+
+def test_cxx_errors_arrive_with_their_message(buffer: deep_ep.Buffer) -> None:
+    idx = np.array([[0, 7]], np.int64)
+    with pytest.raises(courier.Error) as info:
+        buffer.get_dispatch_layout(idx, 4)
+    assert str(info.value) == ("get_dispatch_layout: topk_idx[0][1] = 7 is outside [-1, 4) "
+                               "(num_experts)")
+    with pytest.raises(courier.Error, match="topk_idx: dtype int32 where int64 is required"):
+        buffer.get_dispatch_layout(idx.astype(np.int32), 4)
+    with pytest.raises(TypeError, match="expected a numpy array or a torch tensor"):
+        buffer.get_dispatch_layout([[0, 1]], 4)
+
+
+def test_single_rank_dispatch_combine(buffer: deep_ep.Buffer) -> None:
+    x = np.arange(3 * 128, dtype=np.float32).reshape(3, 128)
+    idx = np.array([[0, 3], [-1, 2], [1, -1]], np.int64)
+    w = np.array([[0.5, 0.25], [1.0, 1.0], [0.75, 2.0]], np.float32)
+    per_rank, _, per_expert, in_rank, _ = buffer.get_dispatch_layout(idx, 4)
+    recv_x, recv_idx, recv_w, counts, handle, _ = buffer.dispatch(
+        x, num_tokens_per_rank=per_rank, is_token_in_rank=in_rank,
+        num_tokens_per_expert=per_expert, topk_idx=idx, topk_weights=w)
+    assert np.array_equal(recv_x, x)
+    assert np.array_equal(recv_idx, idx)
+    assert np.array_equal(recv_w, np.where(idx >= 0, w, 0))
+    assert counts == [1, 1, 1, 1]
+    # The results are the caller's: a second dispatch does not change them.
+    buffer.dispatch(x * 2, num_tokens_per_rank=per_rank, is_token_in_rank=in_rank,
+                    num_tokens_per_expert=per_expert, topk_idx=idx, topk_weights=w)
+    assert np.array_equal(recv_x, x)
+    combined, _, _ = buffer.combine(recv_x, handle, bias=np.ones_like(x))
+    assert np.allclose(combined, x + 1)
+
+
+def test_arguments_that_change_results_are_refused(buffer: deep_ep.Buffer) -> None:
+    x = np.zeros((2, 128), np.float32)
+    idx = np.zeros((2, 2), np.int64)
+    w = np.ones((2, 2), np.float32)
+    with pytest.raises(ValueError, match="topk_idx is required without a handle"):
+        buffer.dispatch(x)
+    with pytest.raises(ValueError, match="handle must be the handle a dispatch"):
+        buffer.combine(x, handle=("not", "a", "handle"))
+    with pytest.raises(ValueError, match="round_scale=True is not supported"):
+        buffer.low_latency_dispatch(x, idx, 16, 4, round_scale=True)
+    with pytest.raises(ValueError, match="use_ue8m0=True is not supported"):
+        buffer.low_latency_dispatch(x, idx, 16, 4, use_ue8m0=True)
+    with pytest.raises(ValueError, match="num_rdma_bytes .* is below"):
+        buffer.low_latency_dispatch(x, idx, 4096, 4)
+    per_rank, _, per_expert, in_rank, _ = buffer.get_dispatch_layout(idx, 4)
+    handle = buffer.dispatch(x, num_tokens_per_rank=per_rank, is_token_in_rank=in_rank,
+                             num_tokens_per_expert=per_expert, topk_idx=idx, topk_weights=w)[4]
+    with pytest.raises(ValueError, match=r"combine: topk_weights must be \[2, num_topk\] float32"):
+        buffer.combine(x, handle, topk_weights=w.astype(np.float64))
+    with pytest.raises(ValueError, match="with a handle .* topk_idx and topk_weights must be"):
+        buffer.dispatch(x, handle=handle, topk_idx=idx)
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    x16 = x.astype(ml_dtypes.bfloat16)
+    recv, _, ll_handle, _, _ = buffer.low_latency_dispatch(x16, idx, 16, 4, use_fp8=False)
+    with pytest.raises(ValueError, match="use_logfmt=True is not supported"):
+        buffer.low_latency_combine(recv, idx, w, ll_handle, use_logfmt=True)
+
+
+def test_buffer_arguments() -> None:
+    with pytest.raises(ValueError, match="num_rdma_bytes must be a non-negative integer"):
+        deep_ep.Buffer(None, num_rdma_bytes=-1)
+    with pytest.raises(ValueError, match="enable_shrink=True is not supported"):
+        deep_ep.Buffer(None, enable_shrink=True)
+    with pytest.raises(TypeError, match="neither a torch.distributed process group"):
+        deep_ep.Buffer(object())
+
+
+def test_low_latency_needs_low_latency_mode() -> None:
+    plain = deep_ep.Buffer(None)
+    x = np.zeros((2, 128), np.float32)
+    with pytest.raises(ValueError, match="without low_latency_mode=True"):
+        plain.low_latency_dispatch(x, np.zeros((2, 2), np.int64), 16, 4)
+    with pytest.raises(ValueError, match="explicitly_destroy"):
+        plain.destroy()
+
+
+def test_bad_environment_is_a_courier_error() -> None:
+    with pytest.raises(courier.Error, match="COURIER_FIFO_DEPTH"):
+        courier.Context(env={"COURIER_FIFO_DEPTH": "banana"})

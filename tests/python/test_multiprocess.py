@@ -1,0 +1,51 @@
+"""courier.deep_ep across processes: courier-run -n 2 and -n 4, host
+backend over libfabric shm, numpy tensors (tests/python/ep_ranks.py)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from conftest import run_ranks
+
+ml_dtypes = pytest.importorskip("ml_dtypes")
+
+
+def passed_cases(output: str) -> dict:
+    """{rank: [case, ...]} from the '[r] PASS case: ...' lines courier-run prints."""
+    cases: dict = {}
+    for rank, case in re.findall(r"^\[(\d+)\] PASS ([\w-]+):", output, re.MULTILINE):
+        cases.setdefault(int(rank), []).append(case)
+    return cases
+
+
+def expect_pass(ranks: int, cases: list, extra: list = ()) -> None:
+    result = run_ranks(ranks, list(extra) + cases)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output
+    got = passed_cases(result.stdout)
+    assert got == {r: cases for r in range(ranks)}, output
+
+
+@pytest.mark.parametrize("ranks", [2, 4])
+def test_layout_dispatch_combine(ranks: int) -> None:
+    expect_pass(ranks, ["layout", "ht", "ht-bf16", "ht-fp8"])
+
+
+@pytest.mark.parametrize("ranks", [2, 4])
+def test_low_latency(ranks: int) -> None:
+    expect_pass(ranks, ["ll", "ll-fp8"])
+
+
+def test_errors_reach_every_rank() -> None:
+    expect_pass(2, ["errors"])
+
+
+def test_errors_on_four_ranks() -> None:
+    expect_pass(4, ["errors"])
+
+
+def test_process_group_bootstrap(tmp_path) -> None:
+    """A group object's allgather/barrier carry Courier's bootstrap."""
+    expect_pass(2, ["layout", "ht"], extra=[f"--file-group={tmp_path}"])
