@@ -73,6 +73,7 @@ def _to_courier(tensor: Optional[Tensor], name: str) -> Any:
         return None
     if _is_torch(tensor):
         torch = _torch_module()
+        tensor = tensor.detach()  # torch exports no tensor that requires grad
         if tensor.dtype == torch.float8_e4m3fn:
             return _courier.DtypeView(tensor.view(torch.uint8), "float8_e4m3fn")
         return tensor
@@ -831,7 +832,15 @@ class Buffer:
         src_info = kind.empty_like_view(out.packed_recv_src_info)
         layout_range = kind.empty_like_view(out.packed_recv_layout_range)
 
+        # The views live until the rows are copied out, so that the Buffer
+        # can be replaced afterwards.
+        pending = [out]
+        del out
+
         def receive() -> None:
+            if not pending:
+                raise Error("low_latency_dispatch: the receive hook was already called")
+            out = pending.pop()
             if out.has_recv_hook:
                 out.recv_hook()
             kind.copy_into(recv_x, out.packed_recv_x)
@@ -849,7 +858,7 @@ class Buffer:
 
         handle = LowLatencyHandle(
             (src_info, layout_range, int(num_max_dispatch_tokens_per_rank), int(x.shape[1]),
-             int(num_experts)), out.handle, buffer)
+             int(num_experts)), pending[0].handle, buffer)
         hook: Optional[Callable[[], None]] = None
         if return_recv_hook:
             hook = receive

@@ -222,7 +222,9 @@ void bind_ep(nb::module_& m) {
               "[received, topk] float32 weights.")
       .def_ro("num_recv_tokens_per_expert", &DispatchOutput::num_recv_tokens_per_expert,
               "Rows received per local expert.")
-      .def_ro("handle", &DispatchOutput::handle, "For combine and cached dispatches.");
+      .def_prop_ro(
+          "handle", [](const DispatchOutput& o) { return o.handle; },
+          "For combine and cached dispatches (a copy: it does not keep the views alive).");
 
   nb::class_<LowLatencyOutput>(m, "LowLatencyOutput",
                                "The results of EpBuffer.low_latency_dispatch (views).")
@@ -236,7 +238,9 @@ void bind_ep(nb::module_& m) {
               "[local experts, ranks * max_tokens] int32 source token of each row.")
       .def_ro("packed_recv_layout_range", &LowLatencyOutput::packed_recv_layout_range,
               "[local experts, ranks] int64: (begin << 32) | count per source rank.")
-      .def_ro("handle", &LowLatencyOutput::handle, "For low_latency_combine.")
+      .def_prop_ro(
+          "handle", [](const LowLatencyOutput& o) { return o.handle; },
+          "For low_latency_combine (a copy: it does not keep the views alive).")
       .def_prop_ro(
           "has_recv_hook", [](const LowLatencyOutput& o) { return static_cast<bool>(o.recv_hook); },
           "Whether recv_hook() still has to be called before reading the outputs.")

@@ -152,3 +152,21 @@ def test_low_latency_needs_low_latency_mode() -> None:
 def test_bad_environment_is_a_courier_error() -> None:
     with pytest.raises(courier.Error, match="COURIER_FIFO_DEPTH"):
         courier.Context(env={"COURIER_FIFO_DEPTH": "banana"})
+
+
+def test_more_tokens_grow_the_buffer_and_old_handles_fail(buffer: deep_ep.Buffer) -> None:
+    def dispatch(tokens: int):
+        x = np.full((tokens, 128), 2.0, np.float32)
+        idx = np.tile(np.array([[0, 1]], np.int64), (tokens, 1))
+        w = np.ones((tokens, 2), np.float32)
+        per_rank, _, per_expert, in_rank, _ = buffer.get_dispatch_layout(idx, 4)
+        return buffer.dispatch(x, num_tokens_per_rank=per_rank, is_token_in_rank=in_rank,
+                               num_tokens_per_expert=per_expert, topk_idx=idx, topk_weights=w)
+
+    small = dispatch(3)
+    large = dispatch(40)  # beyond the first Buffer's 16 tokens: a larger one replaces it
+    assert large[0].shape == (40, 128) and np.all(large[0] == 2.0)
+    combined, _, _ = buffer.combine(large[0], large[4])
+    assert np.all(combined == 2.0)
+    with pytest.raises(courier.Error, match="made before the Buffer grew"):
+        buffer.combine(small[0], small[4])
