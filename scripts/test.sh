@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds with warnings as errors, checks the
-# formatting, runs every test through ctest, then the unit tests under
-# ASan+UBSan and under ThreadSanitizer.
+# formatting, runs every test through ctest, installs the Python package into
+# a venv and runs its tests, then the unit tests under ASan+UBSan and under
+# ThreadSanitizer.
 #
 #   ./scripts/test.sh            everything (what CI runs)
 #   COURIER_TEST_QUICK=1 ./scripts/test.sh   skip the sanitizer builds
@@ -17,6 +18,8 @@ cmake --preset ci
 cmake --build --preset ci -j "$jobs"
 echo "== all tests =="
 ctest --preset ci -j "$jobs"
+echo "== the Python package (pip install ., pytest) =="
+./scripts/test-python.sh
 
 if [ "${COURIER_TEST_QUICK:-0}" != 1 ]; then
   for preset in asan tsan; do
