@@ -4,7 +4,7 @@
 set -euo pipefail
 
 COURIER_PACKAGES=(
-  git cmake ninja-build g++ pkg-config python3 clang-format
+  git cmake ninja-build g++ pkg-config python3 python3-dev python3-venv clang-format
   libfmt-dev doctest-dev libdlpack-dev
   libfabric-dev libibverbs-dev libhwloc-dev
   openmpi-bin libopenmpi-dev
