@@ -1,0 +1,327 @@
+"""Low-latency dispatch and combine through `courier.deep_ep`, one process per GPU, checked
+against references computed in torch from every rank's inputs.
+
+    torchrun --nproc-per-node 2 tests/python/gpu/test_low_latency.py [--shapes small|standard|all]
+
+Per shape (standard: 128 tokens, hidden 7168, top-8 of 288 experts; small ones for quick
+runs), BF16 and FP8 dispatch, with and without return_recv_hook, BF16 combine with and
+without zero_copy:
+
+- every local expert receives exactly the (rank, token) pairs routed to it, the rows of one
+  source rank together; packed_recv_count is right; BF16 rows are bit for bit the senders',
+  FP8 rows carry scales of amax/448 per 128 channels and decode to within e4m3's rounding;
+  all copies of one token (at its several experts) decode alike;
+- a second dispatch replaces the first one's results (two calls in a row, different data);
+- combine returns, per token, sum_k weight_k * (expert k's output row) within one bfloat16
+  rounding; the stand-in expert e scales its rows by 1 + (e mod 4) / 4, so a row that comes
+  back to the wrong (token, k) shows;
+- clean_low_latency_buffer leaves the buffer usable.
+
+The row order inside one (expert, source rank) block is not checked (DeepEP gives none):
+each row says where it came from in its first three blocks of 128 channels (source rank + 1,
+token / 128 + 1, token % 128 + 1, constants that FP8 carries exactly).
+
+Only DeepEP's public API is used, through `import courier.deep_ep as deep_ep`.
+Exit status: 0 when every case passed on every rank, 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import sys
+from dataclasses import dataclass
+from typing import List, Optional, Tuple
+
+import torch
+
+import courier.deep_ep as deep_ep
+
+import common
+from common import check, expect_equal, expect_within
+
+MARKER_BLOCKS = 3  # channels [0, 384): source rank + 1, token // 128 + 1, token % 128 + 1
+MARKER_SPAN = 128
+
+
+@dataclass(frozen=True)
+class Shape:
+    num_tokens: int  # tokens this rank dispatches
+    max_tokens: int  # num_max_dispatch_tokens_per_rank
+    hidden: int
+    num_topk: int
+    num_experts: int
+
+    def __str__(self) -> str:
+        return (
+            f"tokens={self.num_tokens} max_tokens={self.max_tokens} hidden={self.hidden} "
+            f"topk={self.num_topk} experts={self.num_experts}"
+        )
+
+
+STANDARD = [Shape(128, 128, 7168, 8, 288)]
+# Small: fewer tokens than the maximum, top-1, many tokens per expert.
+SMALL = [Shape(16, 16, 512, 4, 16), Shape(5, 8, 384, 1, 4), Shape(48, 64, 1024, 8, 8)]
+
+
+def parse_args(argv: List[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--shapes", choices=["small", "standard", "all"], default="all")
+    parser.add_argument("--seed", type=int, default=0)
+    common.add_dist_args(parser)
+    return parser.parse_args(argv)
+
+
+def expert_factor(global_expert: torch.Tensor) -> torch.Tensor:
+    """The stand-in expert's output scale: 1, 1.25, 1.5 or 1.75 (exact in float32)."""
+    return 1.0 + (global_expert % 4).to(torch.float32) / 4.0
+
+
+def make_x(env, shape: Shape, gen: torch.Generator) -> torch.Tensor:
+    x = common.random_bf16((shape.num_tokens, shape.hidden), gen, env.device, scale=0.1)
+    tokens = torch.arange(shape.num_tokens, device=env.device)
+    markers = [torch.full_like(tokens, env.rank + 1), tokens // 128 + 1, tokens % 128 + 1]
+    for block, value in enumerate(markers):
+        x[:, block * MARKER_SPAN:(block + 1) * MARKER_SPAN] = value.to(torch.bfloat16).unsqueeze(1)
+    return x
+
+
+def decode_markers(rows: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    """(source rank, token) of received rows (float32 [N, hidden]); raises if a marker block is
+    not one constant integer, i.e. the row is not a whole row of some sender."""
+    values = []
+    for block in range(MARKER_BLOCKS):
+        part = rows[:, block * MARKER_SPAN:(block + 1) * MARKER_SPAN]
+        value = part[:, :1].round()
+        off = (part - value).abs().amax(dim=1) if part.numel() else part.new_zeros(0)
+        bad = off > 1e-3
+        if bool(bad.any()):
+            raise common.CheckFailed(
+                f"received row {int(bad.nonzero()[0])} is not a sender's row: its marker block "
+                f"{block} is not one integer (max deviation {float(off.max()):.4g})")
+        values.append(value.squeeze(1).to(torch.int64) - 1)
+    source, high, low = values
+    return source, high * 128 + low
+
+
+class Inputs:
+    def __init__(self, env, shape: Shape, seed: int, salt: int):
+        gen = common.make_generator(env, seed * 7919 + env.rank + 104729 * salt)
+        self.x = make_x(env, shape, gen)
+        self.topk_idx = common.random_routing(
+            shape.num_tokens, shape.num_experts, shape.num_topk,
+            min(10, shape.num_tokens * shape.num_topk // 4), gen, env.device,
+        )
+        self.topk_weights = torch.rand((shape.num_tokens, shape.num_topk), generator=gen, device=env.device) + 0.05
+
+
+class Expected:
+    def __init__(self, env, shape: Shape, inputs: Inputs):
+        R, me = env.num_ranks, env.rank
+        L = shape.num_experts // R
+        self.x_all = common.all_gather(env, inputs.x)  # [R, T, H]
+        idx_all = common.all_gather(env, inputs.topk_idx)  # [R, T, K]
+        T = shape.num_tokens
+        # Sorted keys (local expert, source, token) of every pair routed to this rank.
+        keys, counts = [], []
+        for i in range(L):
+            e = me * L + i
+            n = 0
+            for s in range(R):
+                tokens = (idx_all[s] == e).any(dim=1).nonzero().squeeze(1)
+                keys.append(i * R * T + s * T + tokens)
+                n += int(tokens.numel())
+            counts.append(n)
+        self.keys = torch.cat(keys) if keys else torch.zeros(0, dtype=torch.int64, device=env.device)
+        self.counts = torch.tensor(counts, dtype=torch.int32, device=env.device)
+
+
+def run_case(env, suite, buffer, shape: Shape, fp8: bool, hook: bool, seed: int) -> None:
+    R, me, T, H = env.num_ranks, env.rank, shape.num_tokens, shape.hidden
+    L = shape.num_experts // R
+    slots = R * shape.max_tokens
+    # Two dispatches in a row: the first one's data must not show in the second's results.
+    earlier = Inputs(env, shape, seed, salt=1)
+    inputs = Inputs(env, shape, seed, salt=2)
+    exp = Expected(env, shape, inputs)
+
+    def dispatch(x, topk_idx):
+        recv, count, handle, event, recv_hook = buffer.low_latency_dispatch(
+            x, topk_idx, shape.max_tokens, shape.num_experts,
+            use_fp8=fp8, async_finish=not hook, return_recv_hook=hook,
+        )
+        if hook:
+            check(callable(recv_hook), "return_recv_hook=True returned no callable hook")
+            recv_hook()
+        else:
+            event.current_stream_wait()
+        return recv, count, handle
+
+    dispatch(earlier.x, earlier.topk_idx)
+    recv, count, handle = dispatch(inputs.x, inputs.topk_idx)
+    found = common.Findings()
+    # What the checks of the received rows produce for the collective steps after them:
+    # the stand-in experts' outputs and this rank's decoded copy of each (source, token).
+    expert_out = torch.zeros((L, slots, H), dtype=torch.bfloat16, device=env.device)
+    table = torch.zeros((R, T, H), dtype=torch.float32, device=env.device)
+    have = torch.zeros((R, T), dtype=torch.bool, device=env.device)
+    with found.section():
+        check_received(env, shape, fp8, recv, count, exp, expert_out, table, have)
+
+    # Every token's copies decode alike, at every rank.
+    tables = common.all_gather(env, table)  # [receiver, source, T, H]
+    haves = common.all_gather(env, have)
+    own = torch.zeros((T, H), dtype=torch.float32, device=env.device)
+    own_have = torch.zeros(T, dtype=torch.bool, device=env.device)
+    with found.section():
+        for d in range(R):
+            mine, mine_have = tables[d][me], haves[d][me]
+            both = own_have & mine_have
+            if bool(both.any()):
+                expect_equal(f"token copies decoded at rank {d} vs lower ranks", mine[both], own[both])
+            own = torch.where(mine_have.unsqueeze(1), mine, own)
+            own_have |= mine_have
+        routed = inputs.topk_idx >= 0
+        check(bool(own_have[routed.any(dim=1)].all()),
+              "a token of this rank routed to some expert arrived nowhere")
+
+    # Reference: sum_k w_k * expert_{e_k}(x_hat), from this rank's tokens as they arrived.
+    routed = inputs.topk_idx >= 0
+    x_hat = own.to(torch.bfloat16)
+    terms = torch.stack(
+        [common.scale_rows(x_hat, expert_factor(inputs.topk_idx[:, k].clamp(min=0)))
+         for k in range(shape.num_topk)],
+        dim=1,
+    )  # [T, K, H]
+    weights = torch.where(routed, inputs.topk_weights, torch.zeros_like(inputs.topk_weights))
+    ref, magnitude = common.weighted_row_sum(terms, weights)
+    bound = common.bf16_sum_bound(magnitude)
+
+    for zero_copy in (False, True):
+        if zero_copy and hasattr(buffer, "get_next_low_latency_combine_buffer"):
+            buffer.get_next_low_latency_combine_buffer(handle)[:, :, :] = expert_out
+        combined, event, recv_hook = buffer.low_latency_combine(
+            expert_out, inputs.topk_idx, inputs.topk_weights, handle,
+            zero_copy=zero_copy, async_finish=not hook, return_recv_hook=hook,
+        )
+        if hook:
+            check(callable(recv_hook), "low_latency_combine(return_recv_hook=True) returned no hook")
+            recv_hook()
+        else:
+            event.current_stream_wait()
+        with found.section():
+            check(combined.dtype == torch.bfloat16 and tuple(combined.shape) == (T, H),
+                  f"combined_x: {tuple(combined.shape)} {combined.dtype}, expected {(T, H)} bfloat16")
+            expect_within(f"combined_x (zero_copy={zero_copy})", combined, ref, bound)
+    found.raise_if_any()
+
+
+def check_received(env, shape, fp8, recv, count, exp, expert_out, table, have) -> None:
+    """Checks one dispatch's outputs; fills expert_out (the stand-in experts' outputs), table
+    and have (the decoded rows by source and token) for the steps after it."""
+    R, me, T, H = env.num_ranks, env.rank, shape.num_tokens, shape.hidden
+    L = shape.num_experts // R
+    slots = R * shape.max_tokens
+    if fp8:
+        check(isinstance(recv, tuple) and len(recv) == 2,
+              f"use_fp8=True must return (values, scales), got {type(recv)}")
+        values, scales = recv
+        check(values.dtype == common.FP8_DTYPE, f"packed_recv_x dtype {values.dtype}, expected float8_e4m3fn")
+        check(tuple(scales.shape) == (L, slots, H // 128) and scales.dtype == torch.float32,
+              f"packed_recv_x scales: {tuple(scales.shape)} {scales.dtype}, expected {(L, slots, H // 128)} float32")
+    else:
+        check(isinstance(recv, torch.Tensor), f"use_fp8=False must return a tensor, got {type(recv)}")
+        values, scales = recv, None
+        check(values.dtype == torch.bfloat16, f"packed_recv_x dtype {values.dtype}, expected bfloat16")
+    check(tuple(values.shape) == (L, slots, H),
+          f"packed_recv_x shape {tuple(values.shape)}, expected {(L, slots, H)}")
+    expect_equal("packed_recv_count", count, exp.counts)
+
+    # The valid rows, expert by expert, decoded.
+    valid = torch.arange(slots, device=env.device).unsqueeze(0) < exp.counts.unsqueeze(1).to(torch.int64)
+    expert_of_row = torch.arange(L, device=env.device).unsqueeze(1).expand(L, slots)[valid]
+    rows_q = values[valid]
+    rows = common.dequantize_fp8(rows_q, scales[valid]) if fp8 else rows_q.float()
+    source, token = decode_markers(rows)
+    check(bool(((source >= 0) & (source < R) & (token >= 0) & (token < T)).all()),
+          "a received row names a source rank or token that does not exist")
+    got_keys = expert_of_row * R * T + source * T + token
+    sorted_keys, _ = got_keys.sort()
+    if not torch.equal(sorted_keys, exp.keys):
+        missing = exp.keys[~torch.isin(exp.keys, sorted_keys)][:5].tolist()
+        extra = sorted_keys[~torch.isin(sorted_keys, exp.keys)][:5].tolist()
+        raise common.CheckFailed(
+            f"received (expert, source, token) pairs differ from the routing: {len(got_keys)} rows, "
+            f"expected {len(exp.keys)}; missing keys {missing}, unexpected {extra} "
+            f"(key = local_expert * {R * T} + source * {T} + token)"
+        )
+    # One source rank's rows form one block per expert (as the layout ranges describe).
+    group = expert_of_row * R + source
+    changes = int((group[1:] != group[:-1]).sum()) if group.numel() > 1 else 0
+    blocks = int(torch.unique(group).numel())
+    check(changes == max(blocks - 1, 0),
+          f"rows of one (expert, source rank) are not contiguous: {blocks} blocks, {changes + 1} runs")
+
+    want = exp.x_all[source, token]  # [N, H] bf16
+    if fp8:
+        expected_scales = common.fp8_scale_reference(want)
+        expect_within("FP8 scales", scales[valid], expected_scales, expected_scales * 2.0**-20)
+        expect_within("FP8 rows (decoded)", rows, want.float(), common.fp8_error_bound(want, scales[valid]))
+    else:
+        expect_equal("packed_recv_x rows", rows_q, want)
+
+    table[source, token] = rows
+    have[source, token] = True
+    expect_equal("copies of one token at several local experts", table[source, token], rows)
+    # The stand-in experts' outputs (rows past the counts stay zero).
+    global_expert = me * L + torch.arange(L, device=env.device)
+    factors = expert_factor(global_expert).unsqueeze(1).expand(L, slots)
+    expert_out[valid] = common.scale_rows(rows.to(torch.bfloat16), factors[valid])
+
+
+def run_shape(env, suite, shape: Shape, args) -> None:
+    experts = common.ensure_ranks_divide(shape.num_experts, env.num_ranks)
+    shape = Shape(shape.num_tokens, shape.max_tokens, shape.hidden, shape.num_topk, experts)
+    check(shape.hidden % 128 == 0 and shape.hidden >= MARKER_BLOCKS * MARKER_SPAN,
+          f"hidden {shape.hidden}: the test needs a multiple of 128 of at least {MARKER_BLOCKS * MARKER_SPAN}")
+    suite.say(f"[low_latency] shape: {shape}, ranks={env.num_ranks}")
+    num_rdma_bytes = deep_ep.Buffer.get_low_latency_rdma_size_hint(
+        shape.max_tokens, shape.hidden, env.num_ranks, shape.num_experts
+    )
+    suite.say(f"[low_latency] num_rdma_bytes from the size hint: {num_rdma_bytes / 1e6:.1f} MB")
+    buffer = deep_ep.Buffer(
+        env.group, 0, num_rdma_bytes, low_latency_mode=True,
+        num_qps_per_rank=shape.num_experts // env.num_ranks,
+    )
+    if not hasattr(buffer, "get_next_low_latency_combine_buffer"):
+        suite.note("no get_next_low_latency_combine_buffer: zero_copy combines pass x itself")
+    for fp8 in (False, True):
+        for hook in (False, True):
+            name = f"{shape}: {'FP8' if fp8 else 'BF16'} dispatch, BF16 combine, return_recv_hook={hook}"
+            suite.run(name, lambda: run_case(env, suite, buffer, shape, fp8, hook, args.seed))
+
+    def clean_then_dispatch():
+        buffer.clean_low_latency_buffer(shape.max_tokens, shape.hidden, shape.num_experts)
+        env.barrier()
+        run_case(env, suite, buffer, shape, False, False, args.seed + 1)
+
+    suite.run(f"{shape}: clean_low_latency_buffer, then dispatch and combine", clean_then_dispatch)
+    del buffer
+    gc.collect()
+    env.barrier()
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    env = common.init_dist(args.backend, args.device)
+    suite = common.Suite("low_latency", env)
+    shapes = {"small": SMALL, "standard": STANDARD, "all": SMALL + STANDARD}[args.shapes]
+    for shape in shapes:
+        run_shape(env, suite, shape, args)
+    status = suite.finish()
+    common.finish_dist(env)
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

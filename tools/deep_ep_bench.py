@@ -1,0 +1,416 @@
+#!/usr/bin/env python3
+"""Courier's expert-parallel benchmark through the Python API (`courier.deep_ep`).
+
+Times dispatch and combine as a Python user calls them, in high-throughput (ht) and/or
+low-latency (ll) mode, and prints the table of `courier-bench ep` (same columns, same
+routing rule, same byte counts, median and p99 over the timed iterations) plus the Python
+overhead per call:
+
+  median us / p99 us  wall time of the Python call until its GPU work is done (the call,
+                      then torch.cuda.synchronize), every call started between barriers
+  GB/s                bytes of the bfloat16 rows (FP8 rows with their scales for ll --fp8)
+                      this rank sends to other ranks / median, measured on rank 0
+  c++ us              median time spent inside the library's native calls during one call
+  py us               median Python overhead per call: the wrapper's wall time (until it
+                      returns) minus the time inside its native calls
+
+The native time is measured by wrapping, for the duration of the run, the callables of
+`courier`'s extension module that `courier.deep_ep` reaches: the extension objects the
+Buffer holds, functions of the extension module and those imported from it into
+`courier.deep_ep`. If a call reaches none of them, its native and Python columns say "-".
+
+One process per GPU, started by torchrun (NCCL for the group):
+    torchrun --nproc-per-node 2 tools/deep_ep_bench.py --mode both \\
+        --ht-tokens 4096 --ll-tokens 128 --hidden 7168 --topk 8 --ht-experts 256 \\
+        --ll-experts 288 --fp8
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import sys
+import time
+import types
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional
+
+import torch
+import torch.distributed as dist
+
+PROG = "deep_ep_bench"
+EXTENSION_PREFIX = "courier._"  # the nanobind extension module(s) of the courier package
+
+
+class OneLineParser(argparse.ArgumentParser):
+    # A one-line error (no usage dump) is easier to spot in a benchmark log.
+    def error(self, message):
+        fail(message)
+
+
+def fail(message: str) -> None:
+    print(f"{PROG}: error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def token_list(text: str) -> List[int]:
+    try:
+        values = [int(t) for t in text.split(",") if t.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a comma list of integers: {text!r}")
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"token counts must be positive: {text!r}")
+    return values
+
+
+def parse_args(argv: List[str]) -> argparse.Namespace:
+    p = OneLineParser(prog=PROG, description="courier.deep_ep dispatch/combine benchmark")
+    p.add_argument("--mode", choices=["ht", "ll", "both"], default="both")
+    p.add_argument("--tokens", type=token_list, help="tokens per rank for every mode run")
+    p.add_argument("--ht-tokens", type=token_list, default=[32, 64, 128])
+    p.add_argument("--ll-tokens", type=token_list, default=[32, 64, 128])
+    p.add_argument("--hidden", type=int, default=1024)
+    p.add_argument("--topk", type=int, default=4)
+    p.add_argument("--experts", type=int, help="experts for every mode run")
+    p.add_argument("--ht-experts", type=int, default=16)
+    p.add_argument("--ll-experts", type=int, default=16)
+    p.add_argument("--iters", type=int, default=20)
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--fp8", action="store_true", help="ll: FP8 dispatch (use_fp8), BF16 combine")
+    p.add_argument("--unmasked", action="store_true", help="no -1 entries in the routing")
+    p.add_argument("--json", action="store_true", help="one JSON object per row instead of the table")
+    p.add_argument("--backend", choices=["nccl", "gloo"], default="nccl")
+    p.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
+    args = p.parse_args(argv)
+    if args.tokens:
+        args.ht_tokens = args.ll_tokens = args.tokens
+    if args.experts:
+        args.ht_experts = args.ll_experts = args.experts
+    if args.iters < 1 or args.warmup < 0:
+        fail("--iters must be at least 1 and --warmup at least 0")
+    if args.hidden < 1 or args.topk < 1:
+        fail("--hidden and --topk must be positive")
+    if args.fp8 and args.hidden % 128 != 0:
+        fail(f"--fp8 needs --hidden a multiple of 128, not {args.hidden}")
+    for name in ("ht_experts", "ll_experts"):
+        if args.topk > getattr(args, name):
+            fail(f"--topk {args.topk} exceeds --{name.replace('_', '-')} {getattr(args, name)}")
+    return args
+
+
+# ---------------------------------------------------------------- native-call timing
+
+
+class NativeClock:
+    """Accumulates the time spent inside native (extension) calls; nested native calls
+    (a native call that calls back into Python that calls another) count once."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self.calls = 0
+        self._depth = 0
+
+    def timed(self, fn: Callable) -> Callable:
+        clock = self
+
+        def wrapper(*args, **kwargs):
+            # The extension checks its arguments' types: hand it its own objects.
+            args = tuple(a._target if isinstance(a, TimedNative) else a for a in args)
+            kwargs = {k: v._target if isinstance(v, TimedNative) else v for k, v in kwargs.items()}
+            clock._depth += 1
+            start = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                clock._depth -= 1
+                if clock._depth == 0:
+                    clock.seconds += time.perf_counter() - start
+                    clock.calls += 1
+
+        wrapper.__wrapped__ = fn  # type: ignore[attr-defined]
+        return wrapper
+
+    def take(self) -> "tuple[float, int]":
+        seconds, calls = self.seconds, self.calls
+        self.seconds, self.calls = 0.0, 0
+        return seconds, calls
+
+
+class TimedNative:
+    """Stands in for an extension object held by the Buffer: its methods are timed, its
+    other attributes pass through."""
+
+    def __init__(self, target: Any, clock: NativeClock):
+        object.__setattr__(self, "_target", target)
+        object.__setattr__(self, "_clock", clock)
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self._target, name)
+        return self._clock.timed(value) if callable(value) and not isinstance(value, type) else value
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        setattr(self._target, name, value)
+
+
+def is_extension(value: Any) -> bool:
+    module = getattr(type(value), "__module__", "") or ""
+    return module.startswith(EXTENSION_PREFIX)
+
+
+class NativeTiming:
+    """Installs the timing wrappers (see the module docstring); undo() restores everything."""
+
+    def __init__(self, deep_ep: types.ModuleType, clock: NativeClock):
+        self.clock = clock
+        self._undo: List[Callable[[], None]] = []
+        extension_modules = [m for name, m in sys.modules.items() if name.startswith(EXTENSION_PREFIX) and m]
+        for module in extension_modules + [deep_ep]:
+            for name, value in list(vars(module).items()):
+                if isinstance(value, type) or name.startswith("__") or not callable(value):
+                    continue
+                origin = getattr(value, "__module__", "") or ""
+                if module is deep_ep and not origin.startswith(EXTENSION_PREFIX):
+                    continue
+                self._replace(module, name, value, clock.timed(value))
+
+    def wrap_buffer(self, buffer: Any) -> None:
+        """Times the extension objects a Buffer holds as attributes."""
+        names = list(vars(buffer)) if hasattr(buffer, "__dict__") else []
+        names += [n for n in getattr(type(buffer), "__slots__", ()) if n not in names]
+        for name in names:
+            value = getattr(buffer, name, None)
+            if value is not None and is_extension(value) and not isinstance(value, TimedNative):
+                self._replace(buffer, name, value, TimedNative(value, self.clock))
+
+    def _replace(self, owner: Any, name: str, old: Any, new: Any) -> None:
+        try:
+            setattr(owner, name, new)
+        except (AttributeError, TypeError):
+            return  # read-only: left untimed, which shows as "-" if nothing else is timed
+        self._undo.append(lambda: setattr(owner, name, old))
+
+    def undo(self) -> None:
+        while self._undo:
+            self._undo.pop()()
+
+
+# ---------------------------------------------------------------- measurement
+
+
+@dataclass
+class Series:
+    phase: str
+    wall_us: List[float] = field(default_factory=list)  # call until GPU work done
+    native_us: List[float] = field(default_factory=list)
+    overhead_us: List[float] = field(default_factory=list)
+    native_seen: bool = True
+    bytes: float = 0.0
+
+
+def percentile(values: List[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * fraction))]
+
+
+def median(values: List[float]) -> float:
+    ordered = sorted(values)
+    return ordered[len(ordered) // 2]
+
+
+class Timer:
+    def __init__(self, group, device: torch.device, clock: NativeClock):
+        self.group, self.device, self.clock = group, device, clock
+
+    def sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize()
+
+    def __call__(self, series: Series, record: bool, call: Callable[[], Any]) -> Any:
+        # As courier-bench: every rank starts the call together.
+        dist.barrier(group=self.group)
+        self.sync()
+        self.clock.take()
+        start = time.perf_counter()
+        result = call()
+        returned = time.perf_counter()
+        self.sync()
+        done = time.perf_counter()
+        native, calls = self.clock.take()
+        if record:
+            series.wall_us.append((done - start) * 1e6)
+            series.native_us.append(native * 1e6)
+            series.overhead_us.append(((returned - start) - native) * 1e6)
+            series.native_seen = series.native_seen and calls > 0
+        return result
+
+
+def random_routing(tokens: int, topk: int, experts: int, masked: bool, gen, device) -> torch.Tensor:
+    """courier-bench's rule: top-k distinct random experts per token, each choice masked
+    (-1) with probability 1/8 unless --unmasked."""
+    scores = torch.rand((tokens, experts), generator=gen, device=device)
+    idx = scores.topk(topk, dim=1, sorted=False).indices.to(torch.int64)
+    if masked:
+        drop = torch.randint(0, 8, (tokens, topk), generator=gen, device=device) == 0
+        idx = idx.masked_fill(drop, -1)
+    return idx
+
+
+def gather(group, tensor: torch.Tensor, num_ranks: int) -> torch.Tensor:
+    flat = torch.empty(num_ranks * tensor.numel(), dtype=tensor.dtype, device=tensor.device)
+    dist.all_gather_into_tensor(flat, tensor.contiguous().reshape(-1), group=group)
+    return flat.view(num_ranks, *tensor.shape)
+
+
+def bench_ht(deep_ep, args, env, timer, timing) -> List[Dict[str, Any]]:
+    R, me, dev = env["ranks"], env["rank"], env["device"]
+    T_max, H = max(args.ht_tokens), args.hidden
+    experts = args.ht_experts
+    row_bytes = H * 2
+    nvl_bytes = max(int(1e9), 4 * R * T_max * (row_bytes + args.topk * 12 + 64))
+    buffer = deep_ep.Buffer(env["group"], nvl_bytes, 0)
+    timing.wrap_buffer(buffer)
+    rows = []
+    for tokens in args.ht_tokens:
+        gen = torch.Generator(device=dev)
+        gen.manual_seed(7919 * me + tokens)
+        x = torch.randn((tokens, H), generator=gen, device=dev).to(torch.bfloat16)
+        idx = random_routing(tokens, args.topk, experts, not args.unmasked, gen, dev)
+        weights = torch.rand((tokens, args.topk), generator=gen, device=dev)
+        per_rank, _, per_expert, in_rank, _ = buffer.get_dispatch_layout(idx, experts)
+        all_per_rank = gather(env["group"], per_rank.to(torch.int64), R)  # [src, dst]
+        dispatch_bytes = float(sum(int(all_per_rank[me][d]) for d in range(R) if d != me) * row_bytes)
+        combine_bytes = float(sum(int(all_per_rank[s][me]) for s in range(R) if s != me) * row_bytes)
+        d = Series("dispatch", bytes=dispatch_bytes)
+        c = Series("combine", bytes=combine_bytes)
+        for i in range(args.warmup + args.iters):
+            record = i >= args.warmup
+            recv_x, _, _, _, handle, _ = timer(d, record, lambda: buffer.dispatch(
+                x, num_tokens_per_rank=per_rank, is_token_in_rank=in_rank,
+                num_tokens_per_expert=per_expert, topk_idx=idx, topk_weights=weights))
+            timer(c, record, lambda: buffer.combine(recv_x, handle))
+            del recv_x, handle
+        rows += [summarize("ht", tokens, s, args) for s in (d, c)]
+    del buffer
+    gc.collect()
+    dist.barrier(group=env["group"])
+    return rows
+
+
+def bench_ll(deep_ep, args, env, timer, timing) -> List[Dict[str, Any]]:
+    R, me, dev = env["ranks"], env["rank"], env["device"]
+    T_max, H = max(args.ll_tokens), args.hidden
+    experts = args.ll_experts
+    per = experts // R
+    row_bytes = H * 2
+    sent_row_bytes = H + H // 128 * 4 if args.fp8 else row_bytes
+    rdma_bytes = deep_ep.Buffer.get_low_latency_rdma_size_hint(T_max, H, R, experts)
+    buffer = deep_ep.Buffer(env["group"], 0, rdma_bytes, low_latency_mode=True, num_qps_per_rank=per)
+    timing.wrap_buffer(buffer)
+    rows = []
+    for tokens in args.ll_tokens:
+        gen = torch.Generator(device=dev)
+        gen.manual_seed(7919 * me + tokens)
+        x = torch.randn((tokens, H), generator=gen, device=dev).to(torch.bfloat16)
+        idx = random_routing(tokens, args.topk, experts, not args.unmasked, gen, dev)
+        weights = torch.rand((tokens, args.topk), generator=gen, device=dev)
+        owner = torch.where(idx >= 0, idx // per, torch.full_like(idx, -1))
+        dispatch_bytes = float(int(((owner >= 0) & (owner != me)).sum()) * sent_row_bytes)
+        all_owner = gather(env["group"], owner, R)
+        combine_bytes = float(sum(int((all_owner[s] == me).sum()) for s in range(R) if s != me) * row_bytes)
+        y = torch.zeros((per, R * T_max, H), dtype=torch.bfloat16, device=dev)
+        d = Series("dispatch", bytes=dispatch_bytes)
+        c = Series("combine", bytes=combine_bytes)
+        for i in range(args.warmup + args.iters):
+            record = i >= args.warmup
+            _, _, handle, _, _ = timer(d, record, lambda: buffer.low_latency_dispatch(
+                x, idx, T_max, experts, use_fp8=args.fp8))
+            timer(c, record, lambda: buffer.low_latency_combine(y, idx, weights, handle))
+            del handle
+        rows += [summarize("ll-fp8" if args.fp8 else "ll", tokens, s, args) for s in (d, c)]
+    del buffer
+    gc.collect()
+    dist.barrier(group=env["group"])
+    return rows
+
+
+def summarize(mode: str, tokens: int, s: Series, args) -> Dict[str, Any]:
+    med = median(s.wall_us)
+    experts = args.ht_experts if mode == "ht" else args.ll_experts
+    return {
+        "bench": "ep", "mode": mode, "phase": s.phase, "path": "python",
+        "provider": os.environ.get("COURIER_OFI_PROVIDER", ""),
+        "tokens": tokens, "hidden": args.hidden, "topk": args.topk, "experts": experts,
+        "ranks": dist.get_world_size(), "iters": len(s.wall_us), "bytes": s.bytes,
+        "median_us": med, "p99_us": percentile(s.wall_us, 0.99),
+        "gbytes_per_s": s.bytes / (med * 1e3) if med > 0 else 0.0,
+        "native_median_us": median(s.native_us) if s.native_seen else None,
+        "python_overhead_us": median(s.overhead_us) if s.native_seen else None,
+        "python_overhead_p99_us": percentile(s.overhead_us, 0.99) if s.native_seen else None,
+    }
+
+
+HEADER = ("{:<5} {:<6} {:<9} {:<14} {:>7} {:>7} {:>5} {:>8} {:>6} {:>6} {:>11} {:>11} {:>9} "
+          "{:>9} {:>8}")
+
+
+def print_rows(rows: List[Dict[str, Any]], as_json: bool) -> None:
+    if as_json:
+        for r in rows:
+            print(json.dumps(r, separators=(",", ":")), flush=True)
+        return
+    print(HEADER.format("bench", "mode", "phase", "path", "tokens", "hidden", "topk", "experts",
+                        "ranks", "iters", "median us", "p99 us", "GB/s", "c++ us", "py us"))
+    for r in rows:
+        native = "-" if r["native_median_us"] is None else f"{r['native_median_us']:.1f}"
+        overhead = "-" if r["python_overhead_us"] is None else f"{r['python_overhead_us']:.1f}"
+        print(HEADER.format(r["bench"], r["mode"], r["phase"], r["path"], r["tokens"], r["hidden"],
+                            r["topk"], r["experts"], r["ranks"], r["iters"],
+                            f"{r['median_us']:.1f}", f"{r['p99_us']:.1f}",
+                            f"{r['gbytes_per_s']:.3f}", native, overhead), flush=True)
+    if any(r["python_overhead_us"] is None for r in rows):
+        print("py us '-': no native courier call was seen inside that call", flush=True)
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
+        if name not in os.environ:
+            fail(f"{name} is not set: start with 'torchrun --nproc-per-node 2 {sys.argv[0]} ...'")
+    local_rank = int(os.environ["LOCAL_RANK"])
+    if args.device == "cuda":
+        torch.cuda.set_device(local_rank)
+        device = torch.device("cuda", local_rank)
+        dist.init_process_group(args.backend, device_id=device)
+    else:
+        device = torch.device("cpu")
+        dist.init_process_group(args.backend)
+    R = dist.get_world_size()
+    for name in ("ht_experts", "ll_experts"):
+        if getattr(args, name) % R != 0:
+            fail(f"--{name.replace('_', '-')} {getattr(args, name)} is not a multiple of the {R} ranks")
+    import courier.deep_ep as deep_ep  # after the process group: the library's import is not timed
+
+    env = {"rank": dist.get_rank(), "ranks": R, "device": device,
+           "group": dist.new_group(list(range(R)))}
+    clock = NativeClock()
+    timing = NativeTiming(deep_ep, clock)
+    timer = Timer(env["group"], device, clock)
+    rows: List[Dict[str, Any]] = []
+    try:
+        if args.mode in ("ht", "both"):
+            rows += bench_ht(deep_ep, args, env, timer, timing)
+        if args.mode in ("ll", "both"):
+            rows += bench_ll(deep_ep, args, env, timer, timing)
+    finally:
+        timing.undo()
+    if env["rank"] == 0:
+        print_rows(rows, args.json)
+    dist.barrier(group=env["group"])
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
