@@ -15,9 +15,9 @@ overhead per call:
                       returns) minus the time inside its native calls
 
 The native time is measured by wrapping, for the duration of the run, the callables of
-`courier`'s extension module that `courier.deep_ep` reaches: the extension objects the
-Buffer holds, functions of the extension module and those imported from it into
-`courier.deep_ep`. If a call reaches none of them, its native and Python columns say "-".
+`courier`'s extension module (`courier._*`): the methods of its classes and its functions
+(also where `courier.deep_ep` imported them). If a call reaches none of them, its native
+and Python columns say "-".
 
 One process per GPU, started by torchrun (NCCL for the group):
     torchrun --nproc-per-node 2 tools/deep_ep_bench.py --mode both \\
@@ -116,9 +116,6 @@ class NativeClock:
         clock = self
 
         def wrapper(*args, **kwargs):
-            # The extension checks its arguments' types: hand it its own objects.
-            args = tuple(a._target if isinstance(a, TimedNative) else a for a in args)
-            kwargs = {k: v._target if isinstance(v, TimedNative) else v for k, v in kwargs.items()}
             clock._depth += 1
             start = time.perf_counter()
             try:
@@ -138,58 +135,54 @@ class NativeClock:
         return seconds, calls
 
 
-class TimedNative:
-    """Stands in for an extension object held by the Buffer: its methods are timed, its
-    other attributes pass through."""
-
-    def __init__(self, target: Any, clock: NativeClock):
-        object.__setattr__(self, "_target", target)
-        object.__setattr__(self, "_clock", clock)
-
-    def __getattr__(self, name: str) -> Any:
-        value = getattr(self._target, name)
-        return self._clock.timed(value) if callable(value) and not isinstance(value, type) else value
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        setattr(self._target, name, value)
-
-
-def is_extension(value: Any) -> bool:
-    module = getattr(type(value), "__module__", "") or ""
-    return module.startswith(EXTENSION_PREFIX)
+# Kinds of callables that are an extension class's instance methods (nanobind, pybind11,
+# CPython's own); wrapping them in a Python function keeps them methods.
+METHOD_KINDS = {"nb_method", "instancemethod", "method_descriptor"}
 
 
 class NativeTiming:
-    """Installs the timing wrappers (see the module docstring); undo() restores everything."""
+    """Times every native call `courier.deep_ep` can make: the methods of the extension
+    module's classes (patched on the classes, so the Buffers the wrapper makes later are
+    covered too) and its functions (also where `courier.deep_ep` imported them).
+    undo() restores everything."""
 
     def __init__(self, deep_ep: types.ModuleType, clock: NativeClock):
-        self.clock = clock
+        self.classes = 0
+        self.functions = 0
         self._undo: List[Callable[[], None]] = []
-        extension_modules = [m for name, m in sys.modules.items() if name.startswith(EXTENSION_PREFIX) and m]
-        for module in extension_modules + [deep_ep]:
+        extensions = [m for name, m in list(sys.modules.items())
+                      if name.startswith(EXTENSION_PREFIX) and isinstance(m, types.ModuleType)]
+        for module in extensions:
             for name, value in list(vars(module).items()):
-                if isinstance(value, type) or name.startswith("__") or not callable(value):
+                if name.startswith("__"):
                     continue
-                origin = getattr(value, "__module__", "") or ""
-                if module is deep_ep and not origin.startswith(EXTENSION_PREFIX):
-                    continue
-                self._replace(module, name, value, clock.timed(value))
+                if isinstance(value, type):
+                    if self._wrap_methods(value, clock):
+                        self.classes += 1
+                elif callable(value) and self._replace(module, name, value, clock.timed(value)):
+                    self.functions += 1
+        for name, value in list(vars(deep_ep).items()):
+            origin = getattr(value, "__module__", "") or ""
+            if (callable(value) and not isinstance(value, type) and not name.startswith("__")
+                    and origin.startswith(EXTENSION_PREFIX)):
+                if self._replace(deep_ep, name, value, clock.timed(value)):
+                    self.functions += 1
 
-    def wrap_buffer(self, buffer: Any) -> None:
-        """Times the extension objects a Buffer holds as attributes."""
-        names = list(vars(buffer)) if hasattr(buffer, "__dict__") else []
-        names += [n for n in getattr(type(buffer), "__slots__", ()) if n not in names]
-        for name in names:
-            value = getattr(buffer, name, None)
-            if value is not None and is_extension(value) and not isinstance(value, TimedNative):
-                self._replace(buffer, name, value, TimedNative(value, self.clock))
+    def _wrap_methods(self, cls: type, clock: NativeClock) -> bool:
+        wrapped = False
+        for name, value in list(vars(cls).items()):
+            if name.startswith("__") or type(value).__name__ not in METHOD_KINDS:
+                continue
+            wrapped = self._replace(cls, name, value, clock.timed(value)) or wrapped
+        return wrapped
 
-    def _replace(self, owner: Any, name: str, old: Any, new: Any) -> None:
+    def _replace(self, owner: Any, name: str, old: Any, new: Any) -> bool:
         try:
             setattr(owner, name, new)
         except (AttributeError, TypeError):
-            return  # read-only: left untimed, which shows as "-" if nothing else is timed
+            return False  # read-only: left untimed ("-" if a call reaches nothing else)
         self._undo.append(lambda: setattr(owner, name, old))
+        return True
 
     def undo(self) -> None:
         while self._undo:
@@ -263,14 +256,13 @@ def gather(group, tensor: torch.Tensor, num_ranks: int) -> torch.Tensor:
     return flat.view(num_ranks, *tensor.shape)
 
 
-def bench_ht(deep_ep, args, env, timer, timing) -> List[Dict[str, Any]]:
+def bench_ht(deep_ep, args, env, timer) -> List[Dict[str, Any]]:
     R, me, dev = env["ranks"], env["rank"], env["device"]
     T_max, H = max(args.ht_tokens), args.hidden
     experts = args.ht_experts
     row_bytes = H * 2
     nvl_bytes = max(int(1e9), 4 * R * T_max * (row_bytes + args.topk * 12 + 64))
     buffer = deep_ep.Buffer(env["group"], nvl_bytes, 0)
-    timing.wrap_buffer(buffer)
     rows = []
     for tokens in args.ht_tokens:
         gen = torch.Generator(device=dev)
@@ -298,7 +290,7 @@ def bench_ht(deep_ep, args, env, timer, timing) -> List[Dict[str, Any]]:
     return rows
 
 
-def bench_ll(deep_ep, args, env, timer, timing) -> List[Dict[str, Any]]:
+def bench_ll(deep_ep, args, env, timer) -> List[Dict[str, Any]]:
     R, me, dev = env["ranks"], env["rank"], env["device"]
     T_max, H = max(args.ll_tokens), args.hidden
     experts = args.ll_experts
@@ -307,7 +299,6 @@ def bench_ll(deep_ep, args, env, timer, timing) -> List[Dict[str, Any]]:
     sent_row_bytes = H + H // 128 * 4 if args.fp8 else row_bytes
     rdma_bytes = deep_ep.Buffer.get_low_latency_rdma_size_hint(T_max, H, R, experts)
     buffer = deep_ep.Buffer(env["group"], 0, rdma_bytes, low_latency_mode=True, num_qps_per_rank=per)
-    timing.wrap_buffer(buffer)
     rows = []
     for tokens in args.ll_tokens:
         gen = torch.Generator(device=dev)
@@ -400,9 +391,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     rows: List[Dict[str, Any]] = []
     try:
         if args.mode in ("ht", "both"):
-            rows += bench_ht(deep_ep, args, env, timer, timing)
+            rows += bench_ht(deep_ep, args, env, timer)
         if args.mode in ("ll", "both"):
-            rows += bench_ll(deep_ep, args, env, timer, timing)
+            rows += bench_ll(deep_ep, args, env, timer)
     finally:
         timing.undo()
     if env["rank"] == 0:
