@@ -194,6 +194,17 @@ class Findings:
         except CheckFailed as failure:
             self.failures.append(str(failure))
 
+    @contextlib.contextmanager
+    def guard(self) -> Iterator[None]:
+        """Around a whole case: any other error is recorded after the checks that failed
+        before it, so raise_if_any() reports both."""
+        try:
+            yield
+        except CheckFailed as failure:
+            self.failures.append(str(failure))
+        except Exception:
+            self.failures.append(traceback.format_exc().rstrip())
+
     def raise_if_any(self) -> None:
         if self.failures:
             raise CheckFailed("\n    ".join([f"{len(self.failures)} check(s) failed:"] + self.failures))

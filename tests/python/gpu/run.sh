@@ -13,6 +13,9 @@ cd "$(dirname "$0")/../../.."
 
 # NVLink multicast (NVLS) stays off for NCCL on the GPU host, as in tests/gpu/run.sh.
 export NCCL_NVLS_ENABLE=0
+# Courier's rendezvous admits only ranks presenting the job's token; courier-run sets it,
+# torchrun does not, so one random value goes to every rank through the environment.
+export COURIER_JOB_TOKEN=${COURIER_JOB_TOKEN:-$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')}
 NPROC=${NPROC:-2}
 SHAPES=${SHAPES:-all}
 TIMEOUT_S=${TIMEOUT_S:-1800}

@@ -183,9 +183,15 @@ def check_received(tag: str, exp: Expected, fp8: bool, values, scales, rows: int
         expect_equal(f"{tag} recv_x", values[:rows], exp.recv_x)
 
 
-def run_variant(env, suite, buffer, shape, inputs, exp, fp8: bool, with_topk: bool, mode: Mode):
-    R = env.num_ranks
+def run_variant(env, suite, buffer, shape, inputs, exp, fp8: bool, with_topk: bool, mode: Mode) -> None:
     found = common.Findings()
+    with found.guard():
+        _run_variant_body(found, env, suite, buffer, shape, inputs, exp, fp8, with_topk, mode)
+    found.raise_if_any()
+
+
+def _run_variant_body(found, env, suite, buffer, shape, inputs, exp, fp8: bool, with_topk: bool, mode: Mode):
+    R = env.num_ranks
     x_in = (inputs.x_fp8, inputs.x_scales) if fp8 else inputs.x
     dispatch_config = deep_ep.Config(NUM_SMS, 8, 256) if mode.explicit_config else None
     combine_config = deep_ep.Buffer.get_combine_config(R) if mode.explicit_config else None
@@ -321,7 +327,6 @@ def run_variant(env, suite, buffer, shape, inputs, exp, fp8: bool, with_topk: bo
     combine_and_check("combine", received, handle)
     if worst is not None:
         combine_and_check("combine (num_worst_tokens handle)", *worst)
-    found.raise_if_any()
 
 
 def pad_rows(t: torch.Tensor, rows: int) -> torch.Tensor:

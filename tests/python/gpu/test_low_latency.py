@@ -137,6 +137,13 @@ class Expected:
 
 
 def run_case(env, suite, buffer, shape: Shape, fp8: bool, hook: bool, seed: int) -> None:
+    found = common.Findings()
+    with found.guard():
+        _run_case_body(found, env, suite, buffer, shape, fp8, hook, seed)
+    found.raise_if_any()
+
+
+def _run_case_body(found, env, suite, buffer, shape: Shape, fp8: bool, hook: bool, seed: int) -> None:
     R, me, T, H = env.num_ranks, env.rank, shape.num_tokens, shape.hidden
     L = shape.num_experts // R
     slots = R * shape.max_tokens
@@ -159,7 +166,6 @@ def run_case(env, suite, buffer, shape: Shape, fp8: bool, hook: bool, seed: int)
 
     dispatch(earlier.x, earlier.topk_idx)
     recv, count, handle = dispatch(inputs.x, inputs.topk_idx)
-    found = common.Findings()
     # What the checks of the received rows produce for the collective steps after them:
     # the stand-in experts' outputs and this rank's decoded copy of each (source, token).
     expert_out = torch.zeros((L, slots, H), dtype=torch.bfloat16, device=env.device)
@@ -213,7 +219,6 @@ def run_case(env, suite, buffer, shape: Shape, fp8: bool, hook: bool, seed: int)
             check(combined.dtype == torch.bfloat16 and tuple(combined.shape) == (T, H),
                   f"combined_x: {tuple(combined.shape)} {combined.dtype}, expected {(T, H)} bfloat16")
             expect_within(f"combined_x (zero_copy={zero_copy})", combined, ref, bound)
-    found.raise_if_any()
 
 
 def check_received(env, shape, fp8, recv, count, exp, expert_out, table, have) -> None:
