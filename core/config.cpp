@@ -254,7 +254,7 @@ std::optional<std::string> slurm_tasks_on_this_node(const EnvLookup& env) {
   return std::nullopt;
 }  // TransferCmd carries a 16-bit rank
 
-JobInfo detect_job(Parser& parser, const EnvLookup& env) {
+JobInfo detect_job(Parser& parser, const EnvLookup& env, bool need_rendezvous) {
   JobInfo job;
   job.launcher = "single";
   // COURIER_* entries are always recorded for courier-info, whichever launcher wins.
@@ -289,6 +289,10 @@ JobInfo detect_job(Parser& parser, const EnvLookup& env) {
     break;
   }
   (void)courier_rank, (void)courier_size, (void)courier_local_rank, (void)courier_local_size;
+  // A Context given an already joined job (ContextOptions::bootstrap) takes
+  // rank and size from it and never meets the rendezvous: under torchrun with
+  // a process group there is neither a Courier rendezvous nor its token.
+  if (!need_rendezvous) return job;
 
   if (bootstrap == "mpi") {
     if (!mpi_bootstrap_available()) {
@@ -341,7 +345,7 @@ JobInfo detect_job(Parser& parser, const EnvLookup& env) {
 
 }  // namespace
 
-Config Config::load(const EnvLookup& env, bool need_job) {
+Config Config::load(const EnvLookup& env, bool need_job, bool need_rendezvous) {
   Parser parser(env);
   Config config;
   config.fifo_depth =
@@ -392,7 +396,7 @@ Config Config::load(const EnvLookup& env, bool need_job) {
                      {"proxy", EpTransport::proxy}});
   config.ranks_per_host =
       parser.unsigned_in("COURIER_RANKS_PER_HOST", config.ranks_per_host, 0, 65536);
-  if (need_job) config.job = detect_job(parser, env);
+  if (need_job) config.job = detect_job(parser, env, need_rendezvous);
   config.entries = parser.take_entries();
   // The token is a secret: never show it.
   for (ConfigEntry& entry : config.entries) {

@@ -86,7 +86,10 @@ struct Config {
 
   // Parses every knob; throws courier::Error naming the first bad variable.
   // `need_job` = false skips launcher detection (tools that do not join a job).
-  static Config load(const EnvLookup& env, bool need_job = true);
+  // `need_rendezvous` = false places the rank (launcher, local rank) but
+  // neither looks for nor checks a rendezvous (COURIER_BOOTSTRAP,
+  // MASTER_ADDR/PORT, COURIER_JOB_TOKEN): for a Context given a joined job.
+  static Config load(const EnvLookup& env, bool need_job = true, bool need_rendezvous = true);
 
   // COURIER_* names in `present` that neither the core nor `extra_known`
   // (knobs declared by plugins) define: most likely typos.

@@ -154,11 +154,14 @@ struct Context::Impl {
 
   explicit Impl(const ContextOptions& options)
       : env(with_overrides(options)),
-        config(Config::load(env)),
+        // With a bootstrap given, the job is joined already: the launcher's
+        // variables still place the rank (its GPU), but no rendezvous or
+        // COURIER_JOB_TOKEN is needed.
+        config(Config::load(env, /*need_job=*/true, /*need_rendezvous=*/!options.bootstrap)),
         log(config.log_level),
         registry(config.backend_path, log),
         host(log, env) {
-    log.set_rank(config.job.rank);
+    log.set_rank(options.bootstrap ? options.bootstrap->rank() : config.job.rank);
     for (const std::string& name :
          Config::unknown_variables(process_env_names(), registry.declared_knob_names())) {
       log.warn("config", "{} is not a Courier variable (misspelt?); it is ignored", name);
