@@ -168,8 +168,11 @@ HighThroughput::DispatchInputs HighThroughput::validate(const DispatchArgs& args
           in.tokens, in.hidden);
     }
   }
+  // Without topk_idx (a cached dispatch, or rows routed by is_token_in_rank
+  // alone) no top-k columns travel; the call keeps the Buffer's top-k so
+  // that its configuration stays the one agreed.
   in.topk = admission_.configured() ? admission_.config().topk : 0;
-  if (args.topk_idx != nullptr || cached == nullptr) {
+  if (args.topk_idx != nullptr) {
     in.idx = static_cast<const int64_t*>(
         check_tensor(args.topk_idx, "ep::Buffer::dispatch: topk_idx", DType::int64, {in.tokens, -1},
                      device_.device_type));

@@ -62,8 +62,11 @@ struct DispatchArgs {
   // [num_tokens, hidden] bfloat16 or float32; or FP8 e4m3 (kDLFloat, 8
   // bits) with x_scales, into a Buffer sized for bfloat16 rows.
   const DLTensor* x = nullptr;
-  const DLTensor* x_scales = nullptr;          // FP8 x: [num_tokens, hidden / 128] float32
-  const DLTensor* topk_idx = nullptr;          // [num_tokens, topk] int64, -1 = none
+  const DLTensor* x_scales = nullptr;  // FP8 x: [num_tokens, hidden / 128] float32
+  // [num_tokens, topk] int64, -1 = none. May be left out (with
+  // topk_weights): rows then go where is_token_in_rank says, and
+  // recv_topk_idx, recv_topk_weights have no columns.
+  const DLTensor* topk_idx = nullptr;
   const DLTensor* topk_weights = nullptr;      // [num_tokens, topk] float32
   const DLTensor* is_token_in_rank = nullptr;  // [num_tokens, num_ranks] from get_dispatch_layout
   int num_experts = 0;
