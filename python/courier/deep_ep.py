@@ -267,12 +267,14 @@ class DispatchHandle:
     tuple of layout tensors; Courier's is this object: pass it back as is)."""
 
     def __init__(self, native: _courier.DispatchHandle, buffer: _courier.EpBuffer, capacity: int,
-                 is_token_in_rank: Optional[Tensor], num_recv_tokens: int) -> None:
+                 is_token_in_rank: Optional[Tensor], num_recv_tokens: int,
+                 num_worst_tokens: int = 0) -> None:
         self.native = native
         self.buffer = buffer
         self.capacity = capacity
         self.is_token_in_rank = is_token_in_rank
-        self.num_recv_tokens = num_recv_tokens
+        self.num_recv_tokens = num_recv_tokens  # rows received (Courier's, unpadded)
+        self.num_worst_tokens = num_worst_tokens  # rows of recv_x when padded, else 0
 
 
 class LowLatencyHandle(tuple):
@@ -297,19 +299,37 @@ class LowLatencyHandle(tuple):
 # The job: environment or a process group.
 
 
+def _is_torch_process_group(group: Any) -> bool:
+    """Whether `group` is a torch.distributed ProcessGroup. torch is looked
+    up, not imported: a ProcessGroup can only come from a program that
+    imported torch.distributed already."""
+    dist = sys.modules.get("torch.distributed")
+    process_group = getattr(dist, "ProcessGroup", None) if dist is not None else None
+    return isinstance(process_group, type) and isinstance(group, process_group)
+
+
 def _group_bootstrap(group: Any) -> _courier.CallbackBootstrap:
-    """A Courier bootstrap whose collectives go through `group`: an object
-    with rank(), size(), allgather(bytes) -> bytes and barrier(), or a
+    """A Courier bootstrap whose collectives go through `group`: a
     torch.distributed process group (all-gather of a uint8 tensor on the
-    group's device)."""
-    if hasattr(group, "allgather") and hasattr(group, "barrier"):
+    group's device), or an object with rank(), size(), allgather(bytes) ->
+    bytes and barrier()."""
+    # A ProcessGroup has allgather() and barrier() methods of its own (tensor
+    # lists, work handles): it must be recognised before the plain protocol.
+    if _is_torch_process_group(group):
+        return _torch_group_bootstrap(group)
+    if all(callable(getattr(group, name, None))
+           for name in ("rank", "size", "allgather", "barrier")):
         return _courier.CallbackBootstrap(int(group.rank()), int(group.size()), group.allgather,
                                           group.barrier)
+    raise TypeError(
+        f"group: a {type(group).__name__} is neither a torch.distributed process group nor "
+        "an object with rank(), size(), allgather(bytes) and barrier()")
+
+
+def _torch_group_bootstrap(group: Any) -> _courier.CallbackBootstrap:
+    """The bootstrap of a torch.distributed process group: all_gather of a
+    uint8 tensor on the group's device (CUDA for NCCL) and barrier."""
     torch = _torch_module()
-    if torch is None:
-        raise TypeError(
-            f"group: a {type(group).__name__} is neither a torch.distributed process group nor "
-            "an object with rank(), size(), allgather(bytes) and barrier()")
     import torch.distributed as dist
 
     size = dist.get_world_size(group)
@@ -638,14 +658,18 @@ class Buffer:
             del out
             return ((recv_x, recv_scales) if x_scales is not None else recv_x, None, None, None,
                     None, EventOverlap())
-        for name, value in (("topk_idx", topk_idx), ("topk_weights", topk_weights),
-                            ("is_token_in_rank", is_token_in_rank),
-                            ("num_tokens_per_expert", num_tokens_per_expert)):
-            if value is None:
-                raise ValueError(f"dispatch: {name} is required without a handle (from "
-                                 "get_dispatch_layout and the router)")
-        num_experts = int(num_tokens_per_expert.shape[0])
-        buffer = self._high_throughput(x, int(topk_idx.shape[1]), num_experts)
+        if (topk_idx is None) != (topk_weights is None):
+            raise ValueError("dispatch: topk_idx and topk_weights go together (both or neither)")
+        if is_token_in_rank is None:
+            raise ValueError("dispatch: is_token_in_rank is required without a handle (from "
+                             "get_dispatch_layout)")
+        with_topk = topk_idx is not None
+        if with_topk and num_tokens_per_expert is None:
+            raise ValueError("dispatch: num_tokens_per_expert is required with topk_idx (from "
+                             "get_dispatch_layout)")
+        num_experts = self._num_experts_of(num_tokens_per_expert)
+        topk = int(topk_idx.shape[1]) if with_topk else 0
+        buffer = self._high_throughput(x, topk, num_experts)
         out = buffer.dispatch(
             _to_courier(x, "x"), _to_courier(x_scales, "x_scales"),
             _to_courier(topk_idx, "topk_idx"), _to_courier(topk_weights, "topk_weights"),
@@ -654,21 +678,61 @@ class Buffer:
         worst = num_worst_tokens
         recv_x = kind.padded(kind.owned(out.recv_x), worst, 0, "dispatch")
         recv_scales = kind.padded(kind.owned(out.recv_x_scales), worst, 0, "dispatch")
-        recv_idx = kind.padded(kind.owned(out.recv_topk_idx), worst, -1, "dispatch")
-        recv_weights = kind.padded(kind.owned(out.recv_topk_weights), worst, 0, "dispatch")
-        # As DeepEP: a weight whose expert lives on another rank reads 0.
-        if kind.torch is not None:
-            recv_weights.masked_fill_(recv_idx < 0, 0.0)
+        recv_idx = recv_weights = None
+        if with_topk:
+            recv_idx = kind.padded(kind.owned(out.recv_topk_idx), worst, -1, "dispatch")
+            recv_weights = kind.padded(kind.owned(out.recv_topk_weights), worst, 0, "dispatch")
+            # As DeepEP: a weight whose expert lives on another rank reads 0.
+            if kind.torch is not None:
+                recv_weights.masked_fill_(recv_idx < 0, 0.0)
+            else:
+                recv_weights[recv_idx < 0] = 0.0
+            received_per_expert = list(out.num_recv_tokens_per_expert)
         else:
-            recv_weights[recv_idx < 0] = 0.0
+            received_per_expert = self._received_per_expert(kind, num_tokens_per_expert)
         counts = [int(math.ceil(c / expert_alignment) * expert_alignment)
-                  for c in out.num_recv_tokens_per_expert]
-        capacity = self._ht[self._ht_key_of(x, int(topk_idx.shape[1]), num_experts)][1]
+                  for c in received_per_expert]
+        capacity = self._ht[self._ht_key_of(x, topk, num_experts)][1]
         new_handle = DispatchHandle(out.handle, buffer, capacity, is_token_in_rank,
-                                    _rows(out.recv_x))
+                                    _rows(out.recv_x), worst)
         del out
         return ((recv_x, recv_scales) if x_scales is not None else recv_x, recv_idx,
                 recv_weights, counts, new_handle, EventOverlap())
+
+    def _num_experts_of(self, num_tokens_per_expert: Optional[Tensor]) -> int:
+        """The call's experts: len(num_tokens_per_expert). Without it (only
+        without top-k) the experts only name per-expert counts; one per rank
+        keeps the C++ Buffer's configuration valid."""
+        if num_tokens_per_expert is None:
+            return self.group_size
+        return int(num_tokens_per_expert.shape[0])
+
+    def _received_per_expert(self, kind: _Kind,
+                             num_tokens_per_expert: Optional[Tensor]) -> List[int]:
+        """A dispatch without topk_idx: no expert ids travel, so, as DeepEP
+        does, this rank's per-expert counts are the senders'
+        num_tokens_per_expert for its experts, summed (one out-of-band
+        all-gather through the bootstrap). Without num_tokens_per_expert
+        there are no experts to count: []."""
+        # Every rank passed the same number of experts (_high_throughput
+        # agreed on it), so the blocks, a flag then the counts, have one length.
+        given = num_tokens_per_expert is not None
+        mine = np.zeros(1 + self._num_experts_of(num_tokens_per_expert), np.int64)
+        if given:
+            host = (num_tokens_per_expert.detach().cpu().numpy() if kind.torch is not None
+                    else np.asarray(num_tokens_per_expert))
+            mine[0] = 1
+            mine[1:] = host.reshape(-1)
+        everyone = np.frombuffer(self.context.allgather(mine.tobytes()), np.int64)
+        everyone = everyone.reshape(self.group_size, -1)
+        if not everyone[:, 0].all():
+            if everyone[:, 0].any():
+                raise ValueError("dispatch: num_tokens_per_expert is given on some ranks and not "
+                                 "on others")
+            return []
+        per = (everyone.shape[1] - 1) // self.group_size
+        local = everyone[:, 1 + self.rank * per:1 + (self.rank + 1) * per]
+        return [int(c) for c in local.sum(axis=0)]
 
     def combine(
         self,
@@ -696,6 +760,10 @@ class Buffer:
         buffer = self._handle_buffer(handle, "combine")
         kind = _Kind(x, "combine: x")
         kind.wait_for_producer()
+        if handle.num_worst_tokens > 0 and _rows(x) == handle.num_worst_tokens:
+            # recv_x was padded to num_worst_tokens rows; as with DeepEP the
+            # padding rows of x are ignored (leading rows stay contiguous).
+            x = x[:handle.num_recv_tokens]
         combined = kind.owned(buffer.combine(_to_courier(x, "x"), handle.native))
         for b in (bias if isinstance(bias, tuple) else (bias,)):
             if b is not None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from typing import Dict, List
+from typing import Dict, List, Tuple
 
 import pytest
 
@@ -44,3 +44,28 @@ def run_ranks(ranks: int, args: List[str], timeout: int = 300) -> subprocess.Com
                sys.executable, os.path.join(HERE, "ep_ranks.py")] + args
     print("running:", " ".join(command))
     return subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout + 60)
+
+
+def run_ranks_as_torchrun(ranks: int, args: List[str], timeout: int = 300) -> List[Tuple[int, str]]:
+    """Starts `python tests/python/ep_ranks.py ARGS` on `ranks` processes
+    with torchrun's variables (RANK, WORLD_SIZE, LOCAL_RANK,
+    LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT) and no COURIER_JOB_TOKEN or
+    courier-run variables; returns each rank's (exit status, output)."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("COURIER_") or k in ("COURIER_BACKEND_PATH", "COURIER_RUN")}
+    env.update(HOST_ENV, MASTER_ADDR="127.0.0.1", MASTER_PORT="29577", WORLD_SIZE=str(ranks),
+               LOCAL_WORLD_SIZE=str(ranks))
+    command = [sys.executable, os.path.join(HERE, "ep_ranks.py")] + args
+    print("running on", ranks, "ranks:", " ".join(command))
+    procs = [subprocess.Popen(command, env=dict(env, RANK=str(r), LOCAL_RANK=str(r)),
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for r in range(ranks)]
+    results = []
+    for proc in procs:
+        try:
+            out, _ = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, _ = proc.communicate()
+        results.append((proc.returncode, out))
+    return results

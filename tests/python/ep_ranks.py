@@ -173,6 +173,24 @@ def dispatch_combine(buffer: deep_ep.Buffer, call: int, to_dtype: Callable, rtol
     total = np.where(idx >= 0, w, 0).sum(axis=1)
     np.testing.assert_allclose(combined.astype(np.float32), x * total[:, None], rtol=rtol,
                                atol=rtol, err_msg=f"call {call}: combined_x")
+
+    # A padded dispatch: its outputs, padding included, go back to combine
+    # as they are (DeepEP's num_worst_tokens); the padding rows are ignored,
+    # so they may hold anything.
+    w_x, w_idx, w_w, _, w_handle, _ = buffer.dispatch(
+        to_dtype(x), num_tokens_per_rank=per_rank, is_token_in_rank=in_rank,
+        num_tokens_per_expert=per_expert, topk_idx=idx, topk_weights=w, num_worst_tokens=worst)
+    check(w_x.shape == (worst, HIDDEN) and w_idx.shape == (worst, TOPK)
+          and w_w.shape == (worst, TOPK), f"padded dispatch shapes {w_x.shape}, {w_idx.shape}")
+    check(np.array_equal(w_x[:rows].astype(np.float32), want["x"]), "padded dispatch rows differ")
+    check(np.all(w_idx[rows:] == -1), "padding rows of recv_topk_idx are not -1")
+    padded_y = np.full((worst, HIDDEN), 1000.0, np.float32)
+    padded_y[:rows] = y
+    padded_w = np.full((worst, TOPK), 7.0, np.float32)
+    padded_w[:rows] = w_w[:rows]
+    again_x, again_w, _ = buffer.combine(to_dtype(padded_y), w_handle, topk_weights=padded_w)
+    check(np.array_equal(again_x, combined), f"call {call}: combine of padded rows differs")
+    check(np.array_equal(again_w, combined_w), f"call {call}: padded combined_topk_weights differ")
     return rows
 
 
@@ -211,6 +229,43 @@ def case_ht_fp8(buffer: deep_ep.Buffer) -> str:
     check(np.array_equal(recv_x.view(np.uint8), want_codes.view(np.uint8)), "FP8 rows differ")
     check(np.array_equal(recv_scales, want_scales), "FP8 scales differ")
     return f"{recv_x.shape[0]} FP8 rows and their scales bit-exact"
+
+
+def case_ht_no_topk(buffer: deep_ep.Buffer) -> str:
+    """dispatch without topk_idx (DeepEP allows it): rows go where
+    is_token_in_rank says, no top-k outputs, the per-expert counts are the
+    senders' num_tokens_per_expert; cached, padded and combined as usual."""
+    me, ranks = buffer.rank, buffer.group_size
+    x, idx, _ = inputs(me, 0, ranks)
+    per_rank, _, per_expert, in_rank, _ = buffer.get_dispatch_layout(idx, EXPERTS_PER_RANK * ranks)
+    recv_x, recv_idx, recv_w, counts, handle, _ = buffer.dispatch(
+        x, num_tokens_per_rank=per_rank, is_token_in_rank=in_rank,
+        num_tokens_per_expert=per_expert, expert_alignment=2)
+    want = expected_receive(me, ranks, 0)
+    rows = want["x"].shape[0]
+    check(recv_idx is None and recv_w is None, "dispatch without topk_idx returned top-k outputs")
+    check(np.array_equal(recv_x, want["x"]), "rows differ")
+    aligned = [int(-(-c // 2) * 2) for c in want["counts"]]
+    check(counts == aligned, f"num_recv_tokens_per_expert {counts} != {aligned}")
+
+    # Identity experts: each token comes back once from every rank it went to.
+    combined, combined_w, _ = buffer.combine(recv_x, handle)
+    check(combined_w is None, "combined_topk_weights without topk_weights")
+    check(np.array_equal(combined, x * in_rank.sum(axis=1)[:, None]), "combined_x differs")
+
+    cached = buffer.dispatch(x, handle=handle)[0]
+    check(np.array_equal(cached, want["x"]), "cached rows differ")
+
+    # Padded, and without num_tokens_per_expert: no experts to count.
+    worst = ranks * 32
+    w_x, w_idx, w_w, w_counts, w_handle, _ = buffer.dispatch(
+        x, num_tokens_per_rank=per_rank, is_token_in_rank=in_rank, num_worst_tokens=worst)
+    check(w_idx is None and w_w is None and w_counts == [], f"padded: {w_counts}")
+    check(w_x.shape == (worst, HIDDEN) and np.array_equal(w_x[:rows], want["x"]),
+          "padded rows differ")
+    again, _, _ = buffer.combine(w_x, w_handle)
+    check(np.array_equal(again, combined), "combine of the padded rows differs")
+    return f"{rows} rows by is_token_in_rank alone; counts, cache, padding and combine right"
 
 
 def low_latency(buffer: deep_ep.Buffer, use_fp8: bool, hook: bool, call: int) -> int:
@@ -323,6 +378,7 @@ CASES: Dict[str, Callable[[deep_ep.Buffer], str]] = {
     "ht": case_ht,
     "ht-bf16": case_ht_bf16,
     "ht-fp8": case_ht_fp8,
+    "ht-no-topk": case_ht_no_topk,
     "ll": case_ll,
     "ll-fp8": case_ll_fp8,
     "errors": case_errors,
@@ -332,12 +388,14 @@ CASES: Dict[str, Callable[[deep_ep.Buffer], str]] = {
 def main(argv: List[str]) -> int:
     names = argv[1:]
     group = None
+    # courier-run's variables, or torchrun's (test_multiprocess.py starts
+    # ranks that way to check that a group needs no COURIER_JOB_TOKEN).
+    rank = int(os.environ.get("COURIER_RANK", os.environ.get("RANK", "0")))
+    ranks = int(os.environ.get("COURIER_WORLD_SIZE", os.environ.get("WORLD_SIZE", "1")))
     if names and names[0].startswith("--file-group="):
-        rank, size = int(os.environ["COURIER_RANK"]), int(os.environ["COURIER_WORLD_SIZE"])
-        group = FileGroup(names[0].split("=", 1)[1], rank, size)
+        group = FileGroup(names[0].split("=", 1)[1], rank, ranks)
         names = names[1:]
     low_latency_mode = any(n.startswith("ll") for n in names)
-    ranks = int(os.environ.get("COURIER_WORLD_SIZE", "1"))
     rdma = deep_ep.Buffer.get_low_latency_rdma_size_hint(32, HIDDEN, ranks,
                                                          EXPERTS_PER_RANK * ranks)
     buffer = deep_ep.Buffer(group, num_rdma_bytes=rdma, low_latency_mode=low_latency_mode)

@@ -3,6 +3,9 @@ and C++ errors arriving as courier.Error with their message."""
 
 from __future__ import annotations
 
+import sys
+import types
+
 import numpy as np
 import pytest
 
@@ -107,8 +110,10 @@ def test_arguments_that_change_results_are_refused(buffer: deep_ep.Buffer) -> No
     x = np.zeros((2, 128), np.float32)
     idx = np.zeros((2, 2), np.int64)
     w = np.ones((2, 2), np.float32)
-    with pytest.raises(ValueError, match="topk_idx is required without a handle"):
+    with pytest.raises(ValueError, match="is_token_in_rank is required without a handle"):
         buffer.dispatch(x)
+    with pytest.raises(ValueError, match="topk_idx and topk_weights go together"):
+        buffer.dispatch(x, is_token_in_rank=np.ones((2, 1), bool), topk_idx=idx)
     with pytest.raises(ValueError, match="handle must be the handle a dispatch"):
         buffer.combine(x, handle=("not", "a", "handle"))
     with pytest.raises(ValueError, match="round_scale=True is not supported"):
@@ -170,3 +175,122 @@ def test_more_tokens_grow_the_buffer_and_old_handles_fail(buffer: deep_ep.Buffer
     assert np.all(combined == 2.0)
     with pytest.raises(courier.Error, match="made before the Buffer grew"):
         buffer.combine(small[0], small[4])
+
+
+def test_dispatch_without_topk_and_padded_combine(buffer: deep_ep.Buffer) -> None:
+    """No topk_idx: rows by is_token_in_rank, no top-k outputs, counts from
+    num_tokens_per_expert. A num_worst_tokens dispatch's padded rows go back
+    to combine as they are."""
+    x = np.arange(3 * 128, dtype=np.float32).reshape(3, 128)
+    in_rank = np.array([[True], [False], [True]])
+    per_expert = np.array([2, 1, 0, 1], np.int32)
+    recv_x, recv_idx, recv_w, counts, handle, _ = buffer.dispatch(
+        x, num_tokens_per_rank=np.array([2], np.int32), is_token_in_rank=in_rank,
+        num_tokens_per_expert=per_expert)
+    assert recv_idx is None and recv_w is None
+    assert np.array_equal(recv_x, x[[0, 2]])
+    assert counts == [2, 1, 0, 1]
+    combined, _, _ = buffer.combine(recv_x * 2, handle)
+    assert np.array_equal(combined, x * 2 * in_rank)
+
+    idx = np.array([[0, -1], [1, 2], [-1, -1]], np.int64)
+    w = np.ones((3, 2), np.float32)
+    per_rank, _, per_expert, in_rank, _ = buffer.get_dispatch_layout(idx, 4)
+    recv_x, recv_idx, recv_w, _, handle, _ = buffer.dispatch(
+        x, num_tokens_per_rank=per_rank, is_token_in_rank=in_rank,
+        num_tokens_per_expert=per_expert, topk_idx=idx, topk_weights=w, num_worst_tokens=8)
+    assert recv_x.shape == (8, 128) and np.array_equal(recv_x[:2], x[:2])
+    assert np.all(recv_idx[2:] == -1)
+    recv_x[2:] = 99.0  # padding rows: ignored by combine, whatever they hold
+    combined, combined_w, _ = buffer.combine(recv_x, handle, topk_weights=recv_w)
+    assert np.array_equal(combined, x * np.array([[1], [1], [0]], np.float32))
+    assert np.array_equal(combined_w, np.where(idx >= 0, w, 0))
+
+
+class _OneRankGroup:
+    """The plain group protocol for a job of one rank."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def rank(self) -> int:
+        return 0
+
+    def size(self) -> int:
+        return 1
+
+    def allgather(self, block: bytes) -> bytes:
+        self.calls += 1
+        return block
+
+    def barrier(self) -> None:
+        self.calls += 1
+
+
+def test_a_torch_process_group_is_not_taken_for_a_plain_group(monkeypatch) -> None:
+    """torch's ProcessGroup has allgather() and barrier() methods of its own
+    (tensor lists): it goes to the torch bootstrap, plain group objects to
+    theirs. A stand-in torch.distributed (torch is optional here)."""
+
+    class ProcessGroup:
+        def rank(self) -> int:
+            return 0
+
+        def size(self) -> int:
+            return 1
+
+        def allgather(self, *args: object) -> None:
+            raise AssertionError("the ProcessGroup's own allgather was called")
+
+        def barrier(self, *args: object) -> None:
+            raise AssertionError("the ProcessGroup's own barrier was called")
+
+    dist = types.ModuleType("torch.distributed")
+    dist.ProcessGroup = ProcessGroup
+    torch = types.ModuleType("torch")
+    torch.distributed = dist
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    monkeypatch.setitem(sys.modules, "torch.distributed", dist)
+    through_torch = []
+
+    def torch_bootstrap(group: object) -> courier.CallbackBootstrap:
+        through_torch.append(group)
+        return courier.CallbackBootstrap(0, 1, lambda block: block, lambda: None)
+
+    monkeypatch.setattr(deep_ep, "_torch_group_bootstrap", torch_bootstrap)
+    group = ProcessGroup()
+    buffer = deep_ep.Buffer(group)
+    assert through_torch == [group]
+    assert buffer.context.bootstrap_kind == "python" and buffer.group is group
+
+    plain = _OneRankGroup()
+    buffer = deep_ep.Buffer(plain)
+    assert through_torch == [group] and plain.calls > 0
+    assert buffer.context.bootstrap_kind == "python"
+
+
+def test_buffer_on_a_torch_gloo_group(tmp_path) -> None:
+    """A real torch.distributed group (gloo, one rank) bootstraps a Buffer;
+    torch CPU tensors in and out. Skipped without torch."""
+    torch = pytest.importorskip("torch")
+    dist = pytest.importorskip("torch.distributed")
+    if not dist.is_available():
+        pytest.skip("this torch has no torch.distributed")
+    dist.init_process_group("gloo", store=dist.FileStore(str(tmp_path / "store"), 1), rank=0,
+                            world_size=1)
+    try:
+        buffer = deep_ep.Buffer(dist.group.WORLD)
+        assert buffer.context.bootstrap_kind == "python" and buffer.group_size == 1
+        x = torch.arange(4 * 128, dtype=torch.float32).reshape(4, 128)
+        idx = torch.tensor([[0, 1], [2, -1], [-1, -1], [3, 0]], dtype=torch.int64)
+        w = torch.full((4, 2), 0.5, dtype=torch.float32)
+        per_rank, _, per_expert, in_rank, _ = buffer.get_dispatch_layout(idx, 4)
+        recv_x, _, _, counts, handle, _ = buffer.dispatch(
+            x, num_tokens_per_rank=per_rank, is_token_in_rank=in_rank,
+            num_tokens_per_expert=per_expert, topk_idx=idx, topk_weights=w)
+        assert isinstance(recv_x, torch.Tensor) and torch.equal(recv_x, x[[0, 1, 3]])
+        assert counts == [2, 1, 1, 1]
+        combined, _, _ = buffer.combine(recv_x, handle)
+        assert torch.equal(combined, x * in_rank[:, :1])
+    finally:
+        dist.destroy_process_group()

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from conftest import run_ranks
+from conftest import run_ranks, run_ranks_as_torchrun
 
 ml_dtypes = pytest.importorskip("ml_dtypes")
 
@@ -30,7 +30,7 @@ def expect_pass(ranks: int, cases: list, extra: list = ()) -> None:
 
 @pytest.mark.parametrize("ranks", [2, 4])
 def test_layout_dispatch_combine(ranks: int) -> None:
-    expect_pass(ranks, ["layout", "ht", "ht-bf16", "ht-fp8"])
+    expect_pass(ranks, ["layout", "ht", "ht-bf16", "ht-fp8", "ht-no-topk"])
 
 
 @pytest.mark.parametrize("ranks", [2, 4])
@@ -49,3 +49,14 @@ def test_errors_on_four_ranks() -> None:
 def test_process_group_bootstrap(tmp_path) -> None:
     """A group object's allgather/barrier carry Courier's bootstrap."""
     expect_pass(2, ["layout", "ht"], extra=[f"--file-group={tmp_path}"])
+
+
+def test_process_group_bootstrap_needs_no_job_token(tmp_path) -> None:
+    """Under torchrun with a group, the group is the bootstrap: no
+    COURIER_JOB_TOKEN, and nothing listens at MASTER_PORT + 1."""
+    cases = ["layout", "ht", "ht-no-topk"]
+    results = run_ranks_as_torchrun(2, [f"--file-group={tmp_path}"] + cases)
+    for rank, (status, output) in enumerate(results):
+        assert status == 0, f"rank {rank}:\n{output}"
+        passed = re.findall(r"^PASS ([\w-]+):", output, re.MULTILINE)
+        assert passed == cases, f"rank {rank}:\n{output}"
