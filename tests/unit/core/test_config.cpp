@@ -163,6 +163,20 @@ TEST_CASE("launchers: courier-run, torchrun, mpirun, srun") {
   CHECK(c.job.launcher == "mpirun");
 }
 
+TEST_CASE("a Context given a joined job places the rank without a rendezvous") {
+  // torchrun with a process group as the bootstrap: no COURIER_JOB_TOKEN, and
+  // MASTER_ADDR/PORT are torch's alone.
+  const std::map<std::string, std::string, std::less<>> torchrun = {
+      {"RANK", "1"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "2"}};
+  Config c = Config::load(env_of(torchrun), /*need_job=*/true, /*need_rendezvous=*/false);
+  CHECK(c.job.launcher == "torchrun");
+  CHECK(c.job.rank == 1);
+  CHECK(c.job.local_rank == 1);
+  CHECK(c.job.bootstrap_port == 0);
+  // Joining through the rendezvous still needs MASTER_ADDR/PORT and the token.
+  CHECK(error_of(torchrun).find("MASTER_ADDR") != std::string::npos);
+}
+
 TEST_CASE("launcher errors name the variable") {
   std::string e = error_of({{"COURIER_RANK", "2"}, {"COURIER_WORLD_SIZE", "2"}});
   CHECK(e.find("COURIER_RANK='2'") != std::string::npos);
