@@ -7,6 +7,9 @@
 #   TESTS=gpu-ce BENCH=0 tests/gpu/run.sh   (only tests matching TESTS, no benchmarks)
 #   TESTS=gpu-ep BENCH=ep tests/gpu/run.sh  (EP tests, then only the EP benchmarks: Courier
 #                                            direct and proxy, NCCL all_to_all_single)
+#   EP_RANKS=8 TESTS=none BENCH=ep tests/gpu/run.sh  (EP8 on an 8-GPU host: the EP correctness
+#                                            check at the standard shapes and the EP benchmarks at
+#                                            8 ranks; EP_RANKS defaults to 2)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 BUILD=${BUILD:-build-gpu}
@@ -59,8 +62,19 @@ if [ "${BENCH:-1}" = ep ]; then
   # EP2 at the field's standard shapes (docs/performance.md): Courier over the
   # direct path and through the proxy over nic-ce, then NCCL all_to_all_single
   # of the same rows; JSON in $OUT (tools/plot_bench.py draws it).
-  R="$BUILD/bin/courier-run --timeout 600 -n 2"
+  ranks=${EP_RANKS:-2}
+  R="$BUILD/bin/courier-run --timeout 600 -n $ranks"
   export COURIER_NIC_BACKEND=ce COURIER_GPU_BACKEND=cuda
+  nvidia-smi topo -m 2>&1 | tee "$OUT/topo.txt"
+  # Correctness at the standard shapes on every rank count (the ctests run 2).
+  for transport in ${EP_TRANSPORTS:-direct proxy}; do
+    step "ep-check-$transport ($ranks ranks, --gpu-shapes)"
+    env COURIER_EP_TRANSPORT=$transport $R "$BUILD/tests/ep_check" --gpu-shapes \
+      >"$OUT/ep-check-$transport.txt" 2>&1
+    echo "ep_check $transport: exit $? ($(grep -cE 'FAIL' "$OUT/ep-check-$transport.txt") FAIL lines)" |
+      tee -a "$OUT/ep-check.txt"
+    tail -3 "$OUT/ep-check-$transport.txt"
+  done
   HT="--mode ht --tokens 512,1024,2048,4096 --hidden 7168 --topk 8 --experts 256 --unmasked"
   LL="--mode ll --tokens 128 --hidden 7168 --topk 8 --experts 288 --unmasked --fp8"
   for transport in ${EP_TRANSPORTS:-direct proxy}; do
@@ -75,11 +89,12 @@ if [ "${BENCH:-1}" = ep ]; then
     done
   done
   if [ "${NCCL:-1}" = 1 ]; then
-    bench nccl python3 tools/nccl_alltoall_bench.py --ranks 2 --ht-tokens 512,1024,2048,4096 \
+    bench nccl python3 tools/nccl_alltoall_bench.py --ranks "$ranks" --ht-tokens 512,1024,2048,4096 \
       --json "$OUT/nccl.json"
   fi
-  step "summary"
+  step "summary ($ranks ranks)"
   printf '%s\n' "$tests_line"
+  cat "$OUT/ep-check.txt"
   python3 - "$OUT" <<'PY'
 import glob, json, os, re, sys
 rows = []
