@@ -94,7 +94,6 @@ DLDeviceType device_type_of(uint32_t mem_kind) {
 void* check_tensor(const DLTensor* tensor, std::string_view name, DType dtype,
                    std::initializer_list<int64_t> shape, DLDeviceType device) {
   if (tensor == nullptr) fail("{}: no tensor given", name);
-  if (tensor->data == nullptr) fail("{}: the tensor has no data pointer", name);
   if (!matches(tensor->dtype, dtype)) {
     fail("{}: dtype {} where {} is required", name, describe(tensor->dtype), to_string(dtype));
   }
@@ -104,13 +103,18 @@ void* check_tensor(const DLTensor* tensor, std::string_view name, DType dtype,
          shape_text(shape.begin(), ndim));
   }
   int d = 0;
+  bool empty = false;
   for (int64_t want : shape) {
     if (tensor->shape[d] < 0 || (want >= 0 && tensor->shape[d] != want)) {
       fail("{}: shape {} where {} is required", name, shape_text(tensor->shape, ndim),
            shape_text(shape.begin(), ndim));
     }
+    empty = empty || tensor->shape[d] == 0;
     ++d;
   }
+  // An empty tensor (a rank with no tokens) may have no data pointer: torch
+  // gives zero-element CUDA tensors none.
+  if (tensor->data == nullptr && !empty) fail("{}: the tensor has no data pointer", name);
   if (tensor->device.device_type != device) {
     fail("{}: the tensor is in {} memory, but this GPU backend's memory is {}", name,
          device_name(tensor->device.device_type), device_name(device));

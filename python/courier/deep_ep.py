@@ -17,6 +17,7 @@ scheduling are accepted; arguments whose meaning Courier cannot honour raise
 from __future__ import annotations
 
 import math
+import os
 import struct
 import sys
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
@@ -97,11 +98,24 @@ class _Kind:
         self.torch = _torch_module() if _is_torch(like) else None
         self.device = like.device if self.torch is not None else None
 
-    def wait_for_producer(self) -> None:
+    def wait_for_producer(self, previous_event: Optional["EventOverlap"] = None) -> None:
         """Courier's kernels run on their own stream: let the caller's stream
-        finish writing the inputs first."""
+        finish writing the inputs first, and the work `previous_event` stands
+        for (recorded on any stream)."""
+        if previous_event is not None and previous_event.event is not None and hasattr(
+                previous_event.event, "synchronize"):
+            previous_event.event.synchronize()
         if self.torch is not None and self.device.type == "cuda":
             self.torch.cuda.current_stream(self.device).synchronize()
+
+    def event(self) -> "EventOverlap":
+        """An event after the work queued so far on the caller's stream (the
+        copies handing out results); empty for numpy and CPU tensors."""
+        if self.torch is not None and self.device.type == "cuda":
+            event = self.torch.cuda.Event()
+            event.record(self.torch.cuda.current_stream(self.device))
+            return EventOverlap(event)
+        return EventOverlap()
 
     def view(self, ref: Optional[_courier.TensorRef]) -> Optional[Tensor]:
         """A zero-copy array over a Buffer view."""
@@ -188,9 +202,11 @@ def _dtype_code(x: Tensor) -> int:
 
 
 class EventOverlap:
-    """DeepEP's event wrapper. Courier's calls return once their results are
-    complete, so there is nothing to wait for: ``current_stream_wait`` and the
-    ``with`` block return at once."""
+    """DeepEP's event wrapper. Courier's calls return once Courier's own work
+    is complete; for torch CUDA tensors the event is recorded on the caller's
+    stream after the copies that hand out the results, so
+    ``current_stream_wait`` (and leaving a ``with`` block) makes another
+    stream wait for them, as with DeepEP. Without torch CUDA it is empty."""
 
     def __init__(self, event: Any = None, extra_tensors: Optional[Tuple[Any, ...]] = None) -> None:
         """``event``: an event handle (kept, not waited on); ``extra_tensors``:
@@ -199,14 +215,17 @@ class EventOverlap:
         self.extra_tensors = extra_tensors
 
     def current_stream_wait(self) -> None:
-        """Make the current stream wait for the event: the work is done already."""
-        return None
+        """Make the current stream wait for the event (a torch.cuda.Event);
+        an empty event has nothing to wait for."""
+        if self.event is not None and hasattr(self.event, "record"):
+            torch = _torch_module()
+            torch.cuda.current_stream().wait_event(self.event)
 
     def __enter__(self) -> "EventOverlap":
         return self
 
     def __exit__(self, exc_type: Any, exc_value: Any, traceback: Any) -> None:
-        return None
+        self.current_stream_wait()
 
 
 class Config:
@@ -434,6 +453,14 @@ class Buffer:
             raise ValueError(f"Buffer: num_qps_per_rank must be positive, got {num_qps_per_rank!r}")
         _check_accepted("Buffer", enable_shrink=(enable_shrink, False), comm=(comm, None))
         bootstrap = _group_bootstrap(group) if group is not None else None
+        env = dict(env or {})
+        cuda = getattr(_torch_module(), "cuda", None)
+        if (cuda is not None and "COURIER_GPU_DEVICE" not in env and
+                "COURIER_GPU_DEVICE" not in os.environ and cuda.is_available() and
+                cuda.is_initialized()):
+            # The GPU the caller set for this process (torch.cuda.set_device),
+            # not LOCAL_RANK: under mp.spawn there is no LOCAL_RANK.
+            env["COURIER_GPU_DEVICE"] = str(cuda.current_device())
         self.context = _courier.Context(env=env, bootstrap=bootstrap)
         self.rank: int = self.context.rank
         self.group_size: int = self.context.world_size
@@ -497,8 +524,13 @@ class Buffer:
 
     @staticmethod
     def capture() -> EventOverlap:
-        """An event on the current stream. Courier's calls complete before they
-        return, so this is an already completed EventOverlap."""
+        """An event on the current CUDA stream (when torch with CUDA is in
+        use), to pass as ``previous_event``; otherwise an empty one."""
+        cuda = getattr(_torch_module(), "cuda", None)
+        if cuda is not None and cuda.is_available() and cuda.is_initialized():
+            event = cuda.Event()
+            event.record(cuda.current_stream())
+            return EventOverlap(event)
         return EventOverlap()
 
     @staticmethod
@@ -546,13 +578,13 @@ class Buffer:
         is_token_in_rank ``[num_tokens, num_ranks]`` bool, event). Local."""
         self._alive("get_dispatch_layout")
         kind = _Kind(topk_idx, "get_dispatch_layout: topk_idx")
-        kind.wait_for_producer()
+        kind.wait_for_producer(previous_event)
         per_rank = kind.empty((self.group_size,), "int32")
         per_expert = kind.empty((int(num_experts),), "int32")
         in_rank = kind.empty((_rows(topk_idx), self.group_size), "bool")
         self._layout.get_dispatch_layout(_to_courier(topk_idx, "topk_idx"), int(num_experts),
                                          per_rank, per_expert, in_rank)
-        return per_rank, None, per_expert, in_rank, EventOverlap()
+        return per_rank, None, per_expert, in_rank, kind.event()
 
     # -- high-throughput ------------------------------------------------------------
 
@@ -644,7 +676,7 @@ class Buffer:
             raise ValueError(f"dispatch: num_worst_tokens must be >= 0, got {num_worst_tokens!r}")
         x, x_scales = x if isinstance(x, tuple) else (x, None)
         kind = _Kind(x, "dispatch: x")
-        kind.wait_for_producer()
+        kind.wait_for_producer(previous_event)
         if handle is not None:
             if topk_idx is not None or topk_weights is not None:
                 raise ValueError("dispatch: with a handle (cached mode) topk_idx and topk_weights "
@@ -657,7 +689,7 @@ class Buffer:
                                       "dispatch")
             del out
             return ((recv_x, recv_scales) if x_scales is not None else recv_x, None, None, None,
-                    None, EventOverlap())
+                    None, kind.event())
         if (topk_idx is None) != (topk_weights is None):
             raise ValueError("dispatch: topk_idx and topk_weights go together (both or neither)")
         if is_token_in_rank is None:
@@ -697,7 +729,7 @@ class Buffer:
                                     _rows(out.recv_x), worst)
         del out
         return ((recv_x, recv_scales) if x_scales is not None else recv_x, recv_idx,
-                recv_weights, counts, new_handle, EventOverlap())
+                recv_weights, counts, new_handle, kind.event())
 
     def _num_experts_of(self, num_tokens_per_expert: Optional[Tensor]) -> int:
         """The call's experts: len(num_tokens_per_expert). Without it (only
@@ -759,7 +791,7 @@ class Buffer:
             raise ValueError(f"combine: config must be a Config, got {type(config).__name__}")
         buffer = self._handle_buffer(handle, "combine")
         kind = _Kind(x, "combine: x")
-        kind.wait_for_producer()
+        kind.wait_for_producer(previous_event)
         if handle.num_worst_tokens > 0 and _rows(x) == handle.num_worst_tokens:
             # recv_x was padded to num_worst_tokens rows; as with DeepEP the
             # padding rows of x are ignored (leading rows stay contiguous).
@@ -774,7 +806,7 @@ class Buffer:
         combined_weights = None
         if topk_weights is not None:
             combined_weights = self._combine_weights(kind, topk_weights, handle)
-        return combined, combined_weights, EventOverlap()
+        return combined, combined_weights, kind.event()
 
     def _combine_weights(self, kind: _Kind, topk_weights: Tensor,
                          handle: DispatchHandle) -> Tensor:
@@ -882,12 +914,24 @@ class Buffer:
         _check_accepted("low_latency_dispatch", round_scale=(round_scale, False),
                         use_ue8m0=(use_ue8m0, False))
         kind = _Kind(x, "low_latency_dispatch: x")
+        # The receive buffers alternate between two slots: this dispatch
+        # reuses the one of the dispatch before the last, whose hook must have
+        # run (every rank runs the same calls, so every rank refuses alike).
+        waiting = getattr(self, "_ll_waiting_hooks", {})
+        self._ll_waiting_hooks = waiting
+        number = getattr(self, "_ll_dispatches", 0) + 1
+        if waiting.get(number - 2):
+            raise Error(
+                f"low_latency_dispatch: the receive hook of low-latency dispatch {number - 2} has "
+                "not run, and this dispatch would reuse its receive buffer: call each hook "
+                "before the next-but-one dispatch (at most two may await their hooks)")
         kind.wait_for_producer()
         buffer = self._low_latency(x, int(num_max_dispatch_tokens_per_rank), int(num_experts),
                                    int(topk_idx.shape[1]), bool(use_fp8))
         out = buffer.low_latency_dispatch(_to_courier(x, "x"), _to_courier(topk_idx, "topk_idx"),
                                           use_fp8=bool(use_fp8),
                                           return_recv_hook=bool(return_recv_hook))
+        self._ll_dispatches = number
         recv_x = kind.empty_like_view(out.packed_recv_x)
         recv_scales = None
         if use_fp8:
@@ -909,6 +953,7 @@ class Buffer:
             if not pending:
                 raise Error("low_latency_dispatch: the receive hook was already called")
             out = pending.pop()
+            waiting.pop(number, None)
             if out.has_recv_hook:
                 out.recv_hook()
             kind.copy_into(recv_x, out.packed_recv_x)
@@ -930,9 +975,10 @@ class Buffer:
         hook: Optional[Callable[[], None]] = None
         if return_recv_hook:
             hook = receive
+            waiting[number] = pending
         else:
             receive()
-        return ((recv_x, recv_scales) if use_fp8 else recv_x, recv_count, handle, EventOverlap(),
+        return ((recv_x, recv_scales) if use_fp8 else recv_x, recv_count, handle, kind.event(),
                 hook)
 
     def get_next_low_latency_combine_buffer(self, handle: LowLatencyHandle) -> Tensor:
@@ -993,4 +1039,4 @@ class Buffer:
             combined = kind.owned(ref)
         del ref
         hook: Optional[Callable[[], None]] = (lambda: None) if return_recv_hook else None
-        return combined, EventOverlap(), hook
+        return combined, kind.event(), hook

@@ -12,4 +12,14 @@ void bind_bootstrap(nanobind::module_& m);  // python_bootstrap.cpp: CallbackBoo
 void bind_context(nanobind::module_& m);    // context_bindings.cpp: Context
 void bind_ep(nanobind::module_& m);         // ep_bindings.cpp: EpBuffer and its results
 
+// False once the interpreter is gone or shutting down: code run from C++
+// destructors and DLPack deleters must then not take the GIL.
+inline bool interpreter_alive() {
+#if PY_VERSION_HEX >= 0x030D0000
+  return Py_IsInitialized() && !Py_IsFinalizing();
+#else
+  return Py_IsInitialized() && !_Py_IsFinalizing();
+#endif
+}
+
 }  // namespace courier::python

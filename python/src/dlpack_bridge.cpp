@@ -59,8 +59,13 @@ struct Export {
 
 void delete_export(DLManagedTensor* managed) {
   auto* e = static_cast<Export*>(managed->manager_ctx);
-  nb::gil_scoped_acquire gil;
-  Py_XDECREF(e->ref);
+  // A consumer may free the tensor after the interpreter shut down (torch's
+  // caching allocator at exit): then there is no GIL to take and nothing
+  // left to release the reference to.
+  if (interpreter_alive()) {
+    nb::gil_scoped_acquire gil;
+    Py_XDECREF(e->ref);
+  }
   delete e;
 }
 

@@ -22,6 +22,12 @@ CallbackBootstrap::CallbackBootstrap(int rank, int size, nb::object allgather, n
 }
 
 CallbackBootstrap::~CallbackBootstrap() {
+  if (!interpreter_alive()) {
+    // At interpreter exit: the callables cannot be released any more.
+    allgather_.release();
+    barrier_.release();
+    return;
+  }
   // The last owner may be a Context destroyed without the GIL.
   nb::gil_scoped_acquire gil;
   allgather_.reset();
@@ -30,6 +36,9 @@ CallbackBootstrap::~CallbackBootstrap() {
 
 std::vector<std::byte> CallbackBootstrap::allgather(std::span<const std::byte> mine) {
   nb::gil_scoped_acquire gil;
+  // Destructors (a Buffer's collective teardown) may call this while a
+  // Python exception is pending: set it aside for the call.
+  nb::error_scope pending;
   try {
     nb::bytes block(mine.data(), mine.size());
     nb::object result = allgather_(block);
@@ -54,6 +63,7 @@ std::vector<std::byte> CallbackBootstrap::allgather(std::span<const std::byte> m
 
 void CallbackBootstrap::barrier() {
   nb::gil_scoped_acquire gil;
+  nb::error_scope pending;
   try {
     barrier_();
   } catch (nb::python_error& e) {

@@ -339,6 +339,27 @@ def case_ll_fp8(buffer: deep_ep.Buffer) -> str:
     return f"FP8 with hook and without: {rows} expert rows within e4m3 precision"
 
 
+def case_ll_stale_hook(buffer: deep_ep.Buffer) -> str:
+    """A dispatch that would reuse the receive slot of a dispatch whose hook
+    has not run is refused on every rank; after the hooks run, calls work."""
+    import ml_dtypes
+
+    me, ranks = buffer.rank, buffer.group_size
+    per, max_tokens = EXPERTS_PER_RANK, 32
+
+    def dispatch(call: int):
+        x, idx, _ = inputs(me, call, ranks)
+        return buffer.low_latency_dispatch(x.astype(ml_dtypes.bfloat16), idx, max_tokens,
+                                           per * ranks, return_recv_hook=True)[4]
+
+    hooks = [dispatch(0), dispatch(1)]
+    message = expect_error(lambda: dispatch(2), "has not run")
+    hooks[0]()
+    hooks[1]()
+    rows = low_latency(buffer, False, True, 3)  # and the next calls work
+    return f"a third dispatch awaiting hooks is refused ({message!r}); then calls work ({rows} rows)"
+
+
 def expect_error(call: Callable[[], object], needle: str) -> str:
     try:
         call()
@@ -381,6 +402,7 @@ CASES: Dict[str, Callable[[deep_ep.Buffer], str]] = {
     "ht-no-topk": case_ht_no_topk,
     "ll": case_ll,
     "ll-fp8": case_ll_fp8,
+    "ll-stale-hook": case_ll_stale_hook,
     "errors": case_errors,
 }
 
