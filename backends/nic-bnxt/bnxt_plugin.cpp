@@ -31,34 +31,10 @@ constexpr auto kKnobs = entries::make_knobs(
     "bytes of writes in flight per peer before posting waits (conservative by default: deep "
     "queues cause transport retries on this NIC); 0: no limit");
 
-int bnxt_init(const courier_host_services_v1* host, void** backend) {
-  return entries::init(kTraits, host, backend);
-}
-
-const courier_nic_plugin_v1 kPlugin = {
-    /* header */ {sizeof(courier_nic_plugin_v1), COURIER_NIC_ABI_MAJOR, COURIER_NIC_ABI_MINOR,
-                  "bnxt"},
-    /* description */
+const courier_nic_plugin_v1 kPlugin = entries::make_nic_plugin<kTraits>(
     "Broadcom NetXtreme/Thor (bnxt_re) over verbs RC queue pairs: on-demand paging, capped "
     "in-flight bytes",
-    kKnobs.data(),
-    static_cast<uint32_t>(kKnobs.size()),
-    /* reserved */ 0,
-    bnxt_init,
-    entries::fini,
-    entries::last_error,
-    entries::query,
-    entries::ep_open,
-    entries::ep_close,
-    entries::ep_name,
-    entries::ep_connect,
-    entries::mr_register,
-    entries::mr_deregister,
-    entries::post_write,
-    entries::poll,
-    entries::post_atomic,
-    entries::describe,
-};
+    kKnobs);
 
 }  // namespace
 }  // namespace courier::nic_bnxt

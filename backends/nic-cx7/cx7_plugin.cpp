@@ -23,34 +23,10 @@ const BackendTraits kTraits = {
 constexpr auto kKnobs = entries::make_knobs(
     "0", "bytes of writes in flight per peer before posting waits; 0: no limit");
 
-int cx7_init(const courier_host_services_v1* host, void** backend) {
-  return entries::init(kTraits, host, backend);
-}
-
-const courier_nic_plugin_v1 kPlugin = {
-    /* header */ {sizeof(courier_nic_plugin_v1), COURIER_NIC_ABI_MAJOR, COURIER_NIC_ABI_MINOR,
-                  "cx7"},
-    /* description */
+const courier_nic_plugin_v1 kPlugin = entries::make_nic_plugin<kTraits>(
     "NVIDIA ConnectX (mlx5) over verbs RC queue pairs: ordered writes, immediate data, NIC "
     "atomics",
-    kKnobs.data(),
-    static_cast<uint32_t>(kKnobs.size()),
-    /* reserved */ 0,
-    cx7_init,
-    entries::fini,
-    entries::last_error,
-    entries::query,
-    entries::ep_open,
-    entries::ep_close,
-    entries::ep_name,
-    entries::ep_connect,
-    entries::mr_register,
-    entries::mr_deregister,
-    entries::post_write,
-    entries::poll,
-    entries::post_atomic,
-    entries::describe,
-};
+    kKnobs);
 
 }  // namespace
 }  // namespace courier::nic_cx7

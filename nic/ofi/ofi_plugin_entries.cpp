@@ -1,27 +1,20 @@
 #include "ofi_plugin_entries.hpp"
 
 #include <cerrno>
-#include <exception>
 #include <memory>
 #include <new>
+#include <utility>
 
+#include "nic/entry_guard.hpp"
 #include "ofi_ep.hpp"
 #include "ofi_error.hpp"
 
 namespace courier::ofi::entries {
 namespace {
 
-// Control-path entries allocate (std::string, std::vector); an allocation
-// failure must become -ENOMEM, not an exception escaping into C.
 template <typename F>
 int guarded(const char* what, F&& body) {
-  try {
-    return body();
-  } catch (const std::bad_alloc&) {
-    return set_error(-ENOMEM, "%s: out of memory", what);
-  } catch (const std::exception& e) {
-    return set_error(-EIO, "%s: %s", what, e.what());
-  }
+  return nic::guarded<&set_error>(what, std::forward<F>(body));
 }
 
 Endpoint* as_endpoint(void* ep) { return static_cast<Endpoint*>(ep); }

@@ -2,26 +2,19 @@
 
 #include <cerrno>
 #include <cstring>
-#include <exception>
 #include <memory>
 #include <new>
+#include <utility>
 
+#include "nic/entry_guard.hpp"
 #include "verbs_error.hpp"
 
 namespace courier::verbs::entries {
 namespace {
 
-// Control-path entries allocate; an allocation failure or any exception
-// becomes an error code, never an exception escaping into C.
 template <typename F>
 int guarded(const char* what, F&& body) {
-  try {
-    return body();
-  } catch (const std::bad_alloc&) {
-    return set_error(-ENOMEM, "%s: out of memory", what);
-  } catch (const std::exception& e) {
-    return set_error(-EIO, "%s: %s", what, e.what());
-  }
+  return nic::guarded<&set_error>(what, std::forward<F>(body));
 }
 
 Endpoint* as_endpoint(void* ep) { return static_cast<Endpoint*>(ep); }

@@ -28,6 +28,41 @@ int poll(void* ep, courier_nic_completion_v1* out, uint32_t max);
 int post_atomic(void* ep, const courier_nic_atomic_v1* atomic);
 int describe(void* backend, char* buf, size_t* len);
 
+// init bound to one plugin's traits (a plugin entry takes no traits).
+template <const BackendTraits& kTraits>
+int init_for(const courier_host_services_v1* host, void** backend) {
+  return init(kTraits, host, backend);
+}
+
+// The plugin struct of the verbs backend with `kTraits`:
+//     const courier_nic_plugin_v1 kPlugin =
+//         entries::make_nic_plugin<kTraits>("description", kKnobs);
+template <const BackendTraits& kTraits, size_t kNumKnobs>
+courier_nic_plugin_v1 make_nic_plugin(const char* description,
+                                      const std::array<courier_knob_v1, kNumKnobs>& knobs) {
+  courier_nic_plugin_v1 plugin{};
+  plugin.header = {sizeof(courier_nic_plugin_v1), COURIER_NIC_ABI_MAJOR, COURIER_NIC_ABI_MINOR,
+                   kTraits.name};
+  plugin.description = description;
+  plugin.knobs = knobs.data();
+  plugin.num_knobs = static_cast<uint32_t>(kNumKnobs);
+  plugin.init = &init_for<kTraits>;
+  plugin.fini = &fini;
+  plugin.last_error = &last_error;
+  plugin.query = &query;
+  plugin.ep_open = &ep_open;
+  plugin.ep_close = &ep_close;
+  plugin.ep_name = &ep_name;
+  plugin.ep_connect = &ep_connect;
+  plugin.mr_register = &mr_register;
+  plugin.mr_deregister = &mr_deregister;
+  plugin.post_write = &post_write;
+  plugin.poll = &poll;
+  plugin.post_atomic = &post_atomic;
+  plugin.describe = &describe;
+  return plugin;
+}
+
 // The knobs every verbs backend declares; `inflight_default` is the
 // backend's COURIER_MAX_INFLIGHT_BYTES default ("0": no limit).
 constexpr std::array<courier_knob_v1, 8> make_knobs(const char* inflight_default,
