@@ -21,6 +21,11 @@ ctest --preset ci -j "$jobs"
 echo "== the Python package (pip install ., pytest) =="
 ./scripts/test-python.sh
 
+# The asan test preset sets intercept_tls_get_addr=0: GCC 12's leak checker
+# guesses the glibc TLS layout of dlopen()ed modules (our plugins' thread_local
+# error strings) from addresses, sometimes wrongly, and then crashes scanning a
+# bogus range after all tests passed ("Tracer caught signal 11", see
+# google/sanitizers#1322). Static TLS, stacks and the heap are still scanned.
 if [ "${COURIER_TEST_QUICK:-0}" != 1 ]; then
   for preset in asan tsan; do
     echo "== unit tests under $preset =="
