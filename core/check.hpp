@@ -14,4 +14,10 @@ template <class... Args>
   throw Error(fmt::format(format, std::forward<Args>(args)...));
 }
 
+// A refusal every rank of a collective call raises together (CallRefused).
+template <class... Args>
+[[noreturn]] void refuse_call(fmt::format_string<Args...> format, Args&&... args) {
+  throw CallRefused(fmt::format(format, std::forward<Args>(args)...));
+}
+
 }  // namespace courier

@@ -40,10 +40,10 @@ void CallAdmission::admit(const CallConfig& mine, const std::string& refused, co
     std::memcpy(&theirs, all.data() + r * sizeof(Vote), sizeof theirs);
     if (r == rank_ || !refused.empty()) continue;
     if (theirs.ok == 0) {
-      fail("ep::Buffer::{}: rank {} refused its arguments (its error says why)", what, r);
+      refuse_call("ep::Buffer::{}: rank {} refused its arguments (its error says why)", what, r);
     }
     if (!(theirs.config == mine)) {
-      fail(
+      refuse_call(
           "ep::Buffer::{}: rank {} calls with hidden {}, {}, top-{}, {} experts but rank {} with "
           "hidden {}, {}, top-{}, {} experts: every rank must use the same configuration",
           what, r, theirs.config.hidden, to_string(theirs.config.dtype), theirs.config.topk,
@@ -51,7 +51,7 @@ void CallAdmission::admit(const CallConfig& mine, const std::string& refused, co
           mine.num_experts);
     }
   }
-  if (!refused.empty()) throw Error(refused);
+  if (!refused.empty()) throw CallRefused(refused);
   configured_ = true;
   config_ = mine;
 }

@@ -77,7 +77,7 @@ void DirectHighThroughput::refuse(uint32_t phase, uint64_t call, const std::stri
   } catch (const Error&) {
     // The refusal itself is the error worth reporting.
   }
-  throw Error(why);
+  throw CallRefused(why);
 }
 
 DispatchResult DirectHighThroughput::dispatch(const HtInputs& in, const DispatchArgs& args,

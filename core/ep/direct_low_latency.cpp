@@ -82,7 +82,7 @@ void DirectLowLatency::refuse(uint32_t phase, uint64_t call, const std::string& 
   } catch (const Error&) {
     // The refusal itself is the error worth reporting.
   }
-  throw Error(why);
+  throw CallRefused(why);
 }
 
 LowLatencyDispatchResult DirectLowLatency::dispatch(const LlInputs& in, bool return_recv_hook,

@@ -116,7 +116,7 @@ void Exchange::refuse(std::vector<std::vector<TransferCmd>>& refusals, const cha
   } catch (const Error&) {
     // The refusal itself is the error worth reporting.
   }
-  throw Error(why);
+  throw CallRefused(why);
 }
 
 }  // namespace courier::ep

@@ -117,7 +117,7 @@ std::vector<uint64_t> HighThroughput::wait_signals(uint32_t phase, uint32_t pari
   for (uint32_t r = 0; r < ranks_; ++r) {
     std::memcpy(&counts[r], records.data() + 16ull * r, 8);
     if (counts[r] == kRefused) {
-      fail("ep::Buffer::{}: rank {} refused its arguments (its error says why)", what, r);
+      refuse_call("ep::Buffer::{}: rank {} refused its arguments (its error says why)", what, r);
     }
   }
   return counts;

@@ -164,7 +164,7 @@ std::vector<uint64_t> LowLatency::wait(uint32_t phase, uint32_t parity, uint64_t
     std::memcpy(&counts[uint64_t{s} * local_experts_], records.data() + s * layout_.record_bytes,
                 8ull * local_experts_);
     if (counts[uint64_t{s} * local_experts_] == kRefused) {
-      fail("ep::Buffer::{}: rank {} refused its arguments (its error says why)", what, s);
+      refuse_call("ep::Buffer::{}: rank {} refused its arguments (its error says why)", what, s);
     }
   }
   return counts;

@@ -194,8 +194,9 @@ void PeerWindows::sync(const char* what) {
   const uint32_t r = s & COURIER_GPU_EP_STATUS_RANK_MASK;
   if ((s & COURIER_GPU_EP_STATUS_BAD_INDEX) != 0) {
     const uint64_t at = bad_index();
-    fail("ep::Buffer::{}: topk_idx[{}][{}] is outside [-1, num_experts)", what, (at >> 32) - 1,
-         at & 0xFFFFFFFFu);
+    // The kernel that found it told the peers (REFUSED_BY): a refusal.
+    refuse_call("ep::Buffer::{}: topk_idx[{}][{}] is outside [-1, num_experts)", what,
+                (at >> 32) - 1, at & 0xFFFFFFFFu);
   }
   if ((s & COURIER_GPU_EP_STATUS_TIMEOUT) != 0) {
     if (auto failure = ctx_.failed_peer()) {
@@ -204,7 +205,7 @@ void PeerWindows::sync(const char* what) {
     fail("ep::Buffer::{}: no data from rank {} after {} s (it did not call {} or is stuck)", what,
          r, timeout_ns_ / 1000000000ull, what);
   }
-  fail("ep::Buffer::{}: rank {} refused its arguments (its error says why)", what, r);
+  refuse_call("ep::Buffer::{}: rank {} refused its arguments (its error says why)", what, r);
 }
 
 }  // namespace courier::ep

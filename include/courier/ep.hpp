@@ -164,6 +164,9 @@ class Buffer {
   // is wrong: a tensor's dtype, shape or device, more tokens than
   // max_tokens_per_rank, a configuration that differs between ranks (checked
   // at the first call), or a peer that did not answer in COURIER_TIMEOUT_S.
+  // Bad arguments on any rank and configurations that differ are refused on
+  // every rank together, as courier::CallRefused (the Buffer stays usable);
+  // the same holds for the other collective calls below.
   DispatchResult dispatch(const DispatchArgs& args);
   // High-throughput combine (collective): x [received, hidden] in recv_x's
   // order goes back to the tokens' ranks, which sum the rows per token. Weight

@@ -13,4 +13,13 @@ class Error : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// A collective call that every rank gave up on together before any data
+// moved, because some rank's arguments were wrong or the ranks' configurations
+// differ: the rank at fault says why, the others name it. The object that
+// refused stays usable; the next call of every rank goes ahead as usual.
+class CallRefused : public Error {
+ public:
+  using Error::Error;
+};
+
 }  // namespace courier

@@ -7,6 +7,8 @@ The package wraps the C++ library (``courier._courier``):
 - :class:`EpBuffer`: expert-parallel dispatch and combine, with tensors in and
   out as DLPack (numpy arrays on the host backend, torch tensors on GPUs);
 - :class:`Error`: every failure of the C++ side, with its message unchanged;
+  :class:`CallRefused`, its subclass, a collective call every rank refused
+  together before any data moved (the object stays usable);
 - :mod:`courier.deep_ep`: DeepEP's ``Buffer`` API on top (docs/python.md).
 
 Launch ranks with ``python -m courier.run -n N PROGRAM ...`` (courier-run).
@@ -21,6 +23,7 @@ from typing import Optional
 from . import _courier
 from ._courier import (
     CallbackBootstrap,
+    CallRefused,
     Context,
     DispatchHandle,
     DispatchOutput,
@@ -34,6 +37,7 @@ from ._courier import (
 
 __all__ = [
     "CallbackBootstrap",
+    "CallRefused",
     "Context",
     "DispatchHandle",
     "DispatchOutput",

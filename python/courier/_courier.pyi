@@ -10,6 +10,12 @@ class Error(RuntimeError):
     """A failure reported by Courier; the message names what is wrong."""
 
 
+class CallRefused(Error):
+    """A collective call every rank refused together before any data moved (some
+    rank's arguments were wrong, or the ranks' configurations differ); the object
+    stays usable."""
+
+
 class DtypeView:
     """The bits of a tensor read as another dtype of the same width."""
 

@@ -11,7 +11,8 @@ numpy arrays use the ``ml_dtypes`` types. What differs from DeepEP, argument
 by argument, is in docs/python.md: arguments that only tune performance or
 scheduling are accepted; arguments whose meaning Courier cannot honour raise
 ``ValueError`` naming the argument; failures of the C++ side raise
-``courier.Error`` with its message.
+``courier.Error`` with its message (``courier.CallRefused``, a subclass, when
+every rank refused a collective call together and the Buffer stays usable).
 """
 
 from __future__ import annotations
@@ -25,10 +26,11 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from . import _courier
-from ._courier import Error
+from ._courier import CallRefused, Error
 
 __all__ = [
     "Buffer",
+    "CallRefused",
     "Config",
     "EventOverlap",
     "Error",
@@ -173,8 +175,12 @@ class _Kind:
         out[:have] = array
         return out
 
-    def copy_into(self, out: Tensor, ref: _courier.TensorRef) -> None:
+    def copy_into(self, out: Tensor, ref: _courier.TensorRef, rows: Optional[int] = None) -> None:
+        """Copies a Buffer view into out; with ``rows``, only the first rows
+        of each slice of the second dimension."""
         source = self.view(ref)
+        if rows is not None:
+            out, source = out[:, :rows], source[:, :rows]
         if self.torch is not None:
             out.copy_(source)
         else:
@@ -479,6 +485,7 @@ class Buffer:
         # call brings (each fixes hidden, dtype, top-k and experts), keyed by
         # it; high-throughput ones with their capacity in tokens per rank.
         self._ht: Dict[Tuple[int, ...], Tuple[_courier.EpBuffer, int]] = {}
+        self._ht_current: Optional[Tuple[int, ...]] = None  # the key of the last dispatch
         self._ll: Dict[Tuple[int, ...], _courier.EpBuffer] = {}
         self._destroyed = False
 
@@ -600,10 +607,27 @@ class Buffer:
     def _ht_key_of(x: Tensor, topk: int, num_experts: int) -> Tuple[int, ...]:
         return (int(x.shape[1]), _dtype_code(x), topk, num_experts)
 
-    def _high_throughput(self, x: Tensor, topk: int, num_experts: int) -> _courier.EpBuffer:
-        """The Buffer for this call's shape, made (collectively) when the
-        shape is new or more tokens come than it was sized for."""
+    def _high_throughput(
+            self, x: Tensor, topk: int, num_experts: int,
+            call: Callable[[_courier.EpBuffer], Any]) -> Tuple[_courier.EpBuffer, int, Any]:
+        """``call`` on the high-throughput Buffer for x's shape: (that Buffer,
+        its capacity in tokens per rank, what call returned).
+
+        Every rank calls the Buffer of the last dispatch, without talking
+        first. A call that Buffer cannot take (another shape, more tokens
+        than it holds) is refused by the C++ Buffer on every rank together
+        (CallRefused); only then do the ranks all-gather their shapes, switch
+        to the Buffer of the agreed shape (made, collectively, when it is new
+        or too small) and call again. A refusal for any other reason is
+        raised as it came."""
         key = self._ht_key_of(x, topk, num_experts)
+        refused: Optional[CallRefused] = None
+        if self._ht_current is not None:
+            buffer, capacity = self._ht[self._ht_current]
+            try:
+                return buffer, capacity, call(buffer)
+            except CallRefused as error:
+                refused = error  # every rank is here: agree on what to do
         records = self._agree((_rows(x),) + key)
         for r, theirs in enumerate(records):
             if theirs[1:] != key:
@@ -611,9 +635,11 @@ class Buffer:
                     f"dispatch: rank {r} calls with hidden {theirs[1]}, dtype code {theirs[2]}, "
                     f"top-{theirs[3]}, {theirs[4]} experts but rank {self.rank} with hidden "
                     f"{key[0]}, dtype code {key[1]}, top-{key[2]}, {key[3]} experts: every rank "
-                    "must use the same configuration")
+                    "must use the same configuration") from refused
         need = max(max(t[0] for t in records), 1)
         buffer, capacity = self._ht.get(key, (None, 0))
+        if refused is not None and key == self._ht_current and need <= capacity:
+            raise refused  # the shape fits: the arguments themselves were refused
         if buffer is None or capacity < need:
             if buffer is not None:  # too small: every rank replaces it now
                 buffer.close()
@@ -623,7 +649,8 @@ class Buffer:
                 max_tokens_per_rank=capacity, hidden=key[0], element_bytes=_element_bytes(x),
                 max_topk=max(topk, 1), num_experts=num_experts)
             self._ht[key] = (buffer, capacity)
-        return buffer
+        self._ht_current = key
+        return buffer, capacity, call(buffer)
 
     def _handle_buffer(self, handle: Any, call: str) -> _courier.EpBuffer:
         if not isinstance(handle, DispatchHandle):
@@ -701,11 +728,11 @@ class Buffer:
                              "get_dispatch_layout)")
         num_experts = self._num_experts_of(num_tokens_per_expert)
         topk = int(topk_idx.shape[1]) if with_topk else 0
-        buffer = self._high_throughput(x, topk, num_experts)
-        out = buffer.dispatch(
-            _to_courier(x, "x"), _to_courier(x_scales, "x_scales"),
-            _to_courier(topk_idx, "topk_idx"), _to_courier(topk_weights, "topk_weights"),
-            _to_courier(is_token_in_rank, "is_token_in_rank"), num_experts)
+        args = (_to_courier(x, "x"), _to_courier(x_scales, "x_scales"),
+                _to_courier(topk_idx, "topk_idx"), _to_courier(topk_weights, "topk_weights"),
+                _to_courier(is_token_in_rank, "is_token_in_rank"), num_experts)
+        buffer, capacity, out = self._high_throughput(x, topk, num_experts,
+                                                      lambda b: b.dispatch(*args))
         # num_worst_tokens pads the copies (Courier's rows stay unpadded).
         worst = num_worst_tokens
         recv_x = kind.padded(kind.owned(out.recv_x), worst, 0, "dispatch")
@@ -724,7 +751,6 @@ class Buffer:
             received_per_expert = self._received_per_expert(kind, num_tokens_per_expert)
         counts = [int(math.ceil(c / expert_alignment) * expert_alignment)
                   for c in received_per_expert]
-        capacity = self._ht[self._ht_key_of(x, topk, num_experts)][1]
         new_handle = DispatchHandle(out.handle, buffer, capacity, is_token_in_rank,
                                     _rows(out.recv_x), worst)
         del out
@@ -956,11 +982,15 @@ class Buffer:
             waiting.pop(number, None)
             if out.has_recv_hook:
                 out.recv_hook()
-            kind.copy_into(recv_x, out.packed_recv_x)
-            if recv_scales is not None:
-                kind.copy_into(recv_scales, out.packed_recv_x_scales)
             kind.copy_into(recv_count, out.packed_recv_count)
-            kind.copy_into(src_info, out.packed_recv_src_info)
+            # Each expert's rows past its count hold nothing (as with DeepEP,
+            # whose rows there are undefined): copy up to the largest count,
+            # a few percent of the receive buffer at the usual shapes.
+            rows = int(recv_count.max()) if recv_count.shape[0] > 0 else 0
+            kind.copy_into(recv_x, out.packed_recv_x, rows)
+            if recv_scales is not None:
+                kind.copy_into(recv_scales, out.packed_recv_x_scales, rows)
+            kind.copy_into(src_info, out.packed_recv_src_info, rows)
             kind.copy_into(layout_range, out.packed_recv_layout_range)
             stats = cumulative_local_expert_recv_stats
             if stats is not None:

@@ -206,6 +206,39 @@ def case_ht_bf16(buffer: deep_ep.Buffer) -> str:
     return f"bfloat16 dispatch+combine, {rows} rows"
 
 
+def case_ht_shapes(buffer: deep_ep.Buffer) -> str:
+    """Dispatches of a shape seen before go ahead without the ranks talking
+    first; one rank with more tokens than the Buffer holds, or a new dtype,
+    makes every rank's call refused, agreed on and repeated on the right
+    Buffer, with the right results."""
+    import ml_dtypes
+
+    agreements: List[Tuple[int, ...]] = []
+    agree = buffer._agree
+
+    def counted(record: Tuple[int, ...]) -> List[Tuple[int, ...]]:
+        agreements.append(record)
+        return agree(record)
+
+    buffer._agree = counted  # type: ignore[method-assign]
+    as_is = lambda a: a  # noqa: E731
+    to_bf16 = lambda a: a.astype(ml_dtypes.bfloat16)  # noqa: E731
+    rows = dispatch_combine(buffer, 0, as_is, 1e-5)
+    start = len(agreements)  # 0, or 1 where the Buffer served another dtype before
+    rows += dispatch_combine(buffer, 1, as_is, 1e-5)
+    check(len(agreements) == start, f"dispatches of a known shape agreed {agreements[start:]}")
+    # Call 14: the last rank has 10 + 3 * (ranks - 1) + 14 tokens, more than
+    # the Buffer sized at call 0 holds (16 on 2 ranks, 32 on 4); rank 0 fits.
+    rows += dispatch_combine(buffer, 14, as_is, 1e-5)
+    check(len(agreements) == start + 1, f"growing took {len(agreements) - start} agreements")
+    rows += dispatch_combine(buffer, 2, to_bf16, 1e-2)
+    rows += dispatch_combine(buffer, 3, as_is, 1e-5)  # back to the grown float32 Buffer
+    check(len(agreements) == start + 3, f"two dtype switches took {len(agreements) - start - 1} "
+          "agreements")
+    return (f"5 dispatch+combine calls, {rows} rows; agreements only to grow and to switch dtype "
+            f"({len(agreements) - start})")
+
+
 def case_ht_fp8(buffer: deep_ep.Buffer) -> str:
     """FP8 rows and scales arrive bit-exact (the tuple form of x)."""
     import ml_dtypes
@@ -360,11 +393,13 @@ def case_ll_stale_hook(buffer: deep_ep.Buffer) -> str:
     return f"a third dispatch awaiting hooks is refused ({message!r}); then calls work ({rows} rows)"
 
 
-def expect_error(call: Callable[[], object], needle: str) -> str:
+def expect_error(call: Callable[[], object], needle: str, kind: type = courier.Error) -> str:
     try:
         call()
     except courier.Error as error:
         check(needle in str(error), f"the error '{error}' lacks '{needle}'")
+        check(isinstance(error, kind), f"the error '{error}' is a {type(error).__name__}, not a "
+              f"{kind.__name__}")
         return str(error)
     raise AssertionError(f"no courier.Error (wanted '{needle}')")
 
@@ -380,7 +415,8 @@ def case_errors(buffer: deep_ep.Buffer) -> str:
     message = expect_error(
         lambda: buffer.dispatch(x, num_tokens_per_rank=per_rank, is_token_in_rank=in_rank,
                                 num_tokens_per_expert=per_expert, topk_idx=bad, topk_weights=w),
-        f"is outside [-1, {experts})" if me == 1 else "rank 1 refused its arguments")
+        f"is outside [-1, {experts})" if me == 1 else "rank 1 refused its arguments",
+        courier.CallRefused)
     # The next call works.
     recv_x = buffer.dispatch(x, num_tokens_per_rank=per_rank, is_token_in_rank=in_rank,
                              num_tokens_per_expert=per_expert, topk_idx=idx, topk_weights=w)[0]
@@ -399,6 +435,7 @@ CASES: Dict[str, Callable[[deep_ep.Buffer], str]] = {
     "ht": case_ht,
     "ht-bf16": case_ht_bf16,
     "ht-fp8": case_ht_fp8,
+    "ht-shapes": case_ht_shapes,
     "ht-no-topk": case_ht_no_topk,
     "ll": case_ll,
     "ll-fp8": case_ll_fp8,

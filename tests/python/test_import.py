@@ -13,6 +13,8 @@ def test_import_names() -> None:
         assert hasattr(courier, name), name
     assert issubclass(courier.Error, Exception)
     assert deep_ep.Error is courier.Error
+    assert issubclass(courier.CallRefused, courier.Error)
+    assert deep_ep.CallRefused is courier.CallRefused
 
 
 def test_docstrings_and_hints_on_public_names() -> None:

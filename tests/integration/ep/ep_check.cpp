@@ -174,17 +174,23 @@ Outcome check_layout(courier::Context& ctx, courier::ep::Buffer& buffer) {
                                tokens, topk, experts, sent));
 }
 
-// Runs `call`, which must throw courier::Error containing `needle`.
+// Runs `call`, which must throw courier::Error containing `needle`: a
+// courier::CallRefused when `refusal` (a collective call every rank refused
+// together), a plain courier::Error otherwise.
 void expect_error(Checks& c, const std::string& what, const std::string& needle,
-                  const std::function<void()>& call) {
+                  const std::function<void()>& call, bool refusal = false) {
   try {
     call();
     c.expect(false, what + ": no error");
   } catch (const courier::Error& e) {
     c.expect(std::string(e.what()).find(needle) != std::string::npos,
              what + ": the error '" + e.what() + "' lacks '" + needle + "'");
+    const bool refused = dynamic_cast<const courier::CallRefused*>(&e) != nullptr;
+    c.expect(refused == refusal, what + (refusal ? ": not a courier::CallRefused"
+                                                 : ": a courier::CallRefused from a local call"));
   }
 }
+constexpr bool kRefusal = true;
 
 Outcome check_layout_errors(courier::Context& ctx, courier::ep::Buffer& buffer) {
   const int ranks = buffer.num_ranks();
@@ -806,21 +812,24 @@ Outcome check_ht_errors(courier::Context& ctx) {
   {
     courier::ep::Buffer buffer(ctx, options);
     run(buffer, 8, topk);  // a good first call
-    expect_error(c, "too many tokens (rank 1)",
-                 me == 1 ? "x has 17 tokens, more than the 16 the buffer was sized for"
-                         : "rank 1 refused its arguments",
-                 [&] { run(buffer, me == 1 ? 17 : 8, topk); });
+    expect_error(
+        c, "too many tokens (rank 1)",
+        me == 1 ? "x has 17 tokens, more than the 16 the buffer was sized for"
+                : "rank 1 refused its arguments",
+        [&] { run(buffer, me == 1 ? 17 : 8, topk); }, kRefusal);
     run(buffer, 8, topk);  // and the Buffer still works
-    expect_error(c, "an expert index past the end (rank 1)",
-                 me == 1 ? "is outside [-1, " : "rank 1 refused its arguments",
-                 [&] { run(buffer, 8, topk, me == 1 ? experts : 0); });
+    expect_error(
+        c, "an expert index past the end (rank 1)",
+        me == 1 ? "is outside [-1, " : "rank 1 refused its arguments",
+        [&] { run(buffer, 8, topk, me == 1 ? experts : 0); }, kRefusal);
     run(buffer, 8, topk);
   }
   {
     courier::ep::Buffer buffer(ctx, options);
-    expect_error(c, "top-k differs between ranks at the first call",
-                 "every rank must use the same configuration",
-                 [&] { run(buffer, 8, me == 0 ? 1 : 2); });
+    expect_error(
+        c, "top-k differs between ranks at the first call",
+        "every rank must use the same configuration", [&] { run(buffer, 8, me == 0 ? 1 : 2); },
+        kRefusal);
   }
   return c.outcome(
       "a refused call (too many tokens, an expert index out of range) fails every rank at "
@@ -855,9 +864,10 @@ Outcome check_ll_errors(courier::Context& ctx) {
   };
   Checks c;
   run(0);
-  expect_error(c, "an expert index past the end (rank 1)",
-               me == 1 ? "is outside [-1, " : "rank 1 refused its arguments",
-               [&] { run(me == 1 ? experts : 0); });
+  expect_error(
+      c, "an expert index past the end (rank 1)",
+      me == 1 ? "is outside [-1, " : "rank 1 refused its arguments",
+      [&] { run(me == 1 ? experts : 0); }, kRefusal);
   for (int call = 0; call < 2; ++call) {
     // Every rank sends its tokens to expert 0 (rank 0's first): rank 0
     // receives tokens x ranks rows there.
