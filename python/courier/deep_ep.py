@@ -124,10 +124,15 @@ class _Kind:
         if ref is None:
             return None
         if self.torch is not None:
+            # From the capsule, not the object: Courier has finished writing
+            # when its call returns, so torch's stream handshake (a
+            # current_stream lookup per view, a visible cost per call) has
+            # nothing to order.
             torch = self.torch
             if ref.dtype == "float8_e4m3fn":
-                return torch.from_dlpack(ref.reinterpret("uint8")).view(torch.float8_e4m3fn)
-            return torch.from_dlpack(ref)
+                bits = torch.from_dlpack(ref.reinterpret("uint8").__dlpack__())
+                return bits.view(torch.float8_e4m3fn)
+            return torch.from_dlpack(ref.__dlpack__())
         if ref.dtype in ("bfloat16", "float8_e4m3fn"):
             bits = np.from_dlpack(ref.reinterpret("uint16" if ref.dtype == "bfloat16" else "uint8"))
             ml = _ml_dtypes()
@@ -155,10 +160,7 @@ class _Kind:
         return np.empty(tuple(shape), dtype=np.dtype(dtype))
 
     def empty_like_view(self, ref: _courier.TensorRef) -> Tensor:
-        array = self.view(ref)
-        if self.torch is not None:
-            return self.torch.empty_like(array)
-        return np.empty_like(array)
+        return self.empty(ref.shape, ref.dtype)
 
     def padded(self, array: Optional[Tensor], rows: int, fill: float, call: str) -> Optional[Tensor]:
         """`array` with `rows` rows: its own, then `fill` (num_worst_tokens)."""
