@@ -110,10 +110,13 @@ class _Kind:
         if self.torch is not None and self.device.type == "cuda":
             self.torch.cuda.current_stream(self.device).synchronize()
 
-    def event(self) -> "EventOverlap":
-        """An event after the work queued so far on the caller's stream (the
-        copies handing out results); empty for numpy and CPU tensors."""
-        if self.torch is not None and self.device.type == "cuda":
+    def event(self, async_finish: bool) -> "EventOverlap":
+        """With async_finish, an event after the work queued so far on the
+        caller's stream (the copies handing out results); otherwise, and for
+        numpy and CPU tensors, an empty one. DeepEP's event is valid only
+        with async_finish too, and recording one costs tens of microseconds
+        of host time per call."""
+        if async_finish and self.torch is not None and self.device.type == "cuda":
             event = self.torch.cuda.Event()
             event.record(self.torch.cuda.current_stream(self.device))
             return EventOverlap(event)
@@ -211,10 +214,11 @@ def _dtype_code(x: Tensor) -> int:
 
 class EventOverlap:
     """DeepEP's event wrapper. Courier's calls return once Courier's own work
-    is complete; for torch CUDA tensors the event is recorded on the caller's
-    stream after the copies that hand out the results, so
-    ``current_stream_wait`` (and leaving a ``with`` block) makes another
-    stream wait for them, as with DeepEP. Without torch CUDA it is empty."""
+    is complete; with ``async_finish`` and torch CUDA tensors the event is
+    recorded on the caller's stream after the copies that hand out the
+    results, so ``current_stream_wait`` (and leaving a ``with`` block) makes
+    another stream wait for them, as with DeepEP. Otherwise it is empty: the
+    results are ordered on the caller's stream already."""
 
     def __init__(self, event: Any = None, extra_tensors: Optional[Tuple[Any, ...]] = None) -> None:
         """``event``: an event handle (kept, not waited on); ``extra_tensors``:
@@ -593,7 +597,7 @@ class Buffer:
         in_rank = kind.empty((_rows(topk_idx), self.group_size), "bool")
         self._layout.get_dispatch_layout(_to_courier(topk_idx, "topk_idx"), int(num_experts),
                                          per_rank, per_expert, in_rank)
-        return per_rank, None, per_expert, in_rank, kind.event()
+        return per_rank, None, per_expert, in_rank, kind.event(async_finish)
 
     # -- high-throughput ------------------------------------------------------------
 
@@ -718,7 +722,7 @@ class Buffer:
                                       "dispatch")
             del out
             return ((recv_x, recv_scales) if x_scales is not None else recv_x, None, None, None,
-                    None, kind.event())
+                    None, kind.event(async_finish))
         if (topk_idx is None) != (topk_weights is None):
             raise ValueError("dispatch: topk_idx and topk_weights go together (both or neither)")
         if is_token_in_rank is None:
@@ -757,7 +761,7 @@ class Buffer:
                                     _rows(out.recv_x), worst)
         del out
         return ((recv_x, recv_scales) if x_scales is not None else recv_x, recv_idx,
-                recv_weights, counts, new_handle, kind.event())
+                recv_weights, counts, new_handle, kind.event(async_finish))
 
     def _num_experts_of(self, num_tokens_per_expert: Optional[Tensor]) -> int:
         """The call's experts: len(num_tokens_per_expert). Without it (only
@@ -834,7 +838,7 @@ class Buffer:
         combined_weights = None
         if topk_weights is not None:
             combined_weights = self._combine_weights(kind, topk_weights, handle)
-        return combined, combined_weights, kind.event()
+        return combined, combined_weights, kind.event(async_finish)
 
     def _combine_weights(self, kind: _Kind, topk_weights: Tensor,
                          handle: DispatchHandle) -> Tensor:
@@ -1010,7 +1014,7 @@ class Buffer:
             waiting[number] = pending
         else:
             receive()
-        return ((recv_x, recv_scales) if use_fp8 else recv_x, recv_count, handle, kind.event(),
+        return ((recv_x, recv_scales) if use_fp8 else recv_x, recv_count, handle, kind.event(async_finish),
                 hook)
 
     def get_next_low_latency_combine_buffer(self, handle: LowLatencyHandle) -> Tensor:
@@ -1071,4 +1075,4 @@ class Buffer:
             combined = kind.owned(ref)
         del ref
         hook: Optional[Callable[[], None]] = (lambda: None) if return_recv_hook else None
-        return combined, kind.event(), hook
+        return combined, kind.event(async_finish), hook
