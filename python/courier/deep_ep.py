@@ -163,7 +163,9 @@ class _Kind:
         return np.empty(tuple(shape), dtype=np.dtype(dtype))
 
     def empty_like_view(self, ref: _courier.TensorRef) -> Tensor:
-        return self.empty(ref.shape, ref.dtype)
+        if self.torch is not None:
+            return self.empty(ref.shape, ref.dtype)  # no view needed for its shape
+        return np.empty_like(self.view(ref))  # raw bits where ml_dtypes is missing
 
     def padded(self, array: Optional[Tensor], rows: int, fill: float, call: str) -> Optional[Tensor]:
         """`array` with `rows` rows: its own, then `fill` (num_worst_tokens)."""
@@ -991,7 +993,7 @@ class Buffer:
             kind.copy_into(recv_count, out.packed_recv_count)
             # Each expert's rows past its count hold nothing (as with DeepEP,
             # whose rows there are undefined): copy up to the largest count,
-            # a few percent of the receive buffer at the usual shapes.
+            # a small part of the receive buffer at the usual shapes.
             rows = int(recv_count.max()) if recv_count.shape[0] > 0 else 0
             kind.copy_into(recv_x, out.packed_recv_x, rows)
             if recv_scales is not None:
