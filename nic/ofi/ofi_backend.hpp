@@ -72,6 +72,9 @@ class Backend {
   uint32_t write_timeout_ms() const { return write_timeout_ms_; }
   // Fills the caller's props up to props->struct_size.
   int query(courier_nic_props_v1* props) const;
+  // The device report (NIC ABI 1.2 describe), lines ending in '\n'
+  // (ofi_describe.cpp).
+  std::string describe() const;
 
   void log(int level, const char* message) const;
 

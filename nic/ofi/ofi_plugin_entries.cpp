@@ -5,6 +5,7 @@
 #include <new>
 #include <utility>
 
+#include "nic/describe_report.hpp"
 #include "nic/entry_guard.hpp"
 #include "ofi_ep.hpp"
 #include "ofi_error.hpp"
@@ -125,6 +126,14 @@ int post_atomic(void* ep, const courier_nic_atomic_v1* atomic) {
 int poll(void* ep, courier_nic_completion_v1* out, uint32_t max) {
   if (!ep) return set_error(-EINVAL, "poll: NULL endpoint");
   return as_endpoint(ep)->poll(out, max);
+}
+
+int describe(void* backend, char* buf, size_t* len) {
+  return guarded("describe", [&] {
+    if (!backend || !len) return set_error(-EINVAL, "describe: NULL backend or length");
+    nic::copy_report(static_cast<Backend*>(backend)->describe(), buf, len);
+    return 0;
+  });
 }
 
 }  // namespace courier::ofi::entries

@@ -41,6 +41,7 @@ int mr_deregister(void* mr);
 int post_write(void* ep, const courier_nic_write_v1* write);
 int poll(void* ep, courier_nic_completion_v1* out, uint32_t max);
 int post_atomic(void* ep, const courier_nic_atomic_v1* atomic);
+int describe(void* backend, char* buf, size_t* len);
 
 }  // namespace courier::ofi::entries
 
@@ -52,7 +53,7 @@ namespace courier::ofi {
 template <const BackendTraits& kTraits, size_t kNumKnobs>
 constexpr courier_nic_plugin_v1 make_nic_plugin(const courier_knob_v1 (&knobs)[kNumKnobs]) {
   // Entries a later ABI minor appends stay NULL ("absent") until these
-  // plugins implement them.
+  // plugins implement them (every entry up to minor 2 is here).
   courier_nic_plugin_v1 plugin{};
   plugin.header = {sizeof(courier_nic_plugin_v1), COURIER_NIC_ABI_MAJOR, COURIER_NIC_ABI_MINOR,
                    kTraits.name};
@@ -72,6 +73,7 @@ constexpr courier_nic_plugin_v1 make_nic_plugin(const courier_knob_v1 (&knobs)[k
   plugin.post_write = &entries::post_write;
   plugin.poll = &entries::poll;
   plugin.post_atomic = kTraits.may_offer_atomics ? &entries::post_atomic : nullptr;
+  plugin.describe = &entries::describe;
   return plugin;
 }
 

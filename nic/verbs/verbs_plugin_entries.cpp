@@ -1,11 +1,11 @@
 #include "verbs_plugin_entries.hpp"
 
 #include <cerrno>
-#include <cstring>
 #include <memory>
 #include <new>
 #include <utility>
 
+#include "nic/describe_report.hpp"
 #include "nic/entry_guard.hpp"
 #include "verbs_error.hpp"
 
@@ -118,14 +118,7 @@ int post_atomic(void* ep, const courier_nic_atomic_v1* atomic) {
 int describe(void* backend, char* buf, size_t* len) {
   return guarded("describe", [&] {
     if (!backend || !len) return set_error(-EINVAL, "describe: NULL backend or length");
-    const std::string text = static_cast<Backend*>(backend)->describe();
-    const size_t capacity = *len;
-    *len = text.size() + 1;
-    if (buf && capacity > 0) {
-      const size_t copied = std::min(capacity - 1, text.size());
-      std::memcpy(buf, text.data(), copied);
-      buf[copied] = '\0';
-    }
+    nic::copy_report(static_cast<Backend*>(backend)->describe(), buf, len);
     return 0;
   });
 }

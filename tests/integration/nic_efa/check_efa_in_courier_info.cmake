@@ -95,6 +95,12 @@ expect("${block}" "\n +device +shm \\(COURIER_EFA_PROVIDER: test stand-in, not E
        "the device says shm is a stand-in, not EFA")
 expect("${block}" "\n +imm_bytes +4\n" "4 bytes of immediate data, as on EFA")
 expect("${block}" "\n +atomic_ops +0\n" "no transport atomics")
+expect("${block}" "\n    device report:\n      provider: shm [^\n]*\n"
+       "the device report names the stand-in provider")
+expect("${block}" "\n      message order: [^\n]*; ordered writes claimed: no;"
+       "the device report says no ordered writes are claimed")
+expect("${block}" "\n      atomics: none offered by this backend"
+       "the device report says the backend offers no atomics")
 if("${block}" MATCHES "\n +caps +[^\n]*ordered_writes")
   string(APPEND failures "  - nic-efa over shm claims ordered_writes\n")
 endif()

@@ -307,3 +307,43 @@ TEST_CASE("nic-ofi keeps its own claims over shared code") {
   CHECK((backend.props.caps & COURIER_NIC_CAP_ORDERED_WRITES) != 0);
   CHECK(host.count(COURIER_LOG_WARN, "stand-in") == 0);
 }
+
+TEST_CASE("describe: the size first, then the report, truncated to the caller's buffer") {
+  for (const std::string name : {"ofi", "efa"}) {
+    CAPTURE(name);
+    PluginFile plugin(name);
+    const courier_nic_plugin_v1& api = plugin.api();
+    REQUIRE(api.header.abi_minor >= 2);
+    REQUIRE(static_cast<bool>(api.describe));
+    FakeHost host;
+    host.set_env(name == "ofi" ? "COURIER_OFI_PROVIDER" : "COURIER_EFA_PROVIDER", "tcp");
+    Instance backend(api, host);
+    REQUIRE_MESSAGE(backend.status == 0, backend.error());
+
+    size_t needed = 0;
+    REQUIRE(api.describe(backend.backend, nullptr, &needed) == 0);
+    REQUIRE(needed > 1);
+    std::string report(needed, 'x');
+    size_t length = needed;
+    REQUIRE(api.describe(backend.backend, report.data(), &length) == 0);
+    CHECK(length == needed);
+    CHECK(report.back() == '\0');
+    report.pop_back();
+    CHECK(report.find('\0') == std::string::npos);
+    CHECK(report.starts_with("provider: tcp;ofi_rxm (provider version "));
+    CHECK(report.find("\nimmediate data for Courier: 4 bytes (the write's length travels in "
+                      "the upper 32 bits)\n") != std::string::npos);
+    CHECK(report.find(name == "ofi"
+                          ? "\natomics: add_u64 fetch_add_u64 cas_u64"
+                          : "\natomics: none offered by this backend") != std::string::npos);
+    CHECK(report.ends_with("\nsettings: write watchdog 30 s\n"));
+
+    char small[10];
+    length = sizeof small;
+    REQUIRE(api.describe(backend.backend, small, &length) == 0);
+    CHECK(length == needed);  // what the whole report needs, whatever was copied
+    CHECK(std::string(small) == report.substr(0, sizeof small - 1));
+    CHECK(api.describe(nullptr, nullptr, &length) == -EINVAL);
+    CHECK(std::string(api.last_error(nullptr)).find("describe: NULL backend") != std::string::npos);
+  }
+}

@@ -18,7 +18,7 @@ string(REPLACE "," ";" expect_usable "${EXPECT_USABLE}")
 # A known environment: only the test directory on the path, nothing forced.
 set(ENV{COURIER_BACKEND_PATH} "${TEST_PLUGIN_DIR}")
 foreach(variable COURIER_GPU_BACKEND COURIER_NIC_BACKEND COURIER_SIM_IMM_BYTES
-                 COURIER_FIFO_DEPTH COURIER_LOG_LEVEL COURIER_TEST_TYPO)
+                 COURIER_FIFO_DEPTH COURIER_LOG_LEVEL COURIER_TEST_TYPO COURIER_OFI_PROVIDER)
   unset(ENV{${variable}})
 endforeach()
 
@@ -67,6 +67,15 @@ foreach(entry IN LISTS expect_usable)
   list(GET parts 1 name)
   expect("${text}" "\n  ${kind} +${name} +1\\.[0-9]+ +usable +" "real plugin ${kind} ${name} usable")
 endforeach()
+list(FIND expect_usable "nic:ofi" ofi_index)
+if(ofi_index GREATER_EQUAL 0)
+  # Its device report (NIC ABI 1.2 describe): what the provider (shm, the
+  # default) granted and what Courier made of it.
+  expect("${text}" "\n    device report:\n      provider: shm \\(provider version [0-9]+\\.[0-9]+\\), libfabric [0-9]+\\.[0-9]+\n      fabric shm, domain shm, endpoint FI_EP_RDM\n      caps: [^\n]*FI_RMA[^\n]*\n"
+         "nic-ofi's device report names its provider, fabric, domain and caps")
+  expect("${text}" "\n      immediate data for Courier: 8 bytes\n" "nic-ofi's device report gives the immediate width")
+  expect("${text}" "\n      settings: write watchdog 30 s\n" "nic-ofi's device report ends with its settings")
+endif()
 if("${text}" MATCHES "\nErrors:")
   string(APPEND failures "  - an Errors section in a clean environment\n")
 endif()
