@@ -10,6 +10,7 @@
 #include <string>
 #include <string_view>
 
+#include "ofi_ep.hpp"
 #include "ofi_error.hpp"
 #include "ofi_fabric.hpp"
 
@@ -230,6 +231,18 @@ int Backend::query(courier_nic_props_v1* props) const {
   std::memcpy(props, &props_, std::min<size_t>(caller_size, sizeof props_));
   props->struct_size = caller_size;
   return 0;
+}
+
+int Backend::open_endpoint(const courier_nic_ep_attr_v1& attr,
+                           std::unique_ptr<Endpoint>* out) const {
+  EndpointOptions options;
+  options.atomics = (attr.flags & COURIER_NIC_EP_ATOMICS) != 0;
+  options.tx_depth = attr.tx_depth;
+  options.rx_depth = attr.rx_depth;
+  options.write_timeout_ms = write_timeout_ms_;
+  // Atomic endpoints open from their own profile: requesting FI_ATOMIC can
+  // change what the provider grants, and the write-only path stays as tuned.
+  return Endpoint::open(options.atomics ? atomic_profile_ : profile_, options, out);
 }
 
 void Backend::log(int level, const char* message) const {

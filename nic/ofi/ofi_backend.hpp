@@ -1,7 +1,7 @@
 // The backend object of every libfabric-based NIC plugin (nic-ofi, nic-efa):
 // reads the provider knob, maps it to a libfabric provider, probes it once
 // and describes what it can do. Endpoints are opened from the probed profile
-// (ofi_ep.hpp); the C entry points are in ofi_plugin_entries.hpp.
+// (ofi_ep.hpp); the C entry points are nic/plugin_entries.hpp's.
 //
 // What differs between the plugins is data, not code: a BackendTraits
 // struct each plugin declares (backends/nic-ofi, backends/nic-efa).
@@ -16,6 +16,8 @@
 #include "ofi_info.hpp"
 
 namespace courier::ofi {
+
+class Endpoint;
 
 // The write watchdog's knob range and default, alike in every plugin.
 inline constexpr const char* kWriteTimeoutDefault = "30";
@@ -72,6 +74,8 @@ class Backend {
   uint32_t write_timeout_ms() const { return write_timeout_ms_; }
   // Fills the caller's props up to props->struct_size.
   int query(courier_nic_props_v1* props) const;
+  // An endpoint as `attr` asks: atomic endpoints open from their own profile.
+  int open_endpoint(const courier_nic_ep_attr_v1& attr, std::unique_ptr<Endpoint>* out) const;
   // The device report (NIC ABI 1.2 describe), lines ending in '\n'
   // (ofi_describe.cpp).
   std::string describe() const;

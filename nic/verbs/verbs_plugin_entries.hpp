@@ -1,38 +1,31 @@
-// The C entry points of the verbs backends (courier_nic_plugin_v1), shared by
-// nic-cx7 and nic-bnxt: each plugin file supplies only its init (which picks
-// its BackendTraits), its name, description and knob table. Nothing C++,
-// exceptions included, crosses back into the core.
+// The plugin struct of the verbs backends, shared by nic-cx7 and nic-bnxt:
+// the shared C entry points (nic/plugin_entries.hpp) over this family's
+// objects. Each plugin file supplies only its BackendTraits, description and
+// knob table.
 #pragma once
 
 #include <courier/abi/nic_v1.h>
 
 #include <array>
+#include <string>
 
+#include "nic/plugin_entries.hpp"
 #include "verbs_backend.hpp"
+#include "verbs_endpoint.hpp"
+#include "verbs_error.hpp"
+#include "verbs_memory.hpp"
 
 namespace courier::verbs::entries {
 
-int init(const BackendTraits& traits, const courier_host_services_v1* host, void** backend);
-void fini(void* backend);
-const char* last_error(void* backend);
-int query(void* backend, courier_nic_props_v1* props);
-int ep_open(void* backend, const courier_nic_ep_attr_v1* attr, void** ep);
-int ep_close(void* ep);
-int ep_name(void* ep, void* buf, size_t* len);
-int ep_connect(void* ep, uint32_t num_peers, const void* names, size_t stride);
-int mr_register(void* ep, void* addr, size_t len, uint32_t mem_kind, void** mr,
-                courier_nic_rkey_v1* rkey);
-int mr_deregister(void* mr);
-int post_write(void* ep, const courier_nic_write_v1* write);
-int poll(void* ep, courier_nic_completion_v1* out, uint32_t max);
-int post_atomic(void* ep, const courier_nic_atomic_v1* atomic);
-int describe(void* backend, char* buf, size_t* len);
-
-// init bound to one plugin's traits (a plugin entry takes no traits).
-template <const BackendTraits& kTraits>
-int init_for(const courier_host_services_v1* host, void** backend) {
-  return init(kTraits, host, backend);
-}
+// What nic/plugin_entries.hpp needs to know of this family.
+struct PluginFamily {
+  using Traits = BackendTraits;
+  using Backend = verbs::Backend;
+  using Endpoint = verbs::Endpoint;
+  using MemoryRegion = verbs::MemoryRegion;
+  static constexpr auto set_error = &verbs::set_error;
+  static constexpr auto last_error = &verbs::last_error;
+};
 
 // The plugin struct of the verbs backend with `kTraits`:
 //     const courier_nic_plugin_v1 kPlugin =
@@ -40,27 +33,7 @@ int init_for(const courier_host_services_v1* host, void** backend) {
 template <const BackendTraits& kTraits, size_t kNumKnobs>
 courier_nic_plugin_v1 make_nic_plugin(const char* description,
                                       const std::array<courier_knob_v1, kNumKnobs>& knobs) {
-  courier_nic_plugin_v1 plugin{};
-  plugin.header = {sizeof(courier_nic_plugin_v1), COURIER_NIC_ABI_MAJOR, COURIER_NIC_ABI_MINOR,
-                   kTraits.name};
-  plugin.description = description;
-  plugin.knobs = knobs.data();
-  plugin.num_knobs = static_cast<uint32_t>(kNumKnobs);
-  plugin.init = &init_for<kTraits>;
-  plugin.fini = &fini;
-  plugin.last_error = &last_error;
-  plugin.query = &query;
-  plugin.ep_open = &ep_open;
-  plugin.ep_close = &ep_close;
-  plugin.ep_name = &ep_name;
-  plugin.ep_connect = &ep_connect;
-  plugin.mr_register = &mr_register;
-  plugin.mr_deregister = &mr_deregister;
-  plugin.post_write = &post_write;
-  plugin.poll = &poll;
-  plugin.post_atomic = &post_atomic;
-  plugin.describe = &describe;
-  return plugin;
+  return nic::make_plugin_struct<PluginFamily, kTraits>(description, knobs.data(), kNumKnobs, true);
 }
 
 // The knobs every verbs backend declares; `inflight_default` is the
