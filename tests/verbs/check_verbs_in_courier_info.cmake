@@ -19,20 +19,6 @@ foreach(variable COURIER_GPU_BACKEND COURIER_NIC_BACKEND COURIER_LOG_LEVEL COURI
 endforeach()
 include(${CHECKS})
 
-# The block of backend NAME under "Backends", up to its knobs.
-function(backend_block text name out_var)
-  set(block "")
-  string(FIND "${text}" "\n  nic ${name} (ABI " start)
-  if(start GREATER_EQUAL 0)
-    string(SUBSTRING "${text}" ${start} -1 block)
-    string(FIND "${block}" "\n    knobs:" end)
-    if(end GREATER 0)
-      string(SUBSTRING "${block}" 0 ${end} block)
-    endif()
-  endif()
-  set(${out_var} "${block}" PARENT_SCOPE)
-endfunction()
-
 # --- 1. the real plugins, no RDMA device ------------------------------------
 set(ENV{COURIER_BACKEND_PATH} "${PLUGIN_DIR}")
 run_courier_info(text)

@@ -21,20 +21,6 @@ endforeach()
 
 include(${CHECKS})
 
-# The efa block under "Backends", up to its knobs.
-function(efa_block text out_var)
-  set(block "")
-  string(FIND "${text}" "\n  nic efa (ABI " start)
-  if(start GREATER_EQUAL 0)
-    string(SUBSTRING "${text}" ${start} -1 block)
-    string(FIND "${block}" "\n    knobs:" end)
-    if(end GREATER 0)
-      string(SUBSTRING "${block}" 0 ${end} block)
-    endif()
-  endif()
-  set(${out_var} "${block}" PARENT_SCOPE)
-endfunction()
-
 # --- the default provider (efa) ---------------------------------------------
 run_courier_info(text)
 expect("${text}" "\n  nic +efa +1\\.[0-9]+ +usable +[^\n]*/libcourier-nic-efa\\.so\n"
@@ -43,7 +29,7 @@ expect("${text}" "\n  nic ofi \\(ABI [^\n]*\n +description +[^\n]+\n +init +ok\n
        "nic-ofi initializes: there is a backend to fall back to")
 expect("${text}" "\n  COURIER_NIC_BACKEND +\\(unset\\) +([^\n]*, )?efa, ([^\n]*, )?ofi[,\n]"
        "an unforced selection tries efa, then ofi")
-efa_block("${text}" block)
+backend_block("${text}" efa block)
 if("${block}" MATCHES "\n +init +ok\n")
   # A machine with an EFA device: then the device is the real thing.
   message(STATUS "nic-efa initialized: an EFA device is present; the no-device path is not exercised")
@@ -89,7 +75,7 @@ execute_process(COMMAND "${COURIER_INFO}" OUTPUT_VARIABLE text ERROR_VARIABLE er
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "courier-info exited with ${rc}\nstdout:\n${text}\nstderr:\n${err}")
 endif()
-efa_block("${text}" block)
+backend_block("${text}" efa block)
 expect("${block}" "\n +init +ok\n" "nic-efa over shm initializes")
 expect("${block}" "\n +device +shm \\(COURIER_EFA_PROVIDER: test stand-in, not EFA\\)\n"
        "the device says shm is a stand-in, not EFA")

@@ -1,7 +1,9 @@
 # Helpers of the courier-info checks (check_courier_info.cmake,
-# check_gpu_plugin_no_device.cmake), included at their top level:
+# check_gpu_plugin_no_device.cmake, the verbs and nic-efa courier-info checks),
+# included at their top level:
 #   expect(TEXT REGEX WHAT)        records WHAT in `failures` when TEXT does not match
 #   run_courier_info(OUT ARGS...)  runs ${COURIER_INFO} ARGS..., stdout into OUT; fails on exit != 0
+#   backend_block(TEXT NAME OUT)   the block of NIC backend NAME under "Backends", up to its knobs
 set(failures "")
 function(expect text regex what)
   if(NOT "${text}" MATCHES "${regex}")
@@ -16,4 +18,17 @@ function(run_courier_info out_var)
     message(FATAL_ERROR "courier-info ${ARGN} exited with ${rc}\nstdout:\n${out}\nstderr:\n${err}")
   endif()
   set(${out_var} "${out}" PARENT_SCOPE)
+endfunction()
+
+function(backend_block text name out_var)
+  set(block "")
+  string(FIND "${text}" "\n  nic ${name} (ABI " start)
+  if(start GREATER_EQUAL 0)
+    string(SUBSTRING "${text}" ${start} -1 block)
+    string(FIND "${block}" "\n    knobs:" end)
+    if(end GREATER 0)
+      string(SUBSTRING "${block}" 0 ${end} block)
+    endif()
+  endif()
+  set(${out_var} "${block}" PARENT_SCOPE)
 endfunction()
