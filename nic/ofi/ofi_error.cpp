@@ -4,29 +4,9 @@
 #include <rdma/fi_errno.h>
 
 #include <cerrno>
-#include <cstdarg>
 #include <cstdio>
 
 namespace courier::ofi {
-namespace {
-
-// One string per thread: endpoints run on different proxy threads and each
-// must be able to explain its own failure without locking.
-thread_local std::string t_last_error;
-
-}  // namespace
-
-const std::string& last_error() { return t_last_error; }
-
-int set_error(int status, const char* format, ...) {
-  char text[1024];
-  va_list args;
-  va_start(args, format);
-  std::vsnprintf(text, sizeof text, format, args);
-  va_end(args);
-  t_last_error = text;
-  return status;
-}
 
 std::string describe_fi_error(const char* call, long rc) {
   char text[512];

@@ -8,10 +8,6 @@
 namespace courier::verbs {
 namespace {
 
-// One string per thread: endpoints run on different proxy threads and each
-// must be able to explain its own failure without locking.
-thread_local std::string t_last_error;
-
 const char* wc_status_name(ibv_wc_status status) {
   switch (status) {
     case IBV_WC_SUCCESS:
@@ -44,18 +40,6 @@ const char* wc_status_name(ibv_wc_status status) {
 }
 
 }  // namespace
-
-const std::string& last_error() { return t_last_error; }
-
-int set_error(int status, const char* format, ...) {
-  char text[1024];
-  va_list args;
-  va_start(args, format);
-  std::vsnprintf(text, sizeof text, format, args);
-  va_end(args);
-  t_last_error = text;
-  return status;
-}
 
 std::string describe_verbs_error(const char* call, int rc) {
   // rdma-core returns errno values directly from most calls, and -1 with

@@ -1,23 +1,18 @@
-// Error reporting shared by the verbs-based backends (nic-cx7, nic-bnxt).
-//
-// As in nic/ofi: every failure is a negative errno-style return value (what
-// the plugin ABI passes back) plus a sentence in a thread-local "last error"
-// string (what last_error() returns). Per thread, because endpoints are
-// driven by different proxy threads at the same time.
+// Error reporting shared by the verbs-based backends (nic-cx7, nic-bnxt):
+// last_error() and set_error() as every Courier NIC plugin has them
+// (nic/last_error.hpp), and verbs' results in words.
 #pragma once
 
 #include <infiniband/verbs.h>
 
 #include <string>
 
+#include "nic/last_error.hpp"
+
 namespace courier::verbs {
 
-// The calling thread's most recent error text ("" when none yet).
-const std::string& last_error();
-
-// Replaces the calling thread's error text and returns `status` unchanged:
-//     return set_error(-EINVAL, "post_write: unknown peer %u", peer);
-[[gnu::format(printf, 2, 3)]] int set_error(int status, const char* format, ...);
+using nic::last_error;
+using nic::set_error;
 
 // "ibv_modify_qp returned 22 (Invalid argument)": a verbs call's errno-style
 // result (positive, or -1 with errno set) for embedding in messages.
