@@ -19,6 +19,10 @@
 #include "core/log.hpp"
 #include "core/registry.hpp"
 
+#if defined(COURIER_GPU_TEST_CUDA)
+#include <cuda_runtime_api.h>
+#endif
+
 namespace {
 
 struct Gpu {
@@ -64,6 +68,78 @@ TEST_CASE("device memory: allocate, copy in and out, free") {
   CHECK(std::all_of(bytes.begin(), bytes.end(), [](uint8_t b) { return b == 0; }));
   CHECK(gpu.ops().mem_free(gpu.handle(), 0, fresh) == 0);
   CHECK(gpu.ops().mem_free(gpu.handle(), 0, device) == 0);
+}
+
+// memcpy_sync and mem_alloc promise finished work: the EP direct path's
+// kernels run on a stream of their own (on CUDA a non-blocking one, not
+// ordered after the default stream), so a copy or a zeroing still in flight
+// when the call returns is read stale by the next kernel. CUDA's cudaMemcpy
+// from pageable memory returns early for 64 KiB or less, and cudaMemset of
+// device memory always does (issue 16, item 6: ll-bfloat16's 64 KiB combine
+// input read stale by two ranks sharing one GPU).
+TEST_CASE("memcpy_sync and mem_alloc have finished when they return") {
+  Gpu gpu;
+#if defined(COURIER_GPU_TEST_CUDA)
+  // Nothing of theirs is left on the default stream. (Reads at once, while
+  // a copy that returned early is still moving: a few microseconds.)
+  int busy_after_copy = 0;
+  void* device = nullptr;
+  REQUIRE(gpu.ops().mem_alloc(gpu.handle(), 0, 64 << 10, &device) == 0);
+  std::vector<uint32_t> in(16 << 10);
+  for (int i = 0; i < 200; ++i) {
+    for (size_t j = 0; j < in.size(); ++j) in[j] = static_cast<uint32_t>(i * 7919 + j);
+    REQUIRE(gpu.ops().memcpy_sync(gpu.handle(), device, in.data(), 64 << 10) == 0);
+    busy_after_copy += cudaStreamQuery(cudaStreamLegacy) == cudaErrorNotReady ? 1 : 0;
+  }
+  CHECK_MESSAGE(busy_after_copy == 0,
+                busy_after_copy << " of 200 64 KiB memcpy_sync calls returned before the copy ran");
+  void* big = nullptr;
+  REQUIRE(gpu.ops().mem_alloc(gpu.handle(), 0, size_t{1} << 30, &big) == 0);
+  const bool busy_after_alloc = cudaStreamQuery(cudaStreamLegacy) == cudaErrorNotReady;
+  CHECK_MESSAGE(!busy_after_alloc, "mem_alloc (1 GiB) returned before its zeroing ran");
+  cudaDeviceSynchronize();
+  CHECK(gpu.ops().mem_free(gpu.handle(), 0, big) == 0);
+  CHECK(gpu.ops().mem_free(gpu.handle(), 0, device) == 0);
+#endif
+  // What the EP kernels see: 64 KiB copied in, then at once an ep_signal
+  // (EP stream) copies it to a second buffer; every round must carry the
+  // bytes of that round.
+  if ((gpu.backend->props().caps & COURIER_GPU_CAP_EP_DIRECT) == 0 || !gpu.backend->has_minor2()) {
+    MESSAGE("no EP_DIRECT: the EP-stream half is skipped");
+    return;
+  }
+  constexpr size_t kBytes = 64 << 10;
+  void *src = nullptr, *dst = nullptr, *status = nullptr;
+  REQUIRE(gpu.ops().mem_alloc(gpu.handle(), 0, kBytes, &src) == 0);
+  REQUIRE(gpu.ops().mem_alloc(gpu.handle(), 0, kBytes + 256, &dst) == 0);
+  REQUIRE(gpu.ops().mem_alloc(gpu.handle(), 0, 16, &status) == 0);
+  std::vector<uint32_t> pattern(kBytes / 4), seen(kBytes / 4);
+  int stale = 0;
+  for (int round = 0; round < 200; ++round) {
+    for (size_t j = 0; j < pattern.size(); ++j)
+      pattern[j] = static_cast<uint32_t>(round * 104729 + j);
+    REQUIRE(gpu.ops().memcpy_sync(gpu.handle(), src, pattern.data(), kBytes) == 0);
+    courier_gpu_ep_signal_v1 job{};
+    job.struct_size = sizeof job;
+    job.device = 0;
+    job.rank = 0;
+    job.num_ranks = 1;
+    job.src = src;
+    job.bytes = kBytes;
+    job.record_off = 0;
+    job.flag_off = kBytes;
+    job.epoch = static_cast<uint64_t>(round) + 1;
+    job.status = static_cast<uint32_t*>(status);
+    job.peers.window[0] = dst;
+    REQUIRE(gpu.ops().ep_signal(gpu.handle(), &job) == 0);
+    REQUIRE(gpu.ops().ep_sync(gpu.handle(), 0) == 0);
+    REQUIRE(gpu.ops().memcpy_sync(gpu.handle(), seen.data(), dst, kBytes) == 0);
+    stale += seen == pattern ? 0 : 1;
+  }
+  CHECK_MESSAGE(stale == 0, stale << " of 200 rounds: the EP stream read stale bytes");
+  CHECK(gpu.ops().mem_free(gpu.handle(), 0, status) == 0);
+  CHECK(gpu.ops().mem_free(gpu.handle(), 0, dst) == 0);
+  CHECK(gpu.ops().mem_free(gpu.handle(), 0, src) == 0);
 }
 
 TEST_CASE("a device that does not exist is named in the error") {
