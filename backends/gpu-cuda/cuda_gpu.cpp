@@ -172,8 +172,12 @@ int cuda_mem_alloc(void* backend, int device, size_t bytes, void** ptr) {
     return fail(
         rc, "cudaMalloc(" + std::to_string(bytes) + " bytes) on device " + std::to_string(device));
   }
-  // Device memory starts zeroed, like the host backend's.
+  // Device memory starts zeroed, like the host backend's. cudaMemset is
+  // asynchronous for device memory, and the EP stream (non-blocking) is not
+  // ordered after the default stream: wait, so that no kernel on another
+  // stream sees the memory before it is zeroed.
   rc = cudaMemset(*ptr, 0, bytes);
+  if (rc == cudaSuccess) rc = cudaStreamSynchronize(0);
   return rc == cudaSuccess ? 0 : fail(rc, "cudaMemset of a new allocation");
 }
 
@@ -229,7 +233,13 @@ int cuda_memcpy(void* backend, void* dst, const void* src, size_t bytes) {
   int device = device_of(dst);
   if (device < 0) device = device_of(src);
   if (int rc = select_device(b, device >= 0 ? device : b->default_device); rc != 0) return rc;
+  // cudaMemcpy from pageable host memory to the device returns before the
+  // data lands when it is 64 KiB or less (the CUDA programming guide's
+  // "asynchronous with respect to the host"), and kernels on the EP stream
+  // (non-blocking: not ordered after the default stream) could read the old
+  // bytes. memcpy_sync promises a finished copy: wait for the default stream.
   cudaError_t rc = cudaMemcpy(dst, src, bytes, cudaMemcpyDefault);
+  if (rc == cudaSuccess) rc = cudaStreamSynchronize(0);
   return rc == cudaSuccess ? 0 : fail(rc, "cudaMemcpy(" + std::to_string(bytes) + " bytes)");
 }
 
