@@ -9,6 +9,7 @@
 
 #include "core/bootstrap/bootstrap.hpp"
 #include "core/check.hpp"
+#include "courier/transfer_cmd.hpp"
 
 extern char** environ;
 
@@ -101,6 +102,9 @@ constexpr Knob kKnobs[] = {
     {"COURIER_PROXY_THREADS", "4", "proxy threads per GPU (1..64)"},
     {"COURIER_CHANNELS", "8", "FIFO channels per GPU (1..1024)"},
     {"COURIER_DRAIN_BATCH", "32", "completions polled per batch (1..4096)"},
+    {"COURIER_COALESCE_BYTES", "262144",
+     "adjacent contiguous WRITEs of a channel to one peer and window go out as one NIC write "
+     "of at most this many bytes (0..16777215; 0 = never merge)"},
     {"COURIER_ATOMICS", "auto", "atomic strategy: auto, hw, imm, provider"},
     {"COURIER_TIMEOUT_S", "60", "a wait longer than this fails with a diagnostic (1..86400)"},
     {"COURIER_LOG_LEVEL", "warn", "error, warn, info, debug, trace"},
@@ -360,6 +364,8 @@ Config Config::load(const EnvLookup& env, bool need_job, bool need_rendezvous) {
   config.proxy_threads = parser.unsigned_in("COURIER_PROXY_THREADS", config.proxy_threads, 1, 64);
   config.channels = parser.unsigned_in("COURIER_CHANNELS", config.channels, 1, 1024);
   config.drain_batch = parser.unsigned_in("COURIER_DRAIN_BATCH", config.drain_batch, 1, 4096);
+  config.coalesce_bytes = parser.unsigned_in("COURIER_COALESCE_BYTES", config.coalesce_bytes, 0,
+                                             TransferCmd::kMaxLength);
   config.atomics =
       parser.choice("COURIER_ATOMICS", config.atomics,
                     {std::pair<std::string_view, AtomicsMode>{"auto", AtomicsMode::automatic},

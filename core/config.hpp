@@ -61,6 +61,7 @@ struct Config {
   uint32_t proxy_threads = 4;
   uint32_t channels = 8;
   uint32_t drain_batch = 32;
+  uint32_t coalesce_bytes = 262144;  // COURIER_COALESCE_BYTES: 0 = never merge WRITEs
   AtomicsMode atomics = AtomicsMode::automatic;
   uint32_t timeout_s = 60;
   LogLevel log_level = LogLevel::warn;

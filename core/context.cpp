@@ -517,6 +517,7 @@ struct Context::Impl {
     options.semantics.fault_seed = config.faults.seed;
     options.semantics.channels = static_cast<uint32_t>(channels.size());
     options.poll_batch = config.drain_batch;
+    options.coalesce_bytes = config.coalesce_bytes;
     options.stall_timeout_ns = uint64_t{config.timeout_s} * 1'000'000'000u;
     options.may_sleep = (nic->props().caps & COURIER_NIC_CAP_PASSIVE_TARGET) != 0;
     const uint32_t threads = config.proxy_threads;
@@ -648,6 +649,7 @@ ChannelStats Context::channel_stats(uint32_t index) const {
   ChannelStats stats;
   stats.commands = channel.commands.load();
   stats.errors = channel.errors.load();
+  stats.coalesced = channel.coalesced.load();
   stats.completed = std::atomic_ref<uint64_t>(channel.control->completed).load();
   stats.first_error =
       describe_channel_error(std::atomic_ref<uint64_t>(channel.control->error).load());

@@ -4,6 +4,7 @@
 #include <pthread.h>
 #include <sched.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 
@@ -18,14 +19,33 @@
 namespace courier {
 
 namespace {
-constexpr uint64_t kTicketBits = 48;
-constexpr uint64_t kTicketMask = (uint64_t{1} << kTicketBits) - 1;
 // Empty steps after a refused post before it is retried without a
 // completion having arrived.
 constexpr uint32_t kRetryHoldoffSteps = 16;
 
-uint64_t make_cookie(uint32_t channel_slot, uint64_t ticket) {
-  return (uint64_t{channel_slot} << kTicketBits) | (ticket & kTicketMask);
+constexpr uint64_t kTicketBits = ProxyThread::kTicketBits;
+constexpr uint64_t kTicketMask = ProxyThread::kTicketMask;
+constexpr uint32_t kMaxGroup = ProxyThread::kMaxGroup;
+
+// The full ticket of a cookie: it lies within one ring depth above the
+// channel's completion prefix.
+uint64_t ticket_of(uint64_t prefix, uint64_t cookie) {
+  return prefix + (((cookie & kTicketMask) - prefix) & kTicketMask);
+}
+
+// ProxyChannel::target entries (ProxyThread::pack_target).
+uint32_t target_peer(uint32_t target) { return target >> 16; }
+uint32_t target_count(uint32_t target) { return (target >> 1) & kMaxGroup; }
+bool target_is_write(uint32_t target) { return (target & 1) != 0; }
+
+// What WRITEs merged into one share: op, flags, window and rank (word0 below
+// the sequence number).
+constexpr uint64_t kRouteMask = (uint64_t{1} << TransferCmd::kSeqShift) - 1;
+
+TransferCmd with_length(TransferCmd cmd, uint64_t length) {
+  constexpr uint64_t kLengthField = TransferCmd::kMaxLength << TransferCmd::kLengthShift;
+  cmd.word0 = (cmd.word0 & ~kLengthField) | (length << TransferCmd::kLengthShift);
+  return cmd;
 }
 
 }  // namespace
@@ -246,10 +266,10 @@ std::string ProxyThread::stall_report(uint64_t now) const {
                           completed);
       continue;
     }
-    uint32_t peer = c->target[completed & (c->target.size() - 1)] >> 1;
+    uint32_t peer = target_peer(c->target[completed & (c->target.size() - 1)]);
     bool posted = true;
     for (const PendingPost& p : pending_) {
-      if (p.channel == c && p.ticket == completed) {
+      if (p.channel == c && completed >= p.ticket + p.done && completed < p.ticket + p.count) {
         peer = p.cmd.dst_rank();
         posted = false;
       }
@@ -265,7 +285,7 @@ std::string ProxyThread::stall_report(uint64_t now) const {
   // stopped making room is the likeliest cause of a stall.
   std::vector<uint64_t> refused(semantics_.world_size(), 0);
   for (const PendingPost& p : pending_) {
-    if (p.cmd.dst_rank() < refused.size()) ++refused[p.cmd.dst_rank()];
+    if (p.cmd.dst_rank() < refused.size()) refused[p.cmd.dst_rank()] += p.count - p.done;
   }
   auto seq_text = [](uint16_t next) {
     return next == 0 ? std::string("none") : std::to_string(next - 1);
@@ -347,8 +367,7 @@ bool ProxyThread::dequeue_and_post() {
   }
   size_t retried = 0;
   while (retried < pending_.size()) {
-    PendingPost& p = pending_[retried];
-    if (!post(*p.channel, p.cmd, p.ticket)) break;
+    if (!post(pending_[retried])) break;
     ++retried;
   }
   if (retried > 0) pending_.erase(pending_.begin(), pending_.begin() + retried);
@@ -366,16 +385,45 @@ bool ProxyThread::dequeue_and_post() {
     uint32_t n = channel->consumer.poll(batch_.data(), options_.dequeue_batch);
     if (n == 0) continue;
     worked = true;
-    channel->commands.fetch_add(n, std::memory_order_relaxed);
-    for (uint32_t i = 0; i < n; ++i) {
+    // This thread is the only writer: no locked instruction needed.
+    channel->commands.store(channel->commands.load(std::memory_order_relaxed) + n,
+                            std::memory_order_relaxed);
+    for (uint32_t i = 0; i < n;) {
       const TransferCmd& cmd = batch_[i];
-      if (!channel->held.empty() ||
-          (cmd.op() == CmdOp::barrier && !try_barrier(*channel, cmd, first + i))) {
-        channel->held.push_back({cmd, first + i});
-      } else if (cmd.op() != CmdOp::barrier &&
-                 (!pending_.empty() || !post(*channel, cmd, first + i))) {
-        pending_.push_back({channel, cmd, first + i});
+      const uint64_t ticket = first + i;
+      if (cmd.op() == CmdOp::write && pending_.empty() && channel->held.empty()) {
+        // The common case, straight to the transport.
+        uint32_t count = 1;
+        TransferCmd merged;
+        if (options_.coalesce_bytes != 0 && i + 1 < n) {
+          count = coalesce(*channel, ticket, &batch_[i], n - i, &merged);
+        }
+        if (count == 1) {
+          if (!post_write(*channel, cmd, ticket))
+            pending_.push_back(PendingPost{channel, cmd, ticket});
+        } else {
+          PendingPost p{channel, merged, ticket, count};
+          if (!post(p)) pending_.push_back(p);
+        }
+        i += count;
+        continue;
       }
+      if (!channel->held.empty() ||
+          (cmd.op() == CmdOp::barrier && !try_barrier(*channel, cmd, ticket))) {
+        channel->held.push_back({cmd, ticket});
+        ++i;
+        continue;
+      }
+      if (cmd.op() == CmdOp::barrier) {  // completed by try_barrier
+        ++i;
+        continue;
+      }
+      PendingPost p{channel, cmd, ticket};
+      if (options_.coalesce_bytes != 0 && cmd.op() == CmdOp::write && i + 1 < n) {
+        p.count = coalesce(*channel, ticket, &batch_[i], n - i, &p.cmd);
+      }
+      if (!pending_.empty() || !post(p)) pending_.push_back(p);
+      i += p.count;
     }
     if (!pending_.empty()) {
       retry_holdoff_ = kRetryHoldoffSteps;
@@ -408,39 +456,106 @@ bool ProxyThread::advance_held(ProxyChannel& channel) {
   channel.held.pop_front();
   // Hand the commands that waited behind it on, up to the next BARRIER.
   while (!channel.held.empty() && channel.held.front().first.op() != CmdOp::barrier) {
-    pending_.push_back({&channel, channel.held.front().first, channel.held.front().second});
+    pending_.push_back(
+        PendingPost{&channel, channel.held.front().first, channel.held.front().second});
     channel.held.pop_front();
   }
   retry_holdoff_ = 0;
   return true;
 }
 
+uint32_t ProxyThread::coalesce(ProxyChannel& channel, uint64_t ticket, const TransferCmd* cmds,
+                               uint32_t n, TransferCmd* merged) {
+  const TransferCmd& head = cmds[0];
+  // A write with immediate data is one notification per command.
+  if (head.flags() != 0) return 1;
+  const uint64_t limit =
+      std::min<uint64_t>(options_.coalesce_bytes, TransferCmd::kMaxLength);  // 24-bit length
+  const uint64_t src = head.src_offset();
+  const uint64_t dst = head.dst_offset();
+  uint64_t length = head.length();
+  const uint32_t most = std::min(n, kMaxGroup);
+  uint32_t count = 1;
+  for (; count < most; ++count) {
+    const TransferCmd& next = cmds[count];
+    if (((next.word0 ^ head.word0) & kRouteMask) != 0 || next.src_offset() != src + length ||
+        next.dst_offset() != dst + length || length + next.length() > limit) {
+      break;
+    }
+    length += next.length();
+  }
+  if (count == 1) return 1;
+  const size_t mask = channel.target.size() - 1;
+  for (uint32_t k = 0; k < count; ++k) channel.target[(ticket + k) & mask] = cmds[k].length();
+  *merged = with_length(head, length);
+  return count;
+}
+
+bool ProxyThread::post(PendingPost& p) {
+  ProxyChannel& channel = *p.channel;
+  if (p.count == 1) return post_one(channel, p.cmd, p.ticket);
+  const size_t mask = channel.target.size() - 1;
+  if (!p.split) {
+    const int rc = semantics_.post_write(channel.id, p.cmd,
+                                         make_cookie(channel.thread_slot, p.ticket), &error_);
+    if (rc == COURIER_OK) {
+      ++outstanding_;
+      channel.target[p.ticket & mask] = pack_target(p.cmd.dst_rank(), p.count, true);
+      channel.coalesced.store(channel.coalesced.load(std::memory_order_relaxed) + p.count - 1,
+                              std::memory_order_relaxed);  // the only writer
+      return true;
+    }
+    if (rc == -EAGAIN || rc == -EBUSY) return false;
+    // Refused as a whole (one of them may lie beyond the window, say): post
+    // the commands one by one, so that each gets its own verdict.
+    log_.debug("proxy",
+               "channel {}: one write for commands {}..{} was refused ({}); posting them "
+               "one by one",
+               channel.id, p.ticket, p.ticket + p.count - 1, error_);
+    error_.clear();
+    p.split = true;
+  }
+  while (p.done < p.count) {
+    const uint64_t ticket = p.ticket + p.done;
+    const uint32_t length = channel.target[ticket & mask];
+    TransferCmd member = with_length(p.cmd, length);
+    member.word1 =
+        ((p.cmd.dst_offset() + p.done_bytes) << 32) | (p.cmd.src_offset() + p.done_bytes);
+    if (!post_one(channel, member, ticket)) return false;
+    ++p.done;
+    p.done_bytes += length;
+  }
+  return true;
+}
+
+bool ProxyThread::post_refused(ProxyChannel& channel, uint64_t ticket, int rc) {
+  if (rc == -EAGAIN || rc == -EBUSY) return false;
+  fail_command(channel, ticket,
+               rc == -ENOTSUP ? ChannelErrorCode::unsupported : ChannelErrorCode::post_failed,
+               error_);
+  error_.clear();
+  return true;
+}
+
 // Returns false when the transport is full (-EAGAIN) and the command must be
 // retried; true when it was posted, completed or failed.
-bool ProxyThread::post(ProxyChannel& channel, const TransferCmd& cmd, uint64_t ticket) {
+bool ProxyThread::post_one(ProxyChannel& channel, const TransferCmd& cmd, uint64_t ticket) {
   const uint64_t cookie = make_cookie(channel.thread_slot, ticket);
   switch (cmd.op()) {
     case CmdOp::write:
+      return post_write(channel, cmd, ticket);
     case CmdOp::atomic: {
-      std::string error;
-      const bool is_write = cmd.op() == CmdOp::write;
       bool completes_later = false;
-      const int rc =
-          is_write ? semantics_.post_write(channel.id, cmd, cookie, &error)
-                   : semantics_.post_atomic(channel.id, cmd, cookie, &completes_later, &error);
+      const int rc = semantics_.post_atomic(channel.id, cmd, cookie, &completes_later, &error_);
       if (rc == COURIER_OK) {
         if (!completes_later) {
           ++outstanding_;
           channel.target[ticket & (channel.target.size() - 1)] =
-              (cmd.dst_rank() << 1) | (is_write ? 1u : 0u);
+              pack_target(cmd.dst_rank(), 1, false);
         }
         return true;
       }
-      if (rc == -EAGAIN || rc == -EBUSY) return false;
-      fail_command(channel, ticket,
-                   rc == -ENOTSUP ? ChannelErrorCode::unsupported : ChannelErrorCode::post_failed,
-                   error);
-      return true;
+      return post_refused(channel, ticket, rc);
     }
     case CmdOp::drain:
       // Completion is a prefix: the DRAIN ticket becomes visible as complete
@@ -469,16 +584,16 @@ void ProxyThread::fail_command(ProxyChannel& channel, uint64_t ticket, ChannelEr
   channel.tracker.complete(ticket);
 }
 
-void ProxyThread::complete(uint64_t cookie, int status, const std::string& why) {
+void ProxyThread::complete(uint64_t cookie, uint32_t count, int status, const std::string& why) {
   const uint32_t local_index = static_cast<uint32_t>(cookie >> kTicketBits);
   ProxyChannel& channel = *channels_.at(local_index);
-  // Rebuild the full ticket: it lies within one ring depth above the prefix.
-  const uint64_t prefix = channel.tracker.prefix();
-  const uint64_t ticket = prefix + (((cookie & kTicketMask) - prefix) & kTicketMask);
-  if (status != COURIER_OK) {
-    fail_command(channel, ticket, ChannelErrorCode::completion_failed, why);
-  } else {
-    channel.tracker.complete(ticket);
+  const uint64_t ticket = ticket_of(channel.tracker.prefix(), cookie);
+  for (uint32_t k = 0; k < count; ++k) {
+    if (status != COURIER_OK) {
+      fail_command(channel, ticket + k, ChannelErrorCode::completion_failed, why);
+    } else {
+      channel.tracker.complete(ticket + k);
+    }
   }
 }
 
@@ -507,18 +622,33 @@ bool ProxyThread::poll_completions() {
         semantics_.on_internal_tx(c);
         continue;
       }
-      ProxyChannel& channel = *channels_.at(static_cast<uint32_t>(c.cookie >> kTicketBits));
+      const uint64_t slot = c.cookie >> kTicketBits;
+      if (slot >= channels_.size()) {
+        throw Error(fmt::format(
+            "proxy thread {}: the transport completed cookie {:#x}, which names no channel of "
+            "this thread",
+            index_, c.cookie));
+      }
+      ProxyChannel& channel = *channels_[slot];
       const uint32_t target = channel.target[c.cookie & (channel.target.size() - 1)];
-      semantics_.on_user_tx(target >> 1, (target & 1) != 0);
-      if ((target >> 1) < last_completion_ns_.size()) {
+      const uint32_t peer = target_peer(target);
+      semantics_.on_user_tx(peer, target_is_write(target));
+      if (peer < last_completion_ns_.size()) {
         if (batch_now == 0) batch_now = device::now_ns();  // one clock read per batch
-        last_completion_ns_[target >> 1] = batch_now;
+        last_completion_ns_[peer] = batch_now;
       }
       --outstanding_;
-      complete(c.cookie, c.status,
-               c.status == COURIER_OK ? std::string()
-                                      : "transport reported status " + std::to_string(c.status) +
-                                            ": " + transport_.last_error());
+      // At least one ticket: a stale or duplicated completion then fails the
+      // tracker's check instead of passing unnoticed.
+      const uint32_t count = std::max<uint32_t>(target_count(target), 1);
+      if (c.status == COURIER_OK) {  // the common case, without a message
+        const uint64_t ticket = ticket_of(channel.tracker.prefix(), c.cookie);
+        for (uint32_t k = 0; k < count; ++k) channel.tracker.complete(ticket + k);
+      } else {
+        complete(c.cookie, count, c.status,
+                 "transport reported status " + std::to_string(c.status) + ": " +
+                     transport_.last_error());
+      }
     }
     if (n > 0) retry_holdoff_ = 0;  // room on the transport: retry refused posts now
     worked |= n > 0;
@@ -526,7 +656,7 @@ bool ProxyThread::poll_completions() {
   }
   // Commands the semantics layer finished (emulated atomics answered).
   for (const UserCompletion& done : semantics_.completions()) {
-    complete(done.cookie, done.status, done.error);
+    complete(done.cookie, 1, done.status, done.error);
     worked = true;
   }
   semantics_.completions().clear();

@@ -39,8 +39,11 @@ struct ProxyChannel {
   uint32_t thread_slot = 0;  // index among its proxy thread's channels (cookie)
   std::atomic<uint64_t> commands{0};
   std::atomic<uint64_t> errors{0};
-  // Per ring slot: (peer << 1) | is_write of the command posted from it, so
-  // that its TX completion can be accounted to the peer.
+  std::atomic<uint64_t> coalesced{0};  // commands merged into another's write
+  // Per ring slot of a posted operation's (first) ticket: what its TX
+  // completion stands for, (peer << 16) | (tickets << 1) | is_write (see
+  // pack_target). While a merged group is not posted yet, the slots of its
+  // members hold their lengths, so it can be split again.
   std::vector<uint32_t> target;
   // A BARRIER still waiting for other ranks, then the commands taken from
   // the FIFO after it (ticket order); other channels go on meanwhile.
@@ -56,7 +59,11 @@ struct ProxyChannel {
 
 struct ProxyOptions {
   uint32_t dequeue_batch = 32;  // commands taken from one channel per visit
-  uint32_t poll_batch = 32;     // COURIER_DRAIN_BATCH
+  // COURIER_COALESCE_BYTES: adjacent contiguous WRITEs of one channel and
+  // dequeue batch to one peer and window, without immediate data, go out as
+  // one transport write of at most this many bytes; 0 = never merge.
+  uint32_t coalesce_bytes = 0;
+  uint32_t poll_batch = 32;  // COURIER_DRAIN_BATCH
   // False when the transport only moves data while the target polls
   // (no COURIER_NIC_CAP_PASSIVE_TARGET): an idle proxy then yields but never
   // sleeps, since a peer's write may be waiting for this very thread.
@@ -89,6 +96,20 @@ class IdleBackoff {
 
 class ProxyThread {
  public:
+  // Cookies of user commands (docs/wire-formats.md, "Completion cookies"):
+  // the channel's index among this thread's channels, then the ticket.
+  static constexpr uint64_t kTicketBits = 48;
+  static constexpr uint64_t kTicketMask = (uint64_t{1} << kTicketBits) - 1;
+  static uint64_t make_cookie(uint32_t channel_slot, uint64_t ticket) {
+    return (uint64_t{channel_slot} << kTicketBits) | (ticket & kTicketMask);
+  }
+  // ProxyChannel::target entries: the peer, the tickets the operation
+  // carries (more than one for merged WRITEs) and whether it is a write.
+  static constexpr uint32_t kMaxGroup = 0x7fff;
+  static uint32_t pack_target(uint32_t peer, uint32_t count, bool is_write) {
+    return (peer << 16) | (count << 1) | (is_write ? 1u : 0u);
+  }
+
   ProxyThread(uint32_t index, ProxyTransport& transport, std::vector<ProxyChannel*> channels,
               const ProxyOptions& options, Logger& log);
   ~ProxyThread();
@@ -114,10 +135,18 @@ class ProxyThread {
   ProxySemantics& semantics() { return semantics_; }
 
  private:
+  // One transport operation to make: a command, or a merged group of
+  // WRITEs (`cmd` then spans all of them).
   struct PendingPost {
     ProxyChannel* channel;
     TransferCmd cmd;
-    uint64_t ticket;
+    uint64_t ticket;     // its (first) ticket
+    uint32_t count = 1;  // tickets it carries
+    // A group the transport refused as one is posted member by member:
+    // members posted so far, and their bytes.
+    bool split = false;
+    uint32_t done = 0;
+    uint64_t done_bytes = 0;
   };
 
   void loop();
@@ -127,7 +156,27 @@ class ProxyThread {
   void check_stall();
   std::string stall_report(uint64_t now) const;
   bool dequeue_and_post();
-  bool post(ProxyChannel& channel, const TransferCmd& cmd, uint64_t ticket);
+  // How many of `cmds` (n > 0, the first a WRITE) go out as one write; for
+  // more than one, *merged spans them and their lengths are noted in
+  // channel.target until the group is posted.
+  uint32_t coalesce(ProxyChannel& channel, uint64_t ticket, const TransferCmd* cmds, uint32_t n,
+                    TransferCmd* merged);
+  // Returns false when the transport is full (-EAGAIN): `p` must be offered
+  // again (it keeps the progress of a split group).
+  bool post(PendingPost& p);
+  bool post_one(ProxyChannel& channel, const TransferCmd& cmd, uint64_t ticket);
+  // One WRITE (the per-command path, inline); same returns as post().
+  bool post_write(ProxyChannel& channel, const TransferCmd& cmd, uint64_t ticket) {
+    const int rc =
+        semantics_.post_write(channel.id, cmd, make_cookie(channel.thread_slot, ticket), &error_);
+    if (rc != COURIER_OK) return post_refused(channel, ticket, rc);
+    ++outstanding_;
+    channel.target[ticket & (channel.target.size() - 1)] = pack_target(cmd.dst_rank(), 1, true);
+    return true;
+  }
+  // A post that did not go through: false for -EAGAIN/-EBUSY (offer it
+  // again), otherwise the command fails with error_; true.
+  bool post_refused(ProxyChannel& channel, uint64_t ticket, int rc);
   // Advances a BARRIER; true once it completed (or failed).
   bool try_barrier(ProxyChannel& channel, const TransferCmd& cmd, uint64_t ticket);
   // Advances the BARRIER heading channel.held; true when it completed.
@@ -135,8 +184,9 @@ class ProxyThread {
   bool poll_completions();
   void fail_command(ProxyChannel& channel, uint64_t ticket, ChannelErrorCode code,
                     const std::string& why);
-  // A user command finished (TX completion or semantics-layer answer).
-  void complete(uint64_t cookie, int status, const std::string& why);
+  // `count` tickets from the one in `cookie` finished (a TX completion or a
+  // semantics-layer answer); all of them fail when status is not COURIER_OK.
+  void complete(uint64_t cookie, uint32_t count, int status, const std::string& why);
   void publish();
   bool run_pending_tasks();
 
@@ -147,6 +197,7 @@ class ProxyThread {
   Logger& log_;
 
   std::vector<TransferCmd> batch_;
+  std::string error_;  // why a post failed (kept empty otherwise: no string per command)
   std::vector<courier_nic_completion_v1> completions_;
   std::vector<PendingPost> pending_;  // posts refused with -EAGAIN, retried first
   uint64_t outstanding_ = 0;

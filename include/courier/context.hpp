@@ -39,6 +39,7 @@ struct ChannelStats {
   uint64_t commands = 0;    // commands the proxy dequeued
   uint64_t errors = 0;      // commands that failed
   uint64_t completed = 0;   // in-order completion prefix
+  uint64_t coalesced = 0;   // commands merged into another's NIC write (COURIER_COALESCE_BYTES)
   std::string first_error;  // "" when none
 };
 

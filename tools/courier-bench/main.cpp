@@ -45,7 +45,7 @@ constexpr const char* kUsage =
     "       courier-run -n 2 courier-bench transport [--provider shm|tcp] [--size N |\n"
     "                          --sizes A,B,...] [--window W] [--fifo-inflight F]\n"
     "                          [--iters N] [--repeats R] [--op write|write_imm] [--raw]\n"
-    "                          [--json]\n"
+    "                          [--run R] [--json]\n"
     "       courier-run -n N courier-bench atomic [--provider shm|tcp] [--ops N] [--block B]\n"
     "                          [--writes-per-atomic W] [--slots S] [--strategies hw,imm]\n"
     "                          [--proxy-threads P] [--check] [--json]\n"
@@ -69,6 +69,9 @@ constexpr const char* kUsage =
     "           writes in flight on the transport (Courier: COURIER_NIC_WINDOW = W); the\n"
     "           Courier producer may run F commands ahead in the FIFO (default\n"
     "           max(1024, W); --fifo-inflight W makes the FIFO the only window).\n"
+    "           --run R: runs of R writes to contiguous pieces (source and destination,\n"
+    "           which the proxy may merge, COURIER_COALESCE_BYTES) instead of every write\n"
+    "           to offset 0; Courier path only.\n"
     "atomic     every rank streams W WRITEs of B bytes then one ATOMIC add to each peer,\n"
     "           N commands per rank (default 1,000,000); rate = atomics per second of the\n"
     "           job. --check proves write-then-atomic: counter value k from a sender means\n"
@@ -308,6 +311,8 @@ int run_transport(int argc, char** argv) {
       if (o.op != "write" && o.op != "write_imm") {
         usage_error("--op '" + o.op + "' is invalid: expected write or write_imm");
       }
+    } else if (flag == "--run") {
+      o.run = static_cast<uint32_t>(parse_number(flag, value(), 1, 4096));
     } else if (flag == "--raw") {
       raw = true;
     } else {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <thread>
+#include <vector>
 
 #include "core/check.hpp"
 #include "gpu/fifo_push.hpp"
@@ -13,21 +14,27 @@ namespace {
 
 struct KernelArgs {
   DeviceChannel channel;
-  TransferCmd cmd;
+  const std::vector<TransferCmd>* cmds;  // pushed in turn
   uint64_t iters;
   PushStatus status = PushStatus::ok;
 };
 
-// One "GPU thread" pushing `iters` copies of `cmd` in batches of up to 8,
-// then a DRAIN: the counterpart of the raw baseline's post loop.
+// One "GPU thread" pushing `iters` commands, cycling through `cmds`, in
+// batches of up to 8, then a DRAIN: the counterpart of the raw baseline's
+// post loop.
 void push_kernel(const courier_host_thread_v1*, void* raw) {
   auto& a = *static_cast<KernelArgs*>(raw);
+  const std::vector<TransferCmd>& cmds = *a.cmds;
   TransferCmd batch[kMaxBatch];
-  std::fill(std::begin(batch), std::end(batch), a.cmd);
   uint64_t sent = 0;
+  size_t next = 0;
   while (sent < a.iters) {
     uint32_t n = static_cast<uint32_t>(
         std::min<uint64_t>({kMaxBatch, a.channel.max_inflight, a.iters - sent}));
+    for (uint32_t i = 0; i < n; ++i) {
+      batch[i] = cmds[next];
+      next = next + 1 == cmds.size() ? 0 : next + 1;
+    }
     PushStatus s = device::push_batch(a.channel, batch, n, nullptr);
     if (s != PushStatus::ok) {
       a.status = s;
@@ -38,8 +45,8 @@ void push_kernel(const courier_host_thread_v1*, void* raw) {
   a.status = device::drain(a.channel);
 }
 
-double timed_push(Context& ctx, const TransferCmd& cmd, uint64_t iters) {
-  KernelArgs args{ctx.channel(0), cmd, iters};
+double timed_push(Context& ctx, const std::vector<TransferCmd>& cmds, uint64_t iters) {
+  KernelArgs args{ctx.channel(0), &cmds, iters};
   auto start = std::chrono::steady_clock::now();
   ctx.launch_host_kernel(1, 1, push_kernel, &args);
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -60,7 +67,7 @@ uint64_t iterations_for(size_t size, uint64_t iters) {
 uint64_t warmup_for(uint64_t iters) { return std::max<uint64_t>(iters / 10, 16); }
 
 CourierTransport::CourierTransport(Context& ctx, size_t largest, const TransportOptions& options)
-    : ctx_(ctx), options_(options), buffer_(ctx.alloc(largest)) {
+    : ctx_(ctx), options_(options), buffer_(ctx.alloc(largest * options.run)) {
   if (ctx.world_size() != 2) fail("the transport benchmark needs exactly 2 ranks");
   window_ = ctx.register_window(buffer_.data(), buffer_.size());
 }
@@ -81,15 +88,21 @@ BenchResult CourierTransport::run(size_t size, uint64_t iters) {
   if (imm) expected_imm_ += warmup_for(iters) + iters;
   ctx_.barrier();
   if (ctx_.rank() == 0) {
-    WriteCmdArgs a;
-    a.dst_rank = 1;
-    a.window = window_;
-    a.length = size;
-    a.flags = imm ? kCmdFlagImm : 0;
-    TransferCmd cmd;
-    if (encode_write(a, &cmd) != CmdStatus::ok) fail("size {} cannot be encoded", size);
-    timed_push(ctx_, cmd, warmup_for(iters));
-    r.seconds = timed_push(ctx_, cmd, iters);
+    // `run` writes to consecutive pieces of the window, source and
+    // destination alike (what the proxy may merge), then the next run
+    // starts over at offset 0.
+    std::vector<TransferCmd> cmds(options_.run);
+    for (uint32_t i = 0; i < options_.run; ++i) {
+      WriteCmdArgs a;
+      a.dst_rank = 1;
+      a.window = window_;
+      a.src_offset = a.dst_offset = i * size;
+      a.length = size;
+      a.flags = imm ? kCmdFlagImm : 0;
+      if (encode_write(a, &cmds[i]) != CmdStatus::ok) fail("size {} cannot be encoded", size);
+    }
+    timed_push(ctx_, cmds, warmup_for(iters));
+    r.seconds = timed_push(ctx_, cmds, iters);
     r.msgs_per_s = static_cast<double>(iters) / r.seconds;
     r.gbytes_per_s = r.msgs_per_s * static_cast<double>(size) / 1e9;
   }

@@ -18,6 +18,9 @@ struct TransportOptions {
   uint32_t window = 64;        // writes in flight on the transport
   uint32_t fifo_inflight = 0;  // commands the producer may run ahead; 0 = max(1024, window)
   std::string op = "write";    // "write" or "write_imm"
+  // Consecutive commands writing contiguous pieces (source and destination)
+  // before starting over at offset 0; 1 = every write to offset 0.
+  uint32_t run = 1;
 };
 
 // Iterations actually run for `size`: capped so that one run moves at most
@@ -30,7 +33,8 @@ uint64_t warmup_for(uint64_t iters);
 class CourierTransport {
  public:
   // Collective. The Context must have one channel, one proxy thread and
-  // COURIER_NIC_WINDOW = window. Registers one window of `largest` bytes.
+  // COURIER_NIC_WINDOW = window. Registers one window of `largest` x `run`
+  // bytes.
   CourierTransport(Context& ctx, size_t largest, const TransportOptions& options);
 
   // Collective: one warm-up and one measured run of `iters` writes of `size`

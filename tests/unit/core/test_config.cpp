@@ -256,3 +256,25 @@ TEST_CASE("COURIER_FAULTS and COURIER_RETRY_COUNT: defaults, values, errors") {
 
   CHECK(Config::unknown_variables({"COURIER_FAULTS", "COURIER_RETRY_COUNT"}, {}).empty());
 }
+
+TEST_CASE("COURIER_COALESCE_BYTES: a default, 0 turns merging off, the 24-bit length bounds it") {
+  const Config defaults = Config::load(env_of({}));
+  CHECK(defaults.coalesce_bytes == 262144);
+  bool listed = false;
+  for (const ConfigEntry& e : defaults.entries) {
+    if (e.name == "COURIER_COALESCE_BYTES") {
+      listed = true;
+      CHECK(e.value == std::to_string(defaults.coalesce_bytes));  // the table matches the field
+      CHECK(e.source == "default");
+    }
+  }
+  CHECK(listed);
+  CHECK(Config::load(env_of({{"COURIER_COALESCE_BYTES", "0"}})).coalesce_bytes == 0);
+  CHECK(Config::load(env_of({{"COURIER_COALESCE_BYTES", "16777215"}})).coalesce_bytes == 16777215);
+  for (const char* bad : {"16777216", "-1", "64k", ""}) {
+    CAPTURE(bad);
+    const std::string e = error_of({{"COURIER_COALESCE_BYTES", bad}});
+    CHECK(e.find(std::string("COURIER_COALESCE_BYTES='") + bad + "'") != std::string::npos);
+    CHECK(e.find("[0, 16777215]") != std::string::npos);
+  }
+}
