@@ -192,6 +192,11 @@ GpuBackend::GpuBackend(const GpuPlugin& plugin, const HostServices& host) : plug
   const size_t needed2 = offsetof(courier_gpu_plugin_v1, ep_sync) + sizeof ops->ep_sync;
   has_minor2_ = has_minor1_ && plugin_.abi_minor >= 2 && ops->header.struct_size >= needed2;
   if (!has_minor2_) props_.caps &= ~COURIER_GPU_CAP_EP_DIRECT;
+  // The EP proxy path came with minor 3.
+  const size_t needed3 =
+      offsetof(courier_gpu_plugin_v1, ep_proxy_reduce) + sizeof ops->ep_proxy_reduce;
+  has_minor3_ = has_minor2_ && plugin_.abi_minor >= 3 && ops->header.struct_size >= needed3;
+  if (!has_minor3_) props_.caps &= ~COURIER_GPU_CAP_EP_PROXY;
 }
 
 GpuBackend::~GpuBackend() { plugin_.ops->fini(handle_); }

@@ -88,6 +88,8 @@ class GpuBackend {
   bool has_minor1() const { return has_minor1_; }
   // Whether the minor-2 entry points (ep_*: the EP direct path) exist.
   bool has_minor2() const { return has_minor2_; }
+  // Whether the minor-3 entry points (ep_proxy_*: the EP proxy path) exist.
+  bool has_minor3() const { return has_minor3_; }
   // Exports [addr, addr + len) of this backend's device memory as a dmabuf,
   // with the contract of courier_host_services_v1.dmabuf_export. When the
   // status is not COURIER_OK, *why says what refused it (this backend
@@ -101,6 +103,7 @@ class GpuBackend {
   courier_gpu_props_v1 props_{};
   bool has_minor1_ = false;
   bool has_minor2_ = false;
+  bool has_minor3_ = false;
 };
 
 // Tries every choice of `spec` in order and returns the first that

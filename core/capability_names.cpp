@@ -49,6 +49,7 @@ constexpr BitName kGpuCaps[] = {
     {COURIER_GPU_CAP_GRAPHS, "graphs"},
     {COURIER_GPU_CAP_EP_KERNELS, "ep_kernels"},
     {COURIER_GPU_CAP_EP_DIRECT, "ep_direct"},
+    {COURIER_GPU_CAP_EP_PROXY, "ep_proxy"},
 };
 
 constexpr BitName kMemoryKinds[] = {

@@ -130,6 +130,9 @@ constexpr Knob kKnobs[] = {
     {"COURIER_EP_TRANSPORT", "auto",
      "EP dispatch/combine: direct (device stores to peers' GPUs on one host), proxy (the NIC "
      "backend), auto (direct where possible)"},
+    {"COURIER_EP_LOOPBACK", "0",
+     "1: the EP proxy path sends a rank's rows to itself through the NIC backend like any "
+     "peer's (one rank then measures the whole path); 0: stored directly"},
     {"COURIER_BOOTSTRAP", "", "rendezvous host:port (rank 0 listens), or 'mpi'"},
     {"COURIER_JOB_TOKEN", "", "the job's secret, presented by every rank to the rendezvous"},
     {"COURIER_RANK", "", "this process's rank (set by courier-run)"},
@@ -400,6 +403,8 @@ Config Config::load(const EnvLookup& env, bool need_job, bool need_rendezvous) {
                     {std::pair<std::string_view, EpTransport>{"auto", EpTransport::automatic},
                      {"direct", EpTransport::direct},
                      {"proxy", EpTransport::proxy}});
+  config.ep_loopback = parser.choice("COURIER_EP_LOOPBACK", config.ep_loopback,
+                                     {std::pair<std::string_view, bool>{"0", false}, {"1", true}});
   config.ranks_per_host =
       parser.unsigned_in("COURIER_RANKS_PER_HOST", config.ranks_per_host, 0, 65536);
   if (need_job) config.job = detect_job(parser, env, need_rendezvous);

@@ -76,6 +76,7 @@ struct Config {
   uint32_t ranks_per_host = 0;  // COURIER_RANKS_PER_HOST: 0 = by hostname; N simulates hosts
   uint32_t retry_count = 7;     // COURIER_RETRY_COUNT: re-posts of a transiently failed post
   EpTransport ep_transport = EpTransport::automatic;  // COURIER_EP_TRANSPORT
+  bool ep_loopback = false;                           // COURIER_EP_LOOPBACK
   // Topology (docs/topology.md):
   std::string topology_xml;  // COURIER_TOPOLOGY_XML: a recorded machine
   topology::NicSelection nic_selection =

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cstring>
 #include <fstream>
 #include <map>
@@ -110,6 +111,8 @@ struct DeviceFree {
 }  // namespace
 
 struct Context::Impl {
+  // Context::copy calls so far (copy_stats).
+  std::atomic<uint64_t> copies{0}, copied_bytes{0};
   EnvLookup env;
   Config config;
   Logger log;
@@ -579,6 +582,8 @@ void Context::free_device(void* ptr) const {
 }
 
 void Context::copy(void* dst, const void* src, size_t bytes) const {
+  impl_->copies.fetch_add(1, std::memory_order_relaxed);
+  impl_->copied_bytes.fetch_add(bytes, std::memory_order_relaxed);
   if (impl_->gpu->ops()->memcpy_sync(impl_->gpu->handle(), dst, src, bytes) != 0) {
     fail("GPU backend '{}': copying {} bytes failed: {}", gpu_backend(), bytes,
          impl_->gpu->last_error());
@@ -683,8 +688,15 @@ int ContextInternals::device(const Context& context) { return context.impl_->dev
 
 const Config& ContextInternals::config(const Context& context) { return context.impl_->config; }
 
+const NicBackend& ContextInternals::nic(const Context& context) { return *context.impl_->nic; }
+
 size_t ContextInternals::hosts(const Context& context) {
   return context.impl_->barrier_topology.host_leaders.size();
+}
+
+Context::CopyStats Context::copy_stats() const {
+  return {impl_->copies.load(std::memory_order_relaxed),
+          impl_->copied_bytes.load(std::memory_order_relaxed)};
 }
 
 void Context::run_device_commands(std::vector<DeviceCommandList>& lists) const {

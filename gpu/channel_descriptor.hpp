@@ -7,7 +7,7 @@
 
 namespace courier {
 
-inline DeviceChannel from_abi(const courier_gpu_channel_v1& c) {
+COURIER_DEVICE_INLINE DeviceChannel from_abi(const courier_gpu_channel_v1& c) {
   DeviceChannel ch;
   ch.slots = static_cast<TransferCmd*>(c.slots);
   ch.control = static_cast<FifoControl*>(c.control);
@@ -20,7 +20,7 @@ inline DeviceChannel from_abi(const courier_gpu_channel_v1& c) {
   return ch;
 }
 
-inline courier_gpu_channel_v1 to_abi(const DeviceChannel& ch) {
+COURIER_DEVICE_INLINE courier_gpu_channel_v1 to_abi(const DeviceChannel& ch) {
   courier_gpu_channel_v1 c{};
   c.slots = ch.slots;
   c.control = ch.control;

@@ -77,6 +77,20 @@ __device__ __forceinline__ void raise_release_gpu(uint64_t* p, uint64_t v) {
   cuda::atomic_ref<uint64_t, cuda::thread_scope_device>(*p).fetch_max(v,
                                                                       cuda::memory_order_release);
 }
+// The EP proxy kernels: a block's stores before its push or its "done",
+// seen by the NIC, the proxy and the other blocks (system scope).
+__device__ __forceinline__ void release_fence_system() {
+  cuda::atomic_thread_fence(cuda::memory_order_release, cuda::thread_scope_system);
+}
+__device__ __forceinline__ uint32_t fetch_add_acq_rel(uint32_t* p, uint32_t n) {
+  return cuda::atomic_ref<uint32_t, cuda::thread_scope_device>(*p).fetch_add(
+      n, cuda::memory_order_acq_rel);
+}
+__device__ __forceinline__ void add_release(uint64_t* p, uint64_t n) {
+  sys_atomic_ref<uint64_t>(*p).fetch_add(n, cuda::memory_order_release);
+}
+// Counters in a block's shared memory.
+__device__ __forceinline__ void add_block(uint32_t* p, uint32_t n) { atomicAdd_block(p, n); }
 __device__ __forceinline__ uint64_t now_ns() {
   uint64_t t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
@@ -143,6 +157,19 @@ __device__ __forceinline__ uint64_t load_acquire_gpu(const uint64_t* p) {
 __device__ __forceinline__ void raise_release_gpu(uint64_t* p, uint64_t v) {
   __hip_atomic_fetch_max(p, v, __ATOMIC_RELEASE, COURIER_HIP_GPU);
 }
+// The EP proxy kernels (see the CUDA versions).
+__device__ __forceinline__ void release_fence_system() {
+  __builtin_amdgcn_fence(__ATOMIC_RELEASE, "");
+}
+__device__ __forceinline__ uint32_t fetch_add_acq_rel(uint32_t* p, uint32_t n) {
+  return __hip_atomic_fetch_add(p, n, __ATOMIC_ACQ_REL, COURIER_HIP_GPU);
+}
+__device__ __forceinline__ void add_release(uint64_t* p, uint64_t n) {
+  __hip_atomic_fetch_add(p, n, __ATOMIC_RELEASE, COURIER_HIP_SYS);
+}
+__device__ __forceinline__ void add_block(uint32_t* p, uint32_t n) {
+  __hip_atomic_fetch_add(p, n, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_WORKGROUP);
+}
 // s_memrealtime reads the GPU's constant-rate "real time" counter (what
 // HIP's wall_clock64() returns), not the shader clock, which changes with
 // the core frequency. It ticks at 100 MHz on gfx9 (MI100, MI200, MI300) and
@@ -204,6 +231,16 @@ inline void raise_release_gpu(uint64_t* p, uint64_t v) {
   uint64_t seen = ref.load(std::memory_order_relaxed);
   while (seen < v && !ref.compare_exchange_weak(seen, v, std::memory_order_release)) {
   }
+}
+inline void release_fence_system() { std::atomic_thread_fence(std::memory_order_release); }
+inline uint32_t fetch_add_acq_rel(uint32_t* p, uint32_t n) {
+  return std::atomic_ref<uint32_t>(*p).fetch_add(n, std::memory_order_acq_rel);
+}
+inline void add_release(uint64_t* p, uint64_t n) {
+  std::atomic_ref<uint64_t>(*p).fetch_add(n, std::memory_order_release);
+}
+inline void add_block(uint32_t* p, uint32_t n) {
+  std::atomic_ref<uint32_t>(*p).fetch_add(n, std::memory_order_relaxed);
 }
 // Blocks while the low 32 bits of *counter still equal those of `seen`, at
 // most timeout_ns; little-endian, so the low half sits at the counter's

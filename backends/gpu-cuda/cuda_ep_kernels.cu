@@ -7,6 +7,7 @@
 #include "cuda_status.hpp"
 #include "gpu/ep/direct_kernels.hpp"
 #include "gpu/ep/layout.hpp"
+#include "gpu/ep/proxy_launch.hpp"
 
 namespace courier::cuda_gpu {
 
@@ -62,6 +63,10 @@ cudaError_t load_direct_kernels() {
     const cudaError_t rc = cudaFuncGetAttributes(&attributes, kernel);
     if (rc != cudaSuccess) return rc;
   }
+  for (const void* kernel : device::ep::kProxyKernels) {
+    const cudaError_t rc = cudaFuncGetAttributes(&attributes, kernel);
+    if (rc != cudaSuccess) return rc;
+  }
   return cudaSuccess;
 }
 
@@ -91,7 +96,7 @@ int make_ep_stream(int device, cudaStream_t* stream) {
   cudaError_t rc = cudaSetDevice(device);
   if (rc != cudaSuccess) return fail(rc, "cudaSetDevice(" + std::to_string(device) + ")");
   rc = load_direct_kernels();
-  if (rc != cudaSuccess) return fail(rc, "loading the EP direct kernels");
+  if (rc != cudaSuccess) return fail(rc, "loading the EP kernels");
   rc = cudaStreamCreateWithFlags(stream, cudaStreamNonBlocking);
   return rc == cudaSuccess ? 0 : fail(rc, "cudaStreamCreate (EP stream)");
 }
@@ -163,5 +168,20 @@ int ep_reduce(const courier_gpu_ep_reduce_v1* job, cudaStream_t stream) {
   device::ep::reduce_kernel<<<blocks, 256, 0, stream>>>(*job);
   return launched("the EP reduce kernel");
 }
+
+template <class Job>
+int ep_proxy(const Job* job, cudaStream_t stream) {
+  if (too_small(job)) return fail(-EINVAL, "ep_proxy_*: job is NULL or its struct_size too small");
+  device::ep::launch(*job, stream);
+  return launched("an EP proxy kernel");
+}
+
+template int ep_proxy(const courier_gpu_ep_proxy_refuse_v1*, cudaStream_t);
+template int ep_proxy(const courier_gpu_ep_proxy_ht_dispatch_v1*, cudaStream_t);
+template int ep_proxy(const courier_gpu_ep_proxy_ht_receive_v1*, cudaStream_t);
+template int ep_proxy(const courier_gpu_ep_proxy_ll_dispatch_v1*, cudaStream_t);
+template int ep_proxy(const courier_gpu_ep_proxy_ll_receive_v1*, cudaStream_t);
+template int ep_proxy(const courier_gpu_ep_proxy_combine_v1*, cudaStream_t);
+template int ep_proxy(const courier_gpu_ep_proxy_reduce_v1*, cudaStream_t);
 
 }  // namespace courier::cuda_gpu

@@ -22,4 +22,9 @@ int ep_ll_receive(const courier_gpu_ep_ll_receive_v1* job, cudaStream_t stream);
 int ep_combine_send(const courier_gpu_ep_combine_send_v1* job, cudaStream_t stream);
 int ep_reduce(const courier_gpu_ep_reduce_v1* job, cudaStream_t stream);
 
+// The proxy path (GPU ABI minor 3): one enqueue per job type (instantiated
+// for the seven courier_gpu_ep_proxy_*_v1 jobs).
+template <class Job>
+int ep_proxy(const Job* job, cudaStream_t stream);
+
 }  // namespace courier::cuda_gpu

@@ -155,7 +155,8 @@ int cuda_query(void* backend, courier_gpu_props_v1* props) {
   props->caps = 0;
   if (b->device_count > 0) {
     props->caps = COURIER_GPU_CAP_MAPPED_HOST | COURIER_GPU_CAP_IPC | COURIER_GPU_CAP_FIFO_KERNELS |
-                  COURIER_GPU_CAP_GRAPHS | COURIER_GPU_CAP_EP_KERNELS | COURIER_GPU_CAP_EP_DIRECT;
+                  COURIER_GPU_CAP_GRAPHS | COURIER_GPU_CAP_EP_KERNELS | COURIER_GPU_CAP_EP_DIRECT |
+                  COURIER_GPU_CAP_EP_PROXY;
     if (b->dmabuf[static_cast<size_t>(b->default_device)]) props->caps |= COURIER_GPU_CAP_DMABUF;
   }
   std::snprintf(props->device_name, sizeof props->device_name, "%s", b->device_name.c_str());
@@ -376,7 +377,7 @@ cudaStream_t ep_stream(void* backend, int device) {
   return stream;
 }
 
-// One entry point per direct-path kernel: the job's device's EP stream.
+// One entry point per EP kernel: the job's device's EP stream.
 template <class Job, int (*Enqueue)(const Job*, cudaStream_t)>
 int enqueue_ep(void* backend, const Job* job) {
   if (job == nullptr) return fail(-EINVAL, "EP kernel: job is NULL");
@@ -424,6 +425,13 @@ const courier_gpu_plugin_v1 kPlugin = {
     enqueue_ep<courier_gpu_ep_combine_send_v1, courier::cuda_gpu::ep_combine_send>,
     enqueue_ep<courier_gpu_ep_reduce_v1, courier::cuda_gpu::ep_reduce>,
     cuda_ep_sync,
+    enqueue_ep<courier_gpu_ep_proxy_refuse_v1, courier::cuda_gpu::ep_proxy>,
+    enqueue_ep<courier_gpu_ep_proxy_ht_dispatch_v1, courier::cuda_gpu::ep_proxy>,
+    enqueue_ep<courier_gpu_ep_proxy_ht_receive_v1, courier::cuda_gpu::ep_proxy>,
+    enqueue_ep<courier_gpu_ep_proxy_ll_dispatch_v1, courier::cuda_gpu::ep_proxy>,
+    enqueue_ep<courier_gpu_ep_proxy_ll_receive_v1, courier::cuda_gpu::ep_proxy>,
+    enqueue_ep<courier_gpu_ep_proxy_combine_v1, courier::cuda_gpu::ep_proxy>,
+    enqueue_ep<courier_gpu_ep_proxy_reduce_v1, courier::cuda_gpu::ep_proxy>,
 };
 
 }  // namespace

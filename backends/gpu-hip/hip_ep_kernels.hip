@@ -5,6 +5,7 @@
 
 #include "gpu/ep/direct_kernels.hpp"
 #include "gpu/ep/layout.hpp"
+#include "gpu/ep/proxy_launch.hpp"
 #include "hip_ep_kernels.hpp"
 #include "hip_status.hpp"
 
@@ -59,6 +60,10 @@ hipError_t load_direct_kernels() {
       reinterpret_cast<const void*>(device::ep::reduce_kernel),
   };
   for (const void* kernel : kernels) {
+    const hipError_t rc = hipFuncGetAttributes(&attributes, kernel);
+    if (rc != hipSuccess) return rc;
+  }
+  for (const void* kernel : device::ep::kProxyKernels) {
     const hipError_t rc = hipFuncGetAttributes(&attributes, kernel);
     if (rc != hipSuccess) return rc;
   }
@@ -169,5 +174,20 @@ int ep_reduce(const courier_gpu_ep_reduce_v1* job, hipStream_t stream) {
   hipLaunchKernelGGL(device::ep::reduce_kernel, dim3(blocks), dim3(256), 0, stream, *job);
   return launched("the EP reduce kernel");
 }
+
+template <class Job>
+int ep_proxy(const Job* job, hipStream_t stream) {
+  if (too_small(job)) return fail(-EINVAL, "ep_proxy_*: job is NULL or its struct_size too small");
+  device::ep::launch(*job, stream);
+  return launched("an EP proxy kernel");
+}
+
+template int ep_proxy(const courier_gpu_ep_proxy_refuse_v1*, hipStream_t);
+template int ep_proxy(const courier_gpu_ep_proxy_ht_dispatch_v1*, hipStream_t);
+template int ep_proxy(const courier_gpu_ep_proxy_ht_receive_v1*, hipStream_t);
+template int ep_proxy(const courier_gpu_ep_proxy_ll_dispatch_v1*, hipStream_t);
+template int ep_proxy(const courier_gpu_ep_proxy_ll_receive_v1*, hipStream_t);
+template int ep_proxy(const courier_gpu_ep_proxy_combine_v1*, hipStream_t);
+template int ep_proxy(const courier_gpu_ep_proxy_reduce_v1*, hipStream_t);
 
 }  // namespace courier::hip_gpu

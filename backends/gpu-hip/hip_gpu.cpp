@@ -94,7 +94,8 @@ int hip_query(void* backend, courier_gpu_props_v1* props) {
   props->caps = 0;
   if (b->device_count > 0) {
     props->caps = COURIER_GPU_CAP_MAPPED_HOST | COURIER_GPU_CAP_IPC | COURIER_GPU_CAP_FIFO_KERNELS |
-                  COURIER_GPU_CAP_GRAPHS | COURIER_GPU_CAP_EP_KERNELS | COURIER_GPU_CAP_EP_DIRECT;
+                  COURIER_GPU_CAP_GRAPHS | COURIER_GPU_CAP_EP_KERNELS | COURIER_GPU_CAP_EP_DIRECT |
+                  COURIER_GPU_CAP_EP_PROXY;
     // dmabuf only where HIP can export (see hip_dmabuf_export); the runtime
     // has no device attribute to ask, so an export refused by the driver
     // fails at the call.
@@ -344,6 +345,13 @@ const courier_gpu_plugin_v1 kPlugin = {
     enqueue_ep<courier_gpu_ep_combine_send_v1, courier::hip_gpu::ep_combine_send>,
     enqueue_ep<courier_gpu_ep_reduce_v1, courier::hip_gpu::ep_reduce>,
     hip_ep_sync,
+    enqueue_ep<courier_gpu_ep_proxy_refuse_v1, courier::hip_gpu::ep_proxy>,
+    enqueue_ep<courier_gpu_ep_proxy_ht_dispatch_v1, courier::hip_gpu::ep_proxy>,
+    enqueue_ep<courier_gpu_ep_proxy_ht_receive_v1, courier::hip_gpu::ep_proxy>,
+    enqueue_ep<courier_gpu_ep_proxy_ll_dispatch_v1, courier::hip_gpu::ep_proxy>,
+    enqueue_ep<courier_gpu_ep_proxy_ll_receive_v1, courier::hip_gpu::ep_proxy>,
+    enqueue_ep<courier_gpu_ep_proxy_combine_v1, courier::hip_gpu::ep_proxy>,
+    enqueue_ep<courier_gpu_ep_proxy_reduce_v1, courier::hip_gpu::ep_proxy>,
 };
 
 }  // namespace

@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <vector>
 
 #include "gpu/ep/layout.hpp"
+#include "gpu/ep/proxy_kernels.hpp"
 #include "host_kernel_launch.hpp"
 
 namespace courier::host_gpu {
@@ -17,7 +19,127 @@ void layout_kernel(const courier_host_thread_v1* thread, void* arg) {
   }
 }
 
+using device::ep::KernelThread;
+using device::ep::ProxyShared;
+
+// Blocks (CPU threads) of the proxy kernels: few, because they share the
+// cores with the proxy threads that carry their commands.
+constexpr uint32_t kSendBlocks = 2;
+constexpr uint32_t kReceiveBlocks = 2;
+// Tokens a high-throughput send block packs before it pushes their WRITEs.
+constexpr uint32_t kHtBatch = 64;
+
+struct ProxyLaunch {
+  const void* job;
+  ProxyShared* shared;  // one per block
+  void (*body)(const void* job, const KernelThread& thread, ProxyShared* shared);
+};
+
+void proxy_kernel(const courier_host_thread_v1* thread, void* arg) {
+  const auto& launch = *static_cast<const ProxyLaunch*>(arg);
+  KernelThread th;
+  th.block = thread->block_idx;
+  th.thread = thread->thread_idx;
+  th.block_dim = thread->block_dim;
+  th.grid_dim = thread->grid_dim;
+  th.host = thread;
+  launch.body(launch.job, th, launch.shared + thread->block_idx);
+}
+
+template <class Job>
+int run_proxy(const Job* job, const char* name, uint32_t blocks,
+              void (*body)(const void*, const KernelThread&, ProxyShared*), std::string* error) {
+  if (job == nullptr || job->struct_size < sizeof *job) {
+    *error = std::string(name) + ": job is NULL or its struct_size is too small";
+    return -EINVAL;
+  }
+  std::vector<ProxyShared> shared(blocks);
+  ProxyLaunch arg{job, shared.data(), body};
+  courier_host_kernel_launch_v1 launch{};
+  launch.struct_size = sizeof launch;
+  launch.grid_dim = blocks;
+  launch.block_dim = 1;
+  launch.fn = proxy_kernel;
+  launch.arg = &arg;
+  return launch_host_kernel(launch, error);
+}
+
+template <class Job>
+const Job& job_of(const void* job) {
+  return *static_cast<const Job*>(job);
+}
+
+uint32_t blocks_for(uint32_t items, uint32_t most) {
+  return items == 0 ? 1 : items < most ? items : most;
+}
+
 }  // namespace
+
+int ep_proxy_refuse(const courier_gpu_ep_proxy_refuse_v1* job, std::string* error) {
+  return run_proxy(
+      job, "ep_proxy_refuse", 1,
+      [](const void* j, const KernelThread& th, ProxyShared*) {
+        device::ep::refuse_body(job_of<courier_gpu_ep_proxy_refuse_v1>(j), th);
+      },
+      error);
+}
+
+int ep_proxy_ht_dispatch(const courier_gpu_ep_proxy_ht_dispatch_v1* job, std::string* error) {
+  return run_proxy(
+      job, "ep_proxy_ht_dispatch",
+      job != nullptr ? blocks_for(job->tokens / kHtBatch, kSendBlocks) : 1,
+      [](const void* j, const KernelThread& th, ProxyShared* sh) {
+        device::ep::ht_dispatch_body(job_of<courier_gpu_ep_proxy_ht_dispatch_v1>(j), th, sh,
+                                     kHtBatch);
+      },
+      error);
+}
+
+int ep_proxy_ht_receive(const courier_gpu_ep_proxy_ht_receive_v1* job, std::string* error) {
+  return run_proxy(
+      job, "ep_proxy_ht_receive", kReceiveBlocks,
+      [](const void* j, const KernelThread& th, ProxyShared* sh) {
+        device::ep::ht_receive_body(job_of<courier_gpu_ep_proxy_ht_receive_v1>(j), th, sh);
+      },
+      error);
+}
+
+int ep_proxy_ll_dispatch(const courier_gpu_ep_proxy_ll_dispatch_v1* job, std::string* error) {
+  return run_proxy(
+      job, "ep_proxy_ll_dispatch", job != nullptr ? blocks_for(job->tokens / 16, kSendBlocks) : 1,
+      [](const void* j, const KernelThread& th, ProxyShared* sh) {
+        device::ep::ll_dispatch_body(job_of<courier_gpu_ep_proxy_ll_dispatch_v1>(j), th, sh);
+      },
+      error);
+}
+
+int ep_proxy_ll_receive(const courier_gpu_ep_proxy_ll_receive_v1* job, std::string* error) {
+  return run_proxy(
+      job, "ep_proxy_ll_receive",
+      job != nullptr ? blocks_for(job->local_experts, kReceiveBlocks) : 1,
+      [](const void* j, const KernelThread& th, ProxyShared* sh) {
+        device::ep::ll_receive_body(job_of<courier_gpu_ep_proxy_ll_receive_v1>(j), th, sh);
+      },
+      error);
+}
+
+int ep_proxy_combine(const courier_gpu_ep_proxy_combine_v1* job, std::string* error) {
+  return run_proxy(
+      job, "ep_proxy_combine", kSendBlocks,
+      [](const void* j, const KernelThread& th, ProxyShared* sh) {
+        device::ep::combine_body(job_of<courier_gpu_ep_proxy_combine_v1>(j), th, sh);
+      },
+      error);
+}
+
+int ep_proxy_reduce(const courier_gpu_ep_proxy_reduce_v1* job, std::string* error) {
+  return run_proxy(
+      job, "ep_proxy_reduce", job != nullptr ? blocks_for(job->tokens, kReceiveBlocks) : 1,
+      [](const void* j, const KernelThread& th, ProxyShared* sh) {
+        device::ep::reduce_body(job_of<courier_gpu_ep_proxy_reduce_v1>(j), th, sh);
+      },
+      error);
+}
 
 int run_ep_layout(const courier_gpu_ep_layout_v1* job, std::string* error) {
   if (job == nullptr || job->struct_size < sizeof *job) {

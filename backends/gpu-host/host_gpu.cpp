@@ -51,7 +51,8 @@ int host_query(void*, courier_gpu_props_v1* props) {
     return fail(-EINVAL, "query: props is NULL or its struct_size is too small");
   }
   props->caps = COURIER_GPU_CAP_HOST_KERNELS | COURIER_GPU_CAP_MAPPED_HOST |
-                COURIER_GPU_CAP_FIFO_KERNELS | COURIER_GPU_CAP_EP_KERNELS;
+                COURIER_GPU_CAP_FIFO_KERNELS | COURIER_GPU_CAP_EP_KERNELS |
+                COURIER_GPU_CAP_EP_PROXY;
   props->device_count = 1;
   props->warp_size = 1;
   props->mem_kind = COURIER_MEM_HOST;
@@ -134,6 +135,20 @@ int host_run_ep_layout(void*, const courier_gpu_ep_layout_v1* job) {
   return rc;
 }
 
+// The proxy path's kernels run before their entry point returns: the EP
+// "stream" is always idle.
+int host_ep_sync(void*, int device) {
+  return device == 0 ? 0 : fail(-ENODEV, "device " + std::to_string(device) + " does not exist");
+}
+
+template <class Job, int (*Run)(const Job*, std::string*)>
+int host_ep_proxy(void*, const Job* job) {
+  std::string error;
+  const int rc = Run(job, &error);
+  if (rc != 0) g_last_error = error;
+  return rc;
+}
+
 const courier_gpu_plugin_v1 kPlugin = {
     {sizeof(courier_gpu_plugin_v1), COURIER_GPU_ABI_MAJOR, COURIER_GPU_ABI_MINOR, "host"},
     "CPU threads standing in for a GPU (development and CI)",
@@ -168,7 +183,14 @@ const courier_gpu_plugin_v1 kPlugin = {
     nullptr,
     nullptr,
     nullptr,
-    nullptr,
+    host_ep_sync,
+    host_ep_proxy<courier_gpu_ep_proxy_refuse_v1, courier::host_gpu::ep_proxy_refuse>,
+    host_ep_proxy<courier_gpu_ep_proxy_ht_dispatch_v1, courier::host_gpu::ep_proxy_ht_dispatch>,
+    host_ep_proxy<courier_gpu_ep_proxy_ht_receive_v1, courier::host_gpu::ep_proxy_ht_receive>,
+    host_ep_proxy<courier_gpu_ep_proxy_ll_dispatch_v1, courier::host_gpu::ep_proxy_ll_dispatch>,
+    host_ep_proxy<courier_gpu_ep_proxy_ll_receive_v1, courier::host_gpu::ep_proxy_ll_receive>,
+    host_ep_proxy<courier_gpu_ep_proxy_combine_v1, courier::host_gpu::ep_proxy_combine>,
+    host_ep_proxy<courier_gpu_ep_proxy_reduce_v1, courier::host_gpu::ep_proxy_reduce>,
 };
 
 }  // namespace

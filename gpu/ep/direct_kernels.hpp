@@ -14,6 +14,7 @@
 #include "courier/abi/gpu_v1.h"
 #include "gpu/device_atomics.hpp"
 #include "gpu/ep/element_codec.hpp"
+#include "gpu/ep/kernel_thread.hpp"
 
 namespace courier::device::ep {
 
@@ -32,10 +33,6 @@ __device__ __forceinline__ float group_max(float v) {
 
 __device__ __forceinline__ uint32_t status_of(const uint32_t* status) {
   return *const_cast<const volatile uint32_t*>(status);
-}
-
-__device__ __forceinline__ void set_status(uint32_t* status, uint32_t code) {
-  if (status_of(status) == 0) *const_cast<volatile uint32_t*>(status) = code;
 }
 
 __device__ __forceinline__ std::byte* window(const courier_gpu_ep_peers_v1& peers, uint32_t rank,

@@ -96,6 +96,14 @@ class Context {
 
   DeviceBuffer alloc(size_t bytes) const;
   void copy(void* dst, const void* src, size_t bytes) const;
+  // Synchronous copies the host made through copy() so far: on a GPU
+  // backend each is a round trip between host and device (courier-bench ep
+  // prints them per call).
+  struct CopyStats {
+    uint64_t calls = 0;
+    uint64_t bytes = 0;
+  };
+  CopyStats copy_stats() const;
 
   // Collective. Registers [base, base + bytes) with every proxy endpoint and
   // exchanges keys and sizes with all ranks; returns the window id that

@@ -113,18 +113,13 @@ struct LowLatencyDispatchArgs {
   bool use_fp8 = false;
 };
 
-// What low_latency_combine needs: where each of this rank's (token, k)
-// went, and which rows came from where.
+// What low_latency_combine needs: which dispatch it answers (where each of
+// this rank's (token, k) went and which rows came from where stay on the
+// device, in the Buffer, for two dispatches).
 struct LowLatencyHandle {
   uint32_t num_tokens = 0;
   uint32_t topk = 0;
   uint64_t call = 0;  // which low_latency_dispatch of the Buffer (0, 1, ...)
-  // Proxy path only (the direct path keeps both on the device; its counts
-  // are packed_recv_layout_range):
-  std::vector<int32_t> send_slot;  // [num_tokens * topk]: row at the expert, or -1
-  // [local experts * ranks]: rows received per (expert, source); filled by
-  // the receive half (at once, or by recv_hook).
-  std::shared_ptr<std::vector<uint32_t>> recv_counts;
   uint32_t hidden = 0;
   uint32_t dtype_code = 0, dtype_bits = 0;
 };

@@ -16,7 +16,7 @@ extern "C" {
 #endif
 
 #define COURIER_GPU_ABI_MAJOR 1
-#define COURIER_GPU_ABI_MINOR 2
+#define COURIER_GPU_ABI_MINOR 3
 #define COURIER_GPU_SYMBOL_V1 "courier_gpu_backend_v1"
 
 /* Capability bits (courier_gpu_props_v1.caps). */
@@ -30,6 +30,8 @@ extern "C" {
 #define COURIER_GPU_CAP_EP_KERNELS (1u << 6)   /* run_ep_layout (expert parallelism) */
 /* Minor 2: */
 #define COURIER_GPU_CAP_EP_DIRECT (1u << 7) /* ep_* below: EP over direct stores to peers */
+/* Minor 3: */
+#define COURIER_GPU_CAP_EP_PROXY (1u << 8) /* ep_proxy_* below: EP through the FIFO channels */
 
 typedef struct courier_gpu_props_v1 {
   uint32_t struct_size;
@@ -391,6 +393,192 @@ typedef struct courier_gpu_ep_reduce_v1 {
   uint32_t* status;
 } courier_gpu_ep_reduce_v1;
 
+/* ---- Minor 3: expert parallelism through the proxies (docs/ep.md, "Proxy
+ * path"). The kernels route, pack and quantize on the device and push
+ * WRITE and ATOMIC TransferCmds into the FIFO channels; the NIC backend's
+ * proxies carry them out. Every rank registered one window with the same
+ * layout (offsets *_off are byte offsets into it; `base` is this rank's,
+ * as the device addresses it). A phase announces itself to each
+ * destination d with write-then-atomic: a record (record_words u32: [0]
+ * state, 0 or COURIER_GPU_EP_RECORD_REFUSED, then counts) written to
+ * record_off + rank * record_bytes at d, then COURIER_GPU_EP_SIGNAL_STEP
+ * added to the u64 at signal_off + rank * 8 at d, split over the channels
+ * that carried this rank's rows to d (one ATOMIC each, behind them in
+ * their channel, the parts summing to the step). A receiver waits on the
+ * device until every rank's signal word reached `target` (calls of that
+ * parity so far x the step), then reads the records: it needs to know
+ * neither how many channels a sender used nor when its writes completed.
+ * Rows to this rank itself are stored directly (and the signal raised with
+ * a device store) unless `loopback` is set, when they go through the
+ * channels like any peer's. The ep_proxy_* entry points enqueue on the EP
+ * stream of `device` (gpu-host runs them before returning); ep_sync waits. */
+#define COURIER_GPU_EP_SIGNAL_STEP (1u << 16)
+#define COURIER_GPU_EP_RECORD_REFUSED 1u
+#define COURIER_GPU_EP_MAX_EXPERTS 1024 /* per call, for the proxy path's per-expert scans */
+#define COURIER_GPU_EP_STATUS_OVERFLOW 0x08000000u /* | rank: more rows than the outputs hold */
+#define COURIER_GPU_EP_STATUS_CHANNEL 0x04000000u  /* | channel: a push failed or it failed */
+
+/* What every proxy-path kernel shares. */
+typedef struct courier_gpu_ep_proxy_v1 {
+  const courier_gpu_channel_v1* channels; /* num_channels descriptors, device-readable */
+  uint32_t num_channels;
+  uint32_t window; /* the window id the commands name */
+  uint32_t rank, num_ranks;
+  uint32_t loopback;     /* 1: rows to this rank go through the channels too */
+  uint32_t record_words; /* u32 words per record */
+  void* base;            /* this rank's window */
+  uint32_t* status;      /* device memory; COURIER_GPU_EP_STATUS_* */
+  uint64_t* bad_index;   /* device memory: ((t + 1) << 32) | k of a bad topk index */
+  uint32_t* status_host; /* mapped host memory: the receive kernels mirror *status here */
+  uint32_t* done;        /* device memory, 0 between launches: blocks finished */
+  /* Device memory [num_channels]: tickets that must complete before the
+   * send area is written again (its earlier WRITEs read it); each send
+   * kernel waits for them first and leaves its own when it is done. */
+  uint64_t* reuse_fence;
+  uint64_t timeout_ns;
+} courier_gpu_ep_proxy_v1;
+
+/* A refusal of the call whose records and signal words these are: once the
+ * send area's last WRITEs completed, stages a record saying
+ * COURIER_GPU_EP_RECORD_REFUSED for every rank at staging_off and signals
+ * it. Mirrors the status to status_host. */
+typedef struct courier_gpu_ep_proxy_refuse_v1 {
+  uint32_t struct_size;
+  int32_t device;
+  courier_gpu_ep_proxy_v1 fifo;
+  uint64_t staging_off, record_off, signal_off;
+  /* Non-zero: also add the step to release_off + rank * 8 at every rank
+   * (a refused low-latency dispatch frees its staging at once). */
+  uint64_t release_off;
+} courier_gpu_ep_proxy_refuse_v1;
+
+/* High-throughput dispatch, send half. Token t goes to every rank d with
+ * in_rank[t][d], once; its slot there (slots[t][d], out, -1 where not) is
+ * its place among this rank's tokens for d, in token order. The slot is
+ * packed at send_off + (d * max_tokens + slot) * slot_bytes: the value row
+ * (row_bytes), its scales (scale_cols floats, with x_scales), then topk
+ * int32 expert ids local to d (-1 where elsewhere, or without topk_idx)
+ * and topk float weights (0 without topk_weights);
+ * runs of slots go to recv_off + (rank * max_tokens + slot) * slot_bytes at
+ * d. Record for d: [1] its row count, [2 + l] its tokens per local expert l
+ * (experts_per_rank of them). An index outside [-1, num_experts) sets
+ * BAD_INDEX and the records say refused. */
+typedef struct courier_gpu_ep_proxy_ht_dispatch_v1 {
+  uint32_t struct_size;
+  int32_t device;
+  courier_gpu_ep_proxy_v1 fifo;
+  uint32_t tokens, topk, num_experts, row_bytes, scale_cols, slot_bytes, max_tokens;
+  uint32_t reserved;
+  const void* x;
+  const float* x_scales;   /* NULL: no scales */
+  const int64_t* topk_idx; /* NULL: no expert columns (topk 0) */
+  const float* topk_weights;
+  const uint8_t* in_rank; /* [tokens][num_ranks] */
+  int32_t* slots;         /* out: [tokens][num_ranks] */
+  uint64_t send_off, recv_off, staging_off, record_off, signal_off;
+} courier_gpu_ep_proxy_ht_dispatch_v1;
+
+/* High-throughput dispatch, receive half: waits for every rank's signal,
+ * then unpacks the slots of rank 0, 1, ... (record word [1] of each) into
+ * the outputs from row 0: x rows, scales, topk ids widened to int64,
+ * weights; pads rows [received, pad_rows) with zeros (ids -1). More rows
+ * than `capacity` set OVERFLOW. Mirrors the status to status_host. */
+typedef struct courier_gpu_ep_proxy_ht_receive_v1 {
+  uint32_t struct_size;
+  int32_t device;
+  courier_gpu_ep_proxy_v1 fifo;
+  uint32_t topk, row_bytes, scale_cols, slot_bytes, max_tokens, pad_rows, capacity;
+  uint32_t reserved;
+  uint64_t recv_off, record_off, signal_off, target;
+  void* x;
+  float* scales;
+  int64_t* topk_idx;
+  float* topk_weights;
+} courier_gpu_ep_proxy_ht_receive_v1;
+
+/* Low-latency dispatch, send half. Pair (t, k) with e = topk_idx[t][k] >= 0
+ * goes to rank d = e / L, expert l = e % L; its slot (slots[t][k], out) is
+ * its place among this rank's pairs for e, in token order. Packed at
+ * send_off + ((d * L + l) * max_tokens + slot) * slot_bytes: the row
+ * (x_dtype_bits 16 or 32; with fp8: hidden e4m3 bytes then hidden / 128
+ * float scales, quantized here), then the source token t (int32) in the
+ * last 16 bytes of the slot; runs go to recv_off + ((l * num_ranks + rank)
+ * * max_tokens + slot) * slot_bytes at d. Before the first write to d,
+ * waits until the u64 at release_off + d * 8 here reached release_target
+ * (d finished reading what this rank sent it two calls ago). Record for d:
+ * [1 + l] its pairs for local expert l. */
+typedef struct courier_gpu_ep_proxy_ll_dispatch_v1 {
+  uint32_t struct_size;
+  int32_t device;
+  courier_gpu_ep_proxy_v1 fifo;
+  uint32_t tokens, topk, num_experts, hidden, x_dtype_bits, fp8, max_tokens, slot_bytes;
+  const void* x;
+  const int64_t* topk_idx;
+  int32_t* slots; /* out: [tokens][topk] */
+  uint64_t send_off, recv_off, staging_off, record_off, signal_off;
+  uint64_t release_off, release_target;
+} courier_gpu_ep_proxy_ll_dispatch_v1;
+
+/* Low-latency dispatch, receive half: waits for every rank's signal, then
+ * packs, per local expert l, the slots of rank 0, 1, ... into x (row_bytes
+ * each), scales (scale_cols floats, 0: none) and src from row 0 of
+ * [L][num_ranks * max_tokens]; count[l] = its rows, range[l][s] = (begin
+ * << 32) | rows from s. Then adds COURIER_GPU_EP_SIGNAL_STEP to the u64 at
+ * release_off + rank * 8 at every rank: they may send into it again. */
+typedef struct courier_gpu_ep_proxy_ll_receive_v1 {
+  uint32_t struct_size;
+  int32_t device;
+  courier_gpu_ep_proxy_v1 fifo;
+  uint32_t local_experts, max_tokens, row_bytes, scale_cols, slot_bytes;
+  uint32_t reserved;
+  uint64_t recv_off, record_off, signal_off, target, release_off;
+  void* x;
+  float* scales;
+  int32_t* src;
+  int32_t* count;
+  int64_t* range;
+} courier_gpu_ep_proxy_ll_receive_v1;
+
+/* Combine, send half: rows of x go back to the ranks they came from.
+ * RANKS: x holds the rows of rank 0, 1, ... (counts[s] each, in order);
+ * row i of rank s goes to recv_off + (rank * max_tokens + i) * row_bytes at
+ * s. EXPERTS: x is [L][num_ranks * max_tokens]; rows [begin, begin + n) of
+ * expert l, with range[l][s] = (begin << 32) | n, go to recv_off + ((rank
+ * * L + l) * max_tokens + i) * row_bytes at s. Packed at send_off first
+ * (x is the caller's memory, not a registered window). */
+typedef struct courier_gpu_ep_proxy_combine_v1 {
+  uint32_t struct_size;
+  int32_t device;
+  courier_gpu_ep_proxy_v1 fifo;
+  uint32_t mode; /* COURIER_GPU_EP_ROUTE_* */
+  uint32_t row_bytes, local_experts, max_tokens;
+  const void* x;
+  const int32_t* counts; /* RANKS: [num_ranks] */
+  const int64_t* range;  /* EXPERTS: [L][num_ranks] */
+  uint64_t send_off, recv_off, staging_off, record_off, signal_off;
+} courier_gpu_ep_proxy_combine_v1;
+
+/* Combine, receive half: waits for every rank's signal, then out[t] = sum
+ * in float, stored as bfloat16 (dtype_bits 16) or float32. RANKS: over r
+ * with slots[t][r] >= 0 (terms = num_ranks) of the row at recv_off + (r *
+ * max_tokens + slots[t][r]) * row_bytes. EXPERTS: over k with e =
+ * topk_idx[t][k] >= 0 (terms = topk) of weights[t][k] x the row at recv_off
+ * + ((d * L + l) * max_tokens + slots[t][k]) * row_bytes, d = e / L, l =
+ * e % L. */
+typedef struct courier_gpu_ep_proxy_reduce_v1 {
+  uint32_t struct_size;
+  int32_t device;
+  courier_gpu_ep_proxy_v1 fifo;
+  uint32_t mode;
+  uint32_t tokens, hidden, dtype_bits, terms, local_experts, max_tokens;
+  uint32_t reserved;
+  const int32_t* slots;
+  const int64_t* topk_idx; /* EXPERTS */
+  const float* weights;    /* EXPERTS */
+  uint64_t recv_off, record_off, signal_off, target;
+  void* out;
+} courier_gpu_ep_proxy_reduce_v1;
+
 typedef struct courier_gpu_plugin_v1 {
   courier_plugin_header header;
   const char* description;
@@ -456,6 +644,17 @@ typedef struct courier_gpu_plugin_v1 {
   int (*ep_reduce)(void* backend, const courier_gpu_ep_reduce_v1* job);
   /* Waits until everything enqueued on the EP stream of `device` ran. */
   int (*ep_sync)(void* backend, int device);
+
+  /* ---- minor 3 (read only when header.struct_size covers them) ----
+   * COURIER_GPU_CAP_EP_PROXY: enqueue on the EP stream of job->device
+   * (ep_sync, also offered by backends without EP_DIRECT, waits for it). */
+  int (*ep_proxy_refuse)(void* backend, const courier_gpu_ep_proxy_refuse_v1* job);
+  int (*ep_proxy_ht_dispatch)(void* backend, const courier_gpu_ep_proxy_ht_dispatch_v1* job);
+  int (*ep_proxy_ht_receive)(void* backend, const courier_gpu_ep_proxy_ht_receive_v1* job);
+  int (*ep_proxy_ll_dispatch)(void* backend, const courier_gpu_ep_proxy_ll_dispatch_v1* job);
+  int (*ep_proxy_ll_receive)(void* backend, const courier_gpu_ep_proxy_ll_receive_v1* job);
+  int (*ep_proxy_combine)(void* backend, const courier_gpu_ep_proxy_combine_v1* job);
+  int (*ep_proxy_reduce)(void* backend, const courier_gpu_ep_proxy_reduce_v1* job);
 } courier_gpu_plugin_v1;
 
 typedef const courier_gpu_plugin_v1* (*courier_gpu_backend_v1_fn)(void);

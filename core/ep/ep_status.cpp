@@ -1,0 +1,72 @@
+#include "core/ep/ep_status.hpp"
+
+#include <cstring>
+
+#include "core/check.hpp"
+
+namespace courier::ep {
+
+EpStatus::EpStatus(Context& ctx, const GpuBackend& gpu, uint64_t timeout_ns)
+    : ctx_(ctx), gpu_(gpu), timeout_ns_(timeout_ns), status_(ctx.alloc(16)) {
+  if (gpu_.ops()->host_alloc_mapped(gpu_.handle(), 64, &mirror_host_, &mirror_device_) != 0) {
+    fail("ep::Buffer: mapping the EP status mirror: {}", gpu_.last_error());
+  }
+  std::memset(mirror_host_, 0, 64);
+  const uint64_t zeros[2] = {0, 0};
+  ctx_.copy(status_.data(), zeros, sizeof zeros);
+}
+
+EpStatus::~EpStatus() { gpu_.ops()->host_free_mapped(gpu_.handle(), mirror_host_); }
+
+void EpStatus::zero() {
+  const uint64_t zeros[2] = {0, 0};
+  ctx_.copy(status_.data(), zeros, sizeof zeros);
+  *static_cast<volatile uint32_t*>(mirror_host_) = 0;
+  dirty_ = false;
+}
+
+void EpStatus::set_refused(uint32_t rank) {
+  const uint32_t refused = COURIER_GPU_EP_STATUS_REFUSED_BY | rank;
+  ctx_.copy(status_.data(), &refused, 4);
+  dirty_ = true;
+}
+
+uint64_t EpStatus::bad_index() const {
+  uint64_t at = 0;
+  ctx_.copy(&at, static_cast<const std::byte*>(status_.data()) + 8, 8);
+  return at;
+}
+
+void EpStatus::raise_if_failed(const char* what) {
+  const uint32_t s = *static_cast<const volatile uint32_t*>(mirror_host_);
+  if (s == 0) return;
+  dirty_ = true;
+  if ((s & COURIER_GPU_EP_STATUS_BAD_INDEX) != 0) {
+    const uint64_t at = bad_index();
+    // The kernel that found it told the peers (a refused record or flag).
+    refuse_call("ep::Buffer::{}: topk_idx[{}][{}] is outside [-1, num_experts)", what,
+                (at >> 32) - 1, at & 0xFFFFFFFFu);
+  }
+  const uint32_t r = s & COURIER_GPU_EP_STATUS_RANK_MASK;
+  if ((s & COURIER_GPU_EP_STATUS_TIMEOUT) != 0 || (s & COURIER_GPU_EP_STATUS_CHANNEL) != 0) {
+    if (auto failure = ctx_.failed_peer()) {
+      fail("ep::Buffer::{}: rank {} is gone: {}", what, failure->rank, failure->reason);
+    }
+  }
+  if ((s & COURIER_GPU_EP_STATUS_TIMEOUT) != 0) {
+    fail("ep::Buffer::{}: no data from rank {} after {} s (it did not call {} or is stuck)", what,
+         r, timeout_ns_ / 1000000000ull, what);
+  }
+  if ((s & COURIER_GPU_EP_STATUS_CHANNEL) != 0) {
+    fail("ep::Buffer::{}: FIFO channel {} failed: {}", what, r, ctx_.channel_stats(r).first_error);
+  }
+  if ((s & COURIER_GPU_EP_STATUS_OVERFLOW) != 0) {
+    fail(
+        "ep::Buffer::{}: rank {} announced more rows than the outputs hold (max_tokens_per_rank, "
+        "or num_worst_tokens when given)",
+        what, r);
+  }
+  refuse_call("ep::Buffer::{}: rank {} refused its arguments (its error says why)", what, r);
+}
+
+}  // namespace courier::ep

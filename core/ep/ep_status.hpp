@@ -1,0 +1,55 @@
+// How an EP call's kernels report failure (docs/ep.md, "Failure"): a status
+// word in device memory that every kernel reads (a kernel that finds it set
+// skips its work), the first bad topk index, and a mirror in mapped host
+// memory that the last kernel of a call writes, so the host learns the
+// outcome without a copy. Shared by the direct and the proxy path.
+#pragma once
+
+#include <cstdint>
+
+#include "core/backend_instance.hpp"
+#include "courier/context.hpp"
+
+namespace courier::ep {
+
+class EpStatus {
+ public:
+  EpStatus(Context& ctx, const GpuBackend& gpu, uint64_t timeout_ns);
+  ~EpStatus();
+  EpStatus(const EpStatus&) = delete;
+  EpStatus& operator=(const EpStatus&) = delete;
+
+  // As the kernels see them.
+  uint32_t* device() const { return static_cast<uint32_t*>(status_.data()); }
+  uint64_t* bad_index_device() const { return static_cast<uint64_t*>(status_.data()) + 1; }
+  uint32_t* mirror_device() const { return static_cast<uint32_t*>(mirror_device_); }
+
+  // Before a call: clears the status when the last call left it set
+  // (`settle` first waits for that call's kernels).
+  template <class Settle>
+  void clear(Settle&& settle) {
+    if (!dirty_) return;
+    settle();
+    zero();
+  }
+  // Marks this rank's call refused by `rank` (itself).
+  void set_refused(uint32_t rank);
+  // Once the call's kernels ran: throws, naming the rank or channel, when
+  // the mirror says one failed (a refusal, a bad index, a timeout, a lost
+  // peer or channel, more rows than the outputs hold).
+  void raise_if_failed(const char* what);
+
+ private:
+  void zero();
+  uint64_t bad_index() const;
+
+  Context& ctx_;
+  const GpuBackend& gpu_;
+  uint64_t timeout_ns_;
+  DeviceBuffer status_;          // {u32 status, pad, u64 bad index}
+  void* mirror_host_ = nullptr;  // mapped host memory
+  void* mirror_device_ = nullptr;
+  bool dirty_ = false;  // the status may be non-zero
+};
+
+}  // namespace courier::ep

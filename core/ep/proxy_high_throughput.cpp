@@ -1,0 +1,281 @@
+#include "core/ep/proxy_high_throughput.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "core/check.hpp"
+#include "core/ep/element_types.hpp"
+
+namespace courier::ep {
+
+namespace {
+
+constexpr uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
+
+// Experts a Buffer counts when BufferOptions does not say (num_experts 0).
+constexpr uint32_t kDefaultMaxExperts = 1024;
+
+enum Phase : uint32_t { kDispatch = 0, kCombine = 1 };
+
+uint64_t target_of(uint64_t call) { return (call / 2 + 1) * uint64_t{COURIER_GPU_EP_SIGNAL_STEP}; }
+
+}  // namespace
+
+HtProxyLayout::HtProxyLayout(uint32_t ranks, uint32_t max_tokens, uint32_t hidden,
+                             uint32_t element_bytes, uint32_t max_topk, uint32_t max_experts)
+    : ranks(ranks), max_tokens(max_tokens), max_experts(max_experts) {
+  record_words = static_cast<uint32_t>(align_up(2 + max_experts / ranks, 4));
+  record_bytes = 4ull * record_words;
+  const uint64_t row_bytes = uint64_t{hidden} * element_bytes;
+  // A slot: the row (FP8: values and scales fit in a bfloat16 row), then
+  // topk expert ids and weights.
+  const uint64_t slot_bytes = align_up(row_bytes + 8ull * max_topk, 16);
+  const uint64_t rows = uint64_t{ranks} * max_tokens;
+  uint64_t at = 0;
+  auto take = [&at](uint64_t bytes) {
+    const uint64_t here = at;
+    at = align_up(at + bytes, 256);
+    return here;
+  };
+  for (uint32_t phase = 0; phase < 2; ++phase) {
+    for (uint32_t parity = 0; parity < 2; ++parity) {
+      records[phase][parity] = take(ranks * record_bytes);
+      signals[phase][parity] = take(8ull * ranks);
+    }
+  }
+  staging = take(ranks * record_bytes);
+  control_bytes = at;
+  send = take(rows * slot_bytes);
+  for (uint32_t parity = 0; parity < 2; ++parity) {
+    recv[parity] = take(rows * slot_bytes);
+    combine[parity] = take(rows * row_bytes);
+  }
+  total = at;
+}
+
+ProxyHighThroughput::ProxyHighThroughput(Context& ctx, const BufferOptions& options,
+                                         DLDevice device)
+    : ctx_(ctx),
+      options_(options),
+      device_(device),
+      rank_(static_cast<uint32_t>(ctx.rank())),
+      ranks_(static_cast<uint32_t>(ctx.world_size())),
+      layout_(ranks_, options.max_tokens_per_rank, options.hidden, options.element_bytes,
+              options.max_topk,
+              std::min<uint32_t>(options.num_experts > 0 ? options.num_experts : kDefaultMaxExperts,
+                                 COURIER_GPU_EP_MAX_EXPERTS)),
+      window_(ctx, layout_.total, layout_.control_bytes, layout_.record_words) {
+  const uint64_t rows = uint64_t{ranks_} * options.max_tokens_per_rank;
+  const uint64_t row_bytes = uint64_t{options.hidden} * options.element_bytes;
+  recv_x_ = ctx.alloc(std::max<uint64_t>(rows * row_bytes, 1));
+  recv_x_scales_ = ctx.alloc(std::max<uint64_t>(rows * (options.hidden / kFp8Block) * 4, 1));
+  recv_topk_idx_ = ctx.alloc(std::max<uint64_t>(rows * options.max_topk * 8, 1));
+  recv_topk_weights_ = ctx.alloc(std::max<uint64_t>(rows * options.max_topk * 4, 1));
+  combined_x_ = ctx.alloc(std::max<uint64_t>(uint64_t{options.max_tokens_per_rank} * row_bytes, 1));
+  slots_ = ctx.alloc(std::max<uint64_t>(rows * 4, 1));
+  plan_ = ctx.alloc(std::max<uint64_t>(4ull * (ranks_ + rows), 1));
+  in_rank_ = ctx.alloc(std::max<uint64_t>(rows, 1));
+}
+
+void ProxyHighThroughput::refuse(uint32_t phase, uint64_t call, const std::string& why) {
+  try {
+    window_.clear_status();
+    window_.set_refused();
+    courier_gpu_ep_proxy_refuse_v1 job{};
+    job.struct_size = sizeof job;
+    job.device = window_.device();
+    job.fifo = window_.fifo();
+    job.staging_off = layout_.staging;
+    job.record_off = layout_.records[phase][call & 1];
+    job.signal_off = layout_.signals[phase][call & 1];
+    window_.check(window_.ops()->ep_proxy_refuse(window_.backend(), &job), "refusing");
+    window_.check(window_.ops()->ep_sync(window_.backend(), window_.device()), "refusing");
+  } catch (const Error&) {
+    // The refusal itself is the error worth reporting.
+  }
+  throw CallRefused(why);
+}
+
+DispatchResult ProxyHighThroughput::dispatch(const HtInputs& in, const DispatchArgs& args,
+                                             uint64_t call) {
+  const uint32_t parity = call & 1;
+  const uint32_t experts = in.config.num_experts, per_rank = experts / ranks_;
+  if (experts > layout_.max_experts) {
+    refuse(0, call,
+           fmt::format("ep::Buffer::dispatch: {} experts, more than the {} this Buffer counts "
+                       "(BufferOptions::num_experts; the proxy path counts at most {})",
+                       experts, layout_.max_experts, COURIER_GPU_EP_MAX_EXPERTS));
+  }
+  window_.clear_status();
+  const bool fp8 = in.dtype == DType::fp8_e4m3;
+  const bool with_topk = in.idx != nullptr;
+  const uint32_t row_bytes = fp8 ? in.hidden : in.hidden * (in.dtype == DType::float32 ? 4 : 2);
+  const uint32_t scale_cols = fp8 ? in.hidden / kFp8Block : 0;
+  // Every rank packs its slots alike: the agreed top-k, ids -1 without topk_idx.
+  const uint32_t slot_topk = in.config.topk;
+  const auto slot_bytes = static_cast<uint32_t>(
+      align_up(uint64_t{row_bytes} + 4ull * scale_cols + 8ull * slot_topk, 16));
+  const uint8_t* in_rank = in.in_rank;
+  if (args.cached_handle != nullptr) {
+    std::vector<uint8_t> mask(args.cached_handle->send_index.size());
+    for (size_t i = 0; i < mask.size(); ++i) mask[i] = args.cached_handle->send_index[i] >= 0;
+    ctx_.copy(in_rank_.data(), mask.data(), mask.size());
+    in_rank = static_cast<const uint8_t*>(in_rank_.data());
+  }
+
+  courier_gpu_ep_proxy_ht_dispatch_v1 send{};
+  send.struct_size = sizeof send;
+  send.device = window_.device();
+  send.fifo = window_.fifo();
+  send.tokens = in.tokens;
+  send.topk = slot_topk;
+  send.num_experts = experts;
+  send.row_bytes = row_bytes;
+  send.scale_cols = scale_cols;
+  send.slot_bytes = slot_bytes;
+  send.max_tokens = options_.max_tokens_per_rank;
+  send.x = in.x;
+  send.x_scales = fp8 ? in.scales : nullptr;
+  send.topk_idx = in.idx;
+  send.topk_weights = in.weights;
+  send.in_rank = in_rank;
+  send.slots = static_cast<int32_t*>(slots_.data());
+  send.send_off = layout_.send;
+  send.recv_off = layout_.recv[parity];
+  send.staging_off = layout_.staging;
+  send.record_off = layout_.records[kDispatch][parity];
+  send.signal_off = layout_.signals[kDispatch][parity];
+  window_.check(window_.ops()->ep_proxy_ht_dispatch(window_.backend(), &send), "sending the rows");
+
+  const uint64_t capacity = uint64_t{ranks_} * options_.max_tokens_per_rank;
+  courier_gpu_ep_proxy_ht_receive_v1 receive{};
+  receive.struct_size = sizeof receive;
+  receive.device = window_.device();
+  receive.fifo = window_.fifo();
+  receive.topk = slot_topk;
+  receive.row_bytes = row_bytes;
+  receive.scale_cols = scale_cols;
+  receive.slot_bytes = slot_bytes;
+  receive.max_tokens = options_.max_tokens_per_rank;
+  receive.pad_rows = static_cast<uint32_t>(args.num_worst_tokens);
+  receive.capacity =
+      static_cast<uint32_t>(args.num_worst_tokens > 0 ? args.num_worst_tokens : capacity);
+  receive.recv_off = layout_.recv[parity];
+  receive.record_off = layout_.records[kDispatch][parity];
+  receive.signal_off = layout_.signals[kDispatch][parity];
+  receive.target = target_of(call);
+  receive.x = recv_x_.data();
+  receive.scales = fp8 ? static_cast<float*>(recv_x_scales_.data()) : nullptr;
+  receive.topk_idx = static_cast<int64_t*>(recv_topk_idx_.data());
+  receive.topk_weights = static_cast<float*>(recv_topk_weights_.data());
+  window_.check(window_.ops()->ep_proxy_ht_receive(window_.backend(), &receive),
+                "receiving the rows");
+  window_.sync("dispatch");
+
+  // The host reads the counts (to shape the outputs) and the slots (the handle's).
+  std::vector<uint32_t> records(uint64_t{ranks_} * layout_.record_words);
+  ctx_.copy(records.data(), window_.at(layout_.records[kDispatch][parity]), records.size() * 4);
+  DispatchHandle handle;
+  handle.num_tokens = in.tokens;
+  handle.hidden = in.hidden;
+  handle.dtype_code = fp8 ? static_cast<uint32_t>(kDLBfloat) : in.x_dtype.code;
+  handle.dtype_bits = fp8 ? 16 : in.x_dtype.bits;
+  handle.num_worst_tokens = static_cast<uint32_t>(args.num_worst_tokens);
+  handle.send_index.resize(uint64_t{in.tokens} * ranks_);
+  if (!handle.send_index.empty()) {
+    ctx_.copy(handle.send_index.data(), slots_.data(), handle.send_index.size() * 4);
+  }
+  DispatchResult result;
+  result.num_recv_tokens_per_expert.assign(per_rank, 0);
+  uint64_t received = 0;
+  for (uint32_t s = 0; s < ranks_; ++s) {
+    const uint32_t* record = records.data() + uint64_t{s} * layout_.record_words;
+    handle.recv_counts.push_back(record[1]);
+    received += record[1];
+    for (uint32_t l = 0; l < per_rank; ++l) {
+      result.num_recv_tokens_per_expert[l] += static_cast<int32_t>(record[2 + l]);
+    }
+  }
+  if (args.cached_handle != nullptr) {
+    for (uint32_t s = 0; s < ranks_; ++s) {
+      if (handle.recv_counts[s] != args.cached_handle->recv_counts[s]) {
+        fail(
+            "ep::Buffer::dispatch: rank {} sent {} rows where the cached handle expects {}: the "
+            "ranks did not all reuse the same layout",
+            s, handle.recv_counts[s], args.cached_handle->recv_counts[s]);
+      }
+    }
+  }
+  const auto n = static_cast<int64_t>(args.num_worst_tokens > 0 ? args.num_worst_tokens : received);
+  result.recv_x = TensorView(recv_x_.data(), device_, in.x_dtype, {n, in.hidden});
+  if (fp8) {
+    result.recv_x_scales = TensorView(recv_x_scales_.data(), device_, DLDataType{kDLFloat, 32, 1},
+                                      {n, static_cast<int64_t>(scale_cols)});
+  }
+  // Without topk_idx no columns are shown; the slots carried the agreed top-k.
+  result.recv_topk_idx = TensorView(recv_topk_idx_.data(), device_, DLDataType{kDLInt, 64, 1},
+                                    {n, with_topk ? static_cast<int64_t>(slot_topk) : 0});
+  result.recv_topk_weights =
+      TensorView(recv_topk_weights_.data(), device_, DLDataType{kDLFloat, 32, 1},
+                 {n, with_topk ? static_cast<int64_t>(slot_topk) : 0});
+  result.handle = std::move(handle);
+  return result;
+}
+
+CombineResult ProxyHighThroughput::combine(const std::byte* x, const DLDataType& dtype,
+                                           const DispatchHandle& handle, uint64_t call) {
+  const uint32_t parity = call & 1;
+  window_.clear_status();
+  // The plan: rows per source rank (x holds them in rank order), then which
+  // row of each rank holds each token.
+  std::vector<int32_t> plan(ranks_ + handle.send_index.size());
+  for (uint32_t s = 0; s < ranks_; ++s) plan[s] = static_cast<int32_t>(handle.recv_counts[s]);
+  std::copy(handle.send_index.begin(), handle.send_index.end(), plan.begin() + ranks_);
+  ctx_.copy(plan_.data(), plan.data(), plan.size() * 4);
+  const auto* counts = static_cast<const int32_t*>(plan_.data());
+  const auto row_bytes = static_cast<uint32_t>(uint64_t{handle.hidden} * (dtype.bits / 8));
+
+  courier_gpu_ep_proxy_combine_v1 send{};
+  send.struct_size = sizeof send;
+  send.device = window_.device();
+  send.fifo = window_.fifo();
+  send.mode = COURIER_GPU_EP_ROUTE_RANKS;
+  send.row_bytes = row_bytes;
+  send.max_tokens = options_.max_tokens_per_rank;
+  send.x = x;
+  send.counts = counts;
+  send.send_off = layout_.send;
+  send.recv_off = layout_.combine[parity];
+  send.staging_off = layout_.staging;
+  send.record_off = layout_.records[kCombine][parity];
+  send.signal_off = layout_.signals[kCombine][parity];
+  window_.check(window_.ops()->ep_proxy_combine(window_.backend(), &send), "sending rows back");
+
+  courier_gpu_ep_proxy_reduce_v1 reduce{};
+  reduce.struct_size = sizeof reduce;
+  reduce.device = window_.device();
+  reduce.fifo = window_.fifo();
+  reduce.mode = COURIER_GPU_EP_ROUTE_RANKS;
+  reduce.tokens = handle.num_tokens;
+  reduce.hidden = handle.hidden;
+  reduce.dtype_bits = dtype.bits;
+  reduce.terms = ranks_;
+  reduce.max_tokens = options_.max_tokens_per_rank;
+  reduce.slots = counts + ranks_;
+  reduce.recv_off = layout_.combine[parity];
+  reduce.record_off = layout_.records[kCombine][parity];
+  reduce.signal_off = layout_.signals[kCombine][parity];
+  reduce.target = target_of(call);
+  reduce.out = combined_x_.data();
+  window_.check(window_.ops()->ep_proxy_reduce(window_.backend(), &reduce), "summing the rows");
+  window_.sync("combine");
+  CombineResult result;
+  result.combined_x = TensorView(combined_x_.data(), device_, dtype,
+                                 {static_cast<int64_t>(handle.num_tokens), handle.hidden});
+  return result;
+}
+
+}  // namespace courier::ep

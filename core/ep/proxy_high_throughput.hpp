@@ -1,0 +1,61 @@
+// High-throughput dispatch and combine over the proxy path (docs/ep.md,
+// "Proxy path"): kernels of the GPU backend route the tokens, pack each
+// destination's rows into the registered send area and push WRITEs of runs
+// of rows into the FIFO channels, announced with write-then-atomic; the
+// receive kernel waits for every rank's signal on the device and unpacks.
+// Per dispatch the host launches two kernels and reads the received counts
+// (to shape the outputs); per combine it launches two.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/ep/direct_high_throughput.hpp"
+#include "core/ep/proxy_window.hpp"
+#include "courier/ep.hpp"
+
+namespace courier::ep {
+
+// Where everything lives in every rank's window.
+struct HtProxyLayout {
+  HtProxyLayout(uint32_t ranks, uint32_t max_tokens, uint32_t hidden, uint32_t element_bytes,
+                uint32_t max_topk, uint32_t max_experts);
+
+  uint32_t ranks, max_tokens, max_experts, record_words;
+  uint64_t record_bytes;
+  // Control (zeroed): [phase: dispatch, combine][parity] records and
+  // signal words of every source rank; this rank's outgoing records.
+  uint64_t records[2][2], signals[2][2], staging;
+  uint64_t control_bytes;
+  // Data: the send area (dispatch slots or combine rows per destination),
+  // dispatch slots and combine rows per source rank, per parity.
+  uint64_t send, recv[2], combine[2];
+  uint64_t total;
+};
+
+class ProxyHighThroughput {
+ public:
+  ProxyHighThroughput(Context& ctx, const BufferOptions& options, DLDevice device);
+
+  DispatchResult dispatch(const HtInputs& in, const DispatchArgs& args, uint64_t call);
+  CombineResult combine(const std::byte* x, const DLDataType& dtype, const DispatchHandle& handle,
+                        uint64_t call);
+  // Fails call `call` of `phase` (0 dispatch, 1 combine) on every rank:
+  // sends records that say refused, then throws `why`.
+  [[noreturn]] void refuse(uint32_t phase, uint64_t call, const std::string& why);
+
+ private:
+  Context& ctx_;
+  BufferOptions options_;
+  DLDevice device_;
+  uint32_t rank_, ranks_;
+  HtProxyLayout layout_;
+  ProxyWindow window_;
+  // Outputs (the views returned point into them) and scratch: the slots of
+  // the last dispatch, a combine's plan (counts, then send_index), a cached
+  // dispatch's is_token_in_rank.
+  DeviceBuffer recv_x_, recv_x_scales_, recv_topk_idx_, recv_topk_weights_, combined_x_;
+  DeviceBuffer slots_, plan_, in_rank_;
+};
+
+}  // namespace courier::ep

@@ -1,0 +1,106 @@
+#include "core/ep/proxy_window.hpp"
+
+#include <cstring>
+#include <vector>
+
+#include "core/check.hpp"
+#include "core/context_internals.hpp"
+#include "gpu/channel_descriptor.hpp"
+
+namespace courier::ep {
+
+namespace {
+
+const GpuBackend& proxy_capable(const Context& ctx) {
+  const GpuBackend& gpu = ContextInternals::gpu(ctx);
+  if (!gpu.has_minor3() || (gpu.props().caps & COURIER_GPU_CAP_EP_PROXY) == 0) {
+    fail(
+        "ep::Buffer: GPU backend '{}' has no EP proxy kernels (capability ep_proxy, GPU ABI "
+        "1.3), and the proxy path needs them",
+        gpu.plugin().name);
+  }
+  return gpu;
+}
+
+}  // namespace
+
+ProxyWindow::ProxyWindow(Context& ctx, uint64_t bytes, uint64_t control_bytes,
+                         uint32_t record_words)
+    : ctx_(ctx),
+      gpu_(proxy_capable(ctx)),
+      device_(ContextInternals::device(ctx)),
+      rank_(static_cast<uint32_t>(ctx.rank())),
+      ranks_(static_cast<uint32_t>(ctx.world_size())),
+      record_words_(record_words),
+      loopback_(ContextInternals::config(ctx).ep_loopback),
+      timeout_ns_(uint64_t{ContextInternals::config(ctx).timeout_s} * 1000000000ull),
+      num_channels_(ctx.num_channels()),
+      status_(ctx, gpu_, timeout_ns_) {
+  if (bytes > TransferCmd::kMaxOffset) {
+    fail(
+        "ep::Buffer: its window would need {} bytes, more than the 4 GiB a window can address; "
+        "lower max_tokens_per_rank (or num_experts)",
+        bytes);
+  }
+  if (loopback_ && (ContextInternals::nic(ctx).props().caps & COURIER_NIC_CAP_LOOPBACK) == 0) {
+    fail(
+        "COURIER_EP_LOOPBACK=1 cannot be honoured: NIC backend '{}' cannot write to its own rank "
+        "(no loopback capability)",
+        ctx.nic_backend());
+  }
+  memory_ = ctx.alloc(bytes);
+  std::vector<std::byte> zeros(control_bytes);
+  ctx.copy(memory_.data(), zeros.data(), zeros.size());
+  std::vector<courier_gpu_channel_v1> channels(num_channels_);
+  for (uint32_t c = 0; c < num_channels_; ++c) channels[c] = to_abi(ctx.channel(c));
+  const uint64_t channel_bytes = channels.size() * sizeof(courier_gpu_channel_v1);
+  shared_ = ctx.alloc(channel_bytes + 16 + 8ull * num_channels_);
+  std::vector<std::byte> shared(shared_.size());
+  std::memcpy(shared.data(), channels.data(), channel_bytes);
+  ctx.copy(shared_.data(), shared.data(), shared.size());
+  window_ = ctx.register_window(memory_.data(), memory_.size());
+}
+
+ProxyWindow::~ProxyWindow() {
+  try {
+    ctx_.deregister_window(window_);
+  } catch (const Error&) {
+    // A rank that is gone cannot take part; the memory is freed anyway.
+  }
+}
+
+courier_gpu_ep_proxy_v1 ProxyWindow::fifo() const {
+  auto* shared = static_cast<std::byte*>(shared_.data());
+  const uint64_t channel_bytes = uint64_t{num_channels_} * sizeof(courier_gpu_channel_v1);
+  courier_gpu_ep_proxy_v1 f{};
+  f.channels = reinterpret_cast<const courier_gpu_channel_v1*>(shared);
+  f.num_channels = num_channels_;
+  f.window = window_;
+  f.rank = rank_;
+  f.num_ranks = ranks_;
+  f.loopback = loopback_ ? 1 : 0;
+  f.record_words = record_words_;
+  f.base = memory_.data();
+  f.status = status_.device();
+  f.bad_index = status_.bad_index_device();
+  f.status_host = status_.mirror_device();
+  f.done = reinterpret_cast<uint32_t*>(shared + channel_bytes);
+  f.reuse_fence = reinterpret_cast<uint64_t*>(shared + channel_bytes + 16);
+  f.timeout_ns = timeout_ns_;
+  return f;
+}
+
+void ProxyWindow::clear_status() {
+  status_.clear([this] { check(ops()->ep_sync(backend(), device_), "finishing the last call"); });
+}
+
+void ProxyWindow::check(int rc, const char* what) const {
+  if (rc != 0) fail("ep::Buffer: {}: {}", what, gpu_.last_error());
+}
+
+void ProxyWindow::sync(const char* what) {
+  check(ops()->ep_sync(backend(), device_), what);
+  status_.raise_if_failed(what);
+}
+
+}  // namespace courier::ep

@@ -1,0 +1,65 @@
+// The EP proxy path's memory and kernels' common arguments (docs/ep.md,
+// "Proxy path"): one registered window per Buffer, the same layout on every
+// rank, whose control part (records, signal and release words) starts
+// zeroed; the FIFO channels as the device reads them; the counters the
+// kernels share (blocks done, the send area's fences); the status. Also the
+// calls into the backend's ep_proxy_* entry points, each checked and named.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/backend_instance.hpp"
+#include "core/ep/ep_status.hpp"
+#include "courier/abi/gpu_v1.h"
+#include "courier/context.hpp"
+
+namespace courier::ep {
+
+class ProxyWindow {
+ public:
+  // Collective: allocates `bytes` of device memory, zeroes its first
+  // `control_bytes` and registers it. Fails saying why when the GPU backend
+  // has no proxy kernels, the window exceeds what a TransferCmd addresses,
+  // or COURIER_EP_LOOPBACK=1 meets a NIC backend that cannot write to its
+  // own rank.
+  ProxyWindow(Context& ctx, uint64_t bytes, uint64_t control_bytes, uint32_t record_words);
+  // Collective: gives the window back.
+  ~ProxyWindow();
+  ProxyWindow(const ProxyWindow&) = delete;
+  ProxyWindow& operator=(const ProxyWindow&) = delete;
+
+  std::byte* at(uint64_t offset) const { return static_cast<std::byte*>(memory_.data()) + offset; }
+  uint64_t record_bytes() const { return uint64_t{record_words_} * 4; }
+  int device() const { return device_; }
+  const courier_gpu_plugin_v1* ops() const { return gpu_.ops(); }
+  void* backend() const { return gpu_.handle(); }
+  // What every ep_proxy_* job carries.
+  courier_gpu_ep_proxy_v1 fifo() const;
+
+  // Before a call: clears a failure the last call left behind.
+  void clear_status();
+  // This rank refuses the call it is in (the records it sends say so).
+  void set_refused() { status_.set_refused(rank_); }
+  // Throws "ep::Buffer: <what>: <backend's reason>" when rc is not 0.
+  void check(int rc, const char* what) const;
+  // Waits for the EP stream; throws, naming the rank or channel, when a
+  // kernel of the call failed.
+  void sync(const char* what);
+
+ private:
+  Context& ctx_;
+  const GpuBackend& gpu_;
+  int device_;
+  uint32_t rank_, ranks_, record_words_;
+  bool loopback_;
+  uint64_t timeout_ns_;
+  DeviceBuffer memory_;
+  uint32_t window_ = 0;
+  // channels [num_channels], then done (u32, padded), then the fences [num_channels].
+  DeviceBuffer shared_;
+  uint32_t num_channels_;
+  EpStatus status_;
+};
+
+}  // namespace courier::ep

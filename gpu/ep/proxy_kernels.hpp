@@ -1,0 +1,738 @@
+// The kernels of the EP proxy path (GPU ABI minor 3, docs/ep.md "Proxy
+// path"), written once: gpu-cuda and gpu-hip wrap each body in a
+// __global__ function, gpu-host runs it on CPU threads. The kernels route
+// tokens, pack (and quantize) rows into the registered send area, and push
+// WRITE commands for runs of rows into the FIFO channels; the last block of
+// a send kernel announces the phase to every rank with write-then-atomic
+// (a record, then atomics that sum to COURIER_GPU_EP_SIGNAL_STEP, one
+// behind the rows of each channel used). Receive kernels wait on the signal
+// words on the device, then unpack or reduce.
+//
+// Channels: the rows to rank d travel on lanes_per_rank() channels
+// starting at d * lanes_per_rank() (mod the channel count); block b uses
+// lane b % lanes_per_rank(), so a destination's rows spread over several
+// channels and proxy threads when there are more channels than ranks.
+#pragma once
+
+#include <cstdint>
+
+#include "courier/abi/gpu_v1.h"
+#include "courier/transfer_cmd.hpp"
+#include "gpu/channel_descriptor.hpp"
+#include "gpu/ep/element_codec.hpp"
+#include "gpu/ep/kernel_thread.hpp"
+#include "gpu/fifo_push.hpp"
+
+namespace courier::device::ep {
+
+// A block's shared memory (gpu-host: one per block, from the launcher).
+struct ProxyShared {
+  uint32_t scan[1024];                     // block_exclusive_scan
+  uint32_t a[COURIER_GPU_EP_MAX_EXPERTS];  // counters per rank or expert
+  uint32_t b[COURIER_GPU_EP_MAX_EXPERTS + 1];
+  uint32_t flag;
+};
+
+using Proxy = courier_gpu_ep_proxy_v1;
+
+COURIER_DEVICE_INLINE std::byte* at(const Proxy& f, uint64_t off) {
+  return static_cast<std::byte*>(f.base) + off;
+}
+COURIER_DEVICE_INLINE uint32_t status_of(const Proxy& f) { return load_u32(f.status); }
+COURIER_DEVICE_INLINE uint64_t align16(uint64_t v) { return (v + 15) / 16 * 16; }
+
+// Whether rows to rank d go through the channels (else: stored directly).
+COURIER_DEVICE_INLINE bool through_channels(const Proxy& f, uint32_t d) {
+  return d != f.rank || f.loopback != 0;
+}
+COURIER_DEVICE_INLINE uint32_t lanes_per_rank(const Proxy& f) {
+  const uint32_t lanes = f.num_channels / f.num_ranks;
+  return lanes > 0 ? lanes : 1;
+}
+COURIER_DEVICE_INLINE uint32_t channel_of(const Proxy& f, uint32_t d, uint32_t lane) {
+  return (d * lanes_per_rank(f) + lane) % f.num_channels;
+}
+
+COURIER_DEVICE_INLINE bool push_cmd(const Proxy& f, uint32_t c, const TransferCmd& cmd) {
+  const PushStatus status = push_batch(from_abi(f.channels[c]), &cmd, 1, nullptr);
+  if (status == PushStatus::ok) return true;
+  set_status(f.status, COURIER_GPU_EP_STATUS_CHANNEL | c);
+  return false;
+}
+
+// WRITEs [src_off, +bytes) here to dst_off at rank d, on channel c.
+COURIER_DEVICE_INLINE void push_write(const Proxy& f, uint32_t c, uint32_t d, uint64_t src_off,
+                                      uint64_t dst_off, uint64_t bytes) {
+  for (uint64_t done = 0; done < bytes;) {
+    const uint64_t n =
+        bytes - done < TransferCmd::kMaxLength ? bytes - done : TransferCmd::kMaxLength;
+    WriteCmdArgs a;
+    a.dst_rank = d;
+    a.window = f.window;
+    a.src_offset = src_off + done;
+    a.dst_offset = dst_off + done;
+    a.length = n;
+    TransferCmd cmd;
+    if (encode_write(a, &cmd) != CmdStatus::ok) {
+      set_status(f.status, COURIER_GPU_EP_STATUS_CHANNEL | c);
+      return;
+    }
+    if (!push_cmd(f, c, cmd)) return;
+    done += n;
+  }
+}
+
+COURIER_DEVICE_INLINE void push_add(const Proxy& f, uint32_t c, uint32_t d, uint64_t off,
+                                    uint32_t operand) {
+  TransferCmd cmd;
+  if (encode_atomic(d, f.window, off, AtomicOp::add_u64, operand, &cmd) != CmdStatus::ok) {
+    set_status(f.status, COURIER_GPU_EP_STATUS_CHANNEL | c);
+    return;
+  }
+  push_cmd(f, c, cmd);
+}
+
+// Before a send kernel writes the send area: the WRITEs that read it last
+// time have completed. Every thread calls it.
+COURIER_DEVICE_INLINE void wait_send_area(const KernelThread& th, const Proxy& f) {
+  for (uint32_t c = th.thread; c < f.num_channels; c += th.block_dim) {
+    const uint64_t fence = load_relaxed(f.reuse_fence + c);
+    if (fence == 0) continue;
+    if (wait_completed(from_abi(f.channels[c]), fence) != PushStatus::ok) {
+      set_status(f.status, COURIER_GPU_EP_STATUS_CHANNEL | c);
+    }
+  }
+  th.sync();
+}
+
+// Counts the block as done; true in the last block of the grid, whose
+// threads then see every other block's stores.
+COURIER_DEVICE_INLINE bool last_block(const KernelThread& th, const Proxy& f, ProxyShared* sh) {
+  release_fence_system();
+  th.sync();
+  if (th.thread == 0) sh->flag = fetch_add_acq_rel(f.done, 1) == th.grid_dim - 1 ? 1 : 0;
+  th.sync();
+  return sh->flag != 0;
+}
+
+// The last block's epilogue: the send area's fence, the status mirror, and
+// the done counter back at 0 for the next launch.
+COURIER_DEVICE_INLINE void finish(const KernelThread& th, const Proxy& f, bool leave_fence) {
+  th.sync();
+  if (th.thread != 0) return;
+  if (leave_fence) {
+    for (uint32_t c = 0; c < f.num_channels; ++c) {
+      store_relaxed(f.reuse_fence + c, load_relaxed(f.channels[c].head));
+    }
+  }
+  if (f.status_host != nullptr) *const_cast<volatile uint32_t*>(f.status_host) = status_of(f);
+  *f.done = 0;
+  release_fence_system();
+}
+
+// The signal of a phase (last block): the records staged at staging_off go
+// to every rank, then atomics summing to the step on the `lanes_used`
+// lanes that carried rows. Rows to this rank itself were stored directly,
+// so its record is too (unless loopback).
+COURIER_DEVICE_INLINE void signal_all(const KernelThread& th, const Proxy& f, uint64_t staging_off,
+                                      uint64_t record_off, uint64_t signal_off, uint32_t lanes_used,
+                                      uint64_t release_off) {
+  const uint64_t record_bytes = uint64_t{f.record_words} * 4;
+  for (uint32_t d = th.thread; d < f.num_ranks; d += th.block_dim) {
+    const uint64_t staged = staging_off + d * record_bytes;
+    const uint64_t record = record_off + f.rank * record_bytes;
+    if (!through_channels(f, d)) {
+      lanes_copy(at(f, record), at(f, staged), record_bytes, 0, 1);
+      release_fence_system();
+      add_release(reinterpret_cast<uint64_t*>(at(f, signal_off + f.rank * 8ull)),
+                  COURIER_GPU_EP_SIGNAL_STEP);
+      if (release_off != 0) {
+        add_release(reinterpret_cast<uint64_t*>(at(f, release_off + f.rank * 8ull)),
+                    COURIER_GPU_EP_SIGNAL_STEP);
+      }
+      continue;
+    }
+    push_write(f, channel_of(f, d, 0), d, staged, record, record_bytes);
+    for (uint32_t j = 0; j < lanes_used; ++j) {
+      const uint32_t operand = j + 1 < lanes_used ? 1 : COURIER_GPU_EP_SIGNAL_STEP - j;
+      push_add(f, channel_of(f, d, j), d, signal_off + f.rank * 8ull, operand);
+    }
+    if (release_off != 0) {
+      push_add(f, channel_of(f, d, 0), d, release_off + f.rank * 8ull, COURIER_GPU_EP_SIGNAL_STEP);
+    }
+  }
+}
+
+COURIER_DEVICE_INLINE uint32_t lanes_used(const KernelThread& th, const Proxy& f) {
+  const uint32_t lanes = lanes_per_rank(f);
+  return th.grid_dim < lanes ? th.grid_dim : lanes;
+}
+
+// Waits until *word reached target: false (and the status set) on a
+// timeout, when the channel to that rank failed, or when another thread
+// already failed the call.
+COURIER_DEVICE_INLINE bool wait_word(const Proxy& f, const uint64_t* word, uint64_t target,
+                                     uint32_t rank) {
+  const uint64_t start = now_ns();
+  PollPause pause;
+  const uint32_t c = channel_of(f, rank, 0);
+  for (uint32_t spins = 0;; ++spins) {
+    if (load_acquire(word) >= target) return true;
+    if ((spins & 63u) == 63u) {
+      if (status_of(f) != 0) return false;
+      if (is_fatal_channel_error(
+              load_relaxed(&static_cast<FifoControl*>(f.channels[c].control)->error))) {
+        set_status(f.status, COURIER_GPU_EP_STATUS_CHANNEL | c);
+        return false;
+      }
+      if (now_ns() - start > f.timeout_ns) {
+        set_status(f.status, COURIER_GPU_EP_STATUS_TIMEOUT | rank);
+        return false;
+      }
+    }
+    pause.pause();
+  }
+}
+
+// Every rank's signal of the phase, then their records' states. Every
+// thread calls it; true when the call goes on.
+COURIER_DEVICE_INLINE bool wait_all(const KernelThread& th, const Proxy& f, uint64_t signal_off,
+                                    uint64_t record_off, uint64_t target) {
+  if (status_of(f) == 0) {
+    for (uint32_t r = th.thread; r < f.num_ranks; r += th.block_dim) {
+      if (!wait_word(f, reinterpret_cast<const uint64_t*>(at(f, signal_off + r * 8ull)), target,
+                     r)) {
+        break;
+      }
+      const auto* record =
+          reinterpret_cast<const uint32_t*>(at(f, record_off + r * uint64_t{f.record_words} * 4));
+      if (load_u32(record) == COURIER_GPU_EP_RECORD_REFUSED) {
+        set_status(f.status, COURIER_GPU_EP_STATUS_REFUSED_BY | r);
+      }
+    }
+  }
+  th.sync();
+  return status_of(f) == 0;
+}
+
+COURIER_DEVICE_INLINE const uint32_t* record_of(const Proxy& f, uint64_t record_off, uint32_t r) {
+  return reinterpret_cast<const uint32_t*>(at(f, record_off + r * uint64_t{f.record_words} * 4));
+}
+
+// ---- ep_proxy_refuse: one block.
+COURIER_DEVICE_INLINE void refuse_body(const courier_gpu_ep_proxy_refuse_v1& job,
+                                       const KernelThread& th) {
+  const Proxy& f = job.fifo;
+  wait_send_area(th, f);  // the staging too: the last records may be in flight
+  for (uint64_t i = th.thread; i < uint64_t{f.num_ranks} * f.record_words; i += th.block_dim) {
+    reinterpret_cast<uint32_t*>(at(f, job.staging_off))[i] =
+        i % f.record_words == 0 ? COURIER_GPU_EP_RECORD_REFUSED : 0;
+  }
+  release_fence_system();
+  th.sync();
+  signal_all(th, f, job.staging_off, job.record_off, job.signal_off, 1, job.release_off);
+  th.sync();
+  if (th.thread != 0) return;
+  for (uint32_t c = 0; c < f.num_channels; ++c) {
+    store_relaxed(f.reuse_fence + c, load_relaxed(f.channels[c].head));
+  }
+  if (f.status_host != nullptr) *const_cast<volatile uint32_t*>(f.status_host) = status_of(f);
+}
+
+// ---- ep_proxy_ht_dispatch: block b routes, packs and sends a contiguous
+// range of tokens, `batch` tokens at a time (a WRITE per destination and
+// batch); the last block counts everything again for the records.
+COURIER_DEVICE_INLINE void ht_dispatch_body(const courier_gpu_ep_proxy_ht_dispatch_v1& job,
+                                            const KernelThread& th, ProxyShared* sh,
+                                            uint32_t batch) {
+  const Proxy& f = job.fifo;
+  const uint32_t R = f.num_ranks, T = job.tokens, K = job.topk, E = job.num_experts;
+  const uint32_t L = E / R;
+  const uint32_t per = (T + th.grid_dim - 1) / th.grid_dim;
+  const uint32_t t0 = th.block * per < T ? th.block * per : T;
+  const uint32_t t1 = t0 + per < T ? t0 + per : T;
+  const uint32_t lane = th.lane(), lanes = kLanes;
+  const uint64_t ids_at = job.row_bytes + uint64_t{job.scale_cols} * 4;
+  const uint64_t weights_at = ids_at + uint64_t{K} * 4;
+  auto expert = [&](uint32_t t, uint32_t k) { return job.topk_idx[uint64_t{t} * K + k]; };
+
+  if (job.topk_idx != nullptr) {  // the indices of this block's tokens
+    for (uint32_t i = t0 * K + th.thread; i < t1 * K; i += th.block_dim) {
+      const int64_t e = expert(i / K, i % K);
+      if (e < -1 || e >= static_cast<int64_t>(E)) {
+        compare_exchange(f.bad_index, 0, (uint64_t{i / K} + 1) << 32 | (i % K));
+        set_status(f.status, COURIER_GPU_EP_STATUS_BAD_INDEX);
+      }
+    }
+  }
+  // Where this block's rows begin at each rank: the tokens before it.
+  for (uint32_t d = th.thread; d < R; d += th.block_dim) sh->a[d] = 0;
+  th.sync();
+  for (uint32_t i = th.thread; i < t0 * R; i += th.block_dim) {
+    if (job.in_rank[i] != 0) add_block(&sh->a[i % R], 1);
+  }
+  wait_send_area(th, f);
+  const uint32_t lane_of_block = th.block % lanes_per_rank(f);
+  for (uint32_t b0 = t0; b0 < t1; b0 += batch) {
+    const uint32_t b1 = b0 + batch < t1 ? b0 + batch : t1;
+    for (uint32_t d = th.thread; d < R; d += th.block_dim) sh->b[d] = sh->a[d];
+    th.sync();
+    // Slots in token order: a scan per destination over block_dim tokens.
+    for (uint32_t s0 = b0; s0 < b1; s0 += th.block_dim) {
+      const uint32_t t = s0 + th.thread;
+      for (uint32_t d = 0; d < R; ++d) {
+        const uint32_t in = t < b1 && job.in_rank[uint64_t{t} * R + d] != 0 ? 1 : 0;
+        uint32_t total = 0;
+        const uint32_t before = block_exclusive_scan(th, sh->scan, in, &total);
+        if (t < b1) {
+          job.slots[uint64_t{t} * R + d] = in != 0 ? static_cast<int32_t>(sh->a[d] + before) : -1;
+        }
+        th.sync();
+        if (th.thread == 0) sh->a[d] += total;
+        th.sync();
+      }
+    }
+    // Pack: a lane group per token.
+    for (uint32_t t = b0 + th.group(); t < b1; t += th.groups()) {
+      const std::byte* x = static_cast<const std::byte*>(job.x) + uint64_t{t} * job.row_bytes;
+      for (uint32_t d = 0; d < R; ++d) {
+        const int32_t slot = job.slots[uint64_t{t} * R + d];
+        if (slot < 0) continue;
+        std::byte* out =
+            through_channels(f, d)
+                ? at(f, job.send_off + (uint64_t{d} * job.max_tokens + slot) * job.slot_bytes)
+                : at(f, job.recv_off + (uint64_t{f.rank} * job.max_tokens + slot) * job.slot_bytes);
+        lanes_copy(out, x, job.row_bytes, lane, lanes);
+        if (job.x_scales != nullptr) {
+          lanes_copy(out + job.row_bytes, job.x_scales + uint64_t{t} * job.scale_cols,
+                     uint64_t{job.scale_cols} * 4, lane, lanes);
+        }
+        for (uint32_t k = lane; k < K; k += lanes) {  // without topk_idx: no expert here
+          const int64_t e = job.topk_idx != nullptr ? expert(t, k) : -1;
+          const int64_t first = int64_t{d} * L;
+          const int32_t local = e >= first && e < first + L ? static_cast<int32_t>(e - first) : -1;
+          reinterpret_cast<int32_t*>(out + ids_at)[k] = local;
+          reinterpret_cast<float*>(out + weights_at)[k] =
+              job.topk_weights != nullptr ? job.topk_weights[uint64_t{t} * K + k] : 0.0f;
+        }
+      }
+    }
+    release_fence_system();
+    th.sync();
+    for (uint32_t d = th.thread; d < R; d += th.block_dim) {
+      const uint32_t n = sh->a[d] - sh->b[d];
+      if (n == 0 || !through_channels(f, d)) continue;
+      push_write(f, channel_of(f, d, lane_of_block), d,
+                 job.send_off + (uint64_t{d} * job.max_tokens + sh->b[d]) * job.slot_bytes,
+                 job.recv_off + (uint64_t{f.rank} * job.max_tokens + sh->b[d]) * job.slot_bytes,
+                 uint64_t{n} * job.slot_bytes);
+    }
+    th.sync();
+  }
+  if (!last_block(th, f, sh)) return;
+  // The records: rows per rank, and tokens per expert (once per token).
+  for (uint32_t i = th.thread; i < E; i += th.block_dim) sh->a[i] = 0;
+  for (uint32_t d = th.thread; d < R; d += th.block_dim) sh->b[d] = 0;
+  th.sync();
+  for (uint32_t t = th.thread; t < T; t += th.block_dim) {
+    for (uint32_t d = 0; d < R; ++d) {
+      if (job.in_rank[uint64_t{t} * R + d] != 0) add_block(&sh->b[d], 1);
+    }
+    for (uint32_t k = 0; job.topk_idx != nullptr && k < K; ++k) {
+      const int64_t e = expert(t, k);
+      if (e < 0 || e >= static_cast<int64_t>(E)) continue;
+      bool repeated = false;
+      for (uint32_t j = 0; j < k; ++j) repeated |= expert(t, j) == e;
+      if (!repeated) add_block(&sh->a[e], 1);
+    }
+  }
+  th.sync();
+  const uint32_t state = status_of(f) != 0 ? COURIER_GPU_EP_RECORD_REFUSED : 0;
+  for (uint32_t d = th.thread; d < R; d += th.block_dim) {
+    auto* record =
+        reinterpret_cast<uint32_t*>(at(f, job.staging_off + d * uint64_t{f.record_words} * 4));
+    record[0] = state;
+    record[1] = sh->b[d];
+    for (uint32_t l = 0; l < L; ++l) record[2 + l] = sh->a[d * L + l];
+  }
+  release_fence_system();
+  th.sync();
+  signal_all(th, f, job.staging_off, job.record_off, job.signal_off, lanes_used(th, f), 0);
+  finish(th, f, true);
+}
+
+// ---- ep_proxy_ht_receive: every block waits; then a lane group per row.
+COURIER_DEVICE_INLINE void ht_receive_body(const courier_gpu_ep_proxy_ht_receive_v1& job,
+                                           const KernelThread& th, ProxyShared* sh) {
+  const Proxy& f = job.fifo;
+  const uint32_t R = f.num_ranks, K = job.topk;
+  if (wait_all(th, f, job.signal_off, job.record_off, job.target) && th.thread == 0) {
+    uint32_t sum = 0;
+    for (uint32_t s = 0; s < R; ++s) {
+      const uint32_t n = load_u32(record_of(f, job.record_off, s) + 1);
+      if (n > job.max_tokens) set_status(f.status, COURIER_GPU_EP_STATUS_OVERFLOW | s);
+      sh->b[s] = sum;
+      sum += n;
+    }
+    sh->b[R] = sum;
+    if (sum > job.capacity) set_status(f.status, COURIER_GPU_EP_STATUS_OVERFLOW | f.rank);
+  }
+  th.sync();
+  if (status_of(f) == 0) {
+    const uint32_t total = sh->b[R];
+    const uint32_t lane = th.lane(), lanes = kLanes;
+    const uint64_t scale_bytes = uint64_t{job.scale_cols} * 4;
+    const uint64_t ids_at = job.row_bytes + scale_bytes, weights_at = ids_at + uint64_t{K} * 4;
+    const uint32_t stride = th.grid_dim * th.groups();
+    for (uint32_t i = th.block * th.groups() + th.group(); i < total; i += stride) {
+      uint32_t s = 0;
+      while (s + 1 < R && i >= sh->b[s + 1]) ++s;
+      const std::byte* slot =
+          at(f, job.recv_off + (uint64_t{s} * job.max_tokens + (i - sh->b[s])) * job.slot_bytes);
+      lanes_copy(static_cast<std::byte*>(job.x) + uint64_t{i} * job.row_bytes, slot, job.row_bytes,
+                 lane, lanes);
+      if (job.scales != nullptr) {
+        lanes_copy(job.scales + uint64_t{i} * job.scale_cols, slot + job.row_bytes, scale_bytes,
+                   lane, lanes);
+      }
+      for (uint32_t k = lane; k < K; k += lanes) {
+        job.topk_idx[uint64_t{i} * K + k] = reinterpret_cast<const int32_t*>(slot + ids_at)[k];
+        job.topk_weights[uint64_t{i} * K + k] =
+            reinterpret_cast<const float*>(slot + weights_at)[k];
+      }
+    }
+    for (uint32_t i = total + th.block * th.groups() + th.group(); i < job.pad_rows; i += stride) {
+      lanes_zero(static_cast<std::byte*>(job.x) + uint64_t{i} * job.row_bytes, job.row_bytes, lane,
+                 lanes);
+      if (job.scales != nullptr)
+        lanes_zero(job.scales + uint64_t{i} * job.scale_cols, scale_bytes, lane, lanes);
+      for (uint32_t k = lane; k < K; k += lanes) {
+        job.topk_idx[uint64_t{i} * K + k] = -1;
+        job.topk_weights[uint64_t{i} * K + k] = 0.0f;
+      }
+    }
+  }
+  if (!last_block(th, f, sh)) return;
+  finish(th, f, false);
+}
+
+// Quantizes a row of `hidden` bfloat16 (bits 16) or float32 values into
+// e4m3 codes then hidden / 128 float scales at `out`, with a lane group.
+COURIER_DEVICE_INLINE void quantize_row(const void* x, uint32_t bits, uint32_t hidden,
+                                        std::byte* out, uint32_t lane) {
+  constexpr uint32_t per_lane = kFp8Channels / kLanes;
+  float* scales = reinterpret_cast<float*>(out + hidden);
+  auto value = [&](uint64_t i) {
+    return bits == 16 ? bf16_to_float(static_cast<const uint16_t*>(x)[i])
+                      : static_cast<const float*>(x)[i];
+  };
+  for (uint32_t block = 0; block < hidden / kFp8Channels; ++block) {
+    const uint64_t first = uint64_t{block} * kFp8Channels + uint64_t{lane} * per_lane;
+    float amax = 0.0f;
+    for (uint32_t i = 0; i < per_lane; ++i) amax = fmaxf(amax, fabsf(value(first + i)));
+    amax = lanes_max(amax);
+    const float scale = amax > 0.0f ? amax / kE4m3Max : 1.0f;
+    for (uint32_t i = 0; i < per_lane; ++i) {
+      reinterpret_cast<uint8_t*>(out)[first + i] = float_to_e4m3(value(first + i) / scale);
+    }
+    if (lane == 0) scales[block] = scale;
+  }
+}
+
+// ---- ep_proxy_ll_dispatch: block b routes, packs and sends a contiguous
+// range of tokens: one WRITE per expert it sends rows to.
+COURIER_DEVICE_INLINE void ll_dispatch_body(const courier_gpu_ep_proxy_ll_dispatch_v1& job,
+                                            const KernelThread& th, ProxyShared* sh) {
+  const Proxy& f = job.fifo;
+  const uint32_t R = f.num_ranks, T = job.tokens, K = job.topk, E = job.num_experts;
+  const uint32_t L = E / R;
+  const uint32_t per = (T + th.grid_dim - 1) / th.grid_dim;
+  const uint32_t t0 = th.block * per < T ? th.block * per : T;
+  const uint32_t t1 = t0 + per < T ? t0 + per : T;
+  const uint32_t elem = job.x_dtype_bits / 8;
+  const uint64_t value_bytes = job.fp8 != 0 ? job.hidden : uint64_t{job.hidden} * elem;
+  auto expert = [&](uint64_t i) { return job.topk_idx[i]; };
+  auto valid = [&](int64_t e) { return e >= 0 && e < static_cast<int64_t>(E); };
+
+  for (uint64_t i = uint64_t{t0} * K + th.thread; i < uint64_t{t1} * K; i += th.block_dim) {
+    const int64_t e = expert(i);
+    if (e < -1 || e >= static_cast<int64_t>(E)) {
+      compare_exchange(f.bad_index, 0, (i / K + 1) << 32 | (i % K));
+      set_status(f.status, COURIER_GPU_EP_STATUS_BAD_INDEX);
+    }
+  }
+  // Each expert's slots for this block start after the pairs before it.
+  for (uint32_t e = th.thread; e < E; e += th.block_dim) sh->a[e] = 0;
+  th.sync();
+  for (uint64_t i = th.thread; i < uint64_t{t0} * K; i += th.block_dim) {
+    if (valid(expert(i))) add_block(&sh->a[expert(i)], 1);
+  }
+  th.sync();
+  for (uint32_t e = th.thread; e < E; e += th.block_dim) sh->b[e] = sh->a[e];
+  th.sync();
+  if (th.thread == 0) {
+    for (uint64_t i = uint64_t{t0} * K; i < uint64_t{t1} * K; ++i) {
+      const int64_t e = expert(i);
+      job.slots[i] = valid(e) ? static_cast<int32_t>(sh->a[e]++) : -1;
+    }
+  }
+  // d may be reading what this rank sent it two calls ago; and the send
+  // area's last WRITEs may still be reading it.
+  for (uint32_t d = th.thread; d < R; d += th.block_dim) {
+    wait_word(f, reinterpret_cast<const uint64_t*>(at(f, job.release_off + d * 8ull)),
+              job.release_target, d);
+  }
+  wait_send_area(th, f);
+  if (status_of(f) == 0) {
+    const uint32_t lane = th.lane();
+    for (uint64_t i = uint64_t{t0} * K + th.group(); i < uint64_t{t1} * K; i += th.groups()) {
+      const int64_t e = expert(i);
+      if (!valid(e)) continue;
+      const uint32_t d = static_cast<uint32_t>(e) / L, l = static_cast<uint32_t>(e) % L;
+      const uint64_t slot = static_cast<uint32_t>(job.slots[i]);
+      std::byte* out =
+          through_channels(f, d)
+              ? at(f,
+                   job.send_off + ((uint64_t{d} * L + l) * job.max_tokens + slot) * job.slot_bytes)
+              : at(f, job.recv_off +
+                          ((uint64_t{l} * R + f.rank) * job.max_tokens + slot) * job.slot_bytes);
+      const void* x = static_cast<const std::byte*>(job.x) + (i / K) * job.hidden * elem;
+      if (job.fp8 != 0) {
+        quantize_row(x, job.x_dtype_bits, job.hidden, out, lane);
+      } else {
+        lanes_copy(out, x, value_bytes, lane, kLanes);
+      }
+      if (lane == 0) {
+        *reinterpret_cast<int32_t*>(out + job.slot_bytes - 16) = static_cast<int32_t>(i / K);
+      }
+    }
+  }
+  release_fence_system();
+  th.sync();
+  const uint32_t lane_of_block = th.block % lanes_per_rank(f);
+  for (uint32_t e = th.thread; e < E && status_of(f) == 0; e += th.block_dim) {
+    const uint32_t n = sh->a[e] - sh->b[e];
+    const uint32_t d = e / L, l = e % L;
+    if (n == 0 || !through_channels(f, d)) continue;
+    push_write(
+        f, channel_of(f, d, lane_of_block), d,
+        job.send_off + ((uint64_t{d} * L + l) * job.max_tokens + sh->b[e]) * job.slot_bytes,
+        job.recv_off + ((uint64_t{l} * R + f.rank) * job.max_tokens + sh->b[e]) * job.slot_bytes,
+        uint64_t{n} * job.slot_bytes);
+  }
+  if (!last_block(th, f, sh)) return;
+  for (uint32_t e = th.thread; e < E; e += th.block_dim) sh->a[e] = 0;
+  th.sync();
+  for (uint64_t i = th.thread; i < uint64_t{T} * K; i += th.block_dim) {
+    if (valid(expert(i))) add_block(&sh->a[expert(i)], 1);
+  }
+  th.sync();
+  const uint32_t state = status_of(f) != 0 ? COURIER_GPU_EP_RECORD_REFUSED : 0;
+  for (uint32_t d = th.thread; d < R; d += th.block_dim) {
+    auto* record =
+        reinterpret_cast<uint32_t*>(at(f, job.staging_off + d * uint64_t{f.record_words} * 4));
+    record[0] = state;
+    for (uint32_t l = 0; l < L; ++l) record[1 + l] = sh->a[d * L + l];
+  }
+  release_fence_system();
+  th.sync();
+  signal_all(th, f, job.staging_off, job.record_off, job.signal_off, lanes_used(th, f), 0);
+  finish(th, f, true);
+}
+
+// ---- ep_proxy_ll_receive: every block waits; then a block per local
+// expert packs its rows, rank by rank; the last block frees the senders.
+COURIER_DEVICE_INLINE void ll_receive_body(const courier_gpu_ep_proxy_ll_receive_v1& job,
+                                           const KernelThread& th, ProxyShared* sh) {
+  const Proxy& f = job.fifo;
+  const uint32_t R = f.num_ranks, L = job.local_experts;
+  const uint64_t rows_per_expert = uint64_t{R} * job.max_tokens;
+  if (wait_all(th, f, job.signal_off, job.record_off, job.target)) {
+    for (uint32_t l = th.block; l < L; l += th.grid_dim) {
+      if (th.thread == 0) {
+        uint32_t sum = 0;
+        for (uint32_t s = 0; s < R; ++s) {
+          uint32_t n = load_u32(record_of(f, job.record_off, s) + 1 + l);
+          if (n > job.max_tokens) {
+            set_status(f.status, COURIER_GPU_EP_STATUS_OVERFLOW | s);
+            n = 0;
+          }
+          job.range[uint64_t{l} * R + s] = static_cast<int64_t>(uint64_t{sum} << 32 | n);
+          sh->b[s] = sum;
+          sum += n;
+        }
+        sh->b[R] = sum;
+        job.count[l] = static_cast<int32_t>(sum);
+      }
+      th.sync();
+      const uint32_t lane = th.lane();
+      for (uint32_t i = th.group(); i < sh->b[R]; i += th.groups()) {
+        uint32_t s = 0;
+        while (s + 1 < R && i >= sh->b[s + 1]) ++s;
+        const std::byte* slot =
+            at(f, job.recv_off +
+                      ((uint64_t{l} * R + s) * job.max_tokens + (i - sh->b[s])) * job.slot_bytes);
+        const uint64_t to = l * rows_per_expert + i;
+        lanes_copy(static_cast<std::byte*>(job.x) + to * job.row_bytes, slot, job.row_bytes, lane,
+                   kLanes);
+        if (job.scale_cols > 0) {
+          lanes_copy(job.scales + to * job.scale_cols, slot + job.row_bytes,
+                     uint64_t{job.scale_cols} * 4, lane, kLanes);
+        }
+        if (lane == 0) job.src[to] = *reinterpret_cast<const int32_t*>(slot + job.slot_bytes - 16);
+      }
+      th.sync();
+    }
+  }
+  if (!last_block(th, f, sh)) return;
+  // Released also after a failure, so the senders' next call of this
+  // parity does not wait for a receive that will not come.
+  for (uint32_t s = th.thread; s < R; s += th.block_dim) {
+    if (through_channels(f, s)) {
+      push_add(f, channel_of(f, s, 0), s, job.release_off + f.rank * 8ull,
+               COURIER_GPU_EP_SIGNAL_STEP);
+    } else {
+      add_release(reinterpret_cast<uint64_t*>(at(f, job.release_off + f.rank * 8ull)),
+                  COURIER_GPU_EP_SIGNAL_STEP);
+    }
+  }
+  finish(th, f, false);
+}
+
+// ---- ep_proxy_combine: rows back to where they came from, packed into
+// the send area first (x is the caller's memory).
+COURIER_DEVICE_INLINE void combine_body(const courier_gpu_ep_proxy_combine_v1& job,
+                                        const KernelThread& th, ProxyShared* sh) {
+  const Proxy& f = job.fifo;
+  const uint32_t R = f.num_ranks, L = job.local_experts;
+  const uint64_t rb = job.row_bytes, T = job.max_tokens;
+  const uint32_t lane = th.lane();
+  const uint32_t lane_of_block = th.block % lanes_per_rank(f);
+  const auto* x = static_cast<const std::byte*>(job.x);
+  wait_send_area(th, f);
+  // Rows [first, first + n) of x, the rows j0.. of their run to rank s,
+  // into send slot `to` (or the receive slot `direct` for this rank).
+  auto move = [&](uint64_t first, uint32_t n, uint32_t s, uint64_t to, uint64_t direct) {
+    const bool through = through_channels(f, s);
+    for (uint32_t i = th.group(); i < n; i += th.groups()) {
+      lanes_copy(at(f, (through ? job.send_off + to * rb : job.recv_off + direct * rb) + i * rb),
+                 x + (first + i) * rb, rb, lane, kLanes);
+    }
+  };
+  if (status_of(f) == 0 && job.mode == COURIER_GPU_EP_ROUTE_RANKS) {
+    if (th.thread == 0) {
+      uint32_t sum = 0;
+      for (uint32_t s = 0; s < R; ++s) {
+        sh->b[s] = sum;
+        sum += static_cast<uint32_t>(job.counts[s]);
+      }
+      sh->b[R] = sum;
+    }
+    th.sync();
+    const uint32_t total = sh->b[R];
+    const uint32_t per = (total + th.grid_dim - 1) / th.grid_dim;
+    const uint32_t i0 = th.block * per < total ? th.block * per : total;
+    const uint32_t i1 = i0 + per < total ? i0 + per : total;
+    for (uint32_t s = 0; s < R; ++s) {
+      const uint32_t a = i0 > sh->b[s] ? i0 : sh->b[s];
+      const uint32_t b = i1 < sh->b[s + 1] ? i1 : sh->b[s + 1];
+      if (a >= b) continue;
+      const uint64_t j = a - sh->b[s];
+      move(a, b - a, s, s * T + j, f.rank * T + j);
+      release_fence_system();
+      th.sync();
+      if (th.thread == 0 && through_channels(f, s)) {
+        push_write(f, channel_of(f, s, lane_of_block), s, job.send_off + (s * T + j) * rb,
+                   job.recv_off + (f.rank * T + j) * rb, uint64_t{b - a} * rb);
+      }
+    }
+  } else if (status_of(f) == 0) {
+    for (uint32_t l = th.block; l < L; l += th.grid_dim) {
+      for (uint32_t s = 0; s < R; ++s) {
+        const auto range = static_cast<uint64_t>(job.range[uint64_t{l} * R + s]);
+        const uint32_t begin = static_cast<uint32_t>(range >> 32);
+        const uint32_t n = static_cast<uint32_t>(range & 0xFFFFFFFFu);
+        if (n == 0) continue;
+        move(uint64_t{l} * R * T + begin, n, s, (uint64_t{s} * L + l) * T,
+             (uint64_t{f.rank} * L + l) * T);
+        release_fence_system();
+        th.sync();
+        if (th.thread == 0 && through_channels(f, s)) {
+          push_write(f, channel_of(f, s, lane_of_block), s,
+                     job.send_off + (uint64_t{s} * L + l) * T * rb,
+                     job.recv_off + (uint64_t{f.rank} * L + l) * T * rb, uint64_t{n} * rb);
+        }
+      }
+    }
+  }
+  if (!last_block(th, f, sh)) return;
+  const uint32_t state = status_of(f) != 0 ? COURIER_GPU_EP_RECORD_REFUSED : 0;
+  for (uint32_t d = th.thread; d < R; d += th.block_dim) {
+    *reinterpret_cast<uint32_t*>(at(f, job.staging_off + d * uint64_t{f.record_words} * 4)) = state;
+  }
+  release_fence_system();
+  th.sync();
+  signal_all(th, f, job.staging_off, job.record_off, job.signal_off, lanes_used(th, f), 0);
+  finish(th, f, true);
+}
+
+// ---- ep_proxy_reduce: every block waits; then a block per token, each
+// thread a tile of kReduceTile channels, term by term (the rows of a term
+// are read in order; on a CPU thread the tile's loop vectorizes).
+#if defined(COURIER_GPU_DEVICE_PASS)
+inline constexpr uint32_t kReduceTile = 4;
+#else
+inline constexpr uint32_t kReduceTile = 512;
+#endif
+
+COURIER_DEVICE_INLINE void reduce_body(const courier_gpu_ep_proxy_reduce_v1& job,
+                                       const KernelThread& th, ProxyShared* sh) {
+  const Proxy& f = job.fifo;
+  const uint64_t row_bytes = uint64_t{job.hidden} * (job.dtype_bits / 8);
+  const bool by_rank = job.mode == COURIER_GPU_EP_ROUTE_RANKS;
+  const int64_t experts = static_cast<int64_t>(job.local_experts) * f.num_ranks;
+  if (wait_all(th, f, job.signal_off, job.record_off, job.target)) {
+    for (uint32_t t = th.block; t < job.tokens; t += th.grid_dim) {
+      std::byte* out = static_cast<std::byte*>(job.out) + uint64_t{t} * row_bytes;
+      for (uint32_t c0 = th.thread * kReduceTile; c0 < job.hidden;
+           c0 += th.block_dim * kReduceTile) {
+        const uint32_t n = job.hidden - c0 < kReduceTile ? job.hidden - c0 : kReduceTile;
+        float sum[kReduceTile];
+        for (uint32_t i = 0; i < n; ++i) sum[i] = 0.0f;
+        for (uint32_t j = 0; j < job.terms; ++j) {
+          const int32_t slot = job.slots[uint64_t{t} * job.terms + j];
+          if (slot < 0) continue;
+          uint64_t row = 0;
+          float w = 1.0f;
+          if (by_rank) {
+            row = uint64_t{j} * job.max_tokens + static_cast<uint32_t>(slot);
+          } else {
+            const int64_t e = job.topk_idx[uint64_t{t} * job.terms + j];
+            if (e < 0 || e >= experts) continue;
+            row = static_cast<uint64_t>(e) * job.max_tokens + static_cast<uint32_t>(slot);
+            w = job.weights[uint64_t{t} * job.terms + j];
+          }
+          const std::byte* p = at(f, job.recv_off + row * row_bytes);
+          if (job.dtype_bits == 16) {
+            const auto* v = reinterpret_cast<const uint16_t*>(p) + c0;
+            for (uint32_t i = 0; i < n; ++i) sum[i] += w * bf16_to_float(v[i]);
+          } else {
+            const auto* v = reinterpret_cast<const float*>(p) + c0;
+            for (uint32_t i = 0; i < n; ++i) sum[i] += w * v[i];
+          }
+        }
+        if (job.dtype_bits == 16) {
+          auto* o = reinterpret_cast<uint16_t*>(out) + c0;
+          for (uint32_t i = 0; i < n; ++i) o[i] = float_to_bf16(sum[i]);
+        } else {
+          auto* o = reinterpret_cast<float*>(out) + c0;
+          for (uint32_t i = 0; i < n; ++i) o[i] = sum[i];
+        }
+      }
+    }
+  }
+  if (!last_block(th, f, sh)) return;
+  finish(th, f, false);
+}
+
+}  // namespace courier::device::ep

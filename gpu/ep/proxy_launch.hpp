@@ -1,0 +1,97 @@
+// The EP proxy kernels as __global__ functions, and their launch shapes,
+// for the device compilers (nvcc for gpu-cuda, hipcc for gpu-hip): each
+// backend calls launch(job, stream) and checks its runtime's error.
+#pragma once
+
+#include "gpu/ep/proxy_kernels.hpp"
+
+namespace courier::device::ep {
+
+// Threads per block of the kernels that copy rows (a lane group per row).
+inline constexpr uint32_t kProxyThreads = 256;
+// Enough blocks to keep an H100/H200-class GPU's 132 SMs busy.
+inline constexpr uint32_t kProxyBlocksMax = 132;
+
+__global__ void proxy_refuse_kernel(courier_gpu_ep_proxy_refuse_v1 job) {
+  refuse_body(job, this_thread());
+}
+__global__ void proxy_ht_dispatch_kernel(courier_gpu_ep_proxy_ht_dispatch_v1 job) {
+  __shared__ ProxyShared shared;
+  // A batch is a block's whole range: one WRITE per destination and block.
+  ht_dispatch_body(job, this_thread(), &shared, 0xFFFFFFFFu);
+}
+__global__ void proxy_ht_receive_kernel(courier_gpu_ep_proxy_ht_receive_v1 job) {
+  __shared__ ProxyShared shared;
+  ht_receive_body(job, this_thread(), &shared);
+}
+__global__ void proxy_ll_dispatch_kernel(courier_gpu_ep_proxy_ll_dispatch_v1 job) {
+  __shared__ ProxyShared shared;
+  ll_dispatch_body(job, this_thread(), &shared);
+}
+__global__ void proxy_ll_receive_kernel(courier_gpu_ep_proxy_ll_receive_v1 job) {
+  __shared__ ProxyShared shared;
+  ll_receive_body(job, this_thread(), &shared);
+}
+__global__ void proxy_combine_kernel(courier_gpu_ep_proxy_combine_v1 job) {
+  __shared__ ProxyShared shared;
+  combine_body(job, this_thread(), &shared);
+}
+__global__ void proxy_reduce_kernel(courier_gpu_ep_proxy_reduce_v1 job) {
+  __shared__ ProxyShared shared;
+  reduce_body(job, this_thread(), &shared);
+}
+
+inline uint32_t blocks_for(uint64_t items, uint32_t most) {
+  return items == 0 ? 1 : items < most ? static_cast<uint32_t>(items) : most;
+}
+
+// Every kernel, for loading them before the first launch (a lazily loaded
+// kernel could wait behind one that spins for a peer).
+inline const void* const kProxyKernels[] = {
+    reinterpret_cast<const void*>(proxy_refuse_kernel),
+    reinterpret_cast<const void*>(proxy_ht_dispatch_kernel),
+    reinterpret_cast<const void*>(proxy_ht_receive_kernel),
+    reinterpret_cast<const void*>(proxy_ll_dispatch_kernel),
+    reinterpret_cast<const void*>(proxy_ll_receive_kernel),
+    reinterpret_cast<const void*>(proxy_combine_kernel),
+    reinterpret_cast<const void*>(proxy_reduce_kernel),
+};
+
+template <class Stream>
+void launch(const courier_gpu_ep_proxy_refuse_v1& job, Stream stream) {
+  proxy_refuse_kernel<<<1, 64, 0, stream>>>(job);
+}
+template <class Stream>
+void launch(const courier_gpu_ep_proxy_ht_dispatch_v1& job, Stream stream) {
+  // Blocks of at least 16 tokens: each block's records of where it starts
+  // cost a pass over the tokens before it.
+  proxy_ht_dispatch_kernel<<<blocks_for((job.tokens + 15) / 16, kProxyBlocksMax), kProxyThreads, 0,
+                             stream>>>(job);
+}
+template <class Stream>
+void launch(const courier_gpu_ep_proxy_ht_receive_v1& job, Stream stream) {
+  proxy_ht_receive_kernel<<<2 * kProxyBlocksMax, kProxyThreads, 0, stream>>>(job);
+}
+template <class Stream>
+void launch(const courier_gpu_ep_proxy_ll_dispatch_v1& job, Stream stream) {
+  proxy_ll_dispatch_kernel<<<blocks_for(job.tokens, kProxyBlocksMax), kProxyThreads, 0, stream>>>(
+      job);
+}
+template <class Stream>
+void launch(const courier_gpu_ep_proxy_ll_receive_v1& job, Stream stream) {
+  proxy_ll_receive_kernel<<<blocks_for(job.local_experts, 4 * kProxyBlocksMax), kProxyThreads, 0,
+                            stream>>>(job);
+}
+template <class Stream>
+void launch(const courier_gpu_ep_proxy_combine_v1& job, Stream stream) {
+  const uint32_t blocks = job.mode == COURIER_GPU_EP_ROUTE_EXPERTS
+                              ? blocks_for(job.local_experts, 2 * kProxyBlocksMax)
+                              : kProxyBlocksMax;
+  proxy_combine_kernel<<<blocks, kProxyThreads, 0, stream>>>(job);
+}
+template <class Stream>
+void launch(const courier_gpu_ep_proxy_reduce_v1& job, Stream stream) {
+  proxy_reduce_kernel<<<blocks_for(job.tokens, 4096), kProxyThreads, 0, stream>>>(job);
+}
+
+}  // namespace courier::device::ep
