@@ -389,14 +389,27 @@ struct RankMemory {
   }
 };
 
-// Two ranks in one process: a write copies its bytes at once and reports a
-// TX completion to the sender and, with immediate data, an RX_IMM to the
-// receiver; a transport atomic adds at once. Every poll checks
-// write-then-atomic on rank 1: counter value k means blocks [0, k) landed.
+// Two ranks in one process over an unordered wire: a post waits on the
+// wire until some later poll (of either rank) delivers it, in random order
+// and one at a time;
+// delivering a write copies its bytes and reports a TX completion to the
+// sender (delivery-complete) and, with immediate data, an RX_IMM to the
+// receiver; a transport atomic adds when delivered. At every poll and
+// delivery the network checks write-then-atomic on rank 1: counter value k
+// means blocks [0, k) landed.
 struct Network {
+  struct Delivery {
+    uint32_t from;
+    bool atomic;
+    WriteRequest write;
+    AtomicRequest add;
+    uint64_t cookie;
+  };
   std::mutex mutex;
   std::array<RankMemory, 2> memory;
   std::array<std::deque<courier_nic_completion_v1>, 2> cq;
+  std::vector<Delivery> wire;
+  std::mt19937 rng{3};
   uint64_t violations = 0;
 
   void check_locked() {
@@ -407,40 +420,62 @@ struct Network {
       }
     }
   }
+
+  // Delivers one post, picked at random from the wire, on every other call:
+  // a post may stay on the wire while the receiver goes on polling.
+  void deliver_locked() {
+    check_locked();
+    if (!wire.empty() && std::bernoulli_distribution(0.5)(rng)) {
+      const size_t pick = std::uniform_int_distribution<size_t>(0, wire.size() - 1)(rng);
+      const Delivery d = wire[pick];
+      wire.erase(wire.begin() + static_cast<std::ptrdiff_t>(pick));
+      const uint32_t to = 1 - d.from;
+      if (d.atomic) {
+        *reinterpret_cast<uint64_t*>(memory[to].base(d.add.window) + d.add.offset) += d.add.operand;
+      } else {
+        std::memcpy(memory[to].base(d.write.dst_window) + d.write.dst_offset,
+                    memory[d.from].base(d.write.src_window) + d.write.src_offset, d.write.length);
+        if (d.write.with_imm) {
+          courier_nic_completion_v1 rx{};
+          rx.kind = COURIER_NIC_COMP_RX_IMM;
+          rx.peer = d.from;
+          rx.imm = d.write.imm;
+          rx.length = d.write.length;
+          cq[to].push_back(rx);
+        }
+      }
+      courier_nic_completion_v1 tx{};
+      tx.kind = COURIER_NIC_COMP_TX;
+      tx.cookie = d.cookie;
+      tx.peer = to;
+      cq[d.from].push_back(tx);
+      check_locked();
+    }
+  }
 };
 
 class Loopback final : public ProxyTransport {
  public:
   Loopback(Network& net, uint32_t rank) : net_(net), rank_(rank) {}
-  uint32_t caps() const override { return kCaps | COURIER_NIC_CAP_DELIVERY_COMPLETE; }
+  uint32_t caps() const override {
+    return COURIER_NIC_CAP_RMA_WRITE | COURIER_NIC_CAP_WRITE_IMM | COURIER_NIC_CAP_IMM_SOURCE |
+           COURIER_NIC_CAP_DELIVERY_COMPLETE;  // and unordered
+  }
   uint32_t atomic_ops() const override { return COURIER_NIC_ATOMIC_ADD_U64; }
   uint32_t atomic_native() const override { return COURIER_NIC_ATOMIC_ADD_U64; }
   int post_write(const WriteRequest& w, uint64_t cookie, std::string*) override {
     std::lock_guard lock(net_.mutex);
-    const uint32_t to = 1 - rank_;
-    std::memcpy(net_.memory[to].base(w.dst_window) + w.dst_offset,
-                net_.memory[rank_].base(w.src_window) + w.src_offset, w.length);
-    push_tx(cookie);
-    if (w.with_imm) {
-      courier_nic_completion_v1 rx{};
-      rx.kind = COURIER_NIC_COMP_RX_IMM;
-      rx.peer = rank_;
-      rx.imm = w.imm;
-      rx.length = w.length;
-      net_.cq[to].push_back(rx);
-    }
+    net_.wire.push_back({rank_, false, w, {}, cookie});
     return COURIER_OK;
   }
   int post_atomic(const AtomicRequest& a, uint64_t cookie, std::string*) override {
     std::lock_guard lock(net_.mutex);
-    auto* word = reinterpret_cast<uint64_t*>(net_.memory[1 - rank_].base(a.window) + a.offset);
-    *word += a.operand;
-    push_tx(cookie);
+    net_.wire.push_back({rank_, true, {}, a, cookie});
     return COURIER_OK;
   }
   int poll(courier_nic_completion_v1* out, uint32_t max) override {
     std::lock_guard lock(net_.mutex);
-    net_.check_locked();
+    net_.deliver_locked();
     uint32_t n = 0;
     while (n < max && !net_.cq[rank_].empty()) {
       out[n++] = net_.cq[rank_].front();
@@ -451,13 +486,6 @@ class Loopback final : public ProxyTransport {
   std::string last_error() const override { return "loopback"; }
 
  private:
-  void push_tx(uint64_t cookie) {
-    courier_nic_completion_v1 tx{};
-    tx.kind = COURIER_NIC_COMP_TX;
-    tx.cookie = cookie;
-    tx.peer = 1 - rank_;
-    net_.cq[rank_].push_back(tx);
-  }
   Network& net_;
   uint32_t rank_;
 };
@@ -466,7 +494,8 @@ class Loopback final : public ProxyTransport {
 
 TEST_CASE("write-then-atomic holds for merged writes under injected reordering and duplicates") {
   for (AtomicStrategyKind strategy : {AtomicStrategyKind::imm, AtomicStrategyKind::hw}) {
-    CAPTURE(to_string(strategy));
+    const std::string strategy_name = to_string(strategy);
+    CAPTURE(strategy_name);
     Network net;
     for (uint32_t b = 0; b < kBlocks; ++b) {
       std::memset(net.memory[0].payload.data() + b * kBlock, static_cast<int>(b % 251 + 1), kBlock);
@@ -485,7 +514,6 @@ TEST_CASE("write-then-atomic holds for merged writes under injected reordering a
     for (uint32_t r = 0; r < 2; ++r) {
       wires[r] = std::make_unique<Loopback>(net, r);
       transports[r] = std::make_unique<FaultInjectingTransport>(*wires[r], faults, r);
-      REQUIRE((transports[r]->caps() & COURIER_NIC_CAP_ORDERED_WRITES) == 0);
       rings[r] = std::make_unique<TestRing>(kDepth, kDepth);
       channels[r] = std::make_unique<ProxyChannel>(0, rings[r]->slots.data(),
                                                    rings[r]->control.get(), kDepth);
@@ -519,7 +547,7 @@ TEST_CASE("write-then-atomic holds for merged writes under injected reordering a
     proxies[0]->stop();
     proxies[1]->stop();
     std::lock_guard lock(net.mutex);
-    net.check_locked();
+    CHECK(net.wire.empty());
     CHECK(net.violations == 0);
     CHECK(net.memory[1].counters[kCounter / 8] == kBlocks);
     CHECK(rings[0]->control->error == 0);
@@ -528,6 +556,9 @@ TEST_CASE("write-then-atomic holds for merged writes under injected reordering a
     if (strategy == AtomicStrategyKind::imm) {
       CHECK(transports[1]->stats().duplicated > 0);
       CHECK(proxies[1]->semantics().stats().duplicates > 0);
+      CHECK(proxies[1]->semantics().stats().held_back > 0);  // the wire did reorder
+    } else {
+      CHECK(proxies[0]->semantics().stats().fenced > 0);
     }
   }
 }
