@@ -47,7 +47,7 @@ void proxy_kernel(const courier_host_thread_v1* thread, void* arg) {
 }
 
 template <class Job>
-int run_proxy(const Job* job, const char* name, uint32_t blocks,
+int run_proxy(const Job* job, const char* name, uint32_t blocks, uint32_t threads,
               void (*body)(const void*, const KernelThread&, ProxyShared*), std::string* error) {
   if (job == nullptr || job->struct_size < sizeof *job) {
     *error = std::string(name) + ": job is NULL or its struct_size is too small";
@@ -58,7 +58,7 @@ int run_proxy(const Job* job, const char* name, uint32_t blocks,
   courier_host_kernel_launch_v1 launch{};
   launch.struct_size = sizeof launch;
   launch.grid_dim = blocks;
-  launch.block_dim = 1;
+  launch.block_dim = threads;
   launch.fn = proxy_kernel;
   launch.arg = &arg;
   return launch_host_kernel(launch, error);
@@ -75,66 +75,75 @@ uint32_t blocks_for(uint32_t items, uint32_t most) {
 
 }  // namespace
 
-int ep_proxy_refuse(const courier_gpu_ep_proxy_refuse_v1* job, std::string* error) {
+int ep_proxy_refuse(const courier_gpu_ep_proxy_refuse_v1* job, uint32_t threads,
+                    std::string* error) {
   return run_proxy(
-      job, "ep_proxy_refuse", 1,
+      job, "ep_proxy_refuse", 1, threads,
       [](const void* j, const KernelThread& th, ProxyShared*) {
         device::ep::refuse_body(job_of<courier_gpu_ep_proxy_refuse_v1>(j), th);
       },
       error);
 }
 
-int ep_proxy_ht_dispatch(const courier_gpu_ep_proxy_ht_dispatch_v1* job, std::string* error) {
+int ep_proxy_ht_dispatch(const courier_gpu_ep_proxy_ht_dispatch_v1* job, uint32_t threads,
+                         std::string* error) {
   return run_proxy(
       job, "ep_proxy_ht_dispatch",
-      job != nullptr ? blocks_for(job->tokens / kHtBatch, kSendBlocks) : 1,
+      job != nullptr ? blocks_for(job->tokens / kHtBatch, kSendBlocks) : 1, threads,
       [](const void* j, const KernelThread& th, ProxyShared* sh) {
+        // Blocks of several threads take their whole range at once, as on a GPU.
         device::ep::ht_dispatch_body(job_of<courier_gpu_ep_proxy_ht_dispatch_v1>(j), th, sh,
-                                     kHtBatch);
+                                     th.block_dim == 1 ? kHtBatch : 0xFFFFFFFFu);
       },
       error);
 }
 
-int ep_proxy_ht_receive(const courier_gpu_ep_proxy_ht_receive_v1* job, std::string* error) {
+int ep_proxy_ht_receive(const courier_gpu_ep_proxy_ht_receive_v1* job, uint32_t threads,
+                        std::string* error) {
   return run_proxy(
-      job, "ep_proxy_ht_receive", kReceiveBlocks,
+      job, "ep_proxy_ht_receive", kReceiveBlocks, threads,
       [](const void* j, const KernelThread& th, ProxyShared* sh) {
         device::ep::ht_receive_body(job_of<courier_gpu_ep_proxy_ht_receive_v1>(j), th, sh);
       },
       error);
 }
 
-int ep_proxy_ll_dispatch(const courier_gpu_ep_proxy_ll_dispatch_v1* job, std::string* error) {
+int ep_proxy_ll_dispatch(const courier_gpu_ep_proxy_ll_dispatch_v1* job, uint32_t threads,
+                         std::string* error) {
   return run_proxy(
       job, "ep_proxy_ll_dispatch", job != nullptr ? blocks_for(job->tokens / 16, kSendBlocks) : 1,
+      threads,
       [](const void* j, const KernelThread& th, ProxyShared* sh) {
         device::ep::ll_dispatch_body(job_of<courier_gpu_ep_proxy_ll_dispatch_v1>(j), th, sh);
       },
       error);
 }
 
-int ep_proxy_ll_receive(const courier_gpu_ep_proxy_ll_receive_v1* job, std::string* error) {
+int ep_proxy_ll_receive(const courier_gpu_ep_proxy_ll_receive_v1* job, uint32_t threads,
+                        std::string* error) {
   return run_proxy(
       job, "ep_proxy_ll_receive",
-      job != nullptr ? blocks_for(job->local_experts, kReceiveBlocks) : 1,
+      job != nullptr ? blocks_for(job->local_experts, kReceiveBlocks) : 1, threads,
       [](const void* j, const KernelThread& th, ProxyShared* sh) {
         device::ep::ll_receive_body(job_of<courier_gpu_ep_proxy_ll_receive_v1>(j), th, sh);
       },
       error);
 }
 
-int ep_proxy_combine(const courier_gpu_ep_proxy_combine_v1* job, std::string* error) {
+int ep_proxy_combine(const courier_gpu_ep_proxy_combine_v1* job, uint32_t threads,
+                     std::string* error) {
   return run_proxy(
-      job, "ep_proxy_combine", kSendBlocks,
+      job, "ep_proxy_combine", kSendBlocks, threads,
       [](const void* j, const KernelThread& th, ProxyShared* sh) {
         device::ep::combine_body(job_of<courier_gpu_ep_proxy_combine_v1>(j), th, sh);
       },
       error);
 }
 
-int ep_proxy_reduce(const courier_gpu_ep_proxy_reduce_v1* job, std::string* error) {
+int ep_proxy_reduce(const courier_gpu_ep_proxy_reduce_v1* job, uint32_t threads,
+                    std::string* error) {
   return run_proxy(
-      job, "ep_proxy_reduce", job != nullptr ? blocks_for(job->tokens, kReceiveBlocks) : 1,
+      job, "ep_proxy_reduce", job != nullptr ? blocks_for(job->tokens, kReceiveBlocks) : 1, threads,
       [](const void* j, const KernelThread& th, ProxyShared* sh) {
         device::ep::reduce_body(job_of<courier_gpu_ep_proxy_reduce_v1>(j), th, sh);
       },

@@ -36,13 +36,35 @@ int allocate(size_t bytes, void** ptr) {
   return 0;
 }
 
+constexpr courier_knob_v1 kKnobs[] = {
+    {"COURIER_HOST_EP_THREADS", "1", "1..64",
+     "CPU threads per block of gpu-host's EP proxy kernels (more than 1 runs the kernels' "
+     "block-level code as a GPU would: scans, barriers, lanes sharing rows)"},
+};
+
+// What an initialized gpu-host keeps.
+struct HostBackend {
+  uint32_t ep_threads = 1;  // COURIER_HOST_EP_THREADS
+};
+
 int host_init(const courier_host_services_v1* host, void** backend) {
   if (host == nullptr || backend == nullptr) return fail(-EINVAL, "init: NULL argument");
-  *backend = const_cast<courier_host_services_v1*>(host);  // nothing else to keep
+  auto* b = new HostBackend;
+  if (const char* text = host->get_env(host->ctx, "COURIER_HOST_EP_THREADS")) {
+    char* end = nullptr;
+    const unsigned long v = std::strtoul(text, &end, 10);
+    if (end == text || *end != '\0' || v < 1 || v > 64) {
+      delete b;
+      return fail(-EINVAL, std::string("COURIER_HOST_EP_THREADS='") + text +
+                               "' is invalid: expected an integer in 1..64");
+    }
+    b->ep_threads = static_cast<uint32_t>(v);
+  }
+  *backend = b;
   return 0;
 }
 
-void host_fini(void*) {}
+void host_fini(void* backend) { delete static_cast<HostBackend*>(backend); }
 
 const char* host_last_error(void*) { return g_last_error.c_str(); }
 
@@ -141,10 +163,10 @@ int host_ep_sync(void*, int device) {
   return device == 0 ? 0 : fail(-ENODEV, "device " + std::to_string(device) + " does not exist");
 }
 
-template <class Job, int (*Run)(const Job*, std::string*)>
-int host_ep_proxy(void*, const Job* job) {
+template <class Job, int (*Run)(const Job*, uint32_t, std::string*)>
+int host_ep_proxy(void* backend, const Job* job) {
   std::string error;
-  const int rc = Run(job, &error);
+  const int rc = Run(job, static_cast<HostBackend*>(backend)->ep_threads, &error);
   if (rc != 0) g_last_error = error;
   return rc;
 }
@@ -152,8 +174,8 @@ int host_ep_proxy(void*, const Job* job) {
 const courier_gpu_plugin_v1 kPlugin = {
     {sizeof(courier_gpu_plugin_v1), COURIER_GPU_ABI_MAJOR, COURIER_GPU_ABI_MINOR, "host"},
     "CPU threads standing in for a GPU (development and CI)",
-    nullptr,
-    0,
+    kKnobs,
+    sizeof kKnobs / sizeof kKnobs[0],
     0,
     host_init,
     host_fini,

@@ -13,6 +13,7 @@
 #include "gpu/device_atomics.hpp"
 
 #if !defined(COURIER_GPU_DEVICE_PASS)
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <thread>
@@ -122,9 +123,15 @@ COURIER_DEVICE_INLINE void lanes_zero(void* dst, uint64_t n, uint32_t lane, uint
 }
 
 // Between polls of a word another agent raises: GPU threads spin (a nap
-// after a while), CPU threads give the core to the proxies they wait for.
+// after a while). CPU threads share the cores with the proxies they wait
+// for: after a short spin they yield, then sleep, longer the longer the
+// wait (up to 100 us), so that a waiting rank leaves the cores to the
+// proxies that move its data.
 struct PollPause {
   uint32_t rounds = 0;
+#if !defined(COURIER_GPU_DEVICE_PASS)
+  uint32_t sleep_us = 5;
+#endif
   COURIER_DEVICE_INLINE void pause() {
     ++rounds;
 #if defined(COURIER_GPU_DEVICE_PASS) && defined(__CUDA_ARCH__)
@@ -132,7 +139,13 @@ struct PollPause {
 #elif defined(COURIER_GPU_DEVICE_PASS)
     if (rounds > 64) __builtin_amdgcn_s_sleep(2);
 #else
-    if (rounds > 16) std::this_thread::yield();
+    if (rounds < 16) return;
+    if (rounds < 64) {
+      std::this_thread::yield();
+      return;
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(sleep_us));
+    if (sleep_us < 100) sleep_us *= 2;
 #endif
   }
 };

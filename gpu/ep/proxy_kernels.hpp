@@ -273,8 +273,8 @@ COURIER_DEVICE_INLINE void ht_dispatch_body(const courier_gpu_ep_proxy_ht_dispat
   }
   wait_send_area(th, f);
   const uint32_t lane_of_block = th.block % lanes_per_rank(f);
-  for (uint32_t b0 = t0; b0 < t1; b0 += batch) {
-    const uint32_t b1 = b0 + batch < t1 ? b0 + batch : t1;
+  for (uint32_t b0 = t0, b1 = t0; b0 < t1; b0 = b1) {
+    b1 = t1 - b0 < batch ? t1 : b0 + batch;
     for (uint32_t d = th.thread; d < R; d += th.block_dim) sh->b[d] = sh->a[d];
     th.sync();
     // Slots in token order: a scan per destination over block_dim tokens.
