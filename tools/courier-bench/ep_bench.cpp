@@ -110,7 +110,7 @@ class RawWrites {
   void run(const std::vector<uint64_t>& bytes_to) {
     std::vector<DeviceCommandList> lists;
     for (uint32_t d = 0; d < ranks_; ++d) {
-      if (d == me_ || bytes_to[d] == 0) continue;
+      if (bytes_to[d] == 0) continue;
       if (bytes_to[d] > slot_)
         fail("courier-bench ep: {} bytes to rank {} overflow the slot", bytes_to[d], d);
       DeviceCommandList list;
@@ -149,6 +149,11 @@ class RawWrites {
   uint32_t window_ = 0;
 };
 
+void add(Context::CopyStats& sum, const Context::CopyStats& more) {
+  sum.calls += more.calls;
+  sum.bytes += more.bytes;
+}
+
 double total(const std::vector<uint64_t>& bytes) {
   double sum = 0;
   for (uint64_t b : bytes) sum += static_cast<double>(b);
@@ -160,6 +165,7 @@ struct Series {
   std::string phase, path;
   std::vector<double> us;
   double bytes = 0;
+  Context::CopyStats copies;  // summed over the timed calls
 };
 
 EpRow summarize(const EpOptions& o, uint32_t tokens, Series s) {
@@ -174,16 +180,33 @@ EpRow summarize(const EpOptions& o, uint32_t tokens, Series s) {
   row.median_us = s.us[s.us.size() / 2];
   row.p99_us = s.us[std::min(s.us.size() - 1, s.us.size() * 99 / 100)];
   row.gbytes_per_s = s.bytes / (row.median_us * 1e3);
+  row.host_copies = static_cast<double>(s.copies.calls) / static_cast<double>(s.us.size());
+  row.host_bytes = static_cast<double>(s.copies.bytes) / static_cast<double>(s.us.size());
   return row;
 }
 
-// Times `call` between barriers, so every rank starts together.
+// Times `call` between barriers, so every rank starts together; adds the
+// host copies it made to *copies.
 template <class F>
-double timed(Context& ctx, F&& call) {
+double timed(Context& ctx, F&& call, Context::CopyStats* copies = nullptr) {
   ctx.barrier();
+  const Context::CopyStats before = ctx.copy_stats();
   const double t0 = now_us();
   call();
-  return now_us() - t0;
+  const double us = now_us() - t0;
+  if (copies != nullptr) {
+    const Context::CopyStats after = ctx.copy_stats();
+    copies->calls += after.calls - before.calls;
+    copies->bytes += after.bytes - before.bytes;
+  }
+  return us;
+}
+
+// Whether a rank's rows to itself go through the NIC backend too
+// (COURIER_EP_LOOPBACK=1); the baseline then writes them to itself as well.
+bool loopback() {
+  const char* v = std::getenv("COURIER_EP_LOOPBACK");
+  return v != nullptr && std::string(v) == "1";
 }
 
 struct Setup {
@@ -215,7 +238,7 @@ void bench_ht(Context& ctx, const EpOptions& o, const Setup& s, RawWrites& raw,
     std::vector<uint64_t> dispatch_to(R), combine_to(R);
     const std::vector<int32_t> counts = read<int32_t>(ctx, per_rank.data(), R);
     for (uint32_t d = 0; d < s.ranks; ++d) {
-      dispatch_to[d] = d == s.me ? 0 : counts[d] * s.row_bytes;
+      dispatch_to[d] = d == s.me && !loopback() ? 0 : counts[d] * s.row_bytes;
     }
     ep::DispatchArgs args;
     args.x = x.view();
@@ -224,23 +247,29 @@ void bench_ht(Context& ctx, const EpOptions& o, const Setup& s, RawWrites& raw,
     args.is_token_in_rank = in_rank.view();
     args.num_experts = static_cast<int>(o.experts);
     const std::string path = fmt::format("courier-{}", buffer.transport());
-    Series d{"dispatch", path, {}, total(dispatch_to)}, dr{"dispatch", "raw-write", {}, d.bytes};
-    Series c{"combine", path, {}, 0}, cr{"combine", "raw-write", {}, 0};
+    Series d{"dispatch", path, {}, total(dispatch_to), {}};
+    Series dr{"dispatch", "raw-write", {}, d.bytes, {}};
+    Series c{"combine", path, {}, 0, {}}, cr{"combine", "raw-write", {}, 0, {}};
     for (uint32_t i = 0; i < o.warmup + o.iters; ++i) {
       ep::DispatchResult got;
-      const double td = timed(ctx, [&] { got = buffer.dispatch(args); });
+      Context::CopyStats dc, cc;
+      const double td = timed(
+          ctx, [&] { got = buffer.dispatch(args); }, &dc);
       const double tdr = timed(ctx, [&] { raw.run(dispatch_to); });
       for (uint32_t r = 0; r < s.ranks; ++r) {
-        combine_to[r] = r == s.me ? 0 : got.handle.recv_counts[r] * s.row_bytes;
+        combine_to[r] = r == s.me && !loopback() ? 0 : got.handle.recv_counts[r] * s.row_bytes;
       }
       y.set_rows(got.recv_x.tensor().shape[0]);
-      const double tc = timed(ctx, [&] { buffer.combine(*y.view(), got.handle); });
+      const double tc = timed(
+          ctx, [&] { buffer.combine(*y.view(), got.handle); }, &cc);
       const double tcr = timed(ctx, [&] { raw.run(combine_to); });
       if (i < o.warmup) continue;
       d.us.push_back(td);
       dr.us.push_back(tdr);
       c.us.push_back(tc);
       cr.us.push_back(tcr);
+      add(d.copies, dc);
+      add(c.copies, cc);
       c.bytes = cr.bytes = total(combine_to);
     }
     for (Series* series : {&d, &dr, &c, &cr}) rows.push_back(summarize(o, tokens, *series));
@@ -270,36 +299,44 @@ void bench_ll(Context& ctx, const EpOptions& o, const Setup& s, RawWrites& raw,
     // An FP8 row travels as hidden bytes plus one float scale per 128.
     const uint64_t sent_row_bytes = o.fp8 ? o.hidden + o.hidden / 128 * 4 : s.row_bytes;
     for (int64_t e : routing) {
-      if (e >= 0 && e / s.per != s.me) dispatch_to[e / s.per] += sent_row_bytes;
+      if (e >= 0 && (e / s.per != s.me || loopback())) dispatch_to[e / s.per] += sent_row_bytes;
     }
     ep::LowLatencyDispatchArgs args;
     args.x = x.view();
     args.topk_idx = idx.view();
     args.use_fp8 = o.fp8;
     const std::string path = fmt::format("courier-{}", buffer.transport());
-    Series d{"dispatch", path, {}, total(dispatch_to)}, dr{"dispatch", "raw-write", {}, d.bytes};
-    Series c{"combine", path, {}, 0}, cr{"combine", "raw-write", {}, 0};
+    Series d{"dispatch", path, {}, total(dispatch_to), {}};
+    Series dr{"dispatch", "raw-write", {}, d.bytes, {}};
+    Series c{"combine", path, {}, 0, {}}, cr{"combine", "raw-write", {}, 0, {}};
     for (uint32_t i = 0; i < o.warmup + o.iters; ++i) {
       ep::LowLatencyDispatchResult got;
-      const double td = timed(ctx, [&] { got = buffer.low_latency_dispatch(args); });
+      Context::CopyStats dc, cc;
+      const double td = timed(
+          ctx, [&] { got = buffer.low_latency_dispatch(args); }, &dc);
       const double tdr = timed(ctx, [&] { raw.run(dispatch_to); });
       const std::vector<int64_t> ranges =
           read<int64_t>(ctx, got.packed_recv_layout_range.tensor().data, size_t(per * R));
       std::fill(combine_to.begin(), combine_to.end(), 0);
       for (int64_t e = 0; e < per; ++e) {
         for (uint32_t r = 0; r < s.ranks; ++r) {
-          if (r != s.me) combine_to[r] += (ranges[e * R + r] & 0xffffffff) * s.row_bytes;
+          if (r != s.me || loopback()) {
+            combine_to[r] += (ranges[e * R + r] & 0xffffffff) * s.row_bytes;
+          }
         }
       }
-      const double tc = timed(ctx, [&] {
-        buffer.low_latency_combine(*y.view(), *idx.view(), *weights.view(), got.handle);
-      });
+      const double tc = timed(
+          ctx,
+          [&] { buffer.low_latency_combine(*y.view(), *idx.view(), *weights.view(), got.handle); },
+          &cc);
       const double tcr = timed(ctx, [&] { raw.run(combine_to); });
       if (i < o.warmup) continue;
       d.us.push_back(td);
       dr.us.push_back(tdr);
       c.us.push_back(tc);
       cr.us.push_back(tcr);
+      add(d.copies, dc);
+      add(c.copies, cc);
       c.bytes = cr.bytes = total(combine_to);
     }
     for (Series* series : {&d, &dr, &c, &cr}) rows.push_back(summarize(o, tokens, *series));

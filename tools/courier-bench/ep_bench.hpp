@@ -41,6 +41,8 @@ struct EpRow {
   double median_us = 0;
   double p99_us = 0;
   double gbytes_per_s = 0;  // bytes / median
+  // Per call: synchronous host copies (Context::copy) and their bytes.
+  double host_copies = 0, host_bytes = 0;
 };
 
 // Collective; every rank returns its own rows (rank 0's are the ones printed).
