@@ -93,7 +93,7 @@ int ep_proxy_ht_dispatch(const courier_gpu_ep_proxy_ht_dispatch_v1* job, uint32_
       [](const void* j, const KernelThread& th, ProxyShared* sh) {
         // Blocks of several threads take their whole range at once, as on a GPU.
         device::ep::ht_dispatch_body(job_of<courier_gpu_ep_proxy_ht_dispatch_v1>(j), th, sh,
-                                     th.block_dim == 1 ? kHtBatch : 0xFFFFFFFFu);
+                                     th.block_dim == 1 ? kHtBatch : 0xFFFFFFFFu, false);
       },
       error);
 }
@@ -103,7 +103,7 @@ int ep_proxy_ht_receive(const courier_gpu_ep_proxy_ht_receive_v1* job, uint32_t 
   return run_proxy(
       job, "ep_proxy_ht_receive", kReceiveBlocks, threads,
       [](const void* j, const KernelThread& th, ProxyShared* sh) {
-        device::ep::ht_receive_body(job_of<courier_gpu_ep_proxy_ht_receive_v1>(j), th, sh);
+        device::ep::ht_receive_body(job_of<courier_gpu_ep_proxy_ht_receive_v1>(j), th, sh, false);
       },
       error);
 }
@@ -114,7 +114,7 @@ int ep_proxy_ll_dispatch(const courier_gpu_ep_proxy_ll_dispatch_v1* job, uint32_
       job, "ep_proxy_ll_dispatch", job != nullptr ? blocks_for(job->tokens / 16, kSendBlocks) : 1,
       threads,
       [](const void* j, const KernelThread& th, ProxyShared* sh) {
-        device::ep::ll_dispatch_body(job_of<courier_gpu_ep_proxy_ll_dispatch_v1>(j), th, sh);
+        device::ep::ll_dispatch_body(job_of<courier_gpu_ep_proxy_ll_dispatch_v1>(j), th, sh, false);
       },
       error);
 }
@@ -125,7 +125,7 @@ int ep_proxy_ll_receive(const courier_gpu_ep_proxy_ll_receive_v1* job, uint32_t 
       job, "ep_proxy_ll_receive",
       job != nullptr ? blocks_for(job->local_experts, kReceiveBlocks) : 1, threads,
       [](const void* j, const KernelThread& th, ProxyShared* sh) {
-        device::ep::ll_receive_body(job_of<courier_gpu_ep_proxy_ll_receive_v1>(j), th, sh);
+        device::ep::ll_receive_body(job_of<courier_gpu_ep_proxy_ll_receive_v1>(j), th, sh, false);
       },
       error);
 }
@@ -135,7 +135,7 @@ int ep_proxy_combine(const courier_gpu_ep_proxy_combine_v1* job, uint32_t thread
   return run_proxy(
       job, "ep_proxy_combine", kSendBlocks, threads,
       [](const void* j, const KernelThread& th, ProxyShared* sh) {
-        device::ep::combine_body(job_of<courier_gpu_ep_proxy_combine_v1>(j), th, sh);
+        device::ep::combine_body(job_of<courier_gpu_ep_proxy_combine_v1>(j), th, sh, false);
       },
       error);
 }
@@ -145,7 +145,7 @@ int ep_proxy_reduce(const courier_gpu_ep_proxy_reduce_v1* job, uint32_t threads,
   return run_proxy(
       job, "ep_proxy_reduce", job != nullptr ? blocks_for(job->tokens, kReceiveBlocks) : 1, threads,
       [](const void* j, const KernelThread& th, ProxyShared* sh) {
-        device::ep::reduce_body(job_of<courier_gpu_ep_proxy_reduce_v1>(j), th, sh);
+        device::ep::reduce_body(job_of<courier_gpu_ep_proxy_reduce_v1>(j), th, sh, false);
       },
       error);
 }

@@ -105,6 +105,14 @@ COURIER_DEVICE_INLINE void wait_send_area(const KernelThread& th, const Proxy& f
   th.sync();
 }
 
+// What a send kernel waits for before it writes: the send area free
+// (wait_send_area) and, with `release`, every destination done reading
+// what this rank sent it two calls ago (the u64 at release_off + d * 8
+// here reached release_target). On a GPU a one-block kernel does it first,
+// like the receive's wait (see wait_all).
+COURIER_DEVICE_INLINE void send_wait(const KernelThread& th, const Proxy& f, bool release,
+                                     uint64_t release_off, uint64_t release_target);
+
 // Counts the block as done; true in the last block of the grid, whose
 // threads then see every other block's stores.
 COURIER_DEVICE_INLINE bool last_block(const KernelThread& th, const Proxy& f, ProxyShared* sh) {
@@ -194,8 +202,20 @@ COURIER_DEVICE_INLINE bool wait_word(const Proxy& f, const uint64_t* word, uint6
   }
 }
 
+COURIER_DEVICE_INLINE void send_wait(const KernelThread& th, const Proxy& f, bool release,
+                                     uint64_t release_off, uint64_t release_target) {
+  for (uint32_t d = th.thread; release && d < f.num_ranks; d += th.block_dim) {
+    wait_word(f, reinterpret_cast<const uint64_t*>(at(f, release_off + d * 8ull)), release_target,
+              d);
+  }
+  wait_send_area(th, f);
+}
+
 // Every rank's signal of the phase, then their records' states. Every
-// thread calls it; true when the call goes on.
+// thread calls it; true when the call goes on. The receive bodies wait
+// themselves on a CPU; on a GPU a one-block kernel waits first (`waited`),
+// because blocks spinning on every SM would keep out the kernels a loopback
+// copy or a copy-engine atomic may need.
 COURIER_DEVICE_INLINE bool wait_all(const KernelThread& th, const Proxy& f, uint64_t signal_off,
                                     uint64_t record_off, uint64_t target) {
   if (status_of(f) == 0) {
@@ -243,8 +263,8 @@ COURIER_DEVICE_INLINE void refuse_body(const courier_gpu_ep_proxy_refuse_v1& job
 // range of tokens, `batch` tokens at a time (a WRITE per destination and
 // batch); the last block counts everything again for the records.
 COURIER_DEVICE_INLINE void ht_dispatch_body(const courier_gpu_ep_proxy_ht_dispatch_v1& job,
-                                            const KernelThread& th, ProxyShared* sh,
-                                            uint32_t batch) {
+                                            const KernelThread& th, ProxyShared* sh, uint32_t batch,
+                                            bool waited) {
   const Proxy& f = job.fifo;
   const uint32_t R = f.num_ranks, T = job.tokens, K = job.topk, E = job.num_experts;
   const uint32_t L = E / R;
@@ -271,7 +291,8 @@ COURIER_DEVICE_INLINE void ht_dispatch_body(const courier_gpu_ep_proxy_ht_dispat
   for (uint32_t i = th.thread; i < t0 * R; i += th.block_dim) {
     if (job.in_rank[i] != 0) add_block(&sh->a[i % R], 1);
   }
-  wait_send_area(th, f);
+  if (!waited) send_wait(th, f, false, 0, 0);
+  th.sync();
   const uint32_t lane_of_block = th.block % lanes_per_rank(f);
   for (uint32_t b0 = t0, b1 = t0; b0 < t1; b0 = b1) {
     b1 = t1 - b0 < batch ? t1 : b0 + batch;
@@ -363,10 +384,12 @@ COURIER_DEVICE_INLINE void ht_dispatch_body(const courier_gpu_ep_proxy_ht_dispat
 
 // ---- ep_proxy_ht_receive: every block waits; then a lane group per row.
 COURIER_DEVICE_INLINE void ht_receive_body(const courier_gpu_ep_proxy_ht_receive_v1& job,
-                                           const KernelThread& th, ProxyShared* sh) {
+                                           const KernelThread& th, ProxyShared* sh, bool waited) {
   const Proxy& f = job.fifo;
   const uint32_t R = f.num_ranks, K = job.topk;
-  if (wait_all(th, f, job.signal_off, job.record_off, job.target) && th.thread == 0) {
+  const bool go =
+      waited ? status_of(f) == 0 : wait_all(th, f, job.signal_off, job.record_off, job.target);
+  if (go && th.thread == 0) {
     uint32_t sum = 0;
     for (uint32_t s = 0; s < R; ++s) {
       const uint32_t n = load_u32(record_of(f, job.record_off, s) + 1);
@@ -442,7 +465,7 @@ COURIER_DEVICE_INLINE void quantize_row(const void* x, uint32_t bits, uint32_t h
 // ---- ep_proxy_ll_dispatch: block b routes, packs and sends a contiguous
 // range of tokens: one WRITE per expert it sends rows to.
 COURIER_DEVICE_INLINE void ll_dispatch_body(const courier_gpu_ep_proxy_ll_dispatch_v1& job,
-                                            const KernelThread& th, ProxyShared* sh) {
+                                            const KernelThread& th, ProxyShared* sh, bool waited) {
   const Proxy& f = job.fifo;
   const uint32_t R = f.num_ranks, T = job.tokens, K = job.topk, E = job.num_experts;
   const uint32_t L = E / R;
@@ -478,11 +501,8 @@ COURIER_DEVICE_INLINE void ll_dispatch_body(const courier_gpu_ep_proxy_ll_dispat
   }
   // d may be reading what this rank sent it two calls ago; and the send
   // area's last WRITEs may still be reading it.
-  for (uint32_t d = th.thread; d < R; d += th.block_dim) {
-    wait_word(f, reinterpret_cast<const uint64_t*>(at(f, job.release_off + d * 8ull)),
-              job.release_target, d);
-  }
-  wait_send_area(th, f);
+  if (!waited) send_wait(th, f, true, job.release_off, job.release_target);
+  th.sync();
   if (status_of(f) == 0) {
     const uint32_t lane = th.lane();
     for (uint64_t i = uint64_t{t0} * K + th.group(); i < uint64_t{t1} * K; i += th.groups()) {
@@ -543,11 +563,11 @@ COURIER_DEVICE_INLINE void ll_dispatch_body(const courier_gpu_ep_proxy_ll_dispat
 // ---- ep_proxy_ll_receive: every block waits; then a block per local
 // expert packs its rows, rank by rank; the last block frees the senders.
 COURIER_DEVICE_INLINE void ll_receive_body(const courier_gpu_ep_proxy_ll_receive_v1& job,
-                                           const KernelThread& th, ProxyShared* sh) {
+                                           const KernelThread& th, ProxyShared* sh, bool waited) {
   const Proxy& f = job.fifo;
   const uint32_t R = f.num_ranks, L = job.local_experts;
   const uint64_t rows_per_expert = uint64_t{R} * job.max_tokens;
-  if (wait_all(th, f, job.signal_off, job.record_off, job.target)) {
+  if (waited ? status_of(f) == 0 : wait_all(th, f, job.signal_off, job.record_off, job.target)) {
     for (uint32_t l = th.block; l < L; l += th.grid_dim) {
       if (th.thread == 0) {
         uint32_t sum = 0;
@@ -602,14 +622,15 @@ COURIER_DEVICE_INLINE void ll_receive_body(const courier_gpu_ep_proxy_ll_receive
 // ---- ep_proxy_combine: rows back to where they came from, packed into
 // the send area first (x is the caller's memory).
 COURIER_DEVICE_INLINE void combine_body(const courier_gpu_ep_proxy_combine_v1& job,
-                                        const KernelThread& th, ProxyShared* sh) {
+                                        const KernelThread& th, ProxyShared* sh, bool waited) {
   const Proxy& f = job.fifo;
   const uint32_t R = f.num_ranks, L = job.local_experts;
   const uint64_t rb = job.row_bytes, T = job.max_tokens;
   const uint32_t lane = th.lane();
   const uint32_t lane_of_block = th.block % lanes_per_rank(f);
   const auto* x = static_cast<const std::byte*>(job.x);
-  wait_send_area(th, f);
+  if (!waited) send_wait(th, f, false, 0, 0);
+  th.sync();
   // Rows [first, first + n) of x, the rows j0.. of their run to rank s,
   // into send slot `to` (or the receive slot `direct` for this rank).
   auto move = [&](uint64_t first, uint32_t n, uint32_t s, uint64_t to, uint64_t direct) {
@@ -686,12 +707,12 @@ inline constexpr uint32_t kReduceTile = 512;
 #endif
 
 COURIER_DEVICE_INLINE void reduce_body(const courier_gpu_ep_proxy_reduce_v1& job,
-                                       const KernelThread& th, ProxyShared* sh) {
+                                       const KernelThread& th, ProxyShared* sh, bool waited) {
   const Proxy& f = job.fifo;
   const uint64_t row_bytes = uint64_t{job.hidden} * (job.dtype_bits / 8);
   const bool by_rank = job.mode == COURIER_GPU_EP_ROUTE_RANKS;
   const int64_t experts = static_cast<int64_t>(job.local_experts) * f.num_ranks;
-  if (wait_all(th, f, job.signal_off, job.record_off, job.target)) {
+  if (waited ? status_of(f) == 0 : wait_all(th, f, job.signal_off, job.record_off, job.target)) {
     for (uint32_t t = th.block; t < job.tokens; t += th.grid_dim) {
       std::byte* out = static_cast<std::byte*>(job.out) + uint64_t{t} * row_bytes;
       for (uint32_t c0 = th.thread * kReduceTile; c0 < job.hidden;

@@ -18,27 +18,37 @@ __global__ void proxy_refuse_kernel(courier_gpu_ep_proxy_refuse_v1 job) {
 __global__ void proxy_ht_dispatch_kernel(courier_gpu_ep_proxy_ht_dispatch_v1 job) {
   __shared__ ProxyShared shared;
   // A batch is a block's whole range: one WRITE per destination and block.
-  ht_dispatch_body(job, this_thread(), &shared, 0xFFFFFFFFu);
+  ht_dispatch_body(job, this_thread(), &shared, 0xFFFFFFFFu, true);
+}
+// One block waits for the phase's signals; the kernel after it on the
+// stream does the work (see wait_all).
+__global__ void proxy_wait_kernel(courier_gpu_ep_proxy_v1 fifo, uint64_t signal_off,
+                                  uint64_t record_off, uint64_t target) {
+  wait_all(this_thread(), fifo, signal_off, record_off, target);
+}
+__global__ void proxy_send_wait_kernel(courier_gpu_ep_proxy_v1 fifo, bool release,
+                                       uint64_t release_off, uint64_t release_target) {
+  send_wait(this_thread(), fifo, release, release_off, release_target);
 }
 __global__ void proxy_ht_receive_kernel(courier_gpu_ep_proxy_ht_receive_v1 job) {
   __shared__ ProxyShared shared;
-  ht_receive_body(job, this_thread(), &shared);
+  ht_receive_body(job, this_thread(), &shared, true);
 }
 __global__ void proxy_ll_dispatch_kernel(courier_gpu_ep_proxy_ll_dispatch_v1 job) {
   __shared__ ProxyShared shared;
-  ll_dispatch_body(job, this_thread(), &shared);
+  ll_dispatch_body(job, this_thread(), &shared, true);
 }
 __global__ void proxy_ll_receive_kernel(courier_gpu_ep_proxy_ll_receive_v1 job) {
   __shared__ ProxyShared shared;
-  ll_receive_body(job, this_thread(), &shared);
+  ll_receive_body(job, this_thread(), &shared, true);
 }
 __global__ void proxy_combine_kernel(courier_gpu_ep_proxy_combine_v1 job) {
   __shared__ ProxyShared shared;
-  combine_body(job, this_thread(), &shared);
+  combine_body(job, this_thread(), &shared, true);
 }
 __global__ void proxy_reduce_kernel(courier_gpu_ep_proxy_reduce_v1 job) {
   __shared__ ProxyShared shared;
-  reduce_body(job, this_thread(), &shared);
+  reduce_body(job, this_thread(), &shared, true);
 }
 
 inline uint32_t blocks_for(uint64_t items, uint32_t most) {
@@ -50,6 +60,8 @@ inline uint32_t blocks_for(uint64_t items, uint32_t most) {
 inline const void* const kProxyKernels[] = {
     reinterpret_cast<const void*>(proxy_refuse_kernel),
     reinterpret_cast<const void*>(proxy_ht_dispatch_kernel),
+    reinterpret_cast<const void*>(proxy_wait_kernel),
+    reinterpret_cast<const void*>(proxy_send_wait_kernel),
     reinterpret_cast<const void*>(proxy_ht_receive_kernel),
     reinterpret_cast<const void*>(proxy_ll_dispatch_kernel),
     reinterpret_cast<const void*>(proxy_ll_receive_kernel),
@@ -63,27 +75,36 @@ void launch(const courier_gpu_ep_proxy_refuse_v1& job, Stream stream) {
 }
 template <class Stream>
 void launch(const courier_gpu_ep_proxy_ht_dispatch_v1& job, Stream stream) {
+  proxy_send_wait_kernel<<<1, 64, 0, stream>>>(job.fifo, false, 0, 0);
   // Blocks of at least 16 tokens: each block's records of where it starts
   // cost a pass over the tokens before it.
   proxy_ht_dispatch_kernel<<<blocks_for((job.tokens + 15) / 16, kProxyBlocksMax), kProxyThreads, 0,
                              stream>>>(job);
 }
+template <class Job, class Stream>
+void wait_first(const Job& job, Stream stream) {
+  proxy_wait_kernel<<<1, 64, 0, stream>>>(job.fifo, job.signal_off, job.record_off, job.target);
+}
 template <class Stream>
 void launch(const courier_gpu_ep_proxy_ht_receive_v1& job, Stream stream) {
+  wait_first(job, stream);
   proxy_ht_receive_kernel<<<2 * kProxyBlocksMax, kProxyThreads, 0, stream>>>(job);
 }
 template <class Stream>
 void launch(const courier_gpu_ep_proxy_ll_dispatch_v1& job, Stream stream) {
+  proxy_send_wait_kernel<<<1, 64, 0, stream>>>(job.fifo, true, job.release_off, job.release_target);
   proxy_ll_dispatch_kernel<<<blocks_for(job.tokens, kProxyBlocksMax), kProxyThreads, 0, stream>>>(
       job);
 }
 template <class Stream>
 void launch(const courier_gpu_ep_proxy_ll_receive_v1& job, Stream stream) {
+  wait_first(job, stream);
   proxy_ll_receive_kernel<<<blocks_for(job.local_experts, 4 * kProxyBlocksMax), kProxyThreads, 0,
                             stream>>>(job);
 }
 template <class Stream>
 void launch(const courier_gpu_ep_proxy_combine_v1& job, Stream stream) {
+  proxy_send_wait_kernel<<<1, 64, 0, stream>>>(job.fifo, false, 0, 0);
   const uint32_t blocks = job.mode == COURIER_GPU_EP_ROUTE_EXPERTS
                               ? blocks_for(job.local_experts, 2 * kProxyBlocksMax)
                               : kProxyBlocksMax;
@@ -91,6 +112,7 @@ void launch(const courier_gpu_ep_proxy_combine_v1& job, Stream stream) {
 }
 template <class Stream>
 void launch(const courier_gpu_ep_proxy_reduce_v1& job, Stream stream) {
+  wait_first(job, stream);
   proxy_reduce_kernel<<<blocks_for(job.tokens, 4096), kProxyThreads, 0, stream>>>(job);
 }
 
