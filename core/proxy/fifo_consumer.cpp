@@ -46,20 +46,19 @@ void publish_completed(FifoControl& control, uint64_t completed) {
 }
 
 CompletionTracker::CompletionTracker(uint32_t depth)
-    : done_(std::make_unique<uint8_t[]>(depth)), mask_(depth - 1) {}
+    : done_(std::make_unique<Mark[]>(depth)), mask_(depth - 1) {}
 
-void CompletionTracker::complete(uint64_t ticket) {
-  if (ticket - prefix_ > mask_ || done_[ticket & mask_] != 0) {  // also catches ticket < prefix_
+void CompletionTracker::complete_out_of_order(uint64_t ticket) {
+  if (ticket - prefix_ > mask_ ||
+      done_[ticket & mask_] == Mark::done) {  // also catches ticket < prefix_
     fail(
         "completion for ticket {} does not match an outstanding command (completed up to {}, "
         "ring depth {}): a duplicated or stale completion",
         ticket, prefix_, mask_ + 1);
   }
-  done_[ticket & mask_] = 1;
-  while (done_[prefix_ & mask_] != 0) {
-    done_[prefix_ & mask_] = 0;
-    ++prefix_;
-  }
+  // Ahead of the prefix: marked, and passed once the tickets before it
+  // completed (complete() above).
+  done_[ticket & mask_] = Mark::done;
 }
 
 }  // namespace courier

@@ -42,11 +42,29 @@ class CompletionTracker {
   explicit CompletionTracker(uint32_t depth);
   // Throws courier::Error for a ticket that cannot be outstanding (already
   // complete, or a ring lap ahead): a duplicated or stale completion.
-  void complete(uint64_t ticket);
+  void complete(uint64_t ticket) {
+    // In order, the common case: the prefix's own ticket is never marked
+    // (the prefix moves past marked tickets), so it cannot be a duplicate.
+    if (ticket == prefix_) {
+      ++prefix_;
+      while (done_[prefix_ & mask_] == Mark::done) {
+        done_[prefix_ & mask_] = Mark::open;
+        ++prefix_;
+      }
+      return;
+    }
+    complete_out_of_order(ticket);
+  }
   uint64_t prefix() const { return prefix_; }
 
  private:
-  std::unique_ptr<uint8_t[]> done_;
+  void complete_out_of_order(uint64_t ticket);
+
+  // Not a character type: stores to it cannot alias everything else, so
+  // callers keep their state in registers across complete().
+  enum class Mark : uint8_t { open = 0, done = 1 };
+
+  std::unique_ptr<Mark[]> done_;
   uint64_t prefix_ = 0;
   uint32_t mask_;
 };

@@ -36,6 +36,13 @@ RetryingTransport::RetryingTransport(std::unique_ptr<ProxyTransport> inner,
     : owned_(std::move(inner)), inner_(*owned_), policy_(policy), now_(std::move(now)) {}
 
 int RetryingTransport::post_write(const WriteRequest& write, uint64_t cookie, std::string* error) {
+  if (held_ == 0) {
+    // Nothing waits for a retry (the common case): straight through, without
+    // copying the request or looking up the peer's queue.
+    const int rc = inner_.post_write(write, cookie, error);
+    if (rc != -EBUSY) return rc;
+    return hold(Held{write, cookie, 0, 0}, write.peer, error);
+  }
   return post(write, write.peer, cookie, error);
 }
 
@@ -71,10 +78,14 @@ int RetryingTransport::post(std::variant<WriteRequest, AtomicRequest> request, u
   Held held{std::move(request), cookie, 0, 0};
   int rc = post_inner(held, error);
   if (rc != -EBUSY) return rc;  // done, full (-EAGAIN) or a hard error: the proxy handles it
+  return hold(std::move(held), peer, error);
+}
+
+int RetryingTransport::hold(Held held, uint32_t peer, std::string* error) {
   if (held_ >= policy_.max_held) return -EAGAIN;
   held.attempts = 1;
   if (held.attempts > policy_.retries) {
-    give_up(held, rc, *error);
+    give_up(held, -EBUSY, *error);
   } else {
     held.due = now_() + delay_after(held.attempts);
     waiting_[peer].push_back(std::move(held));

@@ -66,6 +66,9 @@ class RetryingTransport final : public ProxyTransport {
   int post(std::variant<WriteRequest, AtomicRequest> request, uint32_t peer, uint64_t cookie,
            std::string* error);
   int post_inner(const Held& held, std::string* error);
+  // A fresh post failed transiently (-EBUSY): keep it for a retry (or give
+  // up at once when no retries are allowed).
+  int hold(Held held, uint32_t peer, std::string* error);
   // Posts the due heads of the peer queues and what waits behind them.
   void pump();
   void give_up(const Held& held, int status, const std::string& why);

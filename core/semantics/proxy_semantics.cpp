@@ -104,32 +104,9 @@ AtomicStrategyKind ProxySemantics::strategy_for(AtomicOp op) const {
   return AtomicStrategyKind::none;
 }
 
-int ProxySemantics::post_write(uint32_t channel, const TransferCmd& cmd, uint64_t cookie,
-                               std::string* error) {
-  const uint32_t peer = cmd.dst_rank();
-  if (peer >= peers_.size()) {
-    *error = fmt::format("WRITE to rank {} but the job has {} ranks", peer, peers_.size());
-    return -EINVAL;
-  }
-  Peer& p = peers_[peer];
-  WriteRequest write;
-  write.peer = peer;
-  write.src_window = write.dst_window = cmd.window();
-  write.src_offset = cmd.src_offset();
-  write.dst_offset = cmd.dst_offset();
-  write.length = cmd.length();
-  const bool notify = (cmd.flags() & kCmdFlagImm) != 0;
-  const bool sequenced = notify || tag_writes_;
-  if (sequenced) {
-    write.with_imm = true;
-    write.imm = encode_write_imm(notify, channel, p.next_seq);
-  }
-  const int rc = transport_.post_write(write, cookie, error);
-  if (rc == COURIER_OK) {
-    if (sequenced) ++p.next_seq;
-    ++p.writes_in_flight;
-  }
-  return rc;
+int ProxySemantics::refuse_rank(const char* what, uint32_t peer, std::string* error) const {
+  *error = fmt::format("{} to rank {} but the job has {} ranks", what, peer, peers_.size());
+  return -EINVAL;
 }
 
 int ProxySemantics::post_atomic(uint32_t channel, const TransferCmd& cmd, uint64_t cookie,
@@ -140,11 +117,7 @@ int ProxySemantics::post_atomic(uint32_t channel, const TransferCmd& cmd, uint64
     *error = fmt::format("unknown atomic op {}", cmd.flags());
     return -EINVAL;
   }
-  if (cmd.dst_rank() >= peers_.size()) {
-    *error =
-        fmt::format("ATOMIC to rank {} but the job has {} ranks", cmd.dst_rank(), peers_.size());
-    return -EINVAL;
-  }
+  if (cmd.dst_rank() >= peers_.size()) return refuse_rank("ATOMIC", cmd.dst_rank(), error);
   switch (strategy_for(op)) {
     case AtomicStrategyKind::hw:
       return post_hw_atomic(nic_op_of(op), cmd, cookie, error);
@@ -245,12 +218,6 @@ int ProxySemantics::post_imm_atomic(uint32_t channel, uint32_t op, const Transfe
   ++internal_in_flight_;
   ++awaiting_replies_;
   return COURIER_OK;
-}
-
-void ProxySemantics::on_user_tx(uint32_t peer, bool was_write) {
-  if (was_write && peer < peers_.size() && peers_[peer].writes_in_flight > 0) {
-    --peers_[peer].writes_in_flight;
-  }
 }
 
 void ProxySemantics::on_internal_tx(const courier_nic_completion_v1& c) {
@@ -429,7 +396,7 @@ void ProxySemantics::on_reply(uint32_t peer, const DecodedImm& imm) {
   --awaiting_replies_;
 }
 
-bool ProxySemantics::progress() {
+bool ProxySemantics::retry_replies() {
   bool worked = false;
   while (!replies_.empty() && post_reply(replies_.front())) {
     replies_.pop_front();

@@ -28,6 +28,7 @@
 #include "core/proxy/proxy_transport.hpp"
 #include "core/semantics/atomic_mailbox.hpp"
 #include "core/semantics/barrier.hpp"
+#include "core/semantics/imm_codec.hpp"
 #include "core/semantics/receive_stream.hpp"
 #include "courier/transfer_cmd.hpp"
 
@@ -84,7 +85,30 @@ class ProxySemantics {
 
   // Post a FIFO command's data movement. Same returns as ProxyTransport,
   // plus -EAGAIN when ordering or mailbox slots make the command wait.
-  int post_write(uint32_t channel, const TransferCmd& cmd, uint64_t cookie, std::string* error);
+  // Inline: the proxy's per-command path.
+  int post_write(uint32_t channel, const TransferCmd& cmd, uint64_t cookie, std::string* error) {
+    const uint32_t peer = cmd.dst_rank();
+    if (peer >= peers_.size()) return refuse_rank("WRITE", peer, error);
+    Peer& p = peers_[peer];
+    WriteRequest write;
+    write.peer = peer;
+    write.src_window = write.dst_window = cmd.window();
+    write.src_offset = cmd.src_offset();
+    write.dst_offset = cmd.dst_offset();
+    write.length = cmd.length();
+    const bool notify = (cmd.flags() & kCmdFlagImm) != 0;
+    const bool sequenced = notify || tag_writes_;
+    if (sequenced) {
+      write.with_imm = true;
+      write.imm = encode_write_imm(notify, channel, p.next_seq);
+    }
+    const int rc = transport_.post_write(write, cookie, error);
+    if (rc == COURIER_OK) {
+      if (sequenced) ++p.next_seq;
+      ++p.writes_in_flight;
+    }
+    return rc;
+  }
   // *completes_later: the command completes through take_completions()
   // (emulated), not through a TX completion with `cookie`.
   int post_atomic(uint32_t channel, const TransferCmd& cmd, uint64_t cookie, bool* completes_later,
@@ -97,13 +121,17 @@ class ProxySemantics {
 
   // The proxy hands over: TX completions of user commands (fence
   // accounting), internal TX completions and every RX_IMM completion.
-  void on_user_tx(uint32_t peer, bool was_write);
+  void on_user_tx(uint32_t peer, bool was_write) {  // per command: inline
+    if (was_write && peer < peers_.size() && peers_[peer].writes_in_flight > 0) {
+      --peers_[peer].writes_in_flight;
+    }
+  }
   void on_internal_tx(const courier_nic_completion_v1& c);
   // Returns true when the immediate data was a user notification.
   bool on_rx_imm(const courier_nic_completion_v1& c);
 
   // Retries answers the transport refused; true if something was posted.
-  bool progress();
+  bool progress() { return !replies_.empty() && retry_replies(); }
   // Commands finished since the last call.
   std::vector<UserCompletion>& completions() { return done_; }
   // Internal operations in flight (the proxy must keep polling).
@@ -150,6 +178,8 @@ class ProxySemantics {
     uint32_t free_hint = 0;
   };
 
+  int refuse_rank(const char* what, uint32_t peer, std::string* error) const;
+  bool retry_replies();
   AtomicStrategyKind strategy_for(AtomicOp op) const;
   int post_hw_atomic(uint32_t op, const TransferCmd& cmd, uint64_t cookie, std::string* error);
   int post_imm_atomic(uint32_t channel, uint32_t op, const TransferCmd& cmd, uint64_t cookie,
