@@ -462,13 +462,17 @@ COURIER_DEVICE_INLINE void quantize_row(const void* x, uint32_t bits, uint32_t h
   }
 }
 
-// ---- ep_proxy_ll_dispatch: block b routes, packs and sends a contiguous
-// range of tokens: one WRITE per expert it sends rows to.
+// ---- ep_proxy_ll_dispatch: every block counts all pairs per expert (a
+// pass over topk_idx, cheap next to a row), so that it knows where each of
+// its pairs sits in its destination's region: the rows of expert d * L,
+// then d * L + 1, ..., each in token order. Blocks pack their pairs; the
+// last block sends each region with one WRITE and signals.
 COURIER_DEVICE_INLINE void ll_dispatch_body(const courier_gpu_ep_proxy_ll_dispatch_v1& job,
                                             const KernelThread& th, ProxyShared* sh, bool waited) {
   const Proxy& f = job.fifo;
   const uint32_t R = f.num_ranks, T = job.tokens, K = job.topk, E = job.num_experts;
   const uint32_t L = E / R;
+  const uint64_t region = uint64_t{L} * job.max_tokens;  // slots per destination
   const uint32_t per = (T + th.grid_dim - 1) / th.grid_dim;
   const uint32_t t0 = th.block * per < T ? th.block * per : T;
   const uint32_t t1 = t0 + per < T ? t0 + per : T;
@@ -484,19 +488,29 @@ COURIER_DEVICE_INLINE void ll_dispatch_body(const courier_gpu_ep_proxy_ll_dispat
       set_status(f.status, COURIER_GPU_EP_STATUS_BAD_INDEX);
     }
   }
-  // Each expert's slots for this block start after the pairs before it.
-  for (uint32_t e = th.thread; e < E; e += th.block_dim) sh->a[e] = 0;
+  // a[e]: pairs of expert e before this block's tokens; b[e]: of all tokens.
+  for (uint32_t e = th.thread; e < E; e += th.block_dim) sh->a[e] = sh->b[e] = 0;
   th.sync();
-  for (uint64_t i = th.thread; i < uint64_t{t0} * K; i += th.block_dim) {
-    if (valid(expert(i))) add_block(&sh->a[expert(i)], 1);
+  for (uint64_t i = th.thread; i < uint64_t{T} * K; i += th.block_dim) {
+    const int64_t e = expert(i);
+    if (!valid(e)) continue;
+    add_block(&sh->b[e], 1);
+    if (i < uint64_t{t0} * K) add_block(&sh->a[e], 1);
   }
   th.sync();
-  for (uint32_t e = th.thread; e < E; e += th.block_dim) sh->b[e] = sh->a[e];
-  th.sync();
+  // b[e] becomes where expert e's rows start in its destination's region.
   if (th.thread == 0) {
+    for (uint32_t d = 0; d < R; ++d) {
+      uint32_t sum = 0;
+      for (uint32_t l = 0; l < L; ++l) {
+        const uint32_t n = sh->b[d * L + l];
+        sh->b[d * L + l] = sum;
+        sum += n;
+      }
+    }
     for (uint64_t i = uint64_t{t0} * K; i < uint64_t{t1} * K; ++i) {
       const int64_t e = expert(i);
-      job.slots[i] = valid(e) ? static_cast<int32_t>(sh->a[e]++) : -1;
+      job.slots[i] = valid(e) ? static_cast<int32_t>(sh->b[e] + sh->a[e]++) : -1;
     }
   }
   // d may be reading what this rank sent it two calls ago; and the send
@@ -508,14 +522,11 @@ COURIER_DEVICE_INLINE void ll_dispatch_body(const courier_gpu_ep_proxy_ll_dispat
     for (uint64_t i = uint64_t{t0} * K + th.group(); i < uint64_t{t1} * K; i += th.groups()) {
       const int64_t e = expert(i);
       if (!valid(e)) continue;
-      const uint32_t d = static_cast<uint32_t>(e) / L, l = static_cast<uint32_t>(e) % L;
+      const uint32_t d = static_cast<uint32_t>(e) / L;
       const uint64_t slot = static_cast<uint32_t>(job.slots[i]);
-      std::byte* out =
-          through_channels(f, d)
-              ? at(f,
-                   job.send_off + ((uint64_t{d} * L + l) * job.max_tokens + slot) * job.slot_bytes)
-              : at(f, job.recv_off +
-                          ((uint64_t{l} * R + f.rank) * job.max_tokens + slot) * job.slot_bytes);
+      std::byte* out = through_channels(f, d)
+                           ? at(f, job.send_off + (d * region + slot) * job.slot_bytes)
+                           : at(f, job.recv_off + (f.rank * region + slot) * job.slot_bytes);
       const void* x = static_cast<const std::byte*>(job.x) + (i / K) * job.hidden * elem;
       if (job.fp8 != 0) {
         quantize_row(x, job.x_dtype_bits, job.hidden, out, lane);
@@ -526,19 +537,6 @@ COURIER_DEVICE_INLINE void ll_dispatch_body(const courier_gpu_ep_proxy_ll_dispat
         *reinterpret_cast<int32_t*>(out + job.slot_bytes - 16) = static_cast<int32_t>(i / K);
       }
     }
-  }
-  release_fence_system();
-  th.sync();
-  const uint32_t lane_of_block = th.block % lanes_per_rank(f);
-  for (uint32_t e = th.thread; e < E && status_of(f) == 0; e += th.block_dim) {
-    const uint32_t n = sh->a[e] - sh->b[e];
-    const uint32_t d = e / L, l = e % L;
-    if (n == 0 || !through_channels(f, d)) continue;
-    push_write(
-        f, channel_of(f, d, lane_of_block), d,
-        job.send_off + ((uint64_t{d} * L + l) * job.max_tokens + sh->b[e]) * job.slot_bytes,
-        job.recv_off + ((uint64_t{l} * R + f.rank) * job.max_tokens + sh->b[e]) * job.slot_bytes,
-        uint64_t{n} * job.slot_bytes);
   }
   if (!last_block(th, f, sh)) return;
   for (uint32_t e = th.thread; e < E; e += th.block_dim) sh->a[e] = 0;
@@ -552,11 +550,19 @@ COURIER_DEVICE_INLINE void ll_dispatch_body(const courier_gpu_ep_proxy_ll_dispat
     auto* record =
         reinterpret_cast<uint32_t*>(at(f, job.staging_off + d * uint64_t{f.record_words} * 4));
     record[0] = state;
-    for (uint32_t l = 0; l < L; ++l) record[1 + l] = sh->a[d * L + l];
+    uint64_t rows = 0;
+    for (uint32_t l = 0; l < L; ++l) {
+      record[1 + l] = sh->a[d * L + l];
+      rows += sh->a[d * L + l];
+    }
+    if (rows > 0 && state == 0 && through_channels(f, d)) {
+      push_write(f, channel_of(f, d, 0), d, job.send_off + d * region * job.slot_bytes,
+                 job.recv_off + f.rank * region * job.slot_bytes, rows * job.slot_bytes);
+    }
   }
   release_fence_system();
   th.sync();
-  signal_all(th, f, job.staging_off, job.record_off, job.signal_off, lanes_used(th, f), 0);
+  signal_all(th, f, job.staging_off, job.record_off, job.signal_off, 1, 0);
   finish(th, f, true);
 }
 
@@ -569,11 +575,20 @@ COURIER_DEVICE_INLINE void ll_receive_body(const courier_gpu_ep_proxy_ll_receive
   const uint64_t rows_per_expert = uint64_t{R} * job.max_tokens;
   if (waited ? status_of(f) == 0 : wait_all(th, f, job.signal_off, job.record_off, job.target)) {
     for (uint32_t l = th.block; l < L; l += th.grid_dim) {
+      // b[s]: where rank s's rows of l go in the output; a[s]: where they
+      // are in its region (after its rows of experts l' < l).
+      for (uint32_t s = th.thread; s < R; s += th.block_dim) {
+        const uint32_t* record = record_of(f, job.record_off, s);
+        uint32_t before = 0;
+        for (uint32_t j = 0; j < l; ++j) before += load_u32(record + 1 + j);
+        sh->a[s] = before;
+      }
+      th.sync();
       if (th.thread == 0) {
         uint32_t sum = 0;
         for (uint32_t s = 0; s < R; ++s) {
           uint32_t n = load_u32(record_of(f, job.record_off, s) + 1 + l);
-          if (n > job.max_tokens) {
+          if (n > job.max_tokens || uint64_t{sh->a[s]} + n > uint64_t{L} * job.max_tokens) {
             set_status(f.status, COURIER_GPU_EP_STATUS_OVERFLOW | s);
             n = 0;
           }
@@ -590,8 +605,8 @@ COURIER_DEVICE_INLINE void ll_receive_body(const courier_gpu_ep_proxy_ll_receive
         uint32_t s = 0;
         while (s + 1 < R && i >= sh->b[s + 1]) ++s;
         const std::byte* slot =
-            at(f, job.recv_off +
-                      ((uint64_t{l} * R + s) * job.max_tokens + (i - sh->b[s])) * job.slot_bytes);
+            at(f, job.recv_off + (uint64_t{s} * L * job.max_tokens + sh->a[s] + (i - sh->b[s])) *
+                                     job.slot_bytes);
         const uint64_t to = l * rows_per_expert + i;
         lanes_copy(static_cast<std::byte*>(job.x) + to * job.row_bytes, slot, job.row_bytes, lane,
                    kLanes);
@@ -668,32 +683,43 @@ COURIER_DEVICE_INLINE void combine_body(const courier_gpu_ep_proxy_combine_v1& j
       }
     }
   } else if (status_of(f) == 0) {
+    // Rows of expert l from rank s go back into s's region at the place
+    // they had in it (after its rows of experts l' < l); the last block
+    // sends each region with one WRITE.
     for (uint32_t l = th.block; l < L; l += th.grid_dim) {
       for (uint32_t s = 0; s < R; ++s) {
         const auto range = static_cast<uint64_t>(job.range[uint64_t{l} * R + s]);
         const uint32_t begin = static_cast<uint32_t>(range >> 32);
         const uint32_t n = static_cast<uint32_t>(range & 0xFFFFFFFFu);
         if (n == 0) continue;
-        move(uint64_t{l} * R * T + begin, n, s, (uint64_t{s} * L + l) * T,
-             (uint64_t{f.rank} * L + l) * T);
-        release_fence_system();
-        th.sync();
-        if (th.thread == 0 && through_channels(f, s)) {
-          push_write(f, channel_of(f, s, lane_of_block), s,
-                     job.send_off + (uint64_t{s} * L + l) * T * rb,
-                     job.recv_off + (uint64_t{f.rank} * L + l) * T * rb, uint64_t{n} * rb);
+        uint64_t before = 0;
+        for (uint32_t j = 0; j < l; ++j) {
+          before += static_cast<uint64_t>(job.range[uint64_t{j} * R + s]) & 0xFFFFFFFFu;
         }
+        move(uint64_t{l} * R * T + begin, n, s, uint64_t{s} * L * T + before,
+             uint64_t{f.rank} * L * T + before);
       }
     }
   }
   if (!last_block(th, f, sh)) return;
   const uint32_t state = status_of(f) != 0 ? COURIER_GPU_EP_RECORD_REFUSED : 0;
+  const bool by_expert = job.mode == COURIER_GPU_EP_ROUTE_EXPERTS;
   for (uint32_t d = th.thread; d < R; d += th.block_dim) {
     *reinterpret_cast<uint32_t*>(at(f, job.staging_off + d * uint64_t{f.record_words} * 4)) = state;
+    if (!by_expert || state != 0 || !through_channels(f, d)) continue;
+    uint64_t rows = 0;
+    for (uint32_t l = 0; l < L; ++l) {
+      rows += static_cast<uint64_t>(job.range[uint64_t{l} * R + d]) & 0xFFFFFFFFu;
+    }
+    if (rows > 0) {
+      push_write(f, channel_of(f, d, 0), d, job.send_off + uint64_t{d} * L * T * rb,
+                 job.recv_off + uint64_t{f.rank} * L * T * rb, rows * rb);
+    }
   }
   release_fence_system();
   th.sync();
-  signal_all(th, f, job.staging_off, job.record_off, job.signal_off, lanes_used(th, f), 0);
+  signal_all(th, f, job.staging_off, job.record_off, job.signal_off,
+             by_expert ? 1 : lanes_used(th, f), 0);
   finish(th, f, true);
 }
 
@@ -730,7 +756,9 @@ COURIER_DEVICE_INLINE void reduce_body(const courier_gpu_ep_proxy_reduce_v1& job
           } else {
             const int64_t e = job.topk_idx[uint64_t{t} * job.terms + j];
             if (e < 0 || e >= experts) continue;
-            row = static_cast<uint64_t>(e) * job.max_tokens + static_cast<uint32_t>(slot);
+            // Its row came back in the region of its expert's rank, where it went.
+            const uint64_t d = static_cast<uint64_t>(e) / job.local_experts;
+            row = d * job.local_experts * job.max_tokens + static_cast<uint32_t>(slot);
             w = job.weights[uint64_t{t} * job.terms + j];
           }
           const std::byte* p = at(f, job.recv_off + row * row_bytes);

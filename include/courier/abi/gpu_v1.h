@@ -497,16 +497,17 @@ typedef struct courier_gpu_ep_proxy_ht_receive_v1 {
 } courier_gpu_ep_proxy_ht_receive_v1;
 
 /* Low-latency dispatch, send half. Pair (t, k) with e = topk_idx[t][k] >= 0
- * goes to rank d = e / L, expert l = e % L; its slot (slots[t][k], out) is
- * its place among this rank's pairs for e, in token order. Packed at
- * send_off + ((d * L + l) * max_tokens + slot) * slot_bytes: the row
- * (x_dtype_bits 16 or 32; with fp8: hidden e4m3 bytes then hidden / 128
- * float scales, quantized here), then the source token t (int32) in the
- * last 16 bytes of the slot; runs go to recv_off + ((l * num_ranks + rank)
- * * max_tokens + slot) * slot_bytes at d. Before the first write to d,
- * waits until the u64 at release_off + d * 8 here reached release_target
- * (d finished reading what this rank sent it two calls ago). Record for d:
- * [1 + l] its pairs for local expert l. */
+ * goes to rank d = e / L, expert l = e % L. Each destination gets one
+ * region of L * max_tokens slots: the pairs of its expert 0, then 1, ...,
+ * each expert's in token order; slots[t][k] (out) is the pair's place in
+ * its region. A slot (slot_bytes) holds the row (x_dtype_bits 16 or 32;
+ * with fp8: hidden e4m3 bytes then hidden / 128 float scales, quantized
+ * here), then the source token t (int32) in its last 16 bytes. The region
+ * is packed at send_off + d * L * max_tokens * slot_bytes and goes, as one
+ * WRITE, to recv_off + rank * L * max_tokens * slot_bytes at d. Before
+ * writing, waits until the u64 at release_off + d * 8 here reached
+ * release_target for every d (d finished reading what this rank sent it
+ * two calls ago). Record for d: [1 + l] its pairs for local expert l. */
 typedef struct courier_gpu_ep_proxy_ll_dispatch_v1 {
   uint32_t struct_size;
   int32_t device;
@@ -520,11 +521,13 @@ typedef struct courier_gpu_ep_proxy_ll_dispatch_v1 {
 } courier_gpu_ep_proxy_ll_dispatch_v1;
 
 /* Low-latency dispatch, receive half: waits for every rank's signal, then
- * packs, per local expert l, the slots of rank 0, 1, ... into x (row_bytes
- * each), scales (scale_cols floats, 0: none) and src from row 0 of
- * [L][num_ranks * max_tokens]; count[l] = its rows, range[l][s] = (begin
- * << 32) | rows from s. Then adds COURIER_GPU_EP_SIGNAL_STEP to the u64 at
- * release_off + rank * 8 at every rank: they may send into it again. */
+ * packs, per local expert l, the slots of rank 0, 1, ... (rank s's region
+ * at recv_off + s * L * max_tokens * slot_bytes holds its rows of expert 0,
+ * 1, ..., counts in its record) into x (row_bytes each), scales
+ * (scale_cols floats, 0: none) and src from row 0 of [L][num_ranks *
+ * max_tokens]; count[l] = its rows, range[l][s] = (begin << 32) | rows
+ * from s. Then adds COURIER_GPU_EP_SIGNAL_STEP to the u64 at release_off +
+ * rank * 8 at every rank: they may send into it again. */
 typedef struct courier_gpu_ep_proxy_ll_receive_v1 {
   uint32_t struct_size;
   int32_t device;
@@ -543,9 +546,11 @@ typedef struct courier_gpu_ep_proxy_ll_receive_v1 {
  * RANKS: x holds the rows of rank 0, 1, ... (counts[s] each, in order);
  * row i of rank s goes to recv_off + (rank * max_tokens + i) * row_bytes at
  * s. EXPERTS: x is [L][num_ranks * max_tokens]; rows [begin, begin + n) of
- * expert l, with range[l][s] = (begin << 32) | n, go to recv_off + ((rank
- * * L + l) * max_tokens + i) * row_bytes at s. Packed at send_off first
- * (x is the caller's memory, not a registered window). */
+ * expert l, with range[l][s] = (begin << 32) | n, go back to where they were
+ * in s's dispatch region: into rank s's region at recv_off + rank * L *
+ * max_tokens * row_bytes at s, after the rows of experts l' < l from s;
+ * one WRITE per region. Packed at send_off first (x is the caller's
+ * memory, not a registered window). */
 typedef struct courier_gpu_ep_proxy_combine_v1 {
   uint32_t struct_size;
   int32_t device;
@@ -563,8 +568,8 @@ typedef struct courier_gpu_ep_proxy_combine_v1 {
  * with slots[t][r] >= 0 (terms = num_ranks) of the row at recv_off + (r *
  * max_tokens + slots[t][r]) * row_bytes. EXPERTS: over k with e =
  * topk_idx[t][k] >= 0 (terms = topk) of weights[t][k] x the row at recv_off
- * + ((d * L + l) * max_tokens + slots[t][k]) * row_bytes, d = e / L, l =
- * e % L. */
+ * + (d * L * max_tokens + slots[t][k]) * row_bytes, d = e / L (slots: the
+ * dispatch's places in the regions). */
 typedef struct courier_gpu_ep_proxy_reduce_v1 {
   uint32_t struct_size;
   int32_t device;
