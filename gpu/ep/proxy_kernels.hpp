@@ -1,17 +1,18 @@
 // The kernels of the EP proxy path (GPU ABI minor 3, docs/ep.md "Proxy
 // path"), written once: gpu-cuda and gpu-hip wrap each body in a
-// __global__ function, gpu-host runs it on CPU threads. The kernels route
-// tokens, pack (and quantize) rows into the registered send area, and push
-// WRITE commands for runs of rows into the FIFO channels; the last block of
-// a send kernel announces the phase to every rank with write-then-atomic
-// (a record, then atomics that sum to COURIER_GPU_EP_SIGNAL_STEP, one
-// behind the rows of each channel used). Receive kernels wait on the signal
-// words on the device, then unpack or reduce.
+// __global__ function, gpu-host runs it on CPU threads. Send kernels route
+// tokens and pack (and quantize) rows into the registered send area, one
+// region per destination laid out as the destination wants it; the last
+// block to finish pushes each region as WRITE commands into the FIFO
+// channels and announces the phase to every rank with write-then-atomic (a
+// record, then atomics that sum to COURIER_GPU_EP_SIGNAL_STEP, one behind
+// the rows of each channel used). Receive kernels wait on the signal words
+// on the device, then unpack or reduce.
 //
 // Channels: the rows to rank d travel on lanes_per_rank() channels
-// starting at d * lanes_per_rank() (mod the channel count); block b uses
-// lane b % lanes_per_rank(), so a destination's rows spread over several
-// channels and proxy threads when there are more channels than ranks.
+// starting at d * lanes_per_rank() (mod the channel count), a piece of the
+// region each, so a destination's rows spread over several channels and
+// proxy threads when there are more channels than ranks.
 #pragma once
 
 #include <cstdint>
@@ -171,9 +172,18 @@ COURIER_DEVICE_INLINE void signal_all(const KernelThread& th, const Proxy& f, ui
   }
 }
 
-COURIER_DEVICE_INLINE uint32_t lanes_used(const KernelThread& th, const Proxy& f) {
-  const uint32_t lanes = lanes_per_rank(f);
-  return th.grid_dim < lanes ? th.grid_dim : lanes;
+// WRITEs `rows` rows of row_bytes from src_off here to dst_off at rank d,
+// split into `lanes` pieces on d's channels (their proxies and NIC queues
+// work in parallel); signal_all then adds an atomic behind each.
+COURIER_DEVICE_INLINE void push_region(const Proxy& f, uint32_t d, uint64_t src_off,
+                                       uint64_t dst_off, uint64_t rows, uint64_t row_bytes,
+                                       uint32_t lanes) {
+  const uint64_t per = (rows + lanes - 1) / lanes;
+  for (uint32_t j = 0; j < lanes && j * per < rows; ++j) {
+    const uint64_t n = rows - j * per < per ? rows - j * per : per;
+    push_write(f, channel_of(f, d, j), d, src_off + j * per * row_bytes,
+               dst_off + j * per * row_bytes, n * row_bytes);
+  }
 }
 
 // Waits until *word reached target: false (and the status set) on a
@@ -259,9 +269,9 @@ COURIER_DEVICE_INLINE void refuse_body(const courier_gpu_ep_proxy_refuse_v1& job
   if (f.status_host != nullptr) *const_cast<volatile uint32_t*>(f.status_host) = status_of(f);
 }
 
-// ---- ep_proxy_ht_dispatch: block b routes, packs and sends a contiguous
-// range of tokens, `batch` tokens at a time (a WRITE per destination and
-// batch); the last block counts everything again for the records.
+// ---- ep_proxy_ht_dispatch: block b routes and packs a contiguous range of
+// tokens, `batch` tokens at a time; the last block counts everything again
+// for the records and sends each destination's slots.
 COURIER_DEVICE_INLINE void ht_dispatch_body(const courier_gpu_ep_proxy_ht_dispatch_v1& job,
                                             const KernelThread& th, ProxyShared* sh, uint32_t batch,
                                             bool waited) {
@@ -293,7 +303,6 @@ COURIER_DEVICE_INLINE void ht_dispatch_body(const courier_gpu_ep_proxy_ht_dispat
   }
   if (!waited) send_wait(th, f, false, 0, 0);
   th.sync();
-  const uint32_t lane_of_block = th.block % lanes_per_rank(f);
   for (uint32_t b0 = t0, b1 = t0; b0 < t1; b0 = b1) {
     b1 = t1 - b0 < batch ? t1 : b0 + batch;
     for (uint32_t d = th.thread; d < R; d += th.block_dim) sh->b[d] = sh->a[d];
@@ -338,16 +347,6 @@ COURIER_DEVICE_INLINE void ht_dispatch_body(const courier_gpu_ep_proxy_ht_dispat
         }
       }
     }
-    release_fence_system();
-    th.sync();
-    for (uint32_t d = th.thread; d < R; d += th.block_dim) {
-      const uint32_t n = sh->a[d] - sh->b[d];
-      if (n == 0 || !through_channels(f, d)) continue;
-      push_write(f, channel_of(f, d, lane_of_block), d,
-                 job.send_off + (uint64_t{d} * job.max_tokens + sh->b[d]) * job.slot_bytes,
-                 job.recv_off + (uint64_t{f.rank} * job.max_tokens + sh->b[d]) * job.slot_bytes,
-                 uint64_t{n} * job.slot_bytes);
-    }
     th.sync();
   }
   if (!last_block(th, f, sh)) return;
@@ -369,16 +368,22 @@ COURIER_DEVICE_INLINE void ht_dispatch_body(const courier_gpu_ep_proxy_ht_dispat
   }
   th.sync();
   const uint32_t state = status_of(f) != 0 ? COURIER_GPU_EP_RECORD_REFUSED : 0;
+  const uint32_t spread = lanes_per_rank(f);
   for (uint32_t d = th.thread; d < R; d += th.block_dim) {
     auto* record =
         reinterpret_cast<uint32_t*>(at(f, job.staging_off + d * uint64_t{f.record_words} * 4));
     record[0] = state;
     record[1] = sh->b[d];
     for (uint32_t l = 0; l < L; ++l) record[2 + l] = sh->a[d * L + l];
+    if (state == 0 && through_channels(f, d)) {
+      push_region(f, d, job.send_off + uint64_t{d} * job.max_tokens * job.slot_bytes,
+                  job.recv_off + uint64_t{f.rank} * job.max_tokens * job.slot_bytes, sh->b[d],
+                  job.slot_bytes, spread);
+    }
   }
   release_fence_system();
   th.sync();
-  signal_all(th, f, job.staging_off, job.record_off, job.signal_off, lanes_used(th, f), 0);
+  signal_all(th, f, job.staging_off, job.record_off, job.signal_off, spread, 0);
   finish(th, f, true);
 }
 
@@ -555,14 +560,15 @@ COURIER_DEVICE_INLINE void ll_dispatch_body(const courier_gpu_ep_proxy_ll_dispat
       record[1 + l] = sh->a[d * L + l];
       rows += sh->a[d * L + l];
     }
-    if (rows > 0 && state == 0 && through_channels(f, d)) {
-      push_write(f, channel_of(f, d, 0), d, job.send_off + d * region * job.slot_bytes,
-                 job.recv_off + f.rank * region * job.slot_bytes, rows * job.slot_bytes);
+    if (state == 0 && through_channels(f, d)) {
+      push_region(f, d, job.send_off + d * region * job.slot_bytes,
+                  job.recv_off + f.rank * region * job.slot_bytes, rows, job.slot_bytes,
+                  lanes_per_rank(f));
     }
   }
   release_fence_system();
   th.sync();
-  signal_all(th, f, job.staging_off, job.record_off, job.signal_off, 1, 0);
+  signal_all(th, f, job.staging_off, job.record_off, job.signal_off, lanes_per_rank(f), 0);
   finish(th, f, true);
 }
 
@@ -642,7 +648,6 @@ COURIER_DEVICE_INLINE void combine_body(const courier_gpu_ep_proxy_combine_v1& j
   const uint32_t R = f.num_ranks, L = job.local_experts;
   const uint64_t rb = job.row_bytes, T = job.max_tokens;
   const uint32_t lane = th.lane();
-  const uint32_t lane_of_block = th.block % lanes_per_rank(f);
   const auto* x = static_cast<const std::byte*>(job.x);
   if (!waited) send_wait(th, f, false, 0, 0);
   th.sync();
@@ -675,12 +680,6 @@ COURIER_DEVICE_INLINE void combine_body(const courier_gpu_ep_proxy_combine_v1& j
       if (a >= b) continue;
       const uint64_t j = a - sh->b[s];
       move(a, b - a, s, s * T + j, f.rank * T + j);
-      release_fence_system();
-      th.sync();
-      if (th.thread == 0 && through_channels(f, s)) {
-        push_write(f, channel_of(f, s, lane_of_block), s, job.send_off + (s * T + j) * rb,
-                   job.recv_off + (f.rank * T + j) * rb, uint64_t{b - a} * rb);
-      }
     }
   } else if (status_of(f) == 0) {
     // Rows of expert l from rank s go back into s's region at the place
@@ -701,25 +700,29 @@ COURIER_DEVICE_INLINE void combine_body(const courier_gpu_ep_proxy_combine_v1& j
       }
     }
   }
+  // The last block sends each destination's rows, spread over its lanes.
   if (!last_block(th, f, sh)) return;
   const uint32_t state = status_of(f) != 0 ? COURIER_GPU_EP_RECORD_REFUSED : 0;
   const bool by_expert = job.mode == COURIER_GPU_EP_ROUTE_EXPERTS;
+  const uint32_t lanes = lanes_per_rank(f);
   for (uint32_t d = th.thread; d < R; d += th.block_dim) {
     *reinterpret_cast<uint32_t*>(at(f, job.staging_off + d * uint64_t{f.record_words} * 4)) = state;
-    if (!by_expert || state != 0 || !through_channels(f, d)) continue;
+    if (state != 0 || !through_channels(f, d)) continue;
     uint64_t rows = 0;
-    for (uint32_t l = 0; l < L; ++l) {
-      rows += static_cast<uint64_t>(job.range[uint64_t{l} * R + d]) & 0xFFFFFFFFu;
+    if (by_expert) {
+      for (uint32_t l = 0; l < L; ++l) {
+        rows += static_cast<uint64_t>(job.range[uint64_t{l} * R + d]) & 0xFFFFFFFFu;
+      }
+    } else {
+      rows = static_cast<uint32_t>(job.counts[d]);
     }
-    if (rows > 0) {
-      push_write(f, channel_of(f, d, 0), d, job.send_off + uint64_t{d} * L * T * rb,
-                 job.recv_off + uint64_t{f.rank} * L * T * rb, rows * rb);
-    }
+    const uint64_t region = by_expert ? uint64_t{L} * T : T;
+    push_region(f, d, job.send_off + d * region * rb, job.recv_off + f.rank * region * rb, rows, rb,
+                lanes);
   }
   release_fence_system();
   th.sync();
-  signal_all(th, f, job.staging_off, job.record_off, job.signal_off,
-             by_expert ? 1 : lanes_used(th, f), 0);
+  signal_all(th, f, job.staging_off, job.record_off, job.signal_off, lanes, 0);
   finish(th, f, true);
 }
 

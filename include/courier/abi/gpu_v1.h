@@ -458,9 +458,9 @@ typedef struct courier_gpu_ep_proxy_refuse_v1 {
  * packed at send_off + (d * max_tokens + slot) * slot_bytes: the value row
  * (row_bytes), its scales (scale_cols floats, with x_scales), then topk
  * int32 expert ids local to d (-1 where elsewhere, or without topk_idx)
- * and topk float weights (0 without topk_weights);
- * runs of slots go to recv_off + (rank * max_tokens + slot) * slot_bytes at
- * d. Record for d: [1] its row count, [2 + l] its tokens per local expert l
+ * and topk float weights (0 without topk_weights); d's slots go to
+ * recv_off + (rank * max_tokens + slot) * slot_bytes at d, spread over its
+ * channels. Record for d: [1] its row count, [2 + l] its tokens per local expert l
  * (experts_per_rank of them). An index outside [-1, num_experts) sets
  * BAD_INDEX and the records say refused. */
 typedef struct courier_gpu_ep_proxy_ht_dispatch_v1 {
@@ -503,8 +503,8 @@ typedef struct courier_gpu_ep_proxy_ht_receive_v1 {
  * its region. A slot (slot_bytes) holds the row (x_dtype_bits 16 or 32;
  * with fp8: hidden e4m3 bytes then hidden / 128 float scales, quantized
  * here), then the source token t (int32) in its last 16 bytes. The region
- * is packed at send_off + d * L * max_tokens * slot_bytes and goes, as one
- * WRITE, to recv_off + rank * L * max_tokens * slot_bytes at d. Before
+ * is packed at send_off + d * L * max_tokens * slot_bytes and goes, spread
+ * over d's channels, to recv_off + rank * L * max_tokens * slot_bytes at d. Before
  * writing, waits until the u64 at release_off + d * 8 here reached
  * release_target for every d (d finished reading what this rank sent it
  * two calls ago). Record for d: [1 + l] its pairs for local expert l. */
@@ -549,7 +549,7 @@ typedef struct courier_gpu_ep_proxy_ll_receive_v1 {
  * expert l, with range[l][s] = (begin << 32) | n, go back to where they were
  * in s's dispatch region: into rank s's region at recv_off + rank * L *
  * max_tokens * row_bytes at s, after the rows of experts l' < l from s;
- * one WRITE per region. Packed at send_off first (x is the caller's
+ * each region spread over s's channels. Packed at send_off first (x is the caller's
  * memory, not a registered window). */
 typedef struct courier_gpu_ep_proxy_combine_v1 {
   uint32_t struct_size;
