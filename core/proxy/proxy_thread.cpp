@@ -42,6 +42,18 @@ bool target_is_write(uint32_t target) { return (target & 1) != 0; }
 // the sequence number).
 constexpr uint64_t kRouteMask = (uint64_t{1} << TransferCmd::kSeqShift) - 1;
 
+// Whether WRITE `next` may join the write `prev` starts: same route, no
+// immediate data, contiguous at both ends. Inline: the per-command check
+// that most commands fail, before coalesce() looks further.
+bool continues(const TransferCmd& prev, const TransferCmd& next) {
+  constexpr uint64_t kFlagsField = ((uint64_t{1} << TransferCmd::kFlagsBits) - 1)
+                                   << TransferCmd::kFlagsShift;
+  // The source first: commands that do not merge usually fail there.
+  return uint64_t{next.src_offset()} == uint64_t{prev.src_offset()} + prev.length() &&
+         ((next.word0 ^ prev.word0) & kRouteMask) == 0 && (prev.word0 & kFlagsField) == 0 &&
+         uint64_t{next.dst_offset()} == uint64_t{prev.dst_offset()} + prev.length();
+}
+
 TransferCmd with_length(TransferCmd cmd, uint64_t length) {
   constexpr uint64_t kLengthField = TransferCmd::kMaxLength << TransferCmd::kLengthShift;
   cmd.word0 = (cmd.word0 & ~kLengthField) | (length << TransferCmd::kLengthShift);
@@ -395,7 +407,7 @@ bool ProxyThread::dequeue_and_post() {
         // The common case, straight to the transport.
         uint32_t count = 1;
         TransferCmd merged;
-        if (options_.coalesce_bytes != 0 && i + 1 < n) {
+        if (options_.coalesce_bytes != 0 && i + 1 < n && continues(cmd, batch_[i + 1])) {
           count = coalesce(*channel, ticket, &batch_[i], n - i, &merged);
         }
         if (count == 1) {
@@ -419,7 +431,8 @@ bool ProxyThread::dequeue_and_post() {
         continue;
       }
       PendingPost p{channel, cmd, ticket};
-      if (options_.coalesce_bytes != 0 && cmd.op() == CmdOp::write && i + 1 < n) {
+      if (options_.coalesce_bytes != 0 && cmd.op() == CmdOp::write && i + 1 < n &&
+          continues(cmd, batch_[i + 1])) {
         p.count = coalesce(*channel, ticket, &batch_[i], n - i, &p.cmd);
       }
       if (!pending_.empty() || !post(p)) pending_.push_back(p);

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "completing_sink.hpp"
+#include "core/config.hpp"
 #include "core/log.hpp"
 #include "core/proxy/fifo_consumer.hpp"
 #include "core/proxy/proxy_thread.hpp"
@@ -66,10 +67,62 @@ double produce(Ring& ring, const FifoBenchOptions& o) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
+// Prefilled: per round, this thread fills the ring while nothing consumes
+// it, then `start` starts the consumer and `stop` stops it once every
+// command completed; only that drain is timed.
+template <class Start, class Stop>
+double drain_prefilled(Ring& ring, const FifoBenchOptions& o, Start start, Stop stop) {
+  WriteCmdArgs args;
+  args.dst_rank = 1;
+  args.length = 16;
+  TransferCmd batch[kMaxBatch];
+  for (auto& c : batch) encode_write(args, &c);
+  ring.ch.max_inflight = o.depth;  // a whole ring without waiting
+  double seconds = 0;
+  for (uint64_t done = 0; done < o.commands; done += o.depth) {
+    for (uint32_t pushed = 0; pushed < o.depth; pushed += o.batch) {
+      device::push_batch(ring.ch, batch, std::min(o.batch, o.depth - pushed), nullptr);
+    }
+    auto begin = std::chrono::steady_clock::now();
+    start();
+    device::wait_completed(ring.ch, done + o.depth);
+    seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+    stop();
+  }
+  return seconds;
+}
+
 // The baseline: the same ring drained by a bare consume-and-complete loop.
 double run_bare_ring(const FifoBenchOptions& o) {
   Ring ring(o);
   std::atomic<bool> stop{false};
+  if (o.prefilled) {
+    FifoConsumer fifo(ring.slots.data(), o.depth, 0);
+    CompletionTracker tracker(o.depth);
+    std::thread consumer;
+    return drain_prefilled(
+        ring, o,
+        [&] {
+          stop.store(false);
+          consumer = std::thread([&] {
+            TransferCmd batch[64];
+            while (!stop.load(std::memory_order_relaxed)) {
+              uint64_t first = fifo.next_ticket();
+              uint32_t n = fifo.poll(batch, 64);
+              if (n == 0) {
+                std::this_thread::yield();
+                continue;
+              }
+              for (uint32_t i = 0; i < n; ++i) tracker.complete(first + i);
+              publish_completed(*ring.control, tracker.prefix());
+            }
+          });
+        },
+        [&] {
+          stop.store(true);
+          consumer.join();
+        });
+  }
   std::thread consumer([&] {
     FifoConsumer fifo(ring.slots.data(), o.depth, 0);
     CompletionTracker tracker(o.depth);
@@ -98,7 +151,13 @@ double run_proxy(const FifoBenchOptions& o) {
   CompletingSink sink(o.max_inflight);
   ProxyOptions options;
   options.semantics.world_size = 2;  // the commands write to rank 1
+  // As a Context would run it (these commands never merge: all write offset 0).
+  options.coalesce_bytes = Config::load(process_env(), /*need_job=*/false).coalesce_bytes;
   ProxyThread proxy(0, sink, {&channel}, options, log);
+  if (o.prefilled) {
+    return drain_prefilled(
+        ring, o, [&] { proxy.start(); }, [&] { proxy.stop(); });
+  }
   proxy.start();
   double seconds = produce(ring, o);
   proxy.stop();
@@ -113,8 +172,8 @@ BenchResult result_of(const FifoBenchOptions& o, const char* path, double second
   r.size = sizeof(TransferCmd);
   r.window = o.max_inflight;
   r.fifo_inflight = o.max_inflight;
-  r.iters = o.commands / o.producers * o.producers;
-  r.threads = o.producers;
+  r.iters = o.prefilled ? o.commands : o.commands / o.producers * o.producers;
+  r.threads = o.prefilled ? 0 : o.producers;  // prefilled: no producer runs meanwhile
   r.seconds = seconds;
   r.msgs_per_s = static_cast<double>(r.iters) / seconds;
   r.gbytes_per_s = r.msgs_per_s * static_cast<double>(r.size) / 1e9;
@@ -125,7 +184,8 @@ BenchResult result_of(const FifoBenchOptions& o, const char* path, double second
 
 std::vector<BenchResult> run_fifo_bench(const FifoBenchOptions& options) {
   FifoBenchOptions o = options;
-  o.commands = o.commands / (uint64_t{o.batch} * o.producers) * o.batch * o.producers;
+  o.commands = o.prefilled ? std::max<uint64_t>(o.commands / o.depth, 1) * o.depth
+                           : o.commands / (uint64_t{o.batch} * o.producers) * o.batch * o.producers;
   // Alternate the two paths and keep each one's median run.
   std::vector<double> ring, proxy;
   for (uint32_t i = 0; i < o.repeats; ++i) {

@@ -37,7 +37,7 @@ using courier::bench::BenchResult;
 
 constexpr const char* kUsage =
     "usage: courier-bench fifo [--producers P] [--commands N] [--batch B] [--depth D]\n"
-    "                          [--inflight I] [--repeats R] [--json]\n"
+    "                          [--inflight I] [--repeats R] [--prefilled] [--json]\n"
     "       courier-bench fifo --gpu NAME [--blocks B] [--threads T] [--push warp|thread]\n"
     "                          [--proxy-threads P] [--channels C] [--commands N] [--depth D]\n"
     "                          [--inflight I] [--repeats R] [--check] [--graph]\n"
@@ -56,7 +56,10 @@ constexpr const char* kUsage =
     "                          [--provider shm|tcp] [--json]\n"
     "\n"
     "fifo       host-GPU producer threads into one proxy thread (commands/s); baseline:\n"
-    "           the same ring drained by a bare loop (path 'ring').\n"
+    "           the same ring drained by a bare loop (path 'ring'). --prefilled: fill the\n"
+    "           ring (D commands) with no consumer running, then time draining it, until\n"
+    "           N commands (no producer competes for a core; with valgrind --tool=callgrind\n"
+    "           the consumer's instructions per command repeat exactly).\n"
     "fifo --gpu the GPU backend's producer kernel (B blocks x T threads) into C channels\n"
     "           drained by P proxy threads (default: COURIER_PROXY_THREADS if set, else 1;\n"
     "           C defaults to P); baseline: bare loops on the same rings. --check verifies\n"
@@ -252,6 +255,8 @@ int run_fifo(int argc, char** argv) {
       o.max_inflight = static_cast<uint32_t>(parse_number(flag, value(), 1, 8192));
     } else if (flag == "--repeats") {
       o.repeats = static_cast<uint32_t>(parse_number(flag, value(), 1, 100));
+    } else if (flag == "--prefilled") {
+      o.prefilled = true;
     } else {
       return false;
     }
@@ -259,7 +264,12 @@ int run_fifo(int argc, char** argv) {
   });
   if (o.max_inflight > o.depth) usage_error("--inflight may not exceed --depth");
   if (o.batch > o.max_inflight) usage_error("--batch may not exceed --inflight");
-  print(courier::bench::run_fifo_bench(o), json);
+  try {
+    print(courier::bench::run_fifo_bench(o), json);
+  } catch (const courier::Error& e) {  // a bad COURIER_* value, say
+    fmt::print(stderr, "courier-bench: {}\n", e.what());
+    return 1;
+  }
   return 0;
 }
 
