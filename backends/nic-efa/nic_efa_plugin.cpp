@@ -33,6 +33,7 @@ constexpr ofi::BackendTraits kTraits = {
     .hardware_name = "EFA",
     .hardware_missing = "no EFA device, or this libfabric was built without the efa provider",
     .may_claim_ordered_writes = false,
+    .may_claim_loopback = false,
     .may_offer_atomics = false,
     .max_imm_bytes = 4,
     .device_memory = true,

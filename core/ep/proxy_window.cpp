@@ -63,6 +63,22 @@ ProxyWindow::ProxyWindow(Context& ctx, uint64_t bytes, uint64_t control_bytes,
 
 ProxyWindow::~ProxyWindow() {
   try {
+    // Every command the kernels pushed (the last signals, releases) has
+    // completed before the collective deregistration: none may land at a
+    // peer after it gave the window up.
+    ops()->ep_sync(backend(), device_);
+    std::vector<DeviceCommandList> drains(num_channels_);
+    for (uint32_t c = 0; c < num_channels_; ++c) {
+      drains[c].channel = c;
+      TransferCmd drain;
+      encode_drain(&drain);
+      drains[c].commands.push_back(drain);
+    }
+    ctx_.run_device_commands(drains);
+  } catch (const Error&) {
+    // A failed channel completes nothing more; deregister anyway.
+  }
+  try {
     ctx_.deregister_window(window_);
   } catch (const Error&) {
     // A rank that is gone cannot take part; the memory is freed anyway.

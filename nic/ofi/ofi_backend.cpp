@@ -29,7 +29,7 @@ bool is_allowed(std::string_view allowed, std::string_view value) {
 
 // The capability bits a profile lets an endpoint promise.
 uint32_t caps_of(const ProviderProfile& p) {
-  uint32_t caps = COURIER_NIC_CAP_RMA_WRITE;
+  uint32_t caps = COURIER_NIC_CAP_RMA_WRITE | COURIER_NIC_CAP_LOOPBACK;  // see may_claim_loopback
   if (p.imm_bytes > 0) caps |= COURIER_NIC_CAP_WRITE_IMM;
   // The sender comes from FI_SOURCE, or from the CQ data where the provider
   // reports no length (and no reliable source either): see ofi_rma.cpp.
@@ -84,6 +84,7 @@ int Backend::probe_atomics(const std::string& prov_name) {
   props.atomic_native = has_utility_layer(profile.provider_name) ? 0 : profile.atomic_ops;
   uint32_t caps = caps_of(profile);
   if (!traits_->may_claim_ordered_writes) caps &= ~COURIER_NIC_CAP_ORDERED_WRITES;
+  if (!traits_->may_claim_loopback) caps &= ~COURIER_NIC_CAP_LOOPBACK;
   // The immediate-data width is one property for both kinds of endpoints;
   // should FI_ATOMIC ever change it, atomic endpoints claim none rather than
   // a wrong width.
@@ -172,6 +173,7 @@ int Backend::create(const BackendTraits& traits, const courier_host_services_v1*
   props.struct_size = sizeof props;
   props.caps = caps_of(p);
   if (!traits.may_claim_ordered_writes) props.caps &= ~COURIER_NIC_CAP_ORDERED_WRITES;
+  if (!traits.may_claim_loopback) props.caps &= ~COURIER_NIC_CAP_LOOPBACK;
   // Replaced by probe_atomics below when the provider has atomics.
   props.atomic_ops = 0;
   props.atomic_native = 0;

@@ -46,6 +46,9 @@ struct BackendTraits {
 
   // What the plugin may promise, whatever the provider grants.
   bool may_claim_ordered_writes;
+  // A rank may write to itself (its own address is in the AV): checked on
+  // shm and tcp; not claimed where no hardware run has shown it.
+  bool may_claim_loopback;
   bool may_offer_atomics;  // false: no probe, atomic_ops 0, post_atomic NULL
   uint32_t max_imm_bytes;  // immediate-data width reported at most
   bool device_memory;      // ask for FI_HMEM; register CUDA/ROCm memory where granted
