@@ -1,6 +1,7 @@
 #!/bin/sh
-# peer_death.sh COURIER_RUN PEER_DEATH_CHECK TIMEOUT_S
+# peer_death.sh COURIER_RUN PEER_DEATH_CHECK TIMEOUT_S [TRAFFIC]
 #
+# TRAFFIC: writes (default) or ep (EP dispatch and combine over the proxy path).
 # Runs 4 ranks of peer_death_check under courier-run with COURIER_TIMEOUT_S
 # set to TIMEOUT_S; rank 2 kills itself with SIGKILL in the middle of the
 # traffic. Passes only if courier-run exits non-zero naming rank 2's signal,
@@ -13,6 +14,7 @@ set -u
 courier_run=$1
 check=$2
 timeout_s=$3
+traffic=${4:-writes}
 dead=2
 bound_ms=$(((timeout_s + 5) * 1000))
 
@@ -32,7 +34,7 @@ fail() {
 
 started=$(date +%s%3N)
 COURIER_TIMEOUT_S=$timeout_s "$courier_run" -n 4 "$check" --die "$dead" --after-ms 1500 \
-  --give-up-s $((timeout_s * 3)) >"$out" 2>"$err"
+  --give-up-s $((timeout_s * 3)) --traffic "$traffic" >"$out" 2>"$err"
 status=$?
 ended=$(date +%s%3N)
 echo "courier-run exited with status $status after $((ended - started)) ms"

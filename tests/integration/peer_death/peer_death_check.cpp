@@ -1,6 +1,7 @@
 // peer_death_check: every rank keeps WRITing to every other rank through its
-// FIFO channels; rank DIE kills itself with SIGKILL after MS milliseconds of
-// traffic. The survivors must notice on their own (no launcher help), name
+// FIFO channels (or, with --traffic ep, keeps calling EP low-latency dispatch
+// and combine over the proxy path); rank DIE kills itself with SIGKILL after
+// MS milliseconds of traffic. The survivors must notice on their own (no launcher help), name
 // the dead rank and exit non-zero; peer_death.sh checks that they do.
 //
 //   courier-run -n 4 peer_death_check --die 2 --after-ms 1500
@@ -26,6 +27,7 @@
 #include <vector>
 
 #include "courier/context.hpp"
+#include "courier/ep.hpp"
 #include "gpu/fifo_push.hpp"
 
 namespace {
@@ -35,13 +37,14 @@ struct Options {
   int after_ms = 1500;
   int give_up_s = 60;
   bool stop = false;  // --how stop: SIGSTOP (a hang) instead of SIGKILL
+  bool ep = false;    // --traffic ep: EP dispatch and combine instead of raw WRITEs
   std::string provider = "shm";
 };
 
 [[noreturn]] void usage_error(const std::string& message) {
   fmt::print(stderr,
              "peer_death_check: {}\nusage: peer_death_check [--die RANK] [--after-ms MS] "
-             "[--give-up-s S] [--how kill|stop] [--provider shm|tcp]\n",
+             "[--give-up-s S] [--how kill|stop] [--traffic writes|ep] [--provider shm|tcp]\n",
              message);
   std::exit(2);
 }
@@ -61,6 +64,9 @@ Options parse(int argc, char** argv) {
     } else if (arg == "--how") {
       if (value != "kill" && value != "stop") usage_error("--how must be kill or stop");
       o.stop = value == "stop";
+    } else if (arg == "--traffic") {
+      if (value != "writes" && value != "ep") usage_error("--traffic must be writes or ep");
+      o.ep = value == "ep";
     } else if (arg == "--provider") {
       o.provider = value;
     } else {
@@ -124,6 +130,49 @@ void traffic_kernel(const courier_host_thread_v1* t, void* raw) {
   }
 }
 
+int report_failure(courier::Context& ctx, int rank);
+
+// Low-latency dispatch and combine in a loop until a call fails (the
+// expected end: a peer died) or --give-up-s passes (returns 3).
+int ep_traffic(courier::Context& ctx, const Options& o) {
+  const int ranks = ctx.world_size(), rank = ctx.rank();
+  const int64_t tokens = 16, hidden = 256, topk = 2;
+  courier::ep::BufferOptions options;
+  options.low_latency_mode = true;
+  options.max_tokens_per_rank = static_cast<uint32_t>(tokens);
+  options.hidden = static_cast<uint32_t>(hidden);
+  options.element_bytes = 2;
+  options.max_topk = static_cast<uint32_t>(topk);
+  options.num_experts = static_cast<uint32_t>(2 * ranks);
+  courier::ep::Buffer buffer(ctx, options);
+  const DLDevice device = buffer.device();
+  courier::DeviceBuffer x = ctx.alloc(static_cast<size_t>(tokens * hidden * 2));
+  courier::DeviceBuffer idx = ctx.alloc(static_cast<size_t>(tokens * topk * 8));
+  courier::DeviceBuffer weights = ctx.alloc(static_cast<size_t>(tokens * topk * 4));
+  std::vector<int64_t> experts(static_cast<size_t>(tokens * topk));
+  for (size_t i = 0; i < experts.size(); ++i) experts[i] = static_cast<int64_t>(i % (2 * ranks));
+  ctx.copy(idx.data(), experts.data(), experts.size() * 8);
+  int64_t x_shape[2] = {tokens, hidden}, k_shape[2] = {tokens, topk};
+  DLTensor x_view{x.data(), device, 2, DLDataType{kDLBfloat, 16, 1}, x_shape, nullptr, 0};
+  DLTensor idx_view{idx.data(), device, 2, DLDataType{kDLInt, 64, 1}, k_shape, nullptr, 0};
+  DLTensor w_view{weights.data(), device, 2, DLDataType{kDLFloat, 32, 1}, k_shape, nullptr, 0};
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(o.give_up_s);
+  try {
+    while (std::chrono::steady_clock::now() < give_up) {
+      courier::ep::LowLatencyDispatchArgs args;
+      args.x = &x_view;
+      args.topk_idx = &idx_view;
+      courier::ep::LowLatencyDispatchResult got = buffer.low_latency_dispatch(args);
+      buffer.low_latency_combine(got.packed_recv_x.tensor(), idx_view, w_view, got.handle);
+    }
+  } catch (const courier::Error& error) {
+    say(fmt::format("rank {}: EP traffic stopped: {}", rank, error.what()));
+    return 0;
+  }
+  say(fmt::format("rank {}: EP traffic ran {} s without any failure", rank, o.give_up_s));
+  return 3;
+}
+
 int run(const Options& o) {
   courier::ContextOptions options;
   options.env.emplace_back("COURIER_OFI_PROVIDER", o.provider);
@@ -147,6 +196,11 @@ int run(const Options& o) {
     });
   }
 
+  if (o.ep) {
+    const int stopped = ep_traffic(ctx, o);
+    if (stopped != 0) return stopped;
+    return report_failure(ctx, rank);
+  }
   KernelArgs args;
   for (uint32_t c = 0; c < ctx.num_channels(); ++c) args.channels.push_back(ctx.channel(c));
   args.rank = rank;
@@ -163,6 +217,14 @@ int run(const Options& o) {
   }
   say(fmt::format("rank {}: traffic stopped: {}", rank,
                   courier::to_string(static_cast<courier::PushStatus>(stopped_by))));
+  return report_failure(ctx, rank);
+}
+
+}  // namespace
+
+namespace {
+
+int report_failure(courier::Context& ctx, int rank) {
   for (uint32_t c = 0; c < ctx.num_channels(); ++c) {
     const std::string first_error = ctx.channel_stats(c).first_error;
     if (!first_error.empty()) say(fmt::format("rank {}: channel {}: {}", rank, c, first_error));
