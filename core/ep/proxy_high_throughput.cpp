@@ -48,6 +48,7 @@ HtProxyLayout::HtProxyLayout(uint32_t ranks, uint32_t max_tokens, uint32_t hidde
   }
   staging = take(ranks * record_bytes);
   control_bytes = at;
+  at = 0;  // the data window
   send = take(rows * slot_bytes);
   for (uint32_t parity = 0; parity < 2; ++parity) {
     recv[parity] = take(rows * slot_bytes);
@@ -177,7 +178,8 @@ DispatchResult ProxyHighThroughput::dispatch(const HtInputs& in, const DispatchA
 
   // The host reads the counts (to shape the outputs) and the slots (the handle's).
   std::vector<uint32_t> records(uint64_t{ranks_} * layout_.record_words);
-  ctx_.copy(records.data(), window_.at(layout_.records[kDispatch][parity]), records.size() * 4);
+  ctx_.copy(records.data(), window_.control(layout_.records[kDispatch][parity]),
+            records.size() * 4);
   DispatchHandle handle;
   handle.num_tokens = in.tokens;
   handle.hidden = in.hidden;

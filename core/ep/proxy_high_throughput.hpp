@@ -16,21 +16,23 @@
 
 namespace courier::ep {
 
-// Where everything lives in every rank's window.
+// Where everything lives in every rank's two windows (offsets from the
+// start of each).
 struct HtProxyLayout {
   HtProxyLayout(uint32_t ranks, uint32_t max_tokens, uint32_t hidden, uint32_t element_bytes,
                 uint32_t max_topk, uint32_t max_experts);
 
   uint32_t ranks, max_tokens, max_experts, record_words;
   uint64_t record_bytes;
-  // Control (zeroed): [phase: dispatch, combine][parity] records and
-  // signal words of every source rank; this rank's outgoing records.
+  // The control window (zeroed): [phase: dispatch, combine][parity]
+  // records and signal words of every source rank; this rank's outgoing
+  // records.
   uint64_t records[2][2], signals[2][2], staging;
   uint64_t control_bytes;
-  // Data: the send area (dispatch slots or combine rows per destination),
+  // The data window: the send area (dispatch slots or combine rows per destination),
   // dispatch slots and combine rows per source rank, per parity.
   uint64_t send, recv[2], combine[2];
-  uint64_t total;
+  uint64_t total;  // data window bytes
 };
 
 class ProxyHighThroughput {

@@ -46,6 +46,7 @@ LlProxyLayout::LlProxyLayout(uint32_t ranks, uint32_t experts, uint32_t max_toke
   for (uint32_t parity = 0; parity < 2; ++parity) release[parity] = take(8ull * ranks);
   staging = take(ranks * record_bytes);
   control_bytes = at;
+  at = 0;  // the data window
   send = take(rows * slot_bytes_of(row_bytes));
   for (uint32_t parity = 0; parity < 2; ++parity) {
     recv[parity] = take(rows * slot_bytes_of(row_bytes));

@@ -16,23 +16,24 @@
 
 namespace courier::ep {
 
-// Where everything lives in every rank's window.
+// Where everything lives in every rank's two windows (offsets from the
+// start of each).
 struct LlProxyLayout {
   LlProxyLayout(uint32_t ranks, uint32_t experts, uint32_t max_tokens, uint32_t hidden,
                 uint32_t element_bytes);
 
   uint32_t ranks, experts, local_experts, max_tokens, record_words;
   uint64_t record_bytes;
-  // Control (zeroed): [phase: dispatch, combine][parity] records and signal
-  // words of every source rank; [parity] release words of every destination;
-  // this rank's outgoing records.
+  // The control window (zeroed): [phase: dispatch, combine][parity] records
+  // and signal words of every source rank; [parity] release words of every
+  // destination; this rank's outgoing records.
   uint64_t records[2][2], signals[2][2], release[2], staging;
   uint64_t control_bytes;
-  // Data: the send area ([destination][expert][max_tokens] slots, or the
+  // The data window: the send area ([destination][expert][max_tokens] slots, or the
   // rows sent back), the staging blocks ([expert][source][max_tokens]) and
   // the rows sent back ([source][expert][max_tokens]), per parity.
   uint64_t send, recv[2], combine[2];
-  uint64_t total;
+  uint64_t total;  // data window bytes
 };
 
 class ProxyLowLatency {

@@ -49,8 +49,21 @@ ProxyWindow::ProxyWindow(Context& ctx, uint64_t bytes, uint64_t control_bytes,
         ctx.nic_backend());
   }
   memory_ = ctx.alloc(bytes);
-  std::vector<std::byte> zeros(control_bytes);
-  ctx.copy(memory_.data(), zeros.data(), zeros.size());
+  // Emulated atomics are applied by the receiving proxy with the CPU: on a
+  // GPU backend its signal words must then be memory the CPU can write and
+  // the kernels can poll, mapped host memory (docs/ep.md, "Signals").
+  const bool cpu_applies_atomics = ctx.atomic_stats().add_u64 != "hw";
+  if (cpu_applies_atomics && gpu_.props().mem_kind != COURIER_MEM_HOST) {
+    check(ops()->host_alloc_mapped(backend(), control_bytes, &control_mapped_, &control_device_),
+          "mapping the EP control window");
+    std::memset(control_mapped_, 0, control_bytes);
+    control_host_ = control_mapped_;
+  } else {
+    control_memory_ = ctx.alloc(control_bytes);
+    std::vector<std::byte> zeros(control_bytes);
+    ctx.copy(control_memory_.data(), zeros.data(), zeros.size());
+    control_host_ = control_device_ = control_memory_.data();
+  }
   std::vector<courier_gpu_channel_v1> channels(num_channels_);
   for (uint32_t c = 0; c < num_channels_; ++c) channels[c] = to_abi(ctx.channel(c));
   const uint64_t channel_bytes = channels.size() * sizeof(courier_gpu_channel_v1);
@@ -59,6 +72,7 @@ ProxyWindow::ProxyWindow(Context& ctx, uint64_t bytes, uint64_t control_bytes,
   std::memcpy(shared.data(), channels.data(), channel_bytes);
   ctx.copy(shared_.data(), shared.data(), shared.size());
   window_ = ctx.register_window(memory_.data(), memory_.size());
+  control_window_ = ctx.register_window(control_host_, control_bytes);
 }
 
 ProxyWindow::~ProxyWindow() {
@@ -78,11 +92,14 @@ ProxyWindow::~ProxyWindow() {
   } catch (const Error&) {
     // A failed channel completes nothing more; deregister anyway.
   }
-  try {
-    ctx_.deregister_window(window_);
-  } catch (const Error&) {
-    // A rank that is gone cannot take part; the memory is freed anyway.
+  for (uint32_t window : {control_window_, window_}) {
+    try {
+      ctx_.deregister_window(window);
+    } catch (const Error&) {
+      // A rank that is gone cannot take part; the memory is freed anyway.
+    }
   }
+  if (control_mapped_ != nullptr) ops()->host_free_mapped(backend(), control_mapped_);
 }
 
 courier_gpu_ep_proxy_v1 ProxyWindow::fifo() const {
@@ -97,6 +114,8 @@ courier_gpu_ep_proxy_v1 ProxyWindow::fifo() const {
   f.loopback = loopback_ ? 1 : 0;
   f.record_words = record_words_;
   f.base = memory_.data();
+  f.control = control_device_;
+  f.control_window = control_window_;
   f.status = status_.device();
   f.bad_index = status_.bad_index_device();
   f.status_host = status_.mirror_device();

@@ -1,9 +1,12 @@
 // The EP proxy path's memory and kernels' common arguments (docs/ep.md,
-// "Proxy path"): one registered window per Buffer, the same layout on every
-// rank, whose control part (records, signal and release words) starts
-// zeroed; the FIFO channels as the device reads them; the counters the
-// kernels share (blocks done, the send area's fences); the status. Also the
-// calls into the backend's ep_proxy_* entry points, each checked and named.
+// "Proxy path"): two registered windows per Buffer, the same layouts on
+// every rank: data (device memory: the send and receive areas) and control
+// (records, signal and release words, zeroed at creation; mapped host
+// memory where the receiving proxy applies atomics with the CPU, so the
+// waiting kernel sees them); the FIFO channels as the device reads them;
+// the counters the kernels share (blocks done, the send area's fences); the
+// status. Also the calls into the backend's ep_proxy_* entry points, each
+// checked and named.
 #pragma once
 
 #include <cstddef>
@@ -18,18 +21,24 @@ namespace courier::ep {
 
 class ProxyWindow {
  public:
-  // Collective: allocates `bytes` of device memory, zeroes its first
-  // `control_bytes` and registers it. Fails saying why when the GPU backend
-  // has no proxy kernels, the window exceeds what a TransferCmd addresses,
-  // or COURIER_EP_LOOPBACK=1 meets a NIC backend that cannot write to its
-  // own rank.
+  // Collective: allocates and registers the data window (`bytes`) and the
+  // control window (`control_bytes`, zeroed). Fails saying why when the GPU
+  // backend has no proxy kernels, a window exceeds what a TransferCmd
+  // addresses, or COURIER_EP_LOOPBACK=1 meets a NIC backend that cannot
+  // write to its own rank.
   ProxyWindow(Context& ctx, uint64_t bytes, uint64_t control_bytes, uint32_t record_words);
-  // Collective: gives the window back.
+  // Collective: drains the channels, gives the windows back.
   ~ProxyWindow();
   ProxyWindow(const ProxyWindow&) = delete;
   ProxyWindow& operator=(const ProxyWindow&) = delete;
 
   std::byte* at(uint64_t offset) const { return static_cast<std::byte*>(memory_.data()) + offset; }
+  // An offset in the control window, as Context::copy reads it.
+  const std::byte* control(uint64_t offset) const {
+    return static_cast<const std::byte*>(control_host_) + offset;
+  }
+  // Whether the control window is mapped host memory (docs/ep.md).
+  bool control_in_host_memory() const { return control_mapped_ != nullptr; }
   uint64_t record_bytes() const { return uint64_t{record_words_} * 4; }
   int device() const { return device_; }
   const courier_gpu_plugin_v1* ops() const { return gpu_.ops(); }
@@ -56,6 +65,14 @@ class ProxyWindow {
   uint64_t timeout_ns_;
   DeviceBuffer memory_;
   uint32_t window_ = 0;
+  // The control window: device memory (control_memory_), or mapped host
+  // memory (control_mapped_, freed by the destructor); as the host and as
+  // the device address it.
+  DeviceBuffer control_memory_;
+  void* control_mapped_ = nullptr;
+  void* control_host_ = nullptr;
+  void* control_device_ = nullptr;
+  uint32_t control_window_ = 0;
   // channels [num_channels], then done (u32, padded), then the fences [num_channels].
   DeviceBuffer shared_;
   uint32_t num_channels_;

@@ -36,8 +36,12 @@ struct ProxyShared {
 
 using Proxy = courier_gpu_ep_proxy_v1;
 
+// An offset in the data window, and one in the control window.
 COURIER_DEVICE_INLINE std::byte* at(const Proxy& f, uint64_t off) {
   return static_cast<std::byte*>(f.base) + off;
+}
+COURIER_DEVICE_INLINE std::byte* ctl(const Proxy& f, uint64_t off) {
+  return static_cast<std::byte*>(f.control) + off;
 }
 COURIER_DEVICE_INLINE uint32_t status_of(const Proxy& f) { return load_u32(f.status); }
 COURIER_DEVICE_INLINE uint64_t align16(uint64_t v) { return (v + 15) / 16 * 16; }
@@ -61,15 +65,16 @@ COURIER_DEVICE_INLINE bool push_cmd(const Proxy& f, uint32_t c, const TransferCm
   return false;
 }
 
-// WRITEs [src_off, +bytes) here to dst_off at rank d, on channel c.
-COURIER_DEVICE_INLINE void push_write(const Proxy& f, uint32_t c, uint32_t d, uint64_t src_off,
-                                      uint64_t dst_off, uint64_t bytes) {
+// WRITEs [src_off, +bytes) of `window` here to dst_off of it at rank d,
+// on channel c.
+COURIER_DEVICE_INLINE void push_write(const Proxy& f, uint32_t window, uint32_t c, uint32_t d,
+                                      uint64_t src_off, uint64_t dst_off, uint64_t bytes) {
   for (uint64_t done = 0; done < bytes;) {
     const uint64_t n =
         bytes - done < TransferCmd::kMaxLength ? bytes - done : TransferCmd::kMaxLength;
     WriteCmdArgs a;
     a.dst_rank = d;
-    a.window = f.window;
+    a.window = window;
     a.src_offset = src_off + done;
     a.dst_offset = dst_off + done;
     a.length = n;
@@ -86,7 +91,7 @@ COURIER_DEVICE_INLINE void push_write(const Proxy& f, uint32_t c, uint32_t d, ui
 COURIER_DEVICE_INLINE void push_add(const Proxy& f, uint32_t c, uint32_t d, uint64_t off,
                                     uint32_t operand) {
   TransferCmd cmd;
-  if (encode_atomic(d, f.window, off, AtomicOp::add_u64, operand, &cmd) != CmdStatus::ok) {
+  if (encode_atomic(d, f.control_window, off, AtomicOp::add_u64, operand, &cmd) != CmdStatus::ok) {
     set_status(f.status, COURIER_GPU_EP_STATUS_CHANNEL | c);
     return;
   }
@@ -151,17 +156,17 @@ COURIER_DEVICE_INLINE void signal_all(const KernelThread& th, const Proxy& f, ui
     const uint64_t staged = staging_off + d * record_bytes;
     const uint64_t record = record_off + f.rank * record_bytes;
     if (!through_channels(f, d)) {
-      lanes_copy(at(f, record), at(f, staged), record_bytes, 0, 1);
+      lanes_copy(ctl(f, record), ctl(f, staged), record_bytes, 0, 1);
       release_fence_system();
-      add_release(reinterpret_cast<uint64_t*>(at(f, signal_off + f.rank * 8ull)),
+      add_release(reinterpret_cast<uint64_t*>(ctl(f, signal_off + f.rank * 8ull)),
                   COURIER_GPU_EP_SIGNAL_STEP);
       if (release_off != 0) {
-        add_release(reinterpret_cast<uint64_t*>(at(f, release_off + f.rank * 8ull)),
+        add_release(reinterpret_cast<uint64_t*>(ctl(f, release_off + f.rank * 8ull)),
                     COURIER_GPU_EP_SIGNAL_STEP);
       }
       continue;
     }
-    push_write(f, channel_of(f, d, 0), d, staged, record, record_bytes);
+    push_write(f, f.control_window, channel_of(f, d, 0), d, staged, record, record_bytes);
     for (uint32_t j = 0; j < lanes_used; ++j) {
       const uint32_t operand = j + 1 < lanes_used ? 1 : COURIER_GPU_EP_SIGNAL_STEP - j;
       push_add(f, channel_of(f, d, j), d, signal_off + f.rank * 8ull, operand);
@@ -181,7 +186,7 @@ COURIER_DEVICE_INLINE void push_region(const Proxy& f, uint32_t d, uint64_t src_
   const uint64_t per = (rows + lanes - 1) / lanes;
   for (uint32_t j = 0; j < lanes && j * per < rows; ++j) {
     const uint64_t n = rows - j * per < per ? rows - j * per : per;
-    push_write(f, channel_of(f, d, j), d, src_off + j * per * row_bytes,
+    push_write(f, f.window, channel_of(f, d, j), d, src_off + j * per * row_bytes,
                dst_off + j * per * row_bytes, n * row_bytes);
   }
 }
@@ -215,7 +220,7 @@ COURIER_DEVICE_INLINE bool wait_word(const Proxy& f, const uint64_t* word, uint6
 COURIER_DEVICE_INLINE void send_wait(const KernelThread& th, const Proxy& f, bool release,
                                      uint64_t release_off, uint64_t release_target) {
   for (uint32_t d = th.thread; release && d < f.num_ranks; d += th.block_dim) {
-    wait_word(f, reinterpret_cast<const uint64_t*>(at(f, release_off + d * 8ull)), release_target,
+    wait_word(f, reinterpret_cast<const uint64_t*>(ctl(f, release_off + d * 8ull)), release_target,
               d);
   }
   wait_send_area(th, f);
@@ -230,12 +235,12 @@ COURIER_DEVICE_INLINE bool wait_all(const KernelThread& th, const Proxy& f, uint
                                     uint64_t record_off, uint64_t target) {
   if (status_of(f) == 0) {
     for (uint32_t r = th.thread; r < f.num_ranks; r += th.block_dim) {
-      if (!wait_word(f, reinterpret_cast<const uint64_t*>(at(f, signal_off + r * 8ull)), target,
+      if (!wait_word(f, reinterpret_cast<const uint64_t*>(ctl(f, signal_off + r * 8ull)), target,
                      r)) {
         break;
       }
       const auto* record =
-          reinterpret_cast<const uint32_t*>(at(f, record_off + r * uint64_t{f.record_words} * 4));
+          reinterpret_cast<const uint32_t*>(ctl(f, record_off + r * uint64_t{f.record_words} * 4));
       if (load_u32(record) == COURIER_GPU_EP_RECORD_REFUSED) {
         set_status(f.status, COURIER_GPU_EP_STATUS_REFUSED_BY | r);
       }
@@ -246,7 +251,7 @@ COURIER_DEVICE_INLINE bool wait_all(const KernelThread& th, const Proxy& f, uint
 }
 
 COURIER_DEVICE_INLINE const uint32_t* record_of(const Proxy& f, uint64_t record_off, uint32_t r) {
-  return reinterpret_cast<const uint32_t*>(at(f, record_off + r * uint64_t{f.record_words} * 4));
+  return reinterpret_cast<const uint32_t*>(ctl(f, record_off + r * uint64_t{f.record_words} * 4));
 }
 
 // ---- ep_proxy_refuse: one block.
@@ -255,7 +260,7 @@ COURIER_DEVICE_INLINE void refuse_body(const courier_gpu_ep_proxy_refuse_v1& job
   const Proxy& f = job.fifo;
   wait_send_area(th, f);  // the staging too: the last records may be in flight
   for (uint64_t i = th.thread; i < uint64_t{f.num_ranks} * f.record_words; i += th.block_dim) {
-    reinterpret_cast<uint32_t*>(at(f, job.staging_off))[i] =
+    reinterpret_cast<uint32_t*>(ctl(f, job.staging_off))[i] =
         i % f.record_words == 0 ? COURIER_GPU_EP_RECORD_REFUSED : 0;
   }
   release_fence_system();
@@ -371,7 +376,7 @@ COURIER_DEVICE_INLINE void ht_dispatch_body(const courier_gpu_ep_proxy_ht_dispat
   const uint32_t spread = lanes_per_rank(f);
   for (uint32_t d = th.thread; d < R; d += th.block_dim) {
     auto* record =
-        reinterpret_cast<uint32_t*>(at(f, job.staging_off + d * uint64_t{f.record_words} * 4));
+        reinterpret_cast<uint32_t*>(ctl(f, job.staging_off + d * uint64_t{f.record_words} * 4));
     record[0] = state;
     record[1] = sh->b[d];
     for (uint32_t l = 0; l < L; ++l) record[2 + l] = sh->a[d * L + l];
@@ -553,7 +558,7 @@ COURIER_DEVICE_INLINE void ll_dispatch_body(const courier_gpu_ep_proxy_ll_dispat
   const uint32_t state = status_of(f) != 0 ? COURIER_GPU_EP_RECORD_REFUSED : 0;
   for (uint32_t d = th.thread; d < R; d += th.block_dim) {
     auto* record =
-        reinterpret_cast<uint32_t*>(at(f, job.staging_off + d * uint64_t{f.record_words} * 4));
+        reinterpret_cast<uint32_t*>(ctl(f, job.staging_off + d * uint64_t{f.record_words} * 4));
     record[0] = state;
     uint64_t rows = 0;
     for (uint32_t l = 0; l < L; ++l) {
@@ -633,7 +638,7 @@ COURIER_DEVICE_INLINE void ll_receive_body(const courier_gpu_ep_proxy_ll_receive
       push_add(f, channel_of(f, s, 0), s, job.release_off + f.rank * 8ull,
                COURIER_GPU_EP_SIGNAL_STEP);
     } else {
-      add_release(reinterpret_cast<uint64_t*>(at(f, job.release_off + f.rank * 8ull)),
+      add_release(reinterpret_cast<uint64_t*>(ctl(f, job.release_off + f.rank * 8ull)),
                   COURIER_GPU_EP_SIGNAL_STEP);
     }
   }
@@ -706,7 +711,8 @@ COURIER_DEVICE_INLINE void combine_body(const courier_gpu_ep_proxy_combine_v1& j
   const bool by_expert = job.mode == COURIER_GPU_EP_ROUTE_EXPERTS;
   const uint32_t lanes = lanes_per_rank(f);
   for (uint32_t d = th.thread; d < R; d += th.block_dim) {
-    *reinterpret_cast<uint32_t*>(at(f, job.staging_off + d * uint64_t{f.record_words} * 4)) = state;
+    *reinterpret_cast<uint32_t*>(ctl(f, job.staging_off + d * uint64_t{f.record_words} * 4)) =
+        state;
     if (state != 0 || !through_channels(f, d)) continue;
     uint64_t rows = 0;
     if (by_expert) {

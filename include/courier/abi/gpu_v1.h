@@ -396,9 +396,10 @@ typedef struct courier_gpu_ep_reduce_v1 {
 /* ---- Minor 3: expert parallelism through the proxies (docs/ep.md, "Proxy
  * path"). The kernels route, pack and quantize on the device and push
  * WRITE and ATOMIC TransferCmds into the FIFO channels; the NIC backend's
- * proxies carry them out. Every rank registered one window with the same
- * layout (offsets *_off are byte offsets into it; `base` is this rank's,
- * as the device addresses it). A phase announces itself to each
+ * proxies carry them out. Every rank registered two windows with the same
+ * layouts, data and control (offsets *_off are byte offsets into one of
+ * them; `base` and `control` are this rank's, as the device addresses
+ * them). A phase announces itself to each
  * destination d with write-then-atomic: a record (record_words u32: [0]
  * state, 0 or COURIER_GPU_EP_RECORD_REFUSED, then counts) written to
  * record_off + rank * record_bytes at d, then COURIER_GPU_EP_SIGNAL_STEP
@@ -426,7 +427,15 @@ typedef struct courier_gpu_ep_proxy_v1 {
   uint32_t rank, num_ranks;
   uint32_t loopback;     /* 1: rows to this rank go through the channels too */
   uint32_t record_words; /* u32 words per record */
-  void* base;            /* this rank's window */
+  void* base;            /* this rank's data window (send and receive areas) */
+  /* The control window (records, signal and release words, staged
+   * records; the *_off of those name offsets in it) as the device
+   * addresses it, and its id. Mapped host memory where the receiving proxy
+   * applies atomics with the CPU (emulated atomics on a GPU backend), else
+   * device memory. */
+  void* control;
+  uint32_t control_window;
+  uint32_t reserved2;
   uint32_t* status;      /* device memory; COURIER_GPU_EP_STATUS_* */
   uint64_t* bad_index;   /* device memory: ((t + 1) << 32) | k of a bad topk index */
   uint32_t* status_host; /* mapped host memory: the receive kernels mirror *status here */
