@@ -159,7 +159,15 @@ CombineResult HighThroughput::combine(const DLTensor& x_tensor, const DispatchHa
       fail("ep::Buffer::combine: the handle does not come from a dispatch of this Buffer");
     }
     uint64_t received = 0;
-    for (uint32_t c : handle.recv_counts) received += c;
+    for (uint32_t c : handle.recv_counts) {
+      if (c > options_.max_tokens_per_rank) {
+        fail(
+            "ep::Buffer::combine: the handle says {} rows came from one rank, more than "
+            "max_tokens_per_rank {}: it does not come from a dispatch of this Buffer",
+            c, options_.max_tokens_per_rank);
+      }
+      received += c;
+    }
     const uint64_t rows = handle.num_worst_tokens > 0 ? handle.num_worst_tokens : received;
     x = static_cast<const std::byte*>(check_tensor(&x_tensor, "ep::Buffer::combine: x", dtype,
                                                    {static_cast<int64_t>(rows), handle.hidden},

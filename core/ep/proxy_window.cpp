@@ -36,7 +36,11 @@ ProxyWindow::ProxyWindow(Context& ctx, uint64_t bytes, uint64_t control_bytes,
       timeout_ns_(uint64_t{ContextInternals::config(ctx).timeout_s} * 1000000000ull),
       num_channels_(ctx.num_channels()),
       status_(ctx, gpu_, timeout_ns_) {
-  if (bytes > TransferCmd::kMaxOffset) {
+  if (ranks_ > COURIER_GPU_EP_PROXY_MAX_RANKS) {
+    fail("ep::Buffer: {} ranks, more than the proxy path's {}", ranks_,
+         COURIER_GPU_EP_PROXY_MAX_RANKS);
+  }
+  if (bytes > TransferCmd::kMaxOffset || control_bytes > TransferCmd::kMaxOffset) {
     fail(
         "ep::Buffer: its window would need {} bytes, more than the 4 GiB a window can address; "
         "lower max_tokens_per_rank (or num_experts)",

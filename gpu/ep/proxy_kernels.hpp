@@ -509,7 +509,12 @@ COURIER_DEVICE_INLINE void ll_dispatch_body(const courier_gpu_ep_proxy_ll_dispat
   }
   th.sync();
   // b[e] becomes where expert e's rows start in its destination's region.
+  // An expert listed twice for a token could give it more pairs than a
+  // region holds: refuse the call rather than write past it.
   if (th.thread == 0) {
+    for (uint32_t e = 0; e < E; ++e) {
+      if (sh->b[e] > job.max_tokens) set_status(f.status, COURIER_GPU_EP_STATUS_OVERFLOW | f.rank);
+    }
     for (uint32_t d = 0; d < R; ++d) {
       uint32_t sum = 0;
       for (uint32_t l = 0; l < L; ++l) {

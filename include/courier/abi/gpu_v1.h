@@ -415,7 +415,8 @@ typedef struct courier_gpu_ep_reduce_v1 {
  * stream of `device` (gpu-host runs them before returning); ep_sync waits. */
 #define COURIER_GPU_EP_SIGNAL_STEP (1u << 16)
 #define COURIER_GPU_EP_RECORD_REFUSED 1u
-#define COURIER_GPU_EP_MAX_EXPERTS 1024 /* per call, for the proxy path's per-expert scans */
+#define COURIER_GPU_EP_MAX_EXPERTS 1024     /* per call, for the proxy path's per-expert scans */
+#define COURIER_GPU_EP_PROXY_MAX_RANKS 1024 /* ranks of a proxy-path Buffer (per-rank scans) */
 #define COURIER_GPU_EP_STATUS_OVERFLOW 0x08000000u /* | rank: more rows than the outputs hold */
 #define COURIER_GPU_EP_STATUS_CHANNEL 0x04000000u  /* | channel: a push failed or it failed */
 
@@ -516,7 +517,9 @@ typedef struct courier_gpu_ep_proxy_ht_receive_v1 {
  * over d's channels, to recv_off + rank * L * max_tokens * slot_bytes at d. Before
  * writing, waits until the u64 at release_off + d * 8 here reached
  * release_target for every d (d finished reading what this rank sent it
- * two calls ago). Record for d: [1 + l] its pairs for local expert l. */
+ * two calls ago). Record for d: [1 + l] its pairs for local expert l. More
+ * than max_tokens pairs for one expert (an expert listed twice for a
+ * token) set OVERFLOW | rank and the records say refused. */
 typedef struct courier_gpu_ep_proxy_ll_dispatch_v1 {
   uint32_t struct_size;
   int32_t device;
