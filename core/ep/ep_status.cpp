@@ -37,15 +37,21 @@ uint64_t EpStatus::bad_index() const {
   return at;
 }
 
-void EpStatus::raise_if_failed(const char* what) {
+void EpStatus::raise_if_failed(const char* what, const EpIndices& indices) {
   const uint32_t s = *static_cast<const volatile uint32_t*>(mirror_host_);
   if (s == 0) return;
   dirty_ = true;
   if ((s & COURIER_GPU_EP_STATUS_BAD_INDEX) != 0) {
     const uint64_t at = bad_index();
+    const uint64_t t = (at >> 32) - 1, k = at & 0xFFFFFFFFu;
     // The kernel that found it told the peers (a refused record or flag).
-    refuse_call("ep::Buffer::{}: topk_idx[{}][{}] is outside [-1, num_experts)", what,
-                (at >> 32) - 1, at & 0xFFFFFFFFu);
+    if (indices.topk_idx != nullptr && k < indices.topk) {
+      int64_t value = 0;
+      ctx_.copy(&value, indices.topk_idx + t * indices.topk + k, sizeof value);
+      refuse_call("ep::Buffer::{}: topk_idx[{}][{}] = {} is outside [-1, {})", what, t, k, value,
+                  indices.num_experts);
+    }
+    refuse_call("ep::Buffer::{}: topk_idx[{}][{}] is outside [-1, num_experts)", what, t, k);
   }
   const uint32_t r = s & COURIER_GPU_EP_STATUS_RANK_MASK;
   if ((s & COURIER_GPU_EP_STATUS_TIMEOUT) != 0 || (s & COURIER_GPU_EP_STATUS_CHANNEL) != 0) {

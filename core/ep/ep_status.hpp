@@ -12,6 +12,13 @@
 
 namespace courier::ep {
 
+// What a bad-index error names: the call's topk_idx [tokens][topk]
+// (device memory) and its expert count.
+struct EpIndices {
+  const int64_t* topk_idx = nullptr;
+  uint32_t topk = 0, num_experts = 0;
+};
+
 class EpStatus {
  public:
   EpStatus(Context& ctx, const GpuBackend& gpu, uint64_t timeout_ns);
@@ -37,7 +44,7 @@ class EpStatus {
   // Once the call's kernels ran: throws, naming the rank or channel, when
   // the mirror says one failed (a refusal, a bad index, a timeout, a lost
   // peer or channel, more rows than the outputs hold).
-  void raise_if_failed(const char* what);
+  void raise_if_failed(const char* what, const EpIndices& indices = {});
 
  private:
   void zero();

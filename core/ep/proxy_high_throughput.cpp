@@ -174,7 +174,7 @@ DispatchResult ProxyHighThroughput::dispatch(const HtInputs& in, const DispatchA
   receive.topk_weights = static_cast<float*>(recv_topk_weights_.data());
   window_.check(window_.ops()->ep_proxy_ht_receive(window_.backend(), &receive),
                 "receiving the rows");
-  window_.sync("dispatch");
+  window_.sync("dispatch", {in.idx, in.topk, experts});
 
   // The host reads the counts (to shape the outputs) and the slots (the handle's).
   std::vector<uint32_t> records(uint64_t{ranks_} * layout_.record_words);

@@ -115,6 +115,7 @@ LowLatencyDispatchResult ProxyLowLatency::dispatch(const LlInputs& in, bool retu
   out.fp8 = in.fp8;
   out.slot_bytes = static_cast<uint32_t>(slot_bytes_of(value_bytes));
   out.row_bytes = in.fp8 ? in.hidden : in.hidden * elem;
+  out.indices = {in.idx, in.topk, layout_.experts};
 
   courier_gpu_ep_proxy_ll_dispatch_v1 job{};
   job.struct_size = sizeof job;
@@ -194,7 +195,7 @@ void ProxyLowLatency::receive(uint64_t call) {
   job.count = static_cast<int32_t*>(out.count.data());
   job.range = static_cast<int64_t*>(out.range.data());
   window_.check(window_.ops()->ep_proxy_ll_receive(window_.backend(), &job), "packing the rows");
-  window_.sync("low_latency_dispatch");
+  window_.sync("low_latency_dispatch", out.indices);
 }
 
 CombineResult ProxyLowLatency::combine(const std::byte* x, const int64_t* topk_idx,

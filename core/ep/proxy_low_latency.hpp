@@ -61,6 +61,7 @@ class ProxyLowLatency {
     DeviceBuffer x, scales, src, count, range, slots;
     bool fp8 = false;
     uint32_t slot_bytes = 0, row_bytes = 0;
+    EpIndices indices;  // for a bad-index error
   };
   Outputs out_[2];
   DeviceBuffer combined_x_;

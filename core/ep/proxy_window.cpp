@@ -137,9 +137,9 @@ void ProxyWindow::check(int rc, const char* what) const {
   if (rc != 0) fail("ep::Buffer: {}: {}", what, gpu_.last_error());
 }
 
-void ProxyWindow::sync(const char* what) {
+void ProxyWindow::sync(const char* what, const EpIndices& indices) {
   check(ops()->ep_sync(backend(), device_), what);
-  status_.raise_if_failed(what);
+  status_.raise_if_failed(what, indices);
 }
 
 }  // namespace courier::ep

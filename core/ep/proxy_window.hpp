@@ -54,7 +54,7 @@ class ProxyWindow {
   void check(int rc, const char* what) const;
   // Waits for the EP stream; throws, naming the rank or channel, when a
   // kernel of the call failed.
-  void sync(const char* what);
+  void sync(const char* what, const EpIndices& indices = {});
 
  private:
   Context& ctx_;
