@@ -35,7 +35,9 @@ class EpStatus {
   // (`settle` first waits for that call's kernels).
   template <class Settle>
   void clear(Settle&& settle) {
-    if (!dirty_) return;
+    // Also a failure an earlier call's kernels reported that the host has
+    // not read yet (a recv hook not run).
+    if (!dirty_ && *static_cast<const volatile uint32_t*>(mirror_host_) == 0) return;
     settle();
     zero();
   }

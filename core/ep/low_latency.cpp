@@ -69,6 +69,12 @@ LowLatency::Inputs LowLatency::validate(const LowLatencyDispatchArgs& args) cons
     fail("ep::Buffer::low_latency_dispatch: top-{} where the buffer was sized for 1..{}", in.topk,
          options_.max_topk);
   }
+  if (in.fp8 && in.hidden != options_.hidden) {
+    fail(
+        "ep::Buffer::low_latency_dispatch: use_fp8 needs x's hidden {} to be the Buffer's hidden "
+        "{} (the scales are sized for it)",
+        in.hidden, options_.hidden);
+  }
   if (in.fp8 && in.hidden % kFp8Block != 0) {
     fail(
         "ep::Buffer::low_latency_dispatch: use_fp8 needs hidden a multiple of {} (one scale per "

@@ -62,12 +62,9 @@ PeerWindows::PeerWindows(Context& ctx, uint64_t bytes)
       device_(ContextInternals::device(ctx)),
       rank_(static_cast<uint32_t>(ctx.rank())),
       ranks_(static_cast<uint32_t>(ctx.world_size())),
-      timeout_ns_(uint64_t{ContextInternals::config(ctx).timeout_s} * 1000000000ull) {
+      timeout_ns_(uint64_t{ContextInternals::config(ctx).timeout_s} * 1000000000ull),
+      status_(ctx, gpu_, timeout_ns_) {
   local_ = ctx.alloc(bytes);  // zeroed by the backend
-  status_ = ctx.alloc(16);
-  check(ops()->host_alloc_mapped(backend(), 64, &status_host_, &status_mirror_),
-        "mapping the EP status mirror");
-  std::memset(status_host_, 0, 64);
   courier_gpu_ipc_handle_v1 mine{};
   check(ops()->ipc_export(backend(), local_.data(), &mine), "exporting the EP window");
   std::vector<std::byte> all = ctx.bootstrap().allgather(
@@ -84,7 +81,6 @@ PeerWindows::PeerWindows(Context& ctx, uint64_t bytes)
     if (rc != 0) {
       const std::string reason = gpu_.last_error();
       for (void* p : imported_) ops()->ipc_close(backend(), p);
-      ops()->host_free_mapped(backend(), status_host_);
       fail("ep::Buffer: mapping rank {}'s EP window on GPU {}: {}", r, device_, reason);
     }
     imported_.push_back(mapped);
@@ -101,28 +97,18 @@ PeerWindows::~PeerWindows() {
     // A rank that is gone cannot store any more either.
   }
   for (void* p : imported_) ops()->ipc_close(backend(), p);
-  ops()->host_free_mapped(backend(), status_host_);
-}
-
-void PeerWindows::clear_status() {
-  if (!dirty_) return;
-  check(ops()->ep_sync(backend(), device_), "finishing the previous call");
-  const uint64_t zeros[2] = {0, 0};
-  ctx_.copy(status_.data(), zeros, sizeof zeros);
-  *static_cast<volatile uint32_t*>(status_host_) = 0;
-  dirty_ = false;
 }
 
 void PeerWindows::set_refused() {
-  const uint32_t refused = COURIER_GPU_EP_STATUS_REFUSED_BY | rank_;
-  ctx_.copy(status_.data(), &refused, 4);
-  dirty_ = true;
+  // Kernels of an earlier call (a recv hook's) may still run: they must not
+  // see this call's refusal.
+  check(ops()->ep_sync(backend(), device_), "finishing the previous call");
+  status_.set_refused(rank_);
 }
 
-uint64_t PeerWindows::bad_index() const {
-  uint64_t at = 0;
-  ctx_.copy(&at, static_cast<const std::byte*>(status_.data()) + 8, 8);
-  return at;
+void PeerWindows::clear_status() {
+  status_.clear(
+      [this] { check(ops()->ep_sync(backend(), device_), "finishing the previous call"); });
 }
 
 namespace {
@@ -154,7 +140,7 @@ courier_gpu_ep_wait_v1 PeerWindows::wait_job(uint64_t first_flag, uint64_t epoch
   job.epoch = epoch;
   job.timeout_ns = timeout_ns_;
   job.status = status_device();
-  job.status_host = static_cast<uint32_t*>(status_mirror_);
+  job.status_host = status_.mirror_device();
   return job;
 }
 
@@ -188,24 +174,7 @@ void PeerWindows::check(int rc, const char* what) const {
 
 void PeerWindows::sync(const char* what) {
   check(ops()->ep_sync(backend(), device_), what);
-  const uint32_t s = *static_cast<const volatile uint32_t*>(status_host_);
-  if (s == 0) return;
-  dirty_ = true;
-  const uint32_t r = s & COURIER_GPU_EP_STATUS_RANK_MASK;
-  if ((s & COURIER_GPU_EP_STATUS_BAD_INDEX) != 0) {
-    const uint64_t at = bad_index();
-    // The kernel that found it told the peers (REFUSED_BY): a refusal.
-    refuse_call("ep::Buffer::{}: topk_idx[{}][{}] is outside [-1, num_experts)", what,
-                (at >> 32) - 1, at & 0xFFFFFFFFu);
-  }
-  if ((s & COURIER_GPU_EP_STATUS_TIMEOUT) != 0) {
-    if (auto failure = ctx_.failed_peer()) {
-      fail("ep::Buffer::{}: rank {} is gone: {}", what, failure->rank, failure->reason);
-    }
-    fail("ep::Buffer::{}: no data from rank {} after {} s (it did not call {} or is stuck)", what,
-         r, timeout_ns_ / 1000000000ull, what);
-  }
-  refuse_call("ep::Buffer::{}: rank {} refused its arguments (its error says why)", what, r);
+  status_.raise_if_failed(what);
 }
 
 }  // namespace courier::ep

@@ -1,11 +1,9 @@
 // The EP direct path's memory (docs/ep.md, "Direct path"): one window of
 // device memory per rank, the same layout on every rank, mapped into every
-// other rank's GPU through the GPU backend's IPC, plus a status word in
-// device memory that the kernels use to fail a call on every rank instead
-// of hanging. (Device memory, not mapped host memory: every block reads it,
-// and reads of host memory from thousands of blocks serialize on PCIe. The
-// wait kernel mirrors it into mapped host memory for the host.) Also the calls into the
-// backend's ep_* entry points, each checked and named.
+// other rank's GPU through the GPU backend's IPC, plus the status the
+// kernels use to fail a call on every rank instead of hanging (EpStatus).
+// Also the calls into the backend's ep_* entry points, each checked and
+// named.
 #pragma once
 
 #include <cstddef>
@@ -14,6 +12,7 @@
 #include <vector>
 
 #include "core/backend_instance.hpp"
+#include "core/ep/ep_status.hpp"
 #include "courier/abi/gpu_v1.h"
 #include "courier/context.hpp"
 #include "courier/ep.hpp"
@@ -50,13 +49,12 @@ class PeerWindows {
   uint64_t timeout_ns() const { return timeout_ns_; }
 
   // The status word and the first bad topk index, as the kernels see them.
-  uint32_t* status_device() const { return static_cast<uint32_t*>(status_.data()); }
-  uint64_t* bad_index_device() const { return static_cast<uint64_t*>(status_.data()) + 1; }
+  uint32_t* status_device() const { return status_.device(); }
+  uint64_t* bad_index_device() const { return status_.bad_index_device(); }
   // Before a call: clears the status when the last call left it set.
   void clear_status();
   // Marks this rank's call refused: its signal kernels raise refused flags.
   void set_refused();
-  uint64_t bad_index() const;
 
   // Enqueues ep_signal: `bytes` at local `src` to record_off of every
   // window, then every window's flag at flag_off raised to `epoch`.
@@ -87,10 +85,7 @@ class PeerWindows {
   DeviceBuffer local_;
   courier_gpu_ep_peers_v1 peers_{};
   std::vector<void*> imported_;
-  DeviceBuffer status_;            // {u32 status, pad, u64 bad index}
-  void* status_host_ = nullptr;    // the wait kernel's mirror of the status
-  void* status_mirror_ = nullptr;  // the same, as the device addresses it
-  bool dirty_ = false;             // the status may be non-zero
+  EpStatus status_;
 };
 
 }  // namespace courier::ep

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <memory>
 #include <vector>
 
 #include "core/check.hpp"
@@ -95,6 +96,7 @@ void ProxyLowLatency::refuse(uint32_t phase, uint64_t call, const std::string& w
     job.signal_off = layout_.signals[phase][call & 1];
     // A refused dispatch is never received here: free the senders' staging now.
     job.release_off = phase == kDispatch ? layout_.release[call & 1] : 0;
+    job.release_target = (call / 2) * uint64_t{COURIER_GPU_EP_SIGNAL_STEP};
     window_.check(window_.ops()->ep_proxy_refuse(window_.backend(), &job), "refusing");
     window_.check(window_.ops()->ep_sync(window_.backend(), window_.device()), "refusing");
   } catch (const Error&) {
@@ -165,7 +167,12 @@ LowLatencyDispatchResult ProxyLowLatency::dispatch(const LlInputs& in, bool retu
   handle.dtype_bits = in.x_dtype.bits;
   handle.call = call;
   if (return_recv_hook) {
-    result.recv_hook = [this, call] { receive(call); };
+    // Once: a second run would release the senders a second time.
+    result.recv_hook = [this, call, ran = std::make_shared<bool>(false)] {
+      if (*ran) fail("ep::Buffer: the recv_hook of low_latency_dispatch call {} ran already", call);
+      *ran = true;
+      receive(call);
+    };
   } else {
     receive(call);
   }

@@ -1,8 +1,10 @@
 #include "core/ep/proxy_window.hpp"
 
 #include <cstring>
+#include <span>
 #include <vector>
 
+#include "core/bootstrap/bootstrap.hpp"
 #include "core/check.hpp"
 #include "core/context_internals.hpp"
 #include "gpu/channel_descriptor.hpp"
@@ -51,6 +53,20 @@ ProxyWindow::ProxyWindow(Context& ctx, uint64_t bytes, uint64_t control_bytes,
         "COURIER_EP_LOOPBACK=1 cannot be honoured: NIC backend '{}' cannot write to its own rank "
         "(no loopback capability)",
         ctx.nic_backend());
+  }
+  // Every rank computes the same layout from the same BufferOptions; a rank
+  // whose differ would have its signals land at the wrong places.
+  const uint64_t mine[3] = {bytes, control_bytes, record_words};
+  const std::vector<std::byte> all = ctx.bootstrap().allgather(std::as_bytes(std::span(mine)));
+  for (uint32_t r = 0; r < ranks_; ++r) {
+    uint64_t theirs[3];
+    std::memcpy(theirs, all.data() + r * sizeof mine, sizeof mine);
+    if (std::memcmp(theirs, mine, sizeof mine) != 0) {
+      fail(
+          "ep::Buffer: rank {} sized its Buffer differently ({} + {} bytes, {} record words) from "
+          "rank {} ({} + {}, {}): every rank must pass the same BufferOptions",
+          r, theirs[0], theirs[1], theirs[2], rank_, bytes, control_bytes, record_words);
+    }
   }
   memory_ = ctx.alloc(bytes);
   // Emulated atomics are applied by the receiving proxy with the CPU: on a
@@ -131,6 +147,13 @@ courier_gpu_ep_proxy_v1 ProxyWindow::fifo() const {
 
 void ProxyWindow::clear_status() {
   status_.clear([this] { check(ops()->ep_sync(backend(), device_), "finishing the last call"); });
+}
+
+void ProxyWindow::set_refused() {
+  // Kernels of an earlier call (a recv hook's) may still run: they must not
+  // see this call's refusal.
+  check(ops()->ep_sync(backend(), device_), "finishing the last call");
+  status_.set_refused(rank_);
 }
 
 void ProxyWindow::check(int rc, const char* what) const {

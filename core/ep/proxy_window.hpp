@@ -49,7 +49,7 @@ class ProxyWindow {
   // Before a call: clears a failure the last call left behind.
   void clear_status();
   // This rank refuses the call it is in (the records it sends say so).
-  void set_refused() { status_.set_refused(rank_); }
+  void set_refused();
   // Throws "ep::Buffer: <what>: <backend's reason>" when rc is not 0.
   void check(int rc, const char* what) const;
   // Waits for the EP stream; throws, naming the rank or channel, when a

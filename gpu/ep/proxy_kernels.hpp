@@ -198,15 +198,17 @@ COURIER_DEVICE_INLINE bool wait_word(const Proxy& f, const uint64_t* word, uint6
                                      uint32_t rank) {
   const uint64_t start = now_ns();
   PollPause pause;
-  const uint32_t c = channel_of(f, rank, 0);
   for (uint32_t spins = 0;; ++spins) {
     if (load_acquire(word) >= target) return true;
     if ((spins & 63u) == 63u) {
       if (status_of(f) != 0) return false;
-      if (is_fatal_channel_error(
-              load_relaxed(&static_cast<FifoControl*>(f.channels[c].control)->error))) {
-        set_status(f.status, COURIER_GPU_EP_STATUS_CHANNEL | c);
-        return false;
+      for (uint32_t j = 0; j < lanes_per_rank(f); ++j) {  // the rank's channels
+        const uint32_t c = channel_of(f, rank, j);
+        if (is_fatal_channel_error(
+                load_relaxed(&static_cast<FifoControl*>(f.channels[c].control)->error))) {
+          set_status(f.status, COURIER_GPU_EP_STATUS_CHANNEL | c);
+          return false;
+        }
       }
       if (now_ns() - start > f.timeout_ns) {
         set_status(f.status, COURIER_GPU_EP_STATUS_TIMEOUT | rank);
@@ -226,13 +228,12 @@ COURIER_DEVICE_INLINE void send_wait(const KernelThread& th, const Proxy& f, boo
   wait_send_area(th, f);
 }
 
-// Every rank's signal of the phase, then their records' states. Every
-// thread calls it; true when the call goes on. The receive bodies wait
-// themselves on a CPU; on a GPU a one-block kernel waits first (`waited`),
-// because blocks spinning on every SM would keep out the kernels a loopback
-// copy or a copy-engine atomic may need.
+// Every rank's signal of the phase, then their records' states; the
+// status says whether the call goes on (block_goes_on). Every thread calls it. The receive bodies
+// wait themselves on a CPU; on a GPU a one-block kernel waits first (`waited`), because blocks
+// spinning on every SM would keep out the kernels a loopback copy or a copy-engine atomic may need.
 COURIER_DEVICE_INLINE bool wait_all(const KernelThread& th, const Proxy& f, uint64_t signal_off,
-                                    uint64_t record_off, uint64_t target) {
+                                    uint64_t record_off, uint64_t target) {  // always true
   if (status_of(f) == 0) {
     for (uint32_t r = th.thread; r < f.num_ranks; r += th.block_dim) {
       if (!wait_word(f, reinterpret_cast<const uint64_t*>(ctl(f, signal_off + r * 8ull)), target,
@@ -247,7 +248,28 @@ COURIER_DEVICE_INLINE bool wait_all(const KernelThread& th, const Proxy& f, uint
     }
   }
   th.sync();
-  return status_of(f) == 0;
+  return true;
+}
+
+// Whether the block goes on with the call: one read of the status, shared
+// by the block's threads (another block may set it any time, and the
+// threads must take the same branches around barriers). Every thread calls it.
+COURIER_DEVICE_INLINE bool block_goes_on(const KernelThread& th, const Proxy& f, ProxyShared* sh) {
+  th.sync();
+  if (th.thread == 0) sh->flag = status_of(f) == 0 ? 1 : 0;
+  th.sync();
+  const bool go = sh->flag != 0;
+  th.sync();
+  return go;
+}
+
+// The wait of a receive body (`waited`: a kernel before it did it), then
+// block_goes_on.
+COURIER_DEVICE_INLINE bool received(const KernelThread& th, const Proxy& f, ProxyShared* sh,
+                                    bool waited, uint64_t signal_off, uint64_t record_off,
+                                    uint64_t target) {
+  if (!waited) wait_all(th, f, signal_off, record_off, target);
+  return block_goes_on(th, f, sh);
 }
 
 COURIER_DEVICE_INLINE const uint32_t* record_of(const Proxy& f, uint64_t record_off, uint32_t r) {
@@ -258,7 +280,10 @@ COURIER_DEVICE_INLINE const uint32_t* record_of(const Proxy& f, uint64_t record_
 COURIER_DEVICE_INLINE void refuse_body(const courier_gpu_ep_proxy_refuse_v1& job,
                                        const KernelThread& th) {
   const Proxy& f = job.fifo;
-  wait_send_area(th, f);  // the staging too: the last records may be in flight
+  // The staging too: the last records may be in flight. A refused
+  // low-latency dispatch overwrites records a receiver of two calls ago may
+  // still read: wait for its release like a dispatch would.
+  send_wait(th, f, job.release_off != 0, job.release_off, job.release_target);
   for (uint64_t i = th.thread; i < uint64_t{f.num_ranks} * f.record_words; i += th.block_dim) {
     reinterpret_cast<uint32_t*>(ctl(f, job.staging_off))[i] =
         i % f.record_words == 0 ? COURIER_GPU_EP_RECORD_REFUSED : 0;
@@ -397,8 +422,7 @@ COURIER_DEVICE_INLINE void ht_receive_body(const courier_gpu_ep_proxy_ht_receive
                                            const KernelThread& th, ProxyShared* sh, bool waited) {
   const Proxy& f = job.fifo;
   const uint32_t R = f.num_ranks, K = job.topk;
-  const bool go =
-      waited ? status_of(f) == 0 : wait_all(th, f, job.signal_off, job.record_off, job.target);
+  const bool go = received(th, f, sh, waited, job.signal_off, job.record_off, job.target);
   if (go && th.thread == 0) {
     uint32_t sum = 0;
     for (uint32_t s = 0; s < R; ++s) {
@@ -589,7 +613,7 @@ COURIER_DEVICE_INLINE void ll_receive_body(const courier_gpu_ep_proxy_ll_receive
   const Proxy& f = job.fifo;
   const uint32_t R = f.num_ranks, L = job.local_experts;
   const uint64_t rows_per_expert = uint64_t{R} * job.max_tokens;
-  if (waited ? status_of(f) == 0 : wait_all(th, f, job.signal_off, job.record_off, job.target)) {
+  if (received(th, f, sh, waited, job.signal_off, job.record_off, job.target)) {
     for (uint32_t l = th.block; l < L; l += th.grid_dim) {
       // b[s]: where rank s's rows of l go in the output; a[s]: where they
       // are in its region (after its rows of experts l' < l).
@@ -670,7 +694,8 @@ COURIER_DEVICE_INLINE void combine_body(const courier_gpu_ep_proxy_combine_v1& j
                  x + (first + i) * rb, rb, lane, kLanes);
     }
   };
-  if (status_of(f) == 0 && job.mode == COURIER_GPU_EP_ROUTE_RANKS) {
+  const bool go = block_goes_on(th, f, sh);
+  if (go && job.mode == COURIER_GPU_EP_ROUTE_RANKS) {
     if (th.thread == 0) {
       uint32_t sum = 0;
       for (uint32_t s = 0; s < R; ++s) {
@@ -691,7 +716,7 @@ COURIER_DEVICE_INLINE void combine_body(const courier_gpu_ep_proxy_combine_v1& j
       const uint64_t j = a - sh->b[s];
       move(a, b - a, s, s * T + j, f.rank * T + j);
     }
-  } else if (status_of(f) == 0) {
+  } else if (go) {
     // Rows of expert l from rank s go back into s's region at the place
     // they had in it (after its rows of experts l' < l); the last block
     // sends each region with one WRITE.
@@ -752,7 +777,7 @@ COURIER_DEVICE_INLINE void reduce_body(const courier_gpu_ep_proxy_reduce_v1& job
   const uint64_t row_bytes = uint64_t{job.hidden} * (job.dtype_bits / 8);
   const bool by_rank = job.mode == COURIER_GPU_EP_ROUTE_RANKS;
   const int64_t experts = static_cast<int64_t>(job.local_experts) * f.num_ranks;
-  if (waited ? status_of(f) == 0 : wait_all(th, f, job.signal_off, job.record_off, job.target)) {
+  if (received(th, f, sh, waited, job.signal_off, job.record_off, job.target)) {
     for (uint32_t t = th.block; t < job.tokens; t += th.grid_dim) {
       std::byte* out = static_cast<std::byte*>(job.out) + uint64_t{t} * row_bytes;
       for (uint32_t c0 = th.thread * kReduceTile; c0 < job.hidden;

@@ -457,9 +457,11 @@ typedef struct courier_gpu_ep_proxy_refuse_v1 {
   int32_t device;
   courier_gpu_ep_proxy_v1 fifo;
   uint64_t staging_off, record_off, signal_off;
-  /* Non-zero: also add the step to release_off + rank * 8 at every rank
-   * (a refused low-latency dispatch frees its staging at once). */
-  uint64_t release_off;
+  /* Non-zero: a low-latency dispatch: first wait until the u64 at
+   * release_off + d * 8 here reached release_target for every d (as the
+   * dispatch would), and after the signal add the step to release_off +
+   * rank * 8 at every rank (a refused dispatch is never received). */
+  uint64_t release_off, release_target;
 } courier_gpu_ep_proxy_refuse_v1;
 
 /* High-throughput dispatch, send half. Token t goes to every rank d with
