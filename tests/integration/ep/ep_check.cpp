@@ -835,8 +835,10 @@ Outcome check_ht_errors(courier::Context& ctx) {
         kRefusal);
   }
   return c.outcome(
-      "a refused call (too many tokens, an expert index out of range) fails every rank at "
-      "once, the next call works; mismatched configurations fail every rank");
+      ranks > 1 ? "a refused call (too many tokens, an expert index out of range) fails every rank "
+                  "at once, the next call works; mismatched configurations fail every rank"
+                : "a refused call (too many tokens, an expert index out of range) fails at once, "
+                  "the next call works (one rank: no configuration to mismatch)");
 }
 
 // Low-latency bad input: an expert index out of range on rank 1 fails every
