@@ -7,6 +7,7 @@
 #include <doctest/doctest.h>
 
 #include <array>
+#include <atomic>
 #include <cstring>
 #include <deque>
 #include <mutex>
@@ -412,8 +413,11 @@ struct Network {
   std::mt19937 rng{3};
   uint64_t violations = 0;
 
+  // The counter is read and added atomically: with the imm strategy the
+  // receiving proxy adds to it outside the network's mutex.
   void check_locked() {
-    const uint64_t k = memory[1].counters[kCounter / 8];
+    const uint64_t k =
+        std::atomic_ref<uint64_t>(memory[1].counters[kCounter / 8]).load(std::memory_order_acquire);
     for (uint64_t b = 0; b < k && b < kBlocks; ++b) {
       if (memory[1].payload[b * kBlock + kBlock - 1] != static_cast<std::byte>(b % 251 + 1)) {
         ++violations;
@@ -431,7 +435,9 @@ struct Network {
       wire.erase(wire.begin() + static_cast<std::ptrdiff_t>(pick));
       const uint32_t to = 1 - d.from;
       if (d.atomic) {
-        *reinterpret_cast<uint64_t*>(memory[to].base(d.add.window) + d.add.offset) += d.add.operand;
+        std::atomic_ref<uint64_t>(
+            *reinterpret_cast<uint64_t*>(memory[to].base(d.add.window) + d.add.offset))
+            .fetch_add(d.add.operand, std::memory_order_acq_rel);
       } else {
         std::memcpy(memory[to].base(d.write.dst_window) + d.write.dst_offset,
                     memory[d.from].base(d.write.src_window) + d.write.src_offset, d.write.length);
