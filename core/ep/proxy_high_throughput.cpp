@@ -157,6 +157,7 @@ DispatchResult ProxyHighThroughput::dispatch(const HtInputs& in, const DispatchA
   receive.device = window_.device();
   receive.fifo = window_.fifo();
   receive.topk = slot_topk;
+  receive.local_experts = per_rank;
   receive.row_bytes = row_bytes;
   receive.scale_cols = scale_cols;
   receive.slot_bytes = slot_bytes;

@@ -300,8 +300,10 @@ COURIER_DEVICE_INLINE void refuse_body(const courier_gpu_ep_proxy_refuse_v1& job
 }
 
 // ---- ep_proxy_ht_dispatch: block b routes and packs a contiguous range of
-// tokens, `batch` tokens at a time; the last block counts everything again
-// for the records and sends each destination's slots.
+// tokens, `batch` tokens at a time, each token once whatever its fan-out,
+// and pushes the batch's runs of tokens per destination before packing
+// the next (the proxies move a batch while the next is packed); the last
+// block counts everything again for the records and signals.
 COURIER_DEVICE_INLINE void ht_dispatch_body(const courier_gpu_ep_proxy_ht_dispatch_v1& job,
                                             const KernelThread& th, ProxyShared* sh, uint32_t batch,
                                             bool waited) {
@@ -312,9 +314,27 @@ COURIER_DEVICE_INLINE void ht_dispatch_body(const courier_gpu_ep_proxy_ht_dispat
   const uint32_t t0 = th.block * per < T ? th.block * per : T;
   const uint32_t t1 = t0 + per < T ? t0 + per : T;
   const uint32_t lane = th.lane(), lanes = kLanes;
+  const uint32_t spread = lanes_per_rank(f);
   const uint64_t ids_at = job.row_bytes + uint64_t{job.scale_cols} * 4;
   const uint64_t weights_at = ids_at + uint64_t{K} * 4;
   auto expert = [&](uint32_t t, uint32_t k) { return job.topk_idx[uint64_t{t} * K + k]; };
+  auto slot_of = [&](uint32_t t, uint32_t d) { return job.slots[uint64_t{t} * R + d]; };
+  // Token t's slot into `out`, with a lane group.
+  auto pack = [&](std::byte* out, uint32_t t) {
+    lanes_copy(out, static_cast<const std::byte*>(job.x) + uint64_t{t} * job.row_bytes,
+               job.row_bytes, lane, lanes);
+    if (job.x_scales != nullptr) {
+      lanes_copy(out + job.row_bytes, job.x_scales + uint64_t{t} * job.scale_cols,
+                 uint64_t{job.scale_cols} * 4, lane, lanes);
+    }
+    for (uint32_t k = lane; k < K; k += lanes) {
+      const int64_t e = job.topk_idx != nullptr ? expert(t, k) : -1;
+      reinterpret_cast<int32_t*>(out + ids_at)[k] =
+          e >= 0 && e < static_cast<int64_t>(E) ? static_cast<int32_t>(e) : -1;
+      reinterpret_cast<float*>(out + weights_at)[k] =
+          job.topk_weights != nullptr ? job.topk_weights[uint64_t{t} * K + k] : 0.0f;
+    }
+  };
 
   if (job.topk_idx != nullptr) {  // the indices of this block's tokens
     for (uint32_t i = t0 * K + th.thread; i < t1 * K; i += th.block_dim) {
@@ -333,10 +353,9 @@ COURIER_DEVICE_INLINE void ht_dispatch_body(const courier_gpu_ep_proxy_ht_dispat
   }
   if (!waited) send_wait(th, f, false, 0, 0);
   th.sync();
-  for (uint32_t b0 = t0, b1 = t0; b0 < t1; b0 = b1) {
+  uint32_t batches = 0;
+  for (uint32_t b0 = t0, b1 = t0; b0 < t1; b0 = b1, ++batches) {
     b1 = t1 - b0 < batch ? t1 : b0 + batch;
-    for (uint32_t d = th.thread; d < R; d += th.block_dim) sh->b[d] = sh->a[d];
-    th.sync();
     // Slots in token order: a scan per destination over block_dim tokens.
     for (uint32_t s0 = b0; s0 < b1; s0 += th.block_dim) {
       const uint32_t t = s0 + th.thread;
@@ -352,29 +371,42 @@ COURIER_DEVICE_INLINE void ht_dispatch_body(const courier_gpu_ep_proxy_ht_dispat
         th.sync();
       }
     }
-    // Pack: a lane group per token.
+    // Pack: a lane group per token, into its send slot when a rank gets it
+    // through the channels, into its receive slot when this rank does.
     for (uint32_t t = b0 + th.group(); t < b1; t += th.groups()) {
-      const std::byte* x = static_cast<const std::byte*>(job.x) + uint64_t{t} * job.row_bytes;
+      bool sent = false;
       for (uint32_t d = 0; d < R; ++d) {
-        const int32_t slot = job.slots[uint64_t{t} * R + d];
+        const int32_t slot = slot_of(t, d);
         if (slot < 0) continue;
-        std::byte* out =
-            through_channels(f, d)
-                ? at(f, job.send_off + (uint64_t{d} * job.max_tokens + slot) * job.slot_bytes)
-                : at(f, job.recv_off + (uint64_t{f.rank} * job.max_tokens + slot) * job.slot_bytes);
-        lanes_copy(out, x, job.row_bytes, lane, lanes);
-        if (job.x_scales != nullptr) {
-          lanes_copy(out + job.row_bytes, job.x_scales + uint64_t{t} * job.scale_cols,
-                     uint64_t{job.scale_cols} * 4, lane, lanes);
+        if (through_channels(f, d)) {
+          sent = true;
+        } else {
+          pack(at(f, job.recv_off + (uint64_t{f.rank} * job.max_tokens + slot) * job.slot_bytes),
+               t);
         }
-        for (uint32_t k = lane; k < K; k += lanes) {  // without topk_idx: no expert here
-          const int64_t e = job.topk_idx != nullptr ? expert(t, k) : -1;
-          const int64_t first = int64_t{d} * L;
-          const int32_t local = e >= first && e < first + L ? static_cast<int32_t>(e - first) : -1;
-          reinterpret_cast<int32_t*>(out + ids_at)[k] = local;
-          reinterpret_cast<float*>(out + weights_at)[k] =
-              job.topk_weights != nullptr ? job.topk_weights[uint64_t{t} * K + k] : 0.0f;
+      }
+      if (sent) pack(at(f, job.send_off + uint64_t{t} * job.slot_bytes), t);
+    }
+    // Push: a thread per destination finds the batch's runs of tokens bound
+    // for it (consecutive tokens have consecutive slots there).
+    release_fence_system();
+    th.sync();
+    const uint32_t j = (th.block + batches * th.grid_dim) % spread;
+    for (uint32_t d = th.thread; d < R && status_of(f) == 0; d += th.block_dim) {
+      if (!through_channels(f, d)) continue;
+      for (uint32_t t = b0; t < b1;) {
+        if (slot_of(t, d) < 0) {
+          ++t;
+          continue;
         }
+        uint32_t end = t + 1;
+        while (end < b1 && slot_of(end, d) >= 0) ++end;
+        push_write(f, f.window, channel_of(f, d, j), d, job.send_off + uint64_t{t} * job.slot_bytes,
+                   job.recv_off +
+                       (uint64_t{f.rank} * job.max_tokens + static_cast<uint32_t>(slot_of(t, d))) *
+                           job.slot_bytes,
+                   uint64_t{end - t} * job.slot_bytes);
+        t = end;
       }
     }
     th.sync();
@@ -392,24 +424,18 @@ COURIER_DEVICE_INLINE void ht_dispatch_body(const courier_gpu_ep_proxy_ht_dispat
       const int64_t e = expert(t, k);
       if (e < 0 || e >= static_cast<int64_t>(E)) continue;
       bool repeated = false;
-      for (uint32_t j = 0; j < k; ++j) repeated |= expert(t, j) == e;
+      for (uint32_t i = 0; i < k; ++i) repeated |= expert(t, i) == e;
       if (!repeated) add_block(&sh->a[e], 1);
     }
   }
   th.sync();
   const uint32_t state = status_of(f) != 0 ? COURIER_GPU_EP_RECORD_REFUSED : 0;
-  const uint32_t spread = lanes_per_rank(f);
   for (uint32_t d = th.thread; d < R; d += th.block_dim) {
     auto* record =
         reinterpret_cast<uint32_t*>(ctl(f, job.staging_off + d * uint64_t{f.record_words} * 4));
     record[0] = state;
     record[1] = sh->b[d];
     for (uint32_t l = 0; l < L; ++l) record[2 + l] = sh->a[d * L + l];
-    if (state == 0 && through_channels(f, d)) {
-      push_region(f, d, job.send_off + uint64_t{d} * job.max_tokens * job.slot_bytes,
-                  job.recv_off + uint64_t{f.rank} * job.max_tokens * job.slot_bytes, sh->b[d],
-                  job.slot_bytes, spread);
-    }
   }
   release_fence_system();
   th.sync();
@@ -453,7 +479,12 @@ COURIER_DEVICE_INLINE void ht_receive_body(const courier_gpu_ep_proxy_ht_receive
                    lane, lanes);
       }
       for (uint32_t k = lane; k < K; k += lanes) {
-        job.topk_idx[uint64_t{i} * K + k] = reinterpret_cast<const int32_t*>(slot + ids_at)[k];
+        const int32_t e = reinterpret_cast<const int32_t*>(slot + ids_at)[k];
+        job.topk_idx[uint64_t{i} * K + k] =
+            e >= 0 && job.local_experts != 0 &&
+                    static_cast<uint32_t>(e) / job.local_experts == f.rank
+                ? static_cast<int64_t>(e) - int64_t{f.rank} * job.local_experts
+                : -1;
         job.topk_weights[uint64_t{i} * K + k] =
             reinterpret_cast<const float*>(slot + weights_at)[k];
       }

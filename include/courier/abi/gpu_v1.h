@@ -466,15 +466,16 @@ typedef struct courier_gpu_ep_proxy_refuse_v1 {
 
 /* High-throughput dispatch, send half. Token t goes to every rank d with
  * in_rank[t][d], once; its slot there (slots[t][d], out, -1 where not) is
- * its place among this rank's tokens for d, in token order. The slot is
- * packed at send_off + (d * max_tokens + slot) * slot_bytes: the value row
- * (row_bytes), its scales (scale_cols floats, with x_scales), then topk
- * int32 expert ids local to d (-1 where elsewhere, or without topk_idx)
- * and topk float weights (0 without topk_weights); d's slots go to
- * recv_off + (rank * max_tokens + slot) * slot_bytes at d, spread over its
- * channels. Record for d: [1] its row count, [2 + l] its tokens per local expert l
- * (experts_per_rank of them). An index outside [-1, num_experts) sets
- * BAD_INDEX and the records say refused. */
+ * its place among this rank's tokens for d, in token order. Token t is
+ * packed once, at send_off + t * slot_bytes: the value row (row_bytes),
+ * its scales (scale_cols floats, with x_scales), then topk int32 global
+ * expert ids (-1 without topk_idx) and topk float weights (0 without
+ * topk_weights). Each run of consecutive tokens bound for d goes as one
+ * WRITE to recv_off + (rank * max_tokens + slot) * slot_bytes at d (its
+ * slots are consecutive too), pushed as soon as its block packed it, runs
+ * spread over d's channels. Record for d: [1] its row count, [2 + l] its
+ * tokens per local expert l (experts_per_rank of them). An index outside
+ * [-1, num_experts) sets BAD_INDEX and the records say refused. */
 typedef struct courier_gpu_ep_proxy_ht_dispatch_v1 {
   uint32_t struct_size;
   int32_t device;
@@ -492,15 +493,17 @@ typedef struct courier_gpu_ep_proxy_ht_dispatch_v1 {
 
 /* High-throughput dispatch, receive half: waits for every rank's signal,
  * then unpacks the slots of rank 0, 1, ... (record word [1] of each) into
- * the outputs from row 0: x rows, scales, topk ids widened to int64,
- * weights; pads rows [received, pad_rows) with zeros (ids -1). More rows
- * than `capacity` set OVERFLOW. Mirrors the status to status_host. */
+ * the outputs from row 0: x rows, scales, topk ids made local to this
+ * rank (global id e becomes e - rank * local_experts, -1 where e is
+ * another rank's) and widened to int64, weights; pads rows [received,
+ * pad_rows) with zeros (ids -1). More rows than `capacity` set OVERFLOW.
+ * Mirrors the status to status_host. */
 typedef struct courier_gpu_ep_proxy_ht_receive_v1 {
   uint32_t struct_size;
   int32_t device;
   courier_gpu_ep_proxy_v1 fifo;
   uint32_t topk, row_bytes, scale_cols, slot_bytes, max_tokens, pad_rows, capacity;
-  uint32_t reserved;
+  uint32_t local_experts;
   uint64_t recv_off, record_off, signal_off, target;
   void* x;
   float* scales;
