@@ -36,14 +36,24 @@ topology::Policy topology_policy(const Config& config) {
 TopologyChoice choose_from_topology(const Config& config, int device, bool device_memory) {
   TopologyChoice choice;
   const std::vector<int32_t> allowed = allowed_cpus();
-  // The machine and its plan, when topology can tell anything; a machine it
-  // cannot read leaves the defaults (courier-info --topology says why).
+  // The machine and its plan, when topology can tell anything. This machine
+  // unreadable leaves the defaults (courier-info --topology says why); a
+  // COURIER_TOPOLOGY_XML or COURIER_NICS the user gave and Courier cannot
+  // honour is an error (the messages name the variable).
   std::optional<topology::Machine> machine;
   std::optional<topology::Plan> plan;
   try {
     machine = topology::discover(config.topology_xml);
-    plan = topology::plan(*machine, topology_policy(config));
   } catch (const Error&) {
+    if (!config.topology_xml.empty()) throw;
+  }
+  if (machine) {
+    try {
+      plan = topology::plan(*machine, topology_policy(config));
+    } catch (const Error&) {
+      // Without hwloc no NIC is known, so COURIER_NICS is left to the NIC backend.
+      if (machine->from_hwloc) throw;
+    }
   }
   // This rank's GPU as topology sees it: one rank per GPU of the machine.
   const topology::GpuPlan* mine = nullptr;
