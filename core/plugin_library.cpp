@@ -2,9 +2,14 @@
 
 #include <dlfcn.h>
 
+#include "core/plugin_file_check.hpp"
+
 namespace courier {
 
 std::shared_ptr<PluginLibrary> PluginLibrary::open(const std::string& path, std::string& error) {
+  // A file dlopen would crash on (cut short, not ELF) is rejected first.
+  error = plugin_file_problem(path);
+  if (!error.empty()) return nullptr;
   dlerror();  // forget any message left by an earlier call
   void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
   if (handle == nullptr) {

@@ -17,7 +17,8 @@ class PluginLibrary {
   // plugin's dependencies (libfabric providers, a GPU driver) may leave
   // threads, atexit handlers or thread-local destructors behind that would
   // otherwise run in unmapped code at exit. Returns nullptr and sets `error`
-  // to the loader's message when the file cannot be loaded.
+  // to the reason (plugin_file_problem's, else the loader's message) when
+  // the file cannot be loaded.
   static std::shared_ptr<PluginLibrary> open(const std::string& path, std::string& error);
 
   ~PluginLibrary();

@@ -37,7 +37,8 @@ set(rejections
   "libcourier-nic-nosymbol\\.so" "not a Courier plugin: no courier_nic_backend_v1 symbol"
   "libcourier-nic-wrongkind\\.so" "is a GPU plugin \\(exports courier_gpu_backend_v1\\), not a NIC plugin"
   "libcourier-nic-unresolved\\.so" "not loadable: [^\n]*courier_test_function_nobody_defines"
-  "libcourier-nic-garbage\\.so" "not loadable: [^\n]+")
+  "libcourier-nic-garbage\\.so" "not loadable: not an ELF shared object \\(no ELF magic at the start\\)"
+  "libcourier-nic-truncated\\.so" "not loadable: truncated: segment [0-9]+ \\(PT_LOAD\\) ends at byte [0-9]+ but the file has 4096 bytes")
 
 # --- human output -----------------------------------------------------------
 run_courier_info(text)

@@ -59,7 +59,10 @@ std::vector<ExpectedRejection> expected_rejections() {
       {"libcourier-nic-wrongkind.so",
        "is a GPU plugin (exports courier_gpu_backend_v1), not a NIC plugin"},
       {"libcourier-nic-unresolved.so", "not loadable: ", true},
-      {"libcourier-nic-garbage.so", "not loadable: ", true},
+      {"libcourier-nic-garbage.so",
+       "not loadable: not an ELF shared object (no ELF magic at the "
+       "start)"},
+      {"libcourier-nic-truncated.so", "not loadable: truncated: segment ", true},
   };
 }
 
