@@ -119,7 +119,9 @@ void* check_tensor(const DLTensor* tensor, std::string_view name, DType dtype,
     fail("{}: the tensor is in {} memory, but this GPU backend's memory is {}", name,
          device_name(tensor->device.device_type), device_name(device));
   }
-  if (tensor->strides != nullptr) {  // must be row-major and compact
+  // Must be row-major and compact. An empty tensor addresses no byte, so its
+  // strides say nothing (numpy gives zero-size arrays strides of 0).
+  if (tensor->strides != nullptr && !empty) {
     int64_t expected = 1;
     for (int i = ndim - 1; i >= 0; --i) {
       if (tensor->shape[i] > 1 && tensor->strides[i] != expected) {

@@ -60,10 +60,15 @@ class FileGroup:
         self.allgather(b"")
 
 
-def inputs(rank: int, call: int, ranks: int) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+def inputs(rank: int, call: int, ranks: int,
+           empty_rank: int = -1) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Rank `rank`'s x [T, HIDDEN] float32 (small integers: exact in
     bfloat16), topk_idx [T, TOPK] int64 (distinct experts, about one in
-    eight -1) and topk_weights [T, TOPK] float32 for call `call`."""
+    eight -1) and topk_weights [T, TOPK] float32 for call `call`; no
+    tokens at all on `empty_rank`."""
+    if rank == empty_rank:
+        return (np.zeros((0, HIDDEN), np.float32), np.zeros((0, TOPK), np.int64),
+                np.zeros((0, TOPK), np.float32))
     rng = np.random.default_rng(1000 * rank + call)
     experts = EXPERTS_PER_RANK * ranks
     tokens = 10 + 3 * rank + call
@@ -77,14 +82,15 @@ def inputs(rank: int, call: int, ranks: int) -> Tuple[np.ndarray, np.ndarray, np
     return x, idx, weights
 
 
-def expected_receive(me: int, ranks: int, call: int) -> Dict[str, np.ndarray]:
+def expected_receive(me: int, ranks: int, call: int,
+                     empty_rank: int = -1) -> Dict[str, np.ndarray]:
     """What rank `me` receives in a high-throughput dispatch: each rank's
     tokens with an expert here, in rank then token order."""
     per = EXPERTS_PER_RANK
     rows, idx_rows, w_rows, local_sums = [], [], [], []
     counts = np.zeros(per, np.int64)
     for s in range(ranks):
-        x, idx, w = inputs(s, call, ranks)
+        x, idx, w = inputs(s, call, ranks, empty_rank)
         local = (idx >= 0) & (idx // per == me)
         for t in np.nonzero(local.any(axis=1))[0]:
             rows.append(x[t])
@@ -192,6 +198,27 @@ def dispatch_combine(buffer: deep_ep.Buffer, call: int, to_dtype: Callable, rtol
     check(np.array_equal(again_x, combined), f"call {call}: combine of padded rows differs")
     check(np.array_equal(again_w, combined_w), f"call {call}: padded combined_topk_weights differ")
     return rows
+
+
+def case_ht_zero_tokens(buffer: deep_ep.Buffer) -> str:
+    """Rank 0 has no tokens: numpy gives its empty arrays (and the layout's
+    is_token_in_rank for them) zero strides; it still takes part."""
+    me, ranks = buffer.rank, buffer.group_size
+    x, idx, w = inputs(me, 7, ranks, empty_rank=0)
+    per_rank, _, per_expert, in_rank, _ = buffer.get_dispatch_layout(idx, EXPERTS_PER_RANK * ranks)
+    check(in_rank.shape == (x.shape[0], ranks), f"is_token_in_rank has shape {in_rank.shape}")
+    recv_x, recv_idx, recv_w, _, handle, _ = buffer.dispatch(
+        x, num_tokens_per_rank=per_rank, is_token_in_rank=in_rank,
+        num_tokens_per_expert=per_expert, topk_idx=idx, topk_weights=w)
+    want = expected_receive(me, ranks, 7, empty_rank=0)
+    check(np.array_equal(recv_x, want["x"]), "recv_x differs")
+    check(np.array_equal(recv_idx, want["idx"]), "recv_topk_idx differs")
+    y = want["x"] * want["local_sums"][:, None]
+    combined, _, _ = buffer.combine(y, handle, topk_weights=recv_w)
+    check(combined.shape == x.shape, f"combined_x has shape {combined.shape}")
+    total = np.where(idx >= 0, w, 0).sum(axis=1)
+    np.testing.assert_allclose(combined, x * total[:, None], rtol=1e-5, atol=1e-5)
+    return f"{x.shape[0]} tokens here, {recv_x.shape[0]} rows received"
 
 
 def case_ht(buffer: deep_ep.Buffer) -> str:
@@ -437,6 +464,7 @@ CASES: Dict[str, Callable[[deep_ep.Buffer], str]] = {
     "ht-fp8": case_ht_fp8,
     "ht-shapes": case_ht_shapes,
     "ht-no-topk": case_ht_no_topk,
+    "ht-zero-tokens": case_ht_zero_tokens,
     "ll": case_ll,
     "ll-fp8": case_ll_fp8,
     "ll-stale-hook": case_ll_stale_hook,

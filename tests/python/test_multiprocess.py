@@ -30,7 +30,8 @@ def expect_pass(ranks: int, cases: list, extra: list = ()) -> None:
 
 @pytest.mark.parametrize("ranks", [2, 4])
 def test_layout_dispatch_combine(ranks: int) -> None:
-    expect_pass(ranks, ["layout", "ht", "ht-bf16", "ht-fp8", "ht-no-topk", "ht-shapes"])
+    expect_pass(ranks, ["layout", "ht", "ht-bf16", "ht-fp8", "ht-no-topk", "ht-shapes",
+                        "ht-zero-tokens"])
 
 
 @pytest.mark.parametrize("ranks", [2, 4])
