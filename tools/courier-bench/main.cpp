@@ -91,7 +91,10 @@ constexpr const char* kUsage =
     "           the same iterations: path 'raw-write', the same bytes per destination\n"
     "           as one WRITE each through Courier's raw transport path (pushed with\n"
     "           Context::run_device_commands, waited for), without packing, signals or\n"
-    "           receive waits: the EP time above it is the cost of dispatch/combine.\n";
+    "           receive waits: the EP time above it is the cost of dispatch/combine.\n"
+    "\n"
+    "--provider (transport, atomic, barrier, ep): the libfabric provider; without it,\n"
+    "           COURIER_OFI_PROVIDER as set in the environment, else shm.\n";
 
 [[noreturn]] void usage_error(const std::string& message) {
   fmt::print(stderr, "courier-bench: {}\n{}", message, kUsage);
@@ -136,6 +139,14 @@ std::string parse_provider(std::string provider) {
     usage_error("--provider '" + provider + "' is invalid: expected shm or tcp");
   }
   return provider;
+}
+
+// The provider without --provider: COURIER_OFI_PROVIDER as the job set it
+// (the ofi backend checks it), else shm. Every subcommand passes it on, so
+// the environment's choice must be the default, not lost to ours.
+std::string default_provider() {
+  const char* set = std::getenv("COURIER_OFI_PROVIDER");
+  return set != nullptr && *set != '\0' ? std::string(set) : std::string("shm");
 }
 
 // The job the benchmark joins once (every Context it creates shares it).
@@ -298,7 +309,7 @@ BenchResult median(std::vector<BenchResult> runs) {
 
 int run_transport(int argc, char** argv) {
   courier::bench::TransportOptions o;
-  o.provider = "shm";
+  o.provider = default_provider();
   std::vector<size_t> sizes = {8, 64, 512, 4096, 7168, 8192, 65536, 262144, 1 << 20, 4 << 20};
   uint64_t iters = 20000;
   uint32_t repeats = 5;
@@ -398,6 +409,7 @@ int run_transport(int argc, char** argv) {
 
 int run_atomic(int argc, char** argv) {
   courier::bench::AtomicOptions o;
+  o.provider = default_provider();
   std::vector<std::string> strategies;  // empty: COURIER_ATOMICS as set (default auto)
   uint32_t proxy_threads = 1;
   bool json = parse_flags(argc, argv, [&](const std::string& flag, auto value) {
@@ -476,6 +488,7 @@ int run_atomic(int argc, char** argv) {
 
 int run_barrier(int argc, char** argv) {
   courier::bench::BarrierOptions o;
+  o.provider = default_provider();
   bool json = parse_flags(argc, argv, [&](const std::string& flag, auto value) {
     if (flag == "--provider") {
       o.provider = parse_provider(value());
@@ -544,7 +557,7 @@ std::vector<uint32_t> parse_token_counts(const std::string& flag, const std::str
 
 int run_ep(int argc, char** argv) {
   courier::bench::EpOptions o;
-  std::string provider = "shm";
+  std::string provider = default_provider();
   bool mode_given = false;
   bool json = parse_flags(argc, argv, [&](const std::string& flag, auto value) {
     if (flag == "--mode") {
