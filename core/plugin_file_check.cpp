@@ -32,8 +32,8 @@ constexpr unsigned char kData =
 bool read_at(int fd, uint64_t offset, void* out, size_t bytes) {
   size_t done = 0;
   while (done < bytes) {
-    const ssize_t n = pread(fd, static_cast<char*>(out) + done, bytes - done,
-                            static_cast<off_t>(offset + done));
+    const ssize_t n =
+        pread(fd, static_cast<char*>(out) + done, bytes - done, static_cast<off_t>(offset + done));
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) return false;
     done += static_cast<size_t>(n);
@@ -65,8 +65,9 @@ class Fd {
 std::string plugin_file_problem(const std::string& path) {
   Fd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (fd.get() < 0) return fmt::format("cannot open the file: {}", std::strerror(errno));
-  struct stat st{};
-  if (fstat(fd.get(), &st) != 0) return fmt::format("cannot stat the file: {}", std::strerror(errno));
+  struct stat st {};
+  if (fstat(fd.get(), &st) != 0)
+    return fmt::format("cannot stat the file: {}", std::strerror(errno));
   if (!S_ISREG(st.st_mode)) return "not a regular file";
   const auto size = static_cast<uint64_t>(st.st_size);
 
@@ -86,8 +87,8 @@ std::string plugin_file_problem(const std::string& path) {
         kMachine);
   }
   if (header.e_type != ET_DYN) {
-    return fmt::format("not a shared object (ELF e_type {}, a shared object has {})",
-                       header.e_type, ET_DYN);
+    return fmt::format("not a shared object (ELF e_type {}, a shared object has {})", header.e_type,
+                       ET_DYN);
   }
   if (header.e_phentsize != sizeof(ElfW(Phdr)) || header.e_phnum == 0) {
     return fmt::format("malformed ELF header: {} program headers of {} bytes", header.e_phnum,
@@ -95,9 +96,8 @@ std::string plugin_file_problem(const std::string& path) {
   }
   const uint64_t ph_bytes = uint64_t{header.e_phnum} * header.e_phentsize;
   if (!inside(header.e_phoff, ph_bytes, size)) {
-    return fmt::format(
-        "truncated: the program headers end at byte {} but the file has {} bytes",
-        header.e_phoff + ph_bytes, size);
+    return fmt::format("truncated: the program headers end at byte {} but the file has {} bytes",
+                       header.e_phoff + ph_bytes, size);
   }
   std::vector<ElfW(Phdr)> segments(header.e_phnum);
   if (!read_at(fd.get(), header.e_phoff, segments.data(), ph_bytes)) {
@@ -107,18 +107,17 @@ std::string plugin_file_problem(const std::string& path) {
     const ElfW(Phdr)& s = segments[i];
     if (s.p_type != PT_LOAD && s.p_type != PT_DYNAMIC) continue;
     if (!inside(s.p_offset, s.p_filesz, size)) {
-      return fmt::format(
-          "truncated: segment {} ({}) ends at byte {} but the file has {} bytes", i,
-          s.p_type == PT_LOAD ? "PT_LOAD" : "PT_DYNAMIC", s.p_offset + s.p_filesz, size);
+      return fmt::format("truncated: segment {} ({}) ends at byte {} but the file has {} bytes", i,
+                         s.p_type == PT_LOAD ? "PT_LOAD" : "PT_DYNAMIC", s.p_offset + s.p_filesz,
+                         size);
     }
   }
   // Not mapped by the loader, but a file whose section headers lie past
   // its end was cut short all the same.
   if (header.e_shoff != 0 &&
       !inside(header.e_shoff, uint64_t{header.e_shnum} * header.e_shentsize, size)) {
-    return fmt::format(
-        "truncated: the section headers end at byte {} but the file has {} bytes",
-        header.e_shoff + uint64_t{header.e_shnum} * header.e_shentsize, size);
+    return fmt::format("truncated: the section headers end at byte {} but the file has {} bytes",
+                       header.e_shoff + uint64_t{header.e_shnum} * header.e_shentsize, size);
   }
   return "";
 }
