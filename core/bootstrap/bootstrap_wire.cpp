@@ -29,7 +29,7 @@ T get_big_endian(const std::byte* in) {
 
 bool known_type(uint16_t type) {
   return type >= static_cast<uint16_t>(FrameType::hello) &&
-         type <= static_cast<uint16_t>(FrameType::gone);
+         type <= static_cast<uint16_t>(FrameType::busy);
 }
 
 }  // namespace
@@ -50,6 +50,8 @@ std::string_view to_string(FrameType type) {
       return "goodbye";
     case FrameType::gone:
       return "gone";
+    case FrameType::busy:
+      return "busy";
   }
   return "unknown";
 }

@@ -22,6 +22,8 @@
 //                        connection closing next is not a death
 //   gone    (0 -> rank)  dead rank (32-bit two's complement), then UTF-8
 //                        text naming it; the receiver reports a peer failure
+//   busy    (0 -> rank)  UTF-8 text: rank 0 turned this connection away
+//                        for now (too many waiting); the joiner retries
 #pragma once
 
 #include <array>
@@ -36,8 +38,8 @@
 namespace courier::wire {
 
 inline constexpr uint32_t kMagic = 0x43524253;  // "CRBS"
-// Version 2 added goodbye and gone (peer liveness).
-inline constexpr uint16_t kWireVersion = 2;
+// Version 2 added goodbye and gone (peer liveness), version 3 busy.
+inline constexpr uint16_t kWireVersion = 3;
 inline constexpr size_t kHeaderBytes = 24;
 // A job token longer than this is refused (courier-run's is 64 hex digits).
 inline constexpr size_t kMaxTokenBytes = 1024;
@@ -56,6 +58,7 @@ enum class FrameType : uint16_t {
   error = 5,
   goodbye = 6,
   gone = 7,
+  busy = 8,
 };
 std::string_view to_string(FrameType type);
 

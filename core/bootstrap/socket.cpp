@@ -115,6 +115,14 @@ std::string format_address(const std::string& host, uint16_t port) {
   return host + ":" + std::to_string(port);
 }
 
+std::string host_of(std::string_view address) {
+  const size_t colon = address.rfind(':');
+  if (colon == std::string_view::npos || address.find(']', colon) != std::string_view::npos) {
+    return std::string(address);
+  }
+  return std::string(address.substr(0, colon));
+}
+
 Fd listen_tcp(const std::string& host, uint16_t port, int backlog, bool* fell_back) {
   *fell_back = false;
   sockaddr_in any{};

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <string_view>
 
 namespace courier::net {
 
@@ -85,6 +86,9 @@ uint16_t local_port(const Fd& fd);
 
 // "a.b.c.d:port" or "[v6]:port" for host and port.
 std::string format_address(const std::string& host, uint16_t port);
+// The host part of such an address ("a.b.c.d", "[v6]"); the whole text when
+// it has no port.
+std::string host_of(std::string_view address);
 
 // A TCP port on `host` that nothing listens on right now. The port is only
 // free at the time of the call: whoever uses it must bind it soon.

@@ -47,16 +47,7 @@ class TcpRendezvousClient final : public Bootstrap {
         tuning_(tuning),
         address_(net::format_address(options.host, options.port)) {
     const net::Deadline deadline = net::deadline_after(std::chrono::seconds(options_.timeout_s));
-    connect_to_rank0(deadline);
-    wire::Hello hello{options_.rank, options_.world_size, options_.job_token};
-    send_frame(wire::encode_frame(wire::FrameType::hello, 0, wire::encode_hello_payload(hello)),
-               deadline, "its hello");
-    wire::FrameReader reply =
-        receive_frame(deadline + tuning_.reply_grace, 0, "the signal that all ranks joined");
-    if (reply.header().type != static_cast<uint16_t>(wire::FrameType::welcome)) {
-      protocol_error(reply, "a welcome");
-    }
-    reader_.reset();
+    join(deadline);
     log_.debug(kComponent, "rank {} joined the job at {}", options_.rank, address_);
     monitor_ = std::make_unique<ConnectionMonitor>(ConnectionMonitor::Hooks{
         [this] { return watch(); }, [this](std::span<const pollfd> fds) { return handle(fds); }});
@@ -92,6 +83,10 @@ class TcpRendezvousClient final : public Bootstrap {
     notifier_->report(rank, message);
   }
   void connect_to_rank0(net::Deadline deadline);
+  // Connects, says hello and waits for the welcome; while rank 0 turns the
+  // connection away as busy (a flood of connections), tries again, backing
+  // off, until the deadline.
+  void join(net::Deadline deadline);
   void send_frame(const std::vector<std::byte>& frame, net::Deadline deadline,
                   std::string_view what);
   // Reads one frame from rank 0. An error or gone frame is thrown as the
@@ -200,6 +195,34 @@ void TcpRendezvousClient::connect_to_rank0(net::Deadline deadline) {
   }
   fail_here(fmt::format("bootstrap: rank {} timed out after {} s connecting to rank 0 at {}: {}",
                         options_.rank, options_.timeout_s, address_, last_error));
+}
+
+void TcpRendezvousClient::join(net::Deadline deadline) {
+  std::chrono::milliseconds pause{10};
+  for (uint32_t attempt = 1;; ++attempt) {
+    connect_to_rank0(deadline);
+    wire::Hello hello{options_.rank, options_.world_size, options_.job_token};
+    send_frame(wire::encode_frame(wire::FrameType::hello, 0, wire::encode_hello_payload(hello)),
+               deadline, "its hello");
+    wire::FrameReader reply =
+        receive_frame(deadline + tuning_.reply_grace, 0, "the signal that all ranks joined");
+    reader_.reset();
+    if (reply.header().type == static_cast<uint16_t>(wire::FrameType::welcome)) return;
+    if (reply.header().type != static_cast<uint16_t>(wire::FrameType::busy)) {
+      protocol_error(reply, "a welcome");
+    }
+    const std::vector<std::byte>& text = reply.payload();
+    const std::string why(reinterpret_cast<const char*>(text.data()), text.size());
+    fd_.reset();
+    if (net::Clock::now() + pause >= deadline) {
+      fail_here(
+          fmt::format("bootstrap: rank {} timed out after {} s joining the job: {} ({} tries)",
+                      options_.rank, options_.timeout_s, why, attempt));
+    }
+    log_.info(kComponent, "rank {}: {}; trying again in {} ms", options_.rank, why, pause.count());
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::milliseconds(1000));
+  }
 }
 
 void TcpRendezvousClient::send_frame(const std::vector<std::byte>& frame, net::Deadline deadline,

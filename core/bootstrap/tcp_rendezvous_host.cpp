@@ -158,6 +158,11 @@ class TcpRendezvousHost final : public Bootstrap {
   // Registers the rank a complete hello names, or refuses the connection.
   void admit(PendingConnection& connection);
   void refuse(PendingConnection& connection, std::string_view reason);
+  // Turns a connection away for now: a busy frame, which the joiner
+  // answers by trying again later (until its own timeout).
+  void turn_away(PendingConnection& connection, std::string_view reason);
+  // Sends `frame`, best effort, and closes the connection without a reset.
+  static void say_and_close(PendingConnection& connection, const std::vector<std::byte>& frame);
   void watch_joined_rank(int rank);
   std::vector<int> missing_ranks() const;
   // Tells every connected rank and throws `message` as courier::Error.
@@ -368,9 +373,23 @@ void TcpRendezvousHost::accept_new_connections(std::vector<PendingConnection>& p
         wire::FrameReader(std::min<uint64_t>(options_.max_message_bytes, wire::kMaxHelloBytes),
                           options_.max_message_bytes < wire::kMaxHelloBytes ? "max_message_bytes"
                                                                             : "hello size limit")};
+    // A flood must delay the job, not end it: the real rank turned away
+    // here retries. No source address has more real ranks than the job;
+    // a flood from one address leaves the other slots to the rest.
     if (pending.size() >= max_pending) {
-      refuse(connection, fmt::format("too many connections ({}) are already waiting to say hello",
-                                     pending.size()));
+      turn_away(connection,
+                fmt::format("too many connections ({}) are already waiting to say hello",
+                            pending.size()));
+      continue;
+    }
+    const std::string host = net::host_of(connection.address);
+    const auto same_host = static_cast<size_t>(std::count_if(
+        pending.begin(), pending.end(),
+        [&](const PendingConnection& other) { return net::host_of(other.address) == host; }));
+    if (same_host >= static_cast<size_t>(options_.world_size)) {
+      turn_away(connection,
+                fmt::format("too many connections from {} ({}) are already waiting to say hello",
+                            host, same_host));
       continue;
     }
     log_.debug(kComponent, "connection from {}", connection.address);
@@ -434,9 +453,34 @@ void TcpRendezvousHost::refuse(PendingConnection& connection, std::string_view r
   // Best effort, without waiting: tell an honest but misconfigured rank why,
   // so it fails with the reason instead of a bare "connection closed". A
   // fresh connection's send buffer always has room for this small frame.
-  const std::vector<std::byte> frame = wire::encode_error_frame(
-      fmt::format("bootstrap: rank 0 at {} refused this connection: {}", address_, reason));
+  say_and_close(connection,
+                wire::encode_error_frame(fmt::format(
+                    "bootstrap: rank 0 at {} refused this connection: {}", address_, reason)));
+}
+
+void TcpRendezvousHost::turn_away(PendingConnection& connection, std::string_view reason) {
+  log_.warn(kComponent, "turned away connection from {} for now: {}", connection.address, reason);
+  const std::string text =
+      fmt::format("rank 0 at {} turned this connection away for now: {}", address_, reason);
+  say_and_close(
+      connection,
+      wire::encode_frame(
+          wire::FrameType::busy, 0,
+          std::as_bytes(std::span(std::string_view(text).substr(0, wire::kMaxErrorBytes)))));
+}
+
+void TcpRendezvousHost::say_and_close(PendingConnection& connection,
+                                      const std::vector<std::byte>& frame) {
   (void)net::send_all(connection.fd.get(), frame, net::Clock::now());
+  // Closing with unread bytes (a hello already sent) would reset the
+  // connection, and a reset may discard the frame before the peer reads
+  // it: end our side, read what is there, then close.
+  ::shutdown(connection.fd.get(), SHUT_WR);
+  std::byte scratch[4096];
+  for (int i = 0; i < 16; ++i) {
+    const ssize_t got = ::recv(connection.fd.get(), scratch, sizeof scratch, MSG_DONTWAIT);
+    if (got <= 0) break;
+  }
   connection.fd.reset();
 }
 

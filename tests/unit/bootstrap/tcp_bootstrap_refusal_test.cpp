@@ -189,6 +189,30 @@ TEST_CASE("tcp bootstrap: a client that never completes its hello is refused at 
   check_job_completed(outcomes, 2);
 }
 
+TEST_CASE("tcp bootstrap: a flood of idle connections delays a rank, it does not end the job") {
+  LogCapture log;
+  TcpBootstrapTuning tuning;
+  tuning.hello_timeout = std::chrono::milliseconds(1000);
+  const uint16_t port = net::pick_free_tcp_port();
+  auto host = start_ranks(
+      {0}, [&](int rank) { return join_and_allgather(rank, 2, port, log.logger(), tuning); });
+  // More idle connections than rank 0 lets wait at once (world_size + 64),
+  // all from the address the real rank comes from.
+  std::vector<std::unique_ptr<RawClient>> flood;
+  for (int i = 0; i < 80; ++i) flood.push_back(std::make_unique<RawClient>(port));
+  REQUIRE(log.wait_for("turned away connection from 127.0.0.1"));
+  auto client = start_ranks(
+      {1}, [&](int rank) { return join_and_allgather(rank, 2, port, log.logger(), tuning); });
+  std::vector<RankOutcome> outcomes = join_all(host);
+  outcomes.push_back(client[0]->join());
+  check_job_completed(outcomes, 2);
+  // Rank 1 was turned away while the flood waited, and tried again.
+  CHECK(log.contains("rank 1: rank 0 at 127.0.0.1:" + std::to_string(port) +
+                     " turned this connection away for now: too many connections"));
+  CHECK(flood.front()->read_refusal().find("no complete hello within 1000 ms") !=
+        std::string::npos);
+}
+
 TEST_CASE("tcp bootstrap: a rank refused by rank 0 fails with the reason") {
   LogCapture log;
   const uint16_t port = net::pick_free_tcp_port();
