@@ -278,7 +278,9 @@ std::unique_ptr<GpuBackend> open_gpu_backend(Registry& registry, std::string_vie
     return (backend.props().caps & COURIER_GPU_CAP_HOST_KERNELS) != 0 ? 1 : 0;
   };
   std::unique_ptr<GpuBackend> best;
-  while (!choices.empty() && (!best || preference(*best) != 0)) {
+  // The first round always runs: with no choice left (COURIER_GPU_BACKEND
+  // excluded them all) open_first says so instead of returning none.
+  while (!best || (!choices.empty() && preference(*best) != 0)) {
     std::unique_ptr<GpuBackend> backend;
     try {
       backend = open_first<GpuBackend>("GPU", "COURIER_GPU_BACKEND", PluginKind::gpu, registry,

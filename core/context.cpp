@@ -171,8 +171,16 @@ struct Context::Impl {
     }
     gpu = open_gpu_backend(registry, config.gpu_backend, host, log);
     if (gpu->props().device_count == 0) {
-      fail("GPU backend '{}' found no device: {}", gpu->plugin().name,
-           gpu->props().no_device_reason);
+      // A broken plugin file may be why a better backend was not chosen.
+      std::string rejected;
+      for (const PluginCandidate& c : registry.candidates()) {
+        if (c.kind == PluginKind::gpu && !c.usable) {
+          rejected += fmt::format("{}{} ({})", rejected.empty() ? "" : ", ", c.path, c.reason);
+        }
+      }
+      fail("GPU backend '{}' found no device: {}{}", gpu->plugin().name,
+           gpu->props().no_device_reason,
+           rejected.empty() ? "" : fmt::format(" (GPU plugin files rejected: {})", rejected));
     }
     choose_device();
     topology = choose_from_topology(config, device, gpu->props().mem_kind != COURIER_MEM_HOST);

@@ -182,6 +182,13 @@ struct Registry::State {
         shadowed.path = path;
         shadowed.reason = fmt::format("{}{}{}", kShadowedBy, winner->path,
                                       winner->usable ? "" : ", which was rejected");
+        if (!winner->usable) {
+          // A broken file hides a plugin that may well work: say so loudly.
+          log.warn(kComponent,
+                   "{} plugin {} is not used: {} shadows it (searched first) but was rejected: {}; "
+                   "remove or fix that file",
+                   to_string(parsed.kind), path, winner->path, winner->reason);
+        }
         record(std::move(shadowed), false);
         continue;
       }
