@@ -1,6 +1,7 @@
 #include "tools/courier-run/child_process.hpp"
 
 #include <fcntl.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -84,10 +85,22 @@ ChildProcess::ChildProcess(const ChildSpec& spec) {
   std::vector<char*> argv = c_array(spec.argv);
   std::vector<char*> envp = c_array(spec.env);
 
+  const pid_t launcher = ::getpid();
   pid_ = ::fork();
   if (pid_ < 0) fail("courier-run: fork() failed: {}", std::strerror(errno));
   if (pid_ == 0) {
     // The child: async-signal-safe calls only, then exec.
+    //
+    // A rank dies with courier-run: killed by SIGKILL, courier-run cannot
+    // stop its ranks, and they would run the whole job with nobody reading
+    // their output. SIGKILL, not SIGTERM: nobody is left to escalate should
+    // a rank catch SIGTERM. The signal comes when the forking thread exits
+    // (courier-run has one thread) and survives execve(). Only courier-run's
+    // children get this; ranks under torchrun or mpirun follow their rules.
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    // courier-run may have died between fork() and prctl(): the child then
+    // has another parent already, and no signal will come.
+    if (::getppid() != launcher) ::kill(::getpid(), SIGKILL);
     ::setpgid(0, 0);
     ::dup2(dev_null.get(), STDIN_FILENO);
     ::dup2(stdout_write.get(), STDOUT_FILENO);

@@ -4,7 +4,8 @@
 // The child gets its own process group so that stopping a rank also stops
 // whatever it started (a shell wrapper's children, for example), and so that
 // a terminal's Ctrl-C reaches courier-run alone, which then decides what the
-// ranks get.
+// ranks get. The child is killed when courier-run dies (PR_SET_PDEATHSIG),
+// even by SIGKILL; what the child started itself is not.
 #pragma once
 
 #include <signal.h>

@@ -46,6 +46,12 @@ wait_for_file() {
     sleep 0.1
   done
 }
+# Whether process $1 runs: a zombie does not (once courier-run is gone,
+# nobody may reap its orphans, and kill -0 still finds a zombie).
+is_running() {
+  state=$(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f1)
+  [ -n "$state" ] && [ "$state" != Z ]
+}
 # The ranks recorded their pids in ready-N files; none may still be alive.
 expect_ranks_gone() {
   for file in "$work"/ready-*; do
@@ -141,6 +147,34 @@ signal-forwarding)
   expect_err '^courier-run: received SIGTERM; passing it on to the ranks$'
   forbid_out 'woke up'
   expect_ranks_gone
+  ;;
+launcher-killed)
+  # SIGKILL leaves courier-run no chance to stop its ranks: they must die
+  # with it (PR_SET_PDEATHSIG) instead of sleeping on with nobody reading
+  # their output.
+  "$courier_run" -n 2 "$probe" sleep "$work" >"$out" 2>"$err" &
+  launcher=$!
+  wait_for_file "$work/ready-0"
+  wait_for_file "$work/ready-1"
+  kill -KILL "$launcher"
+  wait "$launcher"
+  status=$?
+  expect_status 137
+  # The kernel signals them at once; 20 s leaves a loaded machine time to
+  # run them (the probes themselves sleep 60 s).
+  for file in "$work"/ready-*; do
+    pid=$(cat "$file")
+    i=0
+    while is_running "$pid"; do
+      i=$((i + 1))
+      if [ "$i" -gt 200 ]; then
+        # shellcheck disable=SC2046 # one pid per word
+        kill -KILL $(cat "$work"/ready-*) 2>/dev/null
+        fail "rank process $pid still runs 20 s after courier-run was killed"
+      fi
+      sleep 0.1
+    done
+  done
   ;;
 bootstrap-tcp)
   run "$courier_run" -n 4 "$bootstrap_check"
