@@ -149,8 +149,17 @@ void ChildProcess::signal_group(int signal) const {
   if (pid_ > 0 && !status_) ::kill(-pid_, signal);
 }
 
-bool ChildProcess::try_reap() {
+bool ChildProcess::try_reap(const std::function<void(pid_t)>& before_reap) {
   if (status_) return false;
+  if (before_reap) {
+    // Look without reaping (WNOWAIT): the zombie keeps its id reserved.
+    siginfo_t info{};
+    if (::waitid(P_PID, static_cast<id_t>(pid_), &info, WEXITED | WNOHANG | WNOWAIT) != 0 ||
+        info.si_pid != pid_) {
+      return false;
+    }
+    before_reap(pid_);
+  }
   int status = 0;
   pid_t reaped = ::waitpid(pid_, &status, WNOHANG);
   if (reaped != pid_) return false;

@@ -11,6 +11,7 @@
 #include <signal.h>
 #include <sys/types.h>
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -51,7 +52,9 @@ class ChildProcess {
   // reaped child's id may belong to someone else).
   void signal_group(int signal) const;
   // Reaps the child if it has exited; returns true when it did just now.
-  bool try_reap();
+  // `before_reap`, when given, runs first with the child's id while the
+  // exited child still holds it (no new process can have been given it).
+  bool try_reap(const std::function<void(pid_t)>& before_reap = {});
 
   net::Fd& stdout_pipe() { return stdout_; }
   net::Fd& stderr_pipe() { return stderr_; }

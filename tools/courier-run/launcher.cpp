@@ -1,6 +1,7 @@
 #include "tools/courier-run/launcher.hpp"
 
 #include <fcntl.h>
+#include <fmt/ranges.h>
 #include <poll.h>
 #include <sys/signalfd.h>
 #include <unistd.h>
@@ -17,6 +18,7 @@
 #include "core/check.hpp"
 #include "tools/courier-run/child_process.hpp"
 #include "tools/courier-run/line_relay.hpp"
+#include "tools/courier-run/shm_files.hpp"
 
 extern char** environ;
 
@@ -164,6 +166,8 @@ class Job {
   void wait_for_events();
   void relay_output(Rank& rank, bool is_stdout);
   void reap_exited_ranks();
+  // Reports a rank that exited and decides what its exit means for the job.
+  void on_rank_exit(const Rank& rank);
   void check_deadlines();
   void on_stop_signal(int signal);
   // Sends `signal` to every running rank and starts the grace period.
@@ -272,29 +276,46 @@ void Job::relay_output(Rank& rank, bool is_stdout) {
 
 void Job::reap_exited_ranks() {
   for (Rank& rank : ranks_) {
-    if (!rank.process->try_reap()) continue;
-    const int status = rank.process->status();
-    if (stopping_ || shell_exit_code(status) == 0) continue;
-    const std::string what = fmt::format("rank {} {}", rank.number, describe_status(status));
-    if (first_failure_) {
-      say(what);  // during the grace period: the others report their own errors
-      continue;
+    RemovedFiles files;
+    // A rank that exited is dead, however it ended: whatever shared-memory
+    // file still bears its process id (a rank killed by a signal removes
+    // nothing) can only be garbage. Removed before the rank is reaped, while
+    // its id cannot belong to a new process.
+    if (!rank.process->try_reap([&](pid_t pid) { files = remove_shm_files_of(pid); })) continue;
+    on_rank_exit(rank);
+    if (!files.removed.empty()) {
+      say(fmt::format("removed the shared-memory file{} rank {} left: {}",
+                      files.removed.size() == 1 ? "" : "s", rank.number,
+                      fmt::join(files.removed, ", ")));
     }
-    // The first failure decides courier-run's status and ends the job.
-    exit_code_ = shell_exit_code(status);
-    first_failure_ = what;
-    const bool others_running = !running_ranks().empty();
-    if (!others_running || grace_.count() == 0) {
-      say(fmt::format("{}{}", what, others_running ? "; stopping the other ranks" : ""));
-      stop_ranks(SIGTERM);
-      continue;
+    for (const std::string& failure : files.failed) {
+      say(fmt::format("cannot remove a shared-memory file rank {} left: {}", rank.number, failure));
     }
-    // Courier ranks notice a dead peer by themselves and fail with an error
-    // naming it; give them the time to say so before stopping them.
-    say(fmt::format("{}; giving the other ranks {} s to exit before stopping them", what,
-                    grace_.count()));
-    grace_deadline_ = Clock::now() + grace_;
   }
+}
+
+void Job::on_rank_exit(const Rank& rank) {
+  const int status = rank.process->status();
+  if (stopping_ || shell_exit_code(status) == 0) return;
+  const std::string what = fmt::format("rank {} {}", rank.number, describe_status(status));
+  if (first_failure_) {
+    say(what);  // during the grace period: the others report their own errors
+    return;
+  }
+  // The first failure decides courier-run's status and ends the job.
+  exit_code_ = shell_exit_code(status);
+  first_failure_ = what;
+  const bool others_running = !running_ranks().empty();
+  if (!others_running || grace_.count() == 0) {
+    say(fmt::format("{}{}", what, others_running ? "; stopping the other ranks" : ""));
+    stop_ranks(SIGTERM);
+    return;
+  }
+  // Courier ranks notice a dead peer by themselves and fail with an error
+  // naming it; give them the time to say so before stopping them.
+  say(fmt::format("{}; giving the other ranks {} s to exit before stopping them", what,
+                  grace_.count()));
+  grace_deadline_ = Clock::now() + grace_;
 }
 
 void Job::check_deadlines() {

@@ -6,7 +6,8 @@
 //
 //   courier-run -n 4 peer_death_check --die 2 --after-ms 1500
 //
-// Lines the script reads (epoch milliseconds, so that ranks' times compare):
+// Lines the scripts read (epoch milliseconds, so that ranks' times compare):
+//   peer_death_check: rank 2 is process <pid>
 //   peer_death_check: rank 2 kills itself at <ms>
 //   peer_death_check: rank R: rank 2 failed: <reason>
 //   peer_death_check: rank R exits with status S at <ms>
@@ -178,6 +179,8 @@ int run(const Options& o) {
   options.env.emplace_back("COURIER_OFI_PROVIDER", o.provider);
   courier::Context ctx(options);
   const int rank = ctx.rank();
+  // shm_files.sh looks for what this process left in /dev/shm.
+  say(fmt::format("rank {} is process {}", rank, ::getpid()));
   if (ctx.world_size() < 2 || o.die < 0 || o.die >= ctx.world_size()) {
     usage_error(fmt::format("--die {} needs a job of more ranks (this one has {})", o.die,
                             ctx.world_size()));
