@@ -153,6 +153,7 @@ struct Context::Impl {
   // is the last member: cancelled first, before the channels it fails.
   mutable std::mutex peer_mutex;
   std::optional<PeerFailure> peer_failure;
+  std::atomic<bool> transport_failed{false};
   PeerWatch peer_watch;
 
   explicit Impl(const ContextOptions& options)
@@ -232,13 +233,25 @@ struct Context::Impl {
       if (peer_failure) return;
       peer_failure = PeerFailure{rank, reason};
     }
-    log.error("context", "rank {} is gone; failing all {} channels of this rank: {}", rank,
-              channels.size(), reason);
+    log.error("context", "rank {} is gone or failed; failing all {} channels of this rank: {}",
+              rank, channels.size(), reason);
     for (auto& channel : channels) {
       device::mark_channel_fatal(channel->control, static_cast<uint64_t>(rank),
                                  ChannelErrorCode::peer_failed);
       device::futex_wake_all(&channel->control->completed);  // blocked producers re-check
     }
+  }
+
+  // The transport failed a command for good (a proxy thread calls this): the
+  // peers would wait for its bytes until COURIER_TIMEOUT_S. Made the job's
+  // failure at once, through the path a death takes, naming the peer the
+  // command was for as the suspect.
+  void on_transport_failure(int peer, const std::string& what) {
+    if (transport_failed.exchange(true)) return;
+    const std::string message = fmt::format("rank {}: {}", bootstrap->rank(), what);
+    log.error("context", "{}; telling every rank", message);
+    bootstrap->report_failure(peer, message);
+    on_peer_failure(peer >= 0 ? peer : bootstrap->rank(), message);
   }
 
   void check_job_shape() {
@@ -481,6 +494,22 @@ struct Context::Impl {
     }
     barrier_topology = make_barrier_topology(static_cast<uint32_t>(bootstrap->rank()), keys);
     BarrierTopology& t = barrier_topology;
+    {
+      std::vector<int> host_ranks;  // the ranks sharing this rank's host
+      for (size_t r = 0; r < keys.size(); ++r) {
+        if (keys[r] == keys[static_cast<size_t>(bootstrap->rank())])
+          host_ranks.push_back(static_cast<int>(r));
+      }
+      log.info("context",
+               "hosts: {} ({}); this host '{}' has ranks {} (local index {} of {}, "
+               "host leader {}); host leaders {}",
+               t.host_leaders.size(),
+               config.ranks_per_host != 0
+                   ? fmt::format("COURIER_RANKS_PER_HOST={}", config.ranks_per_host)
+                   : std::string("by hostname and boot id"),
+               config.ranks_per_host != 0 ? key : std::string(host), fmt::join(host_ranks, ","),
+               t.local_index, t.local_size, t.host_leader, fmt::join(t.host_leaders, ","));
+    }
     t.block_bytes = barrier_block_bytes(t.local_size);
     const std::string name = fmt::format("/courier-{:016x}-{}", job_id, t.host_leader);
     barrier_segment = SharedSegment(name, t.block_bytes * channels.size());
@@ -531,6 +560,9 @@ struct Context::Impl {
     options.coalesce_bytes = config.coalesce_bytes;
     options.stall_timeout_ns = uint64_t{config.timeout_s} * 1'000'000'000u;
     options.may_sleep = (nic->props().caps & COURIER_NIC_CAP_PASSIVE_TARGET) != 0;
+    options.on_transport_failure = [this](int peer, const std::string& what) {
+      on_transport_failure(peer, what);
+    };
     const uint32_t threads = config.proxy_threads;
     rank_cpus = topology.proxy_cpus;
     if (!rank_cpus.empty()) {

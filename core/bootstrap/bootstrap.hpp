@@ -85,6 +85,15 @@ class Bootstrap {
     (void)handler;
     return {};
   }
+  // This rank failed in a way its peers cannot see (a transport failure
+  // toward `suspect`, -1 when unknown): every rank's watch_peers handler
+  // gets (suspect, message), as for a death. Best effort, at most once;
+  // callable from any thread. The TCP bootstrap relays it through rank 0;
+  // MPI and single-process bootstraps do nothing.
+  virtual void report_failure(int suspect, const std::string& message) {
+    (void)suspect;
+    (void)message;
+  }
 };
 
 // Connects (or, on rank 0, listens and accepts) and returns once all ranks

@@ -29,7 +29,7 @@ T get_big_endian(const std::byte* in) {
 
 bool known_type(uint16_t type) {
   return type >= static_cast<uint16_t>(FrameType::hello) &&
-         type <= static_cast<uint16_t>(FrameType::busy);
+         type <= static_cast<uint16_t>(FrameType::failed);
 }
 
 }  // namespace
@@ -52,6 +52,8 @@ std::string_view to_string(FrameType type) {
       return "gone";
     case FrameType::busy:
       return "busy";
+    case FrameType::failed:
+      return "failed";
   }
   return "unknown";
 }
@@ -112,13 +114,25 @@ std::vector<std::byte> encode_error_frame(std::string_view message) {
   return encode_frame(FrameType::error, 0, std::as_bytes(std::span(message)));
 }
 
-std::vector<std::byte> encode_gone_frame(int32_t rank, std::string_view message) {
+namespace {
+
+std::vector<std::byte> rank_and_text_frame(FrameType type, int32_t rank, std::string_view message) {
   message = message.substr(0, kMaxErrorBytes);
   std::vector<std::byte> payload(4 + message.size());
   put_big_endian(payload.data(), static_cast<uint32_t>(rank));
   std::copy_n(reinterpret_cast<const std::byte*>(message.data()), message.size(),
               payload.data() + 4);
-  return encode_frame(FrameType::gone, 0, payload);
+  return encode_frame(type, 0, payload);
+}
+
+}  // namespace
+
+std::vector<std::byte> encode_gone_frame(int32_t rank, std::string_view message) {
+  return rank_and_text_frame(FrameType::gone, rank, message);
+}
+
+std::vector<std::byte> encode_failed_frame(int32_t suspect, std::string_view message) {
+  return rank_and_text_frame(FrameType::failed, suspect, message);
 }
 
 std::optional<Gone> decode_gone_payload(std::span<const std::byte> payload) {

@@ -24,6 +24,9 @@
 //                        text naming it; the receiver reports a peer failure
 //   busy    (0 -> rank)  UTF-8 text: rank 0 turned this connection away
 //                        for now (too many waiting); the joiner retries
+//   failed  (rank -> 0)  as gone: the suspect rank, then UTF-8 text; the
+//                        sender failed in a way nobody else sees (a
+//                        transport failure), rank 0 relays it as gone
 #pragma once
 
 #include <array>
@@ -38,7 +41,7 @@
 namespace courier::wire {
 
 inline constexpr uint32_t kMagic = 0x43524253;  // "CRBS"
-// Version 2 added goodbye and gone (peer liveness), version 3 busy.
+// Version 2 added goodbye and gone (peer liveness), version 3 busy and failed.
 inline constexpr uint16_t kWireVersion = 3;
 inline constexpr size_t kHeaderBytes = 24;
 // A job token longer than this is refused (courier-run's is 64 hex digits).
@@ -59,6 +62,7 @@ enum class FrameType : uint16_t {
   goodbye = 6,
   gone = 7,
   busy = 8,
+  failed = 9,
 };
 std::string_view to_string(FrameType type);
 
@@ -86,6 +90,8 @@ std::vector<std::byte> encode_error_frame(std::string_view message);
 // "rank `rank` is gone", with a message naming it (truncated to
 // kMaxErrorBytes).
 std::vector<std::byte> encode_gone_frame(int32_t rank, std::string_view message);
+// The same payload as a failed frame (a rank reporting its own failure).
+std::vector<std::byte> encode_failed_frame(int32_t suspect, std::string_view message);
 struct Gone {
   int32_t rank = -1;
   std::string message;

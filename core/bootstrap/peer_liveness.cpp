@@ -58,6 +58,16 @@ ConnectionMonitor::~ConnectionMonitor() {
   thread_.join();
 }
 
+void ConnectionMonitor::wake() {
+  {
+    std::lock_guard lock(mutex_);
+    ++generation_;  // a dormant monitor looks again; a poll answer is stale
+  }
+  changed_.notify_all();
+  const char byte = 1;
+  (void)!::write(wake_write_.get(), &byte, 1);
+}
+
 ConnectionMonitor::Exclusive::Exclusive(ConnectionMonitor* monitor) : monitor_(monitor) {
   if (monitor_ == nullptr) return;
   // Taking the lock waits for a handler in progress; afterwards the monitor
@@ -96,6 +106,9 @@ void ConnectionMonitor::run() {
     const int poll_errno = errno;
     lock.lock();
     if (stopping_) return;
+    char drained[64];
+    while (::read(wake_read_.get(), drained, sizeof drained) > 0) {
+    }
     if (ready < 0 && poll_errno != EINTR) {
       // Nothing sensible to retry; the collectives still see every failure.
       dormant_since_ = generation_;

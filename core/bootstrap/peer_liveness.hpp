@@ -66,6 +66,10 @@ class ConnectionMonitor {
   ConnectionMonitor(const ConnectionMonitor&) = delete;
   ConnectionMonitor& operator=(const ConnectionMonitor&) = delete;
 
+  // Calls the watch hook again soon (from any thread): something it looks
+  // at changed.
+  void wake();
+
   // Held by a collective: the monitor neither reads nor writes meanwhile.
   class Exclusive {
    public:

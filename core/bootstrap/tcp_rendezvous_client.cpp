@@ -18,6 +18,7 @@
 #include <cerrno>
 #include <cstring>
 #include <exception>
+#include <mutex>
 #include <optional>
 #include <thread>
 
@@ -61,6 +62,7 @@ class TcpRendezvousClient final : public Bootstrap {
     if (!fd_ || failure_ || rank0_left_ || std::uncaught_exceptions() > 0) return;
     const std::vector<std::byte> goodbye =
         wire::encode_frame(wire::FrameType::goodbye, sequence_, {});
+    std::lock_guard lock(write_mutex_);
     (void)net::send_all(fd_.get(), goodbye, net::deadline_after(kLastWordsTime));
   }
 
@@ -71,6 +73,20 @@ class TcpRendezvousClient final : public Bootstrap {
   void barrier() override { (void)allgather({}); }
   PeerWatch watch_peers(PeerFailureHandler handler) override {
     return notifier_->subscribe(notifier_, std::move(handler));
+  }
+  // Tells rank 0, which relays it to every rank. The socket is shared with
+  // the collectives: writes take write_mutex_, so frames never interleave.
+  void report_failure(int suspect, const std::string& message) override {
+    std::lock_guard lock(write_mutex_);
+    if (reported_ || !fd_) return;
+    reported_ = true;
+    const std::vector<std::byte> frame =
+        wire::encode_failed_frame(suspect >= 0 ? suspect : options_.rank, message);
+    const net::IoResult sent = net::send_all(fd_.get(), frame, net::deadline_after(kLastWordsTime));
+    if (!sent.ok()) {
+      log_.warn(kComponent, "rank {} could not tell rank 0 at {} that it failed: {}", options_.rank,
+                address_, sent.describe());
+    }
   }
 
  private:
@@ -106,6 +122,9 @@ class TcpRendezvousClient final : public Bootstrap {
   BootstrapOptions options_;
   Logger& log_;
   TcpBootstrapTuning tuning_;
+  // Held while a frame is written to fd_ (collectives, report_failure).
+  std::mutex write_mutex_;
+  bool reported_ = false;
   std::string address_;
   net::Fd fd_;
   // Frames from rank 0, read by the monitor between collectives and by the
@@ -227,6 +246,7 @@ void TcpRendezvousClient::join(net::Deadline deadline) {
 
 void TcpRendezvousClient::send_frame(const std::vector<std::byte>& frame, net::Deadline deadline,
                                      std::string_view what) {
+  std::unique_lock write_lock(write_mutex_);
   std::span<const std::byte> left(frame);
   std::string problem;
   while (!left.empty()) {
@@ -257,6 +277,7 @@ void TcpRendezvousClient::send_frame(const std::vector<std::byte>& frame, net::D
       break;
     }
   }
+  write_lock.unlock();
   if (problem.empty()) return;
   // Rank 0 stopped listening; its error frame, if any, says why.
   if (std::optional<std::string> reason = read_error_frame(net::deadline_after(kLastWordsTime))) {

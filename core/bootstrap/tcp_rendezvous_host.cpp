@@ -25,7 +25,9 @@
 #include <cerrno>
 #include <cstring>
 #include <exception>
+#include <mutex>
 #include <optional>
+#include <utility>
 
 #include "core/bootstrap/bootstrap_wire.hpp"
 #include "core/bootstrap/collective_messages.hpp"
@@ -45,6 +47,8 @@ constexpr std::string_view kComponent = "bootstrap";
 // flood of idle connections is refused at accept time instead of growing the
 // poll set without bound.
 constexpr size_t kExtraPendingConnections = 64;
+// How often a collective's wait looks for a failure of this rank to announce.
+constexpr std::chrono::milliseconds kFailureCheck{100};
 
 // How long rank 0 spends telling the ranks about a failure before it throws.
 constexpr std::chrono::milliseconds kErrorNoticeTime{1'000};
@@ -129,8 +133,25 @@ class TcpRendezvousHost final : public Bootstrap {
   PeerWatch watch_peers(PeerFailureHandler handler) override {
     return notifier_->subscribe(notifier_, std::move(handler));
   }
+  // Rank 0's own failure: announced by the monitor between collectives, or
+  // by the collective running now (its wait checks every kFailureCheck).
+  void report_failure(int suspect, const std::string& message) override {
+    {
+      std::lock_guard lock(pending_mutex_);
+      if (pending_failure_) return;
+      pending_failure_.emplace(suspect >= 0 ? suspect : 0, message);
+    }
+    if (monitor_) monitor_->wake();
+  }
 
  private:
+  // A failure report_failure left for the monitor or the collective.
+  std::optional<std::pair<int, std::string>> take_pending_failure() {
+    std::lock_guard lock(pending_mutex_);
+    if (!pending_failure_ || pending_taken_) return std::nullopt;
+    pending_taken_ = true;
+    return pending_failure_;
+  }
   // The monitor's hooks (docs/bootstrap.md, "Liveness").
   std::vector<pollfd> watch();
   bool handle(std::span<const pollfd> fds);
@@ -138,11 +159,12 @@ class TcpRendezvousHost final : public Bootstrap {
   // follows. nullopt while nothing does; "" when data follows; otherwise
   // why the connection ended.
   std::optional<std::string> peek_end(const JoinedRank& peer) const;
-  // Rank `rank` died: tells every other rank and the subscriber; later
-  // collectives throw `message`.
-  void announce_gone(int rank, const std::string& message);
-  [[noreturn]] void fail_gone(int rank, std::string message) {
-    announce_gone(rank, message);
+  // Rank `rank` died (`dead`), or a rank failed naming `rank` as the
+  // suspect: tells every other rank and the subscriber; later collectives
+  // throw `message`.
+  void announce_gone(int rank, const std::string& message, bool dead = true);
+  [[noreturn]] void fail_gone(int rank, std::string message, bool dead = true) {
+    announce_gone(rank, message, dead);
     throw Error(message);
   }
   // Sends `frame` to every rank still connected, then half-closes.
@@ -184,6 +206,9 @@ class TcpRendezvousHost final : public Bootstrap {
   // A rank lost while sending the last result: the other ranks completed that
   // collective, so the loss is reported at the next one, to everybody.
   std::optional<std::string> deferred_failure_;
+  std::mutex pending_mutex_;
+  std::optional<std::pair<int, std::string>> pending_failure_;
+  bool pending_taken_ = false;
   // Ranks in the order watch() listed them, for handle().
   std::vector<int> watched_;
   std::shared_ptr<PeerFailureNotifier> notifier_ = std::make_shared<PeerFailureNotifier>();
@@ -195,6 +220,10 @@ std::vector<pollfd> TcpRendezvousHost::watch() {
   watched_.clear();
   std::vector<pollfd> fds;
   if (failure_) return fds;
+  if (auto failed = take_pending_failure()) {
+    announce_gone(failed->first, failed->second, false);
+    return fds;
+  }
   for (int rank = 1; rank < options_.world_size; ++rank) {
     const JoinedRank& peer = ranks_[static_cast<size_t>(rank)];
     if (!peer.fd || peer.departed || peer.parked) continue;
@@ -239,6 +268,12 @@ bool TcpRendezvousHost::handle(std::span<const pollfd> fds) {
             peer.departed = true;
             peer.fd.reset();
           }
+          if (reader.header().type == static_cast<uint16_t>(wire::FrameType::failed)) {
+            if (std::optional<wire::Gone> failed = wire::decode_gone_payload(reader.payload())) {
+              announce_gone(failed->rank, failed->message, false);
+              return false;
+            }
+          }
           // Anything else is checked by the collective it belongs to.
           continue;
         case wire::FrameReader::State::closed:
@@ -260,10 +295,12 @@ bool TcpRendezvousHost::handle(std::span<const pollfd> fds) {
   return true;
 }
 
-void TcpRendezvousHost::announce_gone(int rank, const std::string& message) {
+void TcpRendezvousHost::announce_gone(int rank, const std::string& message, bool dead) {
   failure_ = message;
-  ranks_[static_cast<size_t>(rank)].writable = false;
-  log_.debug(kComponent, "telling the ranks that rank {} is gone", rank);
+  if (dead && rank >= 0 && rank < options_.world_size) {
+    ranks_[static_cast<size_t>(rank)].writable = false;
+  }
+  log_.debug(kComponent, "telling the ranks that rank {} {}", rank, dead ? "is gone" : "failed");
   broadcast_last_word(wire::encode_gone_frame(rank, message));
   notifier_->report(rank, message);
 }
@@ -521,6 +558,7 @@ std::vector<std::byte> TcpRendezvousHost::allgather(std::span<const std::byte> m
   if (failure_) throw Error(*failure_);
   const uint64_t sequence = ++sequence_;
   if (deferred_failure_) fail_job(*deferred_failure_);
+  if (auto failed = take_pending_failure()) fail_gone(failed->first, failed->second, false);
   const size_t world = static_cast<size_t>(options_.world_size);
   if (world == 1) return {mine.begin(), mine.end()};
   for (int rank = 1; rank < options_.world_size; ++rank) {
@@ -540,6 +578,11 @@ std::vector<std::byte> TcpRendezvousHost::allgather(std::span<const std::byte> m
     if (header.type == static_cast<uint16_t>(wire::FrameType::goodbye)) {
       peer.departed = true;
       fail_job(left_message(rank, sequence));
+    }
+    if (header.type == static_cast<uint16_t>(wire::FrameType::failed)) {
+      if (std::optional<wire::Gone> failed = wire::decode_gone_payload(peer.reader->payload())) {
+        fail_gone(failed->rank, failed->message, false);
+      }
     }
     if (header.type != static_cast<uint16_t>(wire::FrameType::block) ||
         header.sequence != sequence) {
@@ -574,10 +617,13 @@ std::vector<std::byte> TcpRendezvousHost::allgather(std::span<const std::byte> m
       fail_job(fmt::format("bootstrap: timed out after {} s in allgather #{} waiting for {} at {}",
                            options_.timeout_s, sequence, format_rank_list(waiting), address_));
     }
-    if (::poll(fds.data(), fds.size(), net::milliseconds_until(deadline)) < 0 && errno != EINTR) {
+    const int wait_ms =
+        std::min<int>(net::milliseconds_until(deadline), static_cast<int>(kFailureCheck.count()));
+    if (::poll(fds.data(), fds.size(), wait_ms) < 0 && errno != EINTR) {
       fail_job(fmt::format("bootstrap: poll() failed in allgather #{}: {}", sequence,
                            std::strerror(errno)));
     }
+    if (auto failed = take_pending_failure()) fail_gone(failed->first, failed->second, false);
     for (size_t i = 0; i < polled.size(); ++i) {
       if (fds[i].revents == 0) continue;
       const int rank = polled[i];

@@ -658,9 +658,19 @@ bool ProxyThread::poll_completions() {
         const uint64_t ticket = ticket_of(channel.tracker.prefix(), c.cookie);
         for (uint32_t k = 0; k < count; ++k) channel.tracker.complete(ticket + k);
       } else {
-        complete(c.cookie, count, c.status,
-                 "transport reported status " + std::to_string(c.status) + ": " +
-                     transport_.last_error());
+        const std::string why = "transport reported status " + std::to_string(c.status) + ": " +
+                                transport_.last_error();
+        complete(c.cookie, count, c.status, why);
+        // -EINVAL and -EOPNOTSUPP: the command itself was bad (a write held
+        // back by fault injection is checked only when posted late); it
+        // fails on its channel only.
+        const bool bad_command =
+            c.status == -EINVAL || c.status == -EOPNOTSUPP || c.status == -ENOTSUP;
+        if (!bad_command && options_.on_transport_failure) {
+          options_.on_transport_failure(
+              static_cast<int>(peer),
+              fmt::format("channel {}: a command to rank {} failed: {}", channel.id, peer, why));
+        }
       }
     }
     if (n > 0) retry_holdoff_ = 0;  // room on the transport: retry refused posts now

@@ -77,6 +77,13 @@ struct ProxyOptions {
   // Work outstanding without any progress for this long: the thread prints
   // a diagnostic dump (COURIER_TIMEOUT_S); 0 = never.
   uint64_t stall_timeout_ns = 0;
+  // Called (on this thread) when the transport completes a command with an
+  // error, after its own retries: the peer it was for, and what happened.
+  // Nobody else sees such a failure, so the Context makes it the job's.
+  // (Bad commands, a bad rank, window or range: -EINVAL, -EOPNOTSUPP,
+  // whether refused at posting or completed with that status, fail on their
+  // channel only.)
+  std::function<void(int peer, const std::string& what)> on_transport_failure;
 };
 
 // Sleeps more the longer a proxy finds nothing to do, so that several busy

@@ -21,6 +21,14 @@
 
 namespace {
 
+// COURIER_TIMEOUT_S as the job set it (Courier checks its value), else
+// Courier's default of 60 s.
+int timeout_s() {
+  const char* text = std::getenv("COURIER_TIMEOUT_S");
+  const int value = text != nullptr ? std::atoi(text) : 0;
+  return value > 0 ? value : 60;
+}
+
 struct Options {
   std::string provider;
   uint64_t commands = 100000;
@@ -230,11 +238,17 @@ int run_receiver(courier::Context& ctx, const Plan& plan, courier::DeviceBuffer&
   for (uint64_t off = written; off < plan.window_bytes; ++off) {
     if (got[off] != 0) report(off, 0, "never written");
   }
-  // Notifications are reaped by the proxy asynchronously: give it time.
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (ctx.imm_received() + ctx.imm_failed() < imms &&
+  // Notifications are reaped by the proxy asynchronously: give it time, as
+  // long as the job's timeout, unless the job already failed (a rank died, or
+  // a write failed for good: those notifications will never come).
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s());
+  while (ctx.imm_received() + ctx.imm_failed() < imms && !ctx.failed_peer() &&
          std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  if (auto failure = ctx.failed_peer()) {
+    fmt::print(stderr, "rank {}: the job failed: {}\n", me, failure->reason);
+    return 1;
   }
   uint64_t imm_seen = ctx.imm_received();
   fmt::print(

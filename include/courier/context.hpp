@@ -51,10 +51,11 @@ struct DeviceCommandList {
   PushStatus status = PushStatus::ok;  // set by run_device_commands
 };
 
-// Another rank of the job died (docs/bootstrap.md, "Liveness").
+// Another rank of the job died, or a rank's transport failed a command for
+// good naming this rank as the suspect (docs/bootstrap.md, "Liveness").
 struct PeerFailure {
   int rank = -1;
-  std::string reason;  // the bootstrap's message naming the rank
+  std::string reason;  // the message naming the rank and what happened
 };
 
 class Context;
@@ -150,7 +151,8 @@ class Context {
   // The job's out-of-band channel, for tools that exchange their own data
   // (for example courier-bench's plain-libfabric baseline).
   Bootstrap& bootstrap();
-  // The peer this rank learned had died, if any. From then on every channel
+  // The peer this rank learned had died or failed, if any (also this rank's
+  // own transport failure, naming the peer it wrote to). From then on every channel
   // is fatally failed (ChannelErrorCode::peer_failed): producers' waits
   // return channel_failed at once, and channel_stats(i).first_error names
   // the rank.

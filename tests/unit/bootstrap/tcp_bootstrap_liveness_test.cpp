@@ -104,6 +104,55 @@ TEST_CASE("tcp bootstrap: a rank that dies between collectives is reported every
   }
 }
 
+// A rank whose transport failed a command for good tells the job through
+// the bootstrap, between collectives or during one; every rank's handler
+// gets the suspect and the text, and the next collective throws it.
+void check_failure_report(int reporter, bool during_collective) {
+  LogCapture log;
+  const uint16_t port = net::pick_free_tcp_port();
+  DeathRecord seen[3];
+  std::promise<void> reported;
+  std::shared_future<void> all_reported = reported.get_future().share();
+  const std::string text = "rank " + std::to_string(reporter) + ": a write to rank 2 failed";
+  auto threads = start_ranks({0, 1, 2}, [&](int rank) {
+    auto bootstrap = make_tcp_bootstrap(options_for(rank, 3, port), log.logger());
+    PeerWatch watch = bootstrap->watch_peers(seen[rank].handler());
+    bootstrap->barrier();  // everybody subscribed
+    if (rank == reporter) {
+      bootstrap->report_failure(2, text);
+    } else if (during_collective) {
+      bootstrap->barrier();  // the reporter never joins it: the report ends it
+    }
+    all_reported.wait();
+    bootstrap->barrier();  // must throw the report at once
+    return std::vector<std::vector<std::byte>>{};
+  });
+  for (int rank = 0; rank < 3; ++rank) {
+    INFO("rank ", rank);
+    REQUIRE(seen[rank].wait());
+    CHECK(seen[rank].rank() == 2);
+    CHECK(seen[rank].reason() == text);
+  }
+  reported.set_value();
+  std::vector<RankOutcome> outcomes = join_all(threads);
+  for (int rank = 0; rank < 3; ++rank) {
+    INFO("rank ", rank);
+    CHECK(!outcomes[static_cast<size_t>(rank)].ok);
+    CHECK(outcomes[static_cast<size_t>(rank)].error == text);
+    CHECK(seen[rank].calls() == 1);
+  }
+}
+
+TEST_CASE("tcp bootstrap: a rank's own failure reaches every rank, naming the suspect") {
+  for (int reporter : {0, 1}) {
+    for (bool during_collective : {false, true}) {
+      CAPTURE(reporter);
+      CAPTURE(during_collective);
+      check_failure_report(reporter, during_collective);
+    }
+  }
+}
+
 TEST_CASE("tcp bootstrap: a goodbye is not a death") {
   LogCapture log(LogLevel::debug);
   const uint16_t port = net::pick_free_tcp_port();
