@@ -214,6 +214,7 @@ int Backend::create(const BackendTraits& traits, const courier_host_services_v1*
     backend->log(COURIER_LOG_WARN, warning.c_str());
   }
   backend->log(COURIER_LOG_INFO, describe_profile(p).c_str());
+  if (p.provider_name == "shm") backend->remove_stale_regions();
   if (backend->atomic_profile_.atomics) {
     backend->log(COURIER_LOG_INFO,
                  ("atomic endpoints: " + describe_profile(backend->atomic_profile_)).c_str());
@@ -245,6 +246,18 @@ int Backend::open_endpoint(const courier_nic_ep_attr_v1& attr,
   // Atomic endpoints open from their own profile: requesting FI_ATOMIC can
   // change what the provider grants, and the write-only path stays as tuned.
   return Endpoint::open(options.atomics ? atomic_profile_ : profile_, options, out);
+}
+
+void Backend::remove_stale_regions() const {
+  const StaleRegions stale = remove_stale_shm_regions();
+  for (const StaleRegions::Removed& region : stale.removed) {
+    log(COURIER_LOG_INFO, ("removed " + region.path + ": a stale shm region of process " +
+                           std::to_string(region.owner) + ", which no longer exists")
+                              .c_str());
+  }
+  for (const std::string& failure : stale.failed) {
+    log(COURIER_LOG_INFO, ("cannot remove a stale shm region: " + failure).c_str());
+  }
 }
 
 void Backend::log(int level, const char* message) const {

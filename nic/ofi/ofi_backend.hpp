@@ -91,6 +91,9 @@ class Backend {
   // Probes the provider again with FI_ATOMIC, validates each op and fills
   // atomic_ops, atomic_native and caps_with_atomics.
   int probe_atomics(const std::string& prov_name);
+  // Before the first shm endpoint: the regions of processes killed before
+  // they could remove them would stay in /dev/shm for good (ofi_fabric.hpp).
+  void remove_stale_regions() const;
 
   const BackendTraits* traits_;
   const courier_host_services_v1* host_ = nullptr;

@@ -1,15 +1,23 @@
 #include "ofi_fabric.hpp"
 
+#include <dirent.h>
+#include <fcntl.h>
 #include <rdma/fi_cm.h>
 #include <rdma/fi_errno.h>
+#include <signal.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <random>
+#include <string>
+#include <utility>
 
 #include "ofi_error.hpp"
 
@@ -66,14 +74,16 @@ int open_endpoint_stack(const ProviderProfile& profile, uint32_t tx_depth, uint3
   if (rc != 0) return fail(rc, "fi_ep_bind(av)");
   rc = fi_ep_bind(stack.ep.get(), stack.cq.as_fid(), FI_TRANSMIT | FI_RECV);
   if (rc != 0) return fail(rc, "fi_ep_bind(cq)");
+  char name[64] = "";
   if (profile.provider_name == "shm") {
     // shm names each endpoint's shared-memory region after the process id
     // unless told otherwise. A killed process leaves its region in
     // /dev/shm, and once process ids wrap a new endpoint with the same
     // default name fails to enable (-EBUSY). A random name cannot collide.
+    // The process id stays in the name: it tells whose region a leftover
+    // is (remove_stale_shm_regions, courier-run).
     std::random_device random;
     const uint64_t nonce = (uint64_t{random()} << 32) ^ random();
-    char name[64];
     std::snprintf(name, sizeof name, "courier-%d-%016llx", static_cast<int>(getpid()),
                   static_cast<unsigned long long>(nonce));
     rc = fi_setname(stack.ep.as_fid(), name, std::strlen(name) + 1);
@@ -81,6 +91,14 @@ int open_endpoint_stack(const ProviderProfile& profile, uint32_t tx_depth, uint3
   }
   rc = fi_enable(stack.ep.get());
   if (rc != 0) return fail(rc, "fi_enable");
+  if (name[0] != '\0') {
+    // fi_enable created the region (shm_open(name)). The lock is only a sign
+    // of life for remove_stale_shm_regions: should open or flock fail, the
+    // process id alone decides there.
+    stack.region_lock = OwnedFd(
+        ::open((std::string("/dev/shm/") + name).c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+    if (stack.region_lock.get() >= 0) ::flock(stack.region_lock.get(), LOCK_SH | LOCK_NB);
+  }
 
   *out = std::move(stack);
   return 0;
@@ -115,6 +133,74 @@ int insert_peers(const EndpointStack& stack, uint32_t count, const void* names, 
   }
   *out = std::move(addresses);
   return 0;
+}
+
+OwnedFd::~OwnedFd() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+OwnedFd& OwnedFd::operator=(OwnedFd&& other) noexcept {
+  if (this != &other) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = std::exchange(other.fd_, -1);
+  }
+  return *this;
+}
+
+pid_t shm_region_owner(std::string_view name) {
+  constexpr std::string_view kPrefix = "courier-";
+  if (name.substr(0, kPrefix.size()) != kPrefix) return 0;
+  name.remove_prefix(kPrefix.size());
+  const size_t dash = name.find('-');
+  // A decimal id without leading zeros: courier-0123-... is no process's.
+  if (dash == std::string_view::npos || dash == 0 || dash > 10 || name[0] == '0') return 0;
+  long long pid = 0;
+  for (const char c : name.substr(0, dash)) {
+    if (c < '0' || c > '9') return 0;
+    pid = pid * 10 + (c - '0');
+  }
+  if (pid > INT_MAX) return 0;
+  const std::string_view nonce = name.substr(dash + 1);
+  if (nonce.size() != 16) return 0;
+  for (const char c : nonce) {
+    if ((c < '0' || c > '9') && (c < 'a' || c > 'f')) return 0;
+  }
+  return static_cast<pid_t>(pid);
+}
+
+StaleRegions remove_stale_shm_regions(const std::string& dir) {
+  StaleRegions result;
+  std::unique_ptr<DIR, int (*)(DIR*)> listing(::opendir(dir.c_str()), ::closedir);
+  if (!listing) {
+    result.failed.push_back(dir + ": " + std::strerror(errno));
+    return result;
+  }
+  // Collected first: unlinking while readdir() walks the directory may make
+  // it skip entries.
+  std::vector<StaleRegions::Removed> stale;
+  while (const dirent* entry = ::readdir(listing.get())) {
+    const pid_t owner = shm_region_owner(entry->d_name);
+    // Only ESRCH proves the process gone; an id reused since keeps the
+    // region (a leak, never a live endpoint's region lost).
+    if (owner > 0 && ::kill(owner, 0) != 0 && errno == ESRCH) {
+      stale.push_back({dir + "/" + entry->d_name, owner});
+    }
+  }
+  for (StaleRegions::Removed& region : stale) {
+    const std::string& path = region.path;
+    // A live endpoint holds its region locked (open_endpoint_stack),
+    // whatever its process id means here.
+    OwnedFd file(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK));
+    if (file.get() >= 0 && ::flock(file.get(), LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK) {
+      continue;
+    }
+    if (::unlink(path.c_str()) == 0) {
+      result.removed.push_back(std::move(region));
+    } else if (errno != ENOENT) {  // ENOENT: another starting rank was first
+      result.failed.push_back(path + ": " + std::strerror(errno));
+    }
+  }
+  return result;
 }
 
 }  // namespace courier::ofi
