@@ -1,6 +1,7 @@
 #include "core/ep/ep_status.hpp"
 
 #include <cstring>
+#include <string>
 
 #include "core/check.hpp"
 
@@ -53,7 +54,10 @@ void EpStatus::raise_if_failed(const char* what, const EpIndices& indices) {
     }
     refuse_call("ep::Buffer::{}: topk_idx[{}][{}] is outside [-1, num_experts)", what, t, k);
   }
-  const uint32_t r = s & COURIER_GPU_EP_STATUS_RANK_MASK;
+  // The rank or channel the code names: the bits below every flag
+  // (COURIER_GPU_EP_STATUS_RANK_MASK also covers the CHANNEL and OVERFLOW
+  // flags, which came later).
+  const uint32_t r = s & (COURIER_GPU_EP_STATUS_CHANNEL - 1u);
   if ((s & COURIER_GPU_EP_STATUS_TIMEOUT) != 0 || (s & COURIER_GPU_EP_STATUS_CHANNEL) != 0) {
     if (auto failure = ctx_.failed_peer()) {
       fail("ep::Buffer::{}: rank {} is gone: {}", what, failure->rank, failure->reason);
@@ -64,7 +68,11 @@ void EpStatus::raise_if_failed(const char* what, const EpIndices& indices) {
          r, timeout_ns_ / 1000000000ull, what);
   }
   if ((s & COURIER_GPU_EP_STATUS_CHANNEL) != 0) {
-    fail("ep::Buffer::{}: FIFO channel {} failed: {}", what, r, ctx_.channel_stats(r).first_error);
+    const std::string error = ctx_.channel_stats(r).first_error;
+    fail("ep::Buffer::{}: FIFO channel {} failed: {}", what, r,
+         error.empty() ? "no error recorded on it (a push or a wait on it timed out after "
+                         "COURIER_TIMEOUT_S, or a command could not be encoded)"
+                       : error);
   }
   if ((s & COURIER_GPU_EP_STATUS_OVERFLOW) != 0) {
     fail(
