@@ -653,8 +653,18 @@ void Context::deregister_window(uint32_t window) {
   if (window >= kUserWindows || !s.window_used[window]) {
     fail("deregister_window: window {} is not registered", window);
   }
+  // After a peer failed (or this rank's transport did), the job is over: a
+  // collective could only wait COURIER_TIMEOUT_S for a rank that will not
+  // come (one cut off from rank 0 by a partition would wait twice), so the
+  // window is withdrawn here alone. Every channel is failed, so nothing of
+  // ours is in flight; a peer's late write meets a withdrawn registration.
+  bool failed = false;
+  {
+    std::lock_guard lock(s.peer_mutex);
+    failed = s.peer_failure.has_value();
+  }
   // Nobody may still be writing into it: every rank got here first.
-  s.bootstrap->barrier();
+  if (!failed) s.bootstrap->barrier();
   for (uint32_t i = 0; i < s.config.proxy_threads; ++i) {
     s.proxies[i]->run([&] {
       s.endpoints[i]->deregister_window(window);
@@ -663,7 +673,7 @@ void Context::deregister_window(uint32_t window) {
   }
   // And every rank withdrew it before anyone registers the next one (a
   // backend may then release what it held for the peers' old regions).
-  s.bootstrap->barrier();
+  if (!failed) s.bootstrap->barrier();
   s.window_used[window] = false;
 }
 

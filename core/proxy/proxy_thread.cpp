@@ -196,7 +196,7 @@ void ProxyThread::loop() {
       } else {
         backoff_.idle(outstanding_ > 0 || !pending_.empty() || semantics_.busy());
       }
-      check_stall();
+      check_stall(!worked);
     }
   } catch (const std::exception& e) {
     log_.error("proxy", "proxy thread {} stopped: {}", index_, e.what());
@@ -219,13 +219,16 @@ void ProxyThread::loop() {
   for (Task* task : left) execute(*task);
 }
 
-void ProxyThread::check_stall() {
+void ProxyThread::check_stall(bool idle_step) {
   if (options_.stall_timeout_ns == 0) return;
   // Reading the clock every iteration would cost the hot path; every 1024th
-  // is plenty for a timeout counted in seconds. A channel stalls when it has
-  // commands taken but its completion prefix did not move for the timeout,
-  // whatever the thread's other channels do.
-  if (++stall_polls_ % 1024 != 0) return;
+  // is plenty for a timeout counted in seconds. An idle step (which yields
+  // or sleeps anyway) reads it every time: under load 1024 yields can take
+  // longer than the producers' own COURIER_TIMEOUT_S waits, and the report
+  // must come first. A channel stalls when it has commands taken but its
+  // completion prefix did not move for the timeout, whatever the thread's
+  // other channels do.
+  if (!idle_step && ++stall_polls_ % 1024 != 0) return;
   const uint64_t now = device::now_ns();
   bool newly_stalled = false;
   for (ProxyChannel* c : channels_) {
@@ -242,10 +245,23 @@ void ProxyThread::check_stall() {
       newly_stalled = true;
     }
   }
-  if (newly_stalled) log_.error("proxy", "{}", stall_report(now));
+  if (!newly_stalled) return;
+  uint32_t suspect = UINT32_MAX;
+  log_.error("proxy", "{}", stall_report(now, &suspect));
+  // A hang is the job's failure: every rank learns which rank this one
+  // waits on, through the path a death takes, instead of each timing out
+  // on its own with nothing but "timed out".
+  if (suspect != UINT32_MAX && options_.on_transport_failure) {
+    options_.on_transport_failure(
+        static_cast<int>(suspect),
+        fmt::format("proxy thread {} made no progress for {} s (COURIER_TIMEOUT_S) with work "
+                    "outstanding, most likely stuck on rank {} (the dump above says why)",
+                    index_, options_.stall_timeout_ns / 1'000'000'000u, suspect));
+  }
 }
 
-std::string ProxyThread::stall_report(uint64_t now) const {
+// `*suspect` (when given): the rank most likely stuck, UINT32_MAX if none.
+std::string ProxyThread::stall_report(uint64_t now, uint32_t* suspect_out) const {
   uint64_t oldest = now;
   for (const ProxyChannel* c : channels_) {
     if (c->stall_reported) oldest = std::min(oldest, c->stall_since_ns);
@@ -348,6 +364,7 @@ std::string ProxyThread::stall_report(uint64_t now) const {
         fmt::format("\n  most likely stuck on rank {}: it holds back {} of this thread's channels",
                     suspect, blocking[suspect]);
   }
+  if (suspect_out != nullptr) *suspect_out = suspect;
   return text;
 }
 
@@ -660,16 +677,29 @@ bool ProxyThread::poll_completions() {
       } else {
         const std::string why = "transport reported status " + std::to_string(c.status) + ": " +
                                 transport_.last_error();
-        complete(c.cookie, count, c.status, why);
         // -EINVAL and -EOPNOTSUPP: the command itself was bad (a write held
         // back by fault injection is checked only when posted late); it
-        // fails on its channel only.
+        // fails on its channel only. Any other status: the transport gave up.
         const bool bad_command =
             c.status == -EINVAL || c.status == -EOPNOTSUPP || c.status == -ENOTSUP;
+        // A write that timed out may be stuck behind another rank (a stopped
+        // rank stalls the ranks that answer it too): the suspect is then the
+        // rank this thread's work waits on most, as in the stall report,
+        // taken while the command still counts as outstanding.
+        uint32_t suspect = peer;
+        if (!bad_command && c.status == -ETIMEDOUT && options_.on_transport_failure) {
+          uint32_t stuck = UINT32_MAX;
+          (void)stall_report(device::now_ns(), &stuck);
+          if (stuck != UINT32_MAX) suspect = stuck;
+        }
+        complete(c.cookie, count, c.status, why);
         if (!bad_command && options_.on_transport_failure) {
           options_.on_transport_failure(
-              static_cast<int>(peer),
-              fmt::format("channel {}: a command to rank {} failed: {}", channel.id, peer, why));
+              static_cast<int>(suspect),
+              fmt::format("channel {}: a command to rank {} failed: {}{}", channel.id, peer, why,
+                          suspect != peer
+                              ? fmt::format(" (this rank's work waits most on rank {})", suspect)
+                              : std::string()));
         }
       }
     }

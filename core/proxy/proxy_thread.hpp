@@ -78,7 +78,9 @@ struct ProxyOptions {
   // a diagnostic dump (COURIER_TIMEOUT_S); 0 = never.
   uint64_t stall_timeout_ns = 0;
   // Called (on this thread) when the transport completes a command with an
-  // error, after its own retries: the peer it was for, and what happened.
+  // error, after its own retries, or when the thread stalled for
+  // stall_timeout_ns: the peer it was for (or most likely stuck on), and
+  // what happened.
   // Nobody else sees such a failure, so the Context makes it the job's.
   // (Bad commands, a bad rank, window or range: -EINVAL, -EOPNOTSUPP,
   // whether refused at posting or completed with that status, fail on their
@@ -160,8 +162,9 @@ class ProxyThread {
   bool step();
   // Prints what this thread waits for once one of its channels with work
   // taken saw no completion for stall_timeout_ns (once per stall).
-  void check_stall();
-  std::string stall_report(uint64_t now) const;
+  // `idle_step`: the last step found nothing to do.
+  void check_stall(bool idle_step);
+  std::string stall_report(uint64_t now, uint32_t* suspect = nullptr) const;
   bool dequeue_and_post();
   // How many of `cmds` (n > 0, the first a WRITE) go out as one write; for
   // more than one, *merged spans them and their lengths are noted in
