@@ -357,8 +357,10 @@ Config Config::load(const EnvLookup& env, bool need_job, bool need_rendezvous) {
   Config config;
   config.fifo_depth =
       parser.unsigned_in("COURIER_FIFO_DEPTH", config.fifo_depth, 8, kMaxFifoDepth, true);
-  config.max_inflight =
-      parser.unsigned_in("COURIER_MAX_INFLIGHT", config.max_inflight, 1, kMaxFifoDepth);
+  // Unset, it follows a smaller ring down (COURIER_FIFO_DEPTH=16 alone works);
+  // set, it must fit.
+  config.max_inflight = parser.unsigned_in(
+      "COURIER_MAX_INFLIGHT", std::min(config.max_inflight, config.fifo_depth), 1, kMaxFifoDepth);
   if (config.max_inflight > config.fifo_depth) {
     fail("COURIER_MAX_INFLIGHT={} is invalid: it may not exceed COURIER_FIFO_DEPTH={}",
          config.max_inflight, config.fifo_depth);

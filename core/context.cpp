@@ -353,8 +353,31 @@ struct Context::Impl {
         config.nic_window != 0 ? config.nic_window : config.max_inflight * channels_per_thread;
     attr.rx_depth = 4096;
     if (uses(AtomicStrategyKind::hw)) attr.flags |= COURIER_NIC_EP_ATOMICS;
+    // Derived (COURIER_NIC_WINDOW unset), the window is a wish: a backend
+    // whose queues are smaller (libfabric shm takes 1024) gets the largest
+    // power-of-two share it accepts, down to 64, and the log says so. The
+    // proxy keeps the rest of the FIFO's commands until there is room.
+    const uint32_t wanted = attr.tx_depth;
     for (uint32_t i = 0; i < threads; ++i) {
-      endpoints.push_back(std::make_unique<NicEndpoint>(*nic, attr, bootstrap->size()));
+      for (;;) {
+        try {
+          endpoints.push_back(std::make_unique<NicEndpoint>(*nic, attr, bootstrap->size()));
+          break;
+        } catch (const Error& e) {
+          if (config.nic_window != 0 || attr.tx_depth <= 64) throw;
+          if (attr.tx_depth == wanted) {
+            log.debug("context", "NIC window {} refused ({}); trying smaller", wanted, e.what());
+          }
+          attr.tx_depth /= 2;
+        }
+      }
+    }
+    if (attr.tx_depth != wanted) {
+      log.info("context",
+               "NIC window: {} writes in flight per endpoint; the {} derived from "
+               "COURIER_MAX_INFLIGHT x channels per proxy thread is more than NIC backend '{}' "
+               "accepts (COURIER_NIC_WINDOW sets it)",
+               attr.tx_depth, wanted, nic->plugin().name);
     }
     // One all-gather carries every thread's endpoint name.
     const size_t stride = nic->props().max_ep_name;
