@@ -9,6 +9,7 @@ COURIER_PACKAGES=(
   libfabric-dev libibverbs-dev libhwloc-dev
   openmpi-bin libopenmpi-dev
   hipcc libamdhip64-dev
+  iproute2 util-linux  # the two-host test bed (tests/integration/hosts): ip, unshare, nsenter
 )
 
 missing=()
