@@ -763,6 +763,10 @@ const Config& ContextInternals::config(const Context& context) { return context.
 
 const NicBackend& ContextInternals::nic(const Context& context) { return *context.impl_->nic; }
 
+void ContextInternals::report_failure(Context& context, int suspect, const std::string& what) {
+  context.impl_->on_transport_failure(suspect, what);
+}
+
 size_t ContextInternals::hosts(const Context& context) {
   return context.impl_->barrier_topology.host_leaders.size();
 }

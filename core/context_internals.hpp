@@ -1,9 +1,10 @@
 // What core code outside context.cpp (the EP layer) needs from a Context:
-// its GPU and NIC backends, its device, its configuration, and how many hosts the job
-// spans. Not part of the public API.
+// its GPU and NIC backends, its device, its configuration, how many hosts the job
+// spans, and a way to declare the job failed. Not part of the public API.
 #pragma once
 
 #include <cstddef>
+#include <string>
 
 #include "core/backend_instance.hpp"
 #include "core/config.hpp"
@@ -17,6 +18,9 @@ struct ContextInternals {
   static int device(const Context& context);
   static const Config& config(const Context& context);
   static size_t hosts(const Context& context);
+  // Makes `what` the job's failure, naming `suspect` (as a proxy thread's
+  // stall report does): every rank learns it, this rank's channels fail.
+  static void report_failure(Context& context, int suspect, const std::string& what);
 };
 
 }  // namespace courier

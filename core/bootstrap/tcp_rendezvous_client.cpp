@@ -15,6 +15,7 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <exception>
@@ -38,6 +39,10 @@ constexpr std::string_view kComponent = "bootstrap";
 // After a failed send, how long to look for the error frame rank 0 may have
 // sent to explain why it stopped reading.
 constexpr std::chrono::milliseconds kLastWordsTime{1'000};
+
+// How often a collective's wait looks whether this rank declared the job
+// failed meanwhile.
+constexpr std::chrono::milliseconds kFailureCheck{100};
 
 class TcpRendezvousClient final : public Bootstrap {
  public:
@@ -78,8 +83,12 @@ class TcpRendezvousClient final : public Bootstrap {
   // the collectives: writes take write_mutex_, so frames never interleave.
   void report_failure(int suspect, const std::string& message) override {
     std::lock_guard lock(write_mutex_);
-    if (reported_ || !fd_) return;
-    reported_ = true;
+    if (reported_.load() || !fd_) return;
+    {
+      std::lock_guard text_lock(reported_mutex_);
+      reported_message_ = message;
+    }
+    reported_.store(true);
     const std::vector<std::byte> frame =
         wire::encode_failed_frame(suspect >= 0 ? suspect : options_.rank, message);
     const net::IoResult sent = net::send_all(fd_.get(), frame, net::deadline_after(kLastWordsTime));
@@ -124,7 +133,12 @@ class TcpRendezvousClient final : public Bootstrap {
   TcpBootstrapTuning tuning_;
   // Held while a frame is written to fd_ (collectives, report_failure).
   std::mutex write_mutex_;
-  bool reported_ = false;
+  // Set once this rank declared the job failed (report_failure, from any
+  // thread): a collective waiting for rank 0 stops then, since the ranks it
+  // waits for may never come (a partition cuts them off from rank 0).
+  std::atomic<bool> reported_{false};
+  std::mutex reported_mutex_;
+  std::string reported_message_;
   std::string address_;
   net::Fd fd_;
   // Frames from rank 0, read by the monitor between collectives and by the
@@ -340,7 +354,16 @@ wire::FrameReader TcpRendezvousClient::receive_frame(net::Deadline deadline, uin
                         "waiting for {}: {}",
                         options_.rank, address_, waiting_for, reader.problem()));
     }
-    net::IoResult waited = net::wait_readable(fd_.get(), deadline);
+    if (reported_.load()) {
+      std::lock_guard text_lock(reported_mutex_);
+      fail_here(
+          fmt::format("bootstrap: rank {} stopped waiting for {}: it declared the job failed: {}",
+                      options_.rank, waiting_for, reported_message_));
+    }
+    // In slices, to notice report_failure soon.
+    const net::Deadline slice = std::min(deadline, net::deadline_after(kFailureCheck));
+    net::IoResult waited = net::wait_readable(fd_.get(), slice);
+    if (waited.status == net::IoStatus::timed_out && net::Clock::now() < deadline) continue;
     if (waited.status == net::IoStatus::timed_out) {
       fail_here(
           fmt::format("bootstrap: rank {} timed out after {} s waiting for rank 0 at {} to "

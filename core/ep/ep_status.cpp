@@ -4,6 +4,7 @@
 #include <string>
 
 #include "core/check.hpp"
+#include "core/context_internals.hpp"
 
 namespace courier::ep {
 
@@ -64,8 +65,15 @@ void EpStatus::raise_if_failed(const char* what, const EpIndices& indices) {
     }
   }
   if ((s & COURIER_GPU_EP_STATUS_TIMEOUT) != 0) {
-    fail("ep::Buffer::{}: no data from rank {} after {} s (it did not call {} or is stuck)", what,
-         r, timeout_ns_ / 1000000000ull, what);
+    const std::string message = fmt::format(
+        "ep::Buffer::{}: no data from rank {} after {} s (it did not call {} or is "
+        "stuck)",
+        what, r, timeout_ns_ / 1000000000ull, what);
+    // A hang is the job's failure, as a proxy thread's stall is: every rank
+    // learns it now (instead of timing out on its own), and this rank's
+    // teardown skips the collectives that would wait for the missing rank.
+    ContextInternals::report_failure(ctx_, static_cast<int>(r), message);
+    throw Error(message);
   }
   if ((s & COURIER_GPU_EP_STATUS_CHANNEL) != 0) {
     const std::string error = ctx_.channel_stats(r).first_error;

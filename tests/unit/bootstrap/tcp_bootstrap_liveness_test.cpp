@@ -254,5 +254,55 @@ TEST_CASE("tcp bootstrap: a subscriber that comes late still hears of a death") 
   CHECK(other[0].error.find("bootstrap: rank 2 (127.0.0.1:") != std::string::npos);
 }
 
+// A partition can cut a rank off from rank 0: its report_failure never
+// reaches rank 0, and no relay ends the collective it waits in. Its own
+// report must: here rank 0 is a stand-in that welcomes rank 1 and then
+// never answers (rank 1's timeout is 30 s; the report comes after its block
+// was sent).
+TEST_CASE("tcp bootstrap: a rank's own failure ends the collective it waits in") {
+  LogCapture log;
+  bool fell_back = false;
+  net::Fd listener = net::listen_tcp("127.0.0.1", 0, 4, &fell_back);
+  const uint16_t port = net::local_port(listener);
+  std::promise<void> finished;
+  std::shared_future<void> done = finished.get_future().share();
+  std::thread rank0([&] {
+    net::Fd peer;
+    std::string address;
+    const auto give_up = std::chrono::steady_clock::now() + kPatience;
+    while (!peer && std::chrono::steady_clock::now() < give_up) {
+      peer = net::accept_tcp(listener, &address);
+      if (!peer) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    if (!peer) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // its hello arrives
+    (void)net::send_all(peer.get(), wire::encode_frame(wire::FrameType::welcome, 0, {}),
+                        net::deadline_after(kPatience));
+    done.wait();  // reads nothing more, answers nothing
+  });
+  auto rank1 = start_ranks({1}, [&](int rank) {
+    auto bootstrap = make_tcp_bootstrap(options_for(rank, 2, port), log.logger());
+    std::thread reporter([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      bootstrap->report_failure(0, "rank 1: a write to rank 0 failed");
+    });
+    try {
+      bootstrap->barrier();
+    } catch (...) {
+      reporter.join();
+      throw;
+    }
+    reporter.join();
+    return std::vector<std::vector<std::byte>>{};
+  });
+  std::vector<RankOutcome> outcomes = join_all(rank1);
+  finished.set_value();
+  rank0.join();
+  CHECK(!outcomes[0].ok);
+  CHECK(outcomes[0].error ==
+        "bootstrap: rank 1 stopped waiting for the result of allgather #1: it declared the job "
+        "failed: rank 1: a write to rank 0 failed");
+}
+
 }  // namespace
 }  // namespace courier::test
