@@ -7,7 +7,9 @@
 //       [--window W] [--iters N] [--op write|write_imm] [--raw] [--json]
 //   courier-run -n N courier-bench ep --mode ll|ht [--tokens A,B,...] [--hidden H]
 //       [--topk K] [--experts E] [--iters N] [--provider shm|tcp] [--json]
+//   courier-run -n N courier-bench idle [--provider shm|tcp] [--windows N] [--window-s S]
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -29,6 +31,7 @@
 #include "atomic_bench.hpp"
 #include "barrier_bench.hpp"
 #include "ep_bench.hpp"
+#include "idle_bench.hpp"
 #include "transport_bench.hpp"
 
 namespace {
@@ -54,6 +57,8 @@ constexpr const char* kUsage =
     "       courier-run -n N courier-bench ep --mode ll|ht [--tokens A,B,...] [--hidden H]\n"
     "                          [--topk K] [--experts E] [--iters N] [--fp8] [--unmasked]\n"
     "                          [--provider shm|tcp] [--json]\n"
+    "       courier-run -n N courier-bench idle [--provider shm|tcp] [--windows N]\n"
+    "                          [--window-s S] [--grace-s S] [--json]\n"
     "\n"
     "fifo       host-GPU producer threads into one proxy thread (commands/s); baseline:\n"
     "           the same ring drained by a bare loop (path 'ring'). --prefilled: fill the\n"
@@ -92,8 +97,13 @@ constexpr const char* kUsage =
     "           as one WRITE each through Courier's raw transport path (pushed with\n"
     "           Context::run_device_commands, waited for), without packing, signals or\n"
     "           receive waits: the EP time above it is the cost of dispatch/combine.\n"
+    "idle       the CPU an idle rank uses (all its threads, getrusage), in % of one\n"
+    "           core: the median of N windows of S seconds (default 3 x 10 s) on each\n"
+    "           rank, with a Context that carries no traffic (path 'courier', measured\n"
+    "           --grace-s after it was made, default 1 s), next to the same process\n"
+    "           before the Context, with the job's bootstrap only (path 'bootstrap').\n"
     "\n"
-    "--provider (transport, atomic, barrier, ep): the libfabric provider; without it,\n"
+    "--provider (transport, atomic, barrier, ep, idle): the libfabric provider; without it,\n"
     "           COURIER_OFI_PROVIDER as set in the environment, else shm.\n";
 
 [[noreturn]] void usage_error(const std::string& message) {
@@ -652,6 +662,53 @@ int run_ep(int argc, char** argv) {
 
 }  // namespace
 
+int run_idle(int argc, char** argv) {
+  courier::bench::IdleOptions o;
+  o.provider = default_provider();
+  bool json = parse_flags(argc, argv, [&](const std::string& flag, auto value) {
+    if (flag == "--provider") {
+      o.provider = parse_provider(value());
+    } else if (flag == "--windows") {
+      o.windows = static_cast<uint32_t>(parse_number(flag, value(), 1, 1000));
+    } else if (flag == "--window-s") {
+      o.window_s = static_cast<double>(parse_number(flag, value(), 1, 3600));
+    } else if (flag == "--grace-s") {
+      o.grace_s = static_cast<double>(parse_number(flag, value(), 0, 3600));
+    } else {
+      return false;
+    }
+    return true;
+  });
+  try {
+    Job job;
+    std::vector<courier::bench::IdleRow> rows = courier::bench::run_idle_bench(job.bootstrap, o);
+    if (job.bootstrap->rank() != 0) return 0;
+    const int ranks = job.bootstrap->size();
+    if (json) {
+      for (const auto& r : rows) {
+        fmt::print(
+            "{{\"bench\":\"idle\",\"path\":\"{}\",\"provider\":\"{}\",\"ranks\":{},"
+            "\"proxy_threads\":{},\"windows\":{},\"window_s\":{},\"core_percent_max\":{:.3f},"
+            "\"core_percent\":[{:.3f}]}}\n",
+            r.path, o.provider, ranks, r.proxy_threads, o.windows, o.window_s, r.max_percent,
+            fmt::join(r.core_percent, ","));
+      }
+    } else {
+      fmt::print("{:<6} {:<10} {:<9} {:>6} {:>14} {:>18}  {}\n", "bench", "path", "provider",
+                 "ranks", "proxy threads", "max % of a core", "per rank");
+      for (const auto& r : rows) {
+        fmt::print("{:<6} {:<10} {:<9} {:>6} {:>14} {:>18.2f}  {:.2f}\n", "idle", r.path,
+                   o.provider, ranks, r.proxy_threads, r.max_percent,
+                   fmt::join(r.core_percent, " "));
+      }
+    }
+    return 0;
+  } catch (const courier::Error& e) {
+    fmt::print(stderr, "courier-bench: {}\n", e.what());
+    return 1;
+  }
+}
+
 int main(int argc, char** argv) {
   if (argc < 2) usage_error("missing benchmark name");
   std::string name = argv[1];
@@ -660,6 +717,7 @@ int main(int argc, char** argv) {
   if (name == "atomic") return run_atomic(argc, argv);
   if (name == "barrier") return run_barrier(argc, argv);
   if (name == "ep") return run_ep(argc, argv);
+  if (name == "idle") return run_idle(argc, argv);
   if (name == "--help" || name == "-h") {
     fmt::print("{}", kUsage);
     return 0;
