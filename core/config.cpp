@@ -102,6 +102,8 @@ constexpr Knob kKnobs[] = {
     {"COURIER_PROXY_THREADS", "4", "proxy threads per GPU (1..64)"},
     {"COURIER_CHANNELS", "8", "FIFO channels per GPU (1..1024)"},
     {"COURIER_DRAIN_BATCH", "32", "completions polled per batch (1..4096)"},
+    {"COURIER_PROXY_SLEEP_MS", "50",
+     "an idle proxy thread sleeps after this many ms without work (0..60000; 0 = always poll)"},
     {"COURIER_COALESCE_BYTES", "262144",
      "adjacent contiguous WRITEs of a channel to one peer and window go out as one NIC write "
      "of at most this many bytes (0..16777215; 0 = never merge)"},
@@ -369,6 +371,8 @@ Config Config::load(const EnvLookup& env, bool need_job, bool need_rendezvous) {
   config.proxy_threads = parser.unsigned_in("COURIER_PROXY_THREADS", config.proxy_threads, 1, 64);
   config.channels = parser.unsigned_in("COURIER_CHANNELS", config.channels, 1, 1024);
   config.drain_batch = parser.unsigned_in("COURIER_DRAIN_BATCH", config.drain_batch, 1, 4096);
+  config.proxy_sleep_ms =
+      parser.unsigned_in("COURIER_PROXY_SLEEP_MS", config.proxy_sleep_ms, 0, 60000);
   config.coalesce_bytes = parser.unsigned_in("COURIER_COALESCE_BYTES", config.coalesce_bytes, 0,
                                              TransferCmd::kMaxLength);
   config.atomics =

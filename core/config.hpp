@@ -61,6 +61,9 @@ struct Config {
   uint32_t proxy_threads = 4;
   uint32_t channels = 8;
   uint32_t drain_batch = 32;
+  // COURIER_PROXY_SLEEP_MS: idle time before a proxy thread sleeps on its
+  // rank's doorbell; 0 = never.
+  uint32_t proxy_sleep_ms = 50;
   uint32_t coalesce_bytes = 262144;  // COURIER_COALESCE_BYTES: 0 = never merge WRITEs
   AtomicsMode atomics = AtomicsMode::automatic;
   uint32_t timeout_s = 60;

@@ -21,6 +21,7 @@
 #include "core/faults/transport_chain.hpp"
 #include "core/proxy/nic_endpoint.hpp"
 #include "core/proxy/proxy_thread.hpp"
+#include "core/proxy/ringing_transport.hpp"
 #include "core/registry.hpp"
 #include "core/semantics/shared_segment.hpp"
 #include "core/topology_choice.hpp"
@@ -34,6 +35,10 @@ namespace {
 // Device memory per FIFO channel: the ticket counter, then (one cache line
 // on) the producers' cached copy of `completed`.
 constexpr size_t kHeadStride = 128;
+// The longest an idle proxy thread blocks before it polls again: bounds the
+// wait of the first commands from a kernel nobody rang for (docs/
+// fifo-and-proxy.md, "Idle proxies").
+constexpr uint64_t kMaxProxySleepNs = 20'000'000;
 constexpr size_t kCompletedCacheOffset = 64;
 
 template <class T>
@@ -139,6 +144,10 @@ struct Context::Impl {
   // thread the slots barrier messages are sent from and land in.
   BarrierTopology barrier_topology;
   SharedSegment barrier_segment;
+  // Per rank: the doorbell its idle proxy threads sleep on, in the host's
+  // segment (invalid for ranks on other hosts). This rank's own is
+  // doorbells[rank].
+  std::vector<Doorbell> doorbells;
   std::vector<std::unique_ptr<uint64_t[]>> barrier_staging, barrier_landing;
   std::vector<std::unique_ptr<NicEndpoint>> endpoints;
   // What each proxy thread drives: retries (and injected faults) over its endpoint.
@@ -535,8 +544,18 @@ struct Context::Impl {
     }
     t.block_bytes = barrier_block_bytes(t.local_size);
     const std::string name = fmt::format("/courier-{:016x}-{}", job_id, t.host_leader);
-    barrier_segment = SharedSegment(name, t.block_bytes * channels.size());
+    // The host's ranks' doorbells follow the barrier blocks.
+    const size_t doorbells_at = (t.block_bytes * channels.size() + alignof(DoorbellWord) - 1) /
+                                alignof(DoorbellWord) * alignof(DoorbellWord);
+    barrier_segment = SharedSegment(name, doorbells_at + t.local_size * sizeof(DoorbellWord));
     t.segment = barrier_segment.data();
+    auto* words = reinterpret_cast<DoorbellWord*>(barrier_segment.data() + doorbells_at);
+    doorbells.assign(keys.size(), Doorbell{});
+    for (size_t r = 0, local = 0; r < keys.size(); ++r) {
+      if (keys[r] == keys[static_cast<size_t>(bootstrap->rank())]) {
+        doorbells[r] = Doorbell(words + local++);
+      }
+    }
     bootstrap->barrier();  // every rank of every host mapped its segment
     if (bootstrap->rank() == static_cast<int>(t.host_leader)) barrier_segment.unlink();
     const size_t slots = static_cast<size_t>(bootstrap->size()) * channels.size();
@@ -583,6 +602,16 @@ struct Context::Impl {
     options.coalesce_bytes = config.coalesce_bytes;
     options.stall_timeout_ns = uint64_t{config.timeout_s} * 1'000'000'000u;
     options.may_sleep = (nic->props().caps & COURIER_NIC_CAP_PASSIVE_TARGET) != 0;
+    const bool sleeps = config.proxy_sleep_ms != 0;
+    if (sleeps) {
+      options.sleep_after_ns = uint64_t{config.proxy_sleep_ms} * 1'000'000u;
+      options.max_sleep_ns = kMaxProxySleepNs;
+      options.doorbell = doorbells[static_cast<size_t>(bootstrap->rank())];
+    }
+    // The peers on this host, rung after every post to them (not this rank:
+    // a proxy thread posting is awake, and so is the rank).
+    std::vector<Doorbell> peers = doorbells;
+    peers[static_cast<size_t>(bootstrap->rank())] = Doorbell{};
     options.on_transport_failure = [this](int peer, const std::string& what) {
       on_transport_failure(peer, what);
     };
@@ -597,6 +626,9 @@ struct Context::Impl {
       std::vector<ProxyChannel*> mine;
       for (uint32_t c = i; c < channels.size(); c += threads) mine.push_back(channels[c].get());
       transports.push_back(make_transport_chain(*endpoints[i], config, i, log));
+      if (sleeps) {
+        transports.back() = std::make_unique<RingingTransport>(std::move(transports.back()), peers);
+      }
       if (uses(AtomicStrategyKind::imm)) {
         mailboxes.push_back(std::make_unique<AtomicMailbox>(bootstrap->size()));
         options.mailbox = mailboxes.back().get();
@@ -741,6 +773,7 @@ void Context::launch_host_kernel(uint32_t grid, uint32_t block, courier_host_ker
     fail("GPU backend '{}' cannot run host kernels (no host_kernels capability)",
          gpu.plugin().name);
   }
+  wake_proxies();  // the kernel's pushes may find them asleep
   courier_host_kernel_launch_v1 launch{};
   launch.struct_size = sizeof launch;
   launch.grid_dim = grid;
@@ -783,6 +816,7 @@ void Context::run_device_commands(std::vector<DeviceCommandList>& lists) const {
          gpu.plugin().name);
   }
   if (lists.empty()) return;
+  wake_proxies();
   std::vector<courier_gpu_command_list_v1> c_lists(lists.size());
   for (size_t i = 0; i < lists.size(); ++i) {
     c_lists[i].channel = to_abi(channel(lists[i].channel));
@@ -801,6 +835,10 @@ void Context::run_device_commands(std::vector<DeviceCommandList>& lists) const {
   for (size_t i = 0; i < lists.size(); ++i) {
     lists[i].status = static_cast<PushStatus>(c_lists[i].push_status);
   }
+}
+
+void Context::wake_proxies() const {
+  if (!impl_->doorbells.empty()) impl_->doorbells[static_cast<size_t>(rank())].ring();
 }
 
 void Context::barrier() {

@@ -92,6 +92,7 @@ void ProxyHighThroughput::refuse(uint32_t phase, uint64_t call, const std::strin
     job.staging_off = layout_.staging;
     job.record_off = layout_.records[phase][call & 1];
     job.signal_off = layout_.signals[phase][call & 1];
+    window_.wake_proxies();  // the kernel pushes commands
     window_.check(window_.ops()->ep_proxy_refuse(window_.backend(), &job), "refusing");
     window_.check(window_.ops()->ep_sync(window_.backend(), window_.device()), "refusing");
   } catch (const Error&) {
@@ -149,6 +150,7 @@ DispatchResult ProxyHighThroughput::dispatch(const HtInputs& in, const DispatchA
   send.staging_off = layout_.staging;
   send.record_off = layout_.records[kDispatch][parity];
   send.signal_off = layout_.signals[kDispatch][parity];
+  window_.wake_proxies();  // the kernel pushes commands
   window_.check(window_.ops()->ep_proxy_ht_dispatch(window_.backend(), &send), "sending the rows");
 
   const uint64_t capacity = uint64_t{ranks_} * options_.max_tokens_per_rank;
@@ -255,6 +257,7 @@ CombineResult ProxyHighThroughput::combine(const std::byte* x, const DLDataType&
   send.staging_off = layout_.staging;
   send.record_off = layout_.records[kCombine][parity];
   send.signal_off = layout_.signals[kCombine][parity];
+  window_.wake_proxies();  // the kernel pushes commands
   window_.check(window_.ops()->ep_proxy_combine(window_.backend(), &send), "sending rows back");
 
   courier_gpu_ep_proxy_reduce_v1 reduce{};

@@ -97,6 +97,7 @@ void ProxyLowLatency::refuse(uint32_t phase, uint64_t call, const std::string& w
     // A refused dispatch is never received here: free the senders' staging now.
     job.release_off = phase == kDispatch ? layout_.release[call & 1] : 0;
     job.release_target = (call / 2) * uint64_t{COURIER_GPU_EP_SIGNAL_STEP};
+    window_.wake_proxies();  // the kernel pushes commands
     window_.check(window_.ops()->ep_proxy_refuse(window_.backend(), &job), "refusing");
     window_.check(window_.ops()->ep_sync(window_.backend(), window_.device()), "refusing");
   } catch (const Error&) {
@@ -142,6 +143,7 @@ LowLatencyDispatchResult ProxyLowLatency::dispatch(const LlInputs& in, bool retu
   job.release_off = layout_.release[parity];
   // What each destination received two calls ago (this parity) is read.
   job.release_target = (call / 2) * uint64_t{COURIER_GPU_EP_SIGNAL_STEP};
+  window_.wake_proxies();  // the kernel pushes commands
   window_.check(window_.ops()->ep_proxy_ll_dispatch(window_.backend(), &job), "sending the rows");
 
   LowLatencyDispatchResult result;
@@ -228,6 +230,7 @@ CombineResult ProxyLowLatency::combine(const std::byte* x, const int64_t* topk_i
   send.staging_off = layout_.staging;
   send.record_off = layout_.records[kCombine][parity];
   send.signal_off = layout_.signals[kCombine][parity];
+  window_.wake_proxies();  // the kernel pushes commands
   window_.check(window_.ops()->ep_proxy_combine(window_.backend(), &send), "sending rows back");
 
   courier_gpu_ep_proxy_reduce_v1 reduce{};

@@ -42,6 +42,8 @@ class ProxyWindow {
   uint64_t record_bytes() const { return uint64_t{record_words_} * 4; }
   int device() const { return device_; }
   const courier_gpu_plugin_v1* ops() const { return gpu_.ops(); }
+  // Before a kernel that pushes: the proxies may sleep (Context::wake_proxies).
+  void wake_proxies() const { ctx_.wake_proxies(); }
   void* backend() const { return gpu_.handle(); }
   // What every ep_proxy_* job carries.
   courier_gpu_ep_proxy_v1 fifo() const;

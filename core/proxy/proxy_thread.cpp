@@ -132,6 +132,7 @@ void ProxyThread::start() {
 
 void ProxyThread::stop() {
   stop_.store(true);
+  options_.doorbell.ring();  // a sleeping thread sees stop_ now
   if (thread_.joinable()) thread_.join();
   running_.store(false);
 }
@@ -158,6 +159,7 @@ void ProxyThread::run(const std::function<void()>& task) {
   }
   tasks_.push_back(&pending);
   has_tasks_.store(true, std::memory_order_release);
+  options_.doorbell.ring();  // a sleeping thread takes the task now
   task_done_.wait(lock, [&] { return pending.done; });
   if (!pending.error.empty()) throw Error(pending.error);
 }
@@ -189,12 +191,22 @@ bool ProxyThread::run_pending_tasks() {
 
 void ProxyThread::loop() {
   try {
+    const bool may_block = options_.sleep_after_ns != 0 && options_.doorbell.valid();
     while (!stop_.load(std::memory_order_relaxed)) {
-      const bool worked = step();
+      bool worked = step();
       if (worked) {
         backoff_.reset();
+        idle_since_ns_ = 0;
       } else {
         backoff_.idle(outstanding_ > 0 || !pending_.empty() || semantics_.busy());
+        if (may_block) {
+          const uint64_t now = device::now_ns();
+          if (idle_since_ns_ == 0) {
+            idle_since_ns_ = now;
+          } else if (now - idle_since_ns_ >= options_.sleep_after_ns && sleep_if_idle()) {
+            worked = true;
+          }
+        }
       }
       check_stall(!worked);
     }
@@ -217,6 +229,41 @@ void ProxyThread::loop() {
     loop_exited_ = true;
   }
   for (Task* task : left) execute(*task);
+}
+
+bool ProxyThread::quiescent() const {
+  if (outstanding_ != 0 || !pending_.empty() || semantics_.busy() || has_tasks_.load()) {
+    return false;
+  }
+  for (const ProxyChannel* c : channels_) {
+    if (c->tracker.prefix() < c->consumer.next_ticket() || !c->held.empty()) return false;
+  }
+  return true;
+}
+
+bool ProxyThread::sleep_if_idle() {
+  // Sleeps until a ring or work; a timeout only looks for work (commands
+  // pushed by a kernel nobody rang for, progress a provider needs) and
+  // sleeps again, longer, without going through the polling loop.
+  if (next_sleep_ns_ == 0) next_sleep_ns_ = std::max<uint64_t>(options_.max_sleep_ns / 16, 1);
+  bool woke = false;
+  while (!woke && quiescent() && !stop_.load(std::memory_order_relaxed)) {
+    const uint32_t ticket = options_.doorbell.begin_sleep();
+    // Announced as a sleeper: whatever a ringer published before it looked
+    // at the sleepers is visible to this step.
+    woke = step();
+    if (!woke && quiescent()) {
+      woke = options_.doorbell.sleep(ticket, next_sleep_ns_);
+      if (!woke) next_sleep_ns_ = std::min(next_sleep_ns_ * 2, options_.max_sleep_ns);
+    }
+    options_.doorbell.end_sleep();
+  }
+  if (woke) {
+    backoff_.reset();
+    idle_since_ns_ = 0;
+    next_sleep_ns_ = 0;
+  }
+  return woke;
 }
 
 void ProxyThread::check_stall(bool idle_step) {

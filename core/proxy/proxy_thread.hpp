@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "core/log.hpp"
+#include "core/proxy/doorbell.hpp"
 #include "core/proxy/fifo_consumer.hpp"
 #include "core/proxy/proxy_transport.hpp"
 #include "core/semantics/proxy_semantics.hpp"
@@ -68,6 +69,14 @@ struct ProxyOptions {
   // (no COURIER_NIC_CAP_PASSIVE_TARGET): an idle proxy then yields but never
   // sleeps, since a peer's write may be waiting for this very thread.
   bool may_sleep = true;
+  // Sleeping while idle (docs/fifo-and-proxy.md, "Idle proxies"): after
+  // sleep_after_ns with nothing to do and nothing in flight, the thread
+  // blocks on `doorbell` for at most max_sleep_ns at a time (1/16 of it
+  // first, doubling) and is back to polling once woken by a ring or by work
+  // it finds. 0 or no doorbell: never (COURIER_PROXY_SLEEP_MS).
+  uint64_t sleep_after_ns = 0;
+  uint64_t max_sleep_ns = 0;
+  Doorbell doorbell;
   // CPU the thread is pinned to, or -1 to leave placement to the kernel.
   int cpu = -1;
   // Ordering and atomics (the world size and strategies), and the mailbox
@@ -160,6 +169,11 @@ class ProxyThread {
 
   void loop();
   bool step();
+  // Nothing taken and not completed, refused, held or owed to a peer.
+  bool quiescent() const;
+  // Blocks on the doorbell once (ProxyOptions), unless there is work; true
+  // when that ended with work to do (a ring, or found before blocking).
+  bool sleep_if_idle();
   // Prints what this thread waits for once one of its channels with work
   // taken saw no completion for stall_timeout_ns (once per stall).
   // `idle_step`: the last step found nothing to do.
@@ -220,6 +234,8 @@ class ProxyThread {
   // 0 = never), for the stall report's suspect.
   std::vector<uint64_t> last_completion_ns_;
   uint32_t stall_polls_ = 0;
+  uint64_t idle_since_ns_ = 0;  // when the current run of idle steps began; 0 while working
+  uint64_t next_sleep_ns_ = 0;  // the next sleep's bound (doubles up to max_sleep_ns)
 
   std::thread thread_;
   std::atomic<bool> stop_{false};

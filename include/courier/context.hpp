@@ -157,6 +157,12 @@ class Context {
   // return channel_failed at once, and channel_stats(i).first_error names
   // the rank.
   std::optional<PeerFailure> failed_peer() const;
+  // Wakes this rank's proxy threads if they sleep (after COURIER_PROXY_SLEEP_MS
+  // without work they block for up to 20 ms at a time). Courier does it
+  // before every kernel it launches; call it before launching a kernel of
+  // your own that pushes into the channels after a pause, or its first
+  // commands may wait up to 20 ms.
+  void wake_proxies() const;
 
  private:
   friend class DeviceBuffer;
