@@ -35,6 +35,7 @@ int Endpoint::open(const ProviderProfile& profile, const EndpointOptions& option
 
   int rc = open_endpoint_stack(profile, tx_depth, rx_depth, &ep->stack_);
   if (rc != 0) return rc;
+  ep->requested_keys_ = RequestedKeys(*ep->stack_.info);
 
   ep->writes_ = ContextPool(tx_depth, OpContext::Kind::kWrite);
   ep->source_ = profile.source;
@@ -62,7 +63,7 @@ int Endpoint::open(const ProviderProfile& profile, const EndpointOptions& option
     // with result buffers (some providers check either on local buffers).
     rc = MemoryRegion::create(ep->stack_.domain.get(), ep->stack_.ep.get(), ep->mr_mode_,
                               ep->operands_.data(), ep->operands_.size() * sizeof(uint64_t),
-                              FI_WRITE | FI_READ, ep->next_requested_key_++, ep.get(),
+                              FI_WRITE | FI_READ, ep->requested_keys_.next(), ep.get(),
                               &ep->operands_mr_);
     if (rc != 0) return rc;
   }
@@ -146,7 +147,7 @@ int Endpoint::register_memory(void* addr, size_t len, uint32_t mem_kind,
   const uint64_t access =
       atomics_ ? FI_WRITE | FI_REMOTE_WRITE | FI_READ | FI_REMOTE_READ : FI_WRITE | FI_REMOTE_WRITE;
   const int rc = MemoryRegion::create(stack_.domain.get(), stack_.ep.get(), mr_mode_, addr, len,
-                                      access, next_requested_key_++, this, out, iface);
+                                      access, requested_keys_.next(), this, out, iface);
   if (rc != 0) return rc;
   rkey->key = (*out)->key();
   rkey->base = (*out)->base();

@@ -98,7 +98,7 @@ class Endpoint {
   uint64_t last_watchdog_scan_ms_ = 0;
   std::string provider_name_;
 
-  uint64_t next_requested_key_ = 1;  // unique per domain (see ofi_mr.hpp)
+  RequestedKeys requested_keys_;  // this endpoint's domain's (ofi_mr.hpp)
   uint32_t registered_regions_ = 0;
 
   // Atomics (endpoints opened with EndpointOptions::atomics only).

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "ofi_fid.hpp"
+#include "ofi_mr.hpp"
 
 namespace courier::ofi {
 namespace {
@@ -34,14 +35,16 @@ uint32_t device_memory_kinds(const fi_info& info) {
   std::vector<unsigned char> page(4096);
   iovec iov{page.data(), page.size()};
   uint32_t kinds = 0;
-  uint64_t requested_key = 1;
+  // Keys as every domain asks for them (ofi_mr.hpp), though these regions
+  // close on return.
+  RequestedKeys requested_keys(info);
   for (const DeviceKind& kind : kKinds) {
     if (kind.iface == FI_HMEM_SYSTEM) continue;
     fi_mr_attr attr{};
     attr.mr_iov = &iov;
     attr.iov_count = 1;
     attr.access = FI_WRITE | FI_REMOTE_WRITE;
-    attr.requested_key = requested_key++;
+    attr.requested_key = requested_keys.next();
     attr.iface = kind.iface;
     MrHandle mr;
     const int rc = fi_mr_regattr(domain.get(), &attr, 0, mr.out());

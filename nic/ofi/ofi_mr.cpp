@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <memory>
 #include <new>
+#include <random>
 
 #include "ofi_error.hpp"
 
@@ -18,7 +19,38 @@ bool not_needed(uint64_t mr_mode, long rc) {
   return !(mr_mode & FI_MR_ENDPOINT) && (rc == -FI_ENOSYS || rc == -FI_EOPNOTSUPP);
 }
 
+uint64_t key_mask(size_t key_size) {
+  // 0 means the provider did not say: take the full 64 bits.
+  if (key_size == 0 || key_size >= sizeof(uint64_t)) return ~uint64_t{0};
+  return (uint64_t{1} << (8 * key_size)) - 1;
+}
+
+uint64_t random_key() {
+  std::random_device random;
+  return (uint64_t{random()} << 32) ^ random();
+}
+
 }  // namespace
+
+RequestedKeys::RequestedKeys(uint64_t mr_mode, size_t key_size, uint64_t start)
+    : next_(start), mask_(key_mask(key_size)) {
+  if (mr_mode & FI_MR_PROV_KEY) next_ = 1;  // ignored by the provider: nothing to hide
+  next_ &= mask_;
+}
+
+RequestedKeys::RequestedKeys(const fi_info& info)
+    : RequestedKeys(
+          info.domain_attr ? info.domain_attr->mr_mode : 0,
+          info.domain_attr ? info.domain_attr->mr_key_size : 0,
+          info.domain_attr && (info.domain_attr->mr_mode & FI_MR_PROV_KEY) ? 1 : random_key()) {}
+
+uint64_t RequestedKeys::next() {
+  // FI_KEY_NOTAVAIL is what fi_mr_key answers for raw keys: never ask for it.
+  if (next_ == FI_KEY_NOTAVAIL) next_ = 0;
+  const uint64_t key = next_;
+  next_ = (next_ + 1) & mask_;
+  return key;
+}
 
 int MemoryRegion::create(fid_domain* domain, fid_ep* ep, uint64_t mr_mode, void* addr, size_t len,
                          uint64_t access, uint64_t requested_key, void* owner,

@@ -4,7 +4,7 @@
 // Whatever the provider's mr_mode says, a registration:
 //  - asks for a key but reads the real one back with fi_mr_key (FI_MR_PROV_KEY:
 //    the provider picks keys; where it does not, the requested key is used,
-//    so requested keys are unique per domain);
+//    so requested keys are unique per domain and hard to guess: RequestedKeys);
 //  - binds the region to the endpoint and enables it (FI_MR_ENDPOINT). A
 //    provider that did not ask for FI_MR_ENDPOINT may not implement
 //    fi_mr_bind/fi_mr_enable for endpoints (shm and tcp answer -FI_ENOSYS):
@@ -26,6 +26,29 @@
 #include "ofi_fid.hpp"
 
 namespace courier::ofi {
+
+// The keys one domain asks for (fi_mr_attr::requested_key). Where the
+// provider takes them as they are (no FI_MR_PROV_KEY: shm, tcp), a key and an
+// offset are all a process that reaches the endpoint needs to write into a
+// window (docs/security.md), so the keys start at a random point of the
+// provider's key space (domain_attr->mr_key_size bytes) and count up from
+// there: unique per domain until the key space wraps, and no better guessed
+// than the start. Under FI_MR_PROV_KEY the provider picks the keys; the
+// requested ones then count from 1.
+class RequestedKeys {
+ public:
+  RequestedKeys() = default;  // counts from 1 (before a domain exists)
+  explicit RequestedKeys(const fi_info& info);
+  // mr_mode and mr_key_size as fi_info's domain_attr gives them; `start` in
+  // place of the random one (tests).
+  RequestedKeys(uint64_t mr_mode, size_t key_size, uint64_t start);
+
+  uint64_t next();
+
+ private:
+  uint64_t next_ = 1;
+  uint64_t mask_ = ~uint64_t{0};  // the key space: mr_key_size bytes
+};
 
 class MemoryRegion {
  public:
