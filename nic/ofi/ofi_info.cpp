@@ -6,6 +6,8 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <mutex>
+#include <string>
 #include <vector>
 
 #include "ofi_error.hpp"
@@ -91,13 +93,13 @@ std::vector<FeatureRequest> attempts(bool atomics, bool ordering_wanted) {
   return ladder;
 }
 
-// Whether fi_info `i` is on `device`: its domain is the device, or the
-// device with a suffix (efa names domains "<device>-rdm" and "-dgrm").
-bool on_device(const fi_info& i, const std::string& device) {
+// Whether fi_info `i` is on `device`: its domain is the device (`exact`), or
+// the device with a suffix (efa names domains "<device>-rdm" and "-dgrm").
+bool on_device(const fi_info& i, const std::string& device, bool exact) {
   const char* domain = i.domain_attr && i.domain_attr->name ? i.domain_attr->name : "";
   const std::string_view name(domain);
-  return name == device ||
-         (name.starts_with(device) && name.size() > device.size() && name[device.size()] == '-');
+  if (exact) return name == device;
+  return name.starts_with(device) && name.size() > device.size() && name[device.size()] == '-';
 }
 
 int getinfo(const std::string& prov_name, const FeatureRequest& features,
@@ -112,8 +114,12 @@ int getinfo(const std::string& prov_name, const FeatureRequest& features,
   // interface, IPv4 before IPv6), unless a preferred device is listed.
   const fi_info* chosen = nullptr;
   for (const std::string& device : options.devices) {
-    for (const fi_info* i = all.get(); i && !chosen; i = i->next) {
-      if (on_device(*i, device)) chosen = i;
+    // The exact name first: over tcp the domains are network interfaces, and
+    // "eth0" must not pick "eth0-backup" listed before it.
+    for (bool exact : {true, false}) {
+      for (const fi_info* i = all.get(); i && !chosen; i = i->next) {
+        if (on_device(*i, device, exact)) chosen = i;
+      }
     }
     if (chosen) break;
   }
@@ -249,15 +255,43 @@ int probe(const std::string& prov_name, bool atomics, const ProbeOptions& option
   return 0;
 }
 
+// The domain the last successful probe_provider settled on, and whether the
+// user named it (see probe_atomic_provider). Each plugin carries its own copy
+// of this file, so nic-ofi and nic-efa do not see each other's.
+struct WriteProbe {
+  std::mutex mutex;
+  std::string domain;
+  bool required = false;
+};
+WriteProbe& last_write_probe() {
+  static WriteProbe probe;
+  return probe;
+}
+
 }  // namespace
 
 int probe_provider(const std::string& prov_name, ProviderProfile* out,
                    const ProbeOptions& options) {
-  return probe(prov_name, false, options, out);
+  const int rc = probe(prov_name, false, options, out);
+  WriteProbe& last = last_write_probe();
+  std::lock_guard lock(last.mutex);
+  const fi_info* info = rc == 0 ? out->info.get() : nullptr;
+  last.domain = info && info->domain_attr && info->domain_attr->name ? info->domain_attr->name : "";
+  last.required = options.device_required;
+  return rc;
 }
 
 int probe_atomic_provider(const std::string& prov_name, ProviderProfile* out) {
-  return probe(prov_name, true, ProbeOptions{}, out);
+  ProbeOptions options;
+  {
+    WriteProbe& last = last_write_probe();
+    std::lock_guard lock(last.mutex);
+    if (!last.domain.empty()) {
+      options.devices.push_back(last.domain);
+      options.device_required = last.required;
+    }
+  }
+  return probe(prov_name, true, options, out);
 }
 
 bool has_utility_layer(std::string_view prov_name) {

@@ -127,6 +127,12 @@ int probe_provider(const std::string& prov_name, ProviderProfile* out,
 // what the provider grants (tcp;ofi_rxm then drops write-after-write
 // ordering), so this is a separate probe and never replaces the write path's
 // profile. atomic_ops stays 0 until probe_atomic_ops fills it.
+//
+// It asks for the domain the last successful probe_provider of this plugin
+// chose (Backend::create probes the write path first): atomic endpoints must
+// open where the write path's do, on the network interface the user named
+// for instance (COURIER_OFI_IFACE), and without that domain there are no
+// atomics when the user named it.
 int probe_atomic_provider(const std::string& prov_name, ProviderProfile* out);
 
 // Opens a throw-away endpoint from an atomic profile and asks the provider

@@ -347,3 +347,58 @@ TEST_CASE("describe: the size first, then the report, truncated to the caller's 
     CHECK(std::string(api.last_error(nullptr)).find("describe: NULL backend") != std::string::npos);
   }
 }
+
+TEST_CASE("COURIER_OFI_IFACE puts nic-ofi's tcp endpoints on that interface, atomic ones too") {
+  // Every host has lo; tcp lists one libfabric domain per interface.
+  PluginFile ofi("ofi");
+  FakeHost host;
+  host.set_env("COURIER_OFI_PROVIDER", "tcp");
+  host.set_env("COURIER_OFI_IFACE", "lo");
+  Instance backend(ofi.api(), host);
+  REQUIRE_MESSAGE(backend.status == 0, backend.error());
+  CHECK(std::string(backend.props.device) == "tcp;ofi_rxm lo");
+  CHECK(host.count(COURIER_LOG_INFO, "ofi: provider tcp;ofi_rxm (domain lo)") == 1);
+  CHECK(host.count(COURIER_LOG_INFO, "atomic endpoints: provider tcp;ofi_rxm (domain lo)") == 1);
+  CHECK(backend.props.atomic_ops != 0);
+}
+
+TEST_CASE("COURIER_OFI_IFACE naming no interface of this host stops init, whatever the provider") {
+  PluginFile ofi("ofi");
+  for (const std::string provider : {"tcp", "shm"}) {
+    CAPTURE(provider);
+    FakeHost host;
+    host.set_env("COURIER_OFI_PROVIDER", provider);
+    host.set_env("COURIER_OFI_IFACE", "no-such-if0");
+    Instance backend(ofi.api(), host);
+    CHECK(backend.status == -ENODEV);
+    const std::string error = backend.error();
+    CAPTURE(error);
+    CHECK(error.starts_with(
+        "COURIER_OFI_IFACE='no-such-if0' is not valid: no network interface of that name ("));
+    CHECK(error.find("lo") != std::string::npos);  // the interfaces there are
+  }
+}
+
+TEST_CASE("COURIER_OFI_IFACE has no effect over shm, and says so") {
+  PluginFile ofi("ofi");
+  FakeHost host;  // COURIER_OFI_PROVIDER unset: shm
+  host.set_env("COURIER_OFI_IFACE", "lo");
+  Instance backend(ofi.api(), host);
+  REQUIRE_MESSAGE(backend.status == 0, backend.error());
+  CHECK(std::string(backend.props.device) == "shm");
+  CHECK(host.count(COURIER_LOG_INFO, "COURIER_OFI_IFACE=lo has no effect over shm") == 1);
+}
+
+TEST_CASE("nic-ofi declares COURIER_OFI_IFACE, so courier-info lists it") {
+  PluginFile ofi("ofi");
+  const courier_nic_plugin_v1& api = ofi.api();
+  bool found = false;
+  for (uint32_t i = 0; i < api.num_knobs; ++i) {
+    if (std::string(api.knobs[i].name) == "COURIER_OFI_IFACE") {
+      found = true;
+      CHECK(std::string(api.knobs[i].default_value).empty());
+      CHECK(api.knobs[i].allowed == nullptr);  // any name: checked at init
+    }
+  }
+  CHECK(found);
+}
