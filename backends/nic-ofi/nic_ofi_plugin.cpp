@@ -81,27 +81,26 @@ std::string interface_names() {
 // host is refused whatever the provider (a typo must not pass unnoticed until
 // the job moves to tcp); over tcp the backend opens that interface's domain.
 int init(const courier_host_services_v1* host, void** backend) {
-  const char* iface = host && host->get_env ? host->get_env(host->ctx, kIfaceKnob) : nullptr;
-  if (!iface || !*iface) return Entries::init<kTraits>(host, backend);
-  const int rc = nic::guarded<ofi::set_error>("init", [&] {
+  return nic::guarded<ofi::set_error>("init", [&] {
+    const char* iface = host && host->get_env ? host->get_env(host->ctx, kIfaceKnob) : nullptr;
+    if (!iface || !*iface) return Entries::init<kTraits>(host, backend);
     if (if_nametoindex(iface) == 0) {
       return ofi::set_error(-ENODEV, "%s='%s' is not valid: no network interface of that name (%s)",
                             kIfaceKnob, iface, interface_names().c_str());
     }
-    return 0;
-  });
-  if (rc != 0) return rc;
-  const char* provider = host->get_env(host->ctx, kTraits.provider_knob);
-  if (!provider || !*provider) provider = kTraits.provider_default;
-  if (std::strcmp(provider, "tcp") != 0) {
-    if (host->log) {
+    const char* provider = host->get_env(host->ctx, kTraits.provider_knob);
+    if (provider && std::strcmp(provider, "tcp") == 0) {
+      return Entries::init<kTraitsOnIface>(host, backend);
+    }
+    const int rc = Entries::init<kTraits>(host, backend);
+    if (rc == 0 && host->log) {
       const std::string line = std::string(kIfaceKnob) + "=" + iface + " has no effect over " +
-                               provider + ": only tcp listens on a network interface";
+                               (provider && *provider ? provider : kTraits.provider_default) +
+                               ": only tcp listens on a network interface";
       host->log(host->ctx, COURIER_LOG_INFO, kTraits.name, line.c_str());
     }
-    return Entries::init<kTraits>(host, backend);
-  }
-  return Entries::init<kTraitsOnIface>(host, backend);
+    return rc;
+  });
 }
 
 constexpr courier_nic_plugin_v1 with_interface_init(courier_nic_plugin_v1 plugin) {

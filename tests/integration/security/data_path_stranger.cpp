@@ -66,11 +66,11 @@ struct Counts {
   std::string first_failure;
 };
 
-// One tcp;ofi_rxm endpoint of the stranger's own: fabric, domain, address
-// vector, completion queue.
-class Connection {
+// The stranger's tcp;ofi_rxm fabric and domain, and the registered source of
+// its writes, shared by its endpoints.
+class Provider {
  public:
-  Connection() {
+  Provider() {
     fi_info* hints = fi_allocinfo();
     if (!hints) fail("fi_allocinfo", -FI_ENOMEM);
     hints->caps = FI_RMA | FI_WRITE;
@@ -86,29 +86,50 @@ class Connection {
     if (rc != 0) fail("fi_getinfo(tcp;ofi_rxm)", rc);
     if ((rc = fi_fabric(info_->fabric_attr, &fabric_, nullptr)) != 0) fail("fi_fabric", rc);
     if ((rc = fi_domain(fabric_, info_, &domain_, nullptr)) != 0) fail("fi_domain", rc);
-    fi_av_attr av_attr{};
-    av_attr.type = FI_AV_TABLE;
-    if ((rc = fi_av_open(domain_, &av_attr, &av_, nullptr)) != 0) fail("fi_av_open", rc);
-    fi_cq_attr cq_attr{};
-    cq_attr.format = FI_CQ_FORMAT_CONTEXT;
-    cq_attr.size = 1024;
-    if ((rc = fi_cq_open(domain_, &cq_attr, &cq_, nullptr)) != 0) fail("fi_cq_open", rc);
-    if ((rc = fi_endpoint(domain_, info_, &ep_, nullptr)) != 0) fail("fi_endpoint", rc);
-    if ((rc = fi_ep_bind(ep_, &av_->fid, 0)) != 0) fail("fi_ep_bind(av)", rc);
-    if ((rc = fi_ep_bind(ep_, &cq_->fid, FI_TRANSMIT | FI_RECV)) != 0) fail("fi_ep_bind(cq)", rc);
-    if ((rc = fi_enable(ep_)) != 0) fail("fi_enable", rc);
     std::memset(source_, 0xee, sizeof source_);
     rc = fi_mr_reg(domain_, source_, sizeof source_, FI_WRITE, 0, 0, 0, &source_mr_, nullptr);
     if (rc != 0) fail("fi_mr_reg", rc);
   }
+  Provider(const Provider&) = delete;
+  Provider& operator=(const Provider&) = delete;
+
+  fi_info* info() const { return info_; }
+  fid_domain* domain() const { return domain_; }
+  void* source() { return source_; }
+  void* source_desc() const { return fi_mr_desc(source_mr_); }
+
+ private:
+  fi_info* info_ = nullptr;
+  fid_fabric* fabric_ = nullptr;
+  fid_domain* domain_ = nullptr;
+  fid_mr* source_mr_ = nullptr;
+  unsigned char source_[kWriteBytes];
+};
+
+// One endpoint of the stranger's own, with its address vector and
+// completion queue: one connection to the rank.
+class Connection {
+ public:
+  explicit Connection(Provider& provider) : provider_(provider) {
+    fi_av_attr av_attr{};
+    av_attr.type = FI_AV_TABLE;
+    long rc = fi_av_open(provider.domain(), &av_attr, &av_, nullptr);
+    if (rc != 0) fail("fi_av_open", rc);
+    fi_cq_attr cq_attr{};
+    cq_attr.format = FI_CQ_FORMAT_CONTEXT;
+    cq_attr.size = 64;
+    if ((rc = fi_cq_open(provider.domain(), &cq_attr, &cq_, nullptr)) != 0) fail("fi_cq_open", rc);
+    if ((rc = fi_endpoint(provider.domain(), provider.info(), &ep_, nullptr)) != 0) {
+      fail("fi_endpoint", rc);
+    }
+    if ((rc = fi_ep_bind(ep_, &av_->fid, 0)) != 0) fail("fi_ep_bind(av)", rc);
+    if ((rc = fi_ep_bind(ep_, &cq_->fid, FI_TRANSMIT | FI_RECV)) != 0) fail("fi_ep_bind(cq)", rc);
+    if ((rc = fi_enable(ep_)) != 0) fail("fi_enable", rc);
+  }
   ~Connection() {
-    fi_close(&source_mr_->fid);
     fi_close(&ep_->fid);
     fi_close(&cq_->fid);
     fi_close(&av_->fid);
-    fi_close(&domain_->fid);
-    fi_close(&fabric_->fid);
-    fi_freeinfo(info_);
   }
   Connection(const Connection&) = delete;
   Connection& operator=(const Connection&) = delete;
@@ -123,7 +144,7 @@ class Connection {
   // An 8-byte write of 0xee bytes to offset 0 of the region with `key`; the
   // key comes back as the completion's context.
   ssize_t post(fi_addr_t address, uint64_t key) {
-    return fi_write(ep_, source_, kWriteBytes, fi_mr_desc(source_mr_), address, 0, key,
+    return fi_write(ep_, provider_.source(), kWriteBytes, provider_.source_desc(), address, 0, key,
                     reinterpret_cast<void*>(static_cast<uintptr_t>(key)));
   }
   struct Answer {
@@ -133,8 +154,8 @@ class Connection {
   // Reads completions; with none, reading drives the provider's progress.
   std::vector<Answer> read() {
     std::vector<Answer> answers;
-    fi_cq_entry entries[64];
-    const ssize_t n = fi_cq_read(cq_, entries, 64);
+    fi_cq_entry entries[16];
+    const ssize_t n = fi_cq_read(cq_, entries, 16);
     for (ssize_t i = 0; i < n; ++i) {
       answers.push_back(
           {static_cast<uint64_t>(reinterpret_cast<uintptr_t>(entries[i].op_context)), 0});
@@ -150,14 +171,10 @@ class Connection {
   }
 
  private:
-  fi_info* info_ = nullptr;
-  fid_fabric* fabric_ = nullptr;
-  fid_domain* domain_ = nullptr;
+  Provider& provider_;
   fid_av* av_ = nullptr;
   fid_cq* cq_ = nullptr;
   fid_ep* ep_ = nullptr;
-  fid_mr* source_mr_ = nullptr;
-  unsigned char source_[kWriteBytes];
 };
 
 // tcp;ofi_rxm answers a write the target refused (unknown key, range outside
@@ -165,15 +182,16 @@ class Connection {
 bool refused_by_target(int err) { return err == FI_ECANCELED || err == FI_EACCES; }
 
 // Every key from 0 to `last_key` at offset 0 of `target`, until each was
-// answered or one landed. After refusing a write, the connection is no good
-// (libfabric 1.17: what follows on it fails with -FI_ENOTCONN, also for a new
-// address vector entry), so each connection carries one write, each endpoint
-// one connection, and a write that finds its connection closed goes out
+// answered or one landed. After refusing a write, the rank drops the
+// connection (libfabric 1.17: what follows on it fails with -FI_ENOTCONN,
+// also for a new address vector entry), so each endpoint carries one write
+// on one connection, and a write whose connection failed otherwise goes out
 // again on a new endpoint (up to 20 times per key); kConnections endpoints
 // work side by side.
 constexpr size_t kConnections = 8;
 
-void attack(const courier::test::Listener& target, uint64_t last_key, Counts* counts) {
+void attack(Provider& provider, const courier::test::Listener& target, uint64_t last_key,
+            Counts* counts) {
   std::vector<uint64_t> pending;
   for (uint64_t key = last_key + 1; key-- > 0;) pending.push_back(key);  // popped from the back
   std::vector<int> attempts(last_key + 1, 0);
@@ -191,7 +209,7 @@ void attack(const courier::test::Listener& target, uint64_t last_key, Counts* co
     for (Slot& slot : slots) {
       if (!slot.busy && !pending.empty()) {
         if (!slot.connection) {
-          slot.connection = std::make_unique<Connection>();
+          slot.connection = std::make_unique<Connection>(provider);
           slot.address = slot.connection->insert(target);
           ++counts->connections;
         }
@@ -215,12 +233,13 @@ void attack(const courier::test::Listener& target, uint64_t last_key, Counts* co
           say(target.text + ": a write with key " + std::to_string(a.key) + " landed");
           return;  // shown: no need to damage the rank further
         }
+        // Either way the connection is no good any more.
+        slot.connection.reset();
         if (refused_by_target(a.err)) {
           ++counts->refused;
           continue;
         }
         if (counts->first_failure.empty()) counts->first_failure = fi_strerror(a.err);
-        slot.connection.reset();  // unusable now: the next key goes out on a new one
         if (attempts[a.key] < 20) {
           pending.push_back(a.key);
         } else {
@@ -258,12 +277,13 @@ int main(int argc, char** argv) {
     say("process " + std::to_string(pid) + " listens on no IPv4 TCP socket");
     return 2;
   }
+  Provider provider;
   bool refused_everywhere = true;
   uint64_t landed = 0;
   for (const courier::test::Listener& target : targets) {
     const uint64_t last_key = &target == &targets.front() ? kLastKey : kLastKeyOthers;
     Counts counts;
-    attack(target, last_key, &counts);
+    attack(provider, target, last_key, &counts);
     say(target.text + ": writes with keys 0.." + std::to_string(last_key) + " at offset 0: " +
         std::to_string(counts.landed) + " landed, " + std::to_string(counts.refused) +
         " refused by the rank, " + std::to_string(counts.unanswered) + " unanswered (" +
