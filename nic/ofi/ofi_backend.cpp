@@ -56,9 +56,9 @@ int Backend::parse_write_timeout(const char* value) {
   return 0;
 }
 
-int Backend::probe_atomics(const std::string& prov_name) {
+int Backend::probe_atomics(const std::string& prov_name, const ProbeOptions& options) {
   ProviderProfile profile;
-  if (probe_atomic_provider(prov_name, &profile) != 0 || !profile.atomics) {
+  if (probe_atomic_provider(prov_name, &profile, options) != 0 || !profile.atomics) {
     // No atomics is not a failure of the backend: it offers writes only.
     log(COURIER_LOG_INFO, ("no transport atomics: " + last_error()).c_str());
     return 0;
@@ -201,7 +201,15 @@ int Backend::create(const BackendTraits& traits, const courier_host_services_v1*
   props.pci_address[0] = '\0';
 
   if (traits.may_offer_atomics) {
-    rc = backend->probe_atomics(choice->prov_name);
+    // Where the write path's endpoints open (the domain it chose, required
+    // when the user named one).
+    ProbeOptions atomic_options;
+    atomic_options.device_required = options.device_required;
+    const fi_info& chosen = *p.info;
+    if (chosen.domain_attr && chosen.domain_attr->name) {
+      atomic_options.devices.emplace_back(chosen.domain_attr->name);
+    }
+    rc = backend->probe_atomics(choice->prov_name, atomic_options);
     if (rc != 0) return rc;
   }
 

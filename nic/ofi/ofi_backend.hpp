@@ -90,7 +90,8 @@ class Backend {
   int parse_write_timeout(const char* value);
   // Probes the provider again with FI_ATOMIC, validates each op and fills
   // atomic_ops, atomic_native and caps_with_atomics.
-  int probe_atomics(const std::string& prov_name);
+  // `options`: the write path's, naming the domain it chose.
+  int probe_atomics(const std::string& prov_name, const ProbeOptions& options);
   // Before the first shm endpoint: the regions of processes killed before
   // they could remove them would stay in /dev/shm for good (ofi_fabric.hpp).
   void remove_stale_regions() const;

@@ -6,7 +6,6 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <mutex>
 #include <string>
 #include <vector>
 
@@ -255,42 +254,15 @@ int probe(const std::string& prov_name, bool atomics, const ProbeOptions& option
   return 0;
 }
 
-// The domain the last successful probe_provider settled on, and whether the
-// user named it (see probe_atomic_provider). Each plugin carries its own copy
-// of this file, so nic-ofi and nic-efa do not see each other's.
-struct WriteProbe {
-  std::mutex mutex;
-  std::string domain;
-  bool required = false;
-};
-WriteProbe& last_write_probe() {
-  static WriteProbe probe;
-  return probe;
-}
-
 }  // namespace
 
 int probe_provider(const std::string& prov_name, ProviderProfile* out,
                    const ProbeOptions& options) {
-  const int rc = probe(prov_name, false, options, out);
-  WriteProbe& last = last_write_probe();
-  std::lock_guard lock(last.mutex);
-  const fi_info* info = rc == 0 ? out->info.get() : nullptr;
-  last.domain = info && info->domain_attr && info->domain_attr->name ? info->domain_attr->name : "";
-  last.required = options.device_required;
-  return rc;
+  return probe(prov_name, false, options, out);
 }
 
-int probe_atomic_provider(const std::string& prov_name, ProviderProfile* out) {
-  ProbeOptions options;
-  {
-    WriteProbe& last = last_write_probe();
-    std::lock_guard lock(last.mutex);
-    if (!last.domain.empty()) {
-      options.devices.push_back(last.domain);
-      options.device_required = last.required;
-    }
-  }
+int probe_atomic_provider(const std::string& prov_name, ProviderProfile* out,
+                          const ProbeOptions& options) {
   return probe(prov_name, true, options, out);
 }
 

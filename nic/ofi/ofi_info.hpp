@@ -128,12 +128,11 @@ int probe_provider(const std::string& prov_name, ProviderProfile* out,
 // ordering), so this is a separate probe and never replaces the write path's
 // profile. atomic_ops stays 0 until probe_atomic_ops fills it.
 //
-// It asks for the domain the last successful probe_provider of this plugin
-// chose (Backend::create probes the write path first): atomic endpoints must
-// open where the write path's do, on the network interface the user named
-// for instance (COURIER_OFI_IFACE), and without that domain there are no
-// atomics when the user named it.
-int probe_atomic_provider(const std::string& prov_name, ProviderProfile* out);
+// `options` should name the domain the write path's probe chose (see
+// Backend::create): atomic endpoints must open where the write path's do,
+// on the network interface the user named for instance (COURIER_OFI_IFACE).
+int probe_atomic_provider(const std::string& prov_name, ProviderProfile* out,
+                          const ProbeOptions& options = {});
 
 // Opens a throw-away endpoint from an atomic profile and asks the provider
 // which of Courier's atomic ops it carries out (fi_atomicvalid FI_SUM for

@@ -129,7 +129,8 @@ void open_raw_endpoint(const RawTransportOptions& o, size_t largest, uint32_t de
   if (!out->buffer) fail("cannot allocate " + std::to_string(bytes) + " bytes");
   std::memset(out->buffer.get(), 0, bytes);
   if (ofi::MemoryRegion::create(out->stack.domain.get(), out->stack.ep.get(), out->profile.mr_mode,
-                                out->buffer.get(), bytes, FI_WRITE | FI_REMOTE_WRITE, 1, nullptr,
+                                out->buffer.get(), bytes, FI_WRITE | FI_REMOTE_WRITE,
+                                ofi::RequestedKeys(*out->stack.info).next(), nullptr,
                                 &out->mr) != 0) {
     fail(ofi::last_error());
   }
