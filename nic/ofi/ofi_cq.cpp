@@ -55,7 +55,11 @@ int Endpoint::poll(courier_nic_completion_v1* out, uint32_t max) {
       break;
     }
     if (got == -FI_EAVAIL) {
-      produced += translate_error(&out[produced]);
+      // At most one failed completion per call, and last: last_error()
+      // describes it (a second error would overwrite the text).
+      const uint32_t failed = translate_error(&out[produced]);
+      produced += failed;
+      if (failed > 0 && out[produced - 1].status != COURIER_OK) return static_cast<int>(produced);
       continue;
     }
     if (got < 0) {
@@ -77,21 +81,25 @@ int Endpoint::poll(courier_nic_completion_v1* out, uint32_t max) {
 }
 
 uint32_t Endpoint::expire_writes(courier_nic_completion_v1* out, uint32_t max) {
-  const uint64_t now = coarse_now_ms();
-  if (now - last_watchdog_scan_ms_ < watchdog_interval_ms_) return 0;
-  last_watchdog_scan_ms_ = now;
-  uint32_t expired = 0;
-  for (uint32_t i = 0; i < writes_.size() && expired < max; ++i) {
+  if (max == 0) return 0;
+  if (watchdog_resume_ == 0) {  // a new scan, when one is due
+    const uint64_t now = coarse_now_ms();
+    if (now - last_watchdog_scan_ms_ < watchdog_interval_ms_) return 0;
+    last_watchdog_scan_ms_ = now;
+  }
+  // One expired write per call, so that last_error() describes it; the scan
+  // goes on from the next write at the next call.
+  for (uint32_t i = watchdog_resume_; i < writes_.size(); ++i) {
     OpContext& context = writes_.at(i);
     if (!context.in_flight || context.abandoned) continue;
     if (++context.watchdog_scans <= watchdog_scan_limit_) continue;
     context.abandoned = true;
-    out[expired] = courier_nic_completion_v1{};
-    out[expired].kind = COURIER_NIC_COMP_TX;
-    out[expired].status = -ETIMEDOUT;
-    out[expired].peer = context.peer;
-    out[expired].cookie = context.cookie;
-    ++expired;
+    watchdog_resume_ = i + 1;
+    out[0] = courier_nic_completion_v1{};
+    out[0].kind = COURIER_NIC_COMP_TX;
+    out[0].status = -ETIMEDOUT;
+    out[0].peer = context.peer;
+    out[0].cookie = context.cookie;
     set_error(-ETIMEDOUT,
               "%s to peer %u (cookie %llu) got no completion within %u ms: provider %s lost "
               "it (shm does so when the target rejects it, e.g. for a bad key or a range "
@@ -99,8 +107,10 @@ uint32_t Endpoint::expire_writes(courier_nic_completion_v1* out, uint32_t max) {
               context.kind == OpContext::Kind::kAtomic ? "atomic" : "write", context.peer,
               static_cast<unsigned long long>(context.cookie), write_timeout_ms_,
               provider_name_.c_str());
+    return 1;
   }
-  return expired;
+  watchdog_resume_ = 0;
+  return 0;
 }
 
 uint32_t Endpoint::translate(const fi_cq_data_entry& entry, fi_addr_t source,

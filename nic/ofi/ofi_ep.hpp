@@ -72,7 +72,7 @@ class Endpoint {
   uint32_t translate(const fi_cq_data_entry& entry, fi_addr_t source,
                      courier_nic_completion_v1* out);
   uint32_t translate_error(courier_nic_completion_v1* out);
-  // Reports writes older than the watchdog timeout; returns how many.
+  // Reports one write older than the watchdog timeout (0 or 1 returned).
   uint32_t expire_writes(courier_nic_completion_v1* out, uint32_t max);
   uint32_t rank_of(fi_addr_t address) const;
 
@@ -96,6 +96,7 @@ class Endpoint {
   uint32_t watchdog_interval_ms_ = 0;  // time between two scans
   uint32_t watchdog_scan_limit_ = 0;   // scans a write may survive
   uint64_t last_watchdog_scan_ms_ = 0;
+  uint32_t watchdog_resume_ = 0;  // where a scan that expired a write goes on; 0: none under way
   std::string provider_name_;
 
   RequestedKeys requested_keys_;  // this endpoint's domain's (ofi_mr.hpp)
