@@ -42,6 +42,15 @@ Tensor = Any
 _FP8_BLOCK = 128  # channels per FP8 scale
 
 
+def __getattr__(name: str) -> Any:
+    """``topk_idx_t``: the dtype of ``topk_idx`` (as ``deep_ep.topk_idx_t``):
+    ``torch.int64`` when torch is imported, else ``numpy.int64``."""
+    if name == "topk_idx_t":
+        torch = _torch_module()
+        return torch.int64 if torch is not None else np.int64
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 # ----------------------------------------------------------------------------
 # Tensors: numpy or torch in, the same kind out.
 
@@ -295,19 +304,74 @@ class Config:
                 f"{self.num_max_rdma_chunked_recv_tokens})")
 
 
-class DispatchHandle:
-    """What ``combine`` and a cached ``dispatch`` need (DeepEP's handle is a
-    tuple of layout tensors; Courier's is this object: pass it back as is)."""
+class DispatchHandle(tuple):
+    """DeepEP's high-throughput handle: a tuple indexable as DeepEP's
+    intranode one, ``(rank_prefix_matrix, channel_prefix_matrix,
+    recv_channel_prefix_matrix, recv_src_idx, is_token_in_rank, send_head)``,
+    carrying Courier's own handle for combine and a cached dispatch (pass it
+    back as is).
 
-    def __init__(self, native: _courier.DispatchHandle, buffer: _courier.EpBuffer, capacity: int,
-                 is_token_in_rank: Optional[Tensor], num_recv_tokens: int,
-                 num_worst_tokens: int = 0) -> None:
-        self.native = native
-        self.buffer = buffer
-        self.capacity = capacity
-        self.is_token_in_rank = is_token_in_rank
-        self.num_recv_tokens = num_recv_tokens  # rows received (Courier's, unpadded)
-        self.num_worst_tokens = num_worst_tokens  # rows of recv_x when padded, else 0
+    Where Courier's internals differ (docs/python.md):
+
+    - ``[0]`` rank_prefix_matrix, ``[num_ranks, num_ranks]`` int32 like the
+      input: column ``rank`` is DeepEP's (entry ``[i][rank]``: rows this rank
+      received from ranks 0..i, its rows being grouped by source rank in rank
+      order, as DeepEP's are); the other columns are -1, since they count
+      other ranks' rows and Courier does not gather them. Built on first
+      access, from counts the host already has.
+    - ``[4]`` is_token_in_rank: the tensor the dispatch was given.
+    - ``[1]``, ``[2]``, ``[3]``, ``[5]``: None. They describe DeepEP's
+      per-channel kernels and its source-index bookkeeping, which Courier
+      does not have (its combine finds rows through its own handle).
+    """
+
+    native: _courier.DispatchHandle
+    buffer: _courier.EpBuffer
+    capacity: int
+    is_token_in_rank: Optional[Tensor]
+    num_recv_tokens: int  # rows received (Courier's, unpadded)
+    num_worst_tokens: int  # rows of recv_x when padded, else 0
+
+    def __new__(cls, native: _courier.DispatchHandle, buffer: _courier.EpBuffer, capacity: int,
+                is_token_in_rank: Optional[Tensor], num_recv_tokens: int,
+                num_worst_tokens: int = 0, *, kind: Optional["_Kind"] = None,
+                rank: int = 0) -> "DispatchHandle":
+        handle = super().__new__(cls, (None, None, None, None, is_token_in_rank, None))
+        handle.native = native
+        handle.buffer = buffer
+        handle.capacity = capacity
+        handle.is_token_in_rank = is_token_in_rank
+        handle.num_recv_tokens = num_recv_tokens
+        handle.num_worst_tokens = num_worst_tokens
+        handle._kind = kind
+        handle._rank = rank
+        handle._rank_prefix_matrix = None
+        return handle
+
+    def _rank_prefix(self) -> Optional[Tensor]:
+        if self._rank_prefix_matrix is None and self._kind is not None:
+            counts = list(self.native.recv_counts)
+            matrix = np.full((len(counts), len(counts)), -1, dtype=np.int32)
+            matrix[:, self._rank] = np.cumsum(np.asarray(counts, dtype=np.int64))
+            kind = self._kind
+            if kind.torch is not None:
+                matrix = kind.torch.from_numpy(matrix).to(kind.device)
+            self._rank_prefix_matrix = matrix
+        return self._rank_prefix_matrix
+
+    def _items(self) -> Tuple[Any, ...]:
+        return (self._rank_prefix(),) + tuple(super().__iter__())[1:]
+
+    def __getitem__(self, index: Any) -> Any:  # type: ignore[override]
+        if isinstance(index, int) and index in (0, -len(self)):
+            return self._rank_prefix()
+        return self._items()[index] if isinstance(index, slice) else super().__getitem__(index)
+
+    def __iter__(self) -> Any:
+        return iter(self._items())
+
+    def __reduce__(self) -> Any:
+        raise TypeError("a dispatch handle belongs to its Buffer and cannot be pickled")
 
 
 class LowLatencyHandle(tuple):
@@ -445,16 +509,18 @@ class Buffer:
         num_qps_per_rank: int = 24,
         allow_nvlink_for_low_latency_mode: bool = True,
         allow_mnnvl: bool = False,
-        use_fabric: bool = False,
         explicitly_destroy: bool = False,
-        enable_shrink: bool = False,
         comm: Any = None,
         *,
+        use_fabric: bool = False,
+        enable_shrink: bool = False,
         env: Optional[Dict[str, str]] = None,
     ) -> None:
         """Collective: join the group's ranks and set up the Buffer.
 
-        Arguments as DeepEP's. ``group``: a torch.distributed process group
+        Arguments as DeepEP's, in DeepEP v1.2.1's positional order
+        (``explicitly_destroy`` 8th, ``comm`` 9th); ``use_fabric`` and
+        ``enable_shrink``, which its later versions added, by keyword. ``group``: a torch.distributed process group
         (Courier's bootstrap then all-gathers through it), or None to join
         the job the environment names (courier-run, torchrun). Courier only
         (keyword): ``env``, COURIER_* settings that override the process
@@ -527,6 +593,13 @@ class Buffer:
         return self._layout.transport
 
     # -- DeepEP's static helpers -------------------------------------------------
+
+    @staticmethod
+    def is_sm90_compiled() -> bool:
+        """True: DeepEP answers whether its kernels were built for SM90, which
+        its FP8 paths need; Courier's FP8 dispatch works on every GPU backend
+        (the host's too), so callers may take the FP8 path."""
+        return True
 
     @staticmethod
     def set_num_sms(new_num_sms: int) -> None:
@@ -760,7 +833,7 @@ class Buffer:
         counts = [int(math.ceil(c / expert_alignment) * expert_alignment)
                   for c in received_per_expert]
         new_handle = DispatchHandle(out.handle, buffer, capacity, is_token_in_rank,
-                                    _rows(out.recv_x), worst)
+                                    _rows(out.recv_x), worst, kind=kind, rank=self.rank)
         del out
         return ((recv_x, recv_scales) if x_scales is not None else recv_x, recv_idx,
                 recv_weights, counts, new_handle, kind.event(async_finish))

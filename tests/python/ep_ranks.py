@@ -89,9 +89,11 @@ def expected_receive(me: int, ranks: int, call: int,
     per = EXPERTS_PER_RANK
     rows, idx_rows, w_rows, local_sums = [], [], [], []
     counts = np.zeros(per, np.int64)
+    per_source = np.zeros(ranks, np.int64)
     for s in range(ranks):
         x, idx, w = inputs(s, call, ranks, empty_rank)
         local = (idx >= 0) & (idx // per == me)
+        per_source[s] = int(local.any(axis=1).sum())
         for t in np.nonzero(local.any(axis=1))[0]:
             rows.append(x[t])
             idx_rows.append(np.where(local[t], idx[t] - me * per, -1))
@@ -105,6 +107,7 @@ def expected_receive(me: int, ranks: int, call: int,
         "weights": np.array(w_rows, np.float32).reshape(-1, TOPK),
         "local_sums": np.array(local_sums, np.float32),
         "counts": counts,
+        "per_source": per_source,
     }
 
 
@@ -158,6 +161,19 @@ def dispatch_combine(buffer: deep_ep.Buffer, call: int, to_dtype: Callable, rtol
     check(np.array_equal(recv_w, want["weights"]), f"call {call}: recv_topk_weights differs")
     aligned = [int(-(-c // 4) * 4) for c in want["counts"]]
     check(counts == aligned, f"call {call}: num_recv_tokens_per_expert {counts} != {aligned}")
+    # DeepEP's handle: rank_prefix_matrix[i][me] ends the rows from rank i
+    # (DeepEP's test_intranode checks recv_x with it); other columns -1;
+    # is_token_in_rank as given; the entries Courier has no use for None.
+    prefix, channel_prefix, _, _, given_in_rank, send_head = handle
+    check(len(handle) == 6 and prefix is handle[0] and prefix.dtype == np.int32
+          and prefix.shape == (ranks, ranks), f"handle[0] is {prefix!r}")
+    check(np.array_equal(prefix[:, me], np.cumsum(want["per_source"])),
+          f"call {call}: rank_prefix_matrix[:, {me}] = {prefix[:, me]}, want "
+          f"{np.cumsum(want['per_source'])}")
+    check(np.all(np.delete(prefix, me, axis=1) == -1), "other columns of rank_prefix_matrix")
+    check(given_in_rank is in_rank and handle[4] is in_rank, "handle[4] is not is_token_in_rank")
+    check(channel_prefix is None and send_head is None and handle[-1] is None,
+          "handle[1] and handle[5] are not None")
 
     # Cached handle, padded to a fixed row count: the same rows, zeros after.
     worst = ranks * 32

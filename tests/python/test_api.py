@@ -24,6 +24,20 @@ def test_config_validates_and_keeps_values() -> None:
         deep_ep.Config(20, 300, 256)
 
 
+def test_deep_ep_module_surface() -> None:
+    # What DeepEP's tests and frameworks use besides the calls themselves.
+    assert deep_ep.Buffer.is_sm90_compiled() is True  # Courier's FP8 path runs everywhere
+    assert deep_ep.topk_idx_t in (np.int64, getattr(sys.modules.get("torch"), "int64", None))
+    with pytest.raises(AttributeError, match="no attribute 'no_such_name'"):
+        getattr(deep_ep, "no_such_name")
+    # DeepEP v1.2.1's positional order: explicitly_destroy is the 8th argument.
+    buffer = deep_ep.Buffer(None, 0, 0, False, 24, True, False, True)
+    assert buffer.explicitly_destroy
+    buffer.destroy()
+    with pytest.raises(TypeError):
+        deep_ep.Buffer(None, 0, 0, False, 24, True, False, False, None, False)  # use_fabric: keyword
+
+
 def test_static_helpers() -> None:
     assert isinstance(deep_ep.Buffer.get_dispatch_config(8), deep_ep.Config)
     assert isinstance(deep_ep.Buffer.get_combine_config(3), deep_ep.Config)
