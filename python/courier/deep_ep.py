@@ -828,10 +828,12 @@ class Buffer:
             else:
                 recv_weights[recv_idx < 0] = 0.0
             received_per_expert = list(out.num_recv_tokens_per_expert)
-        else:
+        elif worst == 0:
             received_per_expert = self._received_per_expert(kind, num_tokens_per_expert)
-        counts = [int(math.ceil(c / expert_alignment) * expert_alignment)
-                  for c in received_per_expert]
+        # With num_worst_tokens the list is empty, as DeepEP's: shapes and
+        # results then never depend on counts read on the host.
+        counts = [] if worst > 0 else [int(math.ceil(c / expert_alignment) * expert_alignment)
+                                       for c in received_per_expert]
         new_handle = DispatchHandle(out.handle, buffer, capacity, is_token_in_rank,
                                     _rows(out.recv_x), worst, kind=kind, rank=self.rank)
         del out

@@ -199,9 +199,11 @@ def dispatch_combine(buffer: deep_ep.Buffer, call: int, to_dtype: Callable, rtol
     # A padded dispatch: its outputs, padding included, go back to combine
     # as they are (DeepEP's num_worst_tokens); the padding rows are ignored,
     # so they may hold anything.
-    w_x, w_idx, w_w, _, w_handle, _ = buffer.dispatch(
+    w_x, w_idx, w_w, w_counts, w_handle, _ = buffer.dispatch(
         to_dtype(x), num_tokens_per_rank=per_rank, is_token_in_rank=in_rank,
         num_tokens_per_expert=per_expert, topk_idx=idx, topk_weights=w, num_worst_tokens=worst)
+    check(w_counts == [], f"num_worst_tokens: num_recv_tokens_per_expert_list is {w_counts}, "
+          "not [] (DeepEP's)")
     check(w_x.shape == (worst, HIDDEN) and w_idx.shape == (worst, TOPK)
           and w_w.shape == (worst, TOPK), f"padded dispatch shapes {w_x.shape}, {w_idx.shape}")
     check(np.array_equal(w_x[:rows].astype(np.float32), want["x"]), "padded dispatch rows differ")

@@ -281,6 +281,8 @@ def _run_variant_body(found, env, suite, buffer, shape, inputs, exp, fp8: bool, 
             if fp8:
                 check(w_scales.shape[0] == num_worst,
                       f"num_worst_tokens={num_worst}: scales have {w_scales.shape[0]} rows")
+            check(w_counts == [], f"num_worst_tokens={num_worst}: num_recv_tokens_per_expert_list is "
+                  f"{w_counts}, DeepEP's is []")
             check_received("num_worst_tokens dispatch", exp, fp8, w_values, w_scales, exp.num_recv)
             expect_equal("num_worst_tokens recv_topk_idx (received rows)", w_idx[: exp.num_recv], exp.recv_topk_idx)
             expect_equal("num_worst_tokens recv_topk_weights (local experts)",
