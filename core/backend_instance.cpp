@@ -197,6 +197,8 @@ GpuBackend::GpuBackend(const GpuPlugin& plugin, const HostServices& host) : plug
       offsetof(courier_gpu_plugin_v1, ep_proxy_reduce) + sizeof ops->ep_proxy_reduce;
   has_minor3_ = has_minor2_ && plugin_.abi_minor >= 3 && ops->header.struct_size >= needed3;
   if (!has_minor3_) props_.caps &= ~COURIER_GPU_CAP_EP_PROXY;
+  // Power-of-two FP8 scales came with minor 4 (a flag, no new entry).
+  if (plugin_.abi_minor < 4) props_.caps &= ~COURIER_GPU_CAP_EP_FP8_POW2;
 }
 
 GpuBackend::~GpuBackend() { plugin_.ops->fini(handle_); }

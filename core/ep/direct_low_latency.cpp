@@ -119,7 +119,8 @@ LowLatencyDispatchResult DirectLowLatency::dispatch(const LlInputs& in, bool ret
   job.num_experts = layout_.experts;
   job.hidden = in.hidden;
   job.x_dtype_bits = in.x_dtype.bits;
-  job.fp8 = in.fp8 ? 1 : 0;
+  job.fp8 = (in.fp8 ? COURIER_GPU_EP_FP8_QUANTIZE : 0) |
+            (in.fp8 && in.round_scale ? COURIER_GPU_EP_FP8_POW2_SCALES : 0);
   job.max_tokens = layout_.max_tokens;
   job.x = in.x;
   job.topk_idx = in.idx;

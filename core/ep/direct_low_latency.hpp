@@ -23,6 +23,7 @@ struct LlInputs {
   DType dtype = DType::float32;
   DLDataType x_dtype{};
   bool fp8 = false;
+  bool round_scale = false;  // with fp8: power-of-two scales
   CallConfig config;
 };
 

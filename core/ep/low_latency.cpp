@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "core/check.hpp"
+#include "core/context_internals.hpp"
 #include "core/ep/element_types.hpp"
 
 namespace courier::ep {
@@ -14,6 +15,7 @@ LowLatency::LowLatency(Context& ctx, const BufferOptions& options, DLDevice devi
       device_(device),
       ranks_(static_cast<uint32_t>(ctx.world_size())),
       local_experts_(options.num_experts / ranks_),
+      gpu_caps_(ContextInternals::gpu(ctx).props().caps),
       admission_(ctx) {
   check_options(options, ranks_);
   if (PeerWindows::usable(ctx, direct_misfit(options))) {
@@ -43,6 +45,15 @@ LowLatency::Inputs LowLatency::validate(const LowLatencyDispatchArgs& args) cons
       args.x->dtype.code == kDLFloat && args.x->dtype.bits == 32 ? DType::float32 : DType::bfloat16;
   in.dtype = dtype;
   in.fp8 = args.use_fp8;
+  in.round_scale = args.round_scale;
+  if (args.round_scale && !args.use_fp8) {
+    fail("ep::Buffer::low_latency_dispatch: round_scale rounds FP8 scales; it needs use_fp8");
+  }
+  if (args.round_scale && (gpu_caps_ & COURIER_GPU_CAP_EP_FP8_POW2) == 0) {
+    fail(
+        "ep::Buffer::low_latency_dispatch: round_scale needs a GPU backend with the ep_fp8_pow2 "
+        "capability (GPU ABI 1.4); this one has not");
+  }
   in.x = static_cast<const std::byte*>(check_tensor(args.x, "ep::Buffer::low_latency_dispatch: x",
                                                     dtype, {-1, -1}, device_.device_type));
   in.tokens = static_cast<uint32_t>(args.x->shape[0]);

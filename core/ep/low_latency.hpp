@@ -37,6 +37,7 @@ class LowLatency {
   BufferOptions options_;
   DLDevice device_;
   uint32_t ranks_, local_experts_;
+  uint32_t gpu_caps_;  // COURIER_GPU_CAP_* of the GPU backend
   CallAdmission admission_;
   std::unique_ptr<DirectLowLatency> direct_;  // the direct path, or
   std::unique_ptr<ProxyLowLatency> proxy_;    // the proxy path

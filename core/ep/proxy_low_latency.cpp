@@ -129,7 +129,8 @@ LowLatencyDispatchResult ProxyLowLatency::dispatch(const LlInputs& in, bool retu
   job.num_experts = layout_.experts;
   job.hidden = in.hidden;
   job.x_dtype_bits = in.x_dtype.bits;
-  job.fp8 = in.fp8 ? 1 : 0;
+  job.fp8 = (in.fp8 ? COURIER_GPU_EP_FP8_QUANTIZE : 0) |
+            (in.fp8 && in.round_scale ? COURIER_GPU_EP_FP8_POW2_SCALES : 0);
   job.max_tokens = layout_.max_tokens;
   job.slot_bytes = out.slot_bytes;
   job.x = in.x;

@@ -362,7 +362,7 @@ __global__ void ll_dispatch_kernel(courier_gpu_ep_ll_dispatch_v1 job) {
       load4(x, job.x_dtype_bits, uint64_t{b} * kFp8Channels + lane * 4, v);
       float amax = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
       amax = group_max(amax);
-      const float scale = amax > 0.0f ? amax / kE4m3Max : 1.0f;
+      const float scale = fp8_scale(amax, (job.fp8 & COURIER_GPU_EP_FP8_POW2_SCALES) != 0);
       uint32_t packed = 0;
       for (int i = 0; i < 4; ++i) packed |= uint32_t{float_to_e4m3(v[i] / scale)} << (8 * i);
       *reinterpret_cast<uint32_t*>(out + uint64_t{b} * kFp8Channels + lane * 4) = packed;

@@ -42,6 +42,21 @@ COURIER_DEVICE_INLINE uint16_t float_to_bf16(float f) {
 inline constexpr float kE4m3Max = 448.0f;
 inline constexpr uint32_t kFp8Channels = 128;  // channels per scale
 
+// The scale of a block of FP8 values whose largest magnitude is `amax`:
+// amax / 448 (1 for an all-zero block), or with `pow2` that rounded up to a
+// power of two (DeepEP's round_scale: exact to apply, and what UE8M0 keeps).
+COURIER_DEVICE_INLINE float fp8_scale(float amax, bool pow2) {
+  if (!(amax > 0.0f)) return 1.0f;
+  const float scale = amax / kE4m3Max;
+  if (!pow2) return scale;
+  const uint32_t bits = float_bits(scale);
+  int32_t exponent = static_cast<int32_t>((bits >> 23) & 0xFFu) - 127;
+  if ((bits & 0x7FFFFFu) != 0 || exponent == -127) ++exponent;  // not a power of two yet
+  if (exponent < -126) exponent = -126;                         // smallest normal float
+  if (exponent > 127) exponent = 127;
+  return bits_float(static_cast<uint32_t>(exponent + 127) << 23);
+}
+
 // e4m3fn bits of an already scaled value.
 COURIER_DEVICE_INLINE uint8_t float_to_e4m3(float f) {
   const uint32_t bits = float_bits(f);

@@ -506,7 +506,7 @@ COURIER_DEVICE_INLINE void ht_receive_body(const courier_gpu_ep_proxy_ht_receive
 
 // Quantizes a row of `hidden` bfloat16 (bits 16) or float32 values into
 // e4m3 codes then hidden / 128 float scales at `out`, with a lane group.
-COURIER_DEVICE_INLINE void quantize_row(const void* x, uint32_t bits, uint32_t hidden,
+COURIER_DEVICE_INLINE void quantize_row(const void* x, uint32_t bits, uint32_t hidden, bool pow2,
                                         std::byte* out, uint32_t lane) {
   constexpr uint32_t per_lane = kFp8Channels / kLanes;
   float* scales = reinterpret_cast<float*>(out + hidden);
@@ -519,7 +519,7 @@ COURIER_DEVICE_INLINE void quantize_row(const void* x, uint32_t bits, uint32_t h
     float amax = 0.0f;
     for (uint32_t i = 0; i < per_lane; ++i) amax = fmaxf(amax, fabsf(value(first + i)));
     amax = lanes_max(amax);
-    const float scale = amax > 0.0f ? amax / kE4m3Max : 1.0f;
+    const float scale = fp8_scale(amax, pow2);
     for (uint32_t i = 0; i < per_lane; ++i) {
       reinterpret_cast<uint8_t*>(out)[first + i] = float_to_e4m3(value(first + i) / scale);
     }
@@ -599,7 +599,8 @@ COURIER_DEVICE_INLINE void ll_dispatch_body(const courier_gpu_ep_proxy_ll_dispat
                            : at(f, job.recv_off + (f.rank * region + slot) * job.slot_bytes);
       const void* x = static_cast<const std::byte*>(job.x) + (i / K) * job.hidden * elem;
       if (job.fp8 != 0) {
-        quantize_row(x, job.x_dtype_bits, job.hidden, out, lane);
+        quantize_row(x, job.x_dtype_bits, job.hidden,
+                     (job.fp8 & COURIER_GPU_EP_FP8_POW2_SCALES) != 0, out, lane);
       } else {
         lanes_copy(out, x, value_bytes, lane, kLanes);
       }

@@ -111,6 +111,10 @@ struct LowLatencyDispatchArgs {
   // Send FP8 e4m3 with one float scale per 128 channels (hidden a multiple
   // of 128): packed_recv_x is then FP8 and packed_recv_x_scales is set.
   bool use_fp8 = false;
+  // With use_fp8: each scale rounded up to a power of two,
+  // 2^ceil(log2(amax / 448)) (DeepEP's round_scale); needs a GPU backend
+  // with the ep_fp8_pow2 capability (GPU ABI minor 4).
+  bool round_scale = false;
 };
 
 // What low_latency_combine needs: which dispatch it answers (where each of

@@ -267,7 +267,7 @@ class EpBuffer:
         Collective high-throughput combine: per token, the sum of the rows sent back.
         """
 
-    def low_latency_dispatch(self, x: object, topk_idx: object, use_fp8: bool = False, return_recv_hook: bool = False) -> LowLatencyOutput:
+    def low_latency_dispatch(self, x: object, topk_idx: object, use_fp8: bool = False, return_recv_hook: bool = False, round_scale: bool = False) -> LowLatencyOutput:
         """Collective low-latency dispatch into per-expert rows."""
 
     def low_latency_combine(self, x: object, topk_idx: object, topk_weights: object, handle: LowLatencyHandle) -> object:

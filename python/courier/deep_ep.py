@@ -1011,7 +1011,9 @@ class Buffer:
 
         ``x``: ``[num_tokens, hidden]`` bfloat16 (or float32);
         ``topk_idx``: ``[num_tokens, num_topk]`` int64, -1 for none.
-        ``use_fp8``: send FP8 e4m3 with one float32 scale per 128 channels.
+        ``use_fp8``: send FP8 e4m3 with one float32 scale per 128 channels;
+        ``round_scale``: each scale rounded up to a power of two, as DeepEP's
+        (ignored without use_fp8, as there).
         ``return_recv_hook``: return after sending; the hook receives.
 
         Returns (recv_x ``[num_local_experts, num_ranks *
@@ -1020,8 +1022,7 @@ class Buffer:
         dimensions as DeepEP's), recv_count ``[num_local_experts]`` int32,
         handle, event, hook (None without return_recv_hook))."""
         self._alive("low_latency_dispatch")
-        _check_accepted("low_latency_dispatch", round_scale=(round_scale, False),
-                        use_ue8m0=(use_ue8m0, False))
+        _check_accepted("low_latency_dispatch", use_ue8m0=(use_ue8m0, False))
         kind = _Kind(x, "low_latency_dispatch: x")
         # The receive buffers alternate between two slots: this dispatch
         # reuses the one of the dispatch before the last, whose hook must have
@@ -1039,7 +1040,8 @@ class Buffer:
                                    int(topk_idx.shape[1]), bool(use_fp8))
         out = buffer.low_latency_dispatch(_to_courier(x, "x"), _to_courier(topk_idx, "topk_idx"),
                                           use_fp8=bool(use_fp8),
-                                          return_recv_hook=bool(return_recv_hook))
+                                          return_recv_hook=bool(return_recv_hook),
+                                          round_scale=bool(use_fp8) and bool(round_scale))
         self._ll_dispatches = number
         recv_x = kind.empty_like_view(out.packed_recv_x)
         recv_scales = None

@@ -150,7 +150,7 @@ nb::object combine(nb::handle self, nb::handle x, const ep::DispatchHandle& hand
 }
 
 LowLatencyOutput* low_latency_dispatch(nb::handle self, nb::handle x, nb::handle topk_idx,
-                                       bool use_fp8, bool return_recv_hook) {
+                                       bool use_fp8, bool return_recv_hook, bool round_scale) {
   EpBuffer& owner = self_of(self);
   ep::Buffer& buffer = owner.get("low_latency_dispatch");
   ImportedTensor tx(x, "low_latency_dispatch: x"), ti(topk_idx, "low_latency_dispatch: topk_idx");
@@ -158,6 +158,7 @@ LowLatencyOutput* low_latency_dispatch(nb::handle self, nb::handle x, nb::handle
   args.x = tx.get();
   args.topk_idx = ti.get();
   args.use_fp8 = use_fp8;
+  args.round_scale = round_scale;
   args.return_recv_hook = return_recv_hook;
   ep::LowLatencyDispatchResult result;
   {
@@ -311,7 +312,9 @@ void bind_ep(nb::module_& m) {
            "Collective high-throughput combine: per token, the sum of the rows sent back.")
       .def("low_latency_dispatch", &low_latency_dispatch, nb::arg("x"), nb::arg("topk_idx"),
            nb::arg("use_fp8") = false, nb::arg("return_recv_hook") = false,
-           nb::rv_policy::take_ownership, "Collective low-latency dispatch into per-expert rows.")
+           nb::arg("round_scale") = false, nb::rv_policy::take_ownership,
+           "Collective low-latency dispatch into per-expert rows (round_scale: power-of-two "
+           "FP8 scales).")
       .def("low_latency_combine", &low_latency_combine, nb::arg("x"), nb::arg("topk_idx"),
            nb::arg("topk_weights"), nb::arg("handle"),
            "Collective low-latency combine: per token, sum over k of weight * row.");

@@ -346,7 +346,8 @@ def case_ht_no_topk(buffer: deep_ep.Buffer) -> str:
     return f"{rows} rows by is_token_in_rank alone; counts, cache, padding and combine right"
 
 
-def low_latency(buffer: deep_ep.Buffer, use_fp8: bool, hook: bool, call: int) -> int:
+def low_latency(buffer: deep_ep.Buffer, use_fp8: bool, hook: bool, call: int,
+                round_scale: bool = False) -> int:
     import ml_dtypes
 
     me, ranks = buffer.rank, buffer.group_size
@@ -355,7 +356,8 @@ def low_latency(buffer: deep_ep.Buffer, use_fp8: bool, hook: bool, call: int) ->
     stats = np.zeros(per, np.int32)
     recv, count, handle, event, recv_hook = buffer.low_latency_dispatch(
         x.astype(ml_dtypes.bfloat16), idx, max_tokens, per * ranks,
-        cumulative_local_expert_recv_stats=stats, use_fp8=use_fp8, return_recv_hook=hook)
+        cumulative_local_expert_recv_stats=stats, use_fp8=use_fp8, return_recv_hook=hook,
+        round_scale=round_scale)
     check((recv_hook is not None) == hook, "recv_hook returned wrongly")
     if hook:
         recv_hook()
@@ -372,6 +374,20 @@ def low_latency(buffer: deep_ep.Buffer, use_fp8: bool, hook: bool, call: int) ->
             for t in np.nonzero((idx_s == me * per + le).any(axis=1))[0]:
                 got = recv_x[le, row].astype(np.float32)
                 if use_fp8:
+                    # The scale of each 128 channels: amax / 448, or with
+                    # round_scale the power of two at or above it.
+                    exact = np.abs(xs[t]).reshape(-1, 128).max(axis=1) / 448.0
+                    exact = np.where(exact > 0, exact, 1.0).astype(np.float32)
+                    if round_scale:
+                        mantissa, _ = np.frexp(scales[le, row])
+                        check(np.all(mantissa == 0.5), f"expert {le} row {row}: scales "
+                              f"{scales[le, row]} are not powers of two")
+                        check(np.all((scales[le, row] >= exact) & (scales[le, row] < 2 * exact)),
+                              f"expert {le} row {row}: scales {scales[le, row]} are not the "
+                              f"powers of two at or above {exact}")
+                    else:
+                        np.testing.assert_allclose(scales[le, row], exact, rtol=1e-6,
+                                                   err_msg=f"expert {le} row {row}: scales")
                     got = got * np.repeat(scales[le, row], 128)
                     np.testing.assert_allclose(got, xs[t], rtol=0.07, atol=1e-3,
                                                err_msg=f"expert {le} row {row} (FP8)")
@@ -415,6 +431,11 @@ def case_ll(buffer: deep_ep.Buffer) -> str:
 def case_ll_fp8(buffer: deep_ep.Buffer) -> str:
     rows = low_latency(buffer, True, True, 0) + low_latency(buffer, True, False, 1)
     return f"FP8 with hook and without: {rows} expert rows within e4m3 precision"
+
+
+def case_ll_fp8_round_scale(buffer: deep_ep.Buffer) -> str:
+    rows = low_latency(buffer, True, False, 2, round_scale=True)
+    return f"FP8 with power-of-two scales (round_scale): {rows} expert rows"
 
 
 def case_ll_stale_hook(buffer: deep_ep.Buffer) -> str:
@@ -485,6 +506,7 @@ CASES: Dict[str, Callable[[deep_ep.Buffer], str]] = {
     "ht-zero-tokens": case_ht_zero_tokens,
     "ll": case_ll,
     "ll-fp8": case_ll_fp8,
+    "ll-fp8-round-scale": case_ll_fp8_round_scale,
     "ll-stale-hook": case_ll_stale_hook,
     "errors": case_errors,
 }

@@ -130,8 +130,6 @@ def test_arguments_that_change_results_are_refused(buffer: deep_ep.Buffer) -> No
         buffer.dispatch(x, is_token_in_rank=np.ones((2, 1), bool), topk_idx=idx)
     with pytest.raises(ValueError, match="handle must be the handle a dispatch"):
         buffer.combine(x, handle=("not", "a", "handle"))
-    with pytest.raises(ValueError, match="round_scale=True is not supported"):
-        buffer.low_latency_dispatch(x, idx, 16, 4, round_scale=True)
     with pytest.raises(ValueError, match="use_ue8m0=True is not supported"):
         buffer.low_latency_dispatch(x, idx, 16, 4, use_ue8m0=True)
     with pytest.raises(ValueError, match="num_rdma_bytes .* is below"):

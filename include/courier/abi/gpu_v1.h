@@ -16,7 +16,7 @@ extern "C" {
 #endif
 
 #define COURIER_GPU_ABI_MAJOR 1
-#define COURIER_GPU_ABI_MINOR 3
+#define COURIER_GPU_ABI_MINOR 4
 #define COURIER_GPU_SYMBOL_V1 "courier_gpu_backend_v1"
 
 /* Capability bits (courier_gpu_props_v1.caps). */
@@ -32,6 +32,16 @@ extern "C" {
 #define COURIER_GPU_CAP_EP_DIRECT (1u << 7) /* ep_* below: EP over direct stores to peers */
 /* Minor 3: */
 #define COURIER_GPU_CAP_EP_PROXY (1u << 8) /* ep_proxy_* below: EP through the FIFO channels */
+/* Minor 4: the low-latency dispatches' `fp8` field takes
+ * COURIER_GPU_EP_FP8_POW2_SCALES. */
+#define COURIER_GPU_CAP_EP_FP8_POW2 (1u << 9)
+
+/* Bits of the low-latency dispatches' `fp8` field. QUANTIZE: send e4m3 with
+ * one float scale per 128 channels, scale = amax / 448 (1 for an all-zero
+ * block). POW2_SCALES (minor 4, with QUANTIZE): the scale rounded up to a
+ * power of two, 2^ceil(log2(amax / 448)), DeepEP's round_scale. */
+#define COURIER_GPU_EP_FP8_QUANTIZE (1u << 0)
+#define COURIER_GPU_EP_FP8_POW2_SCALES (1u << 1)
 
 typedef struct courier_gpu_props_v1 {
   uint32_t struct_size;

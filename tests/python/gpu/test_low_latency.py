@@ -152,10 +152,13 @@ def _run_case_body(found, env, suite, buffer, shape: Shape, fp8: bool, hook: boo
     inputs = Inputs(env, shape, seed, salt=2)
     exp = Expected(env, shape, inputs)
 
+    # FP8 through the hook also rounds the scales to powers of two (DeepEP's round_scale).
+    round_scale = fp8 and hook
+
     def dispatch(x, topk_idx):
         recv, count, handle, event, recv_hook = buffer.low_latency_dispatch(
             x, topk_idx, shape.max_tokens, shape.num_experts,
-            use_fp8=fp8, async_finish=not hook, return_recv_hook=hook,
+            use_fp8=fp8, async_finish=not hook, return_recv_hook=hook, round_scale=round_scale,
         )
         if hook:
             check(callable(recv_hook), "return_recv_hook=True returned no callable hook")
@@ -173,6 +176,12 @@ def _run_case_body(found, env, suite, buffer, shape: Shape, fp8: bool, hook: boo
     have = torch.zeros((R, T), dtype=torch.bool, device=env.device)
     with found.section():
         check_received(env, shape, fp8, recv, count, exp, expert_out, table, have)
+    if round_scale:
+        with found.section():
+            valid = (torch.arange(R * shape.max_tokens, device=env.device).unsqueeze(0)
+                     < count.unsqueeze(1).to(torch.int64))
+            mantissa, _ = torch.frexp(recv[1][valid])
+            check(bool((mantissa == 0.5).all()), "round_scale=True: a scale is not a power of two")
 
     # Every token's copies decode alike, at every rank.
     tables = common.all_gather(env, table)  # [receiver, source, T, H]
