@@ -203,6 +203,25 @@ class _Kind:
             np.copyto(out, source)
 
 
+def _pack_ue8m0(kind: _Kind, scales: Tensor) -> Tensor:
+    """DeepEP's UE8M0 scales from power-of-two float32 ones ``[e, rows, S]``:
+    each scale's exponent byte (the float's bits 23..30), four per int32,
+    scale 4p + b in byte b of column p (little-endian), ``[e, rows, ceil(S /
+    4)]``, zero bytes past S."""
+    e, rows, s = (int(d) for d in scales.shape)
+    packs = -(-s // 4)
+    if kind.torch is not None:
+        torch = kind.torch
+        exponents = (scales.contiguous().view(torch.int32) >> 23).to(torch.uint8)
+        padded = torch.zeros((e, rows, packs * 4), dtype=torch.uint8, device=scales.device)
+        padded[..., :s] = exponents
+        return padded.view(torch.int32)
+    exponents = (np.ascontiguousarray(scales, dtype=np.float32).view(np.int32) >> 23).astype(np.uint8)
+    padded = np.zeros((e, rows, packs * 4), np.uint8)
+    padded[..., :s] = exponents
+    return padded.view("<i4")
+
+
 def _rows(tensor: Tensor) -> int:
     return int(tensor.shape[0])
 
@@ -1013,7 +1032,9 @@ class Buffer:
         ``topk_idx``: ``[num_tokens, num_topk]`` int64, -1 for none.
         ``use_fp8``: send FP8 e4m3 with one float32 scale per 128 channels;
         ``round_scale``: each scale rounded up to a power of two, as DeepEP's
-        (ignored without use_fp8, as there).
+        (ignored without use_fp8, as there); ``use_ue8m0`` (with both): the
+        scales as DeepEP's UE8M0, exponent bytes packed four per int32,
+        ``[..., ceil(hidden / 512)]``.
         ``return_recv_hook``: return after sending; the hook receives.
 
         Returns (recv_x ``[num_local_experts, num_ranks *
@@ -1022,7 +1043,9 @@ class Buffer:
         dimensions as DeepEP's), recv_count ``[num_local_experts]`` int32,
         handle, event, hook (None without return_recv_hook))."""
         self._alive("low_latency_dispatch")
-        _check_accepted("low_latency_dispatch", use_ue8m0=(use_ue8m0, False))
+        if use_ue8m0 and not (use_fp8 and round_scale):
+            raise ValueError("low_latency_dispatch: use_ue8m0 needs use_fp8=True and "
+                             "round_scale=True (UE8M0 holds powers of two only), as DeepEP's")
         kind = _Kind(x, "low_latency_dispatch: x")
         # The receive buffers alternate between two slots: this dispatch
         # reuses the one of the dispatch before the last, whose hook must have
@@ -1047,8 +1070,10 @@ class Buffer:
         recv_scales = None
         if use_fp8:
             e, n, columns = out.packed_recv_x_scales.shape
+            if use_ue8m0:  # four exponent bytes per int32
+                columns = -(-columns // 4)
             # DeepEP's scales are column-major in the last two dimensions.
-            storage = kind.empty((e, columns, n), "float32")
+            storage = kind.empty((e, columns, n), "int32" if use_ue8m0 else "float32")
             recv_scales = storage.transpose(1, 2) if kind.torch is not None else storage.transpose(
                 0, 2, 1)
         recv_count = kind.empty_like_view(out.packed_recv_count)
@@ -1073,7 +1098,10 @@ class Buffer:
             # a small part of the receive buffer at the usual shapes.
             rows = int(recv_count.max()) if recv_count.shape[0] > 0 else 0
             kind.copy_into(recv_x, out.packed_recv_x, rows)
-            if recv_scales is not None:
+            if recv_scales is not None and use_ue8m0:
+                recv_scales[:, :rows] = _pack_ue8m0(kind,
+                                                    kind.view(out.packed_recv_x_scales)[:, :rows])
+            elif recv_scales is not None:
                 kind.copy_into(recv_scales, out.packed_recv_x_scales, rows)
             kind.copy_into(src_info, out.packed_recv_src_info, rows)
             kind.copy_into(layout_range, out.packed_recv_layout_range)

@@ -347,7 +347,7 @@ def case_ht_no_topk(buffer: deep_ep.Buffer) -> str:
 
 
 def low_latency(buffer: deep_ep.Buffer, use_fp8: bool, hook: bool, call: int,
-                round_scale: bool = False) -> int:
+                round_scale: bool = False, use_ue8m0: bool = False) -> int:
     import ml_dtypes
 
     me, ranks = buffer.rank, buffer.group_size
@@ -357,11 +357,21 @@ def low_latency(buffer: deep_ep.Buffer, use_fp8: bool, hook: bool, call: int,
     recv, count, handle, event, recv_hook = buffer.low_latency_dispatch(
         x.astype(ml_dtypes.bfloat16), idx, max_tokens, per * ranks,
         cumulative_local_expert_recv_stats=stats, use_fp8=use_fp8, return_recv_hook=hook,
-        round_scale=round_scale)
+        round_scale=round_scale, use_ue8m0=use_ue8m0)
     check((recv_hook is not None) == hook, "recv_hook returned wrongly")
     if hook:
         recv_hook()
     recv_x, scales = recv if use_fp8 else (recv, None)
+    if use_fp8:
+        check(scales.strides[1] == 4, "scales are not column-major in the last two dimensions")
+    if use_ue8m0:
+        # DeepEP's UE8M0: exponent bytes, four per int32; decoded here to the
+        # float scales the checks below expect.
+        packs = -(-HIDDEN // 512)
+        check(scales.dtype == np.int32 and scales.shape == (per, ranks * max_tokens, packs),
+              f"UE8M0 scales: {scales.dtype} {scales.shape}")
+        exponents = np.ascontiguousarray(scales).view(np.uint8)[..., :HIDDEN // 128]
+        scales = np.ldexp(np.float32(1), exponents.astype(np.int32) - 127).astype(np.float32)
     check(recv_x.shape == (per, ranks * max_tokens, HIDDEN), f"recv_x shape {recv_x.shape}")
     src_info, layout_range, n, hidden, experts = handle
     check((n, hidden, experts) == (max_tokens, HIDDEN, per * ranks), "handle sizes differ")
@@ -401,8 +411,6 @@ def low_latency(buffer: deep_ep.Buffer, use_fp8: bool, hook: bool, call: int,
         check(count[le] == row, f"expert {le} counts {count[le]} rows, expected {row}")
         rows += row
     check(np.array_equal(stats, count), "cumulative_local_expert_recv_stats != recv_count")
-    if use_fp8:
-        check(scales.strides[1] == 4, "scales are not column-major in the last two dimensions")
 
     # Identity experts: send the rows back; each token gets sum_k w_k * x.
     back = recv_x.astype(np.float32)
@@ -436,6 +444,11 @@ def case_ll_fp8(buffer: deep_ep.Buffer) -> str:
 def case_ll_fp8_round_scale(buffer: deep_ep.Buffer) -> str:
     rows = low_latency(buffer, True, False, 2, round_scale=True)
     return f"FP8 with power-of-two scales (round_scale): {rows} expert rows"
+
+
+def case_ll_fp8_ue8m0(buffer: deep_ep.Buffer) -> str:
+    rows = low_latency(buffer, True, True, 3, round_scale=True, use_ue8m0=True)
+    return f"FP8 with UE8M0 scales (round_scale, use_ue8m0), through the hook: {rows} expert rows"
 
 
 def case_ll_stale_hook(buffer: deep_ep.Buffer) -> str:
@@ -507,6 +520,7 @@ CASES: Dict[str, Callable[[deep_ep.Buffer], str]] = {
     "ll": case_ll,
     "ll-fp8": case_ll_fp8,
     "ll-fp8-round-scale": case_ll_fp8_round_scale,
+    "ll-fp8-ue8m0": case_ll_fp8_ue8m0,
     "ll-stale-hook": case_ll_stale_hook,
     "errors": case_errors,
 }

@@ -130,7 +130,7 @@ def test_arguments_that_change_results_are_refused(buffer: deep_ep.Buffer) -> No
         buffer.dispatch(x, is_token_in_rank=np.ones((2, 1), bool), topk_idx=idx)
     with pytest.raises(ValueError, match="handle must be the handle a dispatch"):
         buffer.combine(x, handle=("not", "a", "handle"))
-    with pytest.raises(ValueError, match="use_ue8m0=True is not supported"):
+    with pytest.raises(ValueError, match="use_ue8m0 needs use_fp8=True and round_scale=True"):
         buffer.low_latency_dispatch(x, idx, 16, 4, use_ue8m0=True)
     with pytest.raises(ValueError, match="num_rdma_bytes .* is below"):
         buffer.low_latency_dispatch(x, idx, 4096, 4)
