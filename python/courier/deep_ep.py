@@ -208,6 +208,8 @@ def _pack_ue8m0(kind: _Kind, scales: Tensor) -> Tensor:
     each scale's exponent byte (the float's bits 23..30), four per int32,
     scale 4p + b in byte b of column p (little-endian), ``[e, rows, ceil(S /
     4)]``, zero bytes past S."""
+    if len(scales.shape) == 2:  # [rows, S]: high-throughput
+        return _pack_ue8m0(kind, scales[None])[0]
     e, rows, s = (int(d) for d in scales.shape)
     packs = -(-s // 4)
     if kind.torch is not None:
@@ -220,6 +222,17 @@ def _pack_ue8m0(kind: _Kind, scales: Tensor) -> Tensor:
     padded = np.zeros((e, rows, packs * 4), np.uint8)
     padded[..., :s] = exponents
     return padded.view("<i4")
+
+
+def _unpack_ue8m0(kind: _Kind, packed: Tensor, count: int) -> Tensor:
+    """The float32 scales ``[rows, count]`` of UE8M0 ones ``[rows,
+    ceil(count / 4)]`` int32 (_pack_ue8m0's layout): 2^(byte - 127)."""
+    if kind.torch is not None:
+        torch = kind.torch
+        exponents = packed.contiguous().view(torch.uint8)[:, :count].to(torch.int32)
+        return (exponents << 23).view(torch.float32)
+    exponents = np.ascontiguousarray(packed).view(np.uint8)[:, :count].astype(np.int32)
+    return np.ascontiguousarray(exponents << 23).view(np.float32)
 
 
 def _rows(tensor: Tensor) -> int:
@@ -804,6 +817,20 @@ class Buffer:
         x, x_scales = x if isinstance(x, tuple) else (x, None)
         kind = _Kind(x, "dispatch: x")
         kind.wait_for_producer(previous_event)
+        # DeepEP's scale formats: float32 in any layout (column-major
+        # included), or UE8M0 int32 [tokens, ceil(hidden / 512)]; Courier's
+        # kernels take row-major float32 [tokens, hidden / 128], and the
+        # received scales go back in the caller's format.
+        ue8m0 = x_scales is not None and str(x_scales.dtype).endswith("int32")
+        if ue8m0:
+            x_scales = _unpack_ue8m0(kind, x_scales, int(x.shape[1]) // _FP8_BLOCK)
+        elif x_scales is not None:
+            x_scales = (x_scales.contiguous() if kind.torch is not None else
+                        np.ascontiguousarray(x_scales))
+
+        def scales_out(scales: Optional[Tensor]) -> Optional[Tensor]:
+            return _pack_ue8m0(kind, scales) if ue8m0 and scales is not None else scales
+
         if handle is not None:
             if topk_idx is not None or topk_weights is not None:
                 raise ValueError("dispatch: with a handle (cached mode) topk_idx and topk_weights "
@@ -812,8 +839,8 @@ class Buffer:
             out = buffer.dispatch(_to_courier(x, "x"), _to_courier(x_scales, "x_scales"),
                                   cached_handle=handle.native)
             recv_x = kind.padded(kind.owned(out.recv_x), num_worst_tokens, 0, "dispatch")
-            recv_scales = kind.padded(kind.owned(out.recv_x_scales), num_worst_tokens, 0,
-                                      "dispatch")
+            recv_scales = scales_out(kind.padded(kind.owned(out.recv_x_scales), num_worst_tokens,
+                                                 0, "dispatch"))
             del out
             return ((recv_x, recv_scales) if x_scales is not None else recv_x, None, None, None,
                     None, kind.event(async_finish))
@@ -836,7 +863,7 @@ class Buffer:
         # num_worst_tokens pads the copies (Courier's rows stay unpadded).
         worst = num_worst_tokens
         recv_x = kind.padded(kind.owned(out.recv_x), worst, 0, "dispatch")
-        recv_scales = kind.padded(kind.owned(out.recv_x_scales), worst, 0, "dispatch")
+        recv_scales = scales_out(kind.padded(kind.owned(out.recv_x_scales), worst, 0, "dispatch"))
         recv_idx = recv_weights = None
         if with_topk:
             recv_idx = kind.padded(kind.owned(out.recv_topk_idx), worst, -1, "dispatch")

@@ -306,7 +306,48 @@ def case_ht_fp8(buffer: deep_ep.Buffer) -> str:
     check(recv_x.dtype == ml_dtypes.float8_e4m3fn, f"recv_x dtype {recv_x.dtype}")
     check(np.array_equal(recv_x.view(np.uint8), want_codes.view(np.uint8)), "FP8 rows differ")
     check(np.array_equal(recv_scales, want_scales), "FP8 scales differ")
-    return f"{recv_x.shape[0]} FP8 rows and their scales bit-exact"
+
+    # DeepEP's other scale formats: float32 in another layout (here every
+    # other row of a larger array; at HIDDEN 128 a column-major one would
+    # still be contiguous) and UE8M0 (power-of-two scales, exponent bytes
+    # four per int32); the received scales come back in the same format.
+    codes, scales = quantize(x)
+    strided = np.repeat(scales, 2, axis=0)[::2]
+    check(not strided.flags.c_contiguous, "the strided scales are contiguous")
+    (again_x, again_scales), *_ = buffer.dispatch(
+        (codes, strided), num_tokens_per_rank=per_rank,
+        is_token_in_rank=in_rank, num_tokens_per_expert=per_expert, topk_idx=idx, topk_weights=w)
+    check(np.array_equal(again_x.view(np.uint8), recv_x.view(np.uint8))
+          and np.array_equal(again_scales, want_scales), "strided scales: results differ")
+
+    def pow2(scales: np.ndarray) -> np.ndarray:
+        return np.ldexp(np.float32(1), np.ceil(np.log2(scales)).astype(np.int32)).astype(np.float32)
+
+    def ue8m0(scales: np.ndarray) -> np.ndarray:
+        exponents = (scales.view(np.int32) >> 23).astype(np.uint8)
+        packed = np.zeros((scales.shape[0], -(-scales.shape[1] // 4) * 4), np.uint8)
+        packed[:, :scales.shape[1]] = exponents
+        return packed.view(np.int32)
+
+    blocks = x.reshape(x.shape[0], -1, 128)
+    p2 = pow2(np.maximum(np.abs(blocks).max(axis=2), 1e-4) / 448.0)
+    p2_codes = (blocks / p2[:, :, None]).reshape(x.shape).astype(ml_dtypes.float8_e4m3fn)
+    (u_x, u_scales), *_ = buffer.dispatch(
+        (p2_codes, ue8m0(p2)), num_tokens_per_rank=per_rank, is_token_in_rank=in_rank,
+        num_tokens_per_expert=per_expert, topk_idx=idx, topk_weights=w, num_worst_tokens=64 * ranks)
+    want_blocks = want["x"].reshape(want["x"].shape[0], -1, 128)
+    want_p2 = pow2(np.maximum(np.abs(want_blocks).max(axis=2), 1e-4) / 448.0)
+    rows = want_p2.shape[0]
+    check(u_scales.dtype == np.int32 and u_scales.shape == (64 * ranks, -(-HIDDEN // 512)),
+          f"UE8M0 recv scales: {u_scales.dtype} {u_scales.shape}")
+    check(np.array_equal(u_scales[:rows], ue8m0(want_p2)), "UE8M0 scales differ")
+    check(not np.any(u_scales[rows:]), "UE8M0 padding rows are not zero")
+    want_p2_codes = (want_blocks / want_p2[:, :, None]).reshape(want["x"].shape).astype(
+        ml_dtypes.float8_e4m3fn)
+    check(np.array_equal(u_x[:rows].view(np.uint8), want_p2_codes.view(np.uint8)),
+          "UE8M0 dispatch: FP8 rows differ")
+    return (f"{recv_x.shape[0]} FP8 rows and their scales bit-exact (row-major, strided "
+            "and UE8M0 scales)")
 
 
 def case_ht_no_topk(buffer: deep_ep.Buffer) -> str:
