@@ -152,19 +152,29 @@ def _run_case_body(found, env, suite, buffer, shape: Shape, fp8: bool, hook: boo
     inputs = Inputs(env, shape, seed, salt=2)
     exp = Expected(env, shape, inputs)
 
-    # FP8 through the hook also rounds the scales to powers of two (DeepEP's round_scale).
+    # FP8 through the hook also rounds the scales to powers of two (DeepEP's round_scale)
+    # and takes them as UE8M0 (exponent bytes, four per int32), decoded here for the checks.
     round_scale = fp8 and hook
 
     def dispatch(x, topk_idx):
         recv, count, handle, event, recv_hook = buffer.low_latency_dispatch(
             x, topk_idx, shape.max_tokens, shape.num_experts,
             use_fp8=fp8, async_finish=not hook, return_recv_hook=hook, round_scale=round_scale,
+            use_ue8m0=round_scale,
         )
         if hook:
             check(callable(recv_hook), "return_recv_hook=True returned no callable hook")
             recv_hook()
         else:
             event.current_stream_wait()
+        if round_scale:
+            values, packed = recv
+            packs = (H + 511) // 512
+            check(packed.dtype == torch.int32 and tuple(packed.shape) == (L, slots, packs),
+                  f"use_ue8m0=True scales: {packed.dtype} {tuple(packed.shape)}, expected "
+                  f"{(L, slots, packs)} int32")
+            exponents = packed.contiguous().view(torch.uint8)[..., : H // 128].to(torch.int32)
+            recv = (values, (exponents << 23).view(torch.float32))
         return recv, count, handle
 
     dispatch(earlier.x, earlier.topk_idx)
