@@ -148,6 +148,7 @@ struct Context::Impl {
   // segment (invalid for ranks on other hosts). This rank's own is
   // doorbells[rank].
   std::vector<Doorbell> doorbells;
+  std::vector<uint32_t> rank_hosts;  // Context::rank_hosts
   std::vector<std::unique_ptr<uint64_t[]>> barrier_staging, barrier_landing;
   std::vector<std::unique_ptr<NicEndpoint>> endpoints;
   // What each proxy thread drives: retries (and injected faults) over its endpoint.
@@ -550,6 +551,15 @@ struct Context::Impl {
     barrier_segment = SharedSegment(name, doorbells_at + t.local_size * sizeof(DoorbellWord));
     t.segment = barrier_segment.data();
     auto* words = reinterpret_cast<DoorbellWord*>(barrier_segment.data() + doorbells_at);
+    rank_hosts.assign(keys.size(), 0);
+    for (size_t r = 0; r < keys.size(); ++r) {
+      // Host leaders are ascending: a rank's host is the position of the
+      // lowest rank with its key among them.
+      size_t leader = 0;
+      while (keys[leader] != keys[r]) ++leader;
+      rank_hosts[r] = static_cast<uint32_t>(
+          std::find(t.host_leaders.begin(), t.host_leaders.end(), leader) - t.host_leaders.begin());
+    }
     doorbells.assign(keys.size(), Doorbell{});
     for (size_t r = 0, local = 0; r < keys.size(); ++r) {
       if (keys[r] == keys[static_cast<size_t>(bootstrap->rank())]) {
@@ -850,6 +860,8 @@ void Context::barrier() {
   for (auto& proxy : impl_->proxies) proxy->run([] {});
 }
 Bootstrap& Context::bootstrap() { return *impl_->bootstrap; }
+
+const std::vector<uint32_t>& Context::rank_hosts() const { return impl_->rank_hosts; }
 
 std::optional<PeerFailure> Context::failed_peer() const {
   std::lock_guard lock(impl_->peer_mutex);

@@ -157,6 +157,10 @@ class Context {
   // return channel_failed at once, and channel_stats(i).first_error names
   // the rank.
   std::optional<PeerFailure> failed_peer() const;
+  // Per rank, the index of its host (0, 1, ...: hosts in the order of their
+  // lowest rank), as the Context found them (hostname and boot id, or
+  // COURIER_RANKS_PER_HOST).
+  const std::vector<uint32_t>& rank_hosts() const;
   // Wakes this rank's proxy threads if they sleep (after COURIER_PROXY_SLEEP_MS
   // without work they block for up to 20 ms at a time). Courier does it
   // before every kernel it launches; call it before launching a kernel of

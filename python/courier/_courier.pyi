@@ -102,6 +102,10 @@ class Context:
     def bootstrap_kind(self) -> str:
         """How the ranks exchange data out of band: 'tcp', 'mpi' or 'python'."""
 
+    @property
+    def rank_hosts(self) -> list[int]:
+        """Per rank, the index of its host (hosts in the order of their lowest rank)."""
+
     def barrier(self) -> None:
         """Collective: returns once every rank got here."""
 

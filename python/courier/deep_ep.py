@@ -576,6 +576,8 @@ class Buffer:
         self.context = _courier.Context(env=env, bootstrap=bootstrap)
         self.rank: int = self.context.rank
         self.group_size: int = self.context.world_size
+        self._rank_hosts: List[int] = list(self.context.rank_hosts)
+        self._num_hosts = max(self._rank_hosts) + 1
         self.group = group
         self.num_nvl_bytes = num_nvl_bytes
         self.num_rdma_bytes = num_rdma_bytes
@@ -693,9 +695,12 @@ class Buffer:
         allocate_on_comm_stream: bool = False,
     ) -> Tuple[Tensor, Optional[Tensor], Tensor, Tensor, EventOverlap]:
         """Where the tokens of topk_idx ``[num_tokens, num_topk]`` int64 (-1:
-        none) go. Returns (num_tokens_per_rank ``[num_ranks]`` int32, None
-        (no RDMA ranks), num_tokens_per_expert ``[num_experts]`` int32,
-        is_token_in_rank ``[num_tokens, num_ranks]`` bool, event). Local."""
+        none) go. Returns (num_tokens_per_rank ``[num_ranks]`` int32,
+        num_tokens_per_rdma_rank ``[num_hosts]`` int32 (tokens with a rank
+        of each host among their destinations) when the ranks span hosts,
+        else None as DeepEP's intranode layout, num_tokens_per_expert
+        ``[num_experts]`` int32, is_token_in_rank ``[num_tokens, num_ranks]``
+        bool, event). Local."""
         self._alive("get_dispatch_layout")
         kind = _Kind(topk_idx, "get_dispatch_layout: topk_idx")
         kind.wait_for_producer(previous_event)
@@ -704,7 +709,18 @@ class Buffer:
         in_rank = kind.empty((_rows(topk_idx), self.group_size), "bool")
         self._layout.get_dispatch_layout(_to_courier(topk_idx, "topk_idx"), int(num_experts),
                                          per_rank, per_expert, in_rank)
-        return per_rank, None, per_expert, in_rank, kind.event(async_finish)
+        per_host = None
+        if self._num_hosts > 1:
+            # [ranks, hosts] membership: a token counts once per host.
+            member = np.zeros((self.group_size, self._num_hosts), np.int32)
+            member[np.arange(self.group_size), self._rank_hosts] = 1
+            if kind.torch is not None:
+                member = kind.torch.from_numpy(member).to(kind.device)
+                per_host = ((in_rank.to(kind.torch.int32) @ member) > 0).sum(0).to(
+                    kind.torch.int32)
+            else:
+                per_host = ((in_rank.astype(np.int32) @ member) > 0).sum(axis=0).astype(np.int32)
+        return per_rank, per_host, per_expert, in_rank, kind.event(async_finish)
 
     # -- high-throughput ------------------------------------------------------------
 

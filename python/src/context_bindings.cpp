@@ -3,6 +3,7 @@
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
 
 #include <cstring>
 #include <map>
@@ -62,6 +63,8 @@ void bind_context(nb::module_& m) {
       .def_prop_ro(
           "bootstrap_kind", [](Context& c) { return std::string(c.bootstrap().kind()); },
           "How the ranks exchange data out of band: 'tcp', 'mpi' or 'python'.")
+      .def_prop_ro("rank_hosts", &Context::rank_hosts,
+                   "Per rank, the index of its host (hosts in the order of their lowest rank).")
       .def("barrier", &Context::barrier, nb::call_guard<nb::gil_scoped_release>(),
            "Collective: returns once every rank got here.")
       .def("allgather", &allgather, nb::arg("mine"),

@@ -137,7 +137,18 @@ def case_layout(buffer: deep_ep.Buffer) -> str:
     per_rank, per_rdma, per_expert, in_rank, event = buffer.get_dispatch_layout(
         idx, EXPERTS_PER_RANK * ranks)
     want_rank, want_expert, want_in = layout_reference(idx, ranks)
-    check(per_rdma is None, "num_tokens_per_rdma_rank is not None")
+    # Ranks of several hosts (COURIER_RANKS_PER_HOST): tokens per host, a
+    # token counted once per host it goes to; one host: None, as DeepEP's.
+    per_host = int(os.environ.get("COURIER_RANKS_PER_HOST", "0") or 0)
+    if per_host and ranks > per_host:
+        hosts = -(-ranks // per_host)
+        want_hosts = np.array([want_in[:, h * per_host:(h + 1) * per_host].any(axis=1).sum()
+                               for h in range(hosts)], np.int32)
+        check(per_rdma is not None and per_rdma.dtype == np.int32
+              and np.array_equal(per_rdma, want_hosts),
+              f"num_tokens_per_rdma_rank {per_rdma} != {want_hosts}")
+    else:
+        check(per_rdma is None, "num_tokens_per_rdma_rank is not None on one host")
     check(isinstance(event, deep_ep.EventOverlap), "no EventOverlap")
     check(per_rank.dtype == np.int32 and np.array_equal(per_rank, want_rank),
           f"num_tokens_per_rank {per_rank} != {want_rank}")

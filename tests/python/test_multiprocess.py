@@ -39,6 +39,13 @@ def test_low_latency(ranks: int) -> None:
     expect_pass(ranks, ["ll", "ll-fp8", "ll-fp8-round-scale", "ll-fp8-ue8m0", "ll-stale-hook"])
 
 
+def test_layout_across_hosts(monkeypatch) -> None:
+    """4 ranks as 2 hosts of 2 (COURIER_RANKS_PER_HOST): get_dispatch_layout
+    fills num_tokens_per_rdma_rank, and dispatch and combine still work."""
+    monkeypatch.setenv("COURIER_RANKS_PER_HOST", "2")
+    expect_pass(4, ["layout", "ht"])
+
+
 def test_errors_reach_every_rank() -> None:
     expect_pass(2, ["errors"])
 
