@@ -576,8 +576,13 @@ class Buffer:
         self.context = _courier.Context(env=env, bootstrap=bootstrap)
         self.rank: int = self.context.rank
         self.group_size: int = self.context.world_size
-        self._rank_hosts: List[int] = list(self.context.rank_hosts)
-        self._num_hosts = max(self._rank_hosts) + 1
+        # [ranks, hosts] membership when the ranks span hosts (for
+        # num_tokens_per_rdma_rank), else None.
+        rank_hosts = list(self.context.rank_hosts)
+        self._host_member: Optional[np.ndarray] = None
+        if max(rank_hosts) > 0:
+            self._host_member = np.zeros((self.group_size, max(rank_hosts) + 1), np.int32)
+            self._host_member[np.arange(self.group_size), rank_hosts] = 1
         self.group = group
         self.num_nvl_bytes = num_nvl_bytes
         self.num_rdma_bytes = num_rdma_bytes
@@ -710,10 +715,8 @@ class Buffer:
         self._layout.get_dispatch_layout(_to_courier(topk_idx, "topk_idx"), int(num_experts),
                                          per_rank, per_expert, in_rank)
         per_host = None
-        if self._num_hosts > 1:
-            # [ranks, hosts] membership: a token counts once per host.
-            member = np.zeros((self.group_size, self._num_hosts), np.int32)
-            member[np.arange(self.group_size), self._rank_hosts] = 1
+        member = self._host_member
+        if member is not None:  # a token counts once per host
             if kind.torch is not None:
                 member = kind.torch.from_numpy(member).to(kind.device)
                 per_host = ((in_rank.to(kind.torch.int32) @ member) > 0).sum(0).to(
