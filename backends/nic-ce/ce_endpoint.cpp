@@ -18,6 +18,12 @@ namespace {
 constexpr uint32_t kNameMagic = 0x4E454343;  // "CCEN"
 constexpr uint32_t kMaxHostWritesPerPoll = 256;
 constexpr uint64_t kMaxHostTargetWrite = 1 << 20;  // host-memory targets go through the inbox
+// Copies per batch: enough for a kernel's burst (a block's piece of each
+// destination region), few enough to start the first copies early.
+constexpr size_t kMaxBatchCopies = 256;
+// Batches on a peer's stream before new copies wait: one runs, the next is
+// queued behind it, so the copy engine never waits for the proxy.
+constexpr uint32_t kMaxLaunchedBatches = 2;
 
 constexpr uint64_t make_key(uint32_t slot, uint32_t generation) {
   return (uint64_t{generation} << 32) | slot;
@@ -416,11 +422,11 @@ int Endpoint::post_write(const courier_nic_write_v1& w) {
     } else {
       op.state = imm ? State::message_ready : State::done;
     }
+    op.device_source = mr->mem_kind == COURIER_MEM_CUDA;
     op.has_message = imm;
     op.message = notify;
-    peer.ops.push_back(op);
+    peer.ops.push_back(op);  // poll() starts it
     ++in_flight_;
-    advance(peer);
     return 0;
   }
 
@@ -468,14 +474,12 @@ int Endpoint::post_write(const courier_nic_write_v1& w) {
     peer.ops.back().report = true;  // the last piece completes the write
     peer.ops.back().cookie = w.cookie;
     ++in_flight_;
-    advance(peer);
     return 0;
   } else {
     last.state = State::done;
   }
   peer.ops.push_back(last);
   ++in_flight_;
-  advance(peer);
   return 0;
 }
 
@@ -545,7 +549,6 @@ int Endpoint::post_atomic(const courier_nic_atomic_v1& a) {
   }
   peer.ops.push_back(op);
   ++in_flight_;
-  advance(peer);
   return 0;
 }
 
@@ -560,6 +563,11 @@ int Endpoint::launch(Peer& peer, Op& op) {
   }
   if (rc != cudaSuccess)
     return set_cuda_error(rc, op.atomic ? "launching an atomic" : "cudaMemcpyAsync");
+  return record_event(peer, op);
+}
+
+int Endpoint::record_event(Peer& peer, Op& op) {
+  cudaError_t rc = cudaSuccess;
   if (free_events_.empty()) {
     cudaEvent_t event = nullptr;
     rc = cudaEventCreateWithFlags(&event, cudaEventDisableTiming);
@@ -570,6 +578,7 @@ int Endpoint::launch(Peer& peer, Op& op) {
   free_events_.pop_back();
   rc = cudaEventRecord(op.event, peer.stream);
   if (rc != cudaSuccess) return set_cuda_error(rc, "cudaEventRecord");
+  ++peer.launched;
   return 0;
 }
 
@@ -588,46 +597,59 @@ void Endpoint::finish_atomic(Op& op) {
   op.staging = -1;
 }
 
+void Endpoint::finish_launched(Op& op, int status) {
+  if (status != 0) {
+    op.status = status;
+    op.state = State::done;
+    if (op.staging >= 0) {
+      free_staging_.push_back(op.staging);
+      op.staging = -1;
+    }
+    return;
+  }
+  if (op.atomic) finish_atomic(op);
+  op.state = op.has_message ? State::message_ready : State::done;
+}
+
 void Endpoint::advance(Peer& peer) {
-  bool message_pending = false;  // an earlier message is not yet delivered
-  bool earlier_landed = true;    // every earlier operation landed (or its message is queued)
-  // The peer's stream runs its operations in launch order: once one has not
-  // finished, none after it has, and their events need no query (a query
-  // costs about a microsecond, and a dispatch keeps a thousand in flight).
-  bool stream_busy = false;
+  complete_launched(peer);
+  deliver_messages(peer);
+  launch_deferred(peer);
+}
+
+// The peer's stream runs its operations in launch order: once one has not
+// finished, none after it has, and their events need no query (a query
+// costs about a microsecond, and a dispatch keeps a thousand in flight).
+void Endpoint::complete_launched(Peer& peer) {
+  waiting_.clear();
   for (Op& op : peer.ops) {
-    if (op.state == State::deferred) {
-      if (message_pending) break;  // nothing may overtake an undelivered message
-      if (int rc = launch(peer, op); rc != 0) {
-        op.status = rc;
-        op.state = State::done;
-        if (op.staging >= 0) {
-          free_staging_.push_back(op.staging);
-          op.staging = -1;
-        }
-      } else {
-        op.state = State::running;
-      }
+    if (op.state == State::deferred) break;
+    if (op.state != State::running) continue;
+    if (op.event == nullptr) {  // completes with its batch's last copy
+      waiting_.push_back(&op);
+      continue;
     }
-    if (op.state == State::running && !stream_busy) {
-      cudaError_t rc = cudaEventQuery(op.event);
-      stream_busy = rc == cudaErrorNotReady;
-      if (rc != cudaErrorNotReady) {
-        free_events_.push_back(op.event);
-        op.event = nullptr;
-        if (rc != cudaSuccess) {
-          op.status = set_cuda_error(rc, op.atomic ? "an atomic kernel" : "a peer copy");
-          op.state = State::done;
-          if (op.staging >= 0) {
-            free_staging_.push_back(op.staging);
-            op.staging = -1;
-          }
-        } else {
-          if (op.atomic) finish_atomic(op);
-          op.state = op.has_message ? State::message_ready : State::done;
-        }
-      }
-    }
+    const cudaError_t rc = cudaEventQuery(op.event);
+    if (rc == cudaErrorNotReady) break;
+    free_events_.push_back(op.event);
+    op.event = nullptr;
+    --peer.launched;
+    const int status = rc == cudaSuccess
+                           ? 0
+                           : set_cuda_error(rc, op.atomic          ? "an atomic kernel"
+                                                : waiting_.empty() ? "a peer copy"
+                                                                   : "a batch of peer copies");
+    for (Op* earlier : waiting_) finish_launched(*earlier, status);
+    waiting_.clear();
+    finish_launched(op, status);
+  }
+}
+
+void Endpoint::deliver_messages(Peer& peer) {
+  bool earlier_landed = true;  // every earlier operation landed (or its message is queued)
+  for (Op& op : peer.ops) {
+    // Nothing after an operation not yet started can have a message out.
+    if (op.state == State::deferred) break;
     if (op.state == State::message_ready && earlier_landed) {
       const int64_t position = enqueue(*peer.layout, op.message);
       if (position >= 0) {
@@ -639,9 +661,154 @@ void Endpoint::advance(Peer& peer) {
                                                static_cast<uint64_t>(op.position)) {
       op.state = State::done;
     }
-    if (op.state == State::message_ready || op.state == State::message_sent) message_pending = true;
     if (op.state != State::done && op.state != State::message_sent) earlier_landed = false;
   }
+}
+
+void Endpoint::launch_deferred(Peer& peer) {
+  bool message_pending = false;  // an earlier message is not yet delivered
+  for (Op& op : peer.ops) {
+    if (op.state != State::deferred) {
+      message_pending |= op.state == State::message_ready || op.state == State::message_sent;
+      continue;
+    }
+    if (message_pending) break;  // nothing may overtake an undelivered message
+    // Batching: while enough is on the stream, the rest waits and gathers.
+    if (options_.batch_copies && batch_.empty() && peer.launched >= kMaxLaunchedBatches) break;
+    const bool batchable = options_.batch_copies && !op.atomic && op.device_source;
+    if (!batchable) {
+      flush_batch(peer);
+      if (int rc = launch(peer, op); rc != 0) {
+        finish_launched(op, rc);
+      } else {
+        op.state = State::running;
+      }
+      continue;
+    }
+    batch_.push_back(&op);
+    // A write with immediate data needs its own event (its message follows
+    // it).
+    if (op.has_message || batch_.size() == kMaxBatchCopies) flush_batch(peer);
+  }
+  flush_batch(peer);
+}
+
+bool Endpoint::plan_batch() {
+  batch_dst_.clear();
+  batch_src_.clear();
+  batch_bytes_.clear();
+  const size_t n = batch_.size();
+  // Copies in one batch run in any order: none may write bytes another
+  // reads or writes. Sorted by destination, neighbours must not overlap;
+  // and no source range may meet a destination range (a sweep over both
+  // sorted lists).
+  order_.resize(n);
+  for (size_t i = 0; i < n; ++i) order_[i] = i;
+  auto dst = [&](size_t i) { return reinterpret_cast<uintptr_t>(batch_[i]->dst); };
+  auto src = [&](size_t i) { return reinterpret_cast<uintptr_t>(batch_[i]->src); };
+  auto bytes = [&](size_t i) { return uintptr_t{batch_[i]->bytes}; };
+  std::sort(order_.begin(), order_.end(), [&](size_t a, size_t b) { return dst(a) < dst(b); });
+  for (size_t k = 1; k < n; ++k) {
+    if (dst(order_[k]) < dst(order_[k - 1]) + bytes(order_[k - 1])) return false;
+  }
+  by_source_ = order_;
+  std::sort(by_source_.begin(), by_source_.end(),
+            [&](size_t a, size_t b) { return src(a) < src(b); });
+  for (size_t i = 0, j = 0; i < n && j < n;) {
+    const size_t d = order_[i], r = by_source_[j];
+    if (dst(d) < src(r) + bytes(r) && src(r) < dst(d) + bytes(d)) return false;
+    if (dst(d) + bytes(d) <= src(r) + bytes(r)) {
+      ++i;
+    } else {
+      ++j;
+    }
+  }
+  // One copy per run contiguous at both ends: a kernel's pieces of one
+  // region become one copy again, whatever order they were pushed in.
+  for (size_t k = 0; k < n; ++k) {
+    const Op& op = *batch_[order_[k]];
+    if (!batch_dst_.empty() &&
+        static_cast<std::byte*>(batch_dst_.back()) + batch_bytes_.back() == op.dst &&
+        static_cast<const std::byte*>(batch_src_.back()) + batch_bytes_.back() == op.src) {
+      batch_bytes_.back() += op.bytes;
+    } else {
+      batch_dst_.push_back(op.dst);
+      batch_src_.push_back(op.src);
+      batch_bytes_.push_back(op.bytes);
+    }
+  }
+  return true;
+}
+
+void Endpoint::flush_batch(Peer& peer) {
+  if (batch_.empty()) return;
+  int status = ensure_stream(peer);
+  if (status == 0) {
+    const cudaError_t rc = submit_batch(peer);
+    if (rc != cudaSuccess) {
+      status = set_cuda_error(
+          rc, batch_.size() == 1
+                  ? "cudaMemcpyAsync"
+                  : "submitting a batch of " + std::to_string(batch_.size()) + " peer copies");
+    }
+  }
+  if (status == 0) status = record_event(peer, *batch_.back());
+  for (Op* op : batch_) {
+    if (status != 0) {
+      finish_launched(*op, status);
+    } else {
+      op->state = State::running;
+    }
+  }
+  batch_.clear();
+}
+
+cudaError_t Endpoint::submit_batch(Peer& peer) {
+  if (batch_.size() == 1 || !plan_batch()) {
+    // Ranges that meet (or a single copy): one copy each, in post order.
+    for (const Op* op : batch_) {
+      cudaError_t rc = cudaMemcpyAsync(op->dst, op->src, op->bytes, cudaMemcpyDefault, peer.stream);
+      if (rc != cudaSuccess) return rc;
+    }
+    return cudaSuccess;
+  }
+  copies_merged_ += batch_.size() - batch_dst_.size();
+  const size_t n = batch_dst_.size();
+  if (n > 1 && batch_call_) {
+#if CUDART_VERSION >= 12080
+    // The sources are read in stream order: a kernel before this copy on
+    // the stream may still be writing them (they are not ephemeral).
+    cudaMemcpyAttributes attributes{};
+    attributes.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+    attributes.srcLocHint.type = cudaMemLocationTypeDevice;
+    attributes.srcLocHint.id = options_.device;
+    attributes.dstLocHint.type = cudaMemLocationTypeDevice;
+    attributes.dstLocHint.id = options_.device;
+    size_t attribute_index = 0;
+#if CUDART_VERSION >= 13000
+    cudaError_t rc = cudaMemcpyBatchAsync(batch_dst_.data(), batch_src_.data(), batch_bytes_.data(),
+                                          n, &attributes, &attribute_index, 1, peer.stream);
+#else
+    size_t failed_index = 0;
+    cudaError_t rc = cudaMemcpyBatchAsync(batch_dst_.data(), const_cast<void**>(batch_src_.data()),
+                                          batch_bytes_.data(), n, &attributes, &attribute_index, 1,
+                                          &failed_index, peer.stream);
+#endif
+    if (rc == cudaSuccess) return rc;
+    if (rc != cudaErrorNotSupported && rc != cudaErrorInvalidValue) return rc;
+    // A driver without the batch call: copy one by one from now on.
+    cudaGetLastError();
+    batch_call_ = false;
+#else
+    batch_call_ = false;
+#endif
+  }
+  for (size_t i = 0; i < n; ++i) {
+    cudaError_t rc = cudaMemcpyAsync(batch_dst_[i], batch_src_[i], batch_bytes_[i],
+                                     cudaMemcpyDefault, peer.stream);
+    if (rc != cudaSuccess) return rc;
+  }
+  return cudaSuccess;
 }
 
 void Endpoint::apply_host_write(const Message& m) {

@@ -12,6 +12,18 @@
 // sent only when every earlier operation landed, and a copy starts only when
 // no earlier message is still undelivered, so writes land in post order and
 // immediate data never overtakes the data it announces.
+//
+// Posting only queues; poll() starts what order allows. The copies a poll
+// finds queued go to the copy engines as batches (cudaMemcpyBatchAsync where
+// the CUDA runtime has it): one driver call and one completion event per
+// batch instead of one each, which is what a proxy draining a kernel's burst
+// of WRITEs pays for. Pieces contiguous at both ends become one copy (a
+// kernel pushes a region in pieces, one per block). Only copies whose byte
+// ranges are disjoint run as a batch, so their order cannot change the final
+// bytes; others run one by one in post order. While two batches are
+// on a peer's stream, new copies wait and gather (a copy costs the stream
+// several microseconds whatever its size, so fewer, larger ones win; the
+// stream never idles meanwhile).
 #pragma once
 
 #include <courier/abi/nic_v1.h>
@@ -93,6 +105,7 @@ struct EndpointOptions {
   IpcMappings* mappings = nullptr;  // the backend's
   uint32_t tx_depth = 256;
   bool atomics = false;
+  bool batch_copies = true;  // COURIER_CE_BATCH: several queued copies per driver call
 };
 
 class Endpoint {
@@ -120,7 +133,10 @@ class Endpoint {
     uint64_t cookie = 0;
     bool report = true;  // emit a TX completion (the last piece of a write)
     int status = 0;
+    // Set on the last operation of a batch: a running operation without one
+    // completes with the next one that has it (the stream runs in order).
     cudaEvent_t event = nullptr;
+    bool device_source = false;  // the source is GPU memory (may join a batch)
     // A copy (or atomic) to start once order allows.
     void* dst = nullptr;
     const void* src = nullptr;
@@ -144,6 +160,7 @@ class Endpoint {
     bool self = false;
     cudaStream_t stream = nullptr;
     std::deque<Op> ops;
+    uint32_t launched = 0;  // events recorded on the stream and not yet seen complete
   };
 
   // A peer registration as read from its segment.
@@ -170,7 +187,21 @@ class Endpoint {
   void queue_failed(Peer& peer, uint64_t cookie, int status);
   int launch(Peer& peer, Op& op);
   void finish_atomic(Op& op);
+  // A launched operation's outcome: status 0 moves it on (to its message, or
+  // done), anything else fails it.
+  void finish_launched(Op& op, int status);
+  // advance() = complete_launched, deliver_messages, launch_deferred.
   void advance(Peer& peer);
+  void complete_launched(Peer& peer);
+  void deliver_messages(Peer& peer);
+  void launch_deferred(Peer& peer);
+  // The copies of batch_ as batch_dst_/src_/bytes_, contiguous pieces
+  // merged; false when their ranges meet (they must then run in post order).
+  bool plan_batch();
+  // Starts the gathered copies as one batch with an event on the last.
+  void flush_batch(Peer& peer);
+  cudaError_t submit_batch(Peer& peer);
+  int record_event(Peer& peer, Op& op);
   uint32_t drain_inbox(courier_nic_completion_v1* out, uint32_t max);
   void apply_host_write(const Message& message);
 
@@ -188,6 +219,16 @@ class Endpoint {
   uint64_t* staging_ = nullptr;
   std::vector<int32_t> free_staging_;
   uint64_t dropped_host_writes_ = 0;
+  // The copies gathered for the next batch, and the runtime's batch call
+  // (cleared for good when the runtime refuses it).
+  std::vector<Op*> batch_;
+  std::vector<void*> batch_dst_;
+  std::vector<const void*> batch_src_;
+  std::vector<size_t> batch_bytes_;
+  bool batch_call_ = true;
+  std::vector<size_t> order_, by_source_;  // plan_batch's scratch
+  uint64_t copies_merged_ = 0;
+  std::vector<Op*> waiting_;  // complete_launched's scratch
 };
 
 }  // namespace courier::nic_ce

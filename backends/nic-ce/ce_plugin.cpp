@@ -26,7 +26,8 @@ namespace {
 
 struct Backend {
   int device = 0;
-  IpcMappings mappings;  // closed after every endpoint (fini comes last)
+  bool batch_copies = true;  // COURIER_CE_BATCH
+  IpcMappings mappings;      // closed after every endpoint (fini comes last)
   std::string device_name;
   char pci_address[32] = {};
 };
@@ -77,6 +78,14 @@ int plugin_init(const courier_host_services_v1* host, void** backend) {
     }
     auto b = std::make_unique<Backend>();
     if (int status = choose_device(host, count, &b->device); status != 0) return status;
+    if (const char* batch = host->get_env(host->ctx, "COURIER_CE_BATCH");
+        batch != nullptr && *batch != '\0') {
+      const std::string value(batch);
+      if (value != "0" && value != "1") {
+        return set_error(-EINVAL, "COURIER_CE_BATCH='" + value + "' is invalid: expected 0 or 1");
+      }
+      b->batch_copies = value == "1";
+    }
     cudaDeviceProp props{};
     if (cudaGetDeviceProperties(&props, b->device) == cudaSuccess) {
       b->device_name = "ce:cuda" + std::to_string(b->device) + " " + props.name;
@@ -139,6 +148,7 @@ int plugin_ep_open(void* backend, const courier_nic_ep_attr_v1* attr, void** ep)
     EndpointOptions options;
     options.device = static_cast<Backend*>(backend)->device;
     options.mappings = &static_cast<Backend*>(backend)->mappings;
+    options.batch_copies = static_cast<Backend*>(backend)->batch_copies;
     options.tx_depth = attr->tx_depth == 0 ? 256 : attr->tx_depth;
     options.atomics = (attr->flags & COURIER_NIC_EP_ATOMICS) != 0;
     std::unique_ptr<Endpoint> endpoint;
@@ -203,11 +213,18 @@ int plugin_post_atomic(void* ep, const courier_nic_atomic_v1* atomic) {
   });
 }
 
+constexpr courier_knob_v1 kKnobs[] = {
+    {"COURIER_CE_BATCH", "1", "0|1",
+     "1: the copies a poll finds queued go to the copy engines as batches (one driver call and "
+     "one event each, cudaMemcpyBatchAsync where the CUDA runtime has it); 0: one "
+     "cudaMemcpyAsync and one event per write"},
+};
+
 const courier_nic_plugin_v1 kPlugin = {
     {sizeof(courier_nic_plugin_v1), COURIER_NIC_ABI_MAJOR, COURIER_NIC_ABI_MINOR, "ce"},
     "GPU copy engines between the GPUs of one host (CUDA IPC), host messages in shared memory",
-    nullptr,
-    0,
+    kKnobs,
+    sizeof kKnobs / sizeof kKnobs[0],
     0,
     plugin_init,
     plugin_fini,

@@ -45,7 +45,7 @@ constexpr const char* kUsage =
     "                          [--proxy-threads P] [--channels C] [--commands N] [--depth D]\n"
     "                          [--inflight I] [--repeats R] [--check] [--graph]\n"
     "                          [--round-trips N] [--json]\n"
-    "       courier-run -n 2 courier-bench transport [--provider shm|tcp] [--size N |\n"
+    "       courier-run -n 1|2 courier-bench transport [--provider shm|tcp] [--size N |\n"
     "                          --sizes A,B,...] [--window W] [--fifo-inflight F]\n"
     "                          [--iters N] [--repeats R] [--op write|write_imm] [--raw]\n"
     "                          [--run R] [--json]\n"
@@ -71,8 +71,9 @@ constexpr const char* kUsage =
     "           every command (none lost, duplicated, reordered or torn), prints\n"
     "           'violations: N' and exits 1 on any. --round-trips N adds the GPU -> proxy\n"
     "           -> GPU completion round trip next to a bare flag ping-pong.\n"
-    "transport  rank 0 writes to rank 1 through Courier (path 'courier'); --raw first runs\n"
-    "           the same pattern as a plain libfabric program (path 'raw'), so both appear\n"
+    "transport  rank 0 writes to rank 1 through Courier (path 'courier'); one rank (-n 1)\n"
+    "           writes to itself through the NIC backend (one GPU times nic-ce). --raw runs\n"
+    "           first the same pattern as a plain libfabric program (path 'raw'), so both appear\n"
     "           side by side. Each row is the median of R runs (default 5). Both keep W\n"
     "           writes in flight on the transport (Courier: COURIER_NIC_WINDOW = W); the\n"
     "           Courier producer may run F commands ahead in the FIFO (default\n"
@@ -362,7 +363,12 @@ int run_transport(int argc, char** argv) {
     Job job;
     const courier::Config& config = job.config;
     std::shared_ptr<courier::Bootstrap> bootstrap = job.bootstrap;
-    if (bootstrap->size() != 2) usage_error("transport needs exactly 2 ranks (courier-run -n 2)");
+    if (bootstrap->size() != 2 && bootstrap->size() != 1) {
+      usage_error("transport needs 2 ranks (courier-run -n 2), or 1 that writes to itself");
+    }
+    if (bootstrap->size() == 1 && raw) {
+      usage_error("--raw needs 2 ranks: the raw baseline writes from rank 0 to rank 1");
+    }
 
     // One proxy thread, one channel, `window` writes in flight on the
     // transport: the Courier counterpart of the raw program's single posting

@@ -45,7 +45,26 @@ void push_kernel(const courier_host_thread_v1*, void* raw) {
   a.status = device::drain(a.channel);
 }
 
+// A GPU backend without host kernels (cuda, hip): one device thread pushes
+// the commands from a real kernel; run_device_commands returns once they
+// completed.
+double timed_device_push(Context& ctx, const std::vector<TransferCmd>& cmds, uint64_t iters) {
+  std::vector<DeviceCommandList> lists(1);
+  lists[0].channel = 0;
+  lists[0].commands.reserve(iters);
+  for (uint64_t i = 0; i < iters; ++i) lists[0].commands.push_back(cmds[i % cmds.size()]);
+  auto start = std::chrono::steady_clock::now();
+  ctx.run_device_commands(lists);
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (lists[0].status != PushStatus::ok) {
+    fail("transport benchmark: pushing {} commands from the device failed: {} ({})", iters,
+         to_string(lists[0].status), ctx.channel_stats(0).first_error);
+  }
+  return seconds;
+}
+
 double timed_push(Context& ctx, const std::vector<TransferCmd>& cmds, uint64_t iters) {
+  if (ctx.gpu_backend() != "host") return timed_device_push(ctx, cmds, iters);
   KernelArgs args{ctx.channel(0), &cmds, iters};
   auto start = std::chrono::steady_clock::now();
   ctx.launch_host_kernel(1, 1, push_kernel, &args);
@@ -68,7 +87,9 @@ uint64_t warmup_for(uint64_t iters) { return std::max<uint64_t>(iters / 10, 16);
 
 CourierTransport::CourierTransport(Context& ctx, size_t largest, const TransportOptions& options)
     : ctx_(ctx), options_(options), buffer_(ctx.alloc(largest * options.run)) {
-  if (ctx.world_size() != 2) fail("the transport benchmark needs exactly 2 ranks");
+  if (ctx.world_size() != 1 && ctx.world_size() != 2) {
+    fail("the transport benchmark needs 2 ranks, or 1 that writes to itself");
+  }
   window_ = ctx.register_window(buffer_.data(), buffer_.size());
 }
 
@@ -94,7 +115,7 @@ BenchResult CourierTransport::run(size_t size, uint64_t iters) {
     std::vector<TransferCmd> cmds(options_.run);
     for (uint32_t i = 0; i < options_.run; ++i) {
       WriteCmdArgs a;
-      a.dst_rank = 1;
+      a.dst_rank = static_cast<uint32_t>(ctx_.world_size() - 1);  // one rank: itself
       a.window = window_;
       a.src_offset = a.dst_offset = i * size;
       a.length = size;
@@ -111,14 +132,14 @@ BenchResult CourierTransport::run(size_t size, uint64_t iters) {
 }
 
 void CourierTransport::check_notifications() {
-  if (options_.op == "write_imm" && ctx_.rank() == 1) {
+  if (options_.op == "write_imm" && ctx_.rank() == ctx_.world_size() - 1) {
     auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
     while (ctx_.imm_received() < expected_imm_ && std::chrono::steady_clock::now() < deadline) {
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
     if (ctx_.imm_received() != expected_imm_) {
-      fail("rank 1 received {} immediate-data notifications, expected {}", ctx_.imm_received(),
-           expected_imm_);
+      fail("rank {} received {} immediate-data notifications, expected {}", ctx_.rank(),
+           ctx_.imm_received(), expected_imm_);
     }
   }
   ctx_.barrier();
