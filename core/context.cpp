@@ -19,6 +19,7 @@
 #include "core/context_internals.hpp"
 #include "core/cpu_placement.hpp"
 #include "core/faults/transport_chain.hpp"
+#include "core/proxy/job_failure.hpp"
 #include "core/proxy/nic_endpoint.hpp"
 #include "core/proxy/proxy_thread.hpp"
 #include "core/proxy/ringing_transport.hpp"
@@ -39,6 +40,10 @@ constexpr size_t kHeadStride = 128;
 // wait of the first commands from a kernel nobody rang for (docs/
 // fifo-and-proxy.md, "Idle proxies").
 constexpr uint64_t kMaxProxySleepNs = 20'000'000;
+// Once the job failed, how long a proxy thread may take to answer a task or
+// to stop before it is given up on (ProxyOptions::after_failure_wait_ns):
+// a live one answers within milliseconds even on a crowded machine.
+constexpr uint64_t kAfterFailureWaitNs = 2'000'000'000;
 constexpr size_t kCompletedCacheOffset = 64;
 
 template <class T>
@@ -150,6 +155,10 @@ struct Context::Impl {
   std::vector<Doorbell> doorbells;
   std::vector<uint32_t> rank_hosts;  // Context::rank_hosts
   std::vector<std::unique_ptr<uint64_t[]>> barrier_staging, barrier_landing;
+  // Tripped with the first failure the Context learns of: from then on the
+  // proxies and their retries post nothing (core/proxy/job_failure.hpp).
+  // Declared before what reads it.
+  JobFailure job_failure;
   std::vector<std::unique_ptr<NicEndpoint>> endpoints;
   // What each proxy thread drives: retries (and injected faults) over its endpoint.
   std::vector<std::unique_ptr<ProxyTransport>> transports;
@@ -235,6 +244,26 @@ struct Context::Impl {
         [this](int rank, const std::string& reason) { on_peer_failure(rank, reason); });
   }
 
+  // Stops every proxy thread, all at once, before anything they use goes
+  // away. False when one did not stop in time (ProxyThread::try_stop: at
+  // most COURIER_TIMEOUT_S, a few seconds once the job failed): the caller
+  // must then leak this Impl rather than destroy it.
+  bool stop_proxies() {
+    for (auto& proxy : proxies) proxy->request_stop();
+    std::string stuck;
+    for (auto& proxy : proxies) {
+      std::string why;
+      if (!proxy->try_stop(&why)) stuck += (stuck.empty() ? "" : "; ") + why;
+    }
+    if (stuck.empty()) return true;
+    log.error("context",
+              "destroying the Context: {}. Its proxy threads, NIC endpoints, FIFO memory and "
+              "backends are leaked, not freed: the stuck thread may still use them, and "
+              "waiting for it could take forever",
+              stuck);
+    return false;
+  }
+
   // Nothing that involves a dead rank can complete: fail every channel now,
   // so producers stop at once instead of at COURIER_TIMEOUT_S.
   void on_peer_failure(int rank, const std::string& reason) {
@@ -243,6 +272,8 @@ struct Context::Impl {
       if (peer_failure) return;
       peer_failure = PeerFailure{rank, reason};
     }
+    // First: a proxy thread about to post to the dead rank must not.
+    job_failure.trip(rank, reason);
     log.error("context", "rank {} is gone or failed; failing all {} channels of this rank: {}",
               rank, channels.size(), reason);
     for (auto& channel : channels) {
@@ -611,6 +642,10 @@ struct Context::Impl {
     options.poll_batch = config.drain_batch;
     options.coalesce_bytes = config.coalesce_bytes;
     options.stall_timeout_ns = uint64_t{config.timeout_s} * 1'000'000'000u;
+    options.job_failure = &job_failure;
+    options.after_failure_wait_ns = config.timeout_s == 0
+                                        ? kAfterFailureWaitNs
+                                        : std::min(kAfterFailureWaitNs, options.stall_timeout_ns);
     options.may_sleep = (nic->props().caps & COURIER_NIC_CAP_PASSIVE_TARGET) != 0;
     const bool sleeps = config.proxy_sleep_ms != 0;
     if (sleeps) {
@@ -635,7 +670,7 @@ struct Context::Impl {
       if (!rank_cpus.empty()) options.cpu = rank_cpus[i % rank_cpus.size()];
       std::vector<ProxyChannel*> mine;
       for (uint32_t c = i; c < channels.size(); c += threads) mine.push_back(channels[c].get());
-      transports.push_back(make_transport_chain(*endpoints[i], config, i, log));
+      transports.push_back(make_transport_chain(*endpoints[i], config, i, log, &job_failure));
       if (sleeps) {
         transports.back() = std::make_unique<RingingTransport>(std::move(transports.back()), peers);
       }
@@ -666,7 +701,16 @@ DeviceBuffer::~DeviceBuffer() {
 }
 
 Context::Context(const ContextOptions& options) : impl_(std::make_unique<Impl>(options)) {}
-Context::~Context() = default;
+
+Context::~Context() {
+  if (impl_ != nullptr && !impl_->stop_proxies()) {
+    // Deliberately leaked (stop_proxies logged why): a proxy thread that
+    // never returns from a provider call may still touch its endpoint, the
+    // FIFO memory, the backends' code and this Impl, so none of it may be
+    // freed or unloaded; waiting for it could take forever.
+    static_cast<void>(impl_.release());
+  }
+}
 
 int Context::rank() const { return impl_->bootstrap->rank(); }
 int Context::world_size() const { return impl_->bootstrap->size(); }
@@ -730,16 +774,38 @@ void Context::deregister_window(uint32_t window) {
   }
   // Nobody may still be writing into it: every rank got here first.
   if (!failed) s.bootstrap->barrier();
+  bool leaked = false;
   for (uint32_t i = 0; i < s.config.proxy_threads; ++i) {
-    s.proxies[i]->run([&] {
-      s.endpoints[i]->deregister_window(window);
-      s.proxies[i]->semantics().set_local_window(window, nullptr, 0);
-    });
+    try {
+      s.proxies[i]->run([&] {
+        s.endpoints[i]->deregister_window(window);
+        s.proxies[i]->semantics().set_local_window(window, nullptr, 0);
+      });
+    } catch (const ProxyUnresponsive& e) {
+      // The thread did not take the task in time (a dead rank can keep a
+      // provider call from ever returning), and the task was withdrawn: the
+      // registration stays on that endpoint, leaked rather than waited for,
+      // and the id stays taken. The caller may free the memory: a peer's
+      // write could land in it only if that peer still posted after the
+      // failure (each stops once it learns of it, milliseconds after), and
+      // on a provider that moves data only while the target polls, only
+      // through this thread, which is stuck.
+      leaked = true;
+      s.log.error("context",
+                  "deregister_window: window {} stays registered on proxy thread {}'s endpoint "
+                  "(leaked) because the thread does not answer: {}",
+                  window, i, e.what());
+      if (!s.job_failure.tripped()) {
+        // A thread stuck for COURIER_TIMEOUT_S is this rank's failure: the
+        // peers learn it now instead of timing out at the barrier below.
+        s.on_transport_failure(e.peer() >= 0 ? e.peer() : rank(), e.what());
+      }
+    }
   }
   // And every rank withdrew it before anyone registers the next one (a
   // backend may then release what it held for the peers' old regions).
-  if (!failed) s.bootstrap->barrier();
-  s.window_used[window] = false;
+  if (!failed && !s.job_failure.tripped()) s.bootstrap->barrier();
+  if (!leaked) s.window_used[window] = false;
 }
 
 uint32_t Context::num_channels() const { return static_cast<uint32_t>(impl_->channels.size()); }

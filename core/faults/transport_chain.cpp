@@ -6,17 +6,24 @@
 namespace courier {
 
 std::unique_ptr<ProxyTransport> make_transport_chain(ProxyTransport& endpoint, const Config& config,
-                                                     uint32_t thread_index, Logger& log) {
+                                                     uint32_t thread_index, Logger& log,
+                                                     const JobFailure* failure) {
   RetryPolicy policy;
   policy.retries = config.retry_count;
-  if (!config.faults.active()) return std::make_unique<RetryingTransport>(endpoint, policy);
-  if (thread_index == 0) {
-    log.warn("faults", "COURIER_FAULTS={}: injecting transport faults (for testing only)",
-             config.faults.describe());
+  std::unique_ptr<RetryingTransport> retrying;
+  if (!config.faults.active()) {
+    retrying = std::make_unique<RetryingTransport>(endpoint, policy);
+  } else {
+    if (thread_index == 0) {
+      log.warn("faults", "COURIER_FAULTS={}: injecting transport faults (for testing only)",
+               config.faults.describe());
+    }
+    auto faults =
+        std::make_unique<FaultInjectingTransport>(endpoint, config.faults, thread_index, &log);
+    retrying = std::make_unique<RetryingTransport>(std::move(faults), policy);
   }
-  auto faults =
-      std::make_unique<FaultInjectingTransport>(endpoint, config.faults, thread_index, &log);
-  return std::make_unique<RetryingTransport>(std::move(faults), policy);
+  retrying->watch_failure(failure);
+  return retrying;
 }
 
 }  // namespace courier

@@ -22,6 +22,8 @@ namespace {
 // Empty steps after a refused post before it is retried without a
 // completion having arrived.
 constexpr uint32_t kRetryHoldoffSteps = 16;
+// Full completion batches one step reads before it moves on.
+constexpr uint32_t kMaxPollBatchesPerStep = 64;
 
 constexpr uint64_t kTicketBits = ProxyThread::kTicketBits;
 constexpr uint64_t kTicketMask = ProxyThread::kTicketMask;
@@ -93,14 +95,14 @@ ProxyThread::ProxyThread(uint32_t index, ProxyTransport& transport,
                          std::vector<ProxyChannel*> channels, const ProxyOptions& options,
                          Logger& log)
     : index_(index),
-      transport_(transport),
+      transport_(transport, options.job_failure),
       channels_(std::move(channels)),
       options_(options),
       log_(log),
       batch_(options.dequeue_batch),
       completions_(options.poll_batch),
       backoff_(options.may_sleep),
-      semantics_(transport, options.semantics, options.mailbox, log),
+      semantics_(transport_, options.semantics, options.mailbox, log),
       last_completion_ns_(options.semantics.world_size, 0) {
   for (uint32_t i = 0; i < channels_.size(); ++i) channels_[i]->thread_slot = i;
 }
@@ -130,11 +132,94 @@ void ProxyThread::start() {
   });
 }
 
-void ProxyThread::stop() {
+void ProxyThread::request_stop() {
   stop_.store(true);
   options_.doorbell.ring();  // a sleeping thread sees stop_ now
+}
+
+void ProxyThread::stop() {
+  request_stop();
   if (thread_.joinable()) thread_.join();
   running_.store(false);
+}
+
+bool ProxyThread::try_stop(std::string* why) {
+  request_stop();
+  if (!thread_.joinable()) {
+    running_.store(false);
+    return true;
+  }
+  {
+    std::unique_lock lock(mutex_);
+    const uint64_t start = JobFailure::now_ns();
+    const uint64_t turns = turns_.load(std::memory_order_relaxed);
+    // Slices: the bound shrinks when the job fails meanwhile.
+    while (!loop_exited_) {
+      if (still_unresponsive()) {
+        *why = unresponsive_why_;
+        return false;
+      }
+      if (task_done_.wait_for(lock, std::chrono::milliseconds(50), [&] { return loop_exited_; })) {
+        break;
+      }
+      const uint64_t now = JobFailure::now_ns();
+      if (wait_expired(start, now)) {
+        *why = give_up_on("stop", now - start, turns).what();
+        return false;
+      }
+    }
+  }
+  // The loop ended: what is left is returning from the thread function.
+  thread_.join();
+  running_.store(false);
+  return true;
+}
+
+bool ProxyThread::wait_expired(uint64_t start_ns, uint64_t now_ns) const {
+  const JobFailure* failure = options_.job_failure;
+  if (failure != nullptr && failure->tripped() &&
+      now_ns - std::max(start_ns, failure->since_ns()) >= options_.after_failure_wait_ns) {
+    return true;
+  }
+  return options_.stall_timeout_ns != 0 && now_ns - start_ns >= options_.stall_timeout_ns;
+}
+
+bool ProxyThread::still_unresponsive() const {
+  return unresponsive_ && turns_.load(std::memory_order_relaxed) == unresponsive_turns_;
+}
+
+ProxyUnresponsive ProxyThread::give_up_on(const char* what, uint64_t waited_ns,
+                                          uint64_t turns_at_start) {
+  const uint64_t turns = turns_.load(std::memory_order_relaxed);
+  const WatchedTransport::Activity activity = transport_.activity();
+  const JobFailure* failure = options_.job_failure;
+  const std::string bound = failure != nullptr && failure->tripped()
+                                ? "the bound once " + failure->summary()
+                                : std::string("COURIER_TIMEOUT_S");
+  std::string doing;
+  if (turns == turns_at_start) {
+    // The loop did not come round at all: one call never returned.
+    doing = fmt::format(
+        "its loop has not come round since: it is {}{}", WatchedTransport::describe(activity),
+        activity.call == WatchedTransport::Call::none
+            ? ""
+            : ", a call that does not return (a NIC provider blocked for good, e.g. on a lock "
+              "or queue that a killed rank held)");
+  } else {
+    doing = fmt::format("its loop came round {} times meanwhile (now it is {})",
+                        turns - turns_at_start, WatchedTransport::describe(activity));
+  }
+  std::string text = fmt::format(
+      "proxy thread {} did not {}: waited {:.1f} s ({}); {}; giving up on it rather "
+      "than hanging",
+      index_, what, static_cast<double>(waited_ns) / 1e9, bound, doing);
+  const bool in_post = activity.call == WatchedTransport::Call::post_write ||
+                       activity.call == WatchedTransport::Call::post_atomic;
+  unresponsive_ = true;
+  unresponsive_turns_ = turns;
+  unresponsive_why_ = text;
+  unresponsive_peer_ = in_post ? static_cast<int>(activity.peer) : -1;
+  return ProxyUnresponsive(text, unresponsive_peer_);
 }
 
 std::string ProxyThread::fatal_error() const {
@@ -157,9 +242,26 @@ void ProxyThread::run(const std::function<void()>& task) {
     task();
     return;
   }
+  if (still_unresponsive()) {
+    // An earlier wait gave up on it and it has not moved since: do not
+    // wait again (teardown calls run() once per window).
+    throw ProxyUnresponsive(unresponsive_why_, unresponsive_peer_);
+  }
   tasks_.push_back(&pending);
   has_tasks_.store(true, std::memory_order_release);
   options_.doorbell.ring();  // a sleeping thread takes the task now
+  const uint64_t start = JobFailure::now_ns();
+  const uint64_t turns = turns_.load(std::memory_order_relaxed);
+  // In slices: the bound shrinks when the job fails meanwhile.
+  while (!task_done_.wait_for(lock, std::chrono::milliseconds(50), [&] { return pending.taken; })) {
+    const uint64_t now = JobFailure::now_ns();
+    if (!wait_expired(start, now)) continue;
+    // Withdrawn while still queued, so the thread can never run it (it
+    // refers to the caller's frame, which is about to go).
+    std::erase(tasks_, &pending);
+    has_tasks_.store(!tasks_.empty(), std::memory_order_release);
+    throw give_up_on("take the task", now - start, turns);
+  }
   task_done_.wait(lock, [&] { return pending.done; });
   if (!pending.error.empty()) throw Error(pending.error);
 }
@@ -184,7 +286,10 @@ bool ProxyThread::run_pending_tasks() {
     std::lock_guard lock(mutex_);
     tasks.swap(tasks_);
     has_tasks_.store(false, std::memory_order_relaxed);
+    for (Task* task : tasks) task->taken = true;
+    unresponsive_ = false;  // it answers again
   }
+  task_done_.notify_all();
   for (Task* task : tasks) execute(*task);
   return true;
 }
@@ -193,6 +298,7 @@ void ProxyThread::loop() {
   try {
     const bool may_block = options_.sleep_after_ns != 0 && options_.doorbell.valid();
     while (!stop_.load(std::memory_order_relaxed)) {
+      turns_.store(turns_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
       bool worked = step();
       if (worked) {
         backoff_.reset();
@@ -226,8 +332,10 @@ void ProxyThread::loop() {
   {
     std::lock_guard lock(mutex_);
     left.swap(tasks_);
+    for (Task* task : left) task->taken = true;
     loop_exited_ = true;
   }
+  task_done_.notify_all();  // try_stop() waits for loop_exited_
   for (Task* task : left) execute(*task);
 }
 
@@ -248,6 +356,7 @@ bool ProxyThread::sleep_if_idle() {
   if (next_sleep_ns_ == 0) next_sleep_ns_ = std::max<uint64_t>(options_.max_sleep_ns / 16, 1);
   bool woke = false;
   while (!woke && quiescent() && !stop_.load(std::memory_order_relaxed)) {
+    turns_.store(turns_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
     const uint32_t ticket = options_.doorbell.begin_sleep();
     // Announced as a sleeper: whatever a ringer published before it looked
     // at the sleepers is visible to this step.
@@ -267,7 +376,9 @@ bool ProxyThread::sleep_if_idle() {
 }
 
 void ProxyThread::check_stall(bool idle_step) {
-  if (options_.stall_timeout_ns == 0) return;
+  // After the job failed, work outstanding to the ranks stays so: every
+  // channel is failed and the failure was reported already.
+  if (options_.stall_timeout_ns == 0 || failed_) return;
   // Reading the clock every iteration would cost the hot path; every 1024th
   // is plenty for a timeout counted in seconds. An idle step (which yields
   // or sleeps anyway) reads it every time: under load 1024 yields can take
@@ -417,10 +528,60 @@ std::string ProxyThread::stall_report(uint64_t now, uint32_t* suspect_out) const
 
 bool ProxyThread::step() {
   bool worked = run_pending_tasks();
+  if (!failed_ && transport_.failed()) worked |= enter_failed_mode();
   worked |= poll_completions();
-  worked |= semantics_.progress();
-  worked |= dequeue_and_post();
+  if (failed_) {
+    // The semantics layer's progress is posting (answers, barrier
+    // messages, retries): nothing more goes out.
+    worked |= fail_new_commands();
+  } else {
+    worked |= semantics_.progress();
+    worked |= dequeue_and_post();
+  }
   publish();
+  return worked;
+}
+
+bool ProxyThread::enter_failed_mode() {
+  failed_ = true;
+  failed_why_ = "not posted: " + options_.job_failure->describe();
+  uint64_t failed = 0;
+  // Refused posts waiting for a retry: whatever their rank, the job is over.
+  for (PendingPost& p : pending_) {
+    for (uint32_t k = p.done; k < p.count; ++k) {
+      fail_command(*p.channel, p.ticket + k, ChannelErrorCode::post_failed, failed_why_);
+      ++failed;
+    }
+  }
+  pending_.clear();
+  // BARRIERs waiting for other ranks, and the commands behind them.
+  for (ProxyChannel* channel : channels_) {
+    for (const auto& [cmd, ticket] : channel->held) {
+      fail_command(*channel, ticket, ChannelErrorCode::post_failed, failed_why_);
+      ++failed;
+    }
+    channel->held.clear();
+  }
+  log_.warn("proxy",
+            "proxy thread {}: {}; posting nothing more ({} commands refused or held so far fail "
+            "on their channels, and so will those taken from now on)",
+            index_, options_.job_failure->summary(), failed);
+  return failed > 0;
+}
+
+bool ProxyThread::fail_new_commands() {
+  bool worked = false;
+  for (ProxyChannel* channel : channels_) {
+    const uint64_t first = channel->consumer.next_ticket();
+    const uint32_t n = channel->consumer.poll(batch_.data(), options_.dequeue_batch);
+    if (n == 0) continue;
+    worked = true;
+    channel->commands.store(channel->commands.load(std::memory_order_relaxed) + n,
+                            std::memory_order_relaxed);
+    for (uint32_t i = 0; i < n; ++i) {
+      fail_command(*channel, first + i, ChannelErrorCode::post_failed, failed_why_);
+    }
+  }
   return worked;
 }
 
@@ -677,7 +838,9 @@ void ProxyThread::complete(uint64_t cookie, uint32_t count, int status, const st
 bool ProxyThread::poll_completions() {
   bool worked = false;
   uint64_t batch_now = 0;
-  for (;;) {
+  // Full batches are read again at once, but not without end: a flood of
+  // incoming notifications must not keep the thread from its tasks and posts.
+  for (uint32_t batches = 0; batches < kMaxPollBatchesPerStep; ++batches) {
     int n = transport_.poll(completions_.data(), options_.poll_batch);
     if (n < 0) {
       throw Error("proxy thread " + std::to_string(index_) +
@@ -729,18 +892,22 @@ bool ProxyThread::poll_completions() {
         // fails on its channel only. Any other status: the transport gave up.
         const bool bad_command =
             c.status == -EINVAL || c.status == -EOPNOTSUPP || c.status == -ENOTSUP;
+        // After the job failed, or a retry dropped because it did: a
+        // consequence of a failure every rank knows, nothing new to report.
+        const bool report = !bad_command && !failed_ && c.status != kCancelledByFailure &&
+                            options_.on_transport_failure;
         // A write that timed out may be stuck behind another rank (a stopped
         // rank stalls the ranks that answer it too): the suspect is then the
         // rank this thread's work waits on most, as in the stall report,
         // taken while the command still counts as outstanding.
         uint32_t suspect = peer;
-        if (!bad_command && c.status == -ETIMEDOUT && options_.on_transport_failure) {
+        if (report && c.status == -ETIMEDOUT) {
           uint32_t stuck = UINT32_MAX;
           (void)stall_report(device::now_ns(), &stuck);
           if (stuck != UINT32_MAX) suspect = stuck;
         }
         complete(c.cookie, count, c.status, why);
-        if (!bad_command && options_.on_transport_failure) {
+        if (report) {
           options_.on_transport_failure(
               static_cast<int>(suspect),
               fmt::format("channel {}: a command to rank {} failed: {}{}", channel.id, peer, why,

@@ -21,9 +21,12 @@
 #include "core/log.hpp"
 #include "core/proxy/doorbell.hpp"
 #include "core/proxy/fifo_consumer.hpp"
+#include "core/proxy/job_failure.hpp"
 #include "core/proxy/proxy_transport.hpp"
+#include "core/proxy/watched_transport.hpp"
 #include "core/semantics/proxy_semantics.hpp"
 #include "courier/device_channel.hpp"
+#include "courier/error.hpp"
 
 namespace courier {
 
@@ -95,6 +98,31 @@ struct ProxyOptions {
   // whether refused at posting or completed with that status, fail on their
   // channel only.)
   std::function<void(int peer, const std::string& what)> on_transport_failure;
+  // The job's failure (owned by the Context; null: none is ever known).
+  // Once it tripped the thread posts nothing more: the commands it holds and
+  // those it takes from then on fail on their channels, held retries are
+  // dropped, and no failure is reported again (docs/fifo-and-proxy.md,
+  // "Failures").
+  const JobFailure* job_failure = nullptr;
+  // How long run() waits for the thread to take a task, and try_stop() for
+  // it to stop, once the job failed (counted from the failure at the
+  // earliest). A thread that answers at all answers within microseconds;
+  // one that does not is most likely inside a provider call that a dead
+  // rank keeps from returning. Before a failure the bound is
+  // stall_timeout_ns (none when that is 0).
+  uint64_t after_failure_wait_ns = 2'000'000'000;
+};
+
+// A proxy thread did not take a task (or did not stop) within its bound;
+// the message says what it was doing. The task was withdrawn: it never runs.
+class ProxyUnresponsive : public Error {
+ public:
+  ProxyUnresponsive(const std::string& what, int peer) : Error(what), peer_(peer) {}
+  // The rank of the transport call it is stuck in, -1 when not in a post.
+  int peer() const { return peer_; }
+
+ private:
+  int peer_;
 };
 
 // Sleeps more the longer a proxy finds nothing to do, so that several busy
@@ -136,10 +164,28 @@ class ProxyThread {
 
   void start();
   // Stops after the current iteration; outstanding operations are abandoned.
+  // Waits for the thread as long as it takes: see try_stop().
   void stop();
+  // Asks the thread to stop and returns at once (to stop several together).
+  void request_stop();
+  // stop(), but waits for the loop to end only as long as run() waits for a
+  // task. False, with *why saying what the thread is doing, when it did not
+  // end in time: the thread then goes on running and may still use all it
+  // was given (its transport, channels, options, this object), so the owner
+  // must leak this object and all of that rather than destroy it (the
+  // destructor would wait for good). Leaking is the lesser evil: the
+  // alternative is a process that never exits.
+  bool try_stop(std::string* why);
 
   // Runs `task` on the proxy thread (or inline when not started) and waits.
-  // Exceptions thrown by the task are rethrown here.
+  // Exceptions thrown by the task are rethrown here. The wait for the
+  // thread to take the task is bounded (ProxyOptions::stall_timeout_ns,
+  // after_failure_wait_ns once the job failed): past it the task is
+  // withdrawn, never to run, and ProxyUnresponsive says what the thread is
+  // doing; later calls then fail at once while the thread's loop has not
+  // come round since. A task the thread took is waited for to the end: it
+  // may use the caller's frame, and it is a short call into the backend on
+  // a thread that is back in its loop.
   void run(const std::function<void()>& task);
 
   // Immediate-data notifications received by this thread's endpoint.
@@ -213,9 +259,27 @@ class ProxyThread {
   void complete(uint64_t cookie, uint32_t count, int status, const std::string& why);
   void publish();
   bool run_pending_tasks();
+  // Once the job failed: fails what was refused or held and stops posting
+  // (failed_). Returns whether anything was failed.
+  bool enter_failed_mode();
+  // In failed mode, in place of dequeue_and_post(): commands taken from now
+  // on fail on their channels without reaching the transport.
+  bool fail_new_commands();
+  // Whether a wait on this thread that began at `start_ns` is over its
+  // bound (run(), try_stop()).
+  bool wait_expired(uint64_t start_ns, uint64_t now_ns) const;
+  // What the thread is doing, for a caller that gave up waiting for it to
+  // `what` ("take the task", "stop") after `waited_ns` (mutex_ held); marks
+  // it unresponsive.
+  ProxyUnresponsive give_up_on(const char* what, uint64_t waited_ns, uint64_t turns_at_start);
+  // Whether an earlier wait gave up on the thread and its loop has not come
+  // round since (mutex_ held).
+  bool still_unresponsive() const;
 
   uint32_t index_;
-  ProxyTransport& transport_;
+  // Every transport call of this thread and its semantics layer goes
+  // through it (refused once the job failed; recorded for diagnostics).
+  WatchedTransport transport_;
   std::vector<ProxyChannel*> channels_;
   ProxyOptions options_;
   Logger& log_;
@@ -236,12 +300,18 @@ class ProxyThread {
   uint32_t stall_polls_ = 0;
   uint64_t idle_since_ns_ = 0;  // when the current run of idle steps began; 0 while working
   uint64_t next_sleep_ns_ = 0;  // the next sleep's bound (doubles up to max_sleep_ns)
+  // The job failed and this thread knows it: nothing is posted any more.
+  bool failed_ = false;
+  std::string failed_why_;  // the message commands fail with from then on
 
   std::thread thread_;
   std::atomic<bool> stop_{false};
   std::atomic<bool> running_{false};
   std::atomic<uint64_t> imm_received_{0};
   std::atomic<uint64_t> imm_failed_{0};
+  // Iterations of the loop so far (this thread writes it): one that does not
+  // move while a caller waits means the thread is stuck inside one call.
+  std::atomic<uint64_t> turns_{0};
 
   // A set-up task handed over by run(). Only the message of a failure
   // crosses threads (no exception_ptr: its reference count is invisible to
@@ -249,16 +319,23 @@ class ProxyThread {
   struct Task {
     const std::function<void()>* fn;
     std::string error;
+    bool taken = false;  // the thread has it: it runs to the end
     bool done = false;
   };
   void execute(Task& task);
 
-  mutable std::mutex mutex_;  // guards tasks_, fatal_ and every Task
-  std::condition_variable task_done_;
+  mutable std::mutex mutex_;  // guards tasks_, fatal_, every Task and the unresponsive_ state
+  std::condition_variable task_done_;  // a task done, taken, or the loop ended
   std::atomic<bool> has_tasks_{false};
   std::vector<Task*> tasks_;
   bool loop_exited_ = false;  // no thread will pick up tasks any more
   std::string fatal_;
+  // A wait gave up on this thread when its loop had come round
+  // unresponsive_turns_ times; the description it gave.
+  bool unresponsive_ = false;
+  uint64_t unresponsive_turns_ = 0;
+  std::string unresponsive_why_;
+  int unresponsive_peer_ = -1;
 };
 
 }  // namespace courier

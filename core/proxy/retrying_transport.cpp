@@ -107,8 +107,24 @@ void RetryingTransport::give_up(const Held& held, int status, const std::string&
   failed_.add(held.cookie, status == -EBUSY ? -EIO : status, std::move(message));
 }
 
+void RetryingTransport::cancel_all() {
+  const std::string why = "not re-posted: " + failure_->describe();
+  for (auto& [peer, queue] : waiting_) {
+    for (const Held& held : queue) {
+      std::string what = std::visit([](const auto& r) { return describe(r); }, held.request);
+      failed_.add(held.cookie, kCancelledByFailure, fmt::format("{}: {}", what, why));
+    }
+  }
+  waiting_.clear();
+  held_ = 0;
+}
+
 void RetryingTransport::pump() {
   if (held_ == 0) return;
+  if (failure_ != nullptr && failure_->tripped()) {
+    cancel_all();
+    return;
+  }
   const uint64_t now = now_();
   for (auto it = waiting_.begin(); it != waiting_.end();) {
     std::deque<Held>& queue = it->second;

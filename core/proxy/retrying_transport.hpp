@@ -2,8 +2,9 @@
 // docs/plugin-abi.md section 4) of the transport it wraps. A refused request
 // is accepted, kept, and re-posted from poll() with exponential back-off; once
 // the retries are spent it completes with an error. Requests to a peer that
-// has one waiting queue behind it, so each peer still sees post order.
-// docs/faults.md describes the policy.
+// has one waiting queue behind it, so each peer still sees post order. Once
+// the job failed (watch_failure) nothing is re-posted: what is kept
+// completes with kCancelledByFailure. docs/faults.md describes the policy.
 #pragma once
 
 #include <chrono>
@@ -16,6 +17,7 @@
 #include <variant>
 
 #include "core/proxy/failed_posts.hpp"
+#include "core/proxy/job_failure.hpp"
 #include "core/proxy/proxy_transport.hpp"
 
 namespace courier {
@@ -50,6 +52,11 @@ class RetryingTransport final : public ProxyTransport {
   int poll(courier_nic_completion_v1* out, uint32_t max) override;
   std::string last_error() const override;
 
+  // Once `failure` (which must outlive this) tripped, held requests are no
+  // longer re-posted: a dead rank can keep a post from ever returning
+  // (job_failure.hpp). Each completes with kCancelledByFailure instead.
+  void watch_failure(const JobFailure* failure) { failure_ = failure; }
+
   // Requests accepted but not yet handed to the inner transport.
   size_t held() const { return held_; }
   // Re-posts made so far (tests and diagnostics).
@@ -72,12 +79,15 @@ class RetryingTransport final : public ProxyTransport {
   // Posts the due heads of the peer queues and what waits behind them.
   void pump();
   void give_up(const Held& held, int status, const std::string& why);
+  // Completes every held request with kCancelledByFailure.
+  void cancel_all();
   uint64_t delay_after(uint32_t attempts) const;
 
   std::unique_ptr<ProxyTransport> owned_;
   ProxyTransport& inner_;
   RetryPolicy policy_;
   NanoClock now_;
+  const JobFailure* failure_ = nullptr;
   std::unordered_map<uint32_t, std::deque<Held>> waiting_;  // by peer; head is being retried
   size_t held_ = 0;
   uint64_t retries_made_ = 0;

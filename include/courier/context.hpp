@@ -86,6 +86,11 @@ class DeviceBuffer {
 class Context {
  public:
   explicit Context(const ContextOptions& options = {});
+  // Stops the proxy threads and frees everything. A proxy thread that does
+  // not stop within COURIER_TIMEOUT_S (a few seconds once a peer failed: a
+  // dead rank can keep it inside the NIC provider for good) is given up on:
+  // the Context then logs why and leaks its threads, endpoints and memory
+  // rather than hang (docs/fifo-and-proxy.md, "Failures").
   ~Context();
   Context(const Context&) = delete;
   Context& operator=(const Context&) = delete;
@@ -111,7 +116,10 @@ class Context {
   // TransferCmds name (0, 1, ... in call order; at most 16).
   uint32_t register_window(void* base, size_t bytes);
   // Collective. Undoes register_window once every rank got here (so nobody
-  // writes into it any more); the id may be handed out again.
+  // writes into it any more); the id may be handed out again. After a peer
+  // failed it runs on this rank alone; a proxy thread that does not answer
+  // then (within a few seconds) keeps the window registered on its endpoint,
+  // logged and leaked rather than waited for, and the id stays taken.
   void deregister_window(uint32_t window);
 
   uint32_t num_channels() const;

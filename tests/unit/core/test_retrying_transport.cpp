@@ -1,6 +1,7 @@
 // RetryingTransport against a scripted transport and a hand-driven clock:
 // transient failures (-EBUSY) are re-posted with growing gaps, exhausted
-// retries fail exactly once with a message, and each peer keeps post order.
+// retries fail exactly once with a message, and each peer keeps post order;
+// once the job failed, nothing held is re-posted.
 #include <doctest/doctest.h>
 
 #include <vector>
@@ -225,4 +226,36 @@ TEST_CASE("other errors and capabilities pass through") {
   REQUIRE(t.poll(c, 4) == 1);
   CHECK(c[0].kind == COURIER_NIC_COMP_RX_IMM);
   CHECK(c[0].imm == 1234);
+}
+
+TEST_CASE("once the job failed, held requests are cancelled instead of re-posted") {
+  // A post to a dead rank may never return (libfabric shm spins on a lock
+  // the dead rank held): after the failure nothing is handed on any more.
+  FakeClock clock;
+  ScriptedTransport inner(&clock);
+  inner.script = {-EBUSY, -EBUSY};
+  JobFailure failure;
+  RetryingTransport t(inner, policy_with(7), clock.fn());
+  t.watch_failure(&failure);
+  std::string error;
+  CHECK(t.post_write(write_to(2), 7, &error) == COURIER_OK);  // kept for a retry
+  CHECK(t.post_write(write_to(2), 8, &error) == COURIER_OK);  // queued behind it
+  CHECK(t.held() == 2);
+  REQUIRE(inner.attempts.size() == 1);
+
+  REQUIRE(failure.trip(2, "rank 2 is gone"));
+  clock.now += 1'000'000'000;  // long past the retry's due time
+  std::vector<courier_nic_completion_v1> got = poll_until(t, clock, 2, 1000, 10);
+  REQUIRE(got.size() == 2);
+  CHECK(got[0].cookie == 7);
+  CHECK(got[1].cookie == 8);
+  for (const courier_nic_completion_v1& c : got) {
+    CHECK(c.kind == COURIER_NIC_COMP_TX);
+    CHECK(c.status == kCancelledByFailure);
+  }
+  // The last poll returned cookie 8: its message says why it was dropped.
+  CHECK(t.last_error().find("not re-posted") != std::string::npos);
+  CHECK(t.last_error().find("rank 2 is gone") != std::string::npos);
+  CHECK(inner.attempts.size() == 1);  // neither was posted again
+  CHECK(t.held() == 0);
 }

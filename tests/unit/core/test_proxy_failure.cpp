@@ -1,0 +1,265 @@
+// ProxyThread when a peer is gone (issue 19: "killed ranks must never hang
+// the others"). A rank killed while holding a lock or queue its peers' posts
+// need can keep a proxy thread inside the provider for good (libfabric 1.17
+// shm: every post takes a spinlock in the target's shared region); a peer
+// that stopped leaves posts refused with -EAGAIN forever. Either way:
+//   - a thread that keeps getting -EAGAIN still takes set-up tasks;
+//   - once the job failed it posts nothing more and fails what it holds;
+//   - a thread stuck inside a transport call is given up on after a bound
+//     (run() and try_stop()), with a message that says where it is stuck,
+//     and a withdrawn task never runs.
+// Hangs are caught by the ctest TIMEOUT; no check here depends on timing
+// beyond generous bounds.
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/proxy/job_failure.hpp"
+#include "core/proxy/proxy_thread.hpp"
+#include "core/proxy/watched_transport.hpp"
+#include "gpu/fifo_push.hpp"
+#include "test_ring.hpp"
+
+using namespace courier;
+using courier::testing::TestRing;
+using courier::testing::write_cmd;
+
+namespace {
+
+constexpr uint32_t kCaps = COURIER_NIC_CAP_RMA_WRITE | COURIER_NIC_CAP_ORDERED_WRITES;
+
+// Posts to `refusing_peer` are refused with -EAGAIN, every time; posts to
+// `stuck_peer` do not return until release() (the test's stand-in for a
+// provider spinning on a dead rank's lock); the rest complete on the next
+// poll. Counters are atomics: the test reads them while the proxy runs.
+class DeadPeerTransport final : public ProxyTransport {
+ public:
+  static constexpr uint32_t kNone = UINT32_MAX;
+
+  uint32_t caps() const override { return kCaps; }
+  int post_write(const WriteRequest& write, uint64_t cookie, std::string*) override {
+    if (write.peer == refusing_peer) {
+      refused.fetch_add(1);
+      return -EAGAIN;
+    }
+    if (write.peer == stuck_peer) {
+      inside.store(true);
+      while (!released.load()) std::this_thread::yield();
+      inside.store(false);
+    }
+    posted.fetch_add(1);
+    std::lock_guard lock(mutex_);
+    done_.push_back(cookie);
+    return COURIER_OK;
+  }
+  int poll(courier_nic_completion_v1* out, uint32_t max) override {
+    std::lock_guard lock(mutex_);
+    uint32_t n = 0;
+    for (; n < max && !done_.empty(); ++n) {
+      out[n] = {};
+      out[n].kind = COURIER_NIC_COMP_TX;
+      out[n].cookie = done_.back();
+      done_.pop_back();
+    }
+    return static_cast<int>(n);
+  }
+  std::string last_error() const override { return "none"; }
+  void release() { released.store(true); }
+
+  uint32_t refusing_peer = kNone;
+  uint32_t stuck_peer = kNone;
+  std::atomic<uint64_t> refused{0};
+  std::atomic<uint64_t> posted{0};
+  std::atomic<bool> inside{false};
+  std::atomic<bool> released{false};
+
+ private:
+  std::mutex mutex_;
+  std::vector<uint64_t> done_;
+};
+
+struct Fixture {
+  explicit Fixture(uint32_t channels) {
+    for (uint32_t c = 0; c < channels; ++c) {
+      rings.push_back(std::make_unique<TestRing>(64, 32));
+      rings.back()->ch.channel_id = c;
+      proxy_channels.push_back(std::make_unique<ProxyChannel>(c, rings.back()->slots.data(),
+                                                              rings.back()->control.get(), 64));
+    }
+    options.poll_batch = 4;
+    options.semantics.world_size = 4;
+    options.job_failure = &failure;
+  }
+  std::unique_ptr<ProxyThread> make_proxy(ProxyTransport& transport) {
+    std::vector<ProxyChannel*> mine;
+    for (auto& c : proxy_channels) mine.push_back(c.get());
+    return std::make_unique<ProxyThread>(0, transport, mine, options, log);
+  }
+  DeviceChannel& ch(uint32_t c) { return rings[c]->ch; }
+  // The proxy thread writes these while the test reads them.
+  uint64_t completed(uint32_t c) {
+    return std::atomic_ref<uint64_t>(rings[c]->control->completed).load();
+  }
+  uint64_t error(uint32_t c) { return std::atomic_ref<uint64_t>(rings[c]->control->error).load(); }
+
+  Logger log{LogLevel::error};
+  JobFailure failure;
+  ProxyOptions options;
+  std::vector<std::unique_ptr<TestRing>> rings;
+  std::vector<std::unique_ptr<ProxyChannel>> proxy_channels;
+};
+
+void wait_for(const std::atomic<bool>& flag) {
+  while (!flag.load()) std::this_thread::yield();
+}
+
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+}  // namespace
+
+TEST_CASE("a thread whose posts to one peer are refused forever still takes tasks") {
+  Fixture fx(2);
+  DeadPeerTransport transport;
+  transport.refusing_peer = 1;
+  auto proxy = fx.make_proxy(transport);
+  proxy->start();
+  // Channel 0 writes to the peer that never makes room. (A thread retries
+  // refused posts before it takes anything new, from any channel: the
+  // transport counts as full until one of its operations completes.)
+  for (uint32_t i = 0; i < 4; ++i) {
+    REQUIRE(device::push(fx.ch(0), write_cmd(1, i, 16), nullptr) == PushStatus::ok);
+  }
+  while (transport.refused.load() < 100) std::this_thread::yield();  // retried, again and again
+
+  std::thread::id ran_on;
+  proxy->run([&] { ran_on = std::this_thread::get_id(); });
+  CHECK(ran_on != std::this_thread::get_id());
+  CHECK(fx.completed(0) == 0);  // the refused ones wait
+
+  // The job fails: the refused commands fail on their channel, and nothing
+  // more reaches the transport, not even commands taken afterwards.
+  REQUIRE(fx.failure.trip(1, "rank 1 is gone: test"));
+  proxy->run([] {});
+  proxy->run([] {});  // a whole step ran after the failure was seen
+  const uint64_t refused = transport.refused.load();
+  const uint64_t posted = transport.posted.load();
+  CHECK(device::drain(fx.ch(0)) == PushStatus::channel_failed);
+  const uint64_t error = fx.error(0);
+  CHECK((error & 0xff) == static_cast<uint64_t>(ChannelErrorCode::post_failed));
+  CHECK((error >> 8) == 1);  // ticket 0 + 1: the first refused command
+  CHECK(fx.proxy_channels[0]->errors.load() >= 4);
+
+  REQUIRE(device::push(fx.ch(1), write_cmd(0, 0, 16), nullptr) == PushStatus::ok);
+  CHECK(device::drain(fx.ch(1)) == PushStatus::channel_failed);
+  proxy->run([] {});
+  CHECK(transport.refused.load() == refused);
+  CHECK(transport.posted.load() == posted);
+  proxy->stop();
+}
+
+TEST_CASE("once the job failed, the semantics layer's posts are refused too") {
+  // WatchedTransport sits between the proxy (and its semantics layer) and
+  // the transport chain.
+  DeadPeerTransport inner;
+  JobFailure failure;
+  WatchedTransport watched(inner, &failure);
+  std::string error;
+  WriteRequest write;
+  write.peer = 2;
+  write.length = 8;
+  CHECK(watched.post_write(write, 1, &error) == COURIER_OK);
+  REQUIRE(failure.trip(2, "rank 2 is gone: test"));
+  CHECK(watched.post_write(write, 2, &error) == kCancelledByFailure);
+  CHECK(contains(error, "not posted to rank 2"));
+  CHECK(contains(error, "rank 2 is gone: test"));
+  CHECK(watched.post_atomic(AtomicRequest{}, 3, &error) == kCancelledByFailure);
+  CHECK(inner.posted.load() == 1);
+  courier_nic_completion_v1 c[2];
+  CHECK(watched.poll(c, 2) == 1);  // completions still come back
+}
+
+TEST_CASE("after a failure, a thread stuck inside a post is given up on, not waited for") {
+  Fixture fx(1);
+  fx.options.after_failure_wait_ns = 200'000'000;
+  DeadPeerTransport transport;
+  transport.stuck_peer = 2;
+  auto proxy = fx.make_proxy(transport);
+  proxy->start();
+  REQUIRE(device::push(fx.ch(0), write_cmd(2, 0, 16), nullptr) == PushStatus::ok);
+  wait_for(transport.inside);  // the post will not return
+
+  REQUIRE(fx.failure.trip(2, "rank 2 is gone: test"));
+  std::atomic<bool> ran{false};
+  const auto start = std::chrono::steady_clock::now();
+  std::string message;
+  int peer = -1;
+  try {
+    proxy->run([&] { ran.store(true); });
+  } catch (const ProxyUnresponsive& e) {
+    message = e.what();
+    peer = e.peer();
+  }
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(60));
+  CHECK(contains(message, "proxy thread 0 did not take the task"));
+  CHECK(contains(message, "post_write to rank 2"));
+  CHECK(contains(message, "the job failed (rank 2)"));
+  CHECK(peer == 2);
+  // Still stuck: the next task is refused at once, with the same story.
+  CHECK_THROWS_AS(proxy->run([&] { ran.store(true); }), ProxyUnresponsive);
+
+  std::string why;
+  CHECK_FALSE(proxy->try_stop(&why));
+  CHECK(contains(why, "post_write to rank 2"));
+
+  // The provider lets go after all: the thread sees stop and ends; the
+  // withdrawn tasks never ran.
+  transport.release();
+  proxy->stop();
+  CHECK_FALSE(ran.load());
+}
+
+TEST_CASE("before any failure, run() gives up after COURIER_TIMEOUT_S and the thread recovers") {
+  Fixture fx(1);
+  fx.options.job_failure = nullptr;
+  fx.options.stall_timeout_ns = 300'000'000;
+  DeadPeerTransport transport;
+  transport.stuck_peer = 3;
+  auto proxy = fx.make_proxy(transport);
+  proxy->start();
+  REQUIRE(device::push(fx.ch(0), write_cmd(3, 0, 16), nullptr) == PushStatus::ok);
+  wait_for(transport.inside);
+
+  std::atomic<bool> ran{false};
+  std::string message;
+  try {
+    proxy->run([&] { ran.store(true); });
+  } catch (const ProxyUnresponsive& e) {
+    message = e.what();
+  }
+  CHECK(contains(message, "COURIER_TIMEOUT_S"));
+  CHECK(contains(message, "post_write to rank 3"));
+
+  // Once the call returns the thread answers again (until its loop came
+  // round, a call is refused at once: the thread still counts as stuck).
+  transport.release();
+  for (;;) {
+    try {
+      proxy->run([&] { ran.store(true); });
+      break;
+    } catch (const ProxyUnresponsive&) {
+      std::this_thread::yield();
+    }
+  }
+  CHECK(ran.load());
+  CHECK(device::drain(fx.ch(0)) == PushStatus::ok);
+  std::string why;
+  CHECK(proxy->try_stop(&why));
+}
