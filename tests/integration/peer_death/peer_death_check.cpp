@@ -6,6 +6,15 @@
 //
 //   courier-run -n 4 peer_death_check --die 2 --after-ms 1500
 //
+// --how kill-locked: rank DIE first takes the lock of its own libfabric shm
+// region and holds it for --hold-ms before it kills itself, as if SIGKILL
+// had caught it inside the provider (likely under traffic: its progress
+// holds that lock while it copies incoming data). libfabric 1.17/1.18 shm
+// takes the target's lock on every post, so the peers' proxy threads that
+// post to it meanwhile spin inside fi_write for good: the survivors must
+// still fail and exit on their own (issue 19). This knows the region's
+// layout (version 4 only); otherwise rank DIE says SKIP and dies plainly.
+//
 // Lines the scripts read (epoch milliseconds, so that ranks' times compare):
 //   peer_death_check: rank 2 is process <pid>
 //   peer_death_check: rank 2 kills itself at <ms>
@@ -14,14 +23,20 @@
 // Exit status: 1 when the peer's death was noticed (the expected outcome for
 // a survivor), 3 when traffic ran until --give-up-s without any failure, 2
 // for a bad command line.
+#include <dirent.h>
+#include <fcntl.h>
 #include <fmt/format.h>
+#include <pthread.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
+#include <cstddef>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <optional>
 #include <string>
 #include <thread>
@@ -37,15 +52,18 @@ struct Options {
   int die = 2;
   int after_ms = 1500;
   int give_up_s = 60;
-  bool stop = false;  // --how stop: SIGSTOP (a hang) instead of SIGKILL
-  bool ep = false;    // --traffic ep: EP dispatch and combine instead of raw WRITEs
+  bool stop = false;    // --how stop: SIGSTOP (a hang) instead of SIGKILL
+  bool locked = false;  // --how kill-locked: SIGKILL while holding its shm region's lock
+  int hold_ms = 300;    // --hold-ms: how long it holds the lock before it dies
+  bool ep = false;      // --traffic ep: EP dispatch and combine instead of raw WRITEs
   std::string provider = "shm";
 };
 
 [[noreturn]] void usage_error(const std::string& message) {
   fmt::print(stderr,
              "peer_death_check: {}\nusage: peer_death_check [--die RANK] [--after-ms MS] "
-             "[--give-up-s S] [--how kill|stop] [--traffic writes|ep] [--provider shm|tcp]\n",
+             "[--give-up-s S] [--how kill|stop|kill-locked] [--hold-ms MS] [--traffic writes|ep] "
+             "[--provider shm|tcp]\n",
              message);
   std::exit(2);
 }
@@ -63,8 +81,13 @@ Options parse(int argc, char** argv) {
     } else if (arg == "--give-up-s") {
       o.give_up_s = std::atoi(value.c_str());
     } else if (arg == "--how") {
-      if (value != "kill" && value != "stop") usage_error("--how must be kill or stop");
+      if (value != "kill" && value != "stop" && value != "kill-locked") {
+        usage_error("--how must be kill, stop or kill-locked");
+      }
       o.stop = value == "stop";
+      o.locked = value == "kill-locked";
+    } else if (arg == "--hold-ms") {
+      o.hold_ms = std::atoi(value.c_str());
     } else if (arg == "--traffic") {
       if (value != "writes" && value != "ep") usage_error("--traffic must be writes or ep");
       o.ep = value == "ep";
@@ -74,7 +97,9 @@ Options parse(int argc, char** argv) {
       usage_error("unknown argument '" + arg + "'");
     }
   }
-  if (o.after_ms < 0 || o.give_up_s < 1) usage_error("--after-ms and --give-up-s must be >= 0/1");
+  if (o.after_ms < 0 || o.give_up_s < 1 || o.hold_ms < 0) {
+    usage_error("--after-ms, --give-up-s and --hold-ms must be >= 0/1/0");
+  }
   return o;
 }
 
@@ -87,6 +112,49 @@ int64_t epoch_ms() {
 void say(const std::string& line) {
   std::fputs(("peer_death_check: " + line + "\n").c_str(), stdout);
   std::fflush(stdout);
+}
+
+// Takes the lock of each shm region this process's endpoints created
+// (/dev/shm/courier-<pid>-<nonce>, nic/ofi/ofi_fabric.cpp) and keeps it: the
+// mappings stay until the process dies. libfabric 1.17/1.18 (SMR_VERSION 4)
+// begin struct smr_region with {uint8 version; uint8 resv; uint16 flags; int
+// pid; uint8 cma_cap_peer, cma_cap_self; uint32 max_sar_buf_per_peer; void
+// *base_addr; pthread_spinlock_t lock; ...}: the lock at offset 24. Returns
+// how many it holds, or 0 with *why set.
+int hold_own_shm_region_locks(std::string* why) {
+  constexpr unsigned kKnownVersion = 4;
+  constexpr size_t kLockOffset = 24;
+  const std::string prefix = fmt::format("courier-{}-", ::getpid());
+  DIR* dir = ::opendir("/dev/shm");
+  if (dir == nullptr) {
+    *why = "cannot list /dev/shm";
+    return 0;
+  }
+  int held = 0;
+  while (const dirent* entry = ::readdir(dir)) {
+    if (std::strncmp(entry->d_name, prefix.c_str(), prefix.size()) != 0) continue;
+    const std::string path = std::string("/dev/shm/") + entry->d_name;
+    const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+    if (fd < 0) continue;
+    void* map = ::mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    ::close(fd);
+    if (map == MAP_FAILED) continue;
+    auto* region = static_cast<std::byte*>(map);
+    int pid = 0;
+    std::memcpy(&pid, region + 4, sizeof pid);
+    const auto version = static_cast<unsigned>(region[0]);
+    if (version != kKnownVersion || pid != ::getpid()) {
+      *why = fmt::format("{} has region version {} (pid {}); this check knows version {} only",
+                         path, version, pid, kKnownVersion);
+      ::munmap(map, 4096);
+      continue;
+    }
+    ::pthread_spin_lock(reinterpret_cast<pthread_spinlock_t*>(region + kLockOffset));
+    ++held;
+  }
+  ::closedir(dir);
+  if (held == 0 && why->empty()) *why = "this process has no shm region (not the shm provider?)";
+  return held;
 }
 
 constexpr uint32_t kSlice = 1024;  // bytes per WRITE; each rank owns one slice of every window
@@ -193,6 +261,17 @@ int run(const Options& o) {
   if (rank == o.die) {
     killer.emplace([&] {
       std::this_thread::sleep_for(std::chrono::milliseconds(o.after_ms));
+      if (o.locked) {
+        std::string why;
+        const int held = hold_own_shm_region_locks(&why);
+        if (held == 0) {
+          say(fmt::format("rank {} cannot hold its shm region's lock: {}; SKIP", rank, why));
+        } else {
+          // The peers' posts to this rank now spin in the provider.
+          std::this_thread::sleep_for(std::chrono::milliseconds(o.hold_ms));
+          say(fmt::format("rank {} holds the lock of its {} shm region(s)", rank, held));
+        }
+      }
       // SIGSTOP: the rank hangs (alive, silent) rather than dies.
       say(fmt::format("rank {} {} itself at {}", rank, o.stop ? "stops" : "kills", epoch_ms()));
       ::kill(::getpid(), o.stop ? SIGSTOP : SIGKILL);
