@@ -640,6 +640,10 @@ struct Context::Impl {
     options.semantics.fault_seed = config.faults.seed;
     options.semantics.channels = static_cast<uint32_t>(channels.size());
     options.poll_batch = config.drain_batch;
+    // A visit takes what a channel can hold in flight: a kernel's burst
+    // reaches the transport whole, which may merge it (nic-ce turns a
+    // region pushed in pieces by many blocks into a few copies).
+    options.dequeue_batch = config.max_inflight;
     options.coalesce_bytes = config.coalesce_bytes;
     options.stall_timeout_ns = uint64_t{config.timeout_s} * 1'000'000'000u;
     options.job_failure = &job_failure;

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 
@@ -149,6 +150,7 @@ int Endpoint::open(const EndpointOptions& options, std::unique_ptr<Endpoint>* ou
 }
 
 Endpoint::~Endpoint() {
+  if (options_.trace) print_trace();
   use_device(options_.device);
   for (Peer& peer : peers_) {
     if (peer.stream != nullptr) {
@@ -563,7 +565,9 @@ int Endpoint::launch(Peer& peer, Op& op) {
   }
   if (rc != cudaSuccess)
     return set_cuda_error(rc, op.atomic ? "launching an atomic" : "cudaMemcpyAsync");
-  return record_event(peer, op);
+  if (int status = record_event(peer, op); status != 0) return status;
+  trace_launch(op, 1, op.atomic ? 0 : 1, op.bytes);
+  return 0;
 }
 
 int Endpoint::record_event(Peer& peer, Op& op) {
@@ -634,6 +638,7 @@ void Endpoint::complete_launched(Peer& peer) {
     free_events_.push_back(op.event);
     op.event = nullptr;
     --peer.launched;
+    trace_complete(op);
     const int status = rc == cudaSuccess
                            ? 0
                            : set_cuda_error(rc, op.atomic          ? "an atomic kernel"
@@ -753,6 +758,12 @@ void Endpoint::flush_batch(Peer& peer) {
     }
   }
   if (status == 0) status = record_event(peer, *batch_.back());
+  if (status == 0 && options_.trace) {
+    uint64_t bytes = 0;
+    for (const Op* op : batch_) bytes += op->bytes;
+    trace_launch(*batch_.back(), static_cast<uint32_t>(batch_.size()),
+                 static_cast<uint32_t>(batch_copies_), bytes);
+  }
   for (Op* op : batch_) {
     if (status != 0) {
       finish_launched(*op, status);
@@ -764,6 +775,7 @@ void Endpoint::flush_batch(Peer& peer) {
 }
 
 cudaError_t Endpoint::submit_batch(Peer& peer) {
+  batch_copies_ = batch_.size();
   if (batch_.size() == 1 || !plan_batch()) {
     // Ranges that meet (or a single copy): one copy each, in post order.
     for (const Op* op : batch_) {
@@ -774,6 +786,7 @@ cudaError_t Endpoint::submit_batch(Peer& peer) {
   }
   copies_merged_ += batch_.size() - batch_dst_.size();
   const size_t n = batch_dst_.size();
+  batch_copies_ = n;
   if (n > 1 && batch_call_) {
 #if CUDART_VERSION >= 12080
     // The sources are read in stream order: a kernel before this copy on
@@ -809,6 +822,51 @@ cudaError_t Endpoint::submit_batch(Peer& peer) {
     if (rc != cudaSuccess) return rc;
   }
   return cudaSuccess;
+}
+
+namespace {
+constexpr size_t kTraceEntries = 256;
+uint64_t trace_now_ns() {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                   std::chrono::steady_clock::now().time_since_epoch())
+                                   .count());
+}
+}  // namespace
+
+void Endpoint::trace_launch(Op& op, uint32_t writes, uint32_t copies, uint64_t bytes) {
+  if (!options_.trace) return;
+  if (trace_.size() < kTraceEntries) trace_.resize(kTraceEntries);
+  const uint64_t slot = trace_next_++ % kTraceEntries;
+  trace_[slot] = TraceEntry{trace_now_ns(), 0, writes, copies, bytes};
+  op.trace_slot = static_cast<int64_t>(slot);
+  trace_writes_ += writes;
+  trace_copies_ += copies;
+  ++trace_launches_;
+}
+
+void Endpoint::trace_complete(const Op& op) {
+  if (!options_.trace || op.trace_slot < 0) return;
+  trace_[static_cast<size_t>(op.trace_slot)].completed_ns = trace_now_ns();
+}
+
+void Endpoint::print_trace() const {
+  std::fprintf(stderr,
+               "nic-ce trace: %llu writes in %llu copies, %llu launches (batching %s); the last "
+               "launches, us since the first shown: launched, completed (seen by poll), writes, "
+               "copies, KiB\n",
+               static_cast<unsigned long long>(trace_writes_),
+               static_cast<unsigned long long>(trace_copies_),
+               static_cast<unsigned long long>(trace_launches_),
+               options_.batch_copies ? "on" : "off");
+  const uint64_t n = std::min<uint64_t>(trace_next_, kTraceEntries);
+  const uint64_t first = trace_next_ - n;
+  const uint64_t t0 = n > 0 ? trace_[first % kTraceEntries].launched_ns : 0;
+  for (uint64_t i = first; i < trace_next_; ++i) {
+    const TraceEntry& e = trace_[i % kTraceEntries];
+    std::fprintf(stderr, "  %10.1f %10.1f %5u %5u %10.1f\n", (e.launched_ns - t0) / 1e3,
+                 e.completed_ns != 0 ? (e.completed_ns - t0) / 1e3 : -1.0, e.writes, e.copies,
+                 e.bytes / 1024.0);
+  }
 }
 
 void Endpoint::apply_host_write(const Message& m) {

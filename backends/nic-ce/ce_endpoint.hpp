@@ -106,6 +106,7 @@ struct EndpointOptions {
   uint32_t tx_depth = 256;
   bool atomics = false;
   bool batch_copies = true;  // COURIER_CE_BATCH: several queued copies per driver call
+  bool trace = false;        // COURIER_CE_TRACE: the last launches and their completions at close
 };
 
 class Endpoint {
@@ -137,6 +138,7 @@ class Endpoint {
     // completes with the next one that has it (the stream runs in order).
     cudaEvent_t event = nullptr;
     bool device_source = false;  // the source is GPU memory (may join a batch)
+    int64_t trace_slot = -1;     // COURIER_CE_TRACE: its launch's entry
     // A copy (or atomic) to start once order allows.
     void* dst = nullptr;
     const void* src = nullptr;
@@ -228,6 +230,19 @@ class Endpoint {
   bool batch_call_ = true;
   std::vector<size_t> order_, by_source_;  // plan_batch's scratch
   uint64_t copies_merged_ = 0;
+  size_t batch_copies_ = 0;  // copies the last submit_batch issued
+  // COURIER_CE_TRACE: counts, and a ring of the last launches (when, how
+  // many writes in how many copies, when the stream finished them).
+  struct TraceEntry {
+    uint64_t launched_ns, completed_ns;
+    uint32_t writes, copies;
+    uint64_t bytes;
+  };
+  void trace_launch(Op& op, uint32_t writes, uint32_t copies, uint64_t bytes);
+  void trace_complete(const Op& op);
+  void print_trace() const;
+  std::vector<TraceEntry> trace_;
+  uint64_t trace_next_ = 0, trace_writes_ = 0, trace_copies_ = 0, trace_launches_ = 0;
   std::vector<Op*> waiting_;  // complete_launched's scratch
 };
 

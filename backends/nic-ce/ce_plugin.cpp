@@ -27,6 +27,7 @@ namespace {
 struct Backend {
   int device = 0;
   bool batch_copies = true;  // COURIER_CE_BATCH
+  bool trace = false;        // COURIER_CE_TRACE
   IpcMappings mappings;      // closed after every endpoint (fini comes last)
   std::string device_name;
   char pci_address[32] = {};
@@ -85,6 +86,14 @@ int plugin_init(const courier_host_services_v1* host, void** backend) {
         return set_error(-EINVAL, "COURIER_CE_BATCH='" + value + "' is invalid: expected 0 or 1");
       }
       b->batch_copies = value == "1";
+    }
+    if (const char* trace = host->get_env(host->ctx, "COURIER_CE_TRACE");
+        trace != nullptr && *trace != '\0') {
+      const std::string value(trace);
+      if (value != "0" && value != "1") {
+        return set_error(-EINVAL, "COURIER_CE_TRACE='" + value + "' is invalid: expected 0 or 1");
+      }
+      b->trace = value == "1";
     }
     cudaDeviceProp props{};
     if (cudaGetDeviceProperties(&props, b->device) == cudaSuccess) {
@@ -149,6 +158,7 @@ int plugin_ep_open(void* backend, const courier_nic_ep_attr_v1* attr, void** ep)
     options.device = static_cast<Backend*>(backend)->device;
     options.mappings = &static_cast<Backend*>(backend)->mappings;
     options.batch_copies = static_cast<Backend*>(backend)->batch_copies;
+    options.trace = static_cast<Backend*>(backend)->trace;
     options.tx_depth = attr->tx_depth == 0 ? 256 : attr->tx_depth;
     options.atomics = (attr->flags & COURIER_NIC_EP_ATOMICS) != 0;
     std::unique_ptr<Endpoint> endpoint;
@@ -218,6 +228,9 @@ constexpr courier_knob_v1 kKnobs[] = {
      "1: the copies a poll finds queued go to the copy engines as batches (one driver call and "
      "one event each, cudaMemcpyBatchAsync where the CUDA runtime has it); 0: one "
      "cudaMemcpyAsync and one event per write"},
+    {"COURIER_CE_TRACE", "0", "0|1",
+     "1: when an endpoint closes, print to stderr how many copies carried its writes and a "
+     "timeline of its last 256 launches (for tuning)"},
 };
 
 const courier_nic_plugin_v1 kPlugin = {
