@@ -199,6 +199,8 @@ GpuBackend::GpuBackend(const GpuPlugin& plugin, const HostServices& host) : plug
   if (!has_minor3_) props_.caps &= ~COURIER_GPU_CAP_EP_PROXY;
   // Power-of-two FP8 scales came with minor 4 (a flag, no new entry).
   if (plugin_.abi_minor < 4) props_.caps &= ~COURIER_GPU_CAP_EP_FP8_POW2;
+  // LogFMT combine came with minor 5 (a mode bit, no new entry).
+  if (plugin_.abi_minor < 5) props_.caps &= ~COURIER_GPU_CAP_EP_LOGFMT;
 }
 
 GpuBackend::~GpuBackend() { plugin_.ops->fini(handle_); }

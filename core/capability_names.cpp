@@ -51,6 +51,7 @@ constexpr BitName kGpuCaps[] = {
     {COURIER_GPU_CAP_EP_DIRECT, "ep_direct"},
     {COURIER_GPU_CAP_EP_PROXY, "ep_proxy"},
     {COURIER_GPU_CAP_EP_FP8_POW2, "ep_fp8_pow2"},
+    {COURIER_GPU_CAP_EP_LOGFMT, "ep_logfmt"},
 };
 
 constexpr BitName kMemoryKinds[] = {

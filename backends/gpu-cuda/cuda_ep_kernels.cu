@@ -155,7 +155,7 @@ int ep_combine_send(const courier_gpu_ep_combine_send_v1* job, cudaStream_t stre
   if (too_small(job)) {
     return fail(-EINVAL, "ep_combine_send: job is NULL or its struct_size too small");
   }
-  const uint64_t rows = job->mode == COURIER_GPU_EP_ROUTE_RANKS
+  const uint64_t rows = (job->mode & COURIER_GPU_EP_ROUTE_MASK) == COURIER_GPU_EP_ROUTE_RANKS
                             ? job->rows
                             : uint64_t{job->local_experts} * job->rows_per_expert;
   device::ep::combine_send_kernel<<<row_blocks(rows), kRowThreads, 0, stream>>>(*job);

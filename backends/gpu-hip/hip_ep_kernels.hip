@@ -160,7 +160,7 @@ int ep_combine_send(const courier_gpu_ep_combine_send_v1* job, hipStream_t strea
   if (too_small(job)) {
     return fail(-EINVAL, "ep_combine_send: job is NULL or its struct_size too small");
   }
-  const uint64_t rows = job->mode == COURIER_GPU_EP_ROUTE_RANKS
+  const uint64_t rows = (job->mode & COURIER_GPU_EP_ROUTE_MASK) == COURIER_GPU_EP_ROUTE_RANKS
                             ? job->rows
                             : uint64_t{job->local_experts} * job->rows_per_expert;
   hipLaunchKernelGGL(device::ep::combine_send_kernel, dim3(row_blocks(rows)), dim3(kRowThreads), 0,

@@ -74,7 +74,7 @@ int host_query(void*, courier_gpu_props_v1* props) {
   }
   props->caps = COURIER_GPU_CAP_HOST_KERNELS | COURIER_GPU_CAP_MAPPED_HOST |
                 COURIER_GPU_CAP_FIFO_KERNELS | COURIER_GPU_CAP_EP_KERNELS |
-                COURIER_GPU_CAP_EP_PROXY | COURIER_GPU_CAP_EP_FP8_POW2;
+                COURIER_GPU_CAP_EP_PROXY | COURIER_GPU_CAP_EP_FP8_POW2 | COURIER_GPU_CAP_EP_LOGFMT;
   props->device_count = 1;
   props->warp_size = 1;
   props->mem_kind = COURIER_MEM_HOST;

@@ -50,7 +50,8 @@ LlDirectLayout::LlDirectLayout(uint32_t ranks, uint32_t experts, uint32_t max_to
     count[p] = take(4ull * local_experts);
     range[p] = take(8ull * local_experts * ranks);
     slots[p] = take(4ull * max_tokens * max_topk);
-    combine[p] = take(uint64_t{max_tokens} * max_topk * row_bytes);
+    // Room for a LogFMT slot per row (row_bytes + row_bytes / 64, docs/ep.md).
+    combine[p] = take(uint64_t{max_tokens} * max_topk * (row_bytes + row_bytes / 64));
   }
   flags = take(3ull * 2 * ranks * 8);
   staging = take(record_bytes);
@@ -213,7 +214,8 @@ void DirectLowLatency::receive(uint64_t call, bool waited) {
 }
 
 CombineResult DirectLowLatency::combine(const std::byte* x, const float* topk_weights,
-                                        const LowLatencyHandle& handle, uint64_t call) {
+                                        const LowLatencyHandle& handle, uint64_t call,
+                                        bool logfmt) {
   const uint32_t parity = call & 1;
   const uint32_t from = handle.call & 1;  // the dispatch's buffers
   const uint64_t epoch = call / 2 + 1;
@@ -223,7 +225,7 @@ CombineResult DirectLowLatency::combine(const std::byte* x, const float* topk_we
   courier_gpu_ep_combine_send_v1 send{};
   send.struct_size = sizeof send;
   send.device = windows_.device();
-  send.mode = COURIER_GPU_EP_ROUTE_EXPERTS;
+  send.mode = COURIER_GPU_EP_ROUTE_EXPERTS | (logfmt ? COURIER_GPU_EP_COMBINE_LOGFMT : 0u);
   send.rank = rank_;
   send.num_ranks = ranks_;
   send.row_bytes = static_cast<uint32_t>(row_bytes);
@@ -245,7 +247,7 @@ CombineResult DirectLowLatency::combine(const std::byte* x, const float* topk_we
   courier_gpu_ep_reduce_v1 reduce{};
   reduce.struct_size = sizeof reduce;
   reduce.device = windows_.device();
-  reduce.mode = COURIER_GPU_EP_ROUTE_EXPERTS;
+  reduce.mode = send.mode;
   reduce.tokens = handle.num_tokens;
   reduce.hidden = handle.hidden;
   reduce.dtype_bits = handle.dtype_bits;

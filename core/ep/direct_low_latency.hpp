@@ -57,8 +57,10 @@ class DirectLowLatency {
   LowLatencyDispatchResult dispatch(const LlInputs& in, bool return_recv_hook, uint64_t call);
   // The handle must come from one of the last two dispatches (older
   // receive buffers are reused); the caller checks.
+  // logfmt: the rows travel LogFMT-encoded (the caller checked the
+  // capability, bfloat16 and hidden % 128).
   CombineResult combine(const std::byte* x, const float* topk_weights,
-                        const LowLatencyHandle& handle, uint64_t call);
+                        const LowLatencyHandle& handle, uint64_t call, bool logfmt);
   // Fails call `call` of `phase` on every rank (flags marked refused).
   [[noreturn]] void refuse(uint32_t phase, uint64_t call, const std::string& why);
 

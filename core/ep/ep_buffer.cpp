@@ -109,8 +109,9 @@ LowLatencyDispatchResult Buffer::low_latency_dispatch(const LowLatencyDispatchAr
 
 CombineResult Buffer::low_latency_combine(const DLTensor& x, const DLTensor& topk_idx,
                                           const DLTensor& topk_weights,
-                                          const LowLatencyHandle& handle) {
-  return impl_->ll("low_latency_combine").combine(x, topk_idx, topk_weights, handle);
+                                          const LowLatencyHandle& handle,
+                                          const LowLatencyCombineOptions& options) {
+  return impl_->ll("low_latency_combine").combine(x, topk_idx, topk_weights, handle, options);
 }
 
 Buffer::Buffer(Context& context, const BufferOptions& options)

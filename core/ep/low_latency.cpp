@@ -118,7 +118,8 @@ LowLatencyDispatchResult LowLatency::dispatch(const LowLatencyDispatchArgs& args
 
 CombineResult LowLatency::combine(const DLTensor& x_tensor, const DLTensor& topk_idx_tensor,
                                   const DLTensor& topk_weights_tensor,
-                                  const LowLatencyHandle& handle) {
+                                  const LowLatencyHandle& handle,
+                                  const LowLatencyCombineOptions& options) {
   const DType dtype = handle.dtype_bits == 32 ? DType::float32 : DType::bfloat16;
   const std::byte* x = nullptr;
   const int64_t* idx = nullptr;
@@ -143,11 +144,24 @@ CombineResult LowLatency::combine(const DLTensor& x_tensor, const DLTensor& topk
     weights = static_cast<const float*>(
         check_tensor(&topk_weights_tensor, "ep::Buffer::low_latency_combine: topk_weights",
                      DType::float32, {t, k}, device_.device_type));
+    if (options.use_logfmt) {
+      if ((gpu_caps_ & COURIER_GPU_CAP_EP_LOGFMT) == 0) {
+        fail(
+            "ep::Buffer::low_latency_combine: use_logfmt needs a GPU backend with the ep_logfmt "
+            "capability (GPU ABI 1.5); this one has not");
+      }
+      if (handle.dtype_bits != 16 || handle.hidden % kFp8Block != 0) {
+        fail(
+            "ep::Buffer::low_latency_combine: use_logfmt needs bfloat16 x and hidden a multiple "
+            "of {} (one LogFMT block per {} channels); x is {} with hidden {}",
+            kFp8Block, kFp8Block, to_string(dtype), handle.hidden);
+      }
+    }
   } catch (const Error& e) {
     refuse(1, e.what());
   }
-  if (direct_) return direct_->combine(x, weights, handle, calls_[1]++);
-  return proxy_->combine(x, idx, weights, handle, calls_[1]++);
+  if (direct_) return direct_->combine(x, weights, handle, calls_[1]++, options.use_logfmt);
+  return proxy_->combine(x, idx, weights, handle, calls_[1]++, options.use_logfmt);
 }
 
 }  // namespace courier::ep

@@ -25,7 +25,7 @@ class LowLatency {
   LowLatencyDispatchResult dispatch(const LowLatencyDispatchArgs& args);
   bool direct() const { return direct_ != nullptr; }
   CombineResult combine(const DLTensor& x, const DLTensor& topk_idx, const DLTensor& topk_weights,
-                        const LowLatencyHandle& handle);
+                        const LowLatencyHandle& handle, const LowLatencyCombineOptions& options);
 
  private:
   using Inputs = LlInputs;

@@ -48,10 +48,13 @@ LlProxyLayout::LlProxyLayout(uint32_t ranks, uint32_t experts, uint32_t max_toke
   staging = take(ranks * record_bytes);
   control_bytes = at;
   at = 0;  // the data window
-  send = take(rows * slot_bytes_of(row_bytes));
+  // Combine's rows may travel as LogFMT slots, row_bytes + row_bytes / 64
+  // (docs/ep.md), through the send area too.
+  const uint64_t combine_bytes = row_bytes + row_bytes / 64;
+  send = take(rows * std::max(slot_bytes_of(row_bytes), combine_bytes));
   for (uint32_t parity = 0; parity < 2; ++parity) {
     recv[parity] = take(rows * slot_bytes_of(row_bytes));
-    combine[parity] = take(rows * row_bytes);
+    combine[parity] = take(rows * combine_bytes);
   }
   total = at;
 }
@@ -210,7 +213,7 @@ void ProxyLowLatency::receive(uint64_t call) {
 
 CombineResult ProxyLowLatency::combine(const std::byte* x, const int64_t* topk_idx,
                                        const float* topk_weights, const LowLatencyHandle& handle,
-                                       uint64_t call) {
+                                       uint64_t call, bool logfmt) {
   const uint32_t parity = call & 1;
   const Outputs& from = out_[handle.call & 1];  // the dispatch's outputs and slots
   window_.clear_status();
@@ -220,7 +223,7 @@ CombineResult ProxyLowLatency::combine(const std::byte* x, const int64_t* topk_i
   send.struct_size = sizeof send;
   send.device = window_.device();
   send.fifo = window_.fifo();
-  send.mode = COURIER_GPU_EP_ROUTE_EXPERTS;
+  send.mode = COURIER_GPU_EP_ROUTE_EXPERTS | (logfmt ? COURIER_GPU_EP_COMBINE_LOGFMT : 0u);
   send.row_bytes = row_bytes;
   send.local_experts = layout_.local_experts;
   send.max_tokens = layout_.max_tokens;
@@ -238,7 +241,7 @@ CombineResult ProxyLowLatency::combine(const std::byte* x, const int64_t* topk_i
   reduce.struct_size = sizeof reduce;
   reduce.device = window_.device();
   reduce.fifo = window_.fifo();
-  reduce.mode = COURIER_GPU_EP_ROUTE_EXPERTS;
+  reduce.mode = send.mode;
   reduce.tokens = handle.num_tokens;
   reduce.hidden = handle.hidden;
   reduce.dtype_bits = handle.dtype_bits;

@@ -43,7 +43,7 @@ class ProxyLowLatency {
   LowLatencyDispatchResult dispatch(const LlInputs& in, bool return_recv_hook, uint64_t call);
   // The handle must come from one of the last two dispatches (the caller checks).
   CombineResult combine(const std::byte* x, const int64_t* topk_idx, const float* topk_weights,
-                        const LowLatencyHandle& handle, uint64_t call);
+                        const LowLatencyHandle& handle, uint64_t call, bool logfmt);
   // Fails call `call` of `phase` on every rank (records that say refused).
   [[noreturn]] void refuse(uint32_t phase, uint64_t call, const std::string& why);
 

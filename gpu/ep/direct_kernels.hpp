@@ -15,6 +15,7 @@
 #include "gpu/device_atomics.hpp"
 #include "gpu/ep/element_codec.hpp"
 #include "gpu/ep/kernel_thread.hpp"
+#include "gpu/ep/logfmt.hpp"
 
 namespace courier::device::ep {
 
@@ -445,7 +446,12 @@ __global__ void combine_send_kernel(courier_gpu_ep_combine_send_v1 job) {
   const uint32_t groups = gridDim.x * (blockDim.x / kGroup);
   const uint32_t first = blockIdx.x * (blockDim.x / kGroup) + threadIdx.x / kGroup;
   const auto* x = static_cast<const std::byte*>(job.x);
-  if (job.mode == COURIER_GPU_EP_ROUTE_RANKS) {
+  // LogFMT (minor 5): each row is encoded straight into its slot at the
+  // peer, a lane per 128-channel block (coded blocks store 160 bytes).
+  const bool logfmt = (job.mode & COURIER_GPU_EP_COMBINE_LOGFMT) != 0;
+  const uint32_t hidden = job.row_bytes / 2;
+  const uint64_t slot_bytes = logfmt ? COURIER_GPU_EP_LOGFMT_SLOT_BYTES(hidden) : job.row_bytes;
+  if ((job.mode & COURIER_GPU_EP_ROUTE_MASK) == COURIER_GPU_EP_ROUTE_RANKS) {
     for (uint32_t i = first; i < job.rows; i += groups) {
       uint32_t s = 0;
       while (s + 1 < job.num_ranks && i >= static_cast<uint32_t>(job.begins[s + 1])) ++s;
@@ -464,8 +470,12 @@ __global__ void combine_send_kernel(courier_gpu_ep_combine_send_v1 job) {
         if (j < (range >> 32) + (range & 0xFFFFFFFFu)) break;
       }
       const uint64_t slot = uint64_t(job.src[i]) * job.topk + static_cast<uint32_t>(job.k[i]);
-      group_copy(window(job.peers, s, job.out_off + slot * job.row_bytes),
-                 x + uint64_t{i} * job.row_bytes, job.row_bytes, lane, kGroup);
+      std::byte* to = window(job.peers, s, job.out_off + slot * slot_bytes);
+      if (logfmt) {
+        logfmt_encode_row(to, x + uint64_t{i} * job.row_bytes, hidden, lane, kGroup);
+      } else {
+        group_copy(to, x + uint64_t{i} * job.row_bytes, job.row_bytes, lane, kGroup);
+      }
     }
   }
   __threadfence_system();
@@ -481,6 +491,10 @@ __global__ void reduce_kernel(courier_gpu_ep_reduce_v1 job) {
   constexpr uint32_t kBatch = 8;
   const uint32_t elem = job.dtype_bits / 8;
   const uint64_t row_bytes = uint64_t{job.hidden} * elem;
+  // LogFMT (minor 5): the rows are slots to decode (bfloat16 out).
+  const bool logfmt = (job.mode & COURIER_GPU_EP_COMBINE_LOGFMT) != 0;
+  const uint64_t slot_bytes = logfmt ? COURIER_GPU_EP_LOGFMT_SLOT_BYTES(job.hidden) : row_bytes;
+  const bool by_rank = (job.mode & COURIER_GPU_EP_ROUTE_MASK) == COURIER_GPU_EP_ROUTE_RANKS;
   for (uint32_t t = blockIdx.x; t < job.tokens; t += gridDim.x) {
     for (uint32_t c = threadIdx.x * 4; c < job.hidden; c += blockDim.x * 4) {
       float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -495,14 +509,19 @@ __global__ void reduce_kernel(courier_gpu_ep_reduce_v1 job) {
           v[b][0] = v[b][1] = v[b][2] = v[b][3] = 0.0f;
           if (slot < 0) continue;
           uint64_t r = 0;
-          if (job.mode == COURIER_GPU_EP_ROUTE_RANKS) {
+          if (by_rank) {
             r = uint64_t{j} * job.rows_per_term + static_cast<uint32_t>(slot);
             w[b] = 1.0f;
           } else {
             r = uint64_t{t} * job.terms + j;
             w[b] = job.weights[uint64_t{t} * job.terms + j];
           }
-          load4(static_cast<const std::byte*>(job.rows) + r * row_bytes, job.dtype_bits, c, v[b]);
+          const std::byte* row = static_cast<const std::byte*>(job.rows) + r * slot_bytes;
+          if (logfmt) {
+            logfmt_load4(row, job.hidden, c, v[b]);
+          } else {
+            load4(row, job.dtype_bits, c, v[b]);
+          }
         }
 #pragma unroll
         for (uint32_t b = 0; b < kBatch; ++b) {

@@ -22,6 +22,7 @@
 #include "gpu/channel_descriptor.hpp"
 #include "gpu/ep/element_codec.hpp"
 #include "gpu/ep/kernel_thread.hpp"
+#include "gpu/ep/logfmt.hpp"
 #include "gpu/fifo_push.hpp"
 
 namespace courier::device::ep {
@@ -725,7 +726,12 @@ COURIER_DEVICE_INLINE void combine_body(const courier_gpu_ep_proxy_combine_v1& j
                                         const KernelThread& th, ProxyShared* sh, bool waited) {
   const Proxy& f = job.fifo;
   const uint32_t R = f.num_ranks, L = job.local_experts;
-  const uint64_t rb = job.row_bytes, T = job.max_tokens;
+  // LogFMT (minor 5): rows are encoded into their slots (rb bytes each) as
+  // they are packed; x's rows stay row_bytes apart.
+  const bool logfmt = (job.mode & COURIER_GPU_EP_COMBINE_LOGFMT) != 0;
+  const uint32_t hidden = job.row_bytes / 2;
+  const uint64_t xb = job.row_bytes;
+  const uint64_t rb = logfmt ? COURIER_GPU_EP_LOGFMT_SLOT_BYTES(hidden) : xb, T = job.max_tokens;
   const uint32_t lane = th.lane();
   const auto* x = static_cast<const std::byte*>(job.x);
   if (!waited) send_wait(th, f, false, 0, 0);
@@ -735,12 +741,17 @@ COURIER_DEVICE_INLINE void combine_body(const courier_gpu_ep_proxy_combine_v1& j
   auto move = [&](uint64_t first, uint32_t n, uint32_t s, uint64_t to, uint64_t direct) {
     const bool through = through_channels(f, s);
     for (uint32_t i = th.group(); i < n; i += th.groups()) {
-      lanes_copy(at(f, (through ? job.send_off + to * rb : job.recv_off + direct * rb) + i * rb),
-                 x + (first + i) * rb, rb, lane, kLanes);
+      std::byte* slot =
+          at(f, (through ? job.send_off + to * rb : job.recv_off + direct * rb) + i * rb);
+      if (logfmt) {
+        logfmt_encode_row(slot, x + (first + i) * xb, hidden, lane, kLanes);
+      } else {
+        lanes_copy(slot, x + (first + i) * xb, rb, lane, kLanes);
+      }
     }
   };
   const bool go = block_goes_on(th, f, sh);
-  if (go && job.mode == COURIER_GPU_EP_ROUTE_RANKS) {
+  if (go && (job.mode & COURIER_GPU_EP_ROUTE_MASK) == COURIER_GPU_EP_ROUTE_RANKS) {
     if (th.thread == 0) {
       uint32_t sum = 0;
       for (uint32_t s = 0; s < R; ++s) {
@@ -786,7 +797,7 @@ COURIER_DEVICE_INLINE void combine_body(const courier_gpu_ep_proxy_combine_v1& j
   // merged, so likely the 132 pushes contending for the FIFO's slots.)
   if (!last_block(th, f, sh)) return;
   const uint32_t state = status_of(f) != 0 ? COURIER_GPU_EP_RECORD_REFUSED : 0;
-  const bool by_expert = job.mode == COURIER_GPU_EP_ROUTE_EXPERTS;
+  const bool by_expert = (job.mode & COURIER_GPU_EP_ROUTE_MASK) == COURIER_GPU_EP_ROUTE_EXPERTS;
   const uint32_t lanes = lanes_per_rank(f);
   for (uint32_t d = th.thread; d < R; d += th.block_dim) {
     *reinterpret_cast<uint32_t*>(ctl(f, job.staging_off + d * uint64_t{f.record_words} * 4)) =
@@ -823,7 +834,10 @@ COURIER_DEVICE_INLINE void reduce_body(const courier_gpu_ep_proxy_reduce_v1& job
                                        const KernelThread& th, ProxyShared* sh, bool waited) {
   const Proxy& f = job.fifo;
   const uint64_t row_bytes = uint64_t{job.hidden} * (job.dtype_bits / 8);
-  const bool by_rank = job.mode == COURIER_GPU_EP_ROUTE_RANKS;
+  // LogFMT (minor 5): the received rows are slots to decode.
+  const bool logfmt = (job.mode & COURIER_GPU_EP_COMBINE_LOGFMT) != 0;
+  const uint64_t slot_bytes = logfmt ? COURIER_GPU_EP_LOGFMT_SLOT_BYTES(job.hidden) : row_bytes;
+  const bool by_rank = (job.mode & COURIER_GPU_EP_ROUTE_MASK) == COURIER_GPU_EP_ROUTE_RANKS;
   const int64_t experts = static_cast<int64_t>(job.local_experts) * f.num_ranks;
   if (received(th, f, sh, waited, job.signal_off, job.record_off, job.target)) {
     for (uint32_t t = th.block; t < job.tokens; t += th.grid_dim) {
@@ -848,8 +862,14 @@ COURIER_DEVICE_INLINE void reduce_body(const courier_gpu_ep_proxy_reduce_v1& job
             row = d * job.local_experts * job.max_tokens + static_cast<uint32_t>(slot);
             w = job.weights[uint64_t{t} * job.terms + j];
           }
-          const std::byte* p = at(f, job.recv_off + row * row_bytes);
-          if (job.dtype_bits == 16) {
+          const std::byte* p = at(f, job.recv_off + row * slot_bytes);
+          if (logfmt) {
+            for (uint32_t i = 0; i < n; i += 4) {
+              float v[4];
+              logfmt_load4(p, job.hidden, c0 + i, v);
+              for (uint32_t q = 0; q < 4; ++q) sum[i + q] += w * v[q];
+            }
+          } else if (job.dtype_bits == 16) {
             const auto* v = reinterpret_cast<const uint16_t*>(p) + c0;
             for (uint32_t i = 0; i < n; ++i) sum[i] += w * bf16_to_float(v[i]);
           } else {

@@ -105,7 +105,7 @@ void launch(const courier_gpu_ep_proxy_ll_receive_v1& job, Stream stream) {
 template <class Stream>
 void launch(const courier_gpu_ep_proxy_combine_v1& job, Stream stream) {
   proxy_send_wait_kernel<<<1, 64, 0, stream>>>(job.fifo, false, 0, 0);
-  const uint32_t blocks = job.mode == COURIER_GPU_EP_ROUTE_EXPERTS
+  const uint32_t blocks = (job.mode & COURIER_GPU_EP_ROUTE_MASK) == COURIER_GPU_EP_ROUTE_EXPERTS
                               ? blocks_for(job.local_experts, 2 * kProxyBlocksMax)
                               : kProxyBlocksMax;
   proxy_combine_kernel<<<blocks, kProxyThreads, 0, stream>>>(job);

@@ -117,6 +117,18 @@ struct LowLatencyDispatchArgs {
   bool round_scale = false;
 };
 
+// Options of low_latency_combine.
+struct LowLatencyCombineOptions {
+  // Send the rows in LogFMT (DeepEP's use_logfmt, docs/ep.md "LogFMT
+  // combine"): per block of 128 channels whose magnitudes are all below 1,
+  // 10 bits per value (a sign and a 9-bit code on a log scale between the
+  // block's smallest and largest magnitude) instead of 16; other blocks stay
+  // bfloat16. The result approximates the bfloat16 combine. Needs bfloat16
+  // x, hidden a multiple of 128, and a GPU backend with the ep_logfmt
+  // capability (GPU ABI 1.5). Every rank must pass the same value.
+  bool use_logfmt = false;
+};
+
 // What low_latency_combine needs: which dispatch it answers (where each of
 // this rank's (token, k) went and which rows came from where stay on the
 // device, in the Buffer, for two dispatches).
@@ -179,7 +191,8 @@ class Buffer {
   // hidden] in packed_recv_x's layout goes back; each rank returns, per
   // token, sum over k of topk_weights[t][k] * (its row from expert k).
   CombineResult low_latency_combine(const DLTensor& x, const DLTensor& topk_idx,
-                                    const DLTensor& topk_weights, const LowLatencyHandle& handle);
+                                    const DLTensor& topk_weights, const LowLatencyHandle& handle,
+                                    const LowLatencyCombineOptions& options = {});
 
   int num_ranks() const;
   int rank() const;

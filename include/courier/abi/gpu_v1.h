@@ -16,7 +16,7 @@ extern "C" {
 #endif
 
 #define COURIER_GPU_ABI_MAJOR 1
-#define COURIER_GPU_ABI_MINOR 4
+#define COURIER_GPU_ABI_MINOR 5
 #define COURIER_GPU_SYMBOL_V1 "courier_gpu_backend_v1"
 
 /* Capability bits (courier_gpu_props_v1.caps). */
@@ -35,6 +35,8 @@ extern "C" {
 /* Minor 4: the low-latency dispatches' `fp8` field takes
  * COURIER_GPU_EP_FP8_POW2_SCALES. */
 #define COURIER_GPU_CAP_EP_FP8_POW2 (1u << 9)
+/* Minor 5: the combine jobs' `mode` takes COURIER_GPU_EP_COMBINE_LOGFMT. */
+#define COURIER_GPU_CAP_EP_LOGFMT (1u << 10)
 
 /* Bits of the low-latency dispatches' `fp8` field. QUANTIZE: send e4m3 with
  * one float scale per 128 channels, scale = amax / 448 (1 for an all-zero
@@ -218,6 +220,16 @@ typedef struct courier_gpu_ep_peers_v1 {
 /* Groups of ep_route. */
 #define COURIER_GPU_EP_ROUTE_RANKS 0   /* high-throughput: a token once per rank */
 #define COURIER_GPU_EP_ROUTE_EXPERTS 1 /* low-latency: every (token, k) pair */
+/* Minor 5 (COURIER_GPU_CAP_EP_LOGFMT): OR-ed into the `mode` of the combine
+ * jobs (ep_combine_send, ep_reduce, ep_proxy_combine, ep_proxy_reduce),
+ * with ROUTE_EXPERTS and bfloat16 rows whose hidden is a multiple of 128:
+ * the rows travel LogFMT-encoded (docs/ep.md, "LogFMT combine"), each in a
+ * slot of COURIER_GPU_EP_LOGFMT_SLOT_BYTES(hidden) bytes instead of
+ * row_bytes; the send half encodes, the reduce decodes. row_bytes stays
+ * hidden * 2 (x's rows). The route is mode & COURIER_GPU_EP_ROUTE_MASK. */
+#define COURIER_GPU_EP_ROUTE_MASK 0xFFu
+#define COURIER_GPU_EP_COMBINE_LOGFMT (1u << 8)
+#define COURIER_GPU_EP_LOGFMT_SLOT_BYTES(hidden) ((uint64_t)(hidden) * 2u + (uint64_t)(hidden) / 32u)
 
 /* Each item's slot within its group, in token order, and the counts of
  * this rank's record. RANKS: items are the (t, r) with in_rank[t][r];

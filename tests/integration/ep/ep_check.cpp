@@ -843,6 +843,174 @@ Outcome check_ht_errors(courier::Context& ctx) {
 
 // Low-latency bad input: an expert index out of range on rank 1 fails every
 // rank; the calls after it (both halves of the double buffer) work.
+// A bfloat16 value rounded to nearest even (its float), for inputs that are
+// not small integers.
+float round_bf16(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  bits += 0x7FFF + ((bits >> 16) & 1);
+  return from_bf16(static_cast<uint16_t>(bits >> 16));
+}
+
+// DeepEP's calc_diff (tests/utils.py): 1 - 2 sum(x y) / sum(x^2 + y^2) over
+// x + 1 and y + 1, in double.
+double calc_diff(const std::vector<double>& x, const std::vector<double>& y) {
+  double xy = 0, xx_yy = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    xy += (x[i] + 1) * (y[i] + 1);
+    xx_yy += (x[i] + 1) * (x[i] + 1) + (y[i] + 1) * (y[i] + 1);
+  }
+  return 1 - 2 * xy / xx_yy;
+}
+
+// Low-latency combine with use_logfmt (docs/ep.md, "LogFMT combine"):
+// identity experts send the rows back LogFMT-encoded; each token's result
+// is compared with x * (sum of its weights) in float. Per 128-channel block:
+// block 0 holds values in (-0.9, 0.9) (coded), block 1 zeros and a range
+// past the 2^32 clip (coded; the clipped value becomes 0), block 2 values
+// up to 3 (kept bfloat16), block 3 coded on even tokens only. Tolerances: a
+// coded value is off by at most 2^(step / 2) - 1 <= 2.2% (step <= 32 / 510
+// in log2), the bfloat16 result rounds by 0.4% more: 3% relative (plus 1e-6
+// for the clipped values) where coded, 1e-2 as the plain bfloat16 check
+// elsewhere; over the whole output DeepEP's own test bound, calc_diff <
+// 1e-5 (tests/test_low_latency.py, bfloat16 dispatch). Coded values must
+// also differ somewhere from the plain bfloat16 result (the rows really
+// travelled coded). Then: use_logfmt with float32 rows is refused on every
+// rank, and the Buffer stays usable.
+Outcome check_ll_logfmt(courier::Context& ctx, const Shape& shape) {
+  const int ranks = ctx.world_size(), me = ctx.rank();
+  const int hidden = shape.hidden, topk = shape.topk, experts = shape.experts_of(ranks),
+            per = experts / ranks, max_tokens = shape.max_tokens;
+  courier::ep::BufferOptions options;
+  options.low_latency_mode = true;
+  options.max_tokens_per_rank = max_tokens;
+  options.hidden = hidden;
+  options.element_bytes = 2;
+  options.max_topk = topk;
+  options.num_experts = experts;
+  courier::ep::Buffer buffer(ctx, options);
+  const DLDevice dev = buffer.device();
+  const DLDataType bf16{kDLBfloat, 16, 1};
+  const int64_t slots = int64_t{ranks} * max_tokens;
+  Checks c;
+  double worst_diff = 0;
+  int coded_differ = 0;
+  for (int call = 0; call < 2; ++call) {
+    Inputs mine = inputs_of(shape, me, hidden, topk, experts, call);
+    for (int t = 0; t < mine.tokens; ++t) {
+      for (int h = 0; h < hidden; ++h) {
+        const int block = (h / 128) % 4, i = h % 128;
+        const float wave = std::sin(0.37f * static_cast<float>(h + 13 * t + 101 * me + 7 * call));
+        float v = 0;
+        if (block == 0) {
+          v = 0.9f * wave;
+        } else if (block == 1) {
+          v = i % 7 == 0 ? 0.0f : 0.3f * wave * std::ldexp(1.0f, -(i % 20));
+          if (i == 5) v = 1e-12f;  // more than 2^32 below the block's largest: clipped to 0
+        } else if (block == 2) {
+          v = 3.0f * wave;
+        } else {
+          v = (t % 2 == 0 ? 0.5f : 4.0f) * wave;
+        }
+        mine.x[static_cast<size_t>(t) * hidden + h] = round_bf16(v);
+      }
+    }
+    auto coded = [&](int t, int h) {
+      const int block = (h / 128) % 4;
+      return block == 0 || block == 1 || (block == 3 && t % 2 == 0);
+    };
+    Tensor x(ctx, dev, bf16, {mine.tokens, hidden});
+    std::vector<std::byte> x_bytes(mine.x.size() * 2);
+    for (size_t i = 0; i < mine.x.size(); ++i) {
+      uint32_t bits;
+      std::memcpy(&bits, &mine.x[i], 4);
+      const auto v = static_cast<uint16_t>(bits >> 16);  // exact: already bfloat16
+      std::memcpy(x_bytes.data() + 2 * i, &v, 2);
+    }
+    x.set(x_bytes);
+    Tensor idx(ctx, dev, kInt64, {mine.tokens, topk});
+    idx.set(mine.idx);
+    Tensor weights(ctx, dev, DLDataType{kDLFloat, 32, 1}, {mine.tokens, topk});
+    weights.set(mine.weights);
+    courier::ep::LowLatencyDispatchArgs args;
+    args.x = x.view();
+    args.topk_idx = idx.view();
+    courier::ep::LowLatencyDispatchResult got = buffer.low_latency_dispatch(args);
+    std::vector<std::byte> packed(static_cast<size_t>(per * slots * hidden) * 2);
+    ctx.copy(packed.data(), got.packed_recv_x.tensor().data, packed.size());
+    Tensor back(ctx, dev, bf16, {per, slots, hidden});
+    back.set(packed);
+    courier::ep::LowLatencyCombineOptions logfmt;
+    logfmt.use_logfmt = true;
+    courier::ep::CombineResult combined =
+        buffer.low_latency_combine(*back.view(), *idx.view(), *weights.view(), got.handle, logfmt);
+    std::vector<std::byte> out_bytes(static_cast<size_t>(mine.tokens) * hidden * 2);
+    ctx.copy(out_bytes.data(), combined.combined_x.tensor().data, out_bytes.size());
+    const std::vector<float> out = decode(out_bytes, true);
+    std::vector<double> want_all, got_all;
+    int wrong = 0;
+    for (int t = 0; t < mine.tokens; ++t) {
+      float total = 0;
+      for (int k = 0; k < topk; ++k) {
+        if (mine.idx[t * topk + k] >= 0) total += mine.weights[t * topk + k];
+      }
+      for (int h = 0; h < hidden; ++h) {
+        const float want = mine.x[static_cast<size_t>(t) * hidden + h] * total;
+        const float have = out[static_cast<size_t>(t) * hidden + h];
+        const bool is_coded = coded(t, h);
+        const float bound =
+            is_coded ? 0.03f * std::fabs(want) + 1e-6f : 1e-2f * std::fabs(want) + 1e-2f;
+        if (!(std::fabs(have - want) <= bound)) ++wrong;
+        if (is_coded && have != round_bf16(want)) ++coded_differ;
+        want_all.push_back(want);
+        got_all.push_back(have);
+      }
+    }
+    c.expect(wrong == 0, fmt::format("call {}: {} combined values off", call, wrong));
+    const double diff = calc_diff(want_all, got_all);
+    worst_diff = std::max(worst_diff, diff);
+    c.expect(diff < 1e-5, fmt::format("call {}: calc_diff {:.2e}, not below 1e-5", call, diff));
+  }
+  c.expect(coded_differ > 0, "no coded value differs from the plain bfloat16 combine");
+
+  // float32 rows cannot travel in LogFMT: refused on every rank alike.
+  courier::ep::BufferOptions f32 = options;
+  f32.element_bytes = 4;
+  courier::ep::Buffer wide(ctx, f32);
+  const Inputs in = inputs_of(shape, me, hidden, topk, experts, 0);
+  Tensor x(ctx, dev, DLDataType{kDLFloat, 32, 1}, {in.tokens, hidden});
+  x.set(encode(in.x, false));
+  Tensor idx(ctx, dev, kInt64, {in.tokens, topk});
+  idx.set(in.idx);
+  Tensor weights(ctx, dev, DLDataType{kDLFloat, 32, 1}, {in.tokens, topk});
+  weights.set(in.weights);
+  courier::ep::LowLatencyDispatchArgs args;
+  args.x = x.view();
+  args.topk_idx = idx.view();
+  courier::ep::LowLatencyDispatchResult got = wide.low_latency_dispatch(args);
+  Tensor back(ctx, dev, DLDataType{kDLFloat, 32, 1}, {per, slots, hidden});
+  std::vector<std::byte> packed(static_cast<size_t>(per * slots * hidden) * 4);
+  ctx.copy(packed.data(), got.packed_recv_x.tensor().data, packed.size());
+  back.set(packed);
+  courier::ep::LowLatencyCombineOptions logfmt;
+  logfmt.use_logfmt = true;
+  expect_error(
+      c, "use_logfmt with float32 rows", "use_logfmt needs bfloat16 x",
+      [&] {
+        wide.low_latency_combine(*back.view(), *idx.view(), *weights.view(), got.handle, logfmt);
+      },
+      kRefusal);
+  courier::ep::CombineResult plain =
+      wide.low_latency_combine(*back.view(), *idx.view(), *weights.view(), got.handle);
+  const int wrong = combined_values_off(ctx, plain, in, topk, hidden, false, 1e-5f, 1e-6f,
+                                        [&](int t, int h) { return in.x[t * hidden + h]; });
+  c.expect(wrong == 0, fmt::format("float32 combine after the refusal: {} values off", wrong));
+  return c.outcome(fmt::format(
+      "2 calls: coded values within 3%, bfloat16 blocks within 1e-2, calc_diff {:.1e} < 1e-5 "
+      "(DeepEP's bound); {} coded values differ from plain bfloat16; float32 refused",
+      worst_diff, coded_differ));
+}
+
 Outcome check_ll_errors(courier::Context& ctx) {
   const int ranks = ctx.world_size(), me = ctx.rank();
   const int hidden = 64, topk = 2, experts = 2 * ranks, tokens = 8;
@@ -931,6 +1099,8 @@ int main(int argc, char** argv) {
                [&] { return check_ll(ctx, big(128, 288), true); }},
               {"ll-fp8-128x7168-top8-of-288", [&] { return check_ll_fp8(ctx, big(128, 288)); }},
               {"ll-fp8-128x7168-top8-of-256", [&] { return check_ll_fp8(ctx, big(128, 256)); }},
+              {"ll-logfmt-128x7168-top8-of-288",
+               [&] { return check_ll_logfmt(ctx, big(128, 288)); }},
           });
     } else {
       cases.insert(cases.end(), {
@@ -940,6 +1110,7 @@ int main(int argc, char** argv) {
                                     {"ll-float32", [&] { return check_ll(ctx, shape(64), false); }},
                                     {"ll-bfloat16", [&] { return check_ll(ctx, shape(64), true); }},
                                     {"ll-fp8", [&] { return check_ll_fp8(ctx, shape(256)); }},
+                                    {"ll-logfmt", [&] { return check_ll_logfmt(ctx, shape(512)); }},
                                 });
     }
     cases.emplace_back("ht-errors", [&] { return check_ht_errors(ctx); });
