@@ -44,6 +44,8 @@ constexpr uint64_t kMaxProxySleepNs = 20'000'000;
 // to stop before it is given up on (ProxyOptions::after_failure_wait_ns):
 // a live one answers within milliseconds even on a crowded machine.
 constexpr uint64_t kAfterFailureWaitNs = 2'000'000'000;
+// Producers wait this much longer than COURIER_TIMEOUT_S (see channel()).
+constexpr uint64_t kProducerGraceS = 1;
 constexpr size_t kCompletedCacheOffset = 64;
 
 template <class T>
@@ -830,7 +832,11 @@ DeviceChannel Context::channel(uint32_t index) const {
   ch.depth_mask = s.config.fifo_depth - 1;
   ch.max_inflight = s.config.max_inflight;
   ch.channel_id = index;
-  ch.timeout_ns = uint64_t{s.config.timeout_s} * 1000000000ull;
+  // A second longer than the proxy's own stall bound: when a peer stops
+  // answering, the proxy's diagnosis (the channel failed, naming the rank)
+  // reaches the producer before the producer gives up on its own, with a
+  // bare "timed out".
+  ch.timeout_ns = (uint64_t{s.config.timeout_s} + kProducerGraceS) * 1000000000ull;
   return ch;
 }
 
