@@ -1203,11 +1203,18 @@ class Buffer:
         recv_x's layout goes back; each token gets sum over k of
         topk_weights[t, k] * (its row from expert k).
 
+        ``use_logfmt``: the rows travel in LogFMT, as DeepEP's: per block of
+        128 channels whose magnitudes are all below 1, 10 bits per value (a
+        sign and a 9-bit code on a log scale between the block's smallest and
+        largest magnitude), other blocks bfloat16; the result approximates
+        the bfloat16 combine (docs/ep.md, "LogFMT combine"). Needs a GPU
+        backend with the ep_logfmt capability. Unlike DeepEP's, it may be
+        combined with zero_copy.
+
         Returns (combined_x ``[num_tokens, hidden]`` (``out`` when given),
         event, hook). With return_recv_hook the combine is complete already
         and the hook does nothing (the results are the same)."""
         self._alive("low_latency_combine")
-        _check_accepted("low_latency_combine", use_logfmt=(use_logfmt, False))
         if not isinstance(handle, LowLatencyHandle):
             raise ValueError("low_latency_combine: handle must be the one low_latency_dispatch "
                              f"returned, got {type(handle).__name__}")
@@ -1220,7 +1227,7 @@ class Buffer:
         kind.wait_for_producer()
         ref = handle.buffer.low_latency_combine(_to_courier(x, "x"), _to_courier(topk_idx, "topk_idx"),
                                            _to_courier(topk_weights, "topk_weights"),
-                                           handle.native)
+                                           handle.native, use_logfmt=bool(use_logfmt))
         if out is not None:
             kind.copy_into(out, ref)
             combined = out

@@ -179,7 +179,8 @@ LowLatencyOutput* low_latency_dispatch(nb::handle self, nb::handle x, nb::handle
 }
 
 nb::object low_latency_combine(nb::handle self, nb::handle x, nb::handle topk_idx,
-                               nb::handle topk_weights, const ep::LowLatencyHandle& handle) {
+                               nb::handle topk_weights, const ep::LowLatencyHandle& handle,
+                               bool use_logfmt) {
   EpBuffer& owner = self_of(self);
   ep::Buffer& buffer = owner.get("low_latency_combine");
   ImportedTensor tx(x, "low_latency_combine: x"), ti(topk_idx, "low_latency_combine: topk_idx"),
@@ -190,7 +191,9 @@ nb::object low_latency_combine(nb::handle self, nb::handle x, nb::handle topk_id
   ep::CombineResult result;
   {
     nb::gil_scoped_release released;
-    result = buffer.low_latency_combine(*tx.get(), *ti.get(), *tw.get(), handle);
+    ep::LowLatencyCombineOptions options;
+    options.use_logfmt = use_logfmt;
+    result = buffer.low_latency_combine(*tx.get(), *ti.get(), *tw.get(), handle, options);
   }
   return make_tensor_ref(result.combined_x, self, owner.live());
 }
@@ -316,8 +319,10 @@ void bind_ep(nb::module_& m) {
            "Collective low-latency dispatch into per-expert rows (round_scale: power-of-two "
            "FP8 scales).")
       .def("low_latency_combine", &low_latency_combine, nb::arg("x"), nb::arg("topk_idx"),
-           nb::arg("topk_weights"), nb::arg("handle"),
-           "Collective low-latency combine: per token, sum over k of weight * row.");
+           nb::arg("topk_weights"), nb::arg("handle"), nb::arg("use_logfmt") = false,
+           "Collective low-latency combine: per token, sum over k of weight * row "
+           "(use_logfmt: the rows travel in LogFMT, 10 bits per value where a 128-channel block "
+           "is below 1; needs the ep_logfmt capability).");
 }
 
 }  // namespace courier::python

@@ -503,6 +503,106 @@ def case_ll_fp8_ue8m0(buffer: deep_ep.Buffer) -> str:
     return f"FP8 with UE8M0 scales (round_scale, use_ue8m0), through the hook: {rows} expert rows"
 
 
+def logfmt_model(x: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+    """A numpy model of the LogFMT round trip (docs/ep.md, "LogFMT combine")
+    of bfloat16 rows x (as float32): the decoded values, and per value
+    whether its 128-channel block was coded (amax < 1, finite, amin < amax)
+    rather than kept bfloat16."""
+    blocks = x.reshape(-1, 128).astype(np.float64)
+    a = np.abs(blocks)
+    amax, amin = a.max(axis=1), a.min(axis=1)
+    with np.errstate(divide="ignore"):
+        lmax = np.log2(amax)
+        lmin = np.maximum(np.where(amin > 0, np.log2(np.where(amin > 0, amin, 1)), -np.inf),
+                          lmax - 32)
+    coded = (amax > 0) & (amax < 1) & np.isfinite(a).all(axis=1) & (lmin < lmax)
+    step = np.where(coded, (lmax - lmin) / 510, 1.0)
+    lmin = np.where(coded, lmin, 0.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        # Nearest level in linear terms: levels m >= 1 at lmin + (m - 1) step.
+        q = (np.log2(a) - lmin[:, None]) / step[:, None] + 2 - \
+            np.log2((1 + np.exp2(step)) / 2)[:, None] / step[:, None]
+    m = np.clip(np.floor(np.where(a > 0, q, 0)), 0, 511)
+    decoded = np.where(m > 0, np.exp2(lmin[:, None] + (m - 1) * step[:, None]), 0.0)
+    decoded = np.sign(blocks) * decoded
+    out = np.where(coded[:, None], decoded, blocks)
+    return out.reshape(x.shape), np.repeat(coded, 128).reshape(x.shape)
+
+
+def calc_diff(x: np.ndarray, y: np.ndarray) -> float:
+    """DeepEP's tests/utils.py calc_diff: 1 - 2 sum(x y) / sum(x^2 + y^2)
+    over x + 1 and y + 1."""
+    x, y = x.astype(np.float64) + 1, y.astype(np.float64) + 1
+    return float(1 - 2 * (x * y).sum() / (x * x + y * y).sum())
+
+
+def case_ll_logfmt(buffer: deep_ep.Buffer) -> str:
+    """low_latency_combine(use_logfmt=True) as DeepEP's test_low_latency.py
+    runs it: rows of small integers (blocks kept bfloat16) and of
+    randn * 0.5 * r and randn * 0.1 (coded), after bfloat16 and FP8
+    dispatches, at once, through the hook, and with zero_copy. Checked
+    against x * (sum of weights) with DeepEP's bound (calc_diff < 1e-5 after a
+    bfloat16 dispatch, 9e-4 after FP8) and per value against a numpy model
+    of the round trip."""
+    import ml_dtypes
+
+    me, ranks = buffer.rank, buffer.group_size
+    per, max_tokens = EXPERTS_PER_RANK, 32
+    x_int, idx, w = inputs(me, 0, ranks)
+    rng = np.random.default_rng(77 + me)
+    x_list = [x_int] + [rng.standard_normal(x_int.shape) * 0.5 * rng.random() for _ in range(2)]
+    x_list.append(rng.standard_normal(x_int.shape) * 0.1)
+    total = np.where(idx >= 0, w, 0).sum(axis=1)[:, None]
+    worst, coded_values, runs = 0.0, 0, 0
+    for current in x_list:
+        x = current.astype(ml_dtypes.bfloat16)
+        exact = x.astype(np.float32)
+        for use_fp8 in (False, True):
+            for hook in (False, True):
+                recv, _, handle, _, recv_hook = buffer.low_latency_dispatch(
+                    x, idx, max_tokens, per * ranks, use_fp8=use_fp8, return_recv_hook=hook)
+                if hook:
+                    recv_hook()
+                if use_fp8:
+                    values, scales = recv
+                    back = values.astype(np.float32) * np.repeat(scales, 128, axis=2)
+                else:
+                    back = recv.astype(np.float32)
+                with np.errstate(invalid="ignore"):  # rows past the counts hold anything
+                    send = back.astype(ml_dtypes.bfloat16)
+                if hook:  # zero_copy too, which DeepEP's logfmt refuses and Courier's takes
+                    buffer.get_next_low_latency_combine_buffer(handle)[:] = send
+                    send = np.zeros_like(send)
+                combined, _, combine_hook = buffer.low_latency_combine(
+                    send, idx, w, handle, use_logfmt=True, zero_copy=hook, return_recv_hook=hook)
+                if hook:
+                    combine_hook()
+                got = combined.astype(np.float32)
+                check(not np.isnan(got).any(), "NaN in the LogFMT combine")
+                diff = calc_diff(exact * total, got)
+                bound = 9e-4 if use_fp8 else 1e-5
+                check(diff < bound, f"calc_diff {diff:.2e} >= {bound} (use_fp8={use_fp8}, "
+                      f"hook={hook})")
+                worst = max(worst, diff) if not use_fp8 else worst
+                if not use_fp8:
+                    # Identity experts: every term of token t is its row x[t],
+                    # so the result is model(x[t]) * sum of weights.
+                    model, coded = logfmt_model(exact)
+                    want = model * total
+                    np.testing.assert_allclose(got[coded], want[coded], rtol=2e-2, atol=1e-6,
+                                               err_msg="LogFMT-coded values vs the numpy model")
+                    np.testing.assert_allclose(got[~coded], want[~coded], rtol=1e-2, atol=1e-2,
+                                               err_msg="bfloat16 blocks")
+                    np.testing.assert_allclose(got, exact * total, rtol=3e-2, atol=1e-6,
+                                               err_msg="LogFMT combine vs x * sum(weights)")
+                    coded_values += int(coded.sum())
+                runs += 1
+    check(coded_values > 0, "no block was LogFMT-coded: the test data missed the format")
+    return (f"{runs} combines with use_logfmt (bfloat16 and FP8 dispatch, hook, zero_copy): "
+            f"calc_diff <= {worst:.1e} after bfloat16 (DeepEP's bound 1e-5), {coded_values} "
+            "coded values within 2% of the numpy model")
+
+
 def case_ll_stale_hook(buffer: deep_ep.Buffer) -> str:
     """A dispatch that would reuse the receive slot of a dispatch whose hook
     has not run is refused on every rank; after the hooks run, calls work."""
@@ -572,6 +672,7 @@ CASES: Dict[str, Callable[[deep_ep.Buffer], str]] = {
     "ll": case_ll,
     "ll-fp8": case_ll_fp8,
     "ll-fp8-round-scale": case_ll_fp8_round_scale,
+    "ll-logfmt": case_ll_logfmt,
     "ll-fp8-ue8m0": case_ll_fp8_ue8m0,
     "ll-stale-hook": case_ll_stale_hook,
     "errors": case_errors,

@@ -144,8 +144,15 @@ def test_arguments_that_change_results_are_refused(buffer: deep_ep.Buffer) -> No
     ml_dtypes = pytest.importorskip("ml_dtypes")
     x16 = x.astype(ml_dtypes.bfloat16)
     recv, _, ll_handle, _, _ = buffer.low_latency_dispatch(x16, idx, 16, 4, use_fp8=False)
-    with pytest.raises(ValueError, match="use_logfmt=True is not supported"):
-        buffer.low_latency_combine(recv, idx, w, ll_handle, use_logfmt=True)
+    # use_logfmt is taken (tests/python/ep_ranks.py checks its values); it
+    # needs bfloat16 rows, so float32 ones are refused with the reason.
+    combined, _, _ = buffer.low_latency_combine(recv, idx, w, ll_handle, use_logfmt=True)
+    assert np.array_equal(combined.astype(np.float32), np.zeros((2, 128), np.float32))
+    # (hidden 64 keeps the rows' bytes, which num_rdma_bytes was sized for.)
+    x32 = np.ascontiguousarray(x[:, :64])
+    recv32, _, ll_handle32, _, _ = buffer.low_latency_dispatch(x32, idx, 16, 4, use_fp8=False)
+    with pytest.raises(courier.Error, match="use_logfmt needs bfloat16 x"):
+        buffer.low_latency_combine(recv32, idx, w, ll_handle32, use_logfmt=True)
 
 
 def test_buffer_arguments() -> None:

@@ -5,7 +5,7 @@ against references computed in torch from every rank's inputs.
 
 Per shape (standard: 128 tokens, hidden 7168, top-8 of 288 experts; small ones for quick
 runs), BF16 and FP8 dispatch, with and without return_recv_hook, BF16 combine with and
-without zero_copy:
+without zero_copy, and with use_logfmt:
 
 - every local expert receives exactly the (rank, token) pairs routed to it, the rows of one
   source rank together; packed_recv_count is right; BF16 rows are bit for bit the senders',
@@ -13,7 +13,7 @@ without zero_copy:
   all copies of one token (at its several experts) decode alike;
 - a second dispatch replaces the first one's results (two calls in a row, different data);
 - combine returns, per token, sum_k weight_k * (expert k's output row) within one bfloat16
-  rounding; the stand-in expert e scales its rows by 1 + (e mod 4) / 4, so a row that comes
+  rounding (with use_logfmt within LogFMT's 2.2% more, and DeepEP's calc_diff bound); the stand-in expert e scales its rows by 1 + (e mod 4) / 4, so a row that comes
   back to the wrong (token, k) shows;
 - clean_low_latency_buffer leaves the buffer usable.
 
@@ -136,6 +136,12 @@ class Expected:
         self.counts = torch.tensor(counts, dtype=torch.int32, device=env.device)
 
 
+def calc_diff(x: torch.Tensor, y: torch.Tensor) -> float:
+    """DeepEP's tests/utils.py measure: 1 - 2 sum(x y) / sum(x^2 + y^2) over x + 1, y + 1."""
+    x, y = x.double() + 1, y.double() + 1
+    return float(1 - 2 * (x * y).sum() / (x * x + y * y).sum())
+
+
 def run_case(env, suite, buffer, shape: Shape, fp8: bool, hook: bool, seed: int) -> None:
     found = common.Findings()
     with found.guard():
@@ -238,6 +244,28 @@ def _run_case_body(found, env, suite, buffer, shape: Shape, fp8: bool, hook: boo
             check(combined.dtype == torch.bfloat16 and tuple(combined.shape) == (T, H),
                   f"combined_x: {tuple(combined.shape)} {combined.dtype}, expected {(T, H)} bfloat16")
             expect_within(f"combined_x (zero_copy={zero_copy})", combined, ref, bound)
+
+    # use_logfmt (without zero_copy, as DeepEP's test runs it): the stand-in outputs'
+    # random blocks (below 1) travel LogFMT-coded, the marker blocks stay bfloat16. Within
+    # DeepEP's own bound (calc_diff < 1e-5 after a BF16 dispatch, 9e-4 after FP8), and per
+    # value within LogFMT's rounding, 2^(step / 2) - 1 <= 2.2% of the terms' magnitude (a
+    # level step of at most 32 / 510 in log2), plus the bfloat16 sum's.
+    combined, event, recv_hook = buffer.low_latency_combine(
+        expert_out, inputs.topk_idx, inputs.topk_weights, handle,
+        use_logfmt=True, async_finish=not hook, return_recv_hook=hook,
+    )
+    if hook:
+        check(callable(recv_hook), "low_latency_combine(return_recv_hook=True) returned no hook")
+        recv_hook()
+    else:
+        event.current_stream_wait()
+    with found.section():
+        check(combined.dtype == torch.bfloat16 and tuple(combined.shape) == (T, H),
+              f"combined_x (use_logfmt): {tuple(combined.shape)} {combined.dtype}")
+        expect_within("combined_x (use_logfmt)", combined, ref, bound + 0.022 * magnitude)
+        diff = calc_diff(ref, combined)
+        limit = 9e-4 if fp8 else 1e-5
+        check(diff < limit, f"combined_x (use_logfmt): calc_diff {diff:.2e}, DeepEP's bound {limit}")
 
 
 def check_received(env, shape, fp8, recv, count, exp, expert_out, table, have) -> None:
