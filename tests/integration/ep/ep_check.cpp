@@ -973,12 +973,16 @@ Outcome check_ll_logfmt(courier::Context& ctx, const Shape& shape) {
   }
   c.expect(coded_differ > 0, "no coded value differs from the plain bfloat16 combine");
 
-  // float32 rows cannot travel in LogFMT: refused on every rank alike.
+  // float32 rows cannot travel in LogFMT: refused on every rank alike (at
+  // hidden 128 whatever the case's shape: a float32 Buffer of the standard
+  // shape would pass a window's 4 GiB at EP1).
+  const int narrow = 128;
   courier::ep::BufferOptions f32 = options;
   f32.element_bytes = 4;
+  f32.hidden = narrow;
   courier::ep::Buffer wide(ctx, f32);
-  const Inputs in = inputs_of(shape, me, hidden, topk, experts, 0);
-  Tensor x(ctx, dev, DLDataType{kDLFloat, 32, 1}, {in.tokens, hidden});
+  const Inputs in = inputs_of(shape, me, narrow, topk, experts, 0);
+  Tensor x(ctx, dev, DLDataType{kDLFloat, 32, 1}, {in.tokens, narrow});
   x.set(encode(in.x, false));
   Tensor idx(ctx, dev, kInt64, {in.tokens, topk});
   idx.set(in.idx);
@@ -988,8 +992,8 @@ Outcome check_ll_logfmt(courier::Context& ctx, const Shape& shape) {
   args.x = x.view();
   args.topk_idx = idx.view();
   courier::ep::LowLatencyDispatchResult got = wide.low_latency_dispatch(args);
-  Tensor back(ctx, dev, DLDataType{kDLFloat, 32, 1}, {per, slots, hidden});
-  std::vector<std::byte> packed(static_cast<size_t>(per * slots * hidden) * 4);
+  Tensor back(ctx, dev, DLDataType{kDLFloat, 32, 1}, {per, slots, narrow});
+  std::vector<std::byte> packed(static_cast<size_t>(per * slots * narrow) * 4);
   ctx.copy(packed.data(), got.packed_recv_x.tensor().data, packed.size());
   back.set(packed);
   courier::ep::LowLatencyCombineOptions logfmt;
@@ -1002,8 +1006,8 @@ Outcome check_ll_logfmt(courier::Context& ctx, const Shape& shape) {
       kRefusal);
   courier::ep::CombineResult plain =
       wide.low_latency_combine(*back.view(), *idx.view(), *weights.view(), got.handle);
-  const int wrong = combined_values_off(ctx, plain, in, topk, hidden, false, 1e-5f, 1e-6f,
-                                        [&](int t, int h) { return in.x[t * hidden + h]; });
+  const int wrong = combined_values_off(ctx, plain, in, topk, narrow, false, 1e-5f, 1e-6f,
+                                        [&](int t, int h) { return in.x[t * narrow + h]; });
   c.expect(wrong == 0, fmt::format("float32 combine after the refusal: {} values off", wrong));
   return c.outcome(fmt::format(
       "2 calls: coded values within 3%, bfloat16 blocks within 1e-2, calc_diff {:.1e} < 1e-5 "
