@@ -229,7 +229,7 @@ typedef struct courier_gpu_ep_peers_v1 {
  * hidden * 2 (x's rows). The route is mode & COURIER_GPU_EP_ROUTE_MASK. */
 #define COURIER_GPU_EP_ROUTE_MASK 0xFFu
 #define COURIER_GPU_EP_COMBINE_LOGFMT (1u << 8)
-#define COURIER_GPU_EP_LOGFMT_SLOT_BYTES(hidden) ((uint64_t)(hidden) * 2u + (uint64_t)(hidden) / 32u)
+#define COURIER_GPU_EP_LOGFMT_SLOT_BYTES(hidden) ((uint64_t)(hidden)*2u + (uint64_t)(hidden) / 32u)
 
 /* Each item's slot within its group, in token order, and the counts of
  * this rank's record. RANKS: items are the (t, r) with in_rank[t][r];
