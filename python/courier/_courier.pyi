@@ -274,5 +274,7 @@ class EpBuffer:
     def low_latency_dispatch(self, x: object, topk_idx: object, use_fp8: bool = False, return_recv_hook: bool = False, round_scale: bool = False) -> LowLatencyOutput:
         """Collective low-latency dispatch into per-expert rows."""
 
-    def low_latency_combine(self, x: object, topk_idx: object, topk_weights: object, handle: LowLatencyHandle) -> object:
-        """Collective low-latency combine: per token, sum over k of weight * row."""
+    def low_latency_combine(self, x: object, topk_idx: object, topk_weights: object, handle: LowLatencyHandle, use_logfmt: bool = False) -> object:
+        """
+        Collective low-latency combine: per token, sum over k of weight * row (use_logfmt: the rows travel in LogFMT, 10 bits per value where a 128-channel block is below 1; needs the ep_logfmt capability).
+        """
