@@ -65,6 +65,18 @@ int choose_device(const courier_host_services_v1* host, int count, int* device) 
   return 0;
 }
 
+// A 0|1 knob: unset or empty keeps *value; anything else fails naming it.
+int read_switch(const courier_host_services_v1* host, const char* name, bool* value) {
+  const char* text = host->get_env(host->ctx, name);
+  if (text == nullptr || *text == '\0') return 0;
+  const std::string given(text);
+  if (given != "0" && given != "1") {
+    return set_error(-EINVAL, std::string(name) + "='" + given + "' is invalid: expected 0 or 1");
+  }
+  *value = given == "1";
+  return 0;
+}
+
 int plugin_init(const courier_host_services_v1* host, void** backend) {
   return guarded("init", [&] {
     if (host == nullptr || backend == nullptr) return set_error(-EINVAL, "init: NULL argument");
@@ -79,22 +91,10 @@ int plugin_init(const courier_host_services_v1* host, void** backend) {
     }
     auto b = std::make_unique<Backend>();
     if (int status = choose_device(host, count, &b->device); status != 0) return status;
-    if (const char* batch = host->get_env(host->ctx, "COURIER_CE_BATCH");
-        batch != nullptr && *batch != '\0') {
-      const std::string value(batch);
-      if (value != "0" && value != "1") {
-        return set_error(-EINVAL, "COURIER_CE_BATCH='" + value + "' is invalid: expected 0 or 1");
-      }
-      b->batch_copies = value == "1";
+    if (int status = read_switch(host, "COURIER_CE_BATCH", &b->batch_copies); status != 0) {
+      return status;
     }
-    if (const char* trace = host->get_env(host->ctx, "COURIER_CE_TRACE");
-        trace != nullptr && *trace != '\0') {
-      const std::string value(trace);
-      if (value != "0" && value != "1") {
-        return set_error(-EINVAL, "COURIER_CE_TRACE='" + value + "' is invalid: expected 0 or 1");
-      }
-      b->trace = value == "1";
-    }
+    if (int status = read_switch(host, "COURIER_CE_TRACE", &b->trace); status != 0) return status;
     cudaDeviceProp props{};
     if (cudaGetDeviceProperties(&props, b->device) == cudaSuccess) {
       b->device_name = "ce:cuda" + std::to_string(b->device) + " " + props.name;
