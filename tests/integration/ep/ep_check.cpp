@@ -316,6 +316,22 @@ std::vector<float> decode(const std::vector<std::byte>& bytes, bool bf16) {
   return out;
 }
 
+// One rank's inputs in device memory: x (bfloat16 or float32 rows of
+// `hidden`), the top-k expert indices and their weights.
+struct DeviceInputs {
+  DeviceInputs(courier::Context& ctx, DLDevice dev, const Inputs& in, int hidden, int topk,
+               bool bf16)
+      : x(ctx, dev, bf16 ? DLDataType{kDLBfloat, 16, 1} : DLDataType{kDLFloat, 32, 1},
+          {in.tokens, hidden}),
+        idx(ctx, dev, kInt64, {in.tokens, topk}),
+        weights(ctx, dev, DLDataType{kDLFloat, 32, 1}, {in.tokens, topk}) {
+    x.set(encode(in.x, bf16));
+    idx.set(in.idx);
+    weights.set(in.weights);
+  }
+  Tensor x, idx, weights;
+};
+
 // How many values of combined_x [tokens, hidden] differ from x(t, h) times the
 // sum of token t's weights (masked experts excluded) by more than
 // rel * |want| + abs.
@@ -355,13 +371,8 @@ Outcome check_ht(courier::Context& ctx, const Shape& shape, bool bf16) {
   uint64_t rows_checked = 0;
   for (int call = 0; call < 2; ++call) {  // twice: both halves of the double buffer
     const Inputs mine = inputs_of(shape, me, hidden, topk, experts, call);
-    Tensor x(ctx, dev, xtype, {mine.tokens, hidden});
-    std::vector<std::byte> x_bytes = encode(mine.x, bf16);
-    x.set(x_bytes);
-    Tensor idx(ctx, dev, kInt64, {mine.tokens, topk});
-    idx.set(mine.idx);
-    Tensor weights(ctx, dev, DLDataType{kDLFloat, 32, 1}, {mine.tokens, topk});
-    weights.set(mine.weights);
+    DeviceInputs inputs(ctx, dev, mine, hidden, topk, bf16);
+    Tensor &x = inputs.x, &idx = inputs.idx, &weights = inputs.weights;
     Tensor per_rank(ctx, dev, kInt32, {ranks});
     Tensor per_expert(ctx, dev, kInt32, {experts});
     Tensor in_rank(ctx, dev, kBool, {mine.tokens, ranks});
@@ -628,12 +639,8 @@ Outcome check_ll(courier::Context& ctx, const Shape& shape, bool bf16) {
   uint64_t rows_checked = 0;
   for (int call = 0; call < 2; ++call) {
     const Inputs mine = inputs_of(shape, me, hidden, topk, experts, call);
-    Tensor x(ctx, dev, xtype, {mine.tokens, hidden});
-    x.set(encode(mine.x, bf16));
-    Tensor idx(ctx, dev, kInt64, {mine.tokens, topk});
-    idx.set(mine.idx);
-    Tensor weights(ctx, dev, DLDataType{kDLFloat, 32, 1}, {mine.tokens, topk});
-    weights.set(mine.weights);
+    DeviceInputs inputs(ctx, dev, mine, hidden, topk, bf16);
+    Tensor &x = inputs.x, &idx = inputs.idx, &weights = inputs.weights;
     courier::ep::LowLatencyDispatchArgs args;
     args.x = x.view();
     args.topk_idx = idx.view();
@@ -712,12 +719,8 @@ Outcome check_ll_fp8(courier::Context& ctx, const Shape& shape) {
   const DLDevice dev = buffer.device();
   const int64_t slots = int64_t{ranks} * max_tokens;
   const Inputs mine = inputs_of(shape, me, hidden, topk, experts, 0);
-  Tensor x(ctx, dev, DLDataType{kDLBfloat, 16, 1}, {mine.tokens, hidden});
-  x.set(encode(mine.x, true));
-  Tensor idx(ctx, dev, kInt64, {mine.tokens, topk});
-  idx.set(mine.idx);
-  Tensor weights(ctx, dev, DLDataType{kDLFloat, 32, 1}, {mine.tokens, topk});
-  weights.set(mine.weights);
+  DeviceInputs inputs(ctx, dev, mine, hidden, topk, true);
+  Tensor &x = inputs.x, &idx = inputs.idx, &weights = inputs.weights;
   courier::ep::LowLatencyDispatchArgs args;
   args.x = x.view();
   args.topk_idx = idx.view();
@@ -919,19 +922,8 @@ Outcome check_ll_logfmt(courier::Context& ctx, const Shape& shape) {
       const int block = (h / 128) % 4;
       return block == 0 || block == 1 || (block == 3 && t % 2 == 0);
     };
-    Tensor x(ctx, dev, bf16, {mine.tokens, hidden});
-    std::vector<std::byte> x_bytes(mine.x.size() * 2);
-    for (size_t i = 0; i < mine.x.size(); ++i) {
-      uint32_t bits;
-      std::memcpy(&bits, &mine.x[i], 4);
-      const auto v = static_cast<uint16_t>(bits >> 16);  // exact: already bfloat16
-      std::memcpy(x_bytes.data() + 2 * i, &v, 2);
-    }
-    x.set(x_bytes);
-    Tensor idx(ctx, dev, kInt64, {mine.tokens, topk});
-    idx.set(mine.idx);
-    Tensor weights(ctx, dev, DLDataType{kDLFloat, 32, 1}, {mine.tokens, topk});
-    weights.set(mine.weights);
+    DeviceInputs inputs(ctx, dev, mine, hidden, topk, true);  // exact: already bfloat16
+    Tensor &x = inputs.x, &idx = inputs.idx, &weights = inputs.weights;
     courier::ep::LowLatencyDispatchArgs args;
     args.x = x.view();
     args.topk_idx = idx.view();
@@ -982,12 +974,8 @@ Outcome check_ll_logfmt(courier::Context& ctx, const Shape& shape) {
   f32.hidden = narrow;
   courier::ep::Buffer wide(ctx, f32);
   const Inputs in = inputs_of(shape, me, narrow, topk, experts, 0);
-  Tensor x(ctx, dev, DLDataType{kDLFloat, 32, 1}, {in.tokens, narrow});
-  x.set(encode(in.x, false));
-  Tensor idx(ctx, dev, kInt64, {in.tokens, topk});
-  idx.set(in.idx);
-  Tensor weights(ctx, dev, DLDataType{kDLFloat, 32, 1}, {in.tokens, topk});
-  weights.set(in.weights);
+  DeviceInputs inputs(ctx, dev, in, narrow, topk, false);
+  Tensor &x = inputs.x, &idx = inputs.idx, &weights = inputs.weights;
   courier::ep::LowLatencyDispatchArgs args;
   args.x = x.view();
   args.topk_idx = idx.view();
