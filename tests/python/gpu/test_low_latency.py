@@ -228,18 +228,23 @@ def _run_case_body(found, env, suite, buffer, shape: Shape, fp8: bool, hook: boo
     ref, magnitude = common.weighted_row_sum(terms, weights)
     bound = common.bf16_sum_bound(magnitude)
 
-    for zero_copy in (False, True):
-        if zero_copy and hasattr(buffer, "get_next_low_latency_combine_buffer"):
-            buffer.get_next_low_latency_combine_buffer(handle)[:, :, :] = expert_out
+    def combine(**options):
+        # One combine, finished through the hook or the returned event.
         combined, event, recv_hook = buffer.low_latency_combine(
             expert_out, inputs.topk_idx, inputs.topk_weights, handle,
-            zero_copy=zero_copy, async_finish=not hook, return_recv_hook=hook,
+            async_finish=not hook, return_recv_hook=hook, **options,
         )
         if hook:
             check(callable(recv_hook), "low_latency_combine(return_recv_hook=True) returned no hook")
             recv_hook()
         else:
             event.current_stream_wait()
+        return combined
+
+    for zero_copy in (False, True):
+        if zero_copy and hasattr(buffer, "get_next_low_latency_combine_buffer"):
+            buffer.get_next_low_latency_combine_buffer(handle)[:, :, :] = expert_out
+        combined = combine(zero_copy=zero_copy)
         with found.section():
             check(combined.dtype == torch.bfloat16 and tuple(combined.shape) == (T, H),
                   f"combined_x: {tuple(combined.shape)} {combined.dtype}, expected {(T, H)} bfloat16")
@@ -250,15 +255,7 @@ def _run_case_body(found, env, suite, buffer, shape: Shape, fp8: bool, hook: boo
     # DeepEP's own bound (calc_diff < 1e-5 after a BF16 dispatch, 9e-4 after FP8), and per
     # value within LogFMT's rounding, 2^(step / 2) - 1 <= 2.2% of the terms' magnitude (a
     # level step of at most 32 / 510 in log2), plus the bfloat16 sum's.
-    combined, event, recv_hook = buffer.low_latency_combine(
-        expert_out, inputs.topk_idx, inputs.topk_weights, handle,
-        use_logfmt=True, async_finish=not hook, return_recv_hook=hook,
-    )
-    if hook:
-        check(callable(recv_hook), "low_latency_combine(return_recv_hook=True) returned no hook")
-        recv_hook()
-    else:
-        event.current_stream_wait()
+    combined = combine(use_logfmt=True)
     with found.section():
         check(combined.dtype == torch.bfloat16 and tuple(combined.shape) == (T, H),
               f"combined_x (use_logfmt): {tuple(combined.shape)} {combined.dtype}")
