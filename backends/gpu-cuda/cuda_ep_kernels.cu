@@ -170,18 +170,25 @@ int ep_reduce(const courier_gpu_ep_reduce_v1* job, cudaStream_t stream) {
 }
 
 template <class Job>
-int ep_proxy(const Job* job, cudaStream_t stream) {
+int ep_proxy(const Job* job, cudaStream_t stream, EpTimeline& timeline, const char* name) {
   if (too_small(job)) return fail(-EINVAL, "ep_proxy_*: job is NULL or its struct_size too small");
-  device::ep::launch(*job, stream);
+  timeline.begin(stream);
+  device::ep::launch(*job, stream, [&](const char* part) {
+    if (timeline.on()) timeline.mark(stream, std::string(name) + "." + part);
+  });
+  timeline.mark(stream, name);
   return launched("an EP proxy kernel");
 }
 
-template int ep_proxy(const courier_gpu_ep_proxy_refuse_v1*, cudaStream_t);
-template int ep_proxy(const courier_gpu_ep_proxy_ht_dispatch_v1*, cudaStream_t);
-template int ep_proxy(const courier_gpu_ep_proxy_ht_receive_v1*, cudaStream_t);
-template int ep_proxy(const courier_gpu_ep_proxy_ll_dispatch_v1*, cudaStream_t);
-template int ep_proxy(const courier_gpu_ep_proxy_ll_receive_v1*, cudaStream_t);
-template int ep_proxy(const courier_gpu_ep_proxy_combine_v1*, cudaStream_t);
-template int ep_proxy(const courier_gpu_ep_proxy_reduce_v1*, cudaStream_t);
+#define COURIER_EP_PROXY_JOB(Job) \
+  template int ep_proxy(const Job*, cudaStream_t, EpTimeline&, const char*);
+COURIER_EP_PROXY_JOB(courier_gpu_ep_proxy_refuse_v1)
+COURIER_EP_PROXY_JOB(courier_gpu_ep_proxy_ht_dispatch_v1)
+COURIER_EP_PROXY_JOB(courier_gpu_ep_proxy_ht_receive_v1)
+COURIER_EP_PROXY_JOB(courier_gpu_ep_proxy_ll_dispatch_v1)
+COURIER_EP_PROXY_JOB(courier_gpu_ep_proxy_ll_receive_v1)
+COURIER_EP_PROXY_JOB(courier_gpu_ep_proxy_combine_v1)
+COURIER_EP_PROXY_JOB(courier_gpu_ep_proxy_reduce_v1)
+#undef COURIER_EP_PROXY_JOB
 
 }  // namespace courier::cuda_gpu

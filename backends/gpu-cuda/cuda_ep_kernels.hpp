@@ -4,6 +4,7 @@
 #include <cuda_runtime_api.h>
 
 #include "courier/abi/gpu_v1.h"
+#include "cuda_ep_timeline.hpp"
 
 namespace courier::cuda_gpu {
 
@@ -23,8 +24,9 @@ int ep_combine_send(const courier_gpu_ep_combine_send_v1* job, cudaStream_t stre
 int ep_reduce(const courier_gpu_ep_reduce_v1* job, cudaStream_t stream);
 
 // The proxy path (GPU ABI minor 3): one enqueue per job type (instantiated
-// for the seven courier_gpu_ep_proxy_*_v1 jobs).
+// for the seven courier_gpu_ep_proxy_*_v1 jobs); `name` labels its kernels
+// in the timeline.
 template <class Job>
-int ep_proxy(const Job* job, cudaStream_t stream);
+int ep_proxy(const Job* job, cudaStream_t stream, EpTimeline& timeline, const char* name);
 
 }  // namespace courier::cuda_gpu

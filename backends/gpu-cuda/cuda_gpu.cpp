@@ -49,6 +49,7 @@ struct CudaBackend {
   // The EP direct path's stream per device, made at first use.
   std::mutex ep_streams_lock;
   std::vector<cudaStream_t> ep_streams;
+  courier::cuda_gpu::EpTimeline timeline;  // COURIER_CUDA_EP_TIMELINE
 };
 
 CudaBackend* as_backend(void* backend) { return static_cast<CudaBackend*>(backend); }
@@ -119,6 +120,15 @@ int cuda_init(const courier_host_services_v1* host, void** backend) {
   } else if (b->device_count == 0) {
     b->no_device_reason = "the CUDA driver reports no device";
   } else {
+    const char* timeline = host->get_env(host->ctx, "COURIER_CUDA_EP_TIMELINE");
+    if (timeline != nullptr && *timeline != '\0' && std::strcmp(timeline, "0") != 0) {
+      if (std::strcmp(timeline, "1") != 0) {
+        delete b;
+        return fail(-EINVAL, std::string("COURIER_CUDA_EP_TIMELINE='") + timeline +
+                                 "' is invalid: expected 0 or 1");
+      }
+      b->timeline.enable();
+    }
     const char* forced = host->get_env(host->ctx, "COURIER_GPU_DEVICE");
     const char* local = host->get_env(host->ctx, "COURIER_LOCAL_RANK");
     const char* choice = forced != nullptr && *forced != '\0' ? forced : local;
@@ -386,18 +396,38 @@ int enqueue_ep(void* backend, const Job* job) {
   return stream == nullptr ? -EIO : Enqueue(job, stream);
 }
 
+// A proxy-path job on the device's EP stream, its kernels in the timeline.
+template <class Job, const char* Name>
+int enqueue_proxy(void* backend, const Job* job) {
+  if (job == nullptr) return fail(-EINVAL, "EP kernel: job is NULL");
+  cudaStream_t stream = ep_stream(backend, job->device);
+  return stream == nullptr
+             ? -EIO
+             : courier::cuda_gpu::ep_proxy(job, stream, as_backend(backend)->timeline, Name);
+}
+constexpr char kRefuse[] = "refuse", kHtDispatch[] = "ht_dispatch", kHtReceive[] = "ht_receive",
+               kLlDispatch[] = "ll_dispatch", kLlReceive[] = "ll_receive", kCombine[] = "combine",
+               kReduce[] = "reduce";
+
 int cuda_ep_sync(void* backend, int device) {
   cudaStream_t stream = ep_stream(backend, device);
   if (stream == nullptr) return -EIO;
   const cudaError_t rc = cudaStreamSynchronize(stream);
+  if (rc == cudaSuccess) as_backend(backend)->timeline.synced();
   return rc == cudaSuccess ? 0 : fail(rc, "waiting for the EP stream");
 }
+
+constexpr courier_knob_v1 kKnobs[] = {
+    {"COURIER_CUDA_EP_TIMELINE", "0", "0|1",
+     "1: time every EP proxy-path kernel with CUDA events and print the medians per kernel and "
+     "per call to stderr when the backend unloads (for tuning; adds an event per kernel)"},
+};
 
 const courier_gpu_plugin_v1 kPlugin = {
     {sizeof(courier_gpu_plugin_v1), COURIER_GPU_ABI_MAJOR, COURIER_GPU_ABI_MINOR, "cuda"},
     "NVIDIA GPUs through the CUDA runtime (driver loaded on first use)",
-    nullptr,
-    0,
+    kKnobs,
+    sizeof kKnobs / sizeof kKnobs[0],
     0,
     cuda_init,
     cuda_fini,
@@ -426,13 +456,13 @@ const courier_gpu_plugin_v1 kPlugin = {
     enqueue_ep<courier_gpu_ep_combine_send_v1, courier::cuda_gpu::ep_combine_send>,
     enqueue_ep<courier_gpu_ep_reduce_v1, courier::cuda_gpu::ep_reduce>,
     cuda_ep_sync,
-    enqueue_ep<courier_gpu_ep_proxy_refuse_v1, courier::cuda_gpu::ep_proxy>,
-    enqueue_ep<courier_gpu_ep_proxy_ht_dispatch_v1, courier::cuda_gpu::ep_proxy>,
-    enqueue_ep<courier_gpu_ep_proxy_ht_receive_v1, courier::cuda_gpu::ep_proxy>,
-    enqueue_ep<courier_gpu_ep_proxy_ll_dispatch_v1, courier::cuda_gpu::ep_proxy>,
-    enqueue_ep<courier_gpu_ep_proxy_ll_receive_v1, courier::cuda_gpu::ep_proxy>,
-    enqueue_ep<courier_gpu_ep_proxy_combine_v1, courier::cuda_gpu::ep_proxy>,
-    enqueue_ep<courier_gpu_ep_proxy_reduce_v1, courier::cuda_gpu::ep_proxy>,
+    enqueue_proxy<courier_gpu_ep_proxy_refuse_v1, kRefuse>,
+    enqueue_proxy<courier_gpu_ep_proxy_ht_dispatch_v1, kHtDispatch>,
+    enqueue_proxy<courier_gpu_ep_proxy_ht_receive_v1, kHtReceive>,
+    enqueue_proxy<courier_gpu_ep_proxy_ll_dispatch_v1, kLlDispatch>,
+    enqueue_proxy<courier_gpu_ep_proxy_ll_receive_v1, kLlReceive>,
+    enqueue_proxy<courier_gpu_ep_proxy_combine_v1, kCombine>,
+    enqueue_proxy<courier_gpu_ep_proxy_reduce_v1, kReduce>,
 };
 
 }  // namespace

@@ -1,0 +1,47 @@
+// COURIER_CUDA_EP_TIMELINE=1: where an EP call's GPU time goes. Every EP
+// kernel (and the wait kernel before it) is followed by a CUDA event on the
+// EP stream; when the host waits for the stream (ep_sync), the time between
+// consecutive events is added to the later event's label, and the whole
+// call (first kernel to last) to the call's. The backend prints the medians
+// to stderr when it is unloaded. Off (the default), nothing is recorded.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace courier::cuda_gpu {
+
+class EpTimeline {
+ public:
+  EpTimeline() = default;
+  ~EpTimeline();
+  EpTimeline(const EpTimeline&) = delete;
+  EpTimeline& operator=(const EpTimeline&) = delete;
+
+  void enable() { on_ = true; }
+  bool on() const { return on_; }
+  // Before a job's first kernel: starts the call if none is open.
+  void begin(cudaStream_t stream);
+  // After kernels: the time since the previous mark goes to `label`.
+  void mark(cudaStream_t stream, const std::string& label);
+  // The stream was synchronized: the open call's times are read.
+  void synced();
+  // The medians so far, one line per label (empty when off or unused).
+  std::string summary() const;
+
+ private:
+  cudaEvent_t event();
+
+  bool on_ = false;
+  mutable std::mutex lock_;
+  std::vector<cudaEvent_t> free_;
+  std::vector<std::pair<std::string, cudaEvent_t>> open_;  // the call's marks, "" first
+  std::vector<std::string> order_;                         // labels as first seen
+  std::map<std::string, std::vector<float>> us_;
+};
+
+}  // namespace courier::cuda_gpu
