@@ -54,6 +54,7 @@ HtProxyLayout::HtProxyLayout(uint32_t ranks, uint32_t max_tokens, uint32_t hidde
     recv[parity] = take(rows * slot_bytes);
     combine[parity] = take(rows * row_bytes);
   }
+  counters = take(4ull * (max_experts + ranks));
   total = at;
 }
 
@@ -150,7 +151,8 @@ DispatchResult ProxyHighThroughput::dispatch(const HtInputs& in, const DispatchA
   send.staging_off = layout_.staging;
   send.record_off = layout_.records[kDispatch][parity];
   send.signal_off = layout_.signals[kDispatch][parity];
-  window_.wake_proxies();  // the kernel pushes commands
+  send.counts_off = static_cast<uint32_t>(layout_.counters);  // the window is < 4 GiB
+  window_.wake_proxies();                                     // the kernel pushes commands
   window_.check(window_.ops()->ep_proxy_ht_dispatch(window_.backend(), &send), "sending the rows");
 
   const uint64_t capacity = uint64_t{ranks_} * options_.max_tokens_per_rank;

@@ -30,8 +30,10 @@ struct HtProxyLayout {
   uint64_t records[2][2], signals[2][2], staging;
   uint64_t control_bytes;
   // The data window: the send area (dispatch slots or combine rows per destination),
-  // dispatch slots and combine rows per source rank, per parity.
-  uint64_t send, recv[2], combine[2];
+  // dispatch slots and combine rows per source rank, per parity; the
+  // dispatch kernel's counters (max_experts + ranks int32, zero between
+  // calls).
+  uint64_t send, recv[2], combine[2], counters;
   uint64_t total;  // data window bytes
 };
 

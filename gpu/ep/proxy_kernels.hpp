@@ -29,7 +29,7 @@ namespace courier::device::ep {
 
 // A block's shared memory (gpu-host: one per block, from the launcher).
 struct ProxyShared {
-  uint32_t scan[1024];                     // block_exclusive_scan
+  alignas(16) uint32_t scan[1024];         // block_exclusive_scan; 512 u64 in LL dispatch's pack
   uint32_t a[COURIER_GPU_EP_MAX_EXPERTS];  // counters per rank or expert
   uint32_t b[COURIER_GPU_EP_MAX_EXPERTS + 1];
   uint32_t flag;
@@ -315,6 +315,23 @@ COURIER_DEVICE_INLINE void count_tokens_per_rank(const KernelThread& th, const u
   }
 }
 
+// Adds to counts[e] the tokens [t0, t1) that chose expert e, once per
+// token however often its row lists e.
+COURIER_DEVICE_INLINE void count_tokens_per_expert(const KernelThread& th, const int64_t* topk_idx,
+                                                   uint32_t K, uint32_t E, uint32_t t0, uint32_t t1,
+                                                   uint32_t* counts) {
+  for (uint32_t t = t0 + th.thread; topk_idx != nullptr && t < t1; t += th.block_dim) {
+    const int64_t* row = topk_idx + uint64_t{t} * K;
+    for (uint32_t k = 0; k < K; ++k) {
+      const int64_t e = row[k];
+      if (e < 0 || e >= static_cast<int64_t>(E)) continue;
+      bool repeated = false;
+      for (uint32_t i = 0; i < k; ++i) repeated |= row[i] == e;
+      if (!repeated) add_block(&counts[e], 1);
+    }
+  }
+}
+
 // ---- ep_proxy_ht_dispatch: block b routes and packs a contiguous range of
 // tokens, `batch` tokens at a time, each token once whatever its fan-out,
 // and pushes the batch's runs of tokens per destination before packing
@@ -360,6 +377,26 @@ COURIER_DEVICE_INLINE void ht_dispatch_body(const courier_gpu_ep_proxy_ht_dispat
         set_status(f.status, COURIER_GPU_EP_STATUS_BAD_INDEX);
       }
     }
+  }
+  // With counters (minor 6) each block adds its own tokens' counts there,
+  // for the last block's records: one pass over all tokens in the last
+  // block alone took half the kernel.
+  auto* counters =
+      job.counts_off != 0 ? reinterpret_cast<int32_t*>(at(f, job.counts_off)) : nullptr;
+  if (counters != nullptr) {
+    for (uint32_t i = th.thread; i < E; i += th.block_dim) sh->b[i] = 0;
+    for (uint32_t d = th.thread; d < R; d += th.block_dim) sh->scan[d] = 0;
+    th.sync();
+    count_tokens_per_expert(th, job.topk_idx, K, E, t0, t1, sh->b);
+    count_tokens_per_rank(th, job.in_rank + uint64_t{t0} * R, R, t1 - t0, sh->scan);
+    th.sync();
+    for (uint32_t i = th.thread; i < E; i += th.block_dim) {
+      if (sh->b[i] != 0) add_relaxed_gpu(counters + i, static_cast<int32_t>(sh->b[i]));
+    }
+    for (uint32_t d = th.thread; d < R; d += th.block_dim) {
+      if (sh->scan[d] != 0) add_relaxed_gpu(counters + E + d, static_cast<int32_t>(sh->scan[d]));
+    }
+    th.sync();
   }
   // Where this block's rows begin at each rank: the tokens before it,
   // counted per thread and added once each (one shared word per rank: an
@@ -428,28 +465,30 @@ COURIER_DEVICE_INLINE void ht_dispatch_body(const courier_gpu_ep_proxy_ht_dispat
     th.sync();
   }
   if (!last_block(th, f, sh)) return;
-  // The records: rows per rank, and tokens per expert (once per token).
-  for (uint32_t i = th.thread; i < E; i += th.block_dim) sh->a[i] = 0;
-  for (uint32_t d = th.thread; d < R; d += th.block_dim) sh->b[d] = 0;
-  th.sync();
-  count_tokens_per_rank(th, job.in_rank, R, T, sh->b);
-  for (uint32_t t = th.thread; t < T; t += th.block_dim) {
-    for (uint32_t k = 0; job.topk_idx != nullptr && k < K; ++k) {
-      const int64_t e = expert(t, k);
-      if (e < 0 || e >= static_cast<int64_t>(E)) continue;
-      bool repeated = false;
-      for (uint32_t i = 0; i < k; ++i) repeated |= expert(t, i) == e;
-      if (!repeated) add_block(&sh->a[e], 1);
-    }
+  // The records: rows per rank, and tokens per expert (once per token),
+  // from the counters (left zero for the next launch) or counted here.
+  if (counters != nullptr) {
+    auto* counted = reinterpret_cast<uint32_t*>(counters);
+    for (uint32_t i = th.thread; i < E; i += th.block_dim) sh->a[i] = load_u32(counted + i);
+    for (uint32_t d = th.thread; d < R; d += th.block_dim) sh->b[d] = load_u32(counted + E + d);
+    th.sync();
+    for (uint32_t i = th.thread; i < E + R; i += th.block_dim) counted[i] = 0;
+  } else {
+    for (uint32_t i = th.thread; i < E; i += th.block_dim) sh->a[i] = 0;
+    for (uint32_t d = th.thread; d < R; d += th.block_dim) sh->b[d] = 0;
+    th.sync();
+    count_tokens_per_rank(th, job.in_rank, R, T, sh->b);
+    count_tokens_per_expert(th, job.topk_idx, K, E, 0, T, sh->a);
   }
   th.sync();
   const uint32_t state = status_of(f) != 0 ? COURIER_GPU_EP_RECORD_REFUSED : 0;
+  auto staged = [&](uint32_t d) {
+    return reinterpret_cast<uint32_t*>(ctl(f, job.staging_off + d * uint64_t{f.record_words} * 4));
+  };
+  for (uint32_t i = th.thread; i < R * L; i += th.block_dim) staged(i / L)[2 + i % L] = sh->a[i];
   for (uint32_t d = th.thread; d < R; d += th.block_dim) {
-    auto* record =
-        reinterpret_cast<uint32_t*>(ctl(f, job.staging_off + d * uint64_t{f.record_words} * 4));
-    record[0] = state;
-    record[1] = sh->b[d];
-    for (uint32_t l = 0; l < L; ++l) record[2 + l] = sh->a[d * L + l];
+    staged(d)[0] = state;
+    staged(d)[1] = sh->b[d];
   }
   release_fence_system();
   th.sync();
@@ -657,18 +696,29 @@ COURIER_DEVICE_INLINE void ll_dispatch_body(const courier_gpu_ep_proxy_ll_dispat
   // b[e] becomes where expert e's rows start in its destination's region.
   // An expert listed twice for a token could give it more pairs than a
   // region holds: refuse the call rather than write past it.
-  if (th.thread == 0) {
-    for (uint32_t e = 0; e < E; ++e) {
+  // One scan over all experts, a run of them per thread, less the scan at
+  // the region's first expert (one thread walking the experts took 12 us
+  // of an H200's 60 us kernel at 288 experts).
+  {
+    const uint32_t chunk = (E + th.block_dim - 1) / th.block_dim;
+    const uint32_t e0 = th.thread * chunk < E ? th.thread * chunk : E;
+    const uint32_t e1 = e0 + chunk < E ? e0 + chunk : E;
+    uint32_t mine = 0;
+    for (uint32_t e = e0; e < e1; ++e) {
       if (sh->b[e] > job.max_tokens) set_status(f.status, COURIER_GPU_EP_STATUS_OVERFLOW | f.rank);
+      mine += sh->b[e];
     }
-    for (uint32_t d = 0; d < R; ++d) {
-      uint32_t sum = 0;
-      for (uint32_t l = 0; l < L; ++l) {
-        const uint32_t n = sh->b[d * L + l];
-        sh->b[d * L + l] = sum;
-        sum += n;
-      }
+    uint32_t total = 0;
+    uint32_t before = block_exclusive_scan(th, sh->scan, mine, &total);
+    for (uint32_t e = e0; e < e1; ++e) {  // the scan's scratch is free again
+      sh->scan[e] = before;
+      before += sh->b[e];
     }
+    th.sync();
+    for (uint32_t e = e0; e < e1; ++e) sh->b[e] = sh->scan[e] - sh->scan[e / L * L];
+    th.sync();
+  }
+  if (th.thread == 0) {
     for (uint64_t i = uint64_t{t0} * K; i < uint64_t{t1} * K; ++i) {
       const int64_t e = expert(i);
       job.slots[i] = valid(e) ? static_cast<int32_t>(sh->b[e] + sh->a[e]++) : -1;
@@ -694,24 +744,38 @@ COURIER_DEVICE_INLINE void ll_dispatch_body(const courier_gpu_ep_proxy_ll_dispat
     // lane groups, a piece each, and stored into every pair's slot: a lane
     // group per pair read the row topk times and waited for memory at each
     // 128-channel block in turn (119.8 us for 128 tokens on an H200).
+    // The token's slots go to shared memory first, up to 512 pairs at a
+    // time: read from global memory between the stores, they cost a round
+    // trip each (the compiler cannot keep them: a store may alias them).
+    auto* outs = reinterpret_cast<std::byte**>(sh->scan);
+    constexpr uint32_t kOuts = sizeof(ProxyShared::scan) / (sizeof(std::byte*));
     for (uint32_t t = t0; t < t1; ++t) {
       const void* x = static_cast<const std::byte*>(job.x) + uint64_t{t} * job.hidden * elem;
-      auto each_slot = [&](auto&& store) {
-        for (uint64_t i = uint64_t{t} * K; i < uint64_t{t + 1} * K; ++i) {
-          if (valid(expert(i))) store(slot_of_pair(i));
+      for (uint32_t k0 = 0; k0 < K; k0 += kOuts) {
+        const uint32_t n = K - k0 < kOuts ? K - k0 : kOuts;
+        th.sync();  // the last pairs' stores are done with `outs`
+        for (uint32_t k = th.thread; k < n; k += th.block_dim) {
+          const uint64_t i = uint64_t{t} * K + k0 + k;
+          outs[k] = valid(expert(i)) ? slot_of_pair(i) : nullptr;
         }
-      };
-      if (job.fp8 != 0) {
-        quantize_spread(x, job.x_dtype_bits, job.hidden,
-                        (job.fp8 & COURIER_GPU_EP_FP8_POW2_SCALES) != 0, th.group(), th.groups(),
-                        lane, each_slot);
-      } else {
-        copy_spread(x, value_bytes, th.group(), th.groups(), lane, each_slot);
-      }
-      if (th.thread == 0) {
-        each_slot([&](std::byte* out) {
-          *reinterpret_cast<int32_t*>(out + job.slot_bytes - 16) = static_cast<int32_t>(t);
-        });
+        th.sync();
+        auto each_slot = [&](auto&& store) {
+          for (uint32_t k = 0; k < n; ++k) {
+            if (std::byte* out = outs[k]; out != nullptr) store(out);
+          }
+        };
+        if (job.fp8 != 0) {
+          quantize_spread(x, job.x_dtype_bits, job.hidden,
+                          (job.fp8 & COURIER_GPU_EP_FP8_POW2_SCALES) != 0, th.group(), th.groups(),
+                          lane, each_slot);
+        } else {
+          copy_spread(x, value_bytes, th.group(), th.groups(), lane, each_slot);
+        }
+        if (th.thread == 0) {
+          each_slot([&](std::byte* out) {
+            *reinterpret_cast<int32_t*>(out + job.slot_bytes - 16) = static_cast<int32_t>(t);
+          });
+        }
       }
     }
 #else
@@ -732,25 +796,28 @@ COURIER_DEVICE_INLINE void ll_dispatch_body(const courier_gpu_ep_proxy_ll_dispat
 #endif
   }
   if (!last_block(th, f, sh)) return;
+  // a[e]: pairs of expert e; b[d]: pairs to rank d. The records are
+  // written by all threads (one thread writing a rank's words across PCIe
+  // took microseconds).
   for (uint32_t e = th.thread; e < E; e += th.block_dim) sh->a[e] = 0;
+  for (uint32_t d = th.thread; d < R; d += th.block_dim) sh->b[d] = 0;
   th.sync();
   for (uint64_t i = th.thread; i < uint64_t{T} * K; i += th.block_dim) {
-    if (valid(expert(i))) add_block(&sh->a[expert(i)], 1);
+    if (!valid(expert(i))) continue;
+    add_block(&sh->a[expert(i)], 1);
+    add_block(&sh->b[static_cast<uint32_t>(expert(i)) / L], 1);
   }
   th.sync();
   const uint32_t state = status_of(f) != 0 ? COURIER_GPU_EP_RECORD_REFUSED : 0;
+  auto staged = [&](uint32_t d) {
+    return reinterpret_cast<uint32_t*>(ctl(f, job.staging_off + d * uint64_t{f.record_words} * 4));
+  };
+  for (uint32_t i = th.thread; i < R * L; i += th.block_dim) staged(i / L)[1 + i % L] = sh->a[i];
   for (uint32_t d = th.thread; d < R; d += th.block_dim) {
-    auto* record =
-        reinterpret_cast<uint32_t*>(ctl(f, job.staging_off + d * uint64_t{f.record_words} * 4));
-    record[0] = state;
-    uint64_t rows = 0;
-    for (uint32_t l = 0; l < L; ++l) {
-      record[1 + l] = sh->a[d * L + l];
-      rows += sh->a[d * L + l];
-    }
+    staged(d)[0] = state;
     if (state == 0 && through_channels(f, d)) {
       push_region(f, d, job.send_off + d * region * job.slot_bytes,
-                  job.recv_off + f.rank * region * job.slot_bytes, rows, job.slot_bytes,
+                  job.recv_off + f.rank * region * job.slot_bytes, sh->b[d], job.slot_bytes,
                   lanes_per_rank(f));
     }
   }
@@ -848,6 +915,11 @@ COURIER_DEVICE_INLINE void combine_body(const courier_gpu_ep_proxy_combine_v1& j
   // into send slot `to` (or the receive slot `direct` for this rank).
   auto move = [&](uint64_t first, uint32_t n, uint32_t s, uint64_t to, uint64_t direct) {
     const bool through = through_channels(f, s);
+    if (!logfmt) {  // the run is contiguous at both ends: the whole block copies it
+      block_copy(th, at(f, through ? job.send_off + to * rb : job.recv_off + direct * rb),
+                 x + first * xb, n * rb);
+      return;
+    }
     for (uint32_t i = th.group(); i < n; i += th.groups()) {
       std::byte* slot =
           at(f, (through ? job.send_off + to * rb : job.recv_off + direct * rb) + i * rb);

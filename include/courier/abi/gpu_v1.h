@@ -16,7 +16,7 @@ extern "C" {
 #endif
 
 #define COURIER_GPU_ABI_MAJOR 1
-#define COURIER_GPU_ABI_MINOR 5
+#define COURIER_GPU_ABI_MINOR 6
 #define COURIER_GPU_SYMBOL_V1 "courier_gpu_backend_v1"
 
 /* Capability bits (courier_gpu_props_v1.caps). */
@@ -497,13 +497,17 @@ typedef struct courier_gpu_ep_proxy_refuse_v1 {
  * slots are consecutive too), pushed as soon as its block packed it, runs
  * spread over d's channels. Record for d: [1] its row count, [2 + l] its
  * tokens per local expert l (experts_per_rank of them). An index outside
- * [-1, num_experts) sets BAD_INDEX and the records say refused. */
+ * [-1, num_experts) sets BAD_INDEX and the records say refused.
+ * counts_off (minor 6, `reserved` before): non-zero, the offset in the
+ * data window of num_experts + num_ranks int32 counters, zero before the
+ * launch, that the blocks add their tokens' counts to (the kernel leaves
+ * them zero again); 0: the last block counts every token itself. */
 typedef struct courier_gpu_ep_proxy_ht_dispatch_v1 {
   uint32_t struct_size;
   int32_t device;
   courier_gpu_ep_proxy_v1 fifo;
   uint32_t tokens, topk, num_experts, row_bytes, scale_cols, slot_bytes, max_tokens;
-  uint32_t reserved;
+  uint32_t counts_off;
   const void* x;
   const float* x_scales;   /* NULL: no scales */
   const int64_t* topk_idx; /* NULL: no expert columns (topk 0) */
