@@ -26,6 +26,12 @@ constexpr size_t kMaxBatchCopies = 256;
 // queued behind it, so the copy engine never waits for the proxy.
 constexpr uint32_t kMaxLaunchedBatches = 2;
 
+uint64_t monotonic_ns() {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                   std::chrono::steady_clock::now().time_since_epoch())
+                                   .count());
+}
+
 constexpr uint64_t make_key(uint32_t slot, uint32_t generation) {
   return (uint64_t{generation} << 32) | slot;
 }
@@ -428,6 +434,7 @@ int Endpoint::post_write(const courier_nic_write_v1& w) {
     op.has_message = imm;
     op.message = notify;
     peer.ops.push_back(op);  // poll() starts it
+    if (options_.linger_ns != 0) last_post_ns_ = monotonic_ns();
     ++in_flight_;
     return 0;
   }
@@ -672,6 +679,9 @@ void Endpoint::deliver_messages(Peer& peer) {
 
 void Endpoint::launch_deferred(Peer& peer) {
   bool message_pending = false;  // an earlier message is not yet delivered
+  // Copies queued moments ago wait for the ones that follow them.
+  const bool lingering = options_.batch_copies && options_.linger_ns != 0 &&
+                         monotonic_ns() - last_post_ns_ < options_.linger_ns;
   for (Op& op : peer.ops) {
     if (op.state != State::deferred) {
       message_pending |= op.state == State::message_ready || op.state == State::message_sent;
@@ -681,6 +691,7 @@ void Endpoint::launch_deferred(Peer& peer) {
     // Batching: while enough is on the stream, the rest waits and gathers.
     if (options_.batch_copies && batch_.empty() && peer.launched >= kMaxLaunchedBatches) break;
     const bool batchable = options_.batch_copies && !op.atomic && op.device_source;
+    if (batchable && lingering && batch_.empty()) break;
     if (!batchable) {
       flush_batch(peer);
       if (int rc = launch(peer, op); rc != 0) {
@@ -826,18 +837,13 @@ cudaError_t Endpoint::submit_batch(Peer& peer) {
 
 namespace {
 constexpr size_t kTraceEntries = 256;
-uint64_t trace_now_ns() {
-  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                   std::chrono::steady_clock::now().time_since_epoch())
-                                   .count());
-}
 }  // namespace
 
 void Endpoint::trace_launch(Op& op, uint32_t writes, uint32_t copies, uint64_t bytes) {
   if (!options_.trace) return;
   if (trace_.size() < kTraceEntries) trace_.resize(kTraceEntries);
   const uint64_t slot = trace_next_++ % kTraceEntries;
-  trace_[slot] = TraceEntry{trace_now_ns(), 0, writes, copies, bytes};
+  trace_[slot] = TraceEntry{monotonic_ns(), 0, writes, copies, bytes};
   op.trace_slot = static_cast<int64_t>(slot);
   trace_writes_ += writes;
   trace_copies_ += copies;
@@ -846,7 +852,7 @@ void Endpoint::trace_launch(Op& op, uint32_t writes, uint32_t copies, uint64_t b
 
 void Endpoint::trace_complete(const Op& op) {
   if (!options_.trace || op.trace_slot < 0) return;
-  trace_[static_cast<size_t>(op.trace_slot)].completed_ns = trace_now_ns();
+  trace_[static_cast<size_t>(op.trace_slot)].completed_ns = monotonic_ns();
 }
 
 void Endpoint::print_trace() const {

@@ -107,6 +107,10 @@ struct EndpointOptions {
   bool atomics = false;
   bool batch_copies = true;  // COURIER_CE_BATCH: several queued copies per driver call
   bool trace = false;        // COURIER_CE_TRACE: the last launches and their completions at close
+  // COURIER_CE_LINGER_US: queued copies wait while writes keep arriving
+  // this recently (a GPU kernel's blocks push their pieces microseconds
+  // apart), so that they merge and share one batch; 0 launches at once.
+  uint64_t linger_ns = 3000;
 };
 
 class Endpoint {
@@ -230,7 +234,8 @@ class Endpoint {
   bool batch_call_ = true;
   std::vector<size_t> order_, by_source_;  // plan_batch's scratch
   uint64_t copies_merged_ = 0;
-  size_t batch_copies_ = 0;  // copies the last submit_batch issued
+  size_t batch_copies_ = 0;    // copies the last submit_batch issued
+  uint64_t last_post_ns_ = 0;  // when the last copy was queued (linger_ns)
   // COURIER_CE_TRACE: counts, and a ring of the last launches (when, how
   // many writes in how many copies, when the stream finished them).
   struct TraceEntry {

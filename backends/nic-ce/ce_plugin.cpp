@@ -26,9 +26,10 @@ namespace {
 
 struct Backend {
   int device = 0;
-  bool batch_copies = true;  // COURIER_CE_BATCH
-  bool trace = false;        // COURIER_CE_TRACE
-  IpcMappings mappings;      // closed after every endpoint (fini comes last)
+  bool batch_copies = true;   // COURIER_CE_BATCH
+  bool trace = false;         // COURIER_CE_TRACE
+  uint64_t linger_ns = 3000;  // COURIER_CE_LINGER_US
+  IpcMappings mappings;       // closed after every endpoint (fini comes last)
   std::string device_name;
   char pci_address[32] = {};
 };
@@ -77,6 +78,21 @@ int read_switch(const courier_host_services_v1* host, const char* name, bool* va
   return 0;
 }
 
+// A whole number of microseconds in [0, 1000]; unset or empty keeps *ns.
+int read_microseconds(const courier_host_services_v1* host, const char* name, uint64_t* ns) {
+  const char* text = host->get_env(host->ctx, name);
+  if (text == nullptr || *text == '\0') return 0;
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long value = std::strtoul(text, &end, 10);
+  if (errno != 0 || *end != '\0' || text[0] == '-' || value > 1000) {
+    return set_error(-EINVAL, std::string(name) + "='" + text +
+                                  "' is invalid: expected whole microseconds from 0 to 1000");
+  }
+  *ns = uint64_t{value} * 1000;
+  return 0;
+}
+
 int plugin_init(const courier_host_services_v1* host, void** backend) {
   return guarded("init", [&] {
     if (host == nullptr || backend == nullptr) return set_error(-EINVAL, "init: NULL argument");
@@ -95,6 +111,9 @@ int plugin_init(const courier_host_services_v1* host, void** backend) {
       return status;
     }
     if (int status = read_switch(host, "COURIER_CE_TRACE", &b->trace); status != 0) return status;
+    if (int status = read_microseconds(host, "COURIER_CE_LINGER_US", &b->linger_ns); status != 0) {
+      return status;
+    }
     cudaDeviceProp props{};
     if (cudaGetDeviceProperties(&props, b->device) == cudaSuccess) {
       b->device_name = "ce:cuda" + std::to_string(b->device) + " " + props.name;
@@ -159,6 +178,7 @@ int plugin_ep_open(void* backend, const courier_nic_ep_attr_v1* attr, void** ep)
     options.mappings = &static_cast<Backend*>(backend)->mappings;
     options.batch_copies = static_cast<Backend*>(backend)->batch_copies;
     options.trace = static_cast<Backend*>(backend)->trace;
+    options.linger_ns = static_cast<Backend*>(backend)->linger_ns;
     options.tx_depth = attr->tx_depth == 0 ? 256 : attr->tx_depth;
     options.atomics = (attr->flags & COURIER_NIC_EP_ATOMICS) != 0;
     std::unique_ptr<Endpoint> endpoint;
@@ -228,6 +248,10 @@ constexpr courier_knob_v1 kKnobs[] = {
      "1: the copies a poll finds queued go to the copy engines as batches (one driver call and "
      "one event each, cudaMemcpyBatchAsync where the CUDA runtime has it); 0: one "
      "cudaMemcpyAsync and one event per write"},
+    {"COURIER_CE_LINGER_US", "3", "0..1000",
+     "with batching: copies wait while writes were posted less than this many microseconds ago, "
+     "so that a kernel's pieces of one region, pushed microseconds apart, merge into one copy; "
+     "0 launches them at once"},
     {"COURIER_CE_TRACE", "0", "0|1",
      "1: when an endpoint closes, print to stderr how many copies carried its writes and a "
      "timeline of its last 256 launches (for tuning)"},
