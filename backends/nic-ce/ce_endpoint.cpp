@@ -25,6 +25,7 @@ constexpr size_t kMaxBatchCopies = 256;
 // Batches on a peer's stream before new copies wait: one runs, the next is
 // queued behind it, so the copy engine never waits for the proxy.
 constexpr uint32_t kMaxLaunchedBatches = 2;
+constexpr uint64_t kMaxLingers = 8;  // COURIER_CE_LINGER_US: the longest a copy waits
 
 uint64_t monotonic_ns() {
   return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -433,8 +434,8 @@ int Endpoint::post_write(const courier_nic_write_v1& w) {
     op.device_source = mr->mem_kind == COURIER_MEM_CUDA;
     op.has_message = imm;
     op.message = notify;
+    if (options_.linger_ns != 0) op.posted_ns = last_post_ns_ = monotonic_ns();
     peer.ops.push_back(op);  // poll() starts it
-    if (options_.linger_ns != 0) last_post_ns_ = monotonic_ns();
     ++in_flight_;
     return 0;
   }
@@ -679,9 +680,12 @@ void Endpoint::deliver_messages(Peer& peer) {
 
 void Endpoint::launch_deferred(Peer& peer) {
   bool message_pending = false;  // an earlier message is not yet delivered
-  // Copies queued moments ago wait for the ones that follow them.
-  const bool lingering = options_.batch_copies && options_.linger_ns != 0 &&
-                         monotonic_ns() - last_post_ns_ < options_.linger_ns;
+  // Copies queued moments ago wait for the ones that follow them, but for
+  // at most kMaxLingers lingers: a steady stream of writes must not hold
+  // its first copies back until the transmit queue is full.
+  const uint64_t now = options_.linger_ns != 0 ? monotonic_ns() : 0;
+  const bool lingering =
+      options_.batch_copies && options_.linger_ns != 0 && now - last_post_ns_ < options_.linger_ns;
   for (Op& op : peer.ops) {
     if (op.state != State::deferred) {
       message_pending |= op.state == State::message_ready || op.state == State::message_sent;
@@ -691,7 +695,10 @@ void Endpoint::launch_deferred(Peer& peer) {
     // Batching: while enough is on the stream, the rest waits and gathers.
     if (options_.batch_copies && batch_.empty() && peer.launched >= kMaxLaunchedBatches) break;
     const bool batchable = options_.batch_copies && !op.atomic && op.device_source;
-    if (batchable && lingering && batch_.empty()) break;
+    if (batchable && lingering && batch_.empty() &&
+        now - op.posted_ns < kMaxLingers * options_.linger_ns) {
+      break;
+    }
     if (!batchable) {
       flush_batch(peer);
       if (int rc = launch(peer, op); rc != 0) {

@@ -143,6 +143,7 @@ class Endpoint {
     cudaEvent_t event = nullptr;
     bool device_source = false;  // the source is GPU memory (may join a batch)
     int64_t trace_slot = -1;     // COURIER_CE_TRACE: its launch's entry
+    uint64_t posted_ns = 0;      // with linger_ns: when it was posted
     // A copy (or atomic) to start once order allows.
     void* dst = nullptr;
     const void* src = nullptr;
