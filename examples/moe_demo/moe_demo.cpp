@@ -29,7 +29,7 @@
 #include <string>
 #include <vector>
 
-#include "core/bootstrap/bootstrap.hpp"  // Context::bootstrap(): the job's verdict exchange
+#include "courier/bootstrap.hpp"  // Context::bootstrap(): the job's verdict exchange
 #include "courier/context.hpp"
 #include "courier/ep.hpp"
 

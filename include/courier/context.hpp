@@ -24,7 +24,7 @@
 
 namespace courier {
 
-class Bootstrap;  // core/bootstrap/bootstrap.hpp
+class Bootstrap;  // courier/bootstrap.hpp
 
 struct ContextOptions {
   // Variables that take precedence over the process environment, e.g. a

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "core/bootstrap/bootstrap.hpp"
+#include "courier/bootstrap.hpp"
 #include "courier/context.hpp"
 #include "python/src/bindings.hpp"
 #include "python/src/python_bootstrap.hpp"

@@ -1,4 +1,4 @@
-// A Bootstrap (core/bootstrap/bootstrap.hpp) whose collectives are Python
+// A Bootstrap (courier/bootstrap.hpp) whose collectives are Python
 // callables, so that a job already joined in Python (a torch.distributed
 // process group) hands its out-of-band channel to a Context.
 #pragma once
@@ -9,7 +9,7 @@
 #include <string_view>
 #include <vector>
 
-#include "core/bootstrap/bootstrap.hpp"
+#include "courier/bootstrap.hpp"
 
 namespace courier::python {
 
