@@ -22,10 +22,6 @@ void layout_kernel(const courier_host_thread_v1* thread, void* arg) {
 using device::ep::KernelThread;
 using device::ep::ProxyShared;
 
-// Blocks (CPU threads) of the proxy kernels: few, because they share the
-// cores with the proxy threads that carry their commands.
-constexpr uint32_t kSendBlocks = 2;
-constexpr uint32_t kReceiveBlocks = 2;
 // Tokens a high-throughput send block packs before it pushes their WRITEs.
 constexpr uint32_t kHtBatch = 64;
 
@@ -75,21 +71,21 @@ uint32_t blocks_for(uint32_t items, uint32_t most) {
 
 }  // namespace
 
-int ep_proxy_refuse(const courier_gpu_ep_proxy_refuse_v1* job, uint32_t threads,
+int ep_proxy_refuse(const courier_gpu_ep_proxy_refuse_v1* job, const EpShape& shape,
                     std::string* error) {
   return run_proxy(
-      job, "ep_proxy_refuse", 1, threads,
+      job, "ep_proxy_refuse", 1, shape.threads,
       [](const void* j, const KernelThread& th, ProxyShared*) {
         device::ep::refuse_body(job_of<courier_gpu_ep_proxy_refuse_v1>(j), th);
       },
       error);
 }
 
-int ep_proxy_ht_dispatch(const courier_gpu_ep_proxy_ht_dispatch_v1* job, uint32_t threads,
+int ep_proxy_ht_dispatch(const courier_gpu_ep_proxy_ht_dispatch_v1* job, const EpShape& shape,
                          std::string* error) {
   return run_proxy(
       job, "ep_proxy_ht_dispatch",
-      job != nullptr ? blocks_for(job->tokens / kHtBatch, kSendBlocks) : 1, threads,
+      job != nullptr ? blocks_for(job->tokens / kHtBatch, shape.blocks) : 1, shape.threads,
       [](const void* j, const KernelThread& th, ProxyShared* sh) {
         // Blocks of several threads take their whole range at once, as on a GPU.
         device::ep::ht_dispatch_body(job_of<courier_gpu_ep_proxy_ht_dispatch_v1>(j), th, sh,
@@ -98,52 +94,53 @@ int ep_proxy_ht_dispatch(const courier_gpu_ep_proxy_ht_dispatch_v1* job, uint32_
       error);
 }
 
-int ep_proxy_ht_receive(const courier_gpu_ep_proxy_ht_receive_v1* job, uint32_t threads,
+int ep_proxy_ht_receive(const courier_gpu_ep_proxy_ht_receive_v1* job, const EpShape& shape,
                         std::string* error) {
   return run_proxy(
-      job, "ep_proxy_ht_receive", kReceiveBlocks, threads,
+      job, "ep_proxy_ht_receive", shape.blocks, shape.threads,
       [](const void* j, const KernelThread& th, ProxyShared* sh) {
         device::ep::ht_receive_body(job_of<courier_gpu_ep_proxy_ht_receive_v1>(j), th, sh, false);
       },
       error);
 }
 
-int ep_proxy_ll_dispatch(const courier_gpu_ep_proxy_ll_dispatch_v1* job, uint32_t threads,
+int ep_proxy_ll_dispatch(const courier_gpu_ep_proxy_ll_dispatch_v1* job, const EpShape& shape,
                          std::string* error) {
   return run_proxy(
-      job, "ep_proxy_ll_dispatch", job != nullptr ? blocks_for(job->tokens / 16, kSendBlocks) : 1,
-      threads,
+      job, "ep_proxy_ll_dispatch", job != nullptr ? blocks_for(job->tokens / 16, shape.blocks) : 1,
+      shape.threads,
       [](const void* j, const KernelThread& th, ProxyShared* sh) {
         device::ep::ll_dispatch_body(job_of<courier_gpu_ep_proxy_ll_dispatch_v1>(j), th, sh, false);
       },
       error);
 }
 
-int ep_proxy_ll_receive(const courier_gpu_ep_proxy_ll_receive_v1* job, uint32_t threads,
+int ep_proxy_ll_receive(const courier_gpu_ep_proxy_ll_receive_v1* job, const EpShape& shape,
                         std::string* error) {
   return run_proxy(
-      job, "ep_proxy_ll_receive",
-      job != nullptr ? blocks_for(job->local_experts, kReceiveBlocks) : 1, threads,
+      job, "ep_proxy_ll_receive", job != nullptr ? blocks_for(job->local_experts, shape.blocks) : 1,
+      shape.threads,
       [](const void* j, const KernelThread& th, ProxyShared* sh) {
         device::ep::ll_receive_body(job_of<courier_gpu_ep_proxy_ll_receive_v1>(j), th, sh, false);
       },
       error);
 }
 
-int ep_proxy_combine(const courier_gpu_ep_proxy_combine_v1* job, uint32_t threads,
+int ep_proxy_combine(const courier_gpu_ep_proxy_combine_v1* job, const EpShape& shape,
                      std::string* error) {
   return run_proxy(
-      job, "ep_proxy_combine", kSendBlocks, threads,
+      job, "ep_proxy_combine", shape.blocks, shape.threads,
       [](const void* j, const KernelThread& th, ProxyShared* sh) {
         device::ep::combine_body(job_of<courier_gpu_ep_proxy_combine_v1>(j), th, sh, false);
       },
       error);
 }
 
-int ep_proxy_reduce(const courier_gpu_ep_proxy_reduce_v1* job, uint32_t threads,
+int ep_proxy_reduce(const courier_gpu_ep_proxy_reduce_v1* job, const EpShape& shape,
                     std::string* error) {
   return run_proxy(
-      job, "ep_proxy_reduce", job != nullptr ? blocks_for(job->tokens, kReceiveBlocks) : 1, threads,
+      job, "ep_proxy_reduce", job != nullptr ? blocks_for(job->tokens, shape.blocks) : 1,
+      shape.threads,
       [](const void* j, const KernelThread& th, ProxyShared* sh) {
         device::ep::reduce_body(job_of<courier_gpu_ep_proxy_reduce_v1>(j), th, sh, false);
       },

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 
 #include "courier/abi/gpu_v1.h"
@@ -37,6 +38,9 @@ int allocate(size_t bytes, void** ptr) {
 }
 
 constexpr courier_knob_v1 kKnobs[] = {
+    {"COURIER_HOST_EP_BLOCKS", "1", "1..64",
+     "at most this many blocks per EP proxy kernel on gpu-host (one: the calling thread runs "
+     "it, no thread is started; more runs the kernels' cross-block code as a GPU would)"},
     {"COURIER_HOST_EP_THREADS", "1", "1..64",
      "CPU threads per block of gpu-host's EP proxy kernels (more than 1 runs the kernels' "
      "block-level code as a GPU would: scans, barriers, lanes sharing rows)"},
@@ -44,23 +48,29 @@ constexpr courier_knob_v1 kKnobs[] = {
 
 // What an initialized gpu-host keeps.
 struct HostBackend {
-  uint32_t ep_threads = 1;  // COURIER_HOST_EP_THREADS
+  courier::host_gpu::EpShape ep;  // COURIER_HOST_EP_BLOCKS, COURIER_HOST_EP_THREADS
 };
+
+// An integer knob in 1..64; unset keeps *value.
+int read_count(const courier_host_services_v1* host, const char* name, uint32_t* value) {
+  const char* text = host->get_env(host->ctx, name);
+  if (text == nullptr) return 0;
+  char* end = nullptr;
+  const unsigned long v = std::strtoul(text, &end, 10);
+  if (end == text || *end != '\0' || v < 1 || v > 64) {
+    return fail(-EINVAL,
+                std::string(name) + "='" + text + "' is invalid: expected an integer in 1..64");
+  }
+  *value = static_cast<uint32_t>(v);
+  return 0;
+}
 
 int host_init(const courier_host_services_v1* host, void** backend) {
   if (host == nullptr || backend == nullptr) return fail(-EINVAL, "init: NULL argument");
-  auto* b = new HostBackend;
-  if (const char* text = host->get_env(host->ctx, "COURIER_HOST_EP_THREADS")) {
-    char* end = nullptr;
-    const unsigned long v = std::strtoul(text, &end, 10);
-    if (end == text || *end != '\0' || v < 1 || v > 64) {
-      delete b;
-      return fail(-EINVAL, std::string("COURIER_HOST_EP_THREADS='") + text +
-                               "' is invalid: expected an integer in 1..64");
-    }
-    b->ep_threads = static_cast<uint32_t>(v);
-  }
-  *backend = b;
+  auto b = std::make_unique<HostBackend>();
+  if (int rc = read_count(host, "COURIER_HOST_EP_BLOCKS", &b->ep.blocks); rc != 0) return rc;
+  if (int rc = read_count(host, "COURIER_HOST_EP_THREADS", &b->ep.threads); rc != 0) return rc;
+  *backend = b.release();
   return 0;
 }
 
@@ -163,10 +173,10 @@ int host_ep_sync(void*, int device) {
   return device == 0 ? 0 : fail(-ENODEV, "device " + std::to_string(device) + " does not exist");
 }
 
-template <class Job, int (*Run)(const Job*, uint32_t, std::string*)>
+template <class Job, int (*Run)(const Job*, const courier::host_gpu::EpShape&, std::string*)>
 int host_ep_proxy(void* backend, const Job* job) {
   std::string error;
-  const int rc = Run(job, static_cast<HostBackend*>(backend)->ep_threads, &error);
+  const int rc = Run(job, static_cast<HostBackend*>(backend)->ep, &error);
   if (rc != 0) g_last_error = error;
   return rc;
 }
