@@ -123,32 +123,10 @@ COURIER_DEVICE_INLINE void lanes_copy(void* dst, const void* src, uint64_t n, ui
 }
 
 // Copies n contiguous bytes with every thread of the block (a run of rows
-// that is contiguous at both ends): 16 bytes per thread and step, eight
-// loads in flight before their stores; the threads' parts on a CPU.
+// that is contiguous at both ends): the block's threads as one lane group.
 COURIER_DEVICE_INLINE void block_copy(const KernelThread& th, void* dst, const void* src,
                                       uint64_t n) {
-#if defined(COURIER_GPU_DEVICE_PASS)
-  const auto d = reinterpret_cast<uintptr_t>(dst), s = reinterpret_cast<uintptr_t>(src);
-  if (((d | s | n) & 15u) != 0) {
-    lanes_copy(dst, src, n, th.thread, th.block_dim);
-    return;
-  }
-  constexpr uint32_t kInFlight = 8;
-  auto* out = static_cast<int4*>(dst);
-  const auto* in = static_cast<const int4*>(src);
-  const uint64_t vectors = n / 16, step = th.block_dim;
-  uint64_t i = th.thread;
-  for (; i + (kInFlight - 1) * step < vectors; i += kInFlight * step) {
-    int4 v[kInFlight];
-#pragma unroll
-    for (uint32_t j = 0; j < kInFlight; ++j) v[j] = in[i + j * step];
-#pragma unroll
-    for (uint32_t j = 0; j < kInFlight; ++j) out[i + j * step] = v[j];
-  }
-  for (; i < vectors; i += step) out[i] = in[i];
-#else
   lanes_copy(dst, src, n, th.thread, th.block_dim);
-#endif
 }
 
 COURIER_DEVICE_INLINE void lanes_zero(void* dst, uint64_t n, uint32_t lane, uint32_t lanes) {
