@@ -255,6 +255,20 @@ struct Shape {
   int experts_of(int ranks) const { return experts > 0 ? experts : experts_per_rank * ranks; }
 };
 
+// A low-latency Buffer's options for `shape` on `ranks` ranks, rows of
+// `element_bytes` (FP8 and LogFMT rows ride in bfloat16-sized slots).
+courier::ep::BufferOptions low_latency_options(const Shape& shape, int ranks,
+                                               uint32_t element_bytes) {
+  courier::ep::BufferOptions options;
+  options.low_latency_mode = true;
+  options.max_tokens_per_rank = static_cast<uint32_t>(shape.max_tokens);
+  options.hidden = static_cast<uint32_t>(shape.hidden);
+  options.element_bytes = element_bytes;
+  options.max_topk = static_cast<uint32_t>(shape.topk);
+  options.num_experts = static_cast<uint32_t>(shape.experts_of(ranks));
+  return options;
+}
+
 // One rank's dispatch inputs, reproducible by every rank.
 struct Inputs {
   int tokens = 0;
@@ -624,14 +638,7 @@ Outcome check_ll(courier::Context& ctx, const Shape& shape, bool bf16) {
   const int ranks = ctx.world_size(), me = ctx.rank();
   const int hidden = shape.hidden, topk = shape.topk, experts = shape.experts_of(ranks),
             per = experts / ranks, max_tokens = shape.max_tokens;
-  courier::ep::BufferOptions options;
-  options.low_latency_mode = true;
-  options.max_tokens_per_rank = max_tokens;
-  options.hidden = hidden;
-  options.element_bytes = bf16 ? 2 : 4;
-  options.max_topk = topk;
-  options.num_experts = experts;
-  courier::ep::Buffer buffer(ctx, options);
+  courier::ep::Buffer buffer(ctx, low_latency_options(shape, ranks, bf16 ? 2 : 4));
   const DLDevice dev = buffer.device();
   const DLDataType xtype = bf16 ? DLDataType{kDLBfloat, 16, 1} : DLDataType{kDLFloat, 32, 1};
   const int64_t slots = int64_t{ranks} * max_tokens;
@@ -708,14 +715,7 @@ Outcome check_ll_fp8(courier::Context& ctx, const Shape& shape) {
   const int hidden = shape.hidden, topk = shape.topk, experts = shape.experts_of(ranks),
             per = experts / ranks, max_tokens = shape.max_tokens;
   const int columns = hidden / 128;
-  courier::ep::BufferOptions options;
-  options.low_latency_mode = true;
-  options.max_tokens_per_rank = max_tokens;
-  options.hidden = hidden;
-  options.element_bytes = 2;
-  options.max_topk = topk;
-  options.num_experts = experts;
-  courier::ep::Buffer buffer(ctx, options);
+  courier::ep::Buffer buffer(ctx, low_latency_options(shape, ranks, 2));
   const DLDevice dev = buffer.device();
   const int64_t slots = int64_t{ranks} * max_tokens;
   const Inputs mine = inputs_of(shape, me, hidden, topk, experts, 0);
@@ -884,14 +884,7 @@ Outcome check_ll_logfmt(courier::Context& ctx, const Shape& shape) {
   const int ranks = ctx.world_size(), me = ctx.rank();
   const int hidden = shape.hidden, topk = shape.topk, experts = shape.experts_of(ranks),
             per = experts / ranks, max_tokens = shape.max_tokens;
-  courier::ep::BufferOptions options;
-  options.low_latency_mode = true;
-  options.max_tokens_per_rank = max_tokens;
-  options.hidden = hidden;
-  options.element_bytes = 2;
-  options.max_topk = topk;
-  options.num_experts = experts;
-  courier::ep::Buffer buffer(ctx, options);
+  courier::ep::Buffer buffer(ctx, low_latency_options(shape, ranks, 2));
   const DLDevice dev = buffer.device();
   const DLDataType bf16{kDLBfloat, 16, 1};
   const int64_t slots = int64_t{ranks} * max_tokens;
@@ -969,8 +962,7 @@ Outcome check_ll_logfmt(courier::Context& ctx, const Shape& shape) {
   // hidden 128 whatever the case's shape: a float32 Buffer of the standard
   // shape would pass a window's 4 GiB at EP1).
   const int narrow = 128;
-  courier::ep::BufferOptions f32 = options;
-  f32.element_bytes = 4;
+  courier::ep::BufferOptions f32 = low_latency_options(shape, ranks, 4);
   f32.hidden = narrow;
   courier::ep::Buffer wide(ctx, f32);
   const Inputs in = inputs_of(shape, me, narrow, topk, experts, 0);
