@@ -434,7 +434,7 @@ int Endpoint::post_write(const courier_nic_write_v1& w) {
     op.device_source = mr->mem_kind == COURIER_MEM_CUDA;
     op.has_message = imm;
     op.message = notify;
-    if (options_.linger_ns != 0) op.posted_ns = last_post_ns_ = monotonic_ns();
+    if (options_.linger_ns != 0 || options_.trace) op.posted_ns = last_post_ns_ = monotonic_ns();
     peer.ops.push_back(op);  // poll() starts it
     ++in_flight_;
     return 0;
@@ -547,6 +547,7 @@ int Endpoint::post_atomic(const courier_nic_atomic_v1& a) {
   Op op;
   op.cookie = a.cookie;
   op.atomic = true;
+  if (options_.trace) op.posted_ns = monotonic_ns();
   op.atomic_op = a.op;
   op.dst = target;
   op.operand = a.operand;
@@ -563,6 +564,7 @@ int Endpoint::post_atomic(const courier_nic_atomic_v1& a) {
 }
 
 int Endpoint::launch(Peer& peer, Op& op) {
+  const uint64_t submit_ns = options_.trace ? monotonic_ns() : 0;
   if (int rc = ensure_stream(peer); rc != 0) return rc;
   cudaError_t rc = cudaSuccess;
   if (op.atomic) {
@@ -574,7 +576,7 @@ int Endpoint::launch(Peer& peer, Op& op) {
   if (rc != cudaSuccess)
     return set_cuda_error(rc, op.atomic ? "launching an atomic" : "cudaMemcpyAsync");
   if (int status = record_event(peer, op); status != 0) return status;
-  trace_launch(op, 1, op.atomic ? 0 : 1, op.bytes);
+  trace_launch(op, 1, op.atomic ? 0 : 1, op.bytes, op.posted_ns, op.posted_ns, submit_ns);
   return 0;
 }
 
@@ -765,6 +767,7 @@ bool Endpoint::plan_batch() {
 
 void Endpoint::flush_batch(Peer& peer) {
   if (batch_.empty()) return;
+  const uint64_t submit_ns = options_.trace ? monotonic_ns() : 0;
   int status = ensure_stream(peer);
   if (status == 0) {
     const cudaError_t rc = submit_batch(peer);
@@ -777,10 +780,14 @@ void Endpoint::flush_batch(Peer& peer) {
   }
   if (status == 0) status = record_event(peer, *batch_.back());
   if (status == 0 && options_.trace) {
-    uint64_t bytes = 0;
-    for (const Op* op : batch_) bytes += op->bytes;
+    uint64_t bytes = 0, first = UINT64_MAX, last = 0;
+    for (const Op* op : batch_) {
+      bytes += op->bytes;
+      first = std::min(first, op->posted_ns);
+      last = std::max(last, op->posted_ns);
+    }
     trace_launch(*batch_.back(), static_cast<uint32_t>(batch_.size()),
-                 static_cast<uint32_t>(batch_copies_), bytes);
+                 static_cast<uint32_t>(batch_copies_), bytes, first, last, submit_ns);
   }
   for (Op* op : batch_) {
     if (status != 0) {
@@ -846,11 +853,13 @@ namespace {
 constexpr size_t kTraceEntries = 256;
 }  // namespace
 
-void Endpoint::trace_launch(Op& op, uint32_t writes, uint32_t copies, uint64_t bytes) {
+void Endpoint::trace_launch(Op& op, uint32_t writes, uint32_t copies, uint64_t bytes,
+                            uint64_t first_posted_ns, uint64_t last_posted_ns, uint64_t submit_ns) {
   if (!options_.trace) return;
   if (trace_.size() < kTraceEntries) trace_.resize(kTraceEntries);
   const uint64_t slot = trace_next_++ % kTraceEntries;
-  trace_[slot] = TraceEntry{monotonic_ns(), 0, writes, copies, bytes};
+  trace_[slot] = TraceEntry{monotonic_ns(), 0,        writes, copies, bytes, first_posted_ns,
+                            last_posted_ns, submit_ns};
   op.trace_slot = static_cast<int64_t>(slot);
   trace_writes_ += writes;
   trace_copies_ += copies;
@@ -866,7 +875,7 @@ void Endpoint::print_trace() const {
   std::fprintf(stderr,
                "nic-ce trace: %llu writes in %llu copies, %llu launches (batching %s); the last "
                "launches, us since the first shown: launched, completed (seen by poll), writes, "
-               "copies, KiB\n",
+               "copies, KiB, first and last write posted, submitting began\n",
                static_cast<unsigned long long>(trace_writes_),
                static_cast<unsigned long long>(trace_copies_),
                static_cast<unsigned long long>(trace_launches_),
@@ -876,9 +885,10 @@ void Endpoint::print_trace() const {
   const uint64_t t0 = n > 0 ? trace_[first % kTraceEntries].launched_ns : 0;
   for (uint64_t i = first; i < trace_next_; ++i) {
     const TraceEntry& e = trace_[i % kTraceEntries];
-    std::fprintf(stderr, "  %10.1f %10.1f %5u %5u %10.1f\n", (e.launched_ns - t0) / 1e3,
-                 e.completed_ns != 0 ? (e.completed_ns - t0) / 1e3 : -1.0, e.writes, e.copies,
-                 e.bytes / 1024.0);
+    auto since = [&](uint64_t ns) { return ns != 0 ? (static_cast<double>(ns) - t0) / 1e3 : -1.0; };
+    std::fprintf(stderr, "  %10.1f %10.1f %5u %5u %10.1f %10.1f %10.1f %10.1f\n",
+                 since(e.launched_ns), since(e.completed_ns), e.writes, e.copies, e.bytes / 1024.0,
+                 since(e.first_posted_ns), since(e.last_posted_ns), since(e.submit_ns));
   }
 }
 

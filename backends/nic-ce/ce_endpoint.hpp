@@ -143,7 +143,7 @@ class Endpoint {
     cudaEvent_t event = nullptr;
     bool device_source = false;  // the source is GPU memory (may join a batch)
     int64_t trace_slot = -1;     // COURIER_CE_TRACE: its launch's entry
-    uint64_t posted_ns = 0;      // with linger_ns: when it was posted
+    uint64_t posted_ns = 0;      // with linger_ns or the trace: when it was posted
     // A copy (or atomic) to start once order allows.
     void* dst = nullptr;
     const void* src = nullptr;
@@ -243,8 +243,11 @@ class Endpoint {
     uint64_t launched_ns, completed_ns;
     uint32_t writes, copies;
     uint64_t bytes;
+    uint64_t first_posted_ns, last_posted_ns;  // when its writes were posted
+    uint64_t submit_ns;                        // when submitting it began
   };
-  void trace_launch(Op& op, uint32_t writes, uint32_t copies, uint64_t bytes);
+  void trace_launch(Op& op, uint32_t writes, uint32_t copies, uint64_t bytes,
+                    uint64_t first_posted_ns, uint64_t last_posted_ns, uint64_t submit_ns);
   void trace_complete(const Op& op);
   void print_trace() const;
   std::vector<TraceEntry> trace_;

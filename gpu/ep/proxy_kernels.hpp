@@ -1010,6 +1010,24 @@ inline constexpr uint32_t kReduceTile = 8;  // 16 bytes of bfloat16: one vector 
 inline constexpr uint32_t kReduceTile = 512;
 #endif
 
+#if defined(COURIER_GPU_DEVICE_PASS)
+// Tiles a thread sums at once in the vector path of reduce_body: their
+// loads are issued together (a sum is bound by memory latency; one 16-byte
+// load in flight per thread kept an H200 far from its bandwidth).
+inline constexpr uint32_t kReduceBatch = 4;
+
+// sum[0, 8) += w * the 8 bfloat16 values in v.
+COURIER_DEVICE_INLINE void add_bf16x8(float* sum, const int4& v, float w) {
+  const uint32_t words[4] = {static_cast<uint32_t>(v.x), static_cast<uint32_t>(v.y),
+                             static_cast<uint32_t>(v.z), static_cast<uint32_t>(v.w)};
+#pragma unroll
+  for (uint32_t q = 0; q < 4; ++q) {
+    sum[2 * q] += w * bf16_to_float(static_cast<uint16_t>(words[q] & 0xFFFFu));
+    sum[2 * q + 1] += w * bf16_to_float(static_cast<uint16_t>(words[q] >> 16));
+  }
+}
+#endif
+
 // sum[0, n) += w * row's values [c0, c0 + n) (bfloat16 or float32): whole
 // tiles as 16-byte vector loads on a GPU where aligned, one value at a time
 // otherwise.
@@ -1019,14 +1037,7 @@ COURIER_DEVICE_INLINE void add_tile(float* sum, const std::byte* row, uint32_t b
   const std::byte* p = row + uint64_t{c0} * (bits / 8);
   if (n == kReduceTile && (reinterpret_cast<uintptr_t>(p) & 15u) == 0) {
     if (bits == 16) {
-      const int4 v = *reinterpret_cast<const int4*>(p);
-      const uint32_t words[4] = {static_cast<uint32_t>(v.x), static_cast<uint32_t>(v.y),
-                                 static_cast<uint32_t>(v.z), static_cast<uint32_t>(v.w)};
-#pragma unroll
-      for (uint32_t q = 0; q < 4; ++q) {
-        sum[2 * q] += w * bf16_to_float(static_cast<uint16_t>(words[q] & 0xFFFFu));
-        sum[2 * q + 1] += w * bf16_to_float(static_cast<uint16_t>(words[q] >> 16));
-      }
+      add_bf16x8(sum, *reinterpret_cast<const int4*>(p), w);
       return;
     }
     const float4 a = reinterpret_cast<const float4*>(p)[0],
@@ -1078,6 +1089,30 @@ COURIER_DEVICE_INLINE void store_tile(std::byte* row, uint32_t bits, uint32_t c0
   }
 }
 
+// The received row of token t's term j and its weight; false when the
+// term has no row (no slot, or an expert out of range).
+COURIER_DEVICE_INLINE bool term_row(const courier_gpu_ep_proxy_reduce_v1& job, uint64_t slot_bytes,
+                                    uint32_t t, uint32_t j, const std::byte** row, float* w) {
+  const Proxy& f = job.fifo;
+  const int32_t slot = job.slots[uint64_t{t} * job.terms + j];
+  if (slot < 0) return false;
+  uint64_t r = 0;
+  *w = 1.0f;
+  if ((job.mode & COURIER_GPU_EP_ROUTE_MASK) == COURIER_GPU_EP_ROUTE_RANKS) {
+    r = uint64_t{j} * job.max_tokens + static_cast<uint32_t>(slot);
+  } else {
+    const int64_t experts = static_cast<int64_t>(job.local_experts) * f.num_ranks;
+    const int64_t e = job.topk_idx[uint64_t{t} * job.terms + j];
+    if (e < 0 || e >= experts) return false;
+    // Its row came back in the region of its expert's rank, where it went.
+    const uint64_t d = static_cast<uint64_t>(e) / job.local_experts;
+    r = d * job.local_experts * job.max_tokens + static_cast<uint32_t>(slot);
+    *w = job.weights[uint64_t{t} * job.terms + j];
+  }
+  *row = at(f, job.recv_off + r * slot_bytes);
+  return true;
+}
+
 COURIER_DEVICE_INLINE void reduce_body(const courier_gpu_ep_proxy_reduce_v1& job,
                                        const KernelThread& th, ProxyShared* sh, bool waited) {
   const Proxy& f = job.fifo;
@@ -1085,43 +1120,75 @@ COURIER_DEVICE_INLINE void reduce_body(const courier_gpu_ep_proxy_reduce_v1& job
   // LogFMT (minor 5): the received rows are slots to decode.
   const bool logfmt = (job.mode & COURIER_GPU_EP_COMBINE_LOGFMT) != 0;
   const uint64_t slot_bytes = logfmt ? COURIER_GPU_EP_LOGFMT_SLOT_BYTES(job.hidden) : row_bytes;
-  const bool by_rank = (job.mode & COURIER_GPU_EP_ROUTE_MASK) == COURIER_GPU_EP_ROUTE_RANKS;
-  const int64_t experts = static_cast<int64_t>(job.local_experts) * f.num_ranks;
   if (received(th, f, sh, waited, job.signal_off, job.record_off, job.target)) {
-    for (uint32_t t = th.block; t < job.tokens; t += th.grid_dim) {
-      std::byte* out = static_cast<std::byte*>(job.out) + uint64_t{t} * row_bytes;
-      for (uint32_t c0 = th.thread * kReduceTile; c0 < job.hidden;
-           c0 += th.block_dim * kReduceTile) {
-        const uint32_t n = job.hidden - c0 < kReduceTile ? job.hidden - c0 : kReduceTile;
-        float sum[kReduceTile];
-        for (uint32_t i = 0; i < n; ++i) sum[i] = 0.0f;
-        for (uint32_t j = 0; j < job.terms; ++j) {
-          const int32_t slot = job.slots[uint64_t{t} * job.terms + j];
-          if (slot < 0) continue;
-          uint64_t row = 0;
-          float w = 1.0f;
-          if (by_rank) {
-            row = uint64_t{j} * job.max_tokens + static_cast<uint32_t>(slot);
-          } else {
-            const int64_t e = job.topk_idx[uint64_t{t} * job.terms + j];
-            if (e < 0 || e >= experts) continue;
-            // Its row came back in the region of its expert's rank, where it went.
-            const uint64_t d = static_cast<uint64_t>(e) / job.local_experts;
-            row = d * job.local_experts * job.max_tokens + static_cast<uint32_t>(slot);
-            w = job.weights[uint64_t{t} * job.terms + j];
-          }
-          const std::byte* p = at(f, job.recv_off + row * slot_bytes);
-          if (logfmt) {
-            for (uint32_t i = 0; i < n; i += 4) {
-              float v[4];
-              logfmt_load4(p, job.hidden, c0 + i, v);
-              for (uint32_t q = 0; q < 4; ++q) sum[i + q] += w * v[q];
+#if defined(COURIER_GPU_DEVICE_PASS)
+    // bfloat16 rows of whole 16-byte tiles, aligned at both ends: each
+    // thread sums kReduceBatch tiles at once.
+    const bool vector = !logfmt && job.dtype_bits == 16 && job.hidden % kReduceTile == 0 &&
+                        slot_bytes % 16 == 0 && row_bytes % 16 == 0 &&
+                        ((reinterpret_cast<uintptr_t>(at(f, job.recv_off)) |
+                          reinterpret_cast<uintptr_t>(job.out)) &
+                         15u) == 0;
+    if (vector) {
+      // A block per token while there are no more tokens than blocks
+      // (low-latency: a handful of tokens with top-k terms each); beyond,
+      // a warp per token, so that every token's row lookups overlap with
+      // the others' loads instead of preceding them block by block.
+      const uint32_t groups = job.tokens > th.grid_dim ? th.groups() : 1;
+      const uint32_t size = th.block_dim / groups, member = th.thread % size;
+      const uint32_t step = size * kReduceTile;
+      for (uint32_t t = th.block * groups + th.thread / size; t < job.tokens;
+           t += th.grid_dim * groups) {
+        std::byte* out = static_cast<std::byte*>(job.out) + uint64_t{t} * row_bytes;
+        for (uint32_t c0 = member * kReduceTile; c0 < job.hidden; c0 += step * kReduceBatch) {
+          float sum[kReduceBatch][kReduceTile] = {};
+          for (uint32_t j = 0; j < job.terms; ++j) {
+            const std::byte* p = nullptr;
+            float w = 1.0f;
+            if (!term_row(job, slot_bytes, t, j, &p, &w)) continue;
+            int4 v[kReduceBatch];
+#pragma unroll
+            for (uint32_t b = 0; b < kReduceBatch; ++b) {
+              const uint32_t c = c0 + b * step;
+              v[b] = c < job.hidden ? *reinterpret_cast<const int4*>(p + uint64_t{c} * 2)
+                                    : make_int4(0, 0, 0, 0);
             }
-          } else {
-            add_tile(sum, p, job.dtype_bits, c0, n, w);
+#pragma unroll
+            for (uint32_t b = 0; b < kReduceBatch; ++b) add_bf16x8(sum[b], v[b], w);
+          }
+#pragma unroll
+          for (uint32_t b = 0; b < kReduceBatch; ++b) {
+            const uint32_t c = c0 + b * step;
+            if (c < job.hidden) store_tile(out, 16, c, kReduceTile, sum[b]);
           }
         }
-        store_tile(out, job.dtype_bits, c0, n, sum);
+      }
+    } else
+#endif
+    {
+      for (uint32_t t = th.block; t < job.tokens; t += th.grid_dim) {
+        std::byte* out = static_cast<std::byte*>(job.out) + uint64_t{t} * row_bytes;
+        for (uint32_t c0 = th.thread * kReduceTile; c0 < job.hidden;
+             c0 += th.block_dim * kReduceTile) {
+          const uint32_t n = job.hidden - c0 < kReduceTile ? job.hidden - c0 : kReduceTile;
+          float sum[kReduceTile];
+          for (uint32_t i = 0; i < n; ++i) sum[i] = 0.0f;
+          for (uint32_t j = 0; j < job.terms; ++j) {
+            const std::byte* p = nullptr;
+            float w = 1.0f;
+            if (!term_row(job, slot_bytes, t, j, &p, &w)) continue;
+            if (logfmt) {
+              for (uint32_t i = 0; i < n; i += 4) {
+                float v[4];
+                logfmt_load4(p, job.hidden, c0 + i, v);
+                for (uint32_t q = 0; q < 4; ++q) sum[i + q] += w * v[q];
+              }
+            } else {
+              add_tile(sum, p, job.dtype_bits, c0, n, w);
+            }
+          }
+          store_tile(out, job.dtype_bits, c0, n, sum);
+        }
       }
     }
   }

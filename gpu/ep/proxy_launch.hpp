@@ -15,6 +15,9 @@ inline constexpr uint32_t kProxyThreads = 256;
 inline constexpr uint32_t kHtDispatchThreads = 512;
 // Enough blocks to keep an H100/H200-class GPU's 132 SMs busy.
 inline constexpr uint32_t kProxyBlocksMax = 132;
+// The reduce: at most four blocks per SM, a warp per token beyond (at 4096
+// blocks, one per token, the blocks' own start and end cost more).
+inline constexpr uint32_t kReduceBlocksMax = 4 * kProxyBlocksMax;
 
 __global__ void proxy_refuse_kernel(courier_gpu_ep_proxy_refuse_v1 job) {
   refuse_body(job, this_thread());
@@ -129,7 +132,7 @@ template <class Stream, class Mark = NoMark>
 void launch(const courier_gpu_ep_proxy_reduce_v1& job, Stream stream, Mark mark = {}) {
   wait_first(job, stream);
   mark("wait");
-  proxy_reduce_kernel<<<blocks_for(job.tokens, 4096), kProxyThreads, 0, stream>>>(job);
+  proxy_reduce_kernel<<<blocks_for(job.tokens, kReduceBlocksMax), kProxyThreads, 0, stream>>>(job);
 }
 
 }  // namespace courier::device::ep
