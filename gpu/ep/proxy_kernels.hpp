@@ -1124,11 +1124,11 @@ COURIER_DEVICE_INLINE void reduce_body(const courier_gpu_ep_proxy_reduce_v1& job
 #if defined(COURIER_GPU_DEVICE_PASS)
     // bfloat16 rows of whole 16-byte tiles, aligned at both ends: each
     // thread sums kReduceBatch tiles at once.
-    const bool vector = !logfmt && job.dtype_bits == 16 && job.hidden % kReduceTile == 0 &&
-                        slot_bytes % 16 == 0 && row_bytes % 16 == 0 &&
-                        ((reinterpret_cast<uintptr_t>(at(f, job.recv_off)) |
-                          reinterpret_cast<uintptr_t>(job.out)) &
-                         15u) == 0;
+    const bool vector =
+        !logfmt && job.dtype_bits == 16 && job.hidden % kReduceTile == 0 && slot_bytes % 16 == 0 &&
+        row_bytes % 16 == 0 &&
+        ((reinterpret_cast<uintptr_t>(at(f, job.recv_off)) | reinterpret_cast<uintptr_t>(job.out)) &
+         15u) == 0;
     if (vector) {
       // A block per token while there are no more tokens than blocks
       // (low-latency: a handful of tokens with top-k terms each); beyond,
