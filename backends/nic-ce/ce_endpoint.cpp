@@ -380,7 +380,29 @@ void Endpoint::queue_failed(Peer& peer, uint64_t cookie, int status) {
   ++in_flight_;
 }
 
+namespace {
+// COURIER_CE_TRACE: adds the time of the enclosing scope to *sum.
+class TraceTimer {
+ public:
+  TraceTimer(bool on, uint64_t* sum, uint64_t* calls) : sum_(on ? sum : nullptr) {
+    if (sum_ == nullptr) return;
+    ++*calls;
+    start_ = monotonic_ns();
+  }
+  ~TraceTimer() {
+    if (sum_ != nullptr) *sum_ += monotonic_ns() - start_;
+  }
+  TraceTimer(const TraceTimer&) = delete;
+  TraceTimer& operator=(const TraceTimer&) = delete;
+
+ private:
+  uint64_t* sum_;
+  uint64_t start_ = 0;
+};
+}  // namespace
+
 int Endpoint::post_write(const courier_nic_write_v1& w) {
+  TraceTimer timer(options_.trace, &trace_post_ns_, &trace_posts_);
   if (rank_ < 0) return set_error(-ENOTCONN, "post_write: the endpoint is not connected");
   if (w.peer >= peers_.size()) {
     return set_error(-EINVAL, "post_write: peer " + std::to_string(w.peer) + " is not one of the " +
@@ -626,6 +648,7 @@ void Endpoint::finish_launched(Op& op, int status) {
 }
 
 void Endpoint::advance(Peer& peer) {
+  TraceTimer timer(options_.trace, &trace_advance_ns_, &trace_advances_);
   complete_launched(peer);
   deliver_messages(peer);
   launch_deferred(peer);
@@ -880,6 +903,13 @@ void Endpoint::print_trace() const {
                static_cast<unsigned long long>(trace_copies_),
                static_cast<unsigned long long>(trace_launches_),
                options_.batch_copies ? "on" : "off");
+  std::fprintf(
+      stderr,
+      "  post_write: %llu calls, %.0f ns each; advancing a peer: %llu calls, %.0f ns each\n",
+      static_cast<unsigned long long>(trace_posts_),
+      trace_posts_ > 0 ? static_cast<double>(trace_post_ns_) / trace_posts_ : 0.0,
+      static_cast<unsigned long long>(trace_advances_),
+      trace_advances_ > 0 ? static_cast<double>(trace_advance_ns_) / trace_advances_ : 0.0);
   const uint64_t n = std::min<uint64_t>(trace_next_, kTraceEntries);
   const uint64_t first = trace_next_ - n;
   const uint64_t t0 = n > 0 ? trace_[first % kTraceEntries].launched_ns : 0;

@@ -252,6 +252,9 @@ class Endpoint {
   void print_trace() const;
   std::vector<TraceEntry> trace_;
   uint64_t trace_next_ = 0, trace_writes_ = 0, trace_copies_ = 0, trace_launches_ = 0;
+  // Time inside post_write and inside advance() (a peer's operations moved
+  // on), summed, with the number of calls.
+  uint64_t trace_post_ns_ = 0, trace_posts_ = 0, trace_advance_ns_ = 0, trace_advances_ = 0;
   std::vector<Op*> waiting_;  // complete_launched's scratch
 };
 
