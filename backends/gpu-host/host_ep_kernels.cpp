@@ -138,8 +138,9 @@ int ep_proxy_combine(const courier_gpu_ep_proxy_combine_v1* job, const EpShape& 
 
 // The sum is most of what a CPU rank's combine costs: on x86-64 it is also
 // built for AVX2 (the loader picks the clone the CPU runs), eight floats per
-// instruction instead of SSE2's four. No FMA: every clone rounds alike.
-#if defined(__x86_64__) && defined(__GNUC__)
+// instruction instead of SSE2's four. No FMA: every clone rounds alike. Not
+// under ThreadSanitizer, whose instrumented clone resolver crashes dlopen.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__SANITIZE_THREAD__)
 __attribute__((target_clones("avx2", "default"), flatten))
 #endif
 void reduce_block(const void* job, const KernelThread& th, ProxyShared* sh) {
