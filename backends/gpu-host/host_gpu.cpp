@@ -2,6 +2,8 @@
 // memory is host memory seen at the same address, and a kernel launch is a
 // grid of CPU threads. It lets every layer above run and be tested on
 // machines without a GPU.
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstddef>
@@ -9,7 +11,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <unordered_map>
 
 #include "courier/abi/gpu_v1.h"
 #include "host_ep_kernels.hpp"
@@ -26,16 +30,11 @@ int fail(int status, std::string message) {
 }
 
 constexpr size_t kAlignment = 4096;  // page-aligned, like a device allocation
-
-int allocate(size_t bytes, void** ptr) {
-  if (ptr == nullptr) return fail(-EINVAL, "allocation: output pointer is NULL");
-  size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
-  void* p = std::aligned_alloc(kAlignment, rounded == 0 ? kAlignment : rounded);
-  if (p == nullptr) return fail(-ENOMEM, "cannot allocate " + std::to_string(bytes) + " bytes");
-  std::memset(p, 0, rounded == 0 ? kAlignment : rounded);
-  *ptr = p;
-  return 0;
-}
+// From this size on, memory comes straight from mmap: the kernel hands out
+// zeroed pages as they are first touched, so an EP Buffer sized for the
+// worst case costs only the pages its calls use (memset touched them all:
+// seconds for a 4-rank low-latency Buffer of 512 tokens at hidden 7168).
+constexpr size_t kMappedFrom = size_t{1} << 20;
 
 constexpr courier_knob_v1 kKnobs[] = {
     {"COURIER_HOST_EP_BLOCKS", "1", "1..64",
@@ -48,8 +47,45 @@ constexpr courier_knob_v1 kKnobs[] = {
 
 // What an initialized gpu-host keeps.
 struct HostBackend {
-  courier::host_gpu::EpShape ep;  // COURIER_HOST_EP_BLOCKS, COURIER_HOST_EP_THREADS
+  courier::host_gpu::EpShape ep;             // COURIER_HOST_EP_BLOCKS, COURIER_HOST_EP_THREADS
+  std::mutex mutex;                          // guards mapped
+  std::unordered_map<void*, size_t> mapped;  // allocations from mmap, and their sizes
+
+  // Zero-filled, page-aligned memory ("device" and "mapped host" alike).
+  int allocate(size_t bytes, void** ptr) {
+    if (ptr == nullptr) return fail(-EINVAL, "allocation: output pointer is NULL");
+    const size_t rounded = std::max(kAlignment, (bytes + kAlignment - 1) / kAlignment * kAlignment);
+    if (rounded >= kMappedFrom) {
+      void* p = mmap(nullptr, rounded, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (p == MAP_FAILED) {
+        return fail(-ENOMEM,
+                    "cannot map " + std::to_string(bytes) + " bytes: " + std::strerror(errno));
+      }
+      std::lock_guard lock(mutex);
+      mapped.emplace(p, rounded);
+      *ptr = p;
+      return 0;
+    }
+    void* p = std::aligned_alloc(kAlignment, rounded);
+    if (p == nullptr) return fail(-ENOMEM, "cannot allocate " + std::to_string(bytes) + " bytes");
+    std::memset(p, 0, rounded);
+    *ptr = p;
+    return 0;
+  }
+  void release(void* ptr) {
+    {
+      std::lock_guard lock(mutex);
+      if (auto it = mapped.find(ptr); it != mapped.end()) {
+        munmap(ptr, it->second);
+        mapped.erase(it);
+        return;
+      }
+    }
+    std::free(ptr);
+  }
 };
+
+HostBackend& as_host(void* backend) { return *static_cast<HostBackend*>(backend); }
 
 // An integer knob in 1..64; unset keeps *value.
 int read_count(const courier_host_services_v1* host, const char* name, uint32_t* value) {
@@ -93,25 +129,25 @@ int host_query(void*, courier_gpu_props_v1* props) {
   return 0;
 }
 
-int host_mem_alloc(void*, int device, size_t bytes, void** ptr) {
+int host_mem_alloc(void* backend, int device, size_t bytes, void** ptr) {
   if (device != 0) return fail(-ENODEV, "device " + std::to_string(device) + " does not exist");
-  return allocate(bytes, ptr);
+  return as_host(backend).allocate(bytes, ptr);
 }
 
-int host_mem_free(void*, int, void* ptr) {
-  std::free(ptr);
+int host_mem_free(void* backend, int, void* ptr) {
+  as_host(backend).release(ptr);
   return 0;
 }
 
-int host_alloc_mapped(void*, size_t bytes, void** host_ptr, void** device_ptr) {
+int host_alloc_mapped(void* backend, size_t bytes, void** host_ptr, void** device_ptr) {
   if (device_ptr == nullptr) return fail(-EINVAL, "host_alloc_mapped: device_ptr is NULL");
-  int rc = allocate(bytes, host_ptr);
+  int rc = as_host(backend).allocate(bytes, host_ptr);
   if (rc == 0) *device_ptr = *host_ptr;
   return rc;
 }
 
-int host_free_mapped(void*, void* host_ptr) {
-  std::free(host_ptr);
+int host_free_mapped(void* backend, void* host_ptr) {
+  as_host(backend).release(host_ptr);
   return 0;
 }
 
