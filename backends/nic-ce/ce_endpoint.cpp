@@ -881,8 +881,14 @@ void Endpoint::trace_launch(Op& op, uint32_t writes, uint32_t copies, uint64_t b
   if (!options_.trace) return;
   if (trace_.size() < kTraceEntries) trace_.resize(kTraceEntries);
   const uint64_t slot = trace_next_++ % kTraceEntries;
-  trace_[slot] = TraceEntry{monotonic_ns(), 0,        writes, copies, bytes, first_posted_ns,
-                            last_posted_ns, submit_ns};
+  trace_[slot] = TraceEntry{.launched_ns = monotonic_ns(),
+                            .completed_ns = 0,
+                            .writes = writes,
+                            .copies = copies,
+                            .bytes = bytes,
+                            .first_posted_ns = first_posted_ns,
+                            .last_posted_ns = last_posted_ns,
+                            .submit_ns = submit_ns};
   op.trace_slot = static_cast<int64_t>(slot);
   trace_writes_ += writes;
   trace_copies_ += copies;
