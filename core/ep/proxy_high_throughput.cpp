@@ -27,7 +27,9 @@ uint64_t target_of(uint64_t call) { return (call / 2 + 1) * uint64_t{COURIER_GPU
 HtProxyLayout::HtProxyLayout(uint32_t ranks, uint32_t max_tokens, uint32_t hidden,
                              uint32_t element_bytes, uint32_t max_topk, uint32_t max_experts)
     : ranks(ranks), max_tokens(max_tokens), max_experts(max_experts) {
-  record_words = static_cast<uint32_t>(align_up(2 + max_experts / ranks, 4));
+  // State, rows, rows per local expert, then rows for every rank (the
+  // counts every sender needs to place its rows).
+  record_words = static_cast<uint32_t>(align_up(2 + max_experts / ranks + ranks, 4));
   record_bytes = 4ull * record_words;
   const uint64_t row_bytes = uint64_t{hidden} * element_bytes;
   // A slot: the row (FP8: values and scales fit in a bfloat16 row), then
@@ -46,12 +48,18 @@ HtProxyLayout::HtProxyLayout(uint32_t ranks, uint32_t max_tokens, uint32_t hidde
       signals[phase][parity] = take(8ull * ranks);
     }
   }
+  for (uint32_t parity = 0; parity < 2; ++parity) {
+    rows_records[parity] = take(ranks * record_bytes);
+    rows_signals[parity] = take(8ull * ranks);
+  }
   staging = take(ranks * record_bytes);
+  rows_staging = take(ranks * record_bytes);
   control_bytes = at;
   at = 0;  // the data window
   send = take(rows * slot_bytes);
   for (uint32_t parity = 0; parity < 2; ++parity) {
-    recv[parity] = take(rows * slot_bytes);
+    // Rows then meta (each meta rounded to 16 bytes, the rows' start to 256).
+    recv[parity] = take(rows * (slot_bytes + 16) + 256);
     combine[parity] = take(rows * row_bytes);
   }
   counters = take(4ull * (max_experts + ranks));
@@ -72,7 +80,6 @@ ProxyHighThroughput::ProxyHighThroughput(Context& ctx, const BufferOptions& opti
       window_(ctx, layout_.total, layout_.control_bytes, layout_.record_words) {
   const uint64_t rows = uint64_t{ranks_} * options.max_tokens_per_rank;
   const uint64_t row_bytes = uint64_t{options.hidden} * options.element_bytes;
-  recv_x_ = ctx.alloc(std::max<uint64_t>(rows * row_bytes, 1));
   recv_x_scales_ = ctx.alloc(std::max<uint64_t>(rows * (options.hidden / kFp8Block) * 4, 1));
   recv_topk_idx_ = ctx.alloc(std::max<uint64_t>(rows * options.max_topk * 8, 1));
   recv_topk_weights_ = ctx.alloc(std::max<uint64_t>(rows * options.max_topk * 4, 1));
@@ -86,15 +93,25 @@ void ProxyHighThroughput::refuse(uint32_t phase, uint64_t call, const std::strin
   try {
     window_.clear_status();
     window_.set_refused();
-    courier_gpu_ep_proxy_refuse_v1 job{};
-    job.struct_size = sizeof job;
-    job.device = window_.device();
-    job.fifo = window_.fifo();
-    job.staging_off = layout_.staging;
-    job.record_off = layout_.records[phase][call & 1];
-    job.signal_off = layout_.signals[phase][call & 1];
-    window_.wake_proxies();  // the kernel pushes commands
-    window_.check(window_.ops()->ep_proxy_refuse(window_.backend(), &job), "refusing");
+    auto refuse_step = [&](uint64_t staging, uint64_t record, uint64_t signal) {
+      courier_gpu_ep_proxy_refuse_v1 job{};
+      job.struct_size = sizeof job;
+      job.device = window_.device();
+      job.fifo = window_.fifo();
+      job.staging_off = staging;
+      job.record_off = record;
+      job.signal_off = signal;
+      window_.check(window_.ops()->ep_proxy_refuse(window_.backend(), &job), "refusing");
+    };
+    window_.wake_proxies();  // the kernels push commands
+    refuse_step(layout_.staging, layout_.records[phase][call & 1],
+                layout_.signals[phase][call & 1]);
+    // A dispatch signals twice (counts, rows): both, so the next call's
+    // targets stay the same on every rank.
+    if (phase == kDispatch) {
+      refuse_step(layout_.rows_staging, layout_.rows_records[call & 1],
+                  layout_.rows_signals[call & 1]);
+    }
     window_.check(window_.ops()->ep_sync(window_.backend(), window_.device()), "refusing");
   } catch (const Error&) {
     // The refusal itself is the error worth reporting.
@@ -119,8 +136,10 @@ DispatchResult ProxyHighThroughput::dispatch(const HtInputs& in, const DispatchA
   const uint32_t scale_cols = fp8 ? in.hidden / kFp8Block : 0;
   // Every rank packs its slots alike: the agreed top-k, ids -1 without topk_idx.
   const uint32_t slot_topk = in.config.topk;
-  const auto slot_bytes = static_cast<uint32_t>(
-      align_up(uint64_t{row_bytes} + 4ull * scale_cols + 8ull * slot_topk, 16));
+  // A row's meta: its scales, ids and weights.
+  const auto meta_bytes = static_cast<uint32_t>(align_up(4ull * scale_cols + 8ull * slot_topk, 16));
+  const uint64_t capacity = uint64_t{ranks_} * options_.max_tokens_per_rank;
+  const uint64_t recv_meta = layout_.recv[parity] + align_up(capacity * row_bytes, 256);
   const uint8_t* in_rank = in.in_rank;
   if (args.cached_handle != nullptr) {
     std::vector<uint8_t> mask(args.cached_handle->send_index.size());
@@ -138,7 +157,6 @@ DispatchResult ProxyHighThroughput::dispatch(const HtInputs& in, const DispatchA
   send.num_experts = experts;
   send.row_bytes = row_bytes;
   send.scale_cols = scale_cols;
-  send.slot_bytes = slot_bytes;
   send.max_tokens = options_.max_tokens_per_rank;
   send.x = in.x;
   send.x_scales = fp8 ? in.scales : nullptr;
@@ -149,13 +167,21 @@ DispatchResult ProxyHighThroughput::dispatch(const HtInputs& in, const DispatchA
   send.send_off = layout_.send;
   send.recv_off = layout_.recv[parity];
   send.staging_off = layout_.staging;
-  send.record_off = layout_.records[kDispatch][parity];
-  send.signal_off = layout_.signals[kDispatch][parity];
+  send.record_off = layout_.rows_records[parity];
+  send.signal_off = layout_.rows_signals[parity];
   send.counts_off = static_cast<uint32_t>(layout_.counters);  // the window is < 4 GiB
-  window_.wake_proxies();                                     // the kernel pushes commands
+  send.notify_record_off = layout_.records[kDispatch][parity];
+  send.notify_signal_off = layout_.signals[kDispatch][parity];
+  send.notify_target = target_of(call);
+  send.rows_staging_off = layout_.rows_staging;
+  send.send_meta_off =
+      layout_.send + align_up(uint64_t{options_.max_tokens_per_rank} * row_bytes, 256);
+  send.recv_meta_off = recv_meta;
+  send.meta_bytes = meta_bytes;
+  send.recv_rows = static_cast<uint32_t>(capacity);
+  window_.wake_proxies();  // the kernels push commands
   window_.check(window_.ops()->ep_proxy_ht_dispatch(window_.backend(), &send), "sending the rows");
 
-  const uint64_t capacity = uint64_t{ranks_} * options_.max_tokens_per_rank;
   courier_gpu_ep_proxy_ht_receive_v1 receive{};
   receive.struct_size = sizeof receive;
   receive.device = window_.device();
@@ -164,16 +190,17 @@ DispatchResult ProxyHighThroughput::dispatch(const HtInputs& in, const DispatchA
   receive.local_experts = per_rank;
   receive.row_bytes = row_bytes;
   receive.scale_cols = scale_cols;
-  receive.slot_bytes = slot_bytes;
   receive.max_tokens = options_.max_tokens_per_rank;
   receive.pad_rows = static_cast<uint32_t>(args.num_worst_tokens);
   receive.capacity =
       static_cast<uint32_t>(args.num_worst_tokens > 0 ? args.num_worst_tokens : capacity);
   receive.recv_off = layout_.recv[parity];
-  receive.record_off = layout_.records[kDispatch][parity];
-  receive.signal_off = layout_.signals[kDispatch][parity];
+  receive.record_off = layout_.rows_records[parity];
+  receive.signal_off = layout_.rows_signals[parity];
   receive.target = target_of(call);
-  receive.x = recv_x_.data();
+  receive.notify_record_off = layout_.records[kDispatch][parity];
+  receive.recv_meta_off = recv_meta;
+  receive.meta_bytes = meta_bytes;
   receive.scales = fp8 ? static_cast<float*>(recv_x_scales_.data()) : nullptr;
   receive.topk_idx = static_cast<int64_t*>(recv_topk_idx_.data());
   receive.topk_weights = static_cast<float*>(recv_topk_weights_.data());
@@ -217,7 +244,7 @@ DispatchResult ProxyHighThroughput::dispatch(const HtInputs& in, const DispatchA
     }
   }
   const auto n = static_cast<int64_t>(args.num_worst_tokens > 0 ? args.num_worst_tokens : received);
-  result.recv_x = TensorView(recv_x_.data(), device_, in.x_dtype, {n, in.hidden});
+  result.recv_x = TensorView(window_.at(layout_.recv[parity]), device_, in.x_dtype, {n, in.hidden});
   if (fp8) {
     result.recv_x_scales = TensorView(recv_x_scales_.data(), device_, DLDataType{kDLFloat, 32, 1},
                                       {n, static_cast<int64_t>(scale_cols)});
@@ -250,6 +277,18 @@ CombineResult ProxyHighThroughput::combine(const std::byte* x, const DLDataType&
   send.device = window_.device();
   send.fifo = window_.fifo();
   send.mode = COURIER_GPU_EP_ROUTE_RANKS;
+  // x inside a dispatch's received rows (its recv_x, as DeepEP's tests and
+  // courier-bench combine): the WRITEs read it in place, nothing is packed.
+  uint64_t rows_in = 0;
+  for (uint32_t s = 0; s < ranks_; ++s) rows_in += handle.recv_counts[s];
+  const uint64_t capacity = uint64_t{ranks_} * options_.max_tokens_per_rank;
+  for (uint32_t q = 0; q < 2; ++q) {
+    const std::byte* rows = window_.at(layout_.recv[q]);
+    if (x >= rows && x + rows_in * row_bytes <= rows + capacity * row_bytes) {
+      send.mode |= COURIER_GPU_EP_COMBINE_FROM_WINDOW;
+      send.x_off = static_cast<uint64_t>(x - window_.at(0));
+    }
+  }
   send.row_bytes = row_bytes;
   send.max_tokens = options_.max_tokens_per_rank;
   send.x = x;

@@ -1,10 +1,13 @@
 // High-throughput dispatch and combine over the proxy path (docs/ep.md,
-// "Proxy path"): kernels of the GPU backend route the tokens, pack each
-// destination's rows into the registered send area and push WRITEs of runs
-// of rows into the FIFO channels, announced with write-then-atomic; the
-// receive kernel waits for every rank's signal on the device and unpacks.
-// Per dispatch the host launches two kernels and reads the received counts
-// (to shape the outputs); per combine it launches two.
+// "Proxy path"). Dispatch goes counts first, as DeepEP's notify step: a
+// kernel counts each rank's rows and sends every rank the counts, the rows
+// are packed into the registered send area while they travel, and once
+// every rank's counts arrived WRITEs put each run of rows at its final row
+// at the destination, announced with write-then-atomic; the receive kernel
+// waits for the signals on the device and unpacks only the small per-row
+// meta (ids, weights, scales): recv_x is the rows where they landed. Per
+// dispatch the host launches the kernels and reads the received counts (to
+// shape the outputs); per combine it launches two.
 #pragma once
 
 #include <cstdint>
@@ -25,14 +28,16 @@ struct HtProxyLayout {
   uint32_t ranks, max_tokens, max_experts, record_words;
   uint64_t record_bytes;
   // The control window (zeroed): [phase: dispatch, combine][parity]
-  // records and signal words of every source rank; this rank's outgoing
-  // records.
-  uint64_t records[2][2], signals[2][2], staging;
+  // records and signal words of every source rank (a dispatch's are its
+  // counts); a dispatch's rows' records (a state word) and signal words
+  // per parity; this rank's outgoing records, and its rows' records.
+  uint64_t records[2][2], signals[2][2], rows_records[2], rows_signals[2], staging, rows_staging;
   uint64_t control_bytes;
-  // The data window: the send area (dispatch slots or combine rows per destination),
-  // dispatch slots and combine rows per source rank, per parity; the
-  // dispatch kernel's counters (max_experts + ranks int32, zero between
-  // calls).
+  // The data window: the send area (a dispatch's rows then their meta by
+  // token, or combine rows per destination), per parity a dispatch's
+  // received rows (rank 0's first, then rank 1's, ...: recv_x) then their
+  // meta, and combine rows per source rank; the dispatch kernel's counters
+  // (max_experts + ranks int32, zero between calls).
   uint64_t send, recv[2], combine[2], counters;
   uint64_t total;  // data window bytes
 };
@@ -55,10 +60,10 @@ class ProxyHighThroughput {
   uint32_t rank_, ranks_;
   HtProxyLayout layout_;
   ProxyWindow window_;
-  // Outputs (the views returned point into them) and scratch: the slots of
-  // the last dispatch, a combine's plan (counts, then send_index), a cached
-  // dispatch's is_token_in_rank.
-  DeviceBuffer recv_x_, recv_x_scales_, recv_topk_idx_, recv_topk_weights_, combined_x_;
+  // Outputs (the views returned point into them; recv_x into the data
+  // window) and scratch: the slots of the last dispatch, a combine's plan
+  // (counts, then send_index), a cached dispatch's is_token_in_rank.
+  DeviceBuffer recv_x_scales_, recv_topk_idx_, recv_topk_weights_, combined_x_;
   DeviceBuffer slots_, plan_, in_rank_;
 };
 

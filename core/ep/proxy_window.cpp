@@ -21,6 +21,14 @@ const GpuBackend& proxy_capable(const Context& ctx) {
         "1.3), and the proxy path needs them",
         gpu.plugin().name);
   }
+  // Minor 7 changed what the high-throughput jobs mean (counts first): an
+  // older plugin would take the larger jobs and do the old thing.
+  if (gpu.plugin().abi_minor < 7) {
+    fail(
+        "ep::Buffer: GPU backend '{}' ({}) speaks GPU ABI 1.{}; the proxy path needs 1.7 or "
+        "later (rebuild the plugin against this Courier)",
+        gpu.plugin().name, gpu.plugin().path, gpu.plugin().abi_minor);
+  }
   return gpu;
 }
 

@@ -153,10 +153,16 @@ COURIER_DEVICE_INLINE void signal_all(const KernelThread& th, const Proxy& f, ui
                                       uint64_t record_off, uint64_t signal_off, uint32_t lanes_used,
                                       uint64_t release_off) {
   const uint64_t record_bytes = uint64_t{f.record_words} * 4;
-  for (uint32_t d = th.thread; d < f.num_ranks; d += th.block_dim) {
+  // A thread per (rank, lane): each push costs a GPU thread microseconds
+  // (a fenced store to host memory), so they go in parallel. The record
+  // goes ahead of lane 0's atomic, on its channel, and the signal reaches
+  // the step only with every lane's.
+  for (uint32_t i = th.thread; i < f.num_ranks * lanes_used; i += th.block_dim) {
+    const uint32_t d = i / lanes_used, j = i % lanes_used;
     const uint64_t staged = staging_off + d * record_bytes;
     const uint64_t record = record_off + f.rank * record_bytes;
     if (!through_channels(f, d)) {
+      if (j != 0) continue;
       lanes_copy(ctl(f, record), ctl(f, staged), record_bytes, 0, 1);
       release_fence_system();
       add_release(reinterpret_cast<uint64_t*>(ctl(f, signal_off + f.rank * 8ull)),
@@ -167,12 +173,11 @@ COURIER_DEVICE_INLINE void signal_all(const KernelThread& th, const Proxy& f, ui
       }
       continue;
     }
-    push_write(f, f.control_window, channel_of(f, d, 0), d, staged, record, record_bytes);
-    for (uint32_t j = 0; j < lanes_used; ++j) {
-      const uint32_t operand = j + 1 < lanes_used ? 1 : COURIER_GPU_EP_SIGNAL_STEP - j;
-      push_add(f, channel_of(f, d, j), d, signal_off + f.rank * 8ull, operand);
-    }
-    if (release_off != 0) {
+    if (j == 0)
+      push_write(f, f.control_window, channel_of(f, d, 0), d, staged, record, record_bytes);
+    const uint32_t operand = j + 1 < lanes_used ? 1 : COURIER_GPU_EP_SIGNAL_STEP - j;
+    push_add(f, channel_of(f, d, j), d, signal_off + f.rank * 8ull, operand);
+    if (j == 0 && release_off != 0) {
       push_add(f, channel_of(f, d, 0), d, release_off + f.rank * 8ull, COURIER_GPU_EP_SIGNAL_STEP);
     }
   }
@@ -332,171 +337,235 @@ COURIER_DEVICE_INLINE void count_tokens_per_expert(const KernelThread& th, const
   }
 }
 
-// ---- ep_proxy_ht_dispatch: block b routes and packs a contiguous range of
-// tokens, `batch` tokens at a time, each token once whatever its fan-out,
-// and pushes the batch's runs of tokens per destination before packing
-// the next (the proxies move a batch while the next is packed); the last
-// block counts everything again for the records and signals.
-COURIER_DEVICE_INLINE void ht_dispatch_body(const courier_gpu_ep_proxy_ht_dispatch_v1& job,
-                                            const KernelThread& th, ProxyShared* sh, uint32_t batch,
-                                            bool waited) {
-  const Proxy& f = job.fifo;
-  const uint32_t R = f.num_ranks, T = job.tokens, K = job.topk, E = job.num_experts;
-  const uint32_t L = E / R;
-  const uint32_t per = (T + th.grid_dim - 1) / th.grid_dim;
-  const uint32_t t0 = th.block * per < T ? th.block * per : T;
-  const uint32_t t1 = t0 + per < T ? t0 + per : T;
-  const uint32_t lane = th.lane(), lanes = kLanes;
-  const uint32_t spread = lanes_per_rank(f);
-  const uint64_t ids_at = job.row_bytes + uint64_t{job.scale_cols} * 4;
-  const uint64_t weights_at = ids_at + uint64_t{K} * 4;
-  auto expert = [&](uint32_t t, uint32_t k) { return job.topk_idx[uint64_t{t} * K + k]; };
-  auto slot_of = [&](uint32_t t, uint32_t d) { return job.slots[uint64_t{t} * R + d]; };
-  // Token t's slot into `out`, with a lane group.
-  auto pack = [&](std::byte* out, uint32_t t) {
-    lanes_copy(out, static_cast<const std::byte*>(job.x) + uint64_t{t} * job.row_bytes,
-               job.row_bytes, lane, lanes);
-    if (job.x_scales != nullptr) {
-      lanes_copy(out + job.row_bytes, job.x_scales + uint64_t{t} * job.scale_cols,
-                 uint64_t{job.scale_cols} * 4, lane, lanes);
-    }
-    for (uint32_t k = lane; k < K; k += lanes) {
-      const int64_t e = job.topk_idx != nullptr ? expert(t, k) : -1;
-      reinterpret_cast<int32_t*>(out + ids_at)[k] =
-          e >= 0 && e < static_cast<int64_t>(E) ? static_cast<int32_t>(e) : -1;
-      reinterpret_cast<float*>(out + weights_at)[k] =
-          job.topk_weights != nullptr ? job.topk_weights[uint64_t{t} * K + k] : 0.0f;
-    }
-  };
+// ---- ep_proxy_ht_dispatch (counts first): three bodies the launcher runs
+// in order, each over its own grid. Counts: each block its tokens' counts
+// into the counters, the last block sends every rank the records. Pack: a
+// lane group per token, while the counts travel. Rows: once every rank's
+// counts arrived, each block finds the runs of its tokens per destination
+// and pushes them to their final rows there.
 
+// Token t's row and meta (scales, int32 ids, float weights), with a lane group.
+COURIER_DEVICE_INLINE void ht_pack_token(const courier_gpu_ep_proxy_ht_dispatch_v1& job,
+                                         std::byte* row, std::byte* meta, uint32_t t, uint32_t lane,
+                                         uint32_t lanes) {
+  const uint32_t K = job.topk, E = job.num_experts;
+  lanes_copy(row, static_cast<const std::byte*>(job.x) + uint64_t{t} * job.row_bytes, job.row_bytes,
+             lane, lanes);
+  if (job.meta_bytes == 0) return;
+  const uint64_t ids_at = uint64_t{job.scale_cols} * 4, weights_at = ids_at + uint64_t{K} * 4;
+  if (job.x_scales != nullptr) {
+    lanes_copy(meta, job.x_scales + uint64_t{t} * job.scale_cols, ids_at, lane, lanes);
+  }
+  for (uint32_t k = lane; k < K; k += lanes) {
+    const int64_t e = job.topk_idx != nullptr ? job.topk_idx[uint64_t{t} * K + k] : -1;
+    reinterpret_cast<int32_t*>(meta + ids_at)[k] =
+        e >= 0 && e < static_cast<int64_t>(E) ? static_cast<int32_t>(e) : -1;
+    reinterpret_cast<float*>(meta + weights_at)[k] =
+        job.topk_weights != nullptr ? job.topk_weights[uint64_t{t} * K + k] : 0.0f;
+  }
+}
+
+// Counts tokens [t0, t1) into the counters; the last block to finish
+// counting sends every rank the records (and resets the counters).
+COURIER_DEVICE_INLINE void ht_count(const courier_gpu_ep_proxy_ht_dispatch_v1& job,
+                                    const KernelThread& th, ProxyShared* sh, uint32_t t0,
+                                    uint32_t t1) {
+  const Proxy& f = job.fifo;
+  const uint32_t R = f.num_ranks, K = job.topk, E = job.num_experts;
+  const uint32_t L = E / R;
   if (job.topk_idx != nullptr) {  // the indices of this block's tokens
     for (uint32_t i = t0 * K + th.thread; i < t1 * K; i += th.block_dim) {
-      const int64_t e = expert(i / K, i % K);
+      const int64_t e = job.topk_idx[i];
       if (e < -1 || e >= static_cast<int64_t>(E)) {
         compare_exchange(f.bad_index, 0, (uint64_t{i / K} + 1) << 32 | (i % K));
         set_status(f.status, COURIER_GPU_EP_STATUS_BAD_INDEX);
       }
     }
   }
-  // With counters (minor 6) each block adds its own tokens' counts there,
-  // for the last block's records: one pass over all tokens in the last
-  // block alone took half the kernel.
-  auto* counters =
-      job.counts_off != 0 ? reinterpret_cast<int32_t*>(at(f, job.counts_off)) : nullptr;
-  if (counters != nullptr) {
-    for (uint32_t i = th.thread; i < E; i += th.block_dim) sh->b[i] = 0;
-    for (uint32_t d = th.thread; d < R; d += th.block_dim) sh->scan[d] = 0;
-    th.sync();
-    count_tokens_per_expert(th, job.topk_idx, K, E, t0, t1, sh->b);
-    count_tokens_per_rank(th, job.in_rank + uint64_t{t0} * R, R, t1 - t0, sh->scan);
-    th.sync();
-    for (uint32_t i = th.thread; i < E; i += th.block_dim) {
-      if (sh->b[i] != 0) add_relaxed_gpu(counters + i, static_cast<int32_t>(sh->b[i]));
-    }
-    for (uint32_t d = th.thread; d < R; d += th.block_dim) {
-      if (sh->scan[d] != 0) add_relaxed_gpu(counters + E + d, static_cast<int32_t>(sh->scan[d]));
-    }
-    th.sync();
+  // Each block adds its tokens' counts to the counters once: one pass over
+  // all tokens in the last block alone took half a kernel.
+  auto* counters = reinterpret_cast<int32_t*>(at(f, job.counts_off));
+  for (uint32_t i = th.thread; i < E; i += th.block_dim) sh->b[i] = 0;
+  for (uint32_t d = th.thread; d < R; d += th.block_dim) sh->scan[d] = 0;
+  th.sync();
+  count_tokens_per_expert(th, job.topk_idx, K, E, t0, t1, sh->b);
+  count_tokens_per_rank(th, job.in_rank + uint64_t{t0} * R, R, t1 - t0, sh->scan);
+  th.sync();
+  for (uint32_t i = th.thread; i < E; i += th.block_dim) {
+    if (sh->b[i] != 0) add_relaxed_gpu(counters + i, static_cast<int32_t>(sh->b[i]));
   }
-  // Where this block's rows begin at each rank: the tokens before it,
-  // counted per thread and added once each (one shared word per rank: an
-  // atomic per token would serialize the block on it).
-  for (uint32_t d = th.thread; d < R; d += th.block_dim) sh->a[d] = 0;
-  th.sync();
-  count_tokens_per_rank(th, job.in_rank, R, t0, sh->a);
-  if (!waited) send_wait(th, f, false, 0, 0);
-  th.sync();
-  uint32_t batches = 0;
-  for (uint32_t b0 = t0, b1 = t0; b0 < t1; b0 = b1, ++batches) {
-    b1 = t1 - b0 < batch ? t1 : b0 + batch;
-    // Slots in token order: a scan per destination over block_dim tokens.
-    for (uint32_t s0 = b0; s0 < b1; s0 += th.block_dim) {
-      const uint32_t t = s0 + th.thread;
-      for (uint32_t d = 0; d < R; ++d) {
-        const uint32_t in = t < b1 && job.in_rank[uint64_t{t} * R + d] != 0 ? 1 : 0;
-        uint32_t total = 0;
-        const uint32_t before = block_exclusive_scan(th, sh->scan, in, &total);
-        if (t < b1) {
-          job.slots[uint64_t{t} * R + d] = in != 0 ? static_cast<int32_t>(sh->a[d] + before) : -1;
-        }
-        th.sync();
-        if (th.thread == 0) sh->a[d] += total;
-        th.sync();
-      }
-    }
-    // Pack: a lane group per token, into its send slot when a rank gets it
-    // through the channels, into its receive slot when this rank does.
-    for (uint32_t t = b0 + th.group(); t < b1; t += th.groups()) {
-      bool sent = false;
-      for (uint32_t d = 0; d < R; ++d) {
-        const int32_t slot = slot_of(t, d);
-        if (slot < 0) continue;
-        if (through_channels(f, d)) {
-          sent = true;
-        } else {
-          pack(at(f, job.recv_off + (uint64_t{f.rank} * job.max_tokens + slot) * job.slot_bytes),
-               t);
-        }
-      }
-      if (sent) pack(at(f, job.send_off + uint64_t{t} * job.slot_bytes), t);
-    }
-    // Push: a thread per destination finds the batch's runs of tokens bound
-    // for it (consecutive tokens have consecutive slots there).
-    release_fence_system();
-    th.sync();
-    const uint32_t j = (th.block + batches * th.grid_dim) % spread;
-    for (uint32_t d = th.thread; d < R && status_of(f) == 0; d += th.block_dim) {
-      if (!through_channels(f, d)) continue;
-      for (uint32_t t = b0; t < b1;) {
-        if (slot_of(t, d) < 0) {
-          ++t;
-          continue;
-        }
-        uint32_t end = t + 1;
-        while (end < b1 && slot_of(end, d) >= 0) ++end;
-        push_write(f, f.window, channel_of(f, d, j), d, job.send_off + uint64_t{t} * job.slot_bytes,
-                   job.recv_off +
-                       (uint64_t{f.rank} * job.max_tokens + static_cast<uint32_t>(slot_of(t, d))) *
-                           job.slot_bytes,
-                   uint64_t{end - t} * job.slot_bytes);
-        t = end;
-      }
-    }
-    th.sync();
+  for (uint32_t d = th.thread; d < R; d += th.block_dim) {
+    if (sh->scan[d] != 0) add_relaxed_gpu(counters + E + d, static_cast<int32_t>(sh->scan[d]));
   }
   if (!last_block(th, f, sh)) return;
-  // The records: rows per rank, and tokens per expert (once per token),
-  // from the counters (left zero for the next launch) or counted here.
-  if (counters != nullptr) {
-    auto* counted = reinterpret_cast<uint32_t*>(counters);
-    for (uint32_t i = th.thread; i < E; i += th.block_dim) sh->a[i] = load_u32(counted + i);
-    for (uint32_t d = th.thread; d < R; d += th.block_dim) sh->b[d] = load_u32(counted + E + d);
-    th.sync();
-    for (uint32_t i = th.thread; i < E + R; i += th.block_dim) counted[i] = 0;
-  } else {
-    for (uint32_t i = th.thread; i < E; i += th.block_dim) sh->a[i] = 0;
-    for (uint32_t d = th.thread; d < R; d += th.block_dim) sh->b[d] = 0;
-    th.sync();
-    count_tokens_per_rank(th, job.in_rank, R, T, sh->b);
-    count_tokens_per_expert(th, job.topk_idx, K, E, 0, T, sh->a);
-  }
+  auto* counted = reinterpret_cast<uint32_t*>(counters);
+  for (uint32_t i = th.thread; i < E; i += th.block_dim) sh->a[i] = load_u32(counted + i);
+  for (uint32_t d = th.thread; d < R; d += th.block_dim) sh->b[d] = load_u32(counted + E + d);
   th.sync();
+  for (uint32_t i = th.thread; i < E + R; i += th.block_dim) counted[i] = 0;
   const uint32_t state = status_of(f) != 0 ? COURIER_GPU_EP_RECORD_REFUSED : 0;
   auto staged = [&](uint32_t d) {
     return reinterpret_cast<uint32_t*>(ctl(f, job.staging_off + d * uint64_t{f.record_words} * 4));
   };
   for (uint32_t i = th.thread; i < R * L; i += th.block_dim) staged(i / L)[2 + i % L] = sh->a[i];
+  for (uint32_t i = th.thread; i < R * R; i += th.block_dim) {
+    staged(i / R)[2 + L + i % R] = sh->b[i % R];
+  }
   for (uint32_t d = th.thread; d < R; d += th.block_dim) {
     staged(d)[0] = state;
     staged(d)[1] = sh->b[d];
   }
   release_fence_system();
   th.sync();
-  signal_all(th, f, job.staging_off, job.record_off, job.signal_off, spread, 0);
+  signal_all(th, f, job.staging_off, job.notify_record_off, job.notify_signal_off, 1, 0);
+  finish(th, f, false);
+}
+
+// Block b takes a contiguous range of tokens: counts them (ht_count: the
+// last block sends the records), gives them their slots in token order,
+// then packs each token once whatever its fan-out, if any rank gets it
+// through the channels. `waited`: a kernel before it waited for the send
+// area (send_wait), which the staging and the pack reuse.
+COURIER_DEVICE_INLINE void ht_pack_body(const courier_gpu_ep_proxy_ht_dispatch_v1& job,
+                                        const KernelThread& th, ProxyShared* sh, bool waited) {
+  const Proxy& f = job.fifo;
+  const uint32_t R = f.num_ranks, T = job.tokens;
+  const uint32_t per = (T + th.grid_dim - 1) / th.grid_dim;
+  const uint32_t t0 = th.block * per < T ? th.block * per : T;
+  const uint32_t t1 = t0 + per < T ? t0 + per : T;
+  if (!waited) send_wait(th, f, false, 0, 0);
+  ht_count(job, th, sh, t0, t1);
+  // Where this block's slots begin at each rank: the tokens before it,
+  // counted per thread and added once each.
+  for (uint32_t d = th.thread; d < R; d += th.block_dim) sh->a[d] = 0;
+  th.sync();
+  count_tokens_per_rank(th, job.in_rank, R, t0, sh->a);
+  th.sync();
+  for (uint32_t s0 = t0; s0 < t1; s0 += th.block_dim) {
+    const uint32_t t = s0 + th.thread;
+    for (uint32_t d = 0; d < R; ++d) {
+      const uint32_t in = t < t1 && job.in_rank[uint64_t{t} * R + d] != 0 ? 1 : 0;
+      uint32_t total = 0;
+      const uint32_t before = block_exclusive_scan(th, sh->scan, in, &total);
+      if (t < t1) {
+        job.slots[uint64_t{t} * R + d] = in != 0 ? static_cast<int32_t>(sh->a[d] + before) : -1;
+      }
+      th.sync();
+      if (th.thread == 0) sh->a[d] += total;
+      th.sync();
+    }
+  }
+  for (uint32_t t = t0 + th.group(); t < t1; t += th.groups()) {
+    bool sent = false;
+    for (uint32_t d = 0; d < R && !sent; ++d) {
+      sent = through_channels(f, d) && job.in_rank[uint64_t{t} * R + d] != 0;
+    }
+    if (sent) {
+      ht_pack_token(job, at(f, job.send_off + uint64_t{t} * job.row_bytes),
+                    at(f, job.send_meta_off + uint64_t{t} * job.meta_bytes), t, th.lane(), kLanes);
+    }
+  }
+}
+
+// Rows, after every rank's counts (`waited`: a kernel before it waited).
+// Blocks below ceil(tokens / run_tokens) find the runs of tokens
+// [block * run_tokens, +run_tokens) per destination, block_dim tokens at a
+// time (a run open at the end of a step carries over), and push each as a
+// row WRITE and a meta WRITE; every block stores its share of the rows this
+// rank keeps. The last block signals.
+COURIER_DEVICE_INLINE void ht_rows_body(const courier_gpu_ep_proxy_ht_dispatch_v1& job,
+                                        const KernelThread& th, ProxyShared* sh,
+                                        uint32_t run_tokens, bool waited) {
+  const Proxy& f = job.fifo;
+  const uint32_t R = f.num_ranks, T = job.tokens, L = job.num_experts / R;
+  const uint32_t spread = lanes_per_rank(f);
+  if (!waited) wait_all(th, f, job.notify_signal_off, job.notify_record_off, job.notify_target);
+  // base[d]: the rows ranks before this one send d.
+  uint32_t* base = sh->b;
+  int32_t* open = reinterpret_cast<int32_t*>(sh->b + R);
+  for (uint32_t d = th.thread; d < R; d += th.block_dim) {
+    uint32_t sum = 0;
+    for (uint32_t s = 0; s < f.rank; ++s)
+      sum += load_u32(record_of(f, job.notify_record_off, s) + 2 + L + d);
+    base[d] = sum;
+    open[d] = -1;
+    const uint32_t mine = load_u32(record_of(f, job.notify_record_off, f.rank) + 2 + L + d);
+    if (sum + uint64_t{mine} > job.recv_rows)
+      set_status(f.status, COURIER_GPU_EP_STATUS_OVERFLOW | d);
+  }
+  const bool go = block_goes_on(th, f, sh);
+  auto slot_of = [&](uint32_t t, uint32_t d) { return job.slots[uint64_t{t} * R + d]; };
+  auto push_run = [&](uint32_t d, uint32_t first, uint32_t last, uint32_t lane) {
+    const uint64_t row = base[d] + static_cast<uint32_t>(slot_of(first, d)), n = last - first + 1;
+    const uint32_t c = channel_of(f, d, lane % spread);
+    push_write(f, f.window, c, d, job.send_off + uint64_t{first} * job.row_bytes,
+               job.recv_off + row * job.row_bytes, n * job.row_bytes);
+    if (job.meta_bytes != 0) {
+      push_write(f, f.window, c, d, job.send_meta_off + uint64_t{first} * job.meta_bytes,
+                 job.recv_meta_off + row * job.meta_bytes, n * job.meta_bytes);
+    }
+  };
+  const uint32_t r0 = th.block * run_tokens;
+  if (go && r0 < T) {
+    const uint32_t r1 = T - r0 < run_tokens ? T : r0 + run_tokens;
+    uint32_t pushed = 0;  // this block's runs so far: the lane of the next
+    for (uint32_t c0 = r0; c0 < r1; c0 += th.block_dim) {
+      const uint32_t t = c0 + th.thread;
+      for (uint32_t d = 0; d < R; ++d) {
+        if (!through_channels(f, d)) continue;
+        auto in = [&](uint32_t u) { return u >= r0 && u < r1 && slot_of(u, d) >= 0; };
+        const bool here = t < r1 && in(t);
+        const uint32_t starts_here = here && (t == r0 || !in(t - 1)) ? 1 : 0;
+        const uint32_t ends_here = here && !in(t + 1) ? 1 : 0;
+        uint32_t starts = 0, ends = 0;
+        const uint32_t si = block_exclusive_scan(th, sh->scan, starts_here, &starts);
+        const uint32_t ei = block_exclusive_scan(th, sh->scan, ends_here, &ends);
+        if (starts_here != 0) sh->a[si] = t;
+        if (ends_here != 0) sh->a[th.block_dim + ei] = t;
+        th.sync();
+        // The k-th end closes the run open from the last step, then the
+        // starts in order.
+        const uint32_t carried = open[d] >= 0 ? 1 : 0;
+        for (uint32_t k = th.thread; k < ends; k += th.block_dim) {
+          const uint32_t first = k < carried ? static_cast<uint32_t>(open[d]) : sh->a[k - carried];
+          push_run(d, first, sh->a[th.block_dim + k], th.block + pushed + k);
+        }
+        th.sync();
+        if (th.thread == 0 && starts > 0) {
+          open[d] = starts + carried > ends ? static_cast<int32_t>(sh->a[starts - 1]) : -1;
+        } else if (th.thread == 0 && ends > 0) {
+          open[d] = -1;
+        }
+        pushed += ends;
+        th.sync();
+      }
+    }
+  }
+  // The rows this rank keeps (no loopback), from x to their final rows.
+  if (go && !through_channels(f, f.rank)) {
+    const uint32_t me = f.rank;
+    for (uint32_t t = th.block * th.groups() + th.group(); t < T; t += th.grid_dim * th.groups()) {
+      const int32_t slot = slot_of(t, me);
+      if (slot < 0) continue;
+      const uint64_t row = base[me] + static_cast<uint32_t>(slot);
+      ht_pack_token(job, at(f, job.recv_off + row * job.row_bytes),
+                    at(f, job.recv_meta_off + row * job.meta_bytes), t, th.lane(), kLanes);
+    }
+  }
+  if (!last_block(th, f, sh)) return;
+  const uint32_t state = status_of(f) != 0 ? COURIER_GPU_EP_RECORD_REFUSED : 0;
+  for (uint32_t d = th.thread; d < R; d += th.block_dim) {
+    *reinterpret_cast<uint32_t*>(ctl(f, job.rows_staging_off + d * uint64_t{f.record_words} * 4)) =
+        state;
+  }
+  release_fence_system();
+  th.sync();
+  signal_all(th, f, job.rows_staging_off, job.record_off, job.signal_off, spread, 0);
   finish(th, f, true);
 }
 
-// ---- ep_proxy_ht_receive: every block waits; then a lane group per row.
+// ---- ep_proxy_ht_receive: every block waits; then a lane group per row's
+// meta (the rows stay where they landed).
 COURIER_DEVICE_INLINE void ht_receive_body(const courier_gpu_ep_proxy_ht_receive_v1& job,
                                            const KernelThread& th, ProxyShared* sh, bool waited) {
   const Proxy& f = job.fifo;
@@ -505,46 +574,39 @@ COURIER_DEVICE_INLINE void ht_receive_body(const courier_gpu_ep_proxy_ht_receive
   if (go && th.thread == 0) {
     uint32_t sum = 0;
     for (uint32_t s = 0; s < R; ++s) {
-      const uint32_t n = load_u32(record_of(f, job.record_off, s) + 1);
+      const uint32_t n = load_u32(record_of(f, job.notify_record_off, s) + 1);
       if (n > job.max_tokens) set_status(f.status, COURIER_GPU_EP_STATUS_OVERFLOW | s);
-      sh->b[s] = sum;
       sum += n;
     }
-    sh->b[R] = sum;
+    sh->b[0] = sum;
     if (sum > job.capacity) set_status(f.status, COURIER_GPU_EP_STATUS_OVERFLOW | f.rank);
   }
   th.sync();
   if (status_of(f) == 0) {
-    const uint32_t total = sh->b[R];
+    const uint32_t total = sh->b[0];
     const uint32_t lane = th.lane(), lanes = kLanes;
     const uint64_t scale_bytes = uint64_t{job.scale_cols} * 4;
-    const uint64_t ids_at = job.row_bytes + scale_bytes, weights_at = ids_at + uint64_t{K} * 4;
+    const uint64_t ids_at = scale_bytes, weights_at = ids_at + uint64_t{K} * 4;
     const uint32_t stride = th.grid_dim * th.groups();
-    for (uint32_t i = th.block * th.groups() + th.group(); i < total; i += stride) {
-      uint32_t s = 0;
-      while (s + 1 < R && i >= sh->b[s + 1]) ++s;
-      const std::byte* slot =
-          at(f, job.recv_off + (uint64_t{s} * job.max_tokens + (i - sh->b[s])) * job.slot_bytes);
-      lanes_copy(static_cast<std::byte*>(job.x) + uint64_t{i} * job.row_bytes, slot, job.row_bytes,
-                 lane, lanes);
+    for (uint32_t i = th.block * th.groups() + th.group(); i < total && job.meta_bytes != 0;
+         i += stride) {
+      const std::byte* meta = at(f, job.recv_meta_off + uint64_t{i} * job.meta_bytes);
       if (job.scales != nullptr) {
-        lanes_copy(job.scales + uint64_t{i} * job.scale_cols, slot + job.row_bytes, scale_bytes,
-                   lane, lanes);
+        lanes_copy(job.scales + uint64_t{i} * job.scale_cols, meta, scale_bytes, lane, lanes);
       }
       for (uint32_t k = lane; k < K; k += lanes) {
-        const int32_t e = reinterpret_cast<const int32_t*>(slot + ids_at)[k];
+        const int32_t e = reinterpret_cast<const int32_t*>(meta + ids_at)[k];
         job.topk_idx[uint64_t{i} * K + k] =
             e >= 0 && job.local_experts != 0 &&
                     static_cast<uint32_t>(e) / job.local_experts == f.rank
                 ? static_cast<int64_t>(e) - int64_t{f.rank} * job.local_experts
                 : -1;
         job.topk_weights[uint64_t{i} * K + k] =
-            reinterpret_cast<const float*>(slot + weights_at)[k];
+            reinterpret_cast<const float*>(meta + weights_at)[k];
       }
     }
     for (uint32_t i = total + th.block * th.groups() + th.group(); i < job.pad_rows; i += stride) {
-      lanes_zero(static_cast<std::byte*>(job.x) + uint64_t{i} * job.row_bytes, job.row_bytes, lane,
-                 lanes);
+      lanes_zero(at(f, job.recv_off + uint64_t{i} * job.row_bytes), job.row_bytes, lane, lanes);
       if (job.scales != nullptr)
         lanes_zero(job.scales + uint64_t{i} * job.scale_cols, scale_bytes, lane, lanes);
       for (uint32_t k = lane; k < K; k += lanes) {
@@ -930,6 +992,8 @@ COURIER_DEVICE_INLINE void combine_body(const courier_gpu_ep_proxy_combine_v1& j
       }
     }
   };
+  // x in the data window: only this rank's own rows (no loopback) move here.
+  const bool in_window = (job.mode & COURIER_GPU_EP_COMBINE_FROM_WINDOW) != 0 && !logfmt;
   const bool go = block_goes_on(th, f, sh);
   if (go && (job.mode & COURIER_GPU_EP_ROUTE_MASK) == COURIER_GPU_EP_ROUTE_RANKS) {
     if (th.thread == 0) {
@@ -948,7 +1012,7 @@ COURIER_DEVICE_INLINE void combine_body(const courier_gpu_ep_proxy_combine_v1& j
     for (uint32_t s = 0; s < R; ++s) {
       const uint32_t a = i0 > sh->b[s] ? i0 : sh->b[s];
       const uint32_t b = i1 < sh->b[s + 1] ? i1 : sh->b[s + 1];
-      if (a >= b) continue;
+      if (a >= b || (in_window && through_channels(f, s))) continue;
       const uint64_t j = a - sh->b[s];
       move(a, b - a, s, s * T + j, f.rank * T + j);
     }
@@ -983,6 +1047,13 @@ COURIER_DEVICE_INLINE void combine_body(const courier_gpu_ep_proxy_combine_v1& j
     *reinterpret_cast<uint32_t*>(ctl(f, job.staging_off + d * uint64_t{f.record_words} * 4)) =
         state;
     if (state != 0 || !through_channels(f, d)) continue;
+    if (in_window) {  // rank d's rows follow the rows of the ranks before it
+      uint64_t first = 0;
+      for (uint32_t s = 0; s < d; ++s) first += static_cast<uint32_t>(job.counts[s]);
+      push_region(f, d, job.x_off + first * xb, job.recv_off + f.rank * T * rb,
+                  static_cast<uint32_t>(job.counts[d]), rb, lanes);
+      continue;
+    }
     uint64_t rows = 0;
     if (by_expert) {
       for (uint32_t l = 0; l < L; ++l) {

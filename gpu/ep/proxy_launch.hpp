@@ -13,6 +13,9 @@ inline constexpr uint32_t kProxyThreads = 256;
 // 512 threads took its kernel from 122 to 101 us on an H200 (the receive
 // and reduce kernels, with more blocks, were slower at 512).
 inline constexpr uint32_t kHtDispatchThreads = 512;
+// High-throughput rows: a block finds the runs of this many tokens (a
+// WRITE each per destination): 4096 tokens to one rank go as 8.
+inline constexpr uint32_t kHtRunTokens = kHtDispatchThreads;
 // Enough blocks to keep an H100/H200-class GPU's 132 SMs busy.
 inline constexpr uint32_t kProxyBlocksMax = 132;
 // The reduce: at most four blocks per SM, a warp per token beyond (at 4096
@@ -22,10 +25,13 @@ inline constexpr uint32_t kReduceBlocksMax = 4 * kProxyBlocksMax;
 __global__ void proxy_refuse_kernel(courier_gpu_ep_proxy_refuse_v1 job) {
   refuse_body(job, this_thread());
 }
-__global__ void proxy_ht_dispatch_kernel(courier_gpu_ep_proxy_ht_dispatch_v1 job) {
+__global__ void proxy_ht_pack_kernel(courier_gpu_ep_proxy_ht_dispatch_v1 job) {
   __shared__ ProxyShared shared;
-  // A batch is a block's whole range: one WRITE per destination and block.
-  ht_dispatch_body(job, this_thread(), &shared, 0xFFFFFFFFu, true);
+  ht_pack_body(job, this_thread(), &shared, true);
+}
+__global__ void proxy_ht_rows_kernel(courier_gpu_ep_proxy_ht_dispatch_v1 job) {
+  __shared__ ProxyShared shared;
+  ht_rows_body(job, this_thread(), &shared, kHtRunTokens, true);
 }
 // One block waits for the phase's signals; the kernel after it on the
 // stream does the work (see wait_all).
@@ -72,7 +78,8 @@ inline uint32_t blocks_for(uint64_t items, uint32_t most) {
 // kernel could wait behind one that spins for a peer).
 inline const void* const kProxyKernels[] = {
     reinterpret_cast<const void*>(proxy_refuse_kernel),
-    reinterpret_cast<const void*>(proxy_ht_dispatch_kernel),
+    reinterpret_cast<const void*>(proxy_ht_pack_kernel),
+    reinterpret_cast<const void*>(proxy_ht_rows_kernel),
     reinterpret_cast<const void*>(proxy_wait_kernel),
     reinterpret_cast<const void*>(proxy_send_wait_kernel),
     reinterpret_cast<const void*>(proxy_ht_receive_kernel),
@@ -92,8 +99,16 @@ void launch(const courier_gpu_ep_proxy_ht_dispatch_v1& job, Stream stream, Mark 
   mark("send_wait");
   // Blocks of at least 16 tokens: each block's records of where it starts
   // cost a pass over the tokens before it.
-  proxy_ht_dispatch_kernel<<<blocks_for((job.tokens + 15) / 16, kProxyBlocksMax),
-                             kHtDispatchThreads, 0, stream>>>(job);
+  proxy_ht_pack_kernel<<<blocks_for((job.tokens + 15) / 16, kProxyBlocksMax), kHtDispatchThreads, 0,
+                         stream>>>(job);
+  mark("pack");
+  proxy_wait_kernel<<<1, 64, 0, stream>>>(job.fifo, job.notify_signal_off, job.notify_record_off,
+                                          job.notify_target);
+  mark("wait_counts");
+  // Enough blocks to find the runs, and all SMs for the rows this rank keeps.
+  const uint32_t run_blocks = (job.tokens + kHtRunTokens - 1) / kHtRunTokens;
+  proxy_ht_rows_kernel < < <run_blocks> kProxyBlocksMax ? run_blocks : kProxyBlocksMax,
+      kHtDispatchThreads, 0, stream >>> (job);
 }
 template <class Job, class Stream>
 void wait_first(const Job& job, Stream stream) {

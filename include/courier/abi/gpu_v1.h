@@ -16,7 +16,7 @@ extern "C" {
 #endif
 
 #define COURIER_GPU_ABI_MAJOR 1
-#define COURIER_GPU_ABI_MINOR 6
+#define COURIER_GPU_ABI_MINOR 7
 #define COURIER_GPU_SYMBOL_V1 "courier_gpu_backend_v1"
 
 /* Capability bits (courier_gpu_props_v1.caps). */
@@ -229,6 +229,10 @@ typedef struct courier_gpu_ep_peers_v1 {
  * hidden * 2 (x's rows). The route is mode & COURIER_GPU_EP_ROUTE_MASK. */
 #define COURIER_GPU_EP_ROUTE_MASK 0xFFu
 #define COURIER_GPU_EP_COMBINE_LOGFMT (1u << 8)
+/* Minor 7, RANKS without LOGFMT: x lies in the data window at offset
+ * x_off (a dispatch's received rows): its rows go as WRITEs from there,
+ * nothing is packed. */
+#define COURIER_GPU_EP_COMBINE_FROM_WINDOW (1u << 9)
 #define COURIER_GPU_EP_LOGFMT_SLOT_BYTES(hidden) ((uint64_t)(hidden)*2u + (uint64_t)(hidden) / 32u)
 
 /* Each item's slot within its group, in token order, and the counts of
@@ -486,22 +490,36 @@ typedef struct courier_gpu_ep_proxy_refuse_v1 {
   uint64_t release_off, release_target;
 } courier_gpu_ep_proxy_refuse_v1;
 
-/* High-throughput dispatch, send half. Token t goes to every rank d with
- * in_rank[t][d], once; its slot there (slots[t][d], out, -1 where not) is
- * its place among this rank's tokens for d, in token order. Token t is
- * packed once, at send_off + t * slot_bytes: the value row (row_bytes),
- * its scales (scale_cols floats, with x_scales), then topk int32 global
- * expert ids (-1 without topk_idx) and topk float weights (0 without
- * topk_weights). Each run of consecutive tokens bound for d goes as one
- * WRITE to recv_off + (rank * max_tokens + slot) * slot_bytes at d (its
- * slots are consecutive too), pushed as soon as its block packed it, runs
- * spread over d's channels. Record for d: [1] its row count, [2 + l] its
- * tokens per local expert l (experts_per_rank of them). An index outside
- * [-1, num_experts) sets BAD_INDEX and the records say refused.
- * counts_off (minor 6, `reserved` before): non-zero, the offset in the
- * data window of num_experts + num_ranks int32 counters, zero before the
- * launch, that the blocks add their tokens' counts to (the kernel leaves
- * them zero again); 0: the last block counts every token itself. */
+/* High-throughput dispatch, send half (minor 7: counts first; a job whose
+ * struct_size does not cover the minor-7 fields is refused). Token t goes
+ * to every rank d with in_rank[t][d], once; its slot there (slots[t][d],
+ * out, -1 where not) is its place among this rank's tokens for d, in token
+ * order. Three steps, in order on the EP stream:
+ *  1. Counts. Record for d at staging_off + d * record_bytes: [0] state,
+ *     [1] its row count, [2 + l] its tokens per local expert l
+ *     (experts_per_rank of them), [2 + experts_per_rank + r] this rank's
+ *     row count for every rank r; written to notify_record_off + rank *
+ *     record_bytes at d, then the step added to notify_signal_off + rank * 8
+ *     there. An index outside [-1, num_experts) sets BAD_INDEX and the
+ *     records say refused. counts_off: the offset in the data window of
+ *     num_experts + num_ranks int32 counters, zero before the launch and
+ *     left zero again.
+ *  2. Pack, while the counts travel: token t's row at send_off + t *
+ *     row_bytes, its meta at send_meta_off + t * meta_bytes: scales
+ *     (scale_cols floats, with x_scales), then topk int32 global expert ids
+ *     (-1 without topk_idx), then topk float weights (0 without
+ *     topk_weights).
+ *  3. Rows, once every rank's counts arrived (notify_signal_off words at
+ *     notify_target): slot s at d goes to row base_d + s there, base_d the
+ *     rows ranks before this one send d (their records' counts): the row to
+ *     recv_off + row * row_bytes, the meta to recv_meta_off + row *
+ *     meta_bytes (past recv_rows rows: OVERFLOW). Runs of consecutive
+ *     tokens go as one WRITE each, spread over d's channels; rows for this
+ *     rank itself (no loopback) are stored from x directly. Then a record
+ *     of one state word from rows_staging_off to record_off + rank *
+ *     record_bytes at d, and atomics summing to the step on signal_off +
+ *     rank * 8 there, behind the rows of each lane.
+ * slot_bytes is not read (minor 7). */
 typedef struct courier_gpu_ep_proxy_ht_dispatch_v1 {
   uint32_t struct_size;
   int32_t device;
@@ -515,15 +533,23 @@ typedef struct courier_gpu_ep_proxy_ht_dispatch_v1 {
   const uint8_t* in_rank; /* [tokens][num_ranks] */
   int32_t* slots;         /* out: [tokens][num_ranks] */
   uint64_t send_off, recv_off, staging_off, record_off, signal_off;
+  /* ---- minor 7 ---- */
+  uint64_t notify_record_off, notify_signal_off, notify_target;
+  uint64_t rows_staging_off, send_meta_off, recv_meta_off;
+  uint32_t meta_bytes, recv_rows;
 } courier_gpu_ep_proxy_ht_dispatch_v1;
 
-/* High-throughput dispatch, receive half: waits for every rank's signal,
- * then unpacks the slots of rank 0, 1, ... (record word [1] of each) into
- * the outputs from row 0: x rows, scales, topk ids made local to this
- * rank (global id e becomes e - rank * local_experts, -1 where e is
- * another rank's) and widened to int64, weights; pads rows [received,
- * pad_rows) with zeros (ids -1). More rows than `capacity` set OVERFLOW.
- * Mirrors the status to status_host. */
+/* High-throughput dispatch, receive half (minor 7; smaller jobs refused):
+ * waits for every rank's rows signal (signal_off, record_off: a record
+ * saying refused fails the call), then reads the counts from the records
+ * at notify_record_off ([1] of each: rank 0's rows first, then rank 1's,
+ * ...). The rows stay where they landed, at recv_off + i * row_bytes (x is
+ * not read); from each row's meta at recv_meta_off + i * meta_bytes it
+ * writes the outputs from row 0: scales, topk ids made local to this rank
+ * (global id e becomes e - rank * local_experts, -1 where e is another
+ * rank's) and widened to int64, weights. Pads rows [received, pad_rows)
+ * with zeros (ids -1), the rows at recv_off too. More rows than `capacity`
+ * set OVERFLOW. Mirrors the status to status_host. */
 typedef struct courier_gpu_ep_proxy_ht_receive_v1 {
   uint32_t struct_size;
   int32_t device;
@@ -535,6 +561,9 @@ typedef struct courier_gpu_ep_proxy_ht_receive_v1 {
   float* scales;
   int64_t* topk_idx;
   float* topk_weights;
+  /* ---- minor 7 ---- */
+  uint64_t notify_record_off, recv_meta_off;
+  uint32_t meta_bytes, reserved;
 } courier_gpu_ep_proxy_ht_receive_v1;
 
 /* Low-latency dispatch, send half. Pair (t, k) with e = topk_idx[t][k] >= 0
@@ -604,6 +633,8 @@ typedef struct courier_gpu_ep_proxy_combine_v1 {
   const int32_t* counts; /* RANKS: [num_ranks] */
   const int64_t* range;  /* EXPERTS: [L][num_ranks] */
   uint64_t send_off, recv_off, staging_off, record_off, signal_off;
+  /* ---- minor 7 ---- */
+  uint64_t x_off; /* with COURIER_GPU_EP_COMBINE_FROM_WINDOW */
 } courier_gpu_ep_proxy_combine_v1;
 
 /* Combine, receive half: waits for every rank's signal, then out[t] = sum

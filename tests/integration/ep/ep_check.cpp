@@ -475,10 +475,38 @@ Outcome check_ht(courier::Context& ctx, const Shape& shape, bool bf16) {
                                           bf16 ? 1e-2f : 1e-5f, bf16 ? 1e-2f : 1e-6f,
                                           [&](int t, int h) { return mine.x[t * hidden + h]; });
     c.expect(wrong == 0, fmt::format("call {}: {} combined values off", call, wrong));
+
+    // recv_x itself combined (read where it landed, nothing packed): each
+    // token comes back once per rank it went to.
+    std::vector<int> ranks_of(static_cast<size_t>(mine.tokens), 0);
+    for (int t = 0; t < mine.tokens; ++t) {
+      std::vector<bool> seen(static_cast<size_t>(ranks), false);
+      for (int k = 0; k < topk; ++k) {
+        const int64_t e = mine.idx[t * topk + k];
+        if (e >= 0 && !seen[static_cast<size_t>(e / per)]) {
+          seen[static_cast<size_t>(e / per)] = true;
+          ++ranks_of[static_cast<size_t>(t)];
+        }
+      }
+    }
+    courier::ep::CombineResult in_place = buffer.combine(got.recv_x.tensor(), got.handle);
+    // (combined_values_off scales by the token's weights: divided out here.)
+    const int wrong_in_place = combined_values_off(
+        ctx, in_place, mine, topk, hidden, bf16, bf16 ? 1e-2f : 1e-5f, bf16 ? 1e-2f : 1e-6f,
+        [&](int t, int h) {
+          float total = 0;
+          for (int k = 0; k < topk; ++k) {
+            if (mine.idx[t * topk + k] >= 0) total += mine.weights[t * topk + k];
+          }
+          return total == 0 ? 0.0f
+                            : mine.x[t * hidden + h] * static_cast<float>(ranks_of[t]) / total;
+        });
+    c.expect(wrong_in_place == 0,
+             fmt::format("call {}: {} values off combining recv_x in place", call, wrong_in_place));
   }
   return c.outcome(
       fmt::format("2 dispatch+combine calls, {} rows checked, cached-handle padded "
-                  "dispatch equal to uncached, combine within {}",
+                  "dispatch equal to uncached, combine (also of recv_x in place) within {}",
                   rows_checked, bf16 ? "1e-2 relative" : "1e-5 relative"));
 }
 
