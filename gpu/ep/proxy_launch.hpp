@@ -107,8 +107,8 @@ void launch(const courier_gpu_ep_proxy_ht_dispatch_v1& job, Stream stream, Mark 
   mark("wait_counts");
   // Enough blocks to find the runs, and all SMs for the rows this rank keeps.
   const uint32_t run_blocks = (job.tokens + kHtRunTokens - 1) / kHtRunTokens;
-  proxy_ht_rows_kernel < < <run_blocks> kProxyBlocksMax ? run_blocks : kProxyBlocksMax,
-      kHtDispatchThreads, 0, stream >>> (job);
+  const uint32_t blocks = run_blocks > kProxyBlocksMax ? run_blocks : kProxyBlocksMax;
+  proxy_ht_rows_kernel<<<blocks, kHtDispatchThreads, 0, stream>>>(job);
 }
 template <class Job, class Stream>
 void wait_first(const Job& job, Stream stream) {
