@@ -66,6 +66,61 @@ COURIER_DEVICE_INLINE bool push_cmd(const Proxy& f, uint32_t c, const TransferCm
   return false;
 }
 
+// Commands for one channel pushed as one batch (one ticket reservation,
+// one wait for room, one fence: a push costs a GPU thread microseconds of
+// round trips to host memory). Flushes itself when full; the caller
+// flushes at the end. Order within the batch is channel order.
+struct CmdBatch {
+  static constexpr uint32_t kCapacity = 4;
+  const Proxy& f;
+  uint32_t c;
+  TransferCmd cmds[kCapacity];
+  uint32_t n = 0;
+  COURIER_DEVICE_INLINE CmdBatch(const Proxy& fifo, uint32_t channel) : f(fifo), c(channel) {}
+  COURIER_DEVICE_INLINE void flush() {
+    if (n == 0) return;
+    if (push_batch(from_abi(f.channels[c]), cmds, n, nullptr) != PushStatus::ok) {
+      set_status(f.status, COURIER_GPU_EP_STATUS_CHANNEL | c);
+    }
+    n = 0;
+  }
+  COURIER_DEVICE_INLINE void add(const TransferCmd& cmd) {
+    if (n == kCapacity) flush();
+    cmds[n++] = cmd;
+  }
+  // WRITEs [src_off, +bytes) of `window` here to dst_off of it at rank d.
+  COURIER_DEVICE_INLINE void write(uint32_t window, uint32_t d, uint64_t src_off, uint64_t dst_off,
+                                   uint64_t bytes) {
+    for (uint64_t done = 0; done < bytes;) {
+      const uint64_t len =
+          bytes - done < TransferCmd::kMaxLength ? bytes - done : TransferCmd::kMaxLength;
+      WriteCmdArgs a;
+      a.dst_rank = d;
+      a.window = window;
+      a.src_offset = src_off + done;
+      a.dst_offset = dst_off + done;
+      a.length = len;
+      TransferCmd cmd;
+      if (encode_write(a, &cmd) != CmdStatus::ok) {
+        set_status(f.status, COURIER_GPU_EP_STATUS_CHANNEL | c);
+        return;
+      }
+      add(cmd);
+      done += len;
+    }
+  }
+  // A u64 add of `operand` at `off` of the control window at rank d.
+  COURIER_DEVICE_INLINE void add_u64(uint32_t d, uint64_t off, uint32_t operand) {
+    TransferCmd cmd;
+    if (encode_atomic(d, f.control_window, off, AtomicOp::add_u64, operand, &cmd) !=
+        CmdStatus::ok) {
+      set_status(f.status, COURIER_GPU_EP_STATUS_CHANNEL | c);
+      return;
+    }
+    add(cmd);
+  }
+};
+
 // WRITEs [src_off, +bytes) of `window` here to dst_off of it at rank d,
 // on channel c.
 COURIER_DEVICE_INLINE void push_write(const Proxy& f, uint32_t window, uint32_t c, uint32_t d,
@@ -173,13 +228,14 @@ COURIER_DEVICE_INLINE void signal_all(const KernelThread& th, const Proxy& f, ui
       }
       continue;
     }
-    if (j == 0)
-      push_write(f, f.control_window, channel_of(f, d, 0), d, staged, record, record_bytes);
-    const uint32_t operand = j + 1 < lanes_used ? 1 : COURIER_GPU_EP_SIGNAL_STEP - j;
-    push_add(f, channel_of(f, d, j), d, signal_off + f.rank * 8ull, operand);
+    CmdBatch batch(f, channel_of(f, d, j));
+    if (j == 0) batch.write(f.control_window, d, staged, record, record_bytes);
+    batch.add_u64(d, signal_off + f.rank * 8ull,
+                  j + 1 < lanes_used ? 1 : COURIER_GPU_EP_SIGNAL_STEP - j);
     if (j == 0 && release_off != 0) {
-      push_add(f, channel_of(f, d, 0), d, release_off + f.rank * 8ull, COURIER_GPU_EP_SIGNAL_STEP);
+      batch.add_u64(d, release_off + f.rank * 8ull, COURIER_GPU_EP_SIGNAL_STEP);
     }
+    batch.flush();
   }
 }
 
@@ -497,13 +553,14 @@ COURIER_DEVICE_INLINE void ht_rows_body(const courier_gpu_ep_proxy_ht_dispatch_v
   auto slot_of = [&](uint32_t t, uint32_t d) { return job.slots[uint64_t{t} * R + d]; };
   auto push_run = [&](uint32_t d, uint32_t first, uint32_t last, uint32_t lane) {
     const uint64_t row = base[d] + static_cast<uint32_t>(slot_of(first, d)), n = last - first + 1;
-    const uint32_t c = channel_of(f, d, lane % spread);
-    push_write(f, f.window, c, d, job.send_off + uint64_t{first} * job.row_bytes,
-               job.recv_off + row * job.row_bytes, n * job.row_bytes);
+    CmdBatch batch(f, channel_of(f, d, lane % spread));
+    batch.write(f.window, d, job.send_off + uint64_t{first} * job.row_bytes,
+                job.recv_off + row * job.row_bytes, n * job.row_bytes);
     if (job.meta_bytes != 0) {
-      push_write(f, f.window, c, d, job.send_meta_off + uint64_t{first} * job.meta_bytes,
-                 job.recv_meta_off + row * job.meta_bytes, n * job.meta_bytes);
+      batch.write(f.window, d, job.send_meta_off + uint64_t{first} * job.meta_bytes,
+                  job.recv_meta_off + row * job.meta_bytes, n * job.meta_bytes);
     }
+    batch.flush();
   };
   const uint32_t r0 = th.block * run_tokens;
   if (go && r0 < T) {
