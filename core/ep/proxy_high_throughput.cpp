@@ -56,7 +56,10 @@ HtProxyLayout::HtProxyLayout(uint32_t ranks, uint32_t max_tokens, uint32_t hidde
   rows_staging = take(ranks * record_bytes);
   control_bytes = at;
   at = 0;  // the data window
-  send = take(rows * slot_bytes);
+  // A dispatch's rows by token, then its metas per destination in slot
+  // order; a combine's rows per destination.
+  const uint64_t meta_bytes = align_up(8ull * max_topk + hidden / 32 + 4, 16);
+  send = take(std::max(rows * slot_bytes, max_tokens * row_bytes + 256 + rows * meta_bytes));
   for (uint32_t parity = 0; parity < 2; ++parity) {
     // Rows then meta (each meta rounded to 16 bytes, the rows' start to 256).
     recv[parity] = take(rows * (slot_bytes + 16) + 256);

@@ -400,13 +400,18 @@ COURIER_DEVICE_INLINE void count_tokens_per_expert(const KernelThread& th, const
 // counts arrived, each block finds the runs of its tokens per destination
 // and pushes them to their final rows there.
 
-// Token t's row and meta (scales, int32 ids, float weights), with a lane group.
-COURIER_DEVICE_INLINE void ht_pack_token(const courier_gpu_ep_proxy_ht_dispatch_v1& job,
-                                         std::byte* row, std::byte* meta, uint32_t t, uint32_t lane,
-                                         uint32_t lanes) {
-  const uint32_t K = job.topk, E = job.num_experts;
+// Token t's row, with a lane group.
+COURIER_DEVICE_INLINE void ht_pack_row(const courier_gpu_ep_proxy_ht_dispatch_v1& job,
+                                       std::byte* row, uint32_t t, uint32_t lane, uint32_t lanes) {
   lanes_copy(row, static_cast<const std::byte*>(job.x) + uint64_t{t} * job.row_bytes, job.row_bytes,
              lane, lanes);
+}
+
+// Token t's meta (scales, int32 ids, float weights), with a lane group.
+COURIER_DEVICE_INLINE void ht_pack_meta(const courier_gpu_ep_proxy_ht_dispatch_v1& job,
+                                        std::byte* meta, uint32_t t, uint32_t lane,
+                                        uint32_t lanes) {
+  const uint32_t K = job.topk, E = job.num_experts;
   if (job.meta_bytes == 0) return;
   const uint64_t ids_at = uint64_t{job.scale_cols} * 4, weights_at = ids_at + uint64_t{K} * 4;
   if (job.x_scales != nullptr) {
@@ -511,15 +516,23 @@ COURIER_DEVICE_INLINE void ht_pack_body(const courier_gpu_ep_proxy_ht_dispatch_v
       th.sync();
     }
   }
+  // A token's row once; its meta once per destination, at its slot in that
+  // destination's meta region (one WRITE per destination carries them all:
+  // a WRITE per run would double the commands the proxies handle).
   for (uint32_t t = t0 + th.group(); t < t1; t += th.groups()) {
     bool sent = false;
-    for (uint32_t d = 0; d < R && !sent; ++d) {
-      sent = through_channels(f, d) && job.in_rank[uint64_t{t} * R + d] != 0;
+    for (uint32_t d = 0; d < R; ++d) {
+      const int32_t slot = job.slots[uint64_t{t} * R + d];
+      if (slot < 0 || !through_channels(f, d)) continue;
+      sent = true;
+      ht_pack_meta(
+          job,
+          at(f, job.send_meta_off +
+                    (uint64_t{d} * job.max_tokens + static_cast<uint32_t>(slot)) * job.meta_bytes),
+          t, th.lane(), kLanes);
     }
-    if (sent) {
-      ht_pack_token(job, at(f, job.send_off + uint64_t{t} * job.row_bytes),
-                    at(f, job.send_meta_off + uint64_t{t} * job.meta_bytes), t, th.lane(), kLanes);
-    }
+    if (sent)
+      ht_pack_row(job, at(f, job.send_off + uint64_t{t} * job.row_bytes), t, th.lane(), kLanes);
   }
 }
 
@@ -527,7 +540,7 @@ COURIER_DEVICE_INLINE void ht_pack_body(const courier_gpu_ep_proxy_ht_dispatch_v
 // Blocks below ceil(tokens / run_tokens) find the runs of tokens
 // [block * run_tokens, +run_tokens) per destination, block_dim tokens at a
 // time (a run open at the end of a step carries over), and push each as a
-// row WRITE and a meta WRITE; every block stores its share of the rows this
+// WRITE; every block stores its share of the rows this
 // rank keeps. The last block signals.
 COURIER_DEVICE_INLINE void ht_rows_body(const courier_gpu_ep_proxy_ht_dispatch_v1& job,
                                         const KernelThread& th, ProxyShared* sh,
@@ -556,10 +569,6 @@ COURIER_DEVICE_INLINE void ht_rows_body(const courier_gpu_ep_proxy_ht_dispatch_v
     CmdBatch batch(f, channel_of(f, d, lane % spread));
     batch.write(f.window, d, job.send_off + uint64_t{first} * job.row_bytes,
                 job.recv_off + row * job.row_bytes, n * job.row_bytes);
-    if (job.meta_bytes != 0) {
-      batch.write(f.window, d, job.send_meta_off + uint64_t{first} * job.meta_bytes,
-                  job.recv_meta_off + row * job.meta_bytes, n * job.meta_bytes);
-    }
     batch.flush();
   };
   const uint32_t r0 = th.block * run_tokens;
@@ -605,15 +614,24 @@ COURIER_DEVICE_INLINE void ht_rows_body(const courier_gpu_ep_proxy_ht_dispatch_v
       const int32_t slot = slot_of(t, me);
       if (slot < 0) continue;
       const uint64_t row = base[me] + static_cast<uint32_t>(slot);
-      ht_pack_token(job, at(f, job.recv_off + row * job.row_bytes),
-                    at(f, job.recv_meta_off + row * job.meta_bytes), t, th.lane(), kLanes);
+      ht_pack_row(job, at(f, job.recv_off + row * job.row_bytes), t, th.lane(), kLanes);
+      ht_pack_meta(job, at(f, job.recv_meta_off + row * job.meta_bytes), t, th.lane(), kLanes);
     }
   }
   if (!last_block(th, f, sh)) return;
   const uint32_t state = status_of(f) != 0 ? COURIER_GPU_EP_RECORD_REFUSED : 0;
+  // Each destination's metas in one WRITE on its lane 0, ahead of the signal.
+  const uint32_t* mine = record_of(f, job.notify_record_off, f.rank) + 2 + L;
   for (uint32_t d = th.thread; d < R; d += th.block_dim) {
     *reinterpret_cast<uint32_t*>(ctl(f, job.rows_staging_off + d * uint64_t{f.record_words} * 4)) =
         state;
+    const uint32_t n = load_u32(mine + d);
+    if (state != 0 || !through_channels(f, d) || n == 0 || job.meta_bytes == 0) continue;
+    CmdBatch batch(f, channel_of(f, d, 0));
+    batch.write(f.window, d, job.send_meta_off + uint64_t{d} * job.max_tokens * job.meta_bytes,
+                job.recv_meta_off + uint64_t{base[d]} * job.meta_bytes,
+                uint64_t{n} * job.meta_bytes);
+    batch.flush();
   }
   release_fence_system();
   th.sync();
