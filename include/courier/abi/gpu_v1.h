@@ -505,17 +505,17 @@ typedef struct courier_gpu_ep_proxy_refuse_v1 {
  *     num_experts + num_ranks int32 counters, zero before the launch and
  *     left zero again.
  *  2. Pack, while the counts travel: token t's row at send_off + t *
- *     row_bytes, its meta at send_meta_off + t * meta_bytes: scales
- *     (scale_cols floats, with x_scales), then topk int32 global expert ids
- *     (-1 without topk_idx), then topk float weights (0 without
- *     topk_weights).
+ *     row_bytes; its meta, for each rank d it goes to, at send_meta_off +
+ *     (d * max_tokens + slot) * meta_bytes: scales (scale_cols floats,
+ *     with x_scales), then topk int32 global expert ids (-1 without
+ *     topk_idx), then topk float weights (0 without topk_weights).
  *  3. Rows, once every rank's counts arrived (notify_signal_off words at
  *     notify_target): slot s at d goes to row base_d + s there, base_d the
  *     rows ranks before this one send d (their records' counts): the row to
- *     recv_off + row * row_bytes, the meta to recv_meta_off + row *
- *     meta_bytes (past recv_rows rows: OVERFLOW). Runs of consecutive
- *     tokens go as one WRITE each, spread over d's channels; rows for this
- *     rank itself (no loopback) are stored from x directly. Then a record
+ *     recv_off + row * row_bytes (past recv_rows rows: OVERFLOW). Runs of
+ *     consecutive tokens go as one WRITE each, spread over d's channels;
+ *     d's metas as one WRITE to recv_meta_off + base_d * meta_bytes; rows
+ *     for this rank itself (no loopback) are stored from x directly. Then a record
  *     of one state word from rows_staging_off to record_off + rank *
  *     record_bytes at d, and atomics summing to the step on signal_off +
  *     rank * 8 there, behind the rows of each lane.
