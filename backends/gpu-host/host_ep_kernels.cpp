@@ -89,8 +89,7 @@ int ep_proxy_ht_dispatch(const courier_gpu_ep_proxy_ht_dispatch_v1* job, const E
   const int rc = run_proxy(
       job, "ep_proxy_ht_dispatch", blocks, shape.threads,
       [](const void* j, const KernelThread& th, ProxyShared* sh) {
-        const auto& job = job_of<courier_gpu_ep_proxy_ht_dispatch_v1>(j);
-        device::ep::ht_pack_body(job, th, sh, false, 0, job.tokens, true);
+        device::ep::ht_pack_body(job_of<courier_gpu_ep_proxy_ht_dispatch_v1>(j), th, sh, false);
       },
       error);
   if (rc != 0) return rc;
@@ -99,8 +98,7 @@ int ep_proxy_ht_dispatch(const courier_gpu_ep_proxy_ht_dispatch_v1* job, const E
       [](const void* j, const KernelThread& th, ProxyShared* sh) {
         const auto& job = job_of<courier_gpu_ep_proxy_ht_dispatch_v1>(j);
         // Each block finds the runs of its own range of tokens.
-        device::ep::ht_rows_body(job, th, sh, (job.tokens + th.grid_dim - 1) / th.grid_dim, false,
-                                 0, job.tokens, true);
+        device::ep::ht_rows_body(job, th, sh, (job.tokens + th.grid_dim - 1) / th.grid_dim, false);
       },
       error);
 }

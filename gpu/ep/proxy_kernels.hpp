@@ -487,23 +487,15 @@ COURIER_DEVICE_INLINE void ht_count(const courier_gpu_ep_proxy_ht_dispatch_v1& j
 // then packs each token once whatever its fan-out, if any rank gets it
 // through the channels. `waited`: a kernel before it waited for the send
 // area (send_wait), which the staging and the pack reuse.
-// The tokens [tb, te) only (the launcher may pack in parts, so that the
-// first part's copies overlap the next part's pack); `count`: the first
-// part, which also counts every token.
 COURIER_DEVICE_INLINE void ht_pack_body(const courier_gpu_ep_proxy_ht_dispatch_v1& job,
-                                        const KernelThread& th, ProxyShared* sh, bool waited,
-                                        uint32_t tb, uint32_t te, bool count) {
+                                        const KernelThread& th, ProxyShared* sh, bool waited) {
   const Proxy& f = job.fifo;
   const uint32_t R = f.num_ranks, T = job.tokens;
+  const uint32_t per = (T + th.grid_dim - 1) / th.grid_dim;
+  const uint32_t t0 = th.block * per < T ? th.block * per : T;
+  const uint32_t t1 = t0 + per < T ? t0 + per : T;
   if (!waited) send_wait(th, f, false, 0, 0);
-  if (count) {
-    const uint32_t per = (T + th.grid_dim - 1) / th.grid_dim;
-    const uint32_t c0 = th.block * per < T ? th.block * per : T;
-    ht_count(job, th, sh, c0, c0 + per < T ? c0 + per : T);
-  }
-  const uint32_t per = (te - tb + th.grid_dim - 1) / th.grid_dim;
-  const uint32_t t0 = tb + th.block * per < te ? tb + th.block * per : te;
-  const uint32_t t1 = t0 + per < te ? t0 + per : te;
+  ht_count(job, th, sh, t0, t1);
   // Where this block's slots begin at each rank: the tokens before it,
   // counted per thread and added once each.
   for (uint32_t d = th.thread; d < R; d += th.block_dim) sh->a[d] = 0;
@@ -545,18 +537,16 @@ COURIER_DEVICE_INLINE void ht_pack_body(const courier_gpu_ep_proxy_ht_dispatch_v
 }
 
 // Rows, after every rank's counts (`waited`: a kernel before it waited).
-// Of the tokens [tb, te) (a part, as ht_pack_body's): blocks below
-// ceil((te - tb) / run_tokens) find the runs of tokens [tb + block *
-// run_tokens, +run_tokens) per destination, block_dim tokens at a time (a
-// run open at the end of a step carries over), and push each as a WRITE;
-// every block stores its share of the rows this rank keeps. In the `last`
-// part the last block sends the metas and signals.
+// Blocks below ceil(tokens / run_tokens) find the runs of tokens
+// [block * run_tokens, +run_tokens) per destination, block_dim tokens at a
+// time (a run open at the end of a step carries over), and push each as a
+// WRITE; every block stores its share of the rows this
+// rank keeps. The last block signals.
 COURIER_DEVICE_INLINE void ht_rows_body(const courier_gpu_ep_proxy_ht_dispatch_v1& job,
                                         const KernelThread& th, ProxyShared* sh,
-                                        uint32_t run_tokens, bool waited, uint32_t tb, uint32_t te,
-                                        bool last) {
+                                        uint32_t run_tokens, bool waited) {
   const Proxy& f = job.fifo;
-  const uint32_t R = f.num_ranks, L = job.num_experts / R;
+  const uint32_t R = f.num_ranks, T = job.tokens, L = job.num_experts / R;
   const uint32_t spread = lanes_per_rank(f);
   if (!waited) wait_all(th, f, job.notify_signal_off, job.notify_record_off, job.notify_target);
   // base[d]: the rows ranks before this one send d.
@@ -581,9 +571,9 @@ COURIER_DEVICE_INLINE void ht_rows_body(const courier_gpu_ep_proxy_ht_dispatch_v
                 job.recv_off + row * job.row_bytes, n * job.row_bytes);
     batch.flush();
   };
-  const uint32_t r0 = tb + th.block * run_tokens;
-  if (go && r0 < te) {
-    const uint32_t r1 = te - r0 < run_tokens ? te : r0 + run_tokens;
+  const uint32_t r0 = th.block * run_tokens;
+  if (go && r0 < T) {
+    const uint32_t r1 = T - r0 < run_tokens ? T : r0 + run_tokens;
     uint32_t pushed = 0;  // this block's runs so far: the lane of the next
     for (uint32_t c0 = r0; c0 < r1; c0 += th.block_dim) {
       const uint32_t t = c0 + th.thread;
@@ -620,8 +610,7 @@ COURIER_DEVICE_INLINE void ht_rows_body(const courier_gpu_ep_proxy_ht_dispatch_v
   // The rows this rank keeps (no loopback), from x to their final rows.
   if (go && !through_channels(f, f.rank)) {
     const uint32_t me = f.rank;
-    for (uint32_t t = tb + th.block * th.groups() + th.group(); t < te;
-         t += th.grid_dim * th.groups()) {
+    for (uint32_t t = th.block * th.groups() + th.group(); t < T; t += th.grid_dim * th.groups()) {
       const int32_t slot = slot_of(t, me);
       if (slot < 0) continue;
       const uint64_t row = base[me] + static_cast<uint32_t>(slot);
@@ -629,7 +618,6 @@ COURIER_DEVICE_INLINE void ht_rows_body(const courier_gpu_ep_proxy_ht_dispatch_v
       ht_pack_meta(job, at(f, job.recv_meta_off + row * job.meta_bytes), t, th.lane(), kLanes);
     }
   }
-  if (!last) return;  // a later part signals
   if (!last_block(th, f, sh)) return;
   const uint32_t state = status_of(f) != 0 ? COURIER_GPU_EP_RECORD_REFUSED : 0;
   // Each destination's metas in one WRITE on its lane 0, ahead of the signal.

@@ -25,15 +25,13 @@ inline constexpr uint32_t kReduceBlocksMax = 4 * kProxyBlocksMax;
 __global__ void proxy_refuse_kernel(courier_gpu_ep_proxy_refuse_v1 job) {
   refuse_body(job, this_thread());
 }
-__global__ void proxy_ht_pack_kernel(courier_gpu_ep_proxy_ht_dispatch_v1 job, uint32_t tb,
-                                     uint32_t te, bool count) {
+__global__ void proxy_ht_pack_kernel(courier_gpu_ep_proxy_ht_dispatch_v1 job) {
   __shared__ ProxyShared shared;
-  ht_pack_body(job, this_thread(), &shared, true, tb, te, count);
+  ht_pack_body(job, this_thread(), &shared, true);
 }
-__global__ void proxy_ht_rows_kernel(courier_gpu_ep_proxy_ht_dispatch_v1 job, uint32_t tb,
-                                     uint32_t te, bool last) {
+__global__ void proxy_ht_rows_kernel(courier_gpu_ep_proxy_ht_dispatch_v1 job) {
   __shared__ ProxyShared shared;
-  ht_rows_body(job, this_thread(), &shared, kHtRunTokens, true, tb, te, last);
+  ht_rows_body(job, this_thread(), &shared, kHtRunTokens, true);
 }
 // One block waits for the phase's signals; the kernel after it on the
 // stream does the work (see wait_all).
@@ -99,34 +97,18 @@ template <class Stream, class Mark = NoMark>
 void launch(const courier_gpu_ep_proxy_ht_dispatch_v1& job, Stream stream, Mark mark = {}) {
   proxy_send_wait_kernel<<<1, 64, 0, stream>>>(job.fifo, false, 0, 0);
   mark("send_wait");
-  // In two parts from 2 x kHtRunTokens tokens on: the first part's WRITEs
-  // (the copies) overlap the second part's pack. Pack blocks of at least 16
-  // tokens: each block's records of where it starts cost a pass over the
-  // tokens before it.
-  const uint32_t T = job.tokens;
-  const uint32_t split =
-      T >= 2 * kHtRunTokens ? (T / 2 + kHtRunTokens - 1) / kHtRunTokens * kHtRunTokens : T;
-  auto pack = [&](uint32_t tb, uint32_t te, bool count) {
-    const uint32_t blocks = blocks_for(((count ? T : te - tb) + 15) / 16, kProxyBlocksMax);
-    proxy_ht_pack_kernel<<<blocks, kHtDispatchThreads, 0, stream>>>(job, tb, te, count);
-    mark("pack");
-  };
-  // Enough blocks to find the runs, and all SMs for the rows this rank keeps.
-  auto rows = [&](uint32_t tb, uint32_t te, bool last) {
-    const uint32_t run_blocks = (te - tb + kHtRunTokens - 1) / kHtRunTokens;
-    const uint32_t blocks = run_blocks > kProxyBlocksMax ? run_blocks : kProxyBlocksMax;
-    proxy_ht_rows_kernel<<<blocks, kHtDispatchThreads, 0, stream>>>(job, tb, te, last);
-  };
-  pack(0, split, true);
+  // Blocks of at least 16 tokens: each block's records of where it starts
+  // cost a pass over the tokens before it.
+  proxy_ht_pack_kernel<<<blocks_for((job.tokens + 15) / 16, kProxyBlocksMax), kHtDispatchThreads, 0,
+                         stream>>>(job);
+  mark("pack");
   proxy_wait_kernel<<<1, 64, 0, stream>>>(job.fifo, job.notify_signal_off, job.notify_record_off,
                                           job.notify_target);
   mark("wait_counts");
-  rows(0, split, split == T);
-  if (split < T) {
-    mark("rows");
-    pack(split, T, false);
-    rows(split, T, true);
-  }
+  // Enough blocks to find the runs, and all SMs for the rows this rank keeps.
+  const uint32_t run_blocks = (job.tokens + kHtRunTokens - 1) / kHtRunTokens;
+  const uint32_t blocks = run_blocks > kProxyBlocksMax ? run_blocks : kProxyBlocksMax;
+  proxy_ht_rows_kernel<<<blocks, kHtDispatchThreads, 0, stream>>>(job);
 }
 template <class Job, class Stream>
 void wait_first(const Job& job, Stream stream) {
