@@ -204,9 +204,15 @@ COURIER_DEVICE_INLINE void finish(const KernelThread& th, const Proxy& f, bool l
 // to every rank, then atomics summing to the step on the `lanes_used`
 // lanes that carried rows. Rows to this rank itself were stored directly,
 // so its record is too (unless loopback).
+// `before(batch, d)` may add commands for rank d ahead of its record, in
+// the same batch of lane 0 (a push saved).
+struct NothingBefore {
+  COURIER_DEVICE_INLINE void operator()(struct CmdBatch&, uint32_t) const {}
+};
+template <class Before = NothingBefore>
 COURIER_DEVICE_INLINE void signal_all(const KernelThread& th, const Proxy& f, uint64_t staging_off,
                                       uint64_t record_off, uint64_t signal_off, uint32_t lanes_used,
-                                      uint64_t release_off) {
+                                      uint64_t release_off, Before before = {}) {
   const uint64_t record_bytes = uint64_t{f.record_words} * 4;
   // A thread per (rank, lane): each push costs a GPU thread microseconds
   // (a fenced store to host memory), so they go in parallel. The record
@@ -229,6 +235,7 @@ COURIER_DEVICE_INLINE void signal_all(const KernelThread& th, const Proxy& f, ui
       continue;
     }
     CmdBatch batch(f, channel_of(f, d, j));
+    if (j == 0) before(batch, d);
     if (j == 0) batch.write(f.control_window, d, staged, record, record_bytes);
     batch.add_u64(d, signal_off + f.rank * 8ull,
                   j + 1 < lanes_used ? 1 : COURIER_GPU_EP_SIGNAL_STEP - j);
@@ -620,22 +627,23 @@ COURIER_DEVICE_INLINE void ht_rows_body(const courier_gpu_ep_proxy_ht_dispatch_v
   }
   if (!last_block(th, f, sh)) return;
   const uint32_t state = status_of(f) != 0 ? COURIER_GPU_EP_RECORD_REFUSED : 0;
-  // Each destination's metas in one WRITE on its lane 0, ahead of the signal.
-  const uint32_t* mine = record_of(f, job.notify_record_off, f.rank) + 2 + L;
   for (uint32_t d = th.thread; d < R; d += th.block_dim) {
     *reinterpret_cast<uint32_t*>(ctl(f, job.rows_staging_off + d * uint64_t{f.record_words} * 4)) =
         state;
-    const uint32_t n = load_u32(mine + d);
-    if (state != 0 || !through_channels(f, d) || n == 0 || job.meta_bytes == 0) continue;
-    CmdBatch batch(f, channel_of(f, d, 0));
-    batch.write(f.window, d, job.send_meta_off + uint64_t{d} * job.max_tokens * job.meta_bytes,
-                job.recv_meta_off + uint64_t{base[d]} * job.meta_bytes,
-                uint64_t{n} * job.meta_bytes);
-    batch.flush();
   }
   release_fence_system();
   th.sync();
-  signal_all(th, f, job.rows_staging_off, job.record_off, job.signal_off, spread, 0);
+  // Each destination's metas in one WRITE on its lane 0, ahead of the signal.
+  const uint32_t* mine = record_of(f, job.notify_record_off, f.rank) + 2 + L;
+  signal_all(th, f, job.rows_staging_off, job.record_off, job.signal_off, spread, 0,
+             [&](CmdBatch& batch, uint32_t d) {
+               const uint32_t n = load_u32(mine + d);
+               if (state != 0 || n == 0 || job.meta_bytes == 0) return;
+               batch.write(f.window, d,
+                           job.send_meta_off + uint64_t{d} * job.max_tokens * job.meta_bytes,
+                           job.recv_meta_off + uint64_t{base[d]} * job.meta_bytes,
+                           uint64_t{n} * job.meta_bytes);
+             });
   finish(th, f, true);
 }
 
