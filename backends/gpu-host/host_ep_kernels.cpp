@@ -22,7 +22,7 @@ void layout_kernel(const courier_host_thread_v1* thread, void* arg) {
 using device::ep::KernelThread;
 using device::ep::ProxyShared;
 
-// Tokens per high-throughput send block, at least.
+// Tokens a high-throughput send block packs before it pushes them.
 constexpr uint32_t kHtBatch = 64;
 
 struct ProxyLaunch {
@@ -83,22 +83,14 @@ int ep_proxy_refuse(const courier_gpu_ep_proxy_refuse_v1* job, const EpShape& sh
 
 int ep_proxy_ht_dispatch(const courier_gpu_ep_proxy_ht_dispatch_v1* job, const EpShape& shape,
                          std::string* error) {
-  // The counts and the pack, then the rows (which wait for every rank's
-  // counts themselves), as two launches on the calling thread.
-  const uint32_t blocks = job != nullptr ? blocks_for(job->tokens / kHtBatch, shape.blocks) : 1;
-  const int rc = run_proxy(
-      job, "ep_proxy_ht_dispatch", blocks, shape.threads,
-      [](const void* j, const KernelThread& th, ProxyShared* sh) {
-        device::ep::ht_pack_body(job_of<courier_gpu_ep_proxy_ht_dispatch_v1>(j), th, sh, false);
-      },
-      error);
-  if (rc != 0) return rc;
+  // One launch: blocks pack kHtBatch tokens at a time and push them as soon
+  // as every rank's counts are in, so the proxies move rows meanwhile.
   return run_proxy(
-      job, "ep_proxy_ht_dispatch", blocks, shape.threads,
+      job, "ep_proxy_ht_dispatch",
+      job != nullptr ? blocks_for(job->tokens / kHtBatch, shape.blocks) : 1, shape.threads,
       [](const void* j, const KernelThread& th, ProxyShared* sh) {
-        const auto& job = job_of<courier_gpu_ep_proxy_ht_dispatch_v1>(j);
-        // Each block finds the runs of its own range of tokens.
-        device::ep::ht_rows_body(job, th, sh, (job.tokens + th.grid_dim - 1) / th.grid_dim, false);
+        device::ep::ht_dispatch_host_body(job_of<courier_gpu_ep_proxy_ht_dispatch_v1>(j), th, sh,
+                                          kHtBatch);
       },
       error);
 }

@@ -489,22 +489,21 @@ COURIER_DEVICE_INLINE void ht_count(const courier_gpu_ep_proxy_ht_dispatch_v1& j
   finish(th, f, false);
 }
 
-// Block b takes a contiguous range of tokens: counts them (ht_count: the
-// last block sends the records), gives them their slots in token order,
-// then packs each token once whatever its fan-out, if any rank gets it
-// through the channels. `waited`: a kernel before it waited for the send
-// area (send_wait), which the staging and the pack reuse.
-COURIER_DEVICE_INLINE void ht_pack_body(const courier_gpu_ep_proxy_ht_dispatch_v1& job,
-                                        const KernelThread& th, ProxyShared* sh, bool waited) {
-  const Proxy& f = job.fifo;
-  const uint32_t R = f.num_ranks, T = job.tokens;
-  const uint32_t per = (T + th.grid_dim - 1) / th.grid_dim;
-  const uint32_t t0 = th.block * per < T ? th.block * per : T;
-  const uint32_t t1 = t0 + per < T ? t0 + per : T;
-  if (!waited) send_wait(th, f, false, 0, 0);
-  ht_count(job, th, sh, t0, t1);
-  // Where this block's slots begin at each rank: the tokens before it,
-  // counted per thread and added once each.
+// This block's contiguous range of tokens [t0, t1) of `tokens`.
+COURIER_DEVICE_INLINE void block_range(const KernelThread& th, uint32_t tokens, uint32_t* t0,
+                                       uint32_t* t1) {
+  const uint32_t per = (tokens + th.grid_dim - 1) / th.grid_dim;
+  *t0 = th.block * per < tokens ? th.block * per : tokens;
+  *t1 = *t0 + per < tokens ? *t0 + per : tokens;
+}
+
+// The slots of tokens [t0, t1) (the block's range), in token order: where
+// its slots begin at each rank is the tokens before it, counted per thread
+// and added once each.
+COURIER_DEVICE_INLINE void ht_slots(const courier_gpu_ep_proxy_ht_dispatch_v1& job,
+                                    const KernelThread& th, ProxyShared* sh, uint32_t t0,
+                                    uint32_t t1) {
+  const uint32_t R = job.fifo.num_ranks;
   for (uint32_t d = th.thread; d < R; d += th.block_dim) sh->a[d] = 0;
   th.sync();
   count_tokens_per_rank(th, job.in_rank, R, t0, sh->a);
@@ -523,9 +522,16 @@ COURIER_DEVICE_INLINE void ht_pack_body(const courier_gpu_ep_proxy_ht_dispatch_v
       th.sync();
     }
   }
-  // A token's row once; its meta once per destination, at its slot in that
-  // destination's meta region (one WRITE per destination carries them all:
-  // a WRITE per run would double the commands the proxies handle).
+}
+
+// Packs tokens [t0, t1) with the block's lane groups: a token's row once;
+// its meta once per destination, at its slot in that destination's meta
+// region (one WRITE per destination carries them all: a WRITE per run
+// would double the commands the proxies handle).
+COURIER_DEVICE_INLINE void ht_pack_range(const courier_gpu_ep_proxy_ht_dispatch_v1& job,
+                                         const KernelThread& th, uint32_t t0, uint32_t t1) {
+  const Proxy& f = job.fifo;
+  const uint32_t R = f.num_ranks;
   for (uint32_t t = t0 + th.group(); t < t1; t += th.groups()) {
     bool sent = false;
     for (uint32_t d = 0; d < R; ++d) {
@@ -538,93 +544,120 @@ COURIER_DEVICE_INLINE void ht_pack_body(const courier_gpu_ep_proxy_ht_dispatch_v
                     (uint64_t{d} * job.max_tokens + static_cast<uint32_t>(slot)) * job.meta_bytes),
           t, th.lane(), kLanes);
     }
-    if (sent)
+    if (sent) {
       ht_pack_row(job, at(f, job.send_off + uint64_t{t} * job.row_bytes), t, th.lane(), kLanes);
+    }
+  }
+  th.sync();
+}
+
+// Block b takes a contiguous range of tokens: counts them (ht_count: the
+// last block sends the records), gives them their slots, packs them.
+// `waited`: a kernel before it waited for the send area (send_wait), which
+// the staging and the pack reuse.
+COURIER_DEVICE_INLINE void ht_pack_body(const courier_gpu_ep_proxy_ht_dispatch_v1& job,
+                                        const KernelThread& th, ProxyShared* sh, bool waited) {
+  uint32_t t0 = 0, t1 = 0;
+  block_range(th, job.tokens, &t0, &t1);
+  if (!waited) send_wait(th, job.fifo, false, 0, 0);
+  ht_count(job, th, sh, t0, t1);
+  ht_slots(job, th, sh, t0, t1);
+  ht_pack_range(job, th, t0, t1);
+}
+
+// Once every rank's counts arrived: base[d] (sh->b), the rows ranks before
+// this one send d; open[d] (after them) no run; whether the block goes on.
+COURIER_DEVICE_INLINE bool ht_bases(const courier_gpu_ep_proxy_ht_dispatch_v1& job,
+                                    const KernelThread& th, ProxyShared* sh) {
+  const Proxy& f = job.fifo;
+  const uint32_t R = f.num_ranks, L = job.num_experts / R;
+  for (uint32_t d = th.thread; d < R; d += th.block_dim) {
+    uint32_t sum = 0;
+    for (uint32_t s = 0; s < f.rank; ++s) {
+      sum += load_u32(record_of(f, job.notify_record_off, s) + 2 + L + d);
+    }
+    sh->b[d] = sum;
+    sh->b[R + d] = 0xFFFFFFFFu;
+    const uint32_t mine = load_u32(record_of(f, job.notify_record_off, f.rank) + 2 + L + d);
+    if (sum + uint64_t{mine} > job.recv_rows) {
+      set_status(f.status, COURIER_GPU_EP_STATUS_OVERFLOW | d);
+    }
+  }
+  return block_goes_on(th, f, sh);
+}
+
+// Finds the runs of tokens [r0, r1) per destination, block_dim tokens at a
+// time (a run open at the end of a step carries over), and pushes each as
+// a WRITE to its final rows; *pushed counts the block's runs (the lane of
+// the next).
+COURIER_DEVICE_INLINE void ht_push_runs(const courier_gpu_ep_proxy_ht_dispatch_v1& job,
+                                        const KernelThread& th, ProxyShared* sh, uint32_t r0,
+                                        uint32_t r1, uint32_t* pushed) {
+  const Proxy& f = job.fifo;
+  const uint32_t R = f.num_ranks, spread = lanes_per_rank(f);
+  const uint32_t* base = sh->b;
+  auto* open = reinterpret_cast<int32_t*>(sh->b + R);
+  auto slot_of = [&](uint32_t t, uint32_t d) { return job.slots[uint64_t{t} * R + d]; };
+  for (uint32_t c0 = r0; c0 < r1; c0 += th.block_dim) {
+    const uint32_t t = c0 + th.thread;
+    for (uint32_t d = 0; d < R; ++d) {
+      if (!through_channels(f, d)) continue;
+      auto in = [&](uint32_t u) { return u >= r0 && u < r1 && slot_of(u, d) >= 0; };
+      const bool here = t < r1 && in(t);
+      const uint32_t starts_here = here && (t == r0 || !in(t - 1)) ? 1 : 0;
+      const uint32_t ends_here = here && !in(t + 1) ? 1 : 0;
+      uint32_t starts = 0, ends = 0;
+      const uint32_t si = block_exclusive_scan(th, sh->scan, starts_here, &starts);
+      const uint32_t ei = block_exclusive_scan(th, sh->scan, ends_here, &ends);
+      if (starts_here != 0) sh->a[si] = t;
+      if (ends_here != 0) sh->a[th.block_dim + ei] = t;
+      th.sync();
+      // The k-th end closes the run open from the last step, then the
+      // starts in order.
+      const uint32_t carried = open[d] >= 0 ? 1 : 0;
+      for (uint32_t k = th.thread; k < ends; k += th.block_dim) {
+        const uint32_t first = k < carried ? static_cast<uint32_t>(open[d]) : sh->a[k - carried];
+        const uint32_t last = sh->a[th.block_dim + k];
+        const uint64_t row = base[d] + static_cast<uint32_t>(slot_of(first, d));
+        CmdBatch batch(f, channel_of(f, d, (th.block + *pushed + k) % spread));
+        batch.write(f.window, d, job.send_off + uint64_t{first} * job.row_bytes,
+                    job.recv_off + row * job.row_bytes, uint64_t{last - first + 1} * job.row_bytes);
+        batch.flush();
+      }
+      th.sync();
+      if (th.thread == 0 && starts > 0) {
+        open[d] = starts + carried > ends ? static_cast<int32_t>(sh->a[starts - 1]) : -1;
+      } else if (th.thread == 0 && ends > 0) {
+        open[d] = -1;
+      }
+      *pushed += ends;
+      th.sync();
+    }
   }
 }
 
-// Rows, after every rank's counts (`waited`: a kernel before it waited).
-// Blocks below ceil(tokens / run_tokens) find the runs of tokens
-// [block * run_tokens, +run_tokens) per destination, block_dim tokens at a
-// time (a run open at the end of a step carries over), and push each as a
-// WRITE; every block stores its share of the rows this
-// rank keeps. The last block signals.
-COURIER_DEVICE_INLINE void ht_rows_body(const courier_gpu_ep_proxy_ht_dispatch_v1& job,
-                                        const KernelThread& th, ProxyShared* sh,
-                                        uint32_t run_tokens, bool waited) {
+// Stores the rows this rank keeps (no loopback) among tokens t = first,
+// first + step, ... < end, from x to their final rows.
+COURIER_DEVICE_INLINE void ht_keep_own_rows(const courier_gpu_ep_proxy_ht_dispatch_v1& job,
+                                            const KernelThread& th, const ProxyShared* sh,
+                                            uint32_t first, uint32_t step, uint32_t end) {
   const Proxy& f = job.fifo;
-  const uint32_t R = f.num_ranks, T = job.tokens, L = job.num_experts / R;
-  const uint32_t spread = lanes_per_rank(f);
-  if (!waited) wait_all(th, f, job.notify_signal_off, job.notify_record_off, job.notify_target);
-  // base[d]: the rows ranks before this one send d.
-  uint32_t* base = sh->b;
-  int32_t* open = reinterpret_cast<int32_t*>(sh->b + R);
-  for (uint32_t d = th.thread; d < R; d += th.block_dim) {
-    uint32_t sum = 0;
-    for (uint32_t s = 0; s < f.rank; ++s)
-      sum += load_u32(record_of(f, job.notify_record_off, s) + 2 + L + d);
-    base[d] = sum;
-    open[d] = -1;
-    const uint32_t mine = load_u32(record_of(f, job.notify_record_off, f.rank) + 2 + L + d);
-    if (sum + uint64_t{mine} > job.recv_rows)
-      set_status(f.status, COURIER_GPU_EP_STATUS_OVERFLOW | d);
+  if (through_channels(f, f.rank)) return;
+  for (uint32_t t = first; t < end; t += step) {
+    const int32_t slot = job.slots[uint64_t{t} * f.num_ranks + f.rank];
+    if (slot < 0) continue;
+    const uint64_t row = sh->b[f.rank] + static_cast<uint32_t>(slot);
+    ht_pack_row(job, at(f, job.recv_off + row * job.row_bytes), t, th.lane(), kLanes);
+    ht_pack_meta(job, at(f, job.recv_meta_off + row * job.meta_bytes), t, th.lane(), kLanes);
   }
-  const bool go = block_goes_on(th, f, sh);
-  auto slot_of = [&](uint32_t t, uint32_t d) { return job.slots[uint64_t{t} * R + d]; };
-  auto push_run = [&](uint32_t d, uint32_t first, uint32_t last, uint32_t lane) {
-    const uint64_t row = base[d] + static_cast<uint32_t>(slot_of(first, d)), n = last - first + 1;
-    CmdBatch batch(f, channel_of(f, d, lane % spread));
-    batch.write(f.window, d, job.send_off + uint64_t{first} * job.row_bytes,
-                job.recv_off + row * job.row_bytes, n * job.row_bytes);
-    batch.flush();
-  };
-  const uint32_t r0 = th.block * run_tokens;
-  if (go && r0 < T) {
-    const uint32_t r1 = T - r0 < run_tokens ? T : r0 + run_tokens;
-    uint32_t pushed = 0;  // this block's runs so far: the lane of the next
-    for (uint32_t c0 = r0; c0 < r1; c0 += th.block_dim) {
-      const uint32_t t = c0 + th.thread;
-      for (uint32_t d = 0; d < R; ++d) {
-        if (!through_channels(f, d)) continue;
-        auto in = [&](uint32_t u) { return u >= r0 && u < r1 && slot_of(u, d) >= 0; };
-        const bool here = t < r1 && in(t);
-        const uint32_t starts_here = here && (t == r0 || !in(t - 1)) ? 1 : 0;
-        const uint32_t ends_here = here && !in(t + 1) ? 1 : 0;
-        uint32_t starts = 0, ends = 0;
-        const uint32_t si = block_exclusive_scan(th, sh->scan, starts_here, &starts);
-        const uint32_t ei = block_exclusive_scan(th, sh->scan, ends_here, &ends);
-        if (starts_here != 0) sh->a[si] = t;
-        if (ends_here != 0) sh->a[th.block_dim + ei] = t;
-        th.sync();
-        // The k-th end closes the run open from the last step, then the
-        // starts in order.
-        const uint32_t carried = open[d] >= 0 ? 1 : 0;
-        for (uint32_t k = th.thread; k < ends; k += th.block_dim) {
-          const uint32_t first = k < carried ? static_cast<uint32_t>(open[d]) : sh->a[k - carried];
-          push_run(d, first, sh->a[th.block_dim + k], th.block + pushed + k);
-        }
-        th.sync();
-        if (th.thread == 0 && starts > 0) {
-          open[d] = starts + carried > ends ? static_cast<int32_t>(sh->a[starts - 1]) : -1;
-        } else if (th.thread == 0 && ends > 0) {
-          open[d] = -1;
-        }
-        pushed += ends;
-        th.sync();
-      }
-    }
-  }
-  // The rows this rank keeps (no loopback), from x to their final rows.
-  if (go && !through_channels(f, f.rank)) {
-    const uint32_t me = f.rank;
-    for (uint32_t t = th.block * th.groups() + th.group(); t < T; t += th.grid_dim * th.groups()) {
-      const int32_t slot = slot_of(t, me);
-      if (slot < 0) continue;
-      const uint64_t row = base[me] + static_cast<uint32_t>(slot);
-      ht_pack_row(job, at(f, job.recv_off + row * job.row_bytes), t, th.lane(), kLanes);
-      ht_pack_meta(job, at(f, job.recv_meta_off + row * job.meta_bytes), t, th.lane(), kLanes);
-    }
-  }
+}
+
+// The last block: each destination's metas in one WRITE on its lane 0,
+// ahead of the rows' record (a state word) and the signal.
+COURIER_DEVICE_INLINE void ht_rows_signal(const courier_gpu_ep_proxy_ht_dispatch_v1& job,
+                                          const KernelThread& th, ProxyShared* sh) {
+  const Proxy& f = job.fifo;
+  const uint32_t R = f.num_ranks, L = job.num_experts / R;
   if (!last_block(th, f, sh)) return;
   const uint32_t state = status_of(f) != 0 ? COURIER_GPU_EP_RECORD_REFUSED : 0;
   for (uint32_t d = th.thread; d < R; d += th.block_dim) {
@@ -633,9 +666,9 @@ COURIER_DEVICE_INLINE void ht_rows_body(const courier_gpu_ep_proxy_ht_dispatch_v
   }
   release_fence_system();
   th.sync();
-  // Each destination's metas in one WRITE on its lane 0, ahead of the signal.
   const uint32_t* mine = record_of(f, job.notify_record_off, f.rank) + 2 + L;
-  signal_all(th, f, job.rows_staging_off, job.record_off, job.signal_off, spread, 0,
+  const uint32_t* base = sh->b;
+  signal_all(th, f, job.rows_staging_off, job.record_off, job.signal_off, lanes_per_rank(f), 0,
              [&](CmdBatch& batch, uint32_t d) {
                const uint32_t n = load_u32(mine + d);
                if (state != 0 || n == 0 || job.meta_bytes == 0) return;
@@ -645,6 +678,83 @@ COURIER_DEVICE_INLINE void ht_rows_body(const courier_gpu_ep_proxy_ht_dispatch_v
                            uint64_t{n} * job.meta_bytes);
              });
   finish(th, f, true);
+}
+
+// Rows, after every rank's counts (`waited`: a kernel before it waited).
+// Blocks below ceil(tokens / run_tokens) push the runs of tokens [block *
+// run_tokens, +run_tokens); every block stores its share of the rows this
+// rank keeps; the last block signals.
+COURIER_DEVICE_INLINE void ht_rows_body(const courier_gpu_ep_proxy_ht_dispatch_v1& job,
+                                        const KernelThread& th, ProxyShared* sh,
+                                        uint32_t run_tokens, bool waited) {
+  const Proxy& f = job.fifo;
+  const uint32_t T = job.tokens;
+  if (!waited) wait_all(th, f, job.notify_signal_off, job.notify_record_off, job.notify_target);
+  const bool go = ht_bases(job, th, sh);
+  const uint32_t r0 = th.block * run_tokens;
+  uint32_t pushed = 0;
+  if (go && r0 < T)
+    ht_push_runs(job, th, sh, r0, T - r0 < run_tokens ? T : r0 + run_tokens, &pushed);
+  if (go) {
+    ht_keep_own_rows(job, th, sh, th.block * th.groups() + th.group(), th.grid_dim * th.groups(),
+                     T);
+  }
+  ht_rows_signal(job, th, sh);
+}
+
+// The whole send half on CPU threads (gpu-host): count, slots, then `batch`
+// tokens at a time pack them and, once every rank's counts are in (looked
+// at without waiting after each batch), push what is packed, so the
+// proxies move rows while the next are packed; then wait for the counts if
+// they are not in yet, push the rest, store this rank's own rows, signal.
+COURIER_DEVICE_INLINE void ht_dispatch_host_body(const courier_gpu_ep_proxy_ht_dispatch_v1& job,
+                                                 const KernelThread& th, ProxyShared* sh,
+                                                 uint32_t batch) {
+  const Proxy& f = job.fifo;
+  uint32_t t0 = 0, t1 = 0;
+  block_range(th, job.tokens, &t0, &t1);
+  send_wait(th, f, false, 0, 0);
+  ht_count(job, th, sh, t0, t1);
+  ht_slots(job, th, sh, t0, t1);
+  bool known = false, go = false;
+  uint32_t pushed_to = t0, pushed = 0;
+  auto counts_in = [&] {
+    th.sync();
+    if (th.thread == 0) {
+      uint32_t in = 1;
+      for (uint32_t r = 0; r < f.num_ranks && in != 0; ++r) {
+        in = load_acquire(reinterpret_cast<const uint64_t*>(
+                 ctl(f, job.notify_signal_off + r * 8ull))) >= job.notify_target
+                 ? 1
+                 : 0;
+      }
+      sh->flag = in;
+    }
+    th.sync();
+    const bool in = sh->flag != 0;
+    th.sync();
+    return in;
+  };
+  for (uint32_t b0 = t0; b0 < t1; b0 += batch) {
+    const uint32_t b1 = t1 - b0 < batch ? t1 : b0 + batch;
+    ht_pack_range(job, th, b0, b1);
+    if (!known && counts_in()) {
+      wait_all(th, f, job.notify_signal_off, job.notify_record_off, job.notify_target);
+      go = ht_bases(job, th, sh);
+      known = true;
+    }
+    if (known && go) {
+      ht_push_runs(job, th, sh, pushed_to, b1, &pushed);
+      pushed_to = b1;
+    }
+  }
+  if (!known) {
+    wait_all(th, f, job.notify_signal_off, job.notify_record_off, job.notify_target);
+    go = ht_bases(job, th, sh);
+  }
+  if (go && pushed_to < t1) ht_push_runs(job, th, sh, pushed_to, t1, &pushed);
+  if (go) ht_keep_own_rows(job, th, sh, t0 + th.group(), th.groups(), t1);
+  ht_rows_signal(job, th, sh);
 }
 
 // ---- ep_proxy_ht_receive: every block waits; then a lane group per row's

@@ -16,7 +16,10 @@
 //                   cached-handle dispatch padded to num_worst_tokens gives
 //                   the same rows and zero padding; combine
 //                   of x * (sum of its local weights) gives x * (sum of all
-//                   its weights) within the dtype's tolerance
+//                   its weights) within the dtype's tolerance; combining
+//                   recv_x itself (read in place) gives x once per rank
+//                   it went to
+//   ht-bfloat16-300-tokens  the same with 300 tokens (several send batches)
 //   ht-fp8          FP8 e4m3 rows with one scale per 128 channels (quantized
 //                   by an independent reference codec): values and scales
 //                   arrive bit-exact; bfloat16 combine right
@@ -1118,6 +1121,16 @@ int main(int argc, char** argv) {
       cases.insert(cases.end(), {
                                     {"ht-float32", [&] { return check_ht(ctx, shape(96), false); }},
                                     {"ht-bfloat16", [&] { return check_ht(ctx, shape(96), true); }},
+                                    // Several hundred tokens: a CPU rank packs and sends
+                                    // them in several batches.
+                                    {"ht-bfloat16-300-tokens",
+                                     [&] {
+                                       Shape s = shape(64);
+                                       s.max_tokens = 320;
+                                       s.tokens = 300;
+                                       s.fewer = true;
+                                       return check_ht(ctx, s, true);
+                                     }},
                                     {"ht-fp8", [&] { return check_ht_fp8(ctx, shape(256)); }},
                                     {"ll-float32", [&] { return check_ll(ctx, shape(64), false); }},
                                     {"ll-bfloat16", [&] { return check_ll(ctx, shape(64), true); }},
