@@ -59,13 +59,6 @@ COURIER_DEVICE_INLINE uint32_t channel_of(const Proxy& f, uint32_t d, uint32_t l
   return (d * lanes_per_rank(f) + lane) % f.num_channels;
 }
 
-COURIER_DEVICE_INLINE bool push_cmd(const Proxy& f, uint32_t c, const TransferCmd& cmd) {
-  const PushStatus status = push_batch(from_abi(f.channels[c]), &cmd, 1, nullptr);
-  if (status == PushStatus::ok) return true;
-  set_status(f.status, COURIER_GPU_EP_STATUS_CHANNEL | c);
-  return false;
-}
-
 // Commands for one channel pushed as one batch (one ticket reservation,
 // one wait for room, one fence: a push costs a GPU thread microseconds of
 // round trips to host memory). Flushes itself when full; the caller
@@ -76,17 +69,22 @@ struct CmdBatch {
   uint32_t c;
   TransferCmd cmds[kCapacity];
   uint32_t n = 0;
+  bool failed = false;  // the channel refused or a command did not encode: push nothing more
   COURIER_DEVICE_INLINE CmdBatch(const Proxy& fifo, uint32_t channel) : f(fifo), c(channel) {}
+  COURIER_DEVICE_INLINE void fail() {
+    failed = true;
+    set_status(f.status, COURIER_GPU_EP_STATUS_CHANNEL | c);
+  }
   COURIER_DEVICE_INLINE void flush() {
-    if (n == 0) return;
-    if (push_batch(from_abi(f.channels[c]), cmds, n, nullptr) != PushStatus::ok) {
-      set_status(f.status, COURIER_GPU_EP_STATUS_CHANNEL | c);
+    if (n != 0 && !failed &&
+        push_batch(from_abi(f.channels[c]), cmds, n, nullptr) != PushStatus::ok) {
+      fail();
     }
     n = 0;
   }
   COURIER_DEVICE_INLINE void add(const TransferCmd& cmd) {
     if (n == kCapacity) flush();
-    cmds[n++] = cmd;
+    if (!failed) cmds[n++] = cmd;
   }
   // WRITEs [src_off, +bytes) of `window` here to dst_off of it at rank d.
   COURIER_DEVICE_INLINE void write(uint32_t window, uint32_t d, uint64_t src_off, uint64_t dst_off,
@@ -102,7 +100,7 @@ struct CmdBatch {
       a.length = len;
       TransferCmd cmd;
       if (encode_write(a, &cmd) != CmdStatus::ok) {
-        set_status(f.status, COURIER_GPU_EP_STATUS_CHANNEL | c);
+        fail();
         return;
       }
       add(cmd);
@@ -114,7 +112,7 @@ struct CmdBatch {
     TransferCmd cmd;
     if (encode_atomic(d, f.control_window, off, AtomicOp::add_u64, operand, &cmd) !=
         CmdStatus::ok) {
-      set_status(f.status, COURIER_GPU_EP_STATUS_CHANNEL | c);
+      fail();
       return;
     }
     add(cmd);
@@ -125,33 +123,16 @@ struct CmdBatch {
 // on channel c.
 COURIER_DEVICE_INLINE void push_write(const Proxy& f, uint32_t window, uint32_t c, uint32_t d,
                                       uint64_t src_off, uint64_t dst_off, uint64_t bytes) {
-  for (uint64_t done = 0; done < bytes;) {
-    const uint64_t n =
-        bytes - done < TransferCmd::kMaxLength ? bytes - done : TransferCmd::kMaxLength;
-    WriteCmdArgs a;
-    a.dst_rank = d;
-    a.window = window;
-    a.src_offset = src_off + done;
-    a.dst_offset = dst_off + done;
-    a.length = n;
-    TransferCmd cmd;
-    if (encode_write(a, &cmd) != CmdStatus::ok) {
-      set_status(f.status, COURIER_GPU_EP_STATUS_CHANNEL | c);
-      return;
-    }
-    if (!push_cmd(f, c, cmd)) return;
-    done += n;
-  }
+  CmdBatch batch(f, c);
+  batch.write(window, d, src_off, dst_off, bytes);
+  batch.flush();
 }
 
 COURIER_DEVICE_INLINE void push_add(const Proxy& f, uint32_t c, uint32_t d, uint64_t off,
                                     uint32_t operand) {
-  TransferCmd cmd;
-  if (encode_atomic(d, f.control_window, off, AtomicOp::add_u64, operand, &cmd) != CmdStatus::ok) {
-    set_status(f.status, COURIER_GPU_EP_STATUS_CHANNEL | c);
-    return;
-  }
-  push_cmd(f, c, cmd);
+  CmdBatch batch(f, c);
+  batch.add_u64(d, off, operand);
+  batch.flush();
 }
 
 // Before a send kernel writes the send area: the WRITEs that read it last
