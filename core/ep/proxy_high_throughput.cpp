@@ -27,6 +27,13 @@ uint64_t target_of(uint64_t call) { return (call / 2 + 1) * uint64_t{COURIER_GPU
 HtProxyLayout::HtProxyLayout(uint32_t ranks, uint32_t max_tokens, uint32_t hidden,
                              uint32_t element_bytes, uint32_t max_topk, uint32_t max_experts)
     : ranks(ranks), max_tokens(max_tokens), max_experts(max_experts) {
+  // The rows kernel keeps two words per rank in a block's shared memory
+  // (ProxyShared::b: where its rows go at each rank, and an open run).
+  constexpr uint32_t kMaxRanks = (COURIER_GPU_EP_MAX_EXPERTS + 1) / 2;
+  if (ranks > kMaxRanks) {
+    fail("ep::Buffer: {} ranks; the proxy path's high-throughput mode serves at most {}", ranks,
+         kMaxRanks);
+  }
   // State, rows, rows per local expert, then rows for every rank (the
   // counts every sender needs to place its rows).
   record_words = static_cast<uint32_t>(align_up(2 + max_experts / ranks + ranks, 4));
