@@ -167,6 +167,11 @@ struct Context::Impl {
   SemanticsOptions semantics;  // how atomics are done; world size set later
   std::vector<std::unique_ptr<ProxyThread>> proxies;
   std::array<bool, kUserWindows> window_used{};  // user window ids in use
+  struct Source {
+    const void* base = nullptr;
+    size_t bytes = 0;
+  };
+  std::array<Source, kCmdSources> sources{};  // set_source's registrations
   // This rank's share of the CPUs: its proxies, and its host kernels.
   std::vector<int32_t> rank_cpus;
   TopologyChoice topology;  // proxy CPUs and the NIC backend to try first
@@ -812,6 +817,33 @@ void Context::deregister_window(uint32_t window) {
   // backend may then release what it held for the peers' old regions).
   if (!failed && !s.job_failure.tripped()) s.bootstrap->barrier();
   if (!leaked) s.window_used[window] = false;
+}
+
+void Context::set_source(uint32_t slot, const void* base, size_t bytes) {
+  Impl& s = *impl_;
+  if (slot >= kCmdSources) {
+    fail("set_source: source {} is outside [0, {})", slot, kCmdSources);
+  }
+  if (base == nullptr || bytes == 0) {
+    fail("set_source: source {}: an empty range ({} bytes at {})", slot, bytes, base);
+  }
+  if (bytes > TransferCmd::kMaxOffset + 1) {
+    fail("set_source: source {}: {} bytes exceed the 4 GiB a source offset can address", slot,
+         bytes);
+  }
+  Impl::Source& source = s.sources[slot];
+  if (source.base == base && source.bytes == bytes) return;
+  source = {};  // until every endpoint has the new one
+  const uint32_t window = kFirstSourceWindow + slot;
+  for (uint32_t i = 0; i < s.config.proxy_threads; ++i) {
+    s.proxies[i]->run([&] {
+      s.endpoints[i]->deregister_window(window);  // the old one, if any
+      // A NIC registers for reading and writing alike; nothing writes here.
+      s.endpoints[i]->register_window(window, const_cast<void*>(base), bytes,
+                                      s.gpu->props().mem_kind);
+    });
+  }
+  source = {base, bytes};
 }
 
 uint32_t Context::num_channels() const { return static_cast<uint32_t>(impl_->channels.size()); }

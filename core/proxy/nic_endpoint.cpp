@@ -100,6 +100,11 @@ bool NicEndpoint::check_range(const char* what, uint32_t peer, uint32_t local_wi
   }
   const LocalWindow& local = local_[local_window];
   const std::vector<RemoteWindow>& remote = remote_[remote_window];
+  if (local.mr == nullptr && local_window >= kFirstSourceWindow) {
+    *error = fmt::format("{} reads source {} of this rank, which is not set (Context::set_source)",
+                         what, local_window - kFirstSourceWindow);
+    return false;
+  }
   if (local.mr == nullptr) {
     *error = fmt::format("{} uses window {}, which is not registered", what, local_window);
     return false;
@@ -110,8 +115,11 @@ bool NicEndpoint::check_range(const char* what, uint32_t peer, uint32_t local_wi
   }
   // Written so that huge offsets cannot overflow the sums.
   if (local_offset > local.bytes || length > local.bytes - local_offset) {
-    *error = fmt::format("{} uses [{}, +{}) of window {}, which has {} bytes here", what,
-                         local_offset, length, local_window, local.bytes);
+    *error = local_window >= kFirstSourceWindow
+                 ? fmt::format("{} reads [{}, +{}) of source {}, which has {} bytes", what,
+                               local_offset, length, local_window - kFirstSourceWindow, local.bytes)
+                 : fmt::format("{} uses [{}, +{}) of window {}, which has {} bytes here", what,
+                               local_offset, length, local_window, local.bytes);
     return false;
   }
   const uint64_t remote_bytes = remote[peer].bytes;

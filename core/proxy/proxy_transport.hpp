@@ -10,14 +10,17 @@
 #include <string>
 
 #include "courier/abi/nic_v1.h"
+#include "courier/transfer_cmd.hpp"
 
 namespace courier {
 
 // Window ids: 0..15 are the user's (TransferCmd's 4-bit field), the ids from
-// kFirstInternalWindow up belong to Courier itself (atomic mailboxes).
+// kFirstInternalWindow up belong to Courier itself (atomic mailboxes,
+// barriers), then this rank's WRITE sources (local only: Context::set_source).
 inline constexpr uint32_t kUserWindows = 16;
 inline constexpr uint32_t kFirstInternalWindow = kUserWindows;
-inline constexpr uint32_t kMaxWindowIds = kUserWindows + 6;
+inline constexpr uint32_t kFirstSourceWindow = kFirstInternalWindow + 6;
+inline constexpr uint32_t kMaxWindowIds = kFirstSourceWindow + kCmdSources;
 
 // [src_offset, +length) of local window src_window -> [dst_offset, +length)
 // of the peer's window dst_window.

@@ -92,7 +92,8 @@ class ProxySemantics {
     Peer& p = peers_[peer];
     WriteRequest write;
     write.peer = peer;
-    write.src_window = write.dst_window = cmd.window();
+    write.dst_window = cmd.window();
+    write.src_window = cmd.source() == 0 ? cmd.window() : kFirstSourceWindow + cmd.source() - 1;
     write.src_offset = cmd.src_offset();
     write.dst_offset = cmd.dst_offset();
     write.length = cmd.length();

@@ -122,6 +122,16 @@ class Context {
   // logged and leaked rather than waited for, and the id stays taken.
   void deregister_window(uint32_t window);
 
+  // Not collective. Registers [base, base + bytes) (memory of the GPU
+  // backend's kind, as alloc() gives) as this rank's WRITE source `slot`
+  // (0..2) with every proxy endpoint: a WRITE encoded with
+  // WriteCmdArgs::source = slot + 1 reads its bytes there at src_offset
+  // instead of in its window (docs/wire-formats.md), so a kernel can send
+  // from memory no window covers. The same range again costs nothing;
+  // another replaces the registration: no command reading the slot may
+  // still be in flight then (drain its channels first).
+  void set_source(uint32_t slot, const void* base, size_t bytes);
+
   uint32_t num_channels() const;
   DeviceChannel channel(uint32_t index) const;
   ChannelStats channel_stats(uint32_t index) const;

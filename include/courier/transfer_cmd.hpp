@@ -28,6 +28,12 @@ enum class CmdOp : uint8_t { empty = 0, write = 1, atomic = 2, drain = 3, barrie
 
 // WRITE flags.
 inline constexpr uint8_t kCmdFlagImm = 1u << 0;  // deliver an immediate-data notification
+// WRITE flag bits [2:1]: where the bytes are read. 0: `window` at
+// src_offset, like the destination; 1..kCmdSources: this rank's source
+// registration (Context::set_source) number value - 1.
+inline constexpr unsigned kCmdSourceShift = 1;
+inline constexpr uint8_t kCmdSourceMask = 3u << kCmdSourceShift;
+inline constexpr uint32_t kCmdSources = 3;
 
 // ATOMIC operations (carried in the flags field): a non-fetching add of the
 // 32-bit operand, sign-extended, to a 64- or 32-bit word (so counters can
@@ -44,6 +50,7 @@ enum class CmdStatus : uint8_t {
   dst_offset_too_large,
   flags_invalid,
   operand_too_large,
+  source_too_large,
 };
 
 COURIER_HOST_DEVICE inline const char* to_string(CmdStatus status) {
@@ -66,6 +73,8 @@ COURIER_HOST_DEVICE inline const char* to_string(CmdStatus status) {
       return "unknown flag bits";
     case CmdStatus::operand_too_large:
       return "atomic operand exceeds 32 bits";
+    case CmdStatus::source_too_large:
+      return "WRITE source exceeds 3";
   }
   return "unknown status";
 }
@@ -100,6 +109,10 @@ struct alignas(16) TransferCmd {
   COURIER_HOST_DEVICE constexpr uint32_t window() const {
     return static_cast<uint32_t>(field(kWindowShift, kWindowBits));
   }
+  // WRITE: 0 (read `window`) or this rank's source registration + 1.
+  COURIER_HOST_DEVICE constexpr uint32_t source() const {
+    return (flags() & kCmdSourceMask) >> kCmdSourceShift;
+  }
   COURIER_HOST_DEVICE constexpr uint32_t dst_rank() const {
     return static_cast<uint32_t>(field(kRankShift, kRankBits));
   }
@@ -133,6 +146,9 @@ struct WriteCmdArgs {
   uint64_t dst_offset = 0;
   uint64_t length = 0;
   uint8_t flags = 0;  // kCmdFlag*
+  // 0: read [src_offset, +length) of `window` here; 1..kCmdSources: of this
+  // rank's source registration source - 1 (Context::set_source) instead.
+  uint8_t source = 0;
 };
 
 namespace detail {
@@ -160,7 +176,9 @@ COURIER_HOST_DEVICE constexpr CmdStatus encode_write(const WriteCmdArgs& a, Tran
   if (a.src_offset > TransferCmd::kMaxOffset) return CmdStatus::src_offset_too_large;
   if (a.dst_offset > TransferCmd::kMaxOffset) return CmdStatus::dst_offset_too_large;
   if ((a.flags & ~kCmdFlagImm) != 0) return CmdStatus::flags_invalid;
-  out->word0 = detail::header(CmdOp::write, a.flags, a.window, a.dst_rank, a.length);
+  if (a.source > kCmdSources) return CmdStatus::source_too_large;
+  const uint64_t flags = a.flags | (uint64_t{a.source} << kCmdSourceShift);
+  out->word0 = detail::header(CmdOp::write, flags, a.window, a.dst_rank, a.length);
   out->word1 = a.src_offset | (a.dst_offset << 32);
   return CmdStatus::ok;
 }

@@ -6,6 +6,12 @@
 //                        proxy keep working afterwards.
 //   mismatched-proxies   ranks started with different COURIER_PROXY_THREADS
 //                        fail on every rank with a message naming it.
+//   source-writes        WRITEs that read a source registration
+//                        (Context::set_source) instead of their window land
+//                        at the peer byte for byte, from two sources and
+//                        after one is replaced; a WRITE from a source never
+//                        set, or past a source's end, fails its channel
+//                        naming the source.
 //   malformed-atomics    (COURIER_ATOMICS=imm, COURIER_FAULTS=malform=1)
 //                        rank 0's emulated atomics leave malformed (offset
 //                        outside the window, misaligned, unknown op): rank 1
@@ -97,6 +103,92 @@ int bad_commands() {
   return failures == 0 ? 0 : 1;
 }
 
+courier::TransferCmd source_write(uint32_t rank, uint32_t window, uint8_t source,
+                                  uint32_t src_offset, uint32_t dst_offset, uint32_t length) {
+  courier::WriteCmdArgs a;
+  a.dst_rank = rank;
+  a.window = window;
+  a.source = source;
+  a.src_offset = src_offset;
+  a.dst_offset = dst_offset;
+  a.length = length;
+  courier::TransferCmd cmd;
+  expect(courier::encode_write(a, &cmd) == courier::CmdStatus::ok, "encoding a source WRITE");
+  return cmd;
+}
+
+int source_writes() {
+  courier::Context ctx;
+  courier::DeviceBuffer landing = ctx.alloc(4096);
+  const uint32_t window = ctx.register_window(landing.data(), landing.size());
+  ctx.barrier();
+  const std::string first = "from source zero", second = "from source two",
+                    third = "a replaced source zero";
+  if (ctx.rank() == 0) {
+    courier::DeviceBuffer a = ctx.alloc(256), b = ctx.alloc(256), c = ctx.alloc(256);
+    ctx.copy(static_cast<std::byte*>(a.data()) + 8, first.data(), first.size());
+    ctx.copy(b.data(), second.data(), second.size());
+    ctx.copy(c.data(), third.data(), third.size());
+    ctx.set_source(0, a.data(), a.size());
+    ctx.set_source(2, b.data(), b.size());
+    ctx.set_source(0, a.data(), a.size());  // the same range again: nothing to do
+    const uint32_t n = ctx.num_channels();
+    auto ok = [&](uint32_t ch, const courier::TransferCmd& cmd, const std::string& what) {
+      const courier::PushStatus status = push_and_drain(ctx, ch % n, cmd);
+      expect(status == courier::PushStatus::ok,
+             fmt::format("{}: DRAIN returned '{}'", what, courier::to_string(status)));
+    };
+    ok(0, source_write(1, window, 1, 8, 0, static_cast<uint32_t>(first.size())), "source 0");
+    ok(1, source_write(1, window, 3, 0, 100, static_cast<uint32_t>(second.size())), "source 2");
+    ctx.set_source(0, c.data(), c.size());  // replaced: its channels are drained
+    ok(2, source_write(1, window, 1, 0, 200, static_cast<uint32_t>(third.size())),
+       "source 0 replaced");
+    // (The log names the source: "reads source 1 of this rank, which is
+    // not set", "reads [250, +8) of source 2, which has 256 bytes".)
+    struct Case {
+      const char* what;
+      courier::TransferCmd cmd;
+    } cases[] = {
+        {"a WRITE from source 1, never set", source_write(1, window, 2, 0, 300, 8)},
+        {"a WRITE reading past the end of source 2", source_write(1, window, 3, 250, 300, 8)},
+    };
+    uint32_t ch = 3;
+    for (const Case& k : cases) {
+      const courier::PushStatus status = push_and_drain(ctx, ch % n, k.cmd);
+      const std::string error = ctx.channel_stats(ch % n).first_error;
+      expect(status == courier::PushStatus::channel_failed,
+             fmt::format("{}: DRAIN returned '{}'", k.what, courier::to_string(status)));
+      expect(error.find("command 0 failed") != std::string::npos,
+             fmt::format("{}: first_error is '{}'", k.what, error));
+      ++ch;
+    }
+    bool refused = false;
+    try {
+      ctx.set_source(3, a.data(), a.size());
+    } catch (const courier::Error& e) {
+      refused = std::string(e.what()).find("source 3 is outside") != std::string::npos;
+    }
+    expect(refused, "set_source(3, ...) is refused naming the source");
+  }
+  ctx.barrier();
+  if (ctx.rank() == 1) {
+    auto at = [&](size_t offset, size_t bytes) {
+      std::string got(bytes, '\0');
+      ctx.copy(got.data(), static_cast<char*>(landing.data()) + offset, bytes);
+      return got;
+    };
+    expect(at(0, first.size()) == first, "rank 1 received '" + at(0, first.size()) + "' at 0");
+    expect(at(100, second.size()) == second,
+           "rank 1 received '" + at(100, second.size()) + "' at 100");
+    expect(at(200, third.size()) == third,
+           "rank 1 received '" + at(200, third.size()) + "' at 200");
+    expect(at(300, 8) == std::string(8, '\0'), "the failed WRITEs landed nothing");
+  }
+  ctx.barrier();
+  fmt::print("rank {}: {} failed checks\n", ctx.rank(), failures);
+  return failures == 0 ? 0 : 1;
+}
+
 int malformed_atomics() {
   courier::Context ctx;
   // The window sits between two guard zones that must stay untouched too.
@@ -164,10 +256,13 @@ int main(int argc, char** argv) {
     if (scenario == "bad-commands") return bad_commands();
     if (scenario == "mismatched-proxies") return mismatched_proxies();
     if (scenario == "malformed-atomics") return malformed_atomics();
+    if (scenario == "source-writes") return source_writes();
   } catch (const courier::Error& e) {
     fmt::print(stderr, "context_check: {}\n", e.what());
     return 1;
   }
-  fmt::print(stderr, "usage: context_check bad-commands|mismatched-proxies|malformed-atomics\n");
+  fmt::print(stderr,
+             "usage: context_check bad-commands|mismatched-proxies|malformed-atomics|"
+             "source-writes\n");
   return 2;
 }

@@ -114,6 +114,30 @@ TEST_CASE("values one past each limit are refused, never truncated") {
   CHECK(std::string(to_string(CmdStatus::rank_too_large)).find("rank") != std::string::npos);
 }
 
+TEST_CASE("a WRITE's source rides in flag bits 2:1 beside the immediate-data flag") {
+  WriteCmdArgs a;
+  a.dst_rank = 2;
+  a.window = 5;
+  a.length = 64;
+  a.flags = kCmdFlagImm;
+  TransferCmd cmd;
+  for (uint8_t source = 0; source <= kCmdSources; ++source) {
+    a.source = source;
+    REQUIRE(encode_write(a, &cmd) == CmdStatus::ok);
+    CHECK(cmd.source() == source);
+    CHECK((cmd.flags() & kCmdFlagImm) != 0);
+    CHECK(cmd.window() == 5);
+    CHECK(cmd.length() == 64);
+  }
+  a.source = kCmdSources + 1;
+  CHECK(encode_write(a, &cmd) == CmdStatus::source_too_large);
+  CHECK(std::string(to_string(CmdStatus::source_too_large)).find("source") != std::string::npos);
+  a.source = 0;
+  a.flags = 0;
+  REQUIRE(encode_write(a, &cmd) == CmdStatus::ok);
+  CHECK(cmd.source() == 0);
+}
+
 TEST_CASE("sequence numbers wrap modulo 2^14 and leave other fields alone") {
   WriteCmdArgs a;
   a.length = 77;
