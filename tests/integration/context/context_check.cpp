@@ -37,15 +37,19 @@ void expect(bool ok, const std::string& what) {
   }
 }
 
-courier::TransferCmd write_cmd(uint32_t rank, uint32_t window, uint32_t offset, uint32_t length) {
+// A WRITE of `length` bytes to `offset` of `window` at `rank`, read from
+// `src_offset` of the same window here, or of source `source` - 1.
+courier::TransferCmd write_cmd(uint32_t rank, uint32_t window, uint32_t offset, uint32_t length,
+                               uint8_t source = 0, uint32_t src_offset = 0) {
   courier::WriteCmdArgs a;
   a.dst_rank = rank;
   a.window = window;
-  a.src_offset = 0;
+  a.source = source;
+  a.src_offset = src_offset;
   a.dst_offset = offset;
   a.length = length;
   courier::TransferCmd cmd;
-  courier::encode_write(a, &cmd);
+  expect(courier::encode_write(a, &cmd) == courier::CmdStatus::ok, "encoding a WRITE");
   return cmd;
 }
 
@@ -103,20 +107,6 @@ int bad_commands() {
   return failures == 0 ? 0 : 1;
 }
 
-courier::TransferCmd source_write(uint32_t rank, uint32_t window, uint8_t source,
-                                  uint32_t src_offset, uint32_t dst_offset, uint32_t length) {
-  courier::WriteCmdArgs a;
-  a.dst_rank = rank;
-  a.window = window;
-  a.source = source;
-  a.src_offset = src_offset;
-  a.dst_offset = dst_offset;
-  a.length = length;
-  courier::TransferCmd cmd;
-  expect(courier::encode_write(a, &cmd) == courier::CmdStatus::ok, "encoding a source WRITE");
-  return cmd;
-}
-
 int source_writes() {
   courier::Context ctx;
   courier::DeviceBuffer landing = ctx.alloc(4096);
@@ -138,10 +128,10 @@ int source_writes() {
       expect(status == courier::PushStatus::ok,
              fmt::format("{}: DRAIN returned '{}'", what, courier::to_string(status)));
     };
-    ok(0, source_write(1, window, 1, 8, 0, static_cast<uint32_t>(first.size())), "source 0");
-    ok(1, source_write(1, window, 3, 0, 100, static_cast<uint32_t>(second.size())), "source 2");
+    ok(0, write_cmd(1, window, 0, static_cast<uint32_t>(first.size()), 1, 8), "source 0");
+    ok(1, write_cmd(1, window, 100, static_cast<uint32_t>(second.size()), 3, 0), "source 2");
     ctx.set_source(0, c.data(), c.size());  // replaced: its channels are drained
-    ok(2, source_write(1, window, 1, 0, 200, static_cast<uint32_t>(third.size())),
+    ok(2, write_cmd(1, window, 200, static_cast<uint32_t>(third.size()), 1, 0),
        "source 0 replaced");
     // (The log names the source: "reads source 1 of this rank, which is
     // not set", "reads [250, +8) of source 2, which has 256 bytes".)
@@ -149,8 +139,8 @@ int source_writes() {
       const char* what;
       courier::TransferCmd cmd;
     } cases[] = {
-        {"a WRITE from source 1, never set", source_write(1, window, 2, 0, 300, 8)},
-        {"a WRITE reading past the end of source 2", source_write(1, window, 3, 250, 300, 8)},
+        {"a WRITE from source 1, never set", write_cmd(1, window, 300, 8, 2, 0)},
+        {"a WRITE reading past the end of source 2", write_cmd(1, window, 300, 8, 3, 250)},
     };
     uint32_t ch = 3;
     for (const Case& k : cases) {
