@@ -381,12 +381,13 @@ COURIER_DEVICE_INLINE void count_tokens_per_expert(const KernelThread& th, const
   }
 }
 
-// ---- ep_proxy_ht_dispatch (counts first): three bodies the launcher runs
-// in order, each over its own grid. Counts: each block its tokens' counts
-// into the counters, the last block sends every rank the records. Pack: a
-// lane group per token, while the counts travel. Rows: once every rank's
-// counts arrived, each block finds the runs of its tokens per destination
-// and pushes them to their final rows there.
+// ---- ep_proxy_ht_dispatch (counts first). On a GPU two bodies, each over
+// its own grid, a one-block wait between them: pack (each block counts its
+// tokens into the counters, the last one sends every rank the records;
+// then slots and a lane group per token, while the counts travel) and rows
+// (once every rank's counts arrived, each block pushes the runs of its
+// tokens to their final rows). On CPU threads one body does both, batch by
+// batch (ht_dispatch_host_body).
 
 // Token t's row, with a lane group.
 COURIER_DEVICE_INLINE void ht_pack_row(const courier_gpu_ep_proxy_ht_dispatch_v1& job,
