@@ -38,6 +38,7 @@ constexpr BitName kNicCaps[] = {
     {COURIER_NIC_CAP_LOOPBACK, "loopback"},
     {COURIER_NIC_CAP_PASSIVE_TARGET, "passive_target"},
     {COURIER_NIC_CAP_HOST_LOCAL, "host_local"},
+    {COURIER_NIC_CAP_CHEAP_REGISTRATION, "cheap_registration"},
 };
 
 constexpr BitName kGpuCaps[] = {

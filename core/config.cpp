@@ -135,6 +135,10 @@ constexpr Knob kKnobs[] = {
     {"COURIER_EP_LOOPBACK", "0",
      "1: the EP proxy path sends a rank's rows to itself through the NIC backend like any "
      "peer's (one rank then measures the whole path); 0: stored directly"},
+    {"COURIER_EP_SEND_IN_PLACE", "auto",
+     "auto: the EP proxy path's high-throughput WRITEs read the caller's tensors in place "
+     "(registered for the call) where the NIC backend registers cheaply; 0: always copy them "
+     "into the registered send area first"},
     {"COURIER_BOOTSTRAP", "", "rendezvous host:port (rank 0 listens), or 'mpi'"},
     {"COURIER_JOB_TOKEN", "", "the job's secret, presented by every rank to the rendezvous"},
     {"COURIER_RANK", "", "this process's rank (set by courier-run)"},
@@ -411,6 +415,9 @@ Config Config::load(const EnvLookup& env, bool need_job, bool need_rendezvous) {
                      {"proxy", EpTransport::proxy}});
   config.ep_loopback = parser.choice("COURIER_EP_LOOPBACK", config.ep_loopback,
                                      {std::pair<std::string_view, bool>{"0", false}, {"1", true}});
+  config.ep_send_in_place =
+      parser.choice("COURIER_EP_SEND_IN_PLACE", config.ep_send_in_place,
+                    {std::pair<std::string_view, bool>{"auto", true}, {"0", false}});
   config.ranks_per_host =
       parser.unsigned_in("COURIER_RANKS_PER_HOST", config.ranks_per_host, 0, 65536);
   if (need_job) config.job = detect_job(parser, env, need_rendezvous);

@@ -80,6 +80,7 @@ struct Config {
   uint32_t retry_count = 7;     // COURIER_RETRY_COUNT: re-posts of a transiently failed post
   EpTransport ep_transport = EpTransport::automatic;  // COURIER_EP_TRANSPORT
   bool ep_loopback = false;                           // COURIER_EP_LOOPBACK
+  bool ep_send_in_place = true;                       // COURIER_EP_SEND_IN_PLACE (auto)
   // Topology (docs/topology.md):
   std::string topology_xml;  // COURIER_TOPOLOGY_XML: a recorded machine
   topology::NicSelection nic_selection =

@@ -914,6 +914,8 @@ const Config& ContextInternals::config(const Context& context) { return context.
 
 const NicBackend& ContextInternals::nic(const Context& context) { return *context.impl_->nic; }
 
+Logger& ContextInternals::log(Context& context) { return context.impl_->log; }
+
 void ContextInternals::report_failure(Context& context, int suspect, const std::string& what) {
   context.impl_->on_transport_failure(suspect, what);
 }

@@ -1,6 +1,6 @@
 // What core code outside context.cpp (the EP layer) needs from a Context:
 // its GPU and NIC backends, its device, its configuration, how many hosts the job
-// spans, and a way to declare the job failed. Not part of the public API.
+// spans, its log, and a way to declare the job failed. Not part of the public API.
 #pragma once
 
 #include <cstddef>
@@ -8,6 +8,7 @@
 
 #include "core/backend_instance.hpp"
 #include "core/config.hpp"
+#include "core/log.hpp"
 #include "courier/context.hpp"
 
 namespace courier {
@@ -18,6 +19,7 @@ struct ContextInternals {
   static int device(const Context& context);
   static const Config& config(const Context& context);
   static size_t hosts(const Context& context);
+  static Logger& log(Context& context);
   // Makes `what` the job's failure, naming `suspect` (as a proxy thread's
   // stall report does): every rank learns it, this rank's channels fail.
   static void report_failure(Context& context, int suspect, const std::string& what);

@@ -143,7 +143,8 @@ int plugin_query(void* backend, courier_nic_props_v1* props) {
   p.struct_size = static_cast<uint32_t>(std::min(size, sizeof p));
   p.caps = COURIER_NIC_CAP_RMA_WRITE | COURIER_NIC_CAP_WRITE_IMM | COURIER_NIC_CAP_ORDERED_WRITES |
            COURIER_NIC_CAP_DELIVERY_COMPLETE | COURIER_NIC_CAP_IMM_SOURCE |
-           COURIER_NIC_CAP_LOOPBACK | COURIER_NIC_CAP_HOST_LOCAL;
+           COURIER_NIC_CAP_LOOPBACK | COURIER_NIC_CAP_HOST_LOCAL |
+           COURIER_NIC_CAP_CHEAP_REGISTRATION;  // a registration records an address
   // The GPU executes every atomic itself (system-scope atomics over NVLink).
   p.atomic_ops = kAtomics;
   p.atomic_native = kAtomics;

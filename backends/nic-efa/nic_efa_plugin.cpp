@@ -34,6 +34,8 @@ constexpr ofi::BackendTraits kTraits = {
     .hardware_missing = "no EFA device, or this libfabric was built without the efa provider",
     .may_claim_ordered_writes = false,
     .may_claim_loopback = false,
+    // EFA pins what it registers; its stand-ins behave the same way.
+    .may_claim_cheap_registration = false,
     .may_offer_atomics = false,
     .max_imm_bytes = 4,
     .device_memory = true,

@@ -36,6 +36,7 @@ constexpr ofi::BackendTraits kTraits = {
     .hardware_missing = nullptr,
     .may_claim_ordered_writes = true,
     .may_claim_loopback = true,
+    .may_claim_cheap_registration = true,
     .may_offer_atomics = true,
     .max_imm_bytes = 8,
     .device_memory = false,

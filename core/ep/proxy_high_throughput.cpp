@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/check.hpp"
+#include "core/context_internals.hpp"
 #include "core/ep/element_types.hpp"
 
 namespace courier::ep {
@@ -21,6 +22,15 @@ constexpr uint32_t kDefaultMaxExperts = 1024;
 enum Phase : uint32_t { kDispatch = 0, kCombine = 1 };
 
 uint64_t target_of(uint64_t call) { return (call / 2 + 1) * uint64_t{COURIER_GPU_EP_SIGNAL_STEP}; }
+
+// Context source slots of the tensors sent in place.
+constexpr uint32_t kDispatchX = 0, kCombineX = 1;
+
+bool can_send_in_place(const Context& ctx) {
+  return ContextInternals::config(ctx).ep_send_in_place &&
+         (ContextInternals::nic(ctx).props().caps & COURIER_NIC_CAP_CHEAP_REGISTRATION) != 0 &&
+         ContextInternals::gpu(ctx).plugin().abi_minor >= 8;
+}
 
 }  // namespace
 
@@ -87,7 +97,8 @@ ProxyHighThroughput::ProxyHighThroughput(Context& ctx, const BufferOptions& opti
               options.max_topk,
               std::min<uint32_t>(options.num_experts > 0 ? options.num_experts : kDefaultMaxExperts,
                                  COURIER_GPU_EP_MAX_EXPERTS)),
-      window_(ctx, layout_.total, layout_.control_bytes, layout_.record_words) {
+      window_(ctx, layout_.total, layout_.control_bytes, layout_.record_words),
+      send_in_place_(can_send_in_place(ctx)) {
   const uint64_t rows = uint64_t{ranks_} * options.max_tokens_per_rank;
   const uint64_t row_bytes = uint64_t{options.hidden} * options.element_bytes;
   recv_x_scales_ = ctx.alloc(std::max<uint64_t>(rows * (options.hidden / kFp8Block) * 4, 1));
@@ -97,6 +108,27 @@ ProxyHighThroughput::ProxyHighThroughput(Context& ctx, const BufferOptions& opti
   slots_ = ctx.alloc(std::max<uint64_t>(rows * 4, 1));
   plan_ = ctx.alloc(std::max<uint64_t>(4ull * (ranks_ + rows), 1));
   in_rank_ = ctx.alloc(std::max<uint64_t>(rows, 1));
+  ContextInternals::log(ctx).info(
+      "ep", "high-throughput rows {} (NIC backend '{}', COURIER_EP_SEND_IN_PLACE)",
+      send_in_place_ ? "are sent from the caller's tensors in place"
+                     : "are packed into the send area first",
+      ctx.nic_backend());
+}
+
+uint32_t ProxyHighThroughput::in_place_source(uint32_t slot, const void* base, uint64_t bytes) {
+  if (!send_in_place_ || base == nullptr || bytes == 0) return 0;
+  try {
+    ctx_.set_source(slot, base, bytes);
+    return slot + 1;
+  } catch (const Error& e) {
+    // Memory a backend cannot register (say, not from the GPU runtime's
+    // own allocator) is packed instead: slower, still right.
+    if (!warned_) {
+      ContextInternals::log(ctx_).warn("ep", "sending from a copy, not in place: {}", e.what());
+      warned_ = true;
+    }
+    return 0;
+  }
 }
 
 void ProxyHighThroughput::refuse(uint32_t phase, uint64_t call, const std::string& why) {
@@ -189,6 +221,7 @@ DispatchResult ProxyHighThroughput::dispatch(const HtInputs& in, const DispatchA
   send.recv_meta_off = recv_meta;
   send.meta_bytes = meta_bytes;
   send.recv_rows = static_cast<uint32_t>(capacity);
+  send.row_source = in_place_source(kDispatchX, in.x, uint64_t{in.tokens} * row_bytes);
   window_.wake_proxies();  // the kernels push commands
   window_.check(window_.ops()->ep_proxy_ht_dispatch(window_.backend(), &send), "sending the rows");
 
@@ -211,6 +244,7 @@ DispatchResult ProxyHighThroughput::dispatch(const HtInputs& in, const DispatchA
   receive.notify_record_off = layout_.records[kDispatch][parity];
   receive.recv_meta_off = recv_meta;
   receive.meta_bytes = meta_bytes;
+  receive.wait_sends = send.row_source != 0 ? 1 : 0;  // the WRITEs read x
   receive.scales = fp8 ? static_cast<float*>(recv_x_scales_.data()) : nullptr;
   receive.topk_idx = static_cast<int64_t*>(recv_topk_idx_.data());
   receive.topk_weights = static_cast<float*>(recv_topk_weights_.data());
@@ -299,6 +333,11 @@ CombineResult ProxyHighThroughput::combine(const std::byte* x, const DLDataType&
       send.x_off = static_cast<uint64_t>(x - window_.at(0));
     }
   }
+  // Else x registered as it is, where the backend allows it.
+  if ((send.mode & COURIER_GPU_EP_COMBINE_FROM_WINDOW) == 0) {
+    send.x_source = in_place_source(kCombineX, x, rows_in * row_bytes);
+    if (send.x_source != 0) send.mode |= COURIER_GPU_EP_COMBINE_FROM_WINDOW;
+  }
   send.row_bytes = row_bytes;
   send.max_tokens = options_.max_tokens_per_rank;
   send.x = x;
@@ -327,6 +366,7 @@ CombineResult ProxyHighThroughput::combine(const std::byte* x, const DLDataType&
   reduce.signal_off = layout_.signals[kCombine][parity];
   reduce.target = target_of(call);
   reduce.out = combined_x_.data();
+  reduce.wait_sends = send.x_source != 0 ? 1 : 0;  // the WRITEs read x
   window_.check(window_.ops()->ep_proxy_reduce(window_.backend(), &reduce), "summing the rows");
   window_.sync("combine");
   CombineResult result;

@@ -54,12 +54,22 @@ class ProxyHighThroughput {
   [[noreturn]] void refuse(uint32_t phase, uint64_t call, const std::string& why);
 
  private:
+  // The caller's tensor [base, +bytes) as Context source `slot`, for WRITEs
+  // that read it in place: the TransferCmd source (slot + 1), or 0 where
+  // it cannot be (send_in_place_ off, or the backend refused it: then the
+  // kernels pack, as before).
+  uint32_t in_place_source(uint32_t slot, const void* base, uint64_t bytes);
+
   Context& ctx_;
   BufferOptions options_;
   DLDevice device_;
   uint32_t rank_, ranks_;
   HtProxyLayout layout_;
   ProxyWindow window_;
+  // COURIER_EP_SEND_IN_PLACE, a NIC backend with cheap_registration and a
+  // GPU plugin of ABI 1.8 (docs/ep.md, "Sending in place").
+  bool send_in_place_;
+  bool warned_ = false;  // about a refused registration, once
   // Outputs (the views returned point into them; recv_x into the data
   // window) and scratch: the slots of the last dispatch, a combine's plan
   // (counts, then send_index), a cached dispatch's is_token_in_rank.

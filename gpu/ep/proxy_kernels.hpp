@@ -86,9 +86,10 @@ struct CmdBatch {
     if (n == kCapacity) flush();
     if (!failed) cmds[n++] = cmd;
   }
-  // WRITEs [src_off, +bytes) of `window` here to dst_off of it at rank d.
+  // WRITEs [src_off, +bytes) of `window` here (of source registration
+  // `source` - 1 when not 0) to dst_off of `window` at rank d.
   COURIER_DEVICE_INLINE void write(uint32_t window, uint32_t d, uint64_t src_off, uint64_t dst_off,
-                                   uint64_t bytes) {
+                                   uint64_t bytes, uint32_t source = 0) {
     for (uint64_t done = 0; done < bytes;) {
       const uint64_t len =
           bytes - done < TransferCmd::kMaxLength ? bytes - done : TransferCmd::kMaxLength;
@@ -98,6 +99,7 @@ struct CmdBatch {
       a.src_offset = src_off + done;
       a.dst_offset = dst_off + done;
       a.length = len;
+      a.source = static_cast<uint8_t>(source);
       TransferCmd cmd;
       if (encode_write(a, &cmd) != CmdStatus::ok) {
         fail();
@@ -119,12 +121,12 @@ struct CmdBatch {
   }
 };
 
-// WRITEs [src_off, +bytes) of `window` here to dst_off of it at rank d,
-// on channel c.
+// CmdBatch::write on channel c, pushed at once.
 COURIER_DEVICE_INLINE void push_write(const Proxy& f, uint32_t window, uint32_t c, uint32_t d,
-                                      uint64_t src_off, uint64_t dst_off, uint64_t bytes) {
+                                      uint64_t src_off, uint64_t dst_off, uint64_t bytes,
+                                      uint32_t source = 0) {
   CmdBatch batch(f, c);
-  batch.write(window, d, src_off, dst_off, bytes);
+  batch.write(window, d, src_off, dst_off, bytes, source);
   batch.flush();
 }
 
@@ -227,17 +229,18 @@ COURIER_DEVICE_INLINE void signal_all(const KernelThread& th, const Proxy& f, ui
   }
 }
 
-// WRITEs `rows` rows of row_bytes from src_off here to dst_off at rank d,
-// split into `lanes` pieces on d's channels (their proxies and NIC queues
-// work in parallel); signal_all then adds an atomic behind each.
+// WRITEs `rows` rows of row_bytes from src_off here (of the data window,
+// or of source registration `source` - 1) to dst_off at rank d, split into
+// `lanes` pieces on d's channels (their proxies and NIC queues work in
+// parallel); signal_all then adds an atomic behind each.
 COURIER_DEVICE_INLINE void push_region(const Proxy& f, uint32_t d, uint64_t src_off,
                                        uint64_t dst_off, uint64_t rows, uint64_t row_bytes,
-                                       uint32_t lanes) {
+                                       uint32_t lanes, uint32_t source = 0) {
   const uint64_t per = (rows + lanes - 1) / lanes;
   for (uint32_t j = 0; j < lanes && j * per < rows; ++j) {
     const uint64_t n = rows - j * per < per ? rows - j * per : per;
     push_write(f, f.window, channel_of(f, d, j), d, src_off + j * per * row_bytes,
-               dst_off + j * per * row_bytes, n * row_bytes);
+               dst_off + j * per * row_bytes, n * row_bytes, source);
   }
 }
 
@@ -279,11 +282,15 @@ COURIER_DEVICE_INLINE void send_wait(const KernelThread& th, const Proxy& f, boo
 }
 
 // Every rank's signal of the phase, then their records' states; the
-// status says whether the call goes on (block_goes_on). Every thread calls it. The receive bodies
+// status says whether the call goes on (block_goes_on). With `sends`, also
+// every command this rank pushed before (wait_send_area): they read the
+// caller's memory, which is the caller's again once the call returns.
+// Every thread calls it. The receive bodies
 // wait themselves on a CPU; on a GPU a one-block kernel waits first (`waited`), because blocks
 // spinning on every SM would keep out the kernels a loopback copy or a copy-engine atomic may need.
 COURIER_DEVICE_INLINE bool wait_all(const KernelThread& th, const Proxy& f, uint64_t signal_off,
-                                    uint64_t record_off, uint64_t target) {  // always true
+                                    uint64_t record_off, uint64_t target,
+                                    bool sends = false) {  // always true
   if (status_of(f) == 0) {
     for (uint32_t r = th.thread; r < f.num_ranks; r += th.block_dim) {
       if (!wait_word(f, reinterpret_cast<const uint64_t*>(ctl(f, signal_off + r * 8ull)), target,
@@ -298,6 +305,7 @@ COURIER_DEVICE_INLINE bool wait_all(const KernelThread& th, const Proxy& f, uint
     }
   }
   th.sync();
+  if (sends) wait_send_area(th, f);
   return true;
 }
 
@@ -317,8 +325,8 @@ COURIER_DEVICE_INLINE bool block_goes_on(const KernelThread& th, const Proxy& f,
 // block_goes_on.
 COURIER_DEVICE_INLINE bool received(const KernelThread& th, const Proxy& f, ProxyShared* sh,
                                     bool waited, uint64_t signal_off, uint64_t record_off,
-                                    uint64_t target) {
-  if (!waited) wait_all(th, f, signal_off, record_off, target);
+                                    uint64_t target, bool sends = false) {
+  if (!waited) wait_all(th, f, signal_off, record_off, target, sends);
   return block_goes_on(th, f, sh);
 }
 
@@ -526,7 +534,7 @@ COURIER_DEVICE_INLINE void ht_pack_range(const courier_gpu_ep_proxy_ht_dispatch_
                     (uint64_t{d} * job.max_tokens + static_cast<uint32_t>(slot)) * job.meta_bytes),
           t, th.lane(), kLanes);
     }
-    if (sent) {
+    if (sent && job.row_source == 0) {  // else the WRITEs read x itself
       ht_pack_row(job, at(f, job.send_off + uint64_t{t} * job.row_bytes), t, th.lane(), kLanes);
     }
   }
@@ -602,8 +610,10 @@ COURIER_DEVICE_INLINE void ht_push_runs(const courier_gpu_ep_proxy_ht_dispatch_v
         const uint32_t last = sh->a[th.block_dim + k];
         const uint64_t row = base[d] + static_cast<uint32_t>(slot_of(first, d));
         CmdBatch batch(f, channel_of(f, d, (th.block + *pushed + k) % spread));
-        batch.write(f.window, d, job.send_off + uint64_t{first} * job.row_bytes,
-                    job.recv_off + row * job.row_bytes, uint64_t{last - first + 1} * job.row_bytes);
+        batch.write(f.window, d,
+                    (job.row_source != 0 ? 0 : job.send_off) + uint64_t{first} * job.row_bytes,
+                    job.recv_off + row * job.row_bytes, uint64_t{last - first + 1} * job.row_bytes,
+                    job.row_source);
         batch.flush();
       }
       th.sync();
@@ -745,7 +755,8 @@ COURIER_DEVICE_INLINE void ht_receive_body(const courier_gpu_ep_proxy_ht_receive
                                            const KernelThread& th, ProxyShared* sh, bool waited) {
   const Proxy& f = job.fifo;
   const uint32_t R = f.num_ranks, K = job.topk;
-  const bool go = received(th, f, sh, waited, job.signal_off, job.record_off, job.target);
+  const bool go =
+      received(th, f, sh, waited, job.signal_off, job.record_off, job.target, job.wait_sends != 0);
   if (go && th.thread == 0) {
     uint32_t sum = 0;
     for (uint32_t s = 0; s < R; ++s) {
@@ -1167,7 +1178,8 @@ COURIER_DEVICE_INLINE void combine_body(const courier_gpu_ep_proxy_combine_v1& j
       }
     }
   };
-  // x in the data window: only this rank's own rows (no loopback) move here.
+  // x in the data window or a source registration (x_source): only this
+  // rank's own rows (no loopback) move here.
   const bool in_window = (job.mode & COURIER_GPU_EP_COMBINE_FROM_WINDOW) != 0 && !logfmt;
   const bool go = block_goes_on(th, f, sh);
   if (go && (job.mode & COURIER_GPU_EP_ROUTE_MASK) == COURIER_GPU_EP_ROUTE_RANKS) {
@@ -1226,7 +1238,7 @@ COURIER_DEVICE_INLINE void combine_body(const courier_gpu_ep_proxy_combine_v1& j
       uint64_t first = 0;
       for (uint32_t s = 0; s < d; ++s) first += static_cast<uint32_t>(job.counts[s]);
       push_region(f, d, job.x_off + first * xb, job.recv_off + f.rank * T * rb,
-                  static_cast<uint32_t>(job.counts[d]), rb, lanes);
+                  static_cast<uint32_t>(job.counts[d]), rb, lanes, job.x_source);
       continue;
     }
     uint64_t rows = 0;
@@ -1366,7 +1378,8 @@ COURIER_DEVICE_INLINE void reduce_body(const courier_gpu_ep_proxy_reduce_v1& job
   // LogFMT (minor 5): the received rows are slots to decode.
   const bool logfmt = (job.mode & COURIER_GPU_EP_COMBINE_LOGFMT) != 0;
   const uint64_t slot_bytes = logfmt ? COURIER_GPU_EP_LOGFMT_SLOT_BYTES(job.hidden) : row_bytes;
-  if (received(th, f, sh, waited, job.signal_off, job.record_off, job.target)) {
+  if (received(th, f, sh, waited, job.signal_off, job.record_off, job.target,
+               job.wait_sends != 0)) {
 #if defined(COURIER_GPU_DEVICE_PASS)
     // bfloat16 rows of whole 16-byte tiles, aligned at both ends: each
     // thread sums kReduceBatch tiles at once.

@@ -36,8 +36,8 @@ __global__ void proxy_ht_rows_kernel(courier_gpu_ep_proxy_ht_dispatch_v1 job) {
 // One block waits for the phase's signals; the kernel after it on the
 // stream does the work (see wait_all).
 __global__ void proxy_wait_kernel(courier_gpu_ep_proxy_v1 fifo, uint64_t signal_off,
-                                  uint64_t record_off, uint64_t target) {
-  wait_all(this_thread(), fifo, signal_off, record_off, target);
+                                  uint64_t record_off, uint64_t target, bool sends) {
+  wait_all(this_thread(), fifo, signal_off, record_off, target, sends);
 }
 __global__ void proxy_send_wait_kernel(courier_gpu_ep_proxy_v1 fifo, bool release,
                                        uint64_t release_off, uint64_t release_target) {
@@ -103,20 +103,23 @@ void launch(const courier_gpu_ep_proxy_ht_dispatch_v1& job, Stream stream, Mark 
                          stream>>>(job);
   mark("pack");
   proxy_wait_kernel<<<1, 64, 0, stream>>>(job.fifo, job.notify_signal_off, job.notify_record_off,
-                                          job.notify_target);
+                                          job.notify_target, false);
   mark("wait_counts");
   // Enough blocks to find the runs, and all SMs for the rows this rank keeps.
   const uint32_t run_blocks = (job.tokens + kHtRunTokens - 1) / kHtRunTokens;
   const uint32_t blocks = run_blocks > kProxyBlocksMax ? run_blocks : kProxyBlocksMax;
   proxy_ht_rows_kernel<<<blocks, kHtDispatchThreads, 0, stream>>>(job);
 }
+// `sends`: the wait also covers this rank's own WRITEs (they read the
+// caller's memory: wait_all).
 template <class Job, class Stream>
-void wait_first(const Job& job, Stream stream) {
-  proxy_wait_kernel<<<1, 64, 0, stream>>>(job.fifo, job.signal_off, job.record_off, job.target);
+void wait_first(const Job& job, Stream stream, bool sends = false) {
+  proxy_wait_kernel<<<1, 64, 0, stream>>>(job.fifo, job.signal_off, job.record_off, job.target,
+                                          sends);
 }
 template <class Stream, class Mark = NoMark>
 void launch(const courier_gpu_ep_proxy_ht_receive_v1& job, Stream stream, Mark mark = {}) {
-  wait_first(job, stream);
+  wait_first(job, stream, job.wait_sends != 0);
   mark("wait");
   proxy_ht_receive_kernel<<<2 * kProxyBlocksMax, kProxyThreads, 0, stream>>>(job);
 }
@@ -145,7 +148,7 @@ void launch(const courier_gpu_ep_proxy_combine_v1& job, Stream stream, Mark mark
 }
 template <class Stream, class Mark = NoMark>
 void launch(const courier_gpu_ep_proxy_reduce_v1& job, Stream stream, Mark mark = {}) {
-  wait_first(job, stream);
+  wait_first(job, stream, job.wait_sends != 0);
   mark("wait");
   proxy_reduce_kernel<<<blocks_for(job.tokens, kReduceBlocksMax), kProxyThreads, 0, stream>>>(job);
 }

@@ -85,6 +85,7 @@ int Backend::probe_atomics(const std::string& prov_name, const ProbeOptions& opt
   uint32_t caps = caps_of(profile);
   if (!traits_->may_claim_ordered_writes) caps &= ~COURIER_NIC_CAP_ORDERED_WRITES;
   if (!traits_->may_claim_loopback) caps &= ~COURIER_NIC_CAP_LOOPBACK;
+  if (traits_->may_claim_cheap_registration) caps |= COURIER_NIC_CAP_CHEAP_REGISTRATION;
   // The immediate-data width is one property for both kinds of endpoints;
   // should FI_ATOMIC ever change it, atomic endpoints claim none rather than
   // a wrong width.
@@ -174,6 +175,7 @@ int Backend::create(const BackendTraits& traits, const courier_host_services_v1*
   props.caps = caps_of(p);
   if (!traits.may_claim_ordered_writes) props.caps &= ~COURIER_NIC_CAP_ORDERED_WRITES;
   if (!traits.may_claim_loopback) props.caps &= ~COURIER_NIC_CAP_LOOPBACK;
+  if (traits.may_claim_cheap_registration) props.caps |= COURIER_NIC_CAP_CHEAP_REGISTRATION;
   // Replaced by probe_atomics below when the provider has atomics.
   props.atomic_ops = 0;
   props.atomic_native = 0;

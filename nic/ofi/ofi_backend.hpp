@@ -49,6 +49,9 @@ struct BackendTraits {
   // A rank may write to itself (its own address is in the AV): checked on
   // shm and tcp; not claimed where no hardware run has shown it.
   bool may_claim_loopback;
+  // Registration pins nothing (software providers: shm, tcp), so the core
+  // may register a caller's buffer per call (COURIER_NIC_CAP_CHEAP_REGISTRATION).
+  bool may_claim_cheap_registration;
   bool may_offer_atomics;  // false: no probe, atomic_ops 0, post_atomic NULL
   uint32_t max_imm_bytes;  // immediate-data width reported at most
   bool device_memory;      // ask for FI_HMEM; register CUDA/ROCm memory where granted

@@ -16,7 +16,8 @@ namespace {
 constexpr uint32_t kKnownCaps = COURIER_NIC_CAP_RMA_WRITE | COURIER_NIC_CAP_WRITE_IMM |
                                 COURIER_NIC_CAP_ORDERED_WRITES | COURIER_NIC_CAP_DELIVERY_COMPLETE |
                                 COURIER_NIC_CAP_IMM_SOURCE | COURIER_NIC_CAP_LOOPBACK |
-                                COURIER_NIC_CAP_PASSIVE_TARGET | COURIER_NIC_CAP_HOST_LOCAL;
+                                COURIER_NIC_CAP_PASSIVE_TARGET | COURIER_NIC_CAP_HOST_LOCAL |
+                                COURIER_NIC_CAP_CHEAP_REGISTRATION;
 
 std::string caps_text(uint32_t caps) {
   const std::pair<uint32_t, const char*> names[] = {
@@ -28,6 +29,7 @@ std::string caps_text(uint32_t caps) {
       {COURIER_NIC_CAP_LOOPBACK, "loopback"},
       {COURIER_NIC_CAP_PASSIVE_TARGET, "passive_target"},
       {COURIER_NIC_CAP_HOST_LOCAL, "host_local"},
+      {COURIER_NIC_CAP_CHEAP_REGISTRATION, "cheap_registration"},
   };
   std::string text;
   for (const auto& [bit, name] : names) {

@@ -16,7 +16,7 @@ extern "C" {
 #endif
 
 #define COURIER_GPU_ABI_MAJOR 1
-#define COURIER_GPU_ABI_MINOR 7
+#define COURIER_GPU_ABI_MINOR 8
 #define COURIER_GPU_SYMBOL_V1 "courier_gpu_backend_v1"
 
 /* Capability bits (courier_gpu_props_v1.caps). */
@@ -231,7 +231,9 @@ typedef struct courier_gpu_ep_peers_v1 {
 #define COURIER_GPU_EP_COMBINE_LOGFMT (1u << 8)
 /* Minor 7, RANKS without LOGFMT: x lies in the data window at offset
  * x_off (a dispatch's received rows): its rows go as WRITEs from there,
- * nothing is packed. */
+ * nothing is packed. Minor 8: x_source names where x_off lies: 0 the data
+ * window, 1..3 the TransferCmd source x_source (x registered with
+ * Context::set_source). */
 #define COURIER_GPU_EP_COMBINE_FROM_WINDOW (1u << 9)
 #define COURIER_GPU_EP_LOGFMT_SLOT_BYTES(hidden) ((uint64_t)(hidden)*2u + (uint64_t)(hidden) / 32u)
 
@@ -519,7 +521,12 @@ typedef struct courier_gpu_ep_proxy_refuse_v1 {
  *     of one state word from rows_staging_off to record_off + rank *
  *     record_bytes at d, and atomics summing to the step on signal_off +
  *     rank * 8 there, behind the rows of each lane.
- * slot_bytes is not read (minor 7). */
+ * slot_bytes is not read (minor 7).
+ * Minor 8, row_source 1..3: step 2 packs no rows; the rows' WRITEs read x
+ * itself, registered as TransferCmd source row_source (Context::set_source
+ * slot row_source - 1) with token t's row at t * row_bytes. The caller then
+ * sets the receive job's wait_sends, so x is not reused before they are
+ * done. */
 typedef struct courier_gpu_ep_proxy_ht_dispatch_v1 {
   uint32_t struct_size;
   int32_t device;
@@ -537,6 +544,8 @@ typedef struct courier_gpu_ep_proxy_ht_dispatch_v1 {
   uint64_t notify_record_off, notify_signal_off, notify_target;
   uint64_t rows_staging_off, send_meta_off, recv_meta_off;
   uint32_t meta_bytes, recv_rows;
+  /* ---- minor 8 ---- */
+  uint32_t row_source, reserved8;
 } courier_gpu_ep_proxy_ht_dispatch_v1;
 
 /* High-throughput dispatch, receive half (minor 7; smaller jobs refused):
@@ -549,7 +558,10 @@ typedef struct courier_gpu_ep_proxy_ht_dispatch_v1 {
  * (global id e becomes e - rank * local_experts, -1 where e is another
  * rank's) and widened to int64, weights. Pads rows [received, pad_rows)
  * with zeros (ids -1), the rows at recv_off too. More rows than `capacity`
- * set OVERFLOW. Mirrors the status to status_host. */
+ * set OVERFLOW. Mirrors the status to status_host. Minor 8, wait_sends
+ * nonzero: the wait also lasts until every command this rank pushed before
+ * it completed (the fences its send half left), because they read the
+ * caller's memory (row_source). */
 typedef struct courier_gpu_ep_proxy_ht_receive_v1 {
   uint32_t struct_size;
   int32_t device;
@@ -563,7 +575,8 @@ typedef struct courier_gpu_ep_proxy_ht_receive_v1 {
   float* topk_weights;
   /* ---- minor 7 ---- */
   uint64_t notify_record_off, recv_meta_off;
-  uint32_t meta_bytes, reserved;
+  uint32_t meta_bytes;
+  uint32_t wait_sends; /* minor 8 (reserved before) */
 } courier_gpu_ep_proxy_ht_receive_v1;
 
 /* Low-latency dispatch, send half. Pair (t, k) with e = topk_idx[t][k] >= 0
@@ -635,6 +648,9 @@ typedef struct courier_gpu_ep_proxy_combine_v1 {
   uint64_t send_off, recv_off, staging_off, record_off, signal_off;
   /* ---- minor 7 ---- */
   uint64_t x_off; /* with COURIER_GPU_EP_COMBINE_FROM_WINDOW */
+  /* ---- minor 8 ---- */
+  uint32_t x_source; /* with COURIER_GPU_EP_COMBINE_FROM_WINDOW: 0 the data window */
+  uint32_t reserved8;
 } courier_gpu_ep_proxy_combine_v1;
 
 /* Combine, receive half: waits for every rank's signal, then out[t] = sum
@@ -643,14 +659,15 @@ typedef struct courier_gpu_ep_proxy_combine_v1 {
  * max_tokens + slots[t][r]) * row_bytes. EXPERTS: over k with e =
  * topk_idx[t][k] >= 0 (terms = topk) of weights[t][k] x the row at recv_off
  * + (d * L * max_tokens + slots[t][k]) * row_bytes, d = e / L (slots: the
- * dispatch's places in the regions). */
+ * dispatch's places in the regions). Minor 8, wait_sends nonzero: as the
+ * high-throughput receive's (the combine read x through x_source). */
 typedef struct courier_gpu_ep_proxy_reduce_v1 {
   uint32_t struct_size;
   int32_t device;
   courier_gpu_ep_proxy_v1 fifo;
   uint32_t mode;
   uint32_t tokens, hidden, dtype_bits, terms, local_experts, max_tokens;
-  uint32_t reserved;
+  uint32_t wait_sends; /* minor 8 (reserved before) */
   const int32_t* slots;
   const int64_t* topk_idx; /* EXPERTS */
   const float* weights;    /* EXPERTS */

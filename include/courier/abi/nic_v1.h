@@ -46,6 +46,12 @@ extern "C" {
  * by default when another backend initializes, and refused for a job whose
  * ranks span several hosts. A bit older cores ignore, so no minor bump. */
 #define COURIER_NIC_CAP_HOST_LOCAL (1u << 7)
+/* Registering memory pins nothing and costs about a table entry (copy
+ * engines, software providers), so the core may register a caller's buffer
+ * for one call and send from it rather than copy it into a registered area
+ * first. A registration here also stays valid if the pages behind its
+ * addresses change. A bit older cores ignore, so no minor bump. */
+#define COURIER_NIC_CAP_CHEAP_REGISTRATION (1u << 8)
 
 /* Atomic operations (courier_nic_props_v1.atomic_ops / atomic_native, and
  * courier_nic_atomic_v1.op). Operands are little-endian unsigned integers of
