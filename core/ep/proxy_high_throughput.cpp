@@ -97,7 +97,9 @@ ProxyHighThroughput::ProxyHighThroughput(Context& ctx, const BufferOptions& opti
               options.max_topk,
               std::min<uint32_t>(options.num_experts > 0 ? options.num_experts : kDefaultMaxExperts,
                                  COURIER_GPU_EP_MAX_EXPERTS)),
-      window_(ctx, layout_.total, layout_.control_bytes, layout_.record_words),
+      // The readback area: the counts' records, then the slots.
+      window_(ctx, layout_.total, layout_.control_bytes, layout_.record_words,
+              4ull * ranks_ * (layout_.record_words + uint64_t{options.max_tokens_per_rank})),
       send_in_place_(can_send_in_place(ctx)) {
   const uint64_t rows = uint64_t{ranks_} * options.max_tokens_per_rank;
   const uint64_t row_bytes = uint64_t{options.hidden} * options.element_bytes;
@@ -245,6 +247,14 @@ DispatchResult ProxyHighThroughput::dispatch(const HtInputs& in, const DispatchA
   receive.recv_meta_off = recv_meta;
   receive.meta_bytes = meta_bytes;
   receive.wait_sends = send.row_source != 0 ? 1 : 0;  // the WRITEs read x
+  // A plugin of minor 8 leaves the records and slots where the host reads
+  // them without a copy (an older one ignores the fields).
+  const bool readback = ContextInternals::gpu(ctx_).plugin().abi_minor >= 8;
+  receive.readback = window_.readback_device();
+  receive.slots = send.slots;
+  receive.slot_tokens = in.tokens;
+  receive.plan = static_cast<int32_t*>(plan_.data());
+  plan_held_.clear();  // until this dispatch succeeded
   receive.scales = fp8 ? static_cast<float*>(recv_x_scales_.data()) : nullptr;
   receive.topk_idx = static_cast<int64_t*>(recv_topk_idx_.data());
   receive.topk_weights = static_cast<float*>(recv_topk_weights_.data());
@@ -254,8 +264,12 @@ DispatchResult ProxyHighThroughput::dispatch(const HtInputs& in, const DispatchA
 
   // The host reads the counts (to shape the outputs) and the slots (the handle's).
   std::vector<uint32_t> records(uint64_t{ranks_} * layout_.record_words);
-  ctx_.copy(records.data(), window_.control(layout_.records[kDispatch][parity]),
-            records.size() * 4);
+  const uint64_t record_bytes = records.size() * 4;
+  if (readback) {
+    std::memcpy(records.data(), window_.readback(), record_bytes);
+  } else {
+    ctx_.copy(records.data(), window_.control(layout_.records[kDispatch][parity]), record_bytes);
+  }
   DispatchHandle handle;
   handle.num_tokens = in.tokens;
   handle.hidden = in.hidden;
@@ -263,7 +277,10 @@ DispatchResult ProxyHighThroughput::dispatch(const HtInputs& in, const DispatchA
   handle.dtype_bits = fp8 ? 16 : in.x_dtype.bits;
   handle.num_worst_tokens = static_cast<uint32_t>(args.num_worst_tokens);
   handle.send_index.resize(uint64_t{in.tokens} * ranks_);
-  if (!handle.send_index.empty()) {
+  if (readback) {
+    std::memcpy(handle.send_index.data(), window_.readback() + record_bytes,
+                handle.send_index.size() * 4);
+  } else if (!handle.send_index.empty()) {
     ctx_.copy(handle.send_index.data(), slots_.data(), handle.send_index.size() * 4);
   }
   DispatchResult result;
@@ -299,6 +316,13 @@ DispatchResult ProxyHighThroughput::dispatch(const HtInputs& in, const DispatchA
   result.recv_topk_weights =
       TensorView(recv_topk_weights_.data(), device_, DLDataType{kDLFloat, 32, 1},
                  {n, with_topk ? static_cast<int64_t>(slot_topk) : 0});
+  // What plan_ now holds: a combine with this handle copies nothing.
+  if (readback) {
+    plan_held_.assign(handle.recv_counts.begin(), handle.recv_counts.end());
+    plan_held_.insert(plan_held_.end(), handle.send_index.begin(), handle.send_index.end());
+  } else {
+    plan_held_.clear();
+  }
   result.handle = std::move(handle);
   return result;
 }
@@ -312,7 +336,12 @@ CombineResult ProxyHighThroughput::combine(const std::byte* x, const DLDataType&
   std::vector<int32_t> plan(ranks_ + handle.send_index.size());
   for (uint32_t s = 0; s < ranks_; ++s) plan[s] = static_cast<int32_t>(handle.recv_counts[s]);
   std::copy(handle.send_index.begin(), handle.send_index.end(), plan.begin() + ranks_);
-  ctx_.copy(plan_.data(), plan.data(), plan.size() * 4);
+  // The last dispatch's receive kernel left its plan on the device (the
+  // usual case: a combine right after its dispatch).
+  if (plan != plan_held_) {
+    ctx_.copy(plan_.data(), plan.data(), plan.size() * 4);
+    plan_held_ = std::move(plan);
+  }
   const auto* counts = static_cast<const int32_t*>(plan_.data());
   const auto row_bytes = static_cast<uint32_t>(uint64_t{handle.hidden} * (dtype.bits / 8));
 

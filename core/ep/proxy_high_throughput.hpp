@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/ep/direct_high_throughput.hpp"
 #include "core/ep/proxy_window.hpp"
@@ -75,6 +76,8 @@ class ProxyHighThroughput {
   // (counts, then send_index), a cached dispatch's is_token_in_rank.
   DeviceBuffer recv_x_scales_, recv_topk_idx_, recv_topk_weights_, combined_x_;
   DeviceBuffer slots_, plan_, in_rank_;
+  // What plan_ holds (empty: unknown).
+  std::vector<int32_t> plan_held_;
 };
 
 }  // namespace courier::ep

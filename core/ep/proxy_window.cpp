@@ -2,6 +2,7 @@
 
 #include <cstring>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "core/bootstrap/bootstrap.hpp"
@@ -34,8 +35,26 @@ const GpuBackend& proxy_capable(const Context& ctx) {
 
 }  // namespace
 
+MappedHostMemory::MappedHostMemory(const GpuBackend& gpu, uint64_t bytes, const char* what)
+    : gpu_(&gpu) {
+  if (gpu.ops()->host_alloc_mapped(gpu.handle(), bytes, &host_, &device_) != 0) {
+    host_ = nullptr;
+    fail("ep::Buffer: {} ({} bytes): {}", what, bytes, gpu.last_error());
+  }
+}
+
+MappedHostMemory::~MappedHostMemory() {
+  if (host_ != nullptr) gpu_->ops()->host_free_mapped(gpu_->handle(), host_);
+}
+
+void MappedHostMemory::swap(MappedHostMemory& other) noexcept {
+  std::swap(gpu_, other.gpu_);
+  std::swap(host_, other.host_);
+  std::swap(device_, other.device_);
+}
+
 ProxyWindow::ProxyWindow(Context& ctx, uint64_t bytes, uint64_t control_bytes,
-                         uint32_t record_words)
+                         uint32_t record_words, uint64_t readback_bytes)
     : ctx_(ctx),
       gpu_(proxy_capable(ctx)),
       device_(ContextInternals::device(ctx)),
@@ -82,16 +101,18 @@ ProxyWindow::ProxyWindow(Context& ctx, uint64_t bytes, uint64_t control_bytes,
   // the kernels can poll, mapped host memory (docs/ep.md, "Signals").
   const bool cpu_applies_atomics = ctx.atomic_stats().add_u64 != "hw";
   if (cpu_applies_atomics && gpu_.props().mem_kind != COURIER_MEM_HOST) {
-    check(ops()->host_alloc_mapped(backend(), control_bytes, &control_mapped_, &control_device_),
-          "mapping the EP control window");
-    std::memset(control_mapped_, 0, control_bytes);
-    control_host_ = control_mapped_;
+    control_mapped_ = MappedHostMemory(gpu_, control_bytes, "mapping the control window");
+    std::memset(control_mapped_.host(), 0, control_bytes);
+    control_host_ = control_mapped_.host();
+    control_device_ = control_mapped_.device();
   } else {
     control_memory_ = ctx.alloc(control_bytes);
     std::vector<std::byte> zeros(control_bytes);
     ctx.copy(control_memory_.data(), zeros.data(), zeros.size());
     control_host_ = control_device_ = control_memory_.data();
   }
+  if (readback_bytes > 0)
+    readback_ = MappedHostMemory(gpu_, readback_bytes, "mapping the readback area");
   std::vector<courier_gpu_channel_v1> channels(num_channels_);
   for (uint32_t c = 0; c < num_channels_; ++c) channels[c] = to_abi(ctx.channel(c));
   const uint64_t channel_bytes = channels.size() * sizeof(courier_gpu_channel_v1);
@@ -127,7 +148,6 @@ ProxyWindow::~ProxyWindow() {
       // A rank that is gone cannot take part; the memory is freed anyway.
     }
   }
-  if (control_mapped_ != nullptr) ops()->host_free_mapped(backend(), control_mapped_);
 }
 
 courier_gpu_ep_proxy_v1 ProxyWindow::fifo() const {

@@ -19,14 +19,40 @@
 
 namespace courier::ep {
 
+// Host memory the GPU backend maps into the device's address space,
+// given back when this goes.
+class MappedHostMemory {
+ public:
+  MappedHostMemory() = default;
+  // Throws "ep::Buffer: <what>: <backend's reason>".
+  MappedHostMemory(const GpuBackend& gpu, uint64_t bytes, const char* what);
+  ~MappedHostMemory();
+  MappedHostMemory(MappedHostMemory&& other) noexcept { swap(other); }
+  MappedHostMemory& operator=(MappedHostMemory&& other) noexcept {
+    swap(other);
+    return *this;
+  }
+  void* host() const { return host_; }
+  void* device() const { return device_; }
+
+ private:
+  void swap(MappedHostMemory& other) noexcept;
+  const GpuBackend* gpu_ = nullptr;
+  void* host_ = nullptr;
+  void* device_ = nullptr;
+};
+
 class ProxyWindow {
  public:
   // Collective: allocates and registers the data window (`bytes`) and the
-  // control window (`control_bytes`, zeroed). Fails saying why when the GPU
+  // control window (`control_bytes`, zeroed); and `readback_bytes` of
+  // mapped host memory that kernels fill for the host to read after sync
+  // (no copy of its own). Fails saying why when the GPU
   // backend has no proxy kernels, a window exceeds what a TransferCmd
   // addresses, or COURIER_EP_LOOPBACK=1 meets a NIC backend that cannot
   // write to its own rank.
-  ProxyWindow(Context& ctx, uint64_t bytes, uint64_t control_bytes, uint32_t record_words);
+  ProxyWindow(Context& ctx, uint64_t bytes, uint64_t control_bytes, uint32_t record_words,
+              uint64_t readback_bytes = 0);
   // Collective: drains the channels, gives the windows back.
   ~ProxyWindow();
   ProxyWindow(const ProxyWindow&) = delete;
@@ -37,8 +63,11 @@ class ProxyWindow {
   const std::byte* control(uint64_t offset) const {
     return static_cast<const std::byte*>(control_host_) + offset;
   }
+  // The readback area, as the host and as the device address it.
+  const std::byte* readback() const { return static_cast<const std::byte*>(readback_.host()); }
+  void* readback_device() const { return readback_.device(); }
   // Whether the control window is mapped host memory (docs/ep.md).
-  bool control_in_host_memory() const { return control_mapped_ != nullptr; }
+  bool control_in_host_memory() const { return control_mapped_.host() != nullptr; }
   uint64_t record_bytes() const { return uint64_t{record_words_} * 4; }
   int device() const { return device_; }
   const courier_gpu_plugin_v1* ops() const { return gpu_.ops(); }
@@ -68,13 +97,13 @@ class ProxyWindow {
   DeviceBuffer memory_;
   uint32_t window_ = 0;
   // The control window: device memory (control_memory_), or mapped host
-  // memory (control_mapped_, freed by the destructor); as the host and as
-  // the device address it.
+  // memory (control_mapped_); as the host and as the device address it.
   DeviceBuffer control_memory_;
-  void* control_mapped_ = nullptr;
+  MappedHostMemory control_mapped_;
   void* control_host_ = nullptr;
   void* control_device_ = nullptr;
   uint32_t control_window_ = 0;
+  MappedHostMemory readback_;
   // channels [num_channels], then done (u32, padded), then the fences [num_channels].
   DeviceBuffer shared_;
   uint32_t num_channels_;

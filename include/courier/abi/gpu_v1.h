@@ -561,7 +561,13 @@ typedef struct courier_gpu_ep_proxy_ht_dispatch_v1 {
  * set OVERFLOW. Mirrors the status to status_host. Minor 8, wait_sends
  * nonzero: the wait also lasts until every command this rank pushed before
  * it completed (the fences its send half left), because they read the
- * caller's memory (row_source). */
+ * caller's memory (row_source). Minor 8, readback not NULL: once the
+ * wait succeeded, the records at notify_record_off (num_ranks *
+ * record_words u32) then slots[slot_tokens][num_ranks] (int32: the send
+ * half's slots) are copied to readback, memory the host reads after
+ * ep_sync (mapped host memory on a GPU), so it needs no copy of its own;
+ * plan not NULL: each rank's row count (the records' [1]) then the slots
+ * go there too (device memory: a later combine's plan). */
 typedef struct courier_gpu_ep_proxy_ht_receive_v1 {
   uint32_t struct_size;
   int32_t device;
@@ -577,6 +583,11 @@ typedef struct courier_gpu_ep_proxy_ht_receive_v1 {
   uint64_t notify_record_off, recv_meta_off;
   uint32_t meta_bytes;
   uint32_t wait_sends; /* minor 8 (reserved before) */
+  /* ---- minor 8 ---- */
+  void* readback;
+  const int32_t* slots;
+  int32_t* plan;
+  uint32_t slot_tokens, reserved8;
 } courier_gpu_ep_proxy_ht_receive_v1;
 
 /* Low-latency dispatch, send half. Pair (t, k) with e = topk_idx[t][k] >= 0

@@ -50,6 +50,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <random>
 #include <string>
 #include <unordered_map>
@@ -386,6 +387,13 @@ Outcome check_ht(courier::Context& ctx, const Shape& shape, bool bf16) {
   const DLDataType xtype = bf16 ? DLDataType{kDLBfloat, 16, 1} : DLDataType{kDLFloat, 32, 1};
   Checks c;
   uint64_t rows_checked = 0;
+  // Each call's handle and expert output, combined once more at the end.
+  struct Kept {
+    courier::ep::DispatchHandle handle;
+    std::unique_ptr<Tensor> y;
+    Inputs mine;
+  };
+  std::vector<Kept> kept;
   for (int call = 0; call < 2; ++call) {  // twice: both halves of the double buffer
     const Inputs mine = inputs_of(shape, me, hidden, topk, experts, call);
     DeviceInputs inputs(ctx, dev, mine, hidden, topk, bf16);
@@ -471,9 +479,10 @@ Outcome check_ht(courier::Context& ctx, const Shape& shape, bool bf16) {
     // Combine x * (sum of its local weights): the source gets x * (sum of all).
     std::vector<float> y(want_x.size());
     for (size_t i = 0; i < y.size(); ++i) y[i] = want_x[i] * local_weight_sum[i / hidden];
-    Tensor y_tensor(ctx, dev, xtype, {received, hidden});
-    y_tensor.set(encode(y, bf16));
-    courier::ep::CombineResult combined = buffer.combine(*y_tensor.view(), got.handle);
+    auto y_tensor =
+        std::make_unique<Tensor>(ctx, dev, xtype, std::vector<int64_t>{received, hidden});
+    y_tensor->set(encode(y, bf16));
+    courier::ep::CombineResult combined = buffer.combine(*y_tensor->view(), got.handle);
     const int wrong = combined_values_off(ctx, combined, mine, topk, hidden, bf16,
                                           bf16 ? 1e-2f : 1e-5f, bf16 ? 1e-2f : 1e-6f,
                                           [&](int t, int h) { return mine.x[t * hidden + h]; });
@@ -506,10 +515,24 @@ Outcome check_ht(courier::Context& ctx, const Shape& shape, bool bf16) {
         });
     c.expect(wrong_in_place == 0,
              fmt::format("call {}: {} values off combining recv_x in place", call, wrong_in_place));
+    kept.push_back({got.handle, std::move(y_tensor), mine});
+  }
+  // Handles of earlier dispatches, as with two micro-batches in flight
+  // (dispatch A, dispatch B, combine A, combine B): the plan on the device
+  // is then another dispatch's.
+  for (size_t k = 0; k < kept.size(); ++k) {
+    const Kept& old = kept[k];
+    courier::ep::CombineResult combined = buffer.combine(*old.y->view(), old.handle);
+    const int wrong = combined_values_off(ctx, combined, old.mine, topk, hidden, bf16,
+                                          bf16 ? 1e-2f : 1e-5f, bf16 ? 1e-2f : 1e-6f,
+                                          [&](int t, int h) { return old.mine.x[t * hidden + h]; });
+    c.expect(wrong == 0, fmt::format("call {} combined again after call {}: {} values off", k,
+                                     kept.size() - 1, wrong));
   }
   return c.outcome(
       fmt::format("2 dispatch+combine calls, {} rows checked, cached-handle padded "
-                  "dispatch equal to uncached, combine (also of recv_x in place) within {}",
+                  "dispatch equal to uncached, combine (also of recv_x in place, and with the "
+                  "older handle after the newer) within {}",
                   rows_checked, bf16 ? "1e-2 relative" : "1e-5 relative"));
 }
 
