@@ -134,6 +134,7 @@ uint32_t ProxyHighThroughput::in_place_source(uint32_t slot, const void* base, u
 }
 
 void ProxyHighThroughput::refuse(uint32_t phase, uint64_t call, const std::string& why) {
+  sends_settled_ = false;  // the refusal pushes records
   try {
     window_.clear_status();
     window_.set_refused();
@@ -224,6 +225,8 @@ DispatchResult ProxyHighThroughput::dispatch(const HtInputs& in, const DispatchA
   send.meta_bytes = meta_bytes;
   send.recv_rows = static_cast<uint32_t>(capacity);
   send.row_source = in_place_source(kDispatchX, in.x, uint64_t{in.tokens} * row_bytes);
+  send.sends_settled = sends_settled_ ? 1 : 0;
+  sends_settled_ = false;  // until this call's wait for them returned
   window_.wake_proxies();  // the kernels push commands
   window_.check(window_.ops()->ep_proxy_ht_dispatch(window_.backend(), &send), "sending the rows");
 
@@ -261,6 +264,7 @@ DispatchResult ProxyHighThroughput::dispatch(const HtInputs& in, const DispatchA
   window_.check(window_.ops()->ep_proxy_ht_receive(window_.backend(), &receive),
                 "receiving the rows");
   window_.sync("dispatch", {in.idx, in.topk, experts});
+  sends_settled_ = receive.wait_sends != 0;
 
   // The host reads the counts (to shape the outputs) and the slots (the handle's).
   std::vector<uint32_t> records(uint64_t{ranks_} * layout_.record_words);
@@ -373,6 +377,8 @@ CombineResult ProxyHighThroughput::combine(const std::byte* x, const DLDataType&
   send.counts = counts;
   send.send_off = layout_.send;
   send.recv_off = layout_.combine[parity];
+  send.sends_settled = sends_settled_ ? 1 : 0;
+  sends_settled_ = false;
   send.staging_off = layout_.staging;
   send.record_off = layout_.records[kCombine][parity];
   send.signal_off = layout_.signals[kCombine][parity];
@@ -398,6 +404,7 @@ CombineResult ProxyHighThroughput::combine(const std::byte* x, const DLDataType&
   reduce.wait_sends = send.x_source != 0 ? 1 : 0;  // the WRITEs read x
   window_.check(window_.ops()->ep_proxy_reduce(window_.backend(), &reduce), "summing the rows");
   window_.sync("combine");
+  sends_settled_ = reduce.wait_sends != 0;
   CombineResult result;
   result.combined_x = TensorView(combined_x_.data(), device_, dtype,
                                  {static_cast<int64_t>(handle.num_tokens), handle.hidden});

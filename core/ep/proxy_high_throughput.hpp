@@ -71,6 +71,9 @@ class ProxyHighThroughput {
   // GPU plugin of ABI 1.8 (docs/ep.md, "Sending in place").
   bool send_in_place_;
   bool warned_ = false;  // about a refused registration, once
+  // Every command this rank pushed has completed (the last call waited for
+  // them: wait_sends): the next send half need not wait for the send area.
+  bool sends_settled_ = true;
   // Outputs (the views returned point into them; recv_x into the data
   // window) and scratch: the slots of the last dispatch, a combine's plan
   // (counts, then send_index), a cached dispatch's is_token_in_rank.

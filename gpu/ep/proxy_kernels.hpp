@@ -549,7 +549,7 @@ COURIER_DEVICE_INLINE void ht_pack_body(const courier_gpu_ep_proxy_ht_dispatch_v
                                         const KernelThread& th, ProxyShared* sh, bool waited) {
   uint32_t t0 = 0, t1 = 0;
   block_range(th, job.tokens, &t0, &t1);
-  if (!waited) send_wait(th, job.fifo, false, 0, 0);
+  if (!waited && job.sends_settled == 0) send_wait(th, job.fifo, false, 0, 0);
   ht_count(job, th, sh, t0, t1);
   ht_slots(job, th, sh, t0, t1);
   ht_pack_range(job, th, t0, t1);
@@ -705,7 +705,7 @@ COURIER_DEVICE_INLINE void ht_dispatch_host_body(const courier_gpu_ep_proxy_ht_d
   const Proxy& f = job.fifo;
   uint32_t t0 = 0, t1 = 0;
   block_range(th, job.tokens, &t0, &t1);
-  send_wait(th, f, false, 0, 0);
+  if (job.sends_settled == 0) send_wait(th, f, false, 0, 0);
   ht_count(job, th, sh, t0, t1);
   ht_slots(job, th, sh, t0, t1);
   bool known = false, go = false;
@@ -1174,7 +1174,7 @@ COURIER_DEVICE_INLINE void combine_body(const courier_gpu_ep_proxy_combine_v1& j
   const uint64_t rb = logfmt ? COURIER_GPU_EP_LOGFMT_SLOT_BYTES(hidden) : xb, T = job.max_tokens;
   const uint32_t lane = th.lane();
   const auto* x = static_cast<const std::byte*>(job.x);
-  if (!waited) send_wait(th, f, false, 0, 0);
+  if (!waited && job.sends_settled == 0) send_wait(th, f, false, 0, 0);
   th.sync();
   // Rows [first, first + n) of x, the rows j0.. of their run to rank s,
   // into send slot `to` (or the receive slot `direct` for this rank).

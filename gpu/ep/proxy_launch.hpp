@@ -95,8 +95,10 @@ void launch(const courier_gpu_ep_proxy_refuse_v1& job, Stream stream, Mark = {})
 }
 template <class Stream, class Mark = NoMark>
 void launch(const courier_gpu_ep_proxy_ht_dispatch_v1& job, Stream stream, Mark mark = {}) {
-  proxy_send_wait_kernel<<<1, 64, 0, stream>>>(job.fifo, false, 0, 0);
-  mark("send_wait");
+  if (job.sends_settled == 0) {
+    proxy_send_wait_kernel<<<1, 64, 0, stream>>>(job.fifo, false, 0, 0);
+    mark("send_wait");
+  }
   // Blocks of at least 16 tokens: each block's records of where it starts
   // cost a pass over the tokens before it.
   proxy_ht_pack_kernel<<<blocks_for((job.tokens + 15) / 16, kProxyBlocksMax), kHtDispatchThreads, 0,
@@ -139,8 +141,10 @@ void launch(const courier_gpu_ep_proxy_ll_receive_v1& job, Stream stream, Mark m
 }
 template <class Stream, class Mark = NoMark>
 void launch(const courier_gpu_ep_proxy_combine_v1& job, Stream stream, Mark mark = {}) {
-  proxy_send_wait_kernel<<<1, 64, 0, stream>>>(job.fifo, false, 0, 0);
-  mark("send_wait");
+  if (job.sends_settled == 0) {
+    proxy_send_wait_kernel<<<1, 64, 0, stream>>>(job.fifo, false, 0, 0);
+    mark("send_wait");
+  }
   const uint32_t blocks = (job.mode & COURIER_GPU_EP_ROUTE_MASK) == COURIER_GPU_EP_ROUTE_EXPERTS
                               ? blocks_for(job.local_experts, 2 * kProxyBlocksMax)
                               : kProxyBlocksMax;

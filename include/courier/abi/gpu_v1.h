@@ -526,7 +526,9 @@ typedef struct courier_gpu_ep_proxy_refuse_v1 {
  * itself, registered as TransferCmd source row_source (Context::set_source
  * slot row_source - 1) with token t's row at t * row_bytes. The caller then
  * sets the receive job's wait_sends, so x is not reused before they are
- * done. */
+ * done. sends_settled nonzero: every command this rank pushed before has
+ * completed (the caller knows: the last call's wait_sends), so the send
+ * half does not wait for the send area. */
 typedef struct courier_gpu_ep_proxy_ht_dispatch_v1 {
   uint32_t struct_size;
   int32_t device;
@@ -545,7 +547,7 @@ typedef struct courier_gpu_ep_proxy_ht_dispatch_v1 {
   uint64_t rows_staging_off, send_meta_off, recv_meta_off;
   uint32_t meta_bytes, recv_rows;
   /* ---- minor 8 ---- */
-  uint32_t row_source, reserved8;
+  uint32_t row_source, sends_settled;
 } courier_gpu_ep_proxy_ht_dispatch_v1;
 
 /* High-throughput dispatch, receive half (minor 7; smaller jobs refused):
@@ -660,8 +662,8 @@ typedef struct courier_gpu_ep_proxy_combine_v1 {
   /* ---- minor 7 ---- */
   uint64_t x_off; /* with COURIER_GPU_EP_COMBINE_FROM_WINDOW */
   /* ---- minor 8 ---- */
-  uint32_t x_source; /* with COURIER_GPU_EP_COMBINE_FROM_WINDOW: 0 the data window */
-  uint32_t reserved8;
+  uint32_t x_source;      /* with COURIER_GPU_EP_COMBINE_FROM_WINDOW: 0 the data window */
+  uint32_t sends_settled; /* as the high-throughput dispatch's */
 } courier_gpu_ep_proxy_combine_v1;
 
 /* Combine, receive half: waits for every rank's signal, then out[t] = sum
