@@ -107,9 +107,12 @@ void launch(const courier_gpu_ep_proxy_ht_dispatch_v1& job, Stream stream, Mark 
   proxy_wait_kernel<<<1, 64, 0, stream>>>(job.fifo, job.notify_signal_off, job.notify_record_off,
                                           job.notify_target, false);
   mark("wait_counts");
-  // Enough blocks to find the runs, and all SMs for the rows this rank keeps.
+  // Enough blocks to find the runs, and all SMs for the rows this rank
+  // keeps (none with loopback: each block costs the last one's wait).
   const uint32_t run_blocks = (job.tokens + kHtRunTokens - 1) / kHtRunTokens;
-  const uint32_t blocks = run_blocks > kProxyBlocksMax ? run_blocks : kProxyBlocksMax;
+  const uint32_t blocks = run_blocks > kProxyBlocksMax || job.fifo.loopback != 0
+                              ? (run_blocks > 0 ? run_blocks : 1)
+                              : kProxyBlocksMax;
   proxy_ht_rows_kernel<<<blocks, kHtDispatchThreads, 0, stream>>>(job);
 }
 // `sends`: the wait also covers this rank's own WRITEs (they read the
@@ -145,9 +148,15 @@ void launch(const courier_gpu_ep_proxy_combine_v1& job, Stream stream, Mark mark
     proxy_send_wait_kernel<<<1, 64, 0, stream>>>(job.fifo, false, 0, 0);
     mark("send_wait");
   }
+  // x read in place with loopback: no block moves a row, one pushes.
+  const bool nothing_moves =
+      (job.mode & (COURIER_GPU_EP_COMBINE_FROM_WINDOW | COURIER_GPU_EP_COMBINE_LOGFMT)) ==
+          COURIER_GPU_EP_COMBINE_FROM_WINDOW &&
+      job.fifo.loopback != 0;
   const uint32_t blocks = (job.mode & COURIER_GPU_EP_ROUTE_MASK) == COURIER_GPU_EP_ROUTE_EXPERTS
                               ? blocks_for(job.local_experts, 2 * kProxyBlocksMax)
-                              : kProxyBlocksMax;
+                          : nothing_moves ? 1
+                                          : kProxyBlocksMax;
   proxy_combine_kernel<<<blocks, kProxyThreads, 0, stream>>>(job);
 }
 template <class Stream, class Mark = NoMark>
