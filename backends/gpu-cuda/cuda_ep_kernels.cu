@@ -7,6 +7,7 @@
 #include "cuda_status.hpp"
 #include "gpu/ep/direct_kernels.hpp"
 #include "gpu/ep/layout.hpp"
+#include "gpu/ep/proxy_jobs.hpp"
 #include "gpu/ep/proxy_launch.hpp"
 
 namespace courier::cuda_gpu {
@@ -171,9 +172,12 @@ int ep_reduce(const courier_gpu_ep_reduce_v1* job, cudaStream_t stream) {
 
 template <class Job>
 int ep_proxy(const Job* job, cudaStream_t stream, EpTimeline& timeline, const char* name) {
-  if (too_small(job)) return fail(-EINVAL, "ep_proxy_*: job is NULL or its struct_size too small");
+  Job full;
+  if (!device::ep::complete_job(job, &full)) {
+    return fail(-EINVAL, "ep_proxy_*: job is NULL or its struct_size too small");
+  }
   timeline.begin(stream);
-  device::ep::launch(*job, stream, [&](const char* part) {
+  device::ep::launch(full, stream, [&](const char* part) {
     if (timeline.on()) timeline.mark(stream, std::string(name) + "." + part);
   });
   timeline.mark(stream, name);

@@ -5,6 +5,7 @@
 
 #include "gpu/ep/direct_kernels.hpp"
 #include "gpu/ep/layout.hpp"
+#include "gpu/ep/proxy_jobs.hpp"
 #include "gpu/ep/proxy_launch.hpp"
 #include "hip_ep_kernels.hpp"
 #include "hip_status.hpp"
@@ -177,8 +178,11 @@ int ep_reduce(const courier_gpu_ep_reduce_v1* job, hipStream_t stream) {
 
 template <class Job>
 int ep_proxy(const Job* job, hipStream_t stream) {
-  if (too_small(job)) return fail(-EINVAL, "ep_proxy_*: job is NULL or its struct_size too small");
-  device::ep::launch(*job, stream);
+  Job full;
+  if (!device::ep::complete_job(job, &full)) {
+    return fail(-EINVAL, "ep_proxy_*: job is NULL or its struct_size too small");
+  }
+  device::ep::launch(full, stream);
   return launched("an EP proxy kernel");
 }
 

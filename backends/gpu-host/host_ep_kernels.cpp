@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "gpu/ep/layout.hpp"
+#include "gpu/ep/proxy_jobs.hpp"
 #include "gpu/ep/proxy_kernels.hpp"
 #include "host_kernel_launch.hpp"
 
@@ -45,12 +46,13 @@ void proxy_kernel(const courier_host_thread_v1* thread, void* arg) {
 template <class Job>
 int run_proxy(const Job* job, const char* name, uint32_t blocks, uint32_t threads,
               void (*body)(const void*, const KernelThread&, ProxyShared*), std::string* error) {
-  if (job == nullptr || job->struct_size < sizeof *job) {
+  Job full;
+  if (!device::ep::complete_job(job, &full)) {
     *error = std::string(name) + ": job is NULL or its struct_size is too small";
     return -EINVAL;
   }
   std::vector<ProxyShared> shared(blocks);
-  ProxyLaunch arg{job, shared.data(), body};
+  ProxyLaunch arg{&full, shared.data(), body};
   courier_host_kernel_launch_v1 launch{};
   launch.struct_size = sizeof launch;
   launch.grid_dim = blocks;

@@ -97,9 +97,12 @@ ProxyHighThroughput::ProxyHighThroughput(Context& ctx, const BufferOptions& opti
               options.max_topk,
               std::min<uint32_t>(options.num_experts > 0 ? options.num_experts : kDefaultMaxExperts,
                                  COURIER_GPU_EP_MAX_EXPERTS)),
-      // The readback area: the counts' records, then the slots.
+      // The readback area (a plugin of minor 8 fills it): the counts'
+      // records, then the slots.
       window_(ctx, layout_.total, layout_.control_bytes, layout_.record_words,
-              4ull * ranks_ * (layout_.record_words + uint64_t{options.max_tokens_per_rank})),
+              ContextInternals::gpu(ctx).plugin().abi_minor >= 8
+                  ? 4ull * ranks_ * (layout_.record_words + uint64_t{options.max_tokens_per_rank})
+                  : 0),
       send_in_place_(can_send_in_place(ctx)) {
   const uint64_t rows = uint64_t{ranks_} * options.max_tokens_per_rank;
   const uint64_t row_bytes = uint64_t{options.hidden} * options.element_bytes;
@@ -119,8 +122,14 @@ ProxyHighThroughput::ProxyHighThroughput(Context& ctx, const BufferOptions& opti
 
 uint32_t ProxyHighThroughput::in_place_source(uint32_t slot, const void* base, uint64_t bytes) {
   if (!send_in_place_ || base == nullptr || bytes == 0) return 0;
+  // Context::set_source: nothing may still read the registration it replaces.
+  if (source_busy_[slot]) {
+    window_.settle_sends();
+    source_busy_[slot] = false;
+  }
   try {
     ctx_.set_source(slot, base, bytes);
+    source_busy_[slot] = true;  // until the call's wait for its WRITEs returned
     return slot + 1;
   } catch (const Error& e) {
     // Memory a backend cannot register (say, not from the GPU runtime's
@@ -252,7 +261,7 @@ DispatchResult ProxyHighThroughput::dispatch(const HtInputs& in, const DispatchA
   receive.wait_sends = send.row_source != 0 ? 1 : 0;  // the WRITEs read x
   // A plugin of minor 8 leaves the records and slots where the host reads
   // them without a copy (an older one ignores the fields).
-  const bool readback = ContextInternals::gpu(ctx_).plugin().abi_minor >= 8;
+  const bool readback = window_.readback() != nullptr;
   receive.readback = window_.readback_device();
   receive.slots = send.slots;
   receive.slot_tokens = in.tokens;
@@ -265,6 +274,7 @@ DispatchResult ProxyHighThroughput::dispatch(const HtInputs& in, const DispatchA
                 "receiving the rows");
   window_.sync("dispatch", {in.idx, in.topk, experts});
   sends_settled_ = receive.wait_sends != 0;
+  source_busy_[kDispatchX] = false;
 
   // The host reads the counts (to shape the outputs) and the slots (the handle's).
   std::vector<uint32_t> records(uint64_t{ranks_} * layout_.record_words);
@@ -343,6 +353,7 @@ CombineResult ProxyHighThroughput::combine(const std::byte* x, const DLDataType&
   // The last dispatch's receive kernel left its plan on the device (the
   // usual case: a combine right after its dispatch).
   if (plan != plan_held_) {
+    plan_held_.clear();  // until the copy is done
     ctx_.copy(plan_.data(), plan.data(), plan.size() * 4);
     plan_held_ = std::move(plan);
   }
@@ -405,6 +416,7 @@ CombineResult ProxyHighThroughput::combine(const std::byte* x, const DLDataType&
   window_.check(window_.ops()->ep_proxy_reduce(window_.backend(), &reduce), "summing the rows");
   window_.sync("combine");
   sends_settled_ = reduce.wait_sends != 0;
+  source_busy_[kCombineX] = false;
   CombineResult result;
   result.combined_x = TensorView(combined_x_.data(), device_, dtype,
                                  {static_cast<int64_t>(handle.num_tokens), handle.hidden});

@@ -74,6 +74,10 @@ class ProxyHighThroughput {
   // Every command this rank pushed has completed (the last call waited for
   // them: wait_sends): the next send half need not wait for the send area.
   bool sends_settled_ = true;
+  // A call that read source slot s may have left WRITEs reading it in
+  // flight (it failed before its wait for them): settled before the slot
+  // is registered again.
+  bool source_busy_[2] = {false, false};
   // Outputs (the views returned point into them; recv_x into the data
   // window) and scratch: the slots of the last dispatch, a combine's plan
   // (counts, then send_index), a cached dispatch's is_token_in_rank.

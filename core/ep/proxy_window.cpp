@@ -124,20 +124,24 @@ ProxyWindow::ProxyWindow(Context& ctx, uint64_t bytes, uint64_t control_bytes,
   control_window_ = ctx.register_window(control_host_, control_bytes);
 }
 
+void ProxyWindow::settle_sends() {
+  check(ops()->ep_sync(backend(), device_), "finishing the last call");
+  std::vector<DeviceCommandList> drains(num_channels_);
+  for (uint32_t c = 0; c < num_channels_; ++c) {
+    drains[c].channel = c;
+    TransferCmd drain;
+    encode_drain(&drain);
+    drains[c].commands.push_back(drain);
+  }
+  ctx_.run_device_commands(drains);
+}
+
 ProxyWindow::~ProxyWindow() {
   try {
     // Every command the kernels pushed (the last signals, releases) has
     // completed before the collective deregistration: none may land at a
     // peer after it gave the window up.
-    ops()->ep_sync(backend(), device_);
-    std::vector<DeviceCommandList> drains(num_channels_);
-    for (uint32_t c = 0; c < num_channels_; ++c) {
-      drains[c].channel = c;
-      TransferCmd drain;
-      encode_drain(&drain);
-      drains[c].commands.push_back(drain);
-    }
-    ctx_.run_device_commands(drains);
+    settle_sends();
   } catch (const Error&) {
     // A failed channel completes nothing more; deregister anyway.
   }

@@ -77,6 +77,9 @@ class ProxyWindow {
   // What every ep_proxy_* job carries.
   courier_gpu_ep_proxy_v1 fifo() const;
 
+  // Waits until the kernels finished and every command they pushed has
+  // completed (a drain on every channel); throws when a channel failed.
+  void settle_sends();
   // Before a call: clears a failure the last call left behind.
   void clear_status();
   // This rank refuses the call it is in (the records it sends say so).

@@ -44,15 +44,15 @@ bool target_is_write(uint32_t target) { return (target & 1) != 0; }
 // the sequence number).
 constexpr uint64_t kRouteMask = (uint64_t{1} << TransferCmd::kSeqShift) - 1;
 
-// Whether WRITE `next` may join the write `prev` starts: same route, no
-// immediate data, contiguous at both ends. Inline: the per-command check
-// that most commands fail, before coalesce() looks further.
+// Whether WRITE `next` may join the write `prev` starts: same route (and
+// so the same source), no immediate data, contiguous at both ends. Inline:
+// the per-command check that most commands fail, before coalesce() looks
+// further.
 bool continues(const TransferCmd& prev, const TransferCmd& next) {
-  constexpr uint64_t kFlagsField = ((uint64_t{1} << TransferCmd::kFlagsBits) - 1)
-                                   << TransferCmd::kFlagsShift;
+  constexpr uint64_t kImmBit = uint64_t{kCmdFlagImm} << TransferCmd::kFlagsShift;
   // The source first: commands that do not merge usually fail there.
   return uint64_t{next.src_offset()} == uint64_t{prev.src_offset()} + prev.length() &&
-         ((next.word0 ^ prev.word0) & kRouteMask) == 0 && (prev.word0 & kFlagsField) == 0 &&
+         ((next.word0 ^ prev.word0) & kRouteMask) == 0 && (prev.word0 & kImmBit) == 0 &&
          uint64_t{next.dst_offset()} == uint64_t{prev.dst_offset()} + prev.length();
 }
 
@@ -706,7 +706,7 @@ uint32_t ProxyThread::coalesce(ProxyChannel& channel, uint64_t ticket, const Tra
                                uint32_t n, TransferCmd* merged) {
   const TransferCmd& head = cmds[0];
   // A write with immediate data is one notification per command.
-  if (head.flags() != 0) return 1;
+  if ((head.flags() & kCmdFlagImm) != 0) return 1;
   const uint64_t limit =
       std::min<uint64_t>(options_.coalesce_bytes, TransferCmd::kMaxLength);  // 24-bit length
   const uint64_t src = head.src_offset();

@@ -768,7 +768,9 @@ COURIER_DEVICE_INLINE void ht_receive_body(const courier_gpu_ep_proxy_ht_receive
     if (sum > job.capacity) set_status(f.status, COURIER_GPU_EP_STATUS_OVERFLOW | f.rank);
   }
   th.sync();
-  if (go && job.readback != nullptr) {  // what the host reads: records, then slots
+  if (go && (job.readback != nullptr || job.plan != nullptr)) {
+    // What the host reads (records, then slots) and a combine's plan (row
+    // counts, then slots).
     const uint64_t record_words = uint64_t{R} * f.record_words;
     auto* out = static_cast<uint32_t*>(job.readback);
     const auto* records = reinterpret_cast<const uint32_t*>(ctl(f, job.notify_record_off));
@@ -776,12 +778,12 @@ COURIER_DEVICE_INLINE void ht_receive_body(const courier_gpu_ep_proxy_ht_receive
     const uint64_t words = record_words + uint64_t{job.slot_tokens} * R;
     for (uint64_t i = uint64_t{th.block} * th.block_dim + th.thread; i < words;
          i += uint64_t{th.grid_dim} * th.block_dim) {
-      out[i] = i < record_words ? load_u32(records + i) : slots[i - record_words];
+      const uint32_t v = i < record_words ? load_u32(records + i) : slots[i - record_words];
+      if (out != nullptr) out[i] = v;
       if (job.plan != nullptr && i >= record_words) {
-        job.plan[R + (i - record_words)] = static_cast<int32_t>(slots[i - record_words]);
-      }
-      if (job.plan != nullptr && i < R) {
-        job.plan[i] = static_cast<int32_t>(load_u32(records + i * f.record_words + 1));
+        job.plan[R + (i - record_words)] = static_cast<int32_t>(v);
+      } else if (job.plan != nullptr && i % f.record_words == 1) {
+        job.plan[i / f.record_words] = static_cast<int32_t>(v);  // rank i's row count
       }
     }
   }

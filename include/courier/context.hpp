@@ -129,7 +129,9 @@ class Context {
   // instead of in its window (docs/wire-formats.md), so a kernel can send
   // from memory no window covers. The same range again costs nothing;
   // another replaces the registration: no command reading the slot may
-  // still be in flight then (drain its channels first).
+  // still be in flight then (drain its channels first). An ep::Buffer in
+  // high-throughput mode over the proxies uses slots 0 (dispatch's x) and 1
+  // (combine's input) on NIC backends with cheap_registration.
   void set_source(uint32_t slot, const void* base, size_t bytes);
 
   uint32_t num_channels() const;

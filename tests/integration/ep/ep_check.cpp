@@ -410,6 +410,11 @@ Outcome check_ht(courier::Context& ctx, const Shape& shape, bool bf16) {
     args.is_token_in_rank = in_rank.view();
     args.num_experts = experts;
     courier::ep::DispatchResult got = buffer.dispatch(args);
+    // x is the caller's again once dispatch returns (a proxy path that
+    // sends it in place has waited for its WRITEs): the peers must not see
+    // this.
+    const std::vector<float> scribble(mine.x.size(), -7.0f);
+    x.set(encode(scribble, bf16));
 
     // What should have arrived: each rank's tokens with an expert here, in order.
     std::vector<float> want_x, want_w, local_weight_sum;
@@ -459,6 +464,7 @@ Outcome check_ht(courier::Context& ctx, const Shape& shape, bool bf16) {
     // The same tokens again through the cached handle, rows padded to a
     // fixed count: the same rows, zeros after them, no topk columns.
     const int64_t worst = int64_t{ranks} * shape.max_tokens;
+    x.set(encode(mine.x, bf16));
     courier::ep::DispatchArgs cached_args;
     cached_args.x = x.view();
     cached_args.cached_handle = &got.handle;
@@ -483,6 +489,7 @@ Outcome check_ht(courier::Context& ctx, const Shape& shape, bool bf16) {
         std::make_unique<Tensor>(ctx, dev, xtype, std::vector<int64_t>{received, hidden});
     y_tensor->set(encode(y, bf16));
     courier::ep::CombineResult combined = buffer.combine(*y_tensor->view(), got.handle);
+    y_tensor->set(encode(std::vector<float>(y.size(), -7.0f), bf16));  // as x above
     const int wrong = combined_values_off(ctx, combined, mine, topk, hidden, bf16,
                                           bf16 ? 1e-2f : 1e-5f, bf16 ? 1e-2f : 1e-6f,
                                           [&](int t, int h) { return mine.x[t * hidden + h]; });
@@ -515,6 +522,7 @@ Outcome check_ht(courier::Context& ctx, const Shape& shape, bool bf16) {
         });
     c.expect(wrong_in_place == 0,
              fmt::format("call {}: {} values off combining recv_x in place", call, wrong_in_place));
+    y_tensor->set(encode(y, bf16));
     kept.push_back({got.handle, std::move(y_tensor), mine});
   }
   // Handles of earlier dispatches, as with two micro-batches in flight

@@ -28,8 +28,9 @@ constexpr uint32_t kCaps = COURIER_NIC_CAP_RMA_WRITE | COURIER_NIC_CAP_WRITE_IMM
                            COURIER_NIC_CAP_ORDERED_WRITES | COURIER_NIC_CAP_IMM_SOURCE;
 
 TransferCmd write_of(uint32_t rank, uint32_t window, uint32_t src, uint32_t dst, uint32_t length,
-                     uint32_t flags = 0) {
+                     uint32_t flags = 0, uint8_t source = 0) {
   WriteCmdArgs a;
+  a.source = source;
   a.dst_rank = rank;
   a.window = window;
   a.src_offset = src;
@@ -185,6 +186,7 @@ TEST_CASE("writes are not merged across peers, windows, gaps, immediate data or 
       {"a gap in the destination", write_of(1, 0, 256, 512, 256)},
       {"overlapping source", write_of(1, 0, 128, 256, 256)},
       {"immediate data", write_of(1, 0, 256, 256, 256, kCmdFlagImm)},
+      {"a source registration after the window", write_of(1, 0, 256, 256, 256, 0, 1)},
   };
   for (const Case& c : cases) {
     CAPTURE(c.what);
@@ -201,6 +203,17 @@ TEST_CASE("writes are not merged across peers, windows, gaps, immediate data or 
         run({write_of(1, 0, 0, 0, 256, kCmdFlagImm), write_of(1, 0, 256, 256, 256)}, 1 << 20, t);
     CHECK(o.writes.size() == 2);
     CHECK(o.coalesced == 0);
+  }
+  SUBCASE("writes reading one source registration merge; two sources do not") {
+    Recorder t;
+    Outcome o = run({write_of(1, 0, 0, 0, 256, 0, 2), write_of(1, 0, 256, 256, 256, 0, 2),
+                     write_of(1, 0, 512, 512, 256, 0, 3)},
+                    1 << 20, t);
+    REQUIRE(o.writes.size() == 2);
+    CHECK(o.writes[0].src_window == kFirstSourceWindow + 1);
+    CHECK(o.writes[0].length == 512);
+    CHECK(o.writes[1].src_window == kFirstSourceWindow + 2);
+    CHECK(o.coalesced == 1);
   }
   SUBCASE("a DRAIN between two contiguous writes separates them") {
     TransferCmd drain;

@@ -1,0 +1,58 @@
+// How GPU backends take EP proxy jobs (gpu/ep/proxy_jobs.hpp): a job from a
+// core of an older minor (shorter struct_size) is completed with zeros, a
+// job too short for the fields a backend needs is refused.
+#include <doctest/doctest.h>
+
+#include <cstddef>
+#include <cstring>
+
+#include "gpu/ep/proxy_jobs.hpp"
+
+using courier::device::ep::complete_job;
+
+TEST_CASE("a minor-7 combine job is taken, its minor-8 fields zero") {
+  courier_gpu_ep_proxy_combine_v1 job;
+  std::memset(&job, 0xAB, sizeof job);  // what lies past a shorter job in memory
+  job.struct_size = offsetof(courier_gpu_ep_proxy_combine_v1, x_source);
+  job.row_bytes = 14336;
+  job.x_off = 4096;
+  courier_gpu_ep_proxy_combine_v1 full;
+  REQUIRE(complete_job(&job, &full));
+  CHECK(full.row_bytes == 14336);
+  CHECK(full.x_off == 4096);
+  CHECK(full.x_source == 0);
+  CHECK(full.sends_settled == 0);
+}
+
+TEST_CASE("minor-7 dispatch and receive jobs are taken, their new fields zero") {
+  courier_gpu_ep_proxy_ht_dispatch_v1 dispatch;
+  std::memset(&dispatch, 0xCD, sizeof dispatch);
+  dispatch.struct_size = offsetof(courier_gpu_ep_proxy_ht_dispatch_v1, row_source);
+  courier_gpu_ep_proxy_ht_dispatch_v1 full_dispatch;
+  REQUIRE(complete_job(&dispatch, &full_dispatch));
+  CHECK(full_dispatch.row_source == 0);
+  CHECK(full_dispatch.sends_settled == 0);
+
+  courier_gpu_ep_proxy_ht_receive_v1 receive;
+  std::memset(&receive, 0xCD, sizeof receive);
+  receive.struct_size = offsetof(courier_gpu_ep_proxy_ht_receive_v1, readback);
+  receive.wait_sends = 0;  // minor 7's reserved word, zeroed by that core
+  courier_gpu_ep_proxy_ht_receive_v1 full_receive;
+  REQUIRE(complete_job(&receive, &full_receive));
+  CHECK(full_receive.readback == nullptr);
+  CHECK(full_receive.plan == nullptr);
+  CHECK(full_receive.slots == nullptr);
+  CHECK(full_receive.slot_tokens == 0);
+}
+
+TEST_CASE("a job too short for the fields a backend needs, or none, is refused") {
+  courier_gpu_ep_proxy_combine_v1 combine{};
+  combine.struct_size = offsetof(courier_gpu_ep_proxy_combine_v1, x_off);  // minor 6
+  courier_gpu_ep_proxy_combine_v1 full;
+  CHECK_FALSE(complete_job(&combine, &full));
+  courier_gpu_ep_proxy_reduce_v1 reduce{};
+  reduce.struct_size = sizeof reduce - 8;  // no appended fields: all required
+  courier_gpu_ep_proxy_reduce_v1 full_reduce;
+  CHECK_FALSE(complete_job(&reduce, &full_reduce));
+  CHECK_FALSE(complete_job<courier_gpu_ep_proxy_reduce_v1>(nullptr, &full_reduce));
+}
