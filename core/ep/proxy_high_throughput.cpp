@@ -26,10 +26,15 @@ uint64_t target_of(uint64_t call) { return (call / 2 + 1) * uint64_t{COURIER_GPU
 // Context source slots of the tensors sent in place.
 constexpr uint32_t kDispatchX = 0, kCombineX = 1;
 
+// GPU ABI 1.8: sources, readback and plan in the high-throughput jobs.
+bool speaks_minor8(const Context& ctx) {
+  return ContextInternals::gpu(ctx).plugin().abi_minor >= 8;
+}
+
 bool can_send_in_place(const Context& ctx) {
   return ContextInternals::config(ctx).ep_send_in_place &&
          (ContextInternals::nic(ctx).props().caps & COURIER_NIC_CAP_CHEAP_REGISTRATION) != 0 &&
-         ContextInternals::gpu(ctx).plugin().abi_minor >= 8;
+         speaks_minor8(ctx);
 }
 
 }  // namespace
@@ -100,7 +105,7 @@ ProxyHighThroughput::ProxyHighThroughput(Context& ctx, const BufferOptions& opti
       // The readback area (a plugin of minor 8 fills it): the counts'
       // records, then the slots.
       window_(ctx, layout_.total, layout_.control_bytes, layout_.record_words,
-              ContextInternals::gpu(ctx).plugin().abi_minor >= 8
+              speaks_minor8(ctx)
                   ? 4ull * ranks_ * (layout_.record_words + uint64_t{options.max_tokens_per_rank})
                   : 0),
       send_in_place_(can_send_in_place(ctx)) {
