@@ -30,6 +30,7 @@ struct ProxyLaunch {
   const void* job;
   ProxyShared* shared;  // one per block
   void (*body)(const void* job, const KernelThread& thread, ProxyShared* shared);
+  uint64_t* waited_ns;  // one per block (thread 0's waits), or null: no timeline
 };
 
 void proxy_kernel(const courier_host_thread_v1* thread, void* arg) {
@@ -40,26 +41,37 @@ void proxy_kernel(const courier_host_thread_v1* thread, void* arg) {
   th.block_dim = thread->block_dim;
   th.grid_dim = thread->grid_dim;
   th.host = thread;
+  if (launch.waited_ns != nullptr && thread->thread_idx == 0) {
+    th.waited_ns = launch.waited_ns + thread->block_idx;
+  }
   launch.body(launch.job, th, launch.shared + thread->block_idx);
 }
 
 template <class Job>
-int run_proxy(const Job* job, const char* name, uint32_t blocks, uint32_t threads,
+int run_proxy(const Job* job, const char* name, const EpOptions& options, uint32_t blocks,
               void (*body)(const void*, const KernelThread&, ProxyShared*), std::string* error) {
   Job full;
   if (!device::ep::complete_job(job, &full)) {
     *error = std::string(name) + ": job is NULL or its struct_size is too small";
     return -EINVAL;
   }
+  const bool timed = options.timeline != nullptr && options.timeline->on();
   std::vector<ProxyShared> shared(blocks);
-  ProxyLaunch arg{&full, shared.data(), body};
+  std::vector<uint64_t> waited(timed ? blocks : 0, 0);
+  ProxyLaunch arg{&full, shared.data(), body, timed ? waited.data() : nullptr};
   courier_host_kernel_launch_v1 launch{};
   launch.struct_size = sizeof launch;
   launch.grid_dim = blocks;
-  launch.block_dim = threads;
+  launch.block_dim = options.threads;
   launch.fn = proxy_kernel;
   launch.arg = &arg;
-  return launch_host_kernel(launch, error);
+  const uint64_t start = timed ? device::now_ns() : 0;
+  const int rc = launch_host_kernel(launch, error);
+  if (timed) {  // the name without its "ep_proxy_"
+    options.timeline->record(std::string(name).substr(9), device::now_ns() - start,
+                             *std::max_element(waited.begin(), waited.end()));
+  }
+  return rc;
 }
 
 template <class Job>
@@ -73,23 +85,23 @@ uint32_t blocks_for(uint32_t items, uint32_t most) {
 
 }  // namespace
 
-int ep_proxy_refuse(const courier_gpu_ep_proxy_refuse_v1* job, const EpShape& shape,
+int ep_proxy_refuse(const courier_gpu_ep_proxy_refuse_v1* job, const EpOptions& options,
                     std::string* error) {
   return run_proxy(
-      job, "ep_proxy_refuse", 1, shape.threads,
+      job, "ep_proxy_refuse", options, 1,
       [](const void* j, const KernelThread& th, ProxyShared*) {
         device::ep::refuse_body(job_of<courier_gpu_ep_proxy_refuse_v1>(j), th);
       },
       error);
 }
 
-int ep_proxy_ht_dispatch(const courier_gpu_ep_proxy_ht_dispatch_v1* job, const EpShape& shape,
+int ep_proxy_ht_dispatch(const courier_gpu_ep_proxy_ht_dispatch_v1* job, const EpOptions& options,
                          std::string* error) {
   // One launch: blocks pack kHtBatch tokens at a time and push them as soon
   // as every rank's counts are in, so the proxies move rows meanwhile.
   return run_proxy(
-      job, "ep_proxy_ht_dispatch",
-      job != nullptr ? blocks_for(job->tokens / kHtBatch, shape.blocks) : 1, shape.threads,
+      job, "ep_proxy_ht_dispatch", options,
+      job != nullptr ? blocks_for(job->tokens / kHtBatch, options.blocks) : 1,
       [](const void* j, const KernelThread& th, ProxyShared* sh) {
         device::ep::ht_dispatch_host_body(job_of<courier_gpu_ep_proxy_ht_dispatch_v1>(j), th, sh,
                                           kHtBatch);
@@ -97,42 +109,42 @@ int ep_proxy_ht_dispatch(const courier_gpu_ep_proxy_ht_dispatch_v1* job, const E
       error);
 }
 
-int ep_proxy_ht_receive(const courier_gpu_ep_proxy_ht_receive_v1* job, const EpShape& shape,
+int ep_proxy_ht_receive(const courier_gpu_ep_proxy_ht_receive_v1* job, const EpOptions& options,
                         std::string* error) {
   return run_proxy(
-      job, "ep_proxy_ht_receive", shape.blocks, shape.threads,
+      job, "ep_proxy_ht_receive", options, options.blocks,
       [](const void* j, const KernelThread& th, ProxyShared* sh) {
         device::ep::ht_receive_body(job_of<courier_gpu_ep_proxy_ht_receive_v1>(j), th, sh, false);
       },
       error);
 }
 
-int ep_proxy_ll_dispatch(const courier_gpu_ep_proxy_ll_dispatch_v1* job, const EpShape& shape,
+int ep_proxy_ll_dispatch(const courier_gpu_ep_proxy_ll_dispatch_v1* job, const EpOptions& options,
                          std::string* error) {
   return run_proxy(
-      job, "ep_proxy_ll_dispatch", job != nullptr ? blocks_for(job->tokens / 16, shape.blocks) : 1,
-      shape.threads,
+      job, "ep_proxy_ll_dispatch", options,
+      job != nullptr ? blocks_for(job->tokens / 16, options.blocks) : 1,
       [](const void* j, const KernelThread& th, ProxyShared* sh) {
         device::ep::ll_dispatch_body(job_of<courier_gpu_ep_proxy_ll_dispatch_v1>(j), th, sh, false);
       },
       error);
 }
 
-int ep_proxy_ll_receive(const courier_gpu_ep_proxy_ll_receive_v1* job, const EpShape& shape,
+int ep_proxy_ll_receive(const courier_gpu_ep_proxy_ll_receive_v1* job, const EpOptions& options,
                         std::string* error) {
   return run_proxy(
-      job, "ep_proxy_ll_receive", job != nullptr ? blocks_for(job->local_experts, shape.blocks) : 1,
-      shape.threads,
+      job, "ep_proxy_ll_receive", options,
+      job != nullptr ? blocks_for(job->local_experts, options.blocks) : 1,
       [](const void* j, const KernelThread& th, ProxyShared* sh) {
         device::ep::ll_receive_body(job_of<courier_gpu_ep_proxy_ll_receive_v1>(j), th, sh, false);
       },
       error);
 }
 
-int ep_proxy_combine(const courier_gpu_ep_proxy_combine_v1* job, const EpShape& shape,
+int ep_proxy_combine(const courier_gpu_ep_proxy_combine_v1* job, const EpOptions& options,
                      std::string* error) {
   return run_proxy(
-      job, "ep_proxy_combine", shape.blocks, shape.threads,
+      job, "ep_proxy_combine", options, options.blocks,
       [](const void* j, const KernelThread& th, ProxyShared* sh) {
         device::ep::combine_body(job_of<courier_gpu_ep_proxy_combine_v1>(j), th, sh, false);
       },
@@ -150,11 +162,11 @@ void reduce_block(const void* job, const KernelThread& th, ProxyShared* sh) {
   device::ep::reduce_body(job_of<courier_gpu_ep_proxy_reduce_v1>(job), th, sh, false);
 }
 
-int ep_proxy_reduce(const courier_gpu_ep_proxy_reduce_v1* job, const EpShape& shape,
+int ep_proxy_reduce(const courier_gpu_ep_proxy_reduce_v1* job, const EpOptions& options,
                     std::string* error) {
-  return run_proxy(job, "ep_proxy_reduce",
-                   job != nullptr ? blocks_for(job->tokens, shape.blocks) : 1, shape.threads,
-                   reduce_block, error);
+  return run_proxy(job, "ep_proxy_reduce", options,
+                   job != nullptr ? blocks_for(job->tokens, options.blocks) : 1, reduce_block,
+                   error);
 }
 
 int run_ep_layout(const courier_gpu_ep_layout_v1* job, std::string* error) {

@@ -43,11 +43,15 @@ constexpr courier_knob_v1 kKnobs[] = {
     {"COURIER_HOST_EP_THREADS", "1", "1..64",
      "CPU threads per block of gpu-host's EP proxy kernels (more than 1 runs the kernels' "
      "block-level code as a GPU would: scans, barriers, lanes sharing rows)"},
+    {"COURIER_HOST_EP_TIMELINE", "0", "0|1",
+     "print, when the backend unloads, each EP proxy kernel's median wall time and the part "
+     "spent waiting for peers and this rank's own WRITEs (stderr)"},
 };
 
 // What an initialized gpu-host keeps.
 struct HostBackend {
-  courier::host_gpu::EpShape ep;             // COURIER_HOST_EP_BLOCKS, COURIER_HOST_EP_THREADS
+  courier::host_gpu::EpTimeline timeline;    // COURIER_HOST_EP_TIMELINE
+  courier::host_gpu::EpOptions ep;           // COURIER_HOST_EP_BLOCKS, _THREADS; the timeline
   std::mutex mutex;                          // guards mapped
   std::unordered_map<void*, size_t> mapped;  // allocations from mmap, and their sizes
 
@@ -106,11 +110,24 @@ int host_init(const courier_host_services_v1* host, void** backend) {
   auto b = std::make_unique<HostBackend>();
   if (int rc = read_count(host, "COURIER_HOST_EP_BLOCKS", &b->ep.blocks); rc != 0) return rc;
   if (int rc = read_count(host, "COURIER_HOST_EP_THREADS", &b->ep.threads); rc != 0) return rc;
+  if (const char* timeline = host->get_env(host->ctx, "COURIER_HOST_EP_TIMELINE");
+      timeline != nullptr && *timeline != '\0' && std::strcmp(timeline, "0") != 0) {
+    if (std::strcmp(timeline, "1") != 0) {
+      return fail(-EINVAL, std::string("COURIER_HOST_EP_TIMELINE='") + timeline +
+                               "' is invalid: expected 0 or 1");
+    }
+    b->timeline.enable();
+  }
+  b->ep.timeline = &b->timeline;
   *backend = b.release();
   return 0;
 }
 
-void host_fini(void* backend) { delete static_cast<HostBackend*>(backend); }
+void host_fini(void* backend) {
+  const std::string timeline = as_host(backend).timeline.summary();
+  if (!timeline.empty()) std::fputs(timeline.c_str(), stderr);
+  delete static_cast<HostBackend*>(backend);
+}
 
 const char* host_last_error(void*) { return g_last_error.c_str(); }
 
@@ -209,7 +226,7 @@ int host_ep_sync(void*, int device) {
   return device == 0 ? 0 : fail(-ENODEV, "device " + std::to_string(device) + " does not exist");
 }
 
-template <class Job, int (*Run)(const Job*, const courier::host_gpu::EpShape&, std::string*)>
+template <class Job, int (*Run)(const Job*, const courier::host_gpu::EpOptions&, std::string*)>
 int host_ep_proxy(void* backend, const Job* job) {
   std::string error;
   const int rc = Run(job, static_cast<HostBackend*>(backend)->ep, &error);

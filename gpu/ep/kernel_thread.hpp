@@ -32,6 +32,7 @@ inline constexpr uint32_t kLanes = 1;
 struct KernelThread {
   uint32_t block = 0, thread = 0, block_dim = 1, grid_dim = 1;
   const courier_host_thread_v1* host = nullptr;  // gpu-host: the launcher's thread
+  uint64_t* waited_ns = nullptr;  // gpu-host's timeline: this block's time in waits (WaitClock)
 
   COURIER_DEVICE_INLINE void sync() const {
 #if defined(COURIER_GPU_DEVICE_PASS)
@@ -46,6 +47,24 @@ struct KernelThread {
   COURIER_DEVICE_INLINE uint32_t groups() const {
     return block_dim / kLanes > 0 ? block_dim / kLanes : 1;
   }
+};
+
+// Adds the time a wait took to the block's total where gpu-host keeps its
+// timeline (COURIER_HOST_EP_TIMELINE); on a GPU, nothing.
+struct WaitClock {
+#if defined(COURIER_GPU_DEVICE_PASS)
+  COURIER_DEVICE_INLINE explicit WaitClock(const KernelThread&) {}
+#else
+  explicit WaitClock(const KernelThread& th)
+      : total(th.waited_ns), start(total != nullptr ? now_ns() : 0) {}
+  ~WaitClock() {
+    if (total != nullptr) *total += now_ns() - start;
+  }
+  WaitClock(const WaitClock&) = delete;
+  WaitClock& operator=(const WaitClock&) = delete;
+  uint64_t* total;
+  uint64_t start;
+#endif
 };
 
 #if defined(__CUDACC__) || defined(__HIPCC__)

@@ -274,6 +274,7 @@ COURIER_DEVICE_INLINE bool wait_word(const Proxy& f, const uint64_t* word, uint6
 
 COURIER_DEVICE_INLINE void send_wait(const KernelThread& th, const Proxy& f, bool release,
                                      uint64_t release_off, uint64_t release_target) {
+  const WaitClock clock(th);
   for (uint32_t d = th.thread; release && d < f.num_ranks; d += th.block_dim) {
     wait_word(f, reinterpret_cast<const uint64_t*>(ctl(f, release_off + d * 8ull)), release_target,
               d);
@@ -291,6 +292,7 @@ COURIER_DEVICE_INLINE void send_wait(const KernelThread& th, const Proxy& f, boo
 COURIER_DEVICE_INLINE bool wait_all(const KernelThread& th, const Proxy& f, uint64_t signal_off,
                                     uint64_t record_off, uint64_t target,
                                     bool sends = false) {  // always true
+  const WaitClock clock(th);
   if (status_of(f) == 0) {
     for (uint32_t r = th.thread; r < f.num_ranks; r += th.block_dim) {
       if (!wait_word(f, reinterpret_cast<const uint64_t*>(ctl(f, signal_off + r * 8ull)), target,
