@@ -48,7 +48,7 @@ constexpr uint64_t kRouteMask = (uint64_t{1} << TransferCmd::kSeqShift) - 1;
 // so the same source), no immediate data, contiguous at both ends. Inline:
 // the per-command check that most commands fail, before coalesce() looks
 // further.
-bool continues(const TransferCmd& prev, const TransferCmd& next) {
+[[gnu::always_inline]] inline bool continues(const TransferCmd& prev, const TransferCmd& next) {
   constexpr uint64_t kImmBit = uint64_t{kCmdFlagImm} << TransferCmd::kFlagsShift;
   // The source first: commands that do not merge usually fail there.
   return uint64_t{next.src_offset()} == uint64_t{prev.src_offset()} + prev.length() &&
@@ -452,7 +452,7 @@ std::string ProxyThread::stall_report(uint64_t now, uint32_t* suspect_out) const
                           completed);
       continue;
     }
-    uint32_t peer = target_peer(c->target[completed & (c->target.size() - 1)]);
+    uint32_t peer = target_peer(c->target[completed & c->target_mask]);
     bool posted = true;
     for (const PendingPost& p : pending_) {
       if (p.channel == c && completed >= p.ticket + p.done && completed < p.ticket + p.count) {
@@ -625,22 +625,31 @@ bool ProxyThread::dequeue_and_post() {
     // This thread is the only writer: no locked instruction needed.
     channel->commands.store(channel->commands.load(std::memory_order_relaxed) + n,
                             std::memory_order_relaxed);
+    // Nothing refused and no BARRIER held: WRITEs go straight to the
+    // transport (kept in a local, checked per command).
+    bool direct = true;
+    const bool merging = options_.coalesce_bytes != 0;
     for (uint32_t i = 0; i < n;) {
       const TransferCmd& cmd = batch_[i];
       const uint64_t ticket = first + i;
-      if (cmd.op() == CmdOp::write && pending_.empty() && channel->held.empty()) {
+      if (direct && cmd.op() == CmdOp::write) {
         // The common case, straight to the transport.
         uint32_t count = 1;
         TransferCmd merged;
-        if (options_.coalesce_bytes != 0 && i + 1 < n && continues(cmd, batch_[i + 1])) {
+        if (merging && i + 1 < n && continues(cmd, batch_[i + 1])) {
           count = coalesce(*channel, ticket, &batch_[i], n - i, &merged);
         }
         if (count == 1) {
-          if (!post_write(*channel, cmd, ticket))
+          if (!post_write(*channel, cmd, ticket)) {
             pending_.push_back(PendingPost{channel, cmd, ticket});
+            direct = false;
+          }
         } else {
           PendingPost p{channel, merged, ticket, count};
-          if (!post(p)) pending_.push_back(p);
+          if (!post(p)) {
+            pending_.push_back(p);
+            direct = false;
+          }
         }
         i += count;
         continue;
@@ -648,6 +657,7 @@ bool ProxyThread::dequeue_and_post() {
       if (!channel->held.empty() ||
           (cmd.op() == CmdOp::barrier && !try_barrier(*channel, cmd, ticket))) {
         channel->held.push_back({cmd, ticket});
+        direct = false;
         ++i;
         continue;
       }
@@ -662,6 +672,7 @@ bool ProxyThread::dequeue_and_post() {
       }
       if (!pending_.empty() || !post(p)) pending_.push_back(p);
       i += p.count;
+      direct = pending_.empty() && channel->held.empty();
     }
     if (!pending_.empty()) {
       retry_holdoff_ = kRetryHoldoffSteps;
@@ -788,8 +799,7 @@ bool ProxyThread::post_one(ProxyChannel& channel, const TransferCmd& cmd, uint64
       if (rc == COURIER_OK) {
         if (!completes_later) {
           ++outstanding_;
-          channel.target[ticket & (channel.target.size() - 1)] =
-              pack_target(cmd.dst_rank(), 1, false);
+          channel.target[ticket & channel.target_mask] = pack_target(cmd.dst_rank(), 1, false);
         }
         return true;
       }
@@ -840,6 +850,10 @@ bool ProxyThread::poll_completions() {
   uint64_t batch_now = 0;
   // Full batches are read again at once, but not without end: a flood of
   // incoming notifications must not keep the thread from its tasks and posts.
+  // Loaded once: the calls below could change them as far as the compiler
+  // knows, and reloading costs the per-completion path.
+  const size_t channel_count = channels_.size();
+  const size_t peer_count = last_completion_ns_.size();
   for (uint32_t batches = 0; batches < kMaxPollBatchesPerStep; ++batches) {
     int n = transport_.poll(completions_.data(), options_.poll_batch);
     if (n < 0) {
@@ -863,17 +877,17 @@ bool ProxyThread::poll_completions() {
         continue;
       }
       const uint64_t slot = c.cookie >> kTicketBits;
-      if (slot >= channels_.size()) {
+      if (slot >= channel_count) {
         throw Error(fmt::format(
             "proxy thread {}: the transport completed cookie {:#x}, which names no channel of "
             "this thread",
             index_, c.cookie));
       }
       ProxyChannel& channel = *channels_[slot];
-      const uint32_t target = channel.target[c.cookie & (channel.target.size() - 1)];
+      const uint32_t target = channel.target[c.cookie & channel.target_mask];
       const uint32_t peer = target_peer(target);
       semantics_.on_user_tx(peer, target_is_write(target));
-      if (peer < last_completion_ns_.size()) {
+      if (peer < peer_count) {
         if (batch_now == 0) batch_now = device::now_ns();  // one clock read per batch
         last_completion_ns_[peer] = batch_now;
       }
@@ -883,7 +897,8 @@ bool ProxyThread::poll_completions() {
       const uint32_t count = std::max<uint32_t>(target_count(target), 1);
       if (c.status == COURIER_OK) {  // the common case, without a message
         const uint64_t ticket = ticket_of(channel.tracker.prefix(), c.cookie);
-        for (uint32_t k = 0; k < count; ++k) channel.tracker.complete(ticket + k);
+        channel.tracker.complete(ticket);
+        for (uint32_t k = 1; k < count; ++k) channel.tracker.complete(ticket + k);
       } else {
         const std::string why = "transport reported status " + std::to_string(c.status) + ": " +
                                 transport_.last_error();

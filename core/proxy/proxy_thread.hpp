@@ -33,7 +33,12 @@ namespace courier {
 // Host-side view of one FIFO channel.
 struct ProxyChannel {
   ProxyChannel(uint32_t id, TransferCmd* slots, FifoControl* control, uint32_t depth)
-      : id(id), consumer(slots, depth, id), tracker(depth), control(control), target(depth) {}
+      : id(id),
+        consumer(slots, depth, id),
+        tracker(depth),
+        control(control),
+        target(depth),
+        target_mask(depth - 1) {}
 
   uint32_t id;
   FifoConsumer consumer;
@@ -49,6 +54,7 @@ struct ProxyChannel {
   // pack_target). While a merged group is not posted yet, the slots of its
   // members hold their lengths, so it can be split again.
   std::vector<uint32_t> target;
+  uint32_t target_mask;  // target.size() - 1, kept: the per-command paths index with it
   // A BARRIER still waiting for other ranks, then the commands taken from
   // the FIFO after it (ticket order); other channels go on meanwhile.
   std::deque<std::pair<TransferCmd, uint64_t>> held;
@@ -241,7 +247,7 @@ class ProxyThread {
         semantics_.post_write(channel.id, cmd, make_cookie(channel.thread_slot, ticket), &error_);
     if (rc != COURIER_OK) return post_refused(channel, ticket, rc);
     ++outstanding_;
-    channel.target[ticket & (channel.target.size() - 1)] = pack_target(cmd.dst_rank(), 1, true);
+    channel.target[ticket & channel.target_mask] = pack_target(cmd.dst_rank(), 1, true);
     return true;
   }
   // A post that did not go through: false for -EAGAIN/-EBUSY (offer it

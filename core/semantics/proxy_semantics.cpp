@@ -53,6 +53,7 @@ ProxySemantics::ProxySemantics(ProxyTransport& transport, const SemanticsOptions
       log_(log),
       ordered_((transport.caps() & COURIER_NIC_CAP_ORDERED_WRITES) != 0),
       peers_(options.world_size),
+      peer_count_(options.world_size),
       windows_(kUserWindows),
       fault_rng_(options.fault_seed ^ (uint64_t{options.rank} << 32)) {
   const bool any_imm =

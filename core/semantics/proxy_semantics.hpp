@@ -88,7 +88,7 @@ class ProxySemantics {
   // Inline: the proxy's per-command path.
   int post_write(uint32_t channel, const TransferCmd& cmd, uint64_t cookie, std::string* error) {
     const uint32_t peer = cmd.dst_rank();
-    if (peer >= peers_.size()) return refuse_rank("WRITE", peer, error);
+    if (peer >= peer_count_) return refuse_rank("WRITE", peer, error);
     Peer& p = peers_[peer];
     WriteRequest write;
     write.peer = peer;
@@ -123,7 +123,7 @@ class ProxySemantics {
   // The proxy hands over: TX completions of user commands (fence
   // accounting), internal TX completions and every RX_IMM completion.
   void on_user_tx(uint32_t peer, bool was_write) {  // per command: inline
-    if (was_write && peer < peers_.size() && peers_[peer].writes_in_flight > 0) {
+    if (was_write && peer < peer_count_ && peers_[peer].writes_in_flight > 0) {
       --peers_[peer].writes_in_flight;
     }
   }
@@ -202,6 +202,7 @@ class ProxySemantics {
   bool ordered_;
   bool tag_writes_;
   std::vector<Peer> peers_;
+  uint32_t peer_count_;  // peers_.size(), for the per-command paths (no division by sizeof(Peer))
   struct LocalWindow {
     std::byte* base = nullptr;
     uint64_t bytes = 0;

@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <deque>
 #include <mutex>
@@ -38,6 +39,7 @@ class ScriptedTransport final : public ProxyTransport {
       *error = "scripted failure";
       return -EIO;
     }
+    accepted.fetch_add(1);
     // The cookie carries the channel's slot in the proxy (bits 48 and up).
     posted.push_back(
         {static_cast<uint32_t>(cookie >> 48), static_cast<uint32_t>(write.dst_offset)});
@@ -58,6 +60,7 @@ class ScriptedTransport final : public ProxyTransport {
     return static_cast<int>(n);
   }
   std::string last_error() const override { return "none"; }
+  std::atomic<uint64_t> accepted{0};  // writes taken, readable while the proxy runs
 
   uint64_t attempts = 0;
   uint64_t eagain_every = 0;
@@ -245,21 +248,24 @@ TEST_CASE("a BARRIER waiting for another rank holds back only its own channel") 
   options.semantics.channels = 2;
   std::vector<ProxyChannel*> mine = {fx.proxy_channels[0].get(), fx.proxy_channels[1].get()};
   ProxyThread proxy(0, transport, mine, options, fx.log);
-  proxy.start();
 
   DeviceChannel& ch0 = fx.rings[0]->ch;
   DeviceChannel& ch1 = fx.rings[1]->ch;
   TransferCmd barrier;
   REQUIRE(encode_barrier(42, &barrier) == CmdStatus::ok);
   uint64_t barrier_ticket = 0;
+  // Both before the proxy starts: it takes them in one batch, and the WRITE
+  // must wait behind the BARRIER all the same.
   REQUIRE(device::push(ch0, barrier, &barrier_ticket) == PushStatus::ok);
   REQUIRE(device::push(ch0, write_cmd(1, 7, 16), nullptr) == PushStatus::ok);  // behind it
+  proxy.start();
   // Channel 1 moves on while channel 0 waits.
   for (uint32_t i = 0; i < 100; ++i) {
     REQUIRE(device::push(ch1, write_cmd(1, 100 + i, 16), nullptr) == PushStatus::ok);
   }
   CHECK(device::drain(ch1) == PushStatus::ok);
   CHECK_FALSE(device::is_complete(ch0, barrier_ticket));
+  CHECK(transport.accepted.load() == 100);  // channel 1's, not the WRITE behind the BARRIER
 
   // Rank 1 arrives with the same epoch: the barrier completes, then the
   // write behind it is posted.
