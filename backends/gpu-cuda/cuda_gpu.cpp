@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <mutex>
 #include <new>
 #include <string>
@@ -24,6 +25,7 @@
 #include "cuda_ep_kernels.hpp"
 #include "cuda_selftest_kernels.hpp"
 #include "cuda_status.hpp"
+#include "gpu/ep_streams.hpp"
 
 namespace {
 
@@ -46,9 +48,9 @@ struct CudaBackend {
                                    unsigned long long) = nullptr;
   CUresult (*get_address_range)(CUdeviceptr*, size_t*, CUdeviceptr) = nullptr;
   CUresult (*get_error_name)(CUresult, const char**) = nullptr;
-  // The EP direct path's stream per device, made at first use.
-  std::mutex ep_streams_lock;
-  std::vector<cudaStream_t> ep_streams;
+  // Per device, the EP kernels' stream: the backend's own or the caller's
+  // (ep_set_stream). Made once the device count is known.
+  std::unique_ptr<courier::device::EpStreams<cudaStream_t>> ep_streams;
   courier::cuda_gpu::EpTimeline timeline;  // COURIER_CUDA_EP_TIMELINE
 };
 
@@ -140,13 +142,14 @@ int cuda_init(const courier_host_services_v1* host, void** backend) {
     }
     find_dmabuf_support(b);
   }
+  b->ep_streams = std::make_unique<courier::device::EpStreams<cudaStream_t>>(b->device_count);
   *backend = b;
   return 0;
 }
 
 void cuda_fini(void* backend) {
   CudaBackend* b = as_backend(backend);
-  for (cudaStream_t stream : b->ep_streams) {
+  for (cudaStream_t stream : b->ep_streams->own()) {
     if (stream != nullptr) cudaStreamDestroy(stream);
   }
   delete b;
@@ -377,41 +380,53 @@ int cuda_run_ep_layout(void*, const courier_gpu_ep_layout_v1* job) {
   return courier::cuda_gpu::run_ep_layout(job);
 }
 
-// The EP stream of `device`, current on this thread; NULL after fail().
-cudaStream_t ep_stream(void* backend, int device) {
+// The EP stream of `device` (the caller's where one was chosen: NULL is
+// CUDA's default stream), the device current on this thread; *ok false
+// after fail().
+cudaStream_t ep_stream(void* backend, int device, bool* ok) {
   CudaBackend* b = as_backend(backend);
-  if (select_device(b, device) != 0) return nullptr;
-  std::lock_guard<std::mutex> lock(b->ep_streams_lock);
-  if (b->ep_streams.empty()) b->ep_streams.assign(static_cast<size_t>(b->device_count), nullptr);
-  cudaStream_t& stream = b->ep_streams[static_cast<size_t>(device)];
-  if (stream == nullptr && courier::cuda_gpu::make_ep_stream(device, &stream) != 0) return nullptr;
+  cudaStream_t stream = nullptr;
+  *ok = select_device(b, device) == 0 &&
+        b->ep_streams->get(device, courier::cuda_gpu::make_ep_stream, &stream);
   return stream;
+}
+
+int cuda_ep_set_stream(void* backend, int device, int caller, void* stream) {
+  CudaBackend* b = as_backend(backend);
+  if (caller != 0 && caller != 1) {
+    return fail(-EINVAL, "ep_set_stream: caller must be 0 (the backend's stream) or 1, got " +
+                             std::to_string(caller));
+  }
+  if (select_device(b, device) != 0) return -ENODEV;
+  b->ep_streams->choose(device, caller == 1, static_cast<cudaStream_t>(stream));
+  return 0;
 }
 
 // One entry point per EP kernel: the job's device's EP stream.
 template <class Job, int (*Enqueue)(const Job*, cudaStream_t)>
 int enqueue_ep(void* backend, const Job* job) {
   if (job == nullptr) return fail(-EINVAL, "EP kernel: job is NULL");
-  cudaStream_t stream = ep_stream(backend, job->device);
-  return stream == nullptr ? -EIO : Enqueue(job, stream);
+  bool ok = false;
+  cudaStream_t stream = ep_stream(backend, job->device, &ok);
+  return !ok ? -EIO : Enqueue(job, stream);
 }
 
 // A proxy-path job on the device's EP stream, its kernels in the timeline.
 template <class Job, const char* Name>
 int enqueue_proxy(void* backend, const Job* job) {
   if (job == nullptr) return fail(-EINVAL, "EP kernel: job is NULL");
-  cudaStream_t stream = ep_stream(backend, job->device);
-  return stream == nullptr
-             ? -EIO
-             : courier::cuda_gpu::ep_proxy(job, stream, as_backend(backend)->timeline, Name);
+  bool ok = false;
+  cudaStream_t stream = ep_stream(backend, job->device, &ok);
+  return !ok ? -EIO : courier::cuda_gpu::ep_proxy(job, stream, as_backend(backend)->timeline, Name);
 }
 constexpr char kRefuse[] = "refuse", kHtDispatch[] = "ht_dispatch", kHtReceive[] = "ht_receive",
                kLlDispatch[] = "ll_dispatch", kLlReceive[] = "ll_receive", kCombine[] = "combine",
                kReduce[] = "reduce";
 
 int cuda_ep_sync(void* backend, int device) {
-  cudaStream_t stream = ep_stream(backend, device);
-  if (stream == nullptr) return -EIO;
+  bool ok = false;
+  cudaStream_t stream = ep_stream(backend, device, &ok);
+  if (!ok) return -EIO;
   const cudaError_t rc = cudaStreamSynchronize(stream);
   if (rc == cudaSuccess) as_backend(backend)->timeline.synced();
   return rc == cudaSuccess ? 0 : fail(rc, "waiting for the EP stream");
@@ -463,6 +478,7 @@ const courier_gpu_plugin_v1 kPlugin = {
     enqueue_proxy<courier_gpu_ep_proxy_ll_receive_v1, kLlReceive>,
     enqueue_proxy<courier_gpu_ep_proxy_combine_v1, kCombine>,
     enqueue_proxy<courier_gpu_ep_proxy_reduce_v1, kReduce>,
+    cuda_ep_set_stream,
 };
 
 }  // namespace

@@ -12,12 +12,14 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <mutex>
 #include <new>
 #include <string>
 #include <vector>
 
 #include "courier/abi/gpu_v1.h"
+#include "gpu/ep_streams.hpp"
 #include "hip_ep_kernels.hpp"
 #include "hip_selftest_kernels.hpp"
 #include "hip_status.hpp"
@@ -31,9 +33,9 @@ struct HipBackend {
   int warp_size = 64;  // CDNA wavefront; replaced by device 0's when there is one
   std::string no_device_reason;
   std::string device_name;
-  // The EP direct path's stream per device, made at first use.
-  std::mutex ep_streams_lock;
-  std::vector<hipStream_t> ep_streams;
+  // Per device, the EP kernels' stream: the backend's own or the caller's
+  // (ep_set_stream). Made once the device count is known.
+  std::unique_ptr<courier::device::EpStreams<hipStream_t>> ep_streams;
 };
 
 HipBackend* as_backend(void* backend) { return static_cast<HipBackend*>(backend); }
@@ -69,13 +71,14 @@ int hip_init(const courier_host_services_v1* host, void** backend) {
       if (props.warpSize > 0) b->warp_size = props.warpSize;
     }
   }
+  b->ep_streams = std::make_unique<courier::device::EpStreams<hipStream_t>>(b->device_count);
   *backend = b;
   return 0;
 }
 
 void hip_fini(void* backend) {
   HipBackend* b = as_backend(backend);
-  for (hipStream_t stream : b->ep_streams) {
+  for (hipStream_t stream : b->ep_streams->own()) {
     if (stream != nullptr) (void)hipStreamDestroy(stream);
   }
   delete b;
@@ -287,28 +290,41 @@ int hip_run_command_lists(void*, courier_gpu_command_lists_v1* job) {
   return courier::hip_gpu::run_command_lists(job);
 }
 
-// The EP stream of `device`, current on this thread; NULL after fail().
-hipStream_t ep_stream(void* backend, int device) {
+// The EP stream of `device` (the caller's where one was chosen: NULL is
+// HIP's default stream), the device current on this thread; *ok false
+// after fail().
+hipStream_t ep_stream(void* backend, int device, bool* ok) {
   HipBackend* b = as_backend(backend);
-  if (select_device(b, device) != 0) return nullptr;
-  std::lock_guard<std::mutex> lock(b->ep_streams_lock);
-  if (b->ep_streams.empty()) b->ep_streams.assign(static_cast<size_t>(b->device_count), nullptr);
-  hipStream_t& stream = b->ep_streams[static_cast<size_t>(device)];
-  if (stream == nullptr && courier::hip_gpu::make_ep_stream(device, &stream) != 0) return nullptr;
+  hipStream_t stream = nullptr;
+  *ok = select_device(b, device) == 0 &&
+        b->ep_streams->get(device, courier::hip_gpu::make_ep_stream, &stream);
   return stream;
+}
+
+int hip_ep_set_stream(void* backend, int device, int caller, void* stream) {
+  HipBackend* b = as_backend(backend);
+  if (caller != 0 && caller != 1) {
+    return fail(-EINVAL, "ep_set_stream: caller must be 0 (the backend's stream) or 1, got " +
+                             std::to_string(caller));
+  }
+  if (select_device(b, device) != 0) return -ENODEV;
+  b->ep_streams->choose(device, caller == 1, static_cast<hipStream_t>(stream));
+  return 0;
 }
 
 // One entry point per direct-path kernel: the job's device's EP stream.
 template <class Job, int (*Enqueue)(const Job*, hipStream_t)>
 int enqueue_ep(void* backend, const Job* job) {
   if (job == nullptr) return fail(-EINVAL, "EP kernel: job is NULL");
-  hipStream_t stream = ep_stream(backend, job->device);
-  return stream == nullptr ? -EIO : Enqueue(job, stream);
+  bool ok = false;
+  hipStream_t stream = ep_stream(backend, job->device, &ok);
+  return !ok ? -EIO : Enqueue(job, stream);
 }
 
 int hip_ep_sync(void* backend, int device) {
-  hipStream_t stream = ep_stream(backend, device);
-  if (stream == nullptr) return -EIO;
+  bool ok = false;
+  hipStream_t stream = ep_stream(backend, device, &ok);
+  if (!ok) return -EIO;
   const hipError_t rc = hipStreamSynchronize(stream);
   return rc == hipSuccess ? 0 : fail(rc, "waiting for the EP stream");
 }
@@ -353,6 +369,7 @@ const courier_gpu_plugin_v1 kPlugin = {
     enqueue_ep<courier_gpu_ep_proxy_ll_receive_v1, courier::hip_gpu::ep_proxy>,
     enqueue_ep<courier_gpu_ep_proxy_combine_v1, courier::hip_gpu::ep_proxy>,
     enqueue_ep<courier_gpu_ep_proxy_reduce_v1, courier::hip_gpu::ep_proxy>,
+    hip_ep_set_stream,
 };
 
 }  // namespace

@@ -226,6 +226,18 @@ int host_ep_sync(void*, int device) {
   return device == 0 ? 0 : fail(-ENODEV, "device " + std::to_string(device) + " does not exist");
 }
 
+// The kernels run on the calling thread before their entries return: there
+// is no stream to choose, only the backend's "own".
+int host_ep_set_stream(void*, int device, int caller, void*) {
+  if (device != 0) return fail(-ENODEV, "device " + std::to_string(device) + " does not exist");
+  if (caller != 0) {
+    return fail(-EINVAL,
+                "gpu-host has no streams: its EP kernels run on the calling thread before each "
+                "call returns");
+  }
+  return 0;
+}
+
 template <class Job, int (*Run)(const Job*, const courier::host_gpu::EpOptions&, std::string*)>
 int host_ep_proxy(void* backend, const Job* job) {
   std::string error;
@@ -276,6 +288,7 @@ const courier_gpu_plugin_v1 kPlugin = {
     host_ep_proxy<courier_gpu_ep_proxy_ll_receive_v1, courier::host_gpu::ep_proxy_ll_receive>,
     host_ep_proxy<courier_gpu_ep_proxy_combine_v1, courier::host_gpu::ep_proxy_combine>,
     host_ep_proxy<courier_gpu_ep_proxy_reduce_v1, courier::host_gpu::ep_proxy_reduce>,
+    host_ep_set_stream,
 };
 
 }  // namespace

@@ -39,6 +39,15 @@ struct Buffer::Impl {
     }
   }
 
+  // The caller's stream may go once the Buffer does, before the windows'
+  // teardown syncs: back to the backend's own (every call has finished).
+  ~Impl() {
+    if (caller_stream && gpu.has_minor9())
+      (void)gpu.ops()->ep_set_stream(gpu.handle(), device, 0, nullptr);
+  }
+  Impl(const Impl&) = delete;
+  Impl& operator=(const Impl&) = delete;
+
   LowLatency& ll(const char* call) const {
     if (!low_latency) {
       fail(
@@ -59,6 +68,16 @@ struct Buffer::Impl {
     return *high_throughput;
   }
 
+  // Before a call's kernels: the device's EP stream is this Buffer's choice
+  // (another Buffer on the device may have chosen another since).
+  void select_stream() const {
+    if (!gpu.has_minor9()) return;  // only the backend's own stream
+    if (gpu.ops()->ep_set_stream(gpu.handle(), device, caller_stream ? 1 : 0, stream) != 0) {
+      fail("ep::Buffer: GPU backend '{}' cannot run EP kernels on {}: {}", gpu.plugin().name,
+           caller_stream ? "the caller's stream" : "its own stream", gpu.last_error());
+    }
+  }
+
   // Zeroes `bytes` of device memory at `ptr`.
   void clear(void* ptr, size_t bytes) const {
     std::vector<std::byte> zeros(bytes);
@@ -72,6 +91,8 @@ struct Buffer::Impl {
   BufferOptions options;
   DeviceBuffer scratch;  // first_invalid of the layout kernel
   const char* transport = "proxy";
+  bool caller_stream = false;  // set_stream: the kernels go to `stream`
+  void* stream = nullptr;
   std::unique_ptr<HighThroughput> high_throughput;
   std::unique_ptr<LowLatency> low_latency;
 };
@@ -96,22 +117,68 @@ TensorView& TensorView::operator=(const TensorView& other) {
 }
 
 DispatchResult Buffer::dispatch(const DispatchArgs& args) {
-  return impl_->ht("dispatch").dispatch(args);
+  HighThroughput& ht = impl_->ht("dispatch");
+  impl_->select_stream();
+  return ht.dispatch(args);
 }
 
 CombineResult Buffer::combine(const DLTensor& x, const DispatchHandle& handle) {
-  return impl_->ht("combine").combine(x, handle);
+  HighThroughput& ht = impl_->ht("combine");
+  impl_->select_stream();
+  return ht.combine(x, handle);
 }
 
 LowLatencyDispatchResult Buffer::low_latency_dispatch(const LowLatencyDispatchArgs& args) {
-  return impl_->ll("low_latency_dispatch").dispatch(args);
+  LowLatency& ll = impl_->ll("low_latency_dispatch");
+  impl_->select_stream();
+  LowLatencyDispatchResult result = ll.dispatch(args);
+  if (result.recv_hook) {  // its kernels go where this Buffer's go when it runs
+    result.recv_hook = [impl = impl_.get(), hook = std::move(result.recv_hook)] {
+      impl->select_stream();
+      hook();
+    };
+  }
+  return result;
 }
 
 CombineResult Buffer::low_latency_combine(const DLTensor& x, const DLTensor& topk_idx,
                                           const DLTensor& topk_weights,
                                           const LowLatencyHandle& handle,
                                           const LowLatencyCombineOptions& options) {
-  return impl_->ll("low_latency_combine").combine(x, topk_idx, topk_weights, handle, options);
+  LowLatency& ll = impl_->ll("low_latency_combine");
+  impl_->select_stream();
+  return ll.combine(x, topk_idx, topk_weights, handle, options);
+}
+
+void Buffer::set_stream(void* stream) {
+  Impl& s = *impl_;
+  if (!s.gpu.has_minor9()) {
+    fail(
+        "ep::Buffer::set_stream: GPU backend '{}' ({}) speaks GPU ABI 1.{}, older than "
+        "ep_set_stream (1.9): its EP kernels run on its own stream only",
+        s.gpu.plugin().name, s.gpu.plugin().path, s.gpu.plugin().abi_minor);
+  }
+  const bool was = s.caller_stream;
+  void* const before = s.stream;
+  s.caller_stream = true;
+  s.stream = stream;
+  try {
+    s.select_stream();  // says now, on this rank, when the backend cannot
+  } catch (const Error&) {
+    s.caller_stream = was;
+    s.stream = before;
+    throw;
+  }
+}
+
+bool Buffer::can_set_stream() const {
+  return impl_->gpu.has_minor9() && impl_->device_type != kDLCPU;
+}
+
+void Buffer::use_own_stream() {
+  impl_->caller_stream = false;
+  impl_->stream = nullptr;
+  impl_->select_stream();
 }
 
 Buffer::Buffer(Context& context, const BufferOptions& options)

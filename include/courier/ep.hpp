@@ -194,6 +194,21 @@ class Buffer {
                                     const DLTensor& topk_weights, const LowLatencyHandle& handle,
                                     const LowLatencyCombineOptions& options = {});
 
+  // Where the Buffer's kernels run (docs/ep.md, "Streams"). From now on
+  // every call enqueues them on `stream`, the GPU runtime's own handle (a
+  // cudaStream_t or hipStream_t; nullptr is the runtime's default stream),
+  // behind the work already queued there: inputs written on that stream
+  // need no host synchronization first. Calls still return once their work
+  // ran. Local (not collective). Throws naming the GPU backend where it has
+  // no streams (gpu-host) or its plugin predates GPU ABI 1.9.
+  void set_stream(void* stream);
+  // Back to the Buffer's own stream (the default): calls are then ordered
+  // after nothing the caller queued, so its inputs must be complete.
+  void use_own_stream();
+  // Whether set_stream can succeed: a GPU backend with streams (not
+  // gpu-host) whose plugin speaks GPU ABI 1.9.
+  bool can_set_stream() const;
+
   int num_ranks() const;
   int rank() const;
   // How dispatch and combine move rows: "direct" (GPU kernels store into

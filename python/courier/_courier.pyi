@@ -256,6 +256,18 @@ class EpBuffer:
         Where tensors must live, as (DLPack device type, device id): (1, 0) is the CPU.
         """
 
+    def set_stream(self, stream: int) -> None:
+        """
+        Run the Buffer's kernels on the GPU runtime's stream with this handle (torch.cuda.Stream.cuda_stream; 0 is the default stream) from now on, behind the work queued there; calls still return once their work ran.
+        """
+
+    def use_own_stream(self) -> None:
+        """Back to the Buffer's own stream (the default)."""
+
+    @property
+    def can_set_stream(self) -> bool:
+        """Whether set_stream can succeed (a GPU backend with streams, GPU ABI 1.9)."""
+
     def get_dispatch_layout(self, topk_idx: object, num_experts: int, num_tokens_per_rank: object, num_tokens_per_expert: object, is_token_in_rank: object) -> None:
         """
         Fill the caller's num_tokens_per_rank [ranks] int32, num_tokens_per_expert [experts] int32 and is_token_in_rank [tokens, ranks] bool from topk_idx.

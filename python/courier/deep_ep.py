@@ -110,14 +110,28 @@ class _Kind:
         self.device = like.device if self.torch is not None else None
 
     def wait_for_producer(self, previous_event: Optional["EventOverlap"] = None) -> None:
-        """Courier's kernels run on their own stream: let the caller's stream
+        """For kernels on a stream of their own: let the caller's stream
         finish writing the inputs first, and the work `previous_event` stands
-        for (recorded on any stream)."""
+        for (recorded on any stream), on the host."""
         if previous_event is not None and previous_event.event is not None and hasattr(
                 previous_event.event, "synchronize"):
             previous_event.event.synchronize()
         if self.torch is not None and self.device.type == "cuda":
             self.torch.cuda.current_stream(self.device).synchronize()
+
+    def order_after_producer(self, native: _courier.EpBuffer,
+                             previous_event: Optional["EventOverlap"] = None) -> None:
+        """Before a call of `native`: its kernels go on the caller's current
+        stream, behind the inputs' producers, and behind `previous_event`
+        (a wait on the GPU, not the host). Where the backend has no streams
+        (gpu-host, or an older GPU plugin), wait_for_producer instead."""
+        if (self.torch is None or self.device.type != "cuda" or not native.can_set_stream):
+            self.wait_for_producer(previous_event)
+            return
+        stream = self.torch.cuda.current_stream(self.device)
+        if previous_event is not None and previous_event.event is not None:
+            stream.wait_event(previous_event.event)
+        native.set_stream(stream.cuda_stream)
 
     def event(self, async_finish: bool) -> "EventOverlap":
         """With async_finish, an event after the work queued so far on the
@@ -835,7 +849,6 @@ class Buffer:
             raise ValueError(f"dispatch: num_worst_tokens must be >= 0, got {num_worst_tokens!r}")
         x, x_scales = x if isinstance(x, tuple) else (x, None)
         kind = _Kind(x, "dispatch: x")
-        kind.wait_for_producer(previous_event)
         # DeepEP's scale formats: float32 in any layout (column-major
         # included), or UE8M0 int32 [tokens, ceil(hidden / 512)]; Courier's
         # kernels take row-major float32 [tokens, hidden / 128], and the
@@ -855,6 +868,7 @@ class Buffer:
                 raise ValueError("dispatch: with a handle (cached mode) topk_idx and topk_weights "
                                  "must be None")
             buffer = self._handle_buffer(handle, "dispatch")
+            kind.order_after_producer(buffer, previous_event)
             out = buffer.dispatch(_to_courier(x, "x"), _to_courier(x_scales, "x_scales"),
                                   cached_handle=handle.native)
             recv_x = kind.padded(kind.owned(out.recv_x), num_worst_tokens, 0, "dispatch")
@@ -877,8 +891,11 @@ class Buffer:
         args = (_to_courier(x, "x"), _to_courier(x_scales, "x_scales"),
                 _to_courier(topk_idx, "topk_idx"), _to_courier(topk_weights, "topk_weights"),
                 _to_courier(is_token_in_rank, "is_token_in_rank"), num_experts)
-        buffer, capacity, out = self._high_throughput(x, topk, num_experts,
-                                                      lambda b: b.dispatch(*args))
+        def run(native: _courier.EpBuffer) -> Any:
+            kind.order_after_producer(native, previous_event)
+            return native.dispatch(*args)
+
+        buffer, capacity, out = self._high_throughput(x, topk, num_experts, run)
         # num_worst_tokens pads the copies (Courier's rows stay unpadded).
         worst = num_worst_tokens
         recv_x = kind.padded(kind.owned(out.recv_x), worst, 0, "dispatch")
@@ -965,7 +982,7 @@ class Buffer:
             raise ValueError(f"combine: config must be a Config, got {type(config).__name__}")
         buffer = self._handle_buffer(handle, "combine")
         kind = _Kind(x, "combine: x")
-        kind.wait_for_producer(previous_event)
+        kind.order_after_producer(buffer, previous_event)
         if handle.num_worst_tokens > 0 and _rows(x) == handle.num_worst_tokens:
             # recv_x was padded to num_worst_tokens rows; as with DeepEP the
             # padding rows of x are ignored (leading rows stay contiguous).
@@ -1104,9 +1121,9 @@ class Buffer:
                 f"low_latency_dispatch: the receive hook of low-latency dispatch {number - 2} has "
                 "not run, and this dispatch would reuse its receive buffer: call each hook "
                 "before the next-but-one dispatch (at most two may await their hooks)")
-        kind.wait_for_producer()
         buffer = self._low_latency(x, int(num_max_dispatch_tokens_per_rank), int(num_experts),
                                    int(topk_idx.shape[1]), bool(use_fp8))
+        kind.order_after_producer(buffer)
         out = buffer.low_latency_dispatch(_to_courier(x, "x"), _to_courier(topk_idx, "topk_idx"),
                                           use_fp8=bool(use_fp8),
                                           return_recv_hook=bool(return_recv_hook),
@@ -1137,6 +1154,7 @@ class Buffer:
             out = pending.pop()
             waiting.pop(number, None)
             if out.has_recv_hook:
+                kind.order_after_producer(buffer)  # the stream current when the hook runs
                 out.recv_hook()
             kind.copy_into(recv_count, out.packed_recv_count)
             # Each expert's rows past its count hold nothing (as with DeepEP,
@@ -1224,7 +1242,7 @@ class Buffer:
         if zero_copy and handle.combine_buffer is not None:
             x = handle.combine_buffer  # where the caller wrote the rows
         kind = _Kind(x, "low_latency_combine: x")
-        kind.wait_for_producer()
+        kind.order_after_producer(handle.buffer)
         ref = handle.buffer.low_latency_combine(_to_courier(x, "x"), _to_courier(topk_idx, "topk_idx"),
                                            _to_courier(topk_weights, "topk_weights"),
                                            handle.native, use_logfmt=bool(use_logfmt))

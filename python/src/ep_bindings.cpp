@@ -299,6 +299,22 @@ void bind_ep(nb::module_& m) {
             return std::make_tuple(static_cast<int>(d.device_type), static_cast<int>(d.device_id));
           },
           "Where tensors must live, as (DLPack device type, device id): (1, 0) is the CPU.")
+      .def(
+          "set_stream",
+          [](EpBuffer& b, uintptr_t stream) {
+            b.get("set_stream").set_stream(reinterpret_cast<void*>(stream));
+          },
+          nb::arg("stream"),
+          "Run the Buffer's kernels on the GPU runtime's stream with this handle "
+          "(torch.cuda.Stream.cuda_stream; 0 is the default stream) from now on, behind the "
+          "work queued there; calls still return once their work ran.")
+      .def(
+          "use_own_stream", [](EpBuffer& b) { b.get("use_own_stream").use_own_stream(); },
+          "Back to the Buffer's own stream (the default).")
+      .def_prop_ro(
+          "can_set_stream",
+          [](const EpBuffer& b) { return b.get("can_set_stream").can_set_stream(); },
+          "Whether set_stream can succeed (a GPU backend with streams, GPU ABI 1.9).")
       .def("get_dispatch_layout", &get_dispatch_layout, nb::arg("topk_idx"), nb::arg("num_experts"),
            nb::arg("num_tokens_per_rank"), nb::arg("num_tokens_per_expert"),
            nb::arg("is_token_in_rank"),

@@ -7,11 +7,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/backend_instance.hpp"
@@ -141,6 +144,93 @@ TEST_CASE("memcpy_sync and mem_alloc have finished when they return") {
   CHECK(gpu.ops().mem_free(gpu.handle(), 0, dst) == 0);
   CHECK(gpu.ops().mem_free(gpu.handle(), 0, src) == 0);
 }
+
+#if defined(COURIER_GPU_TEST_CUDA)
+namespace {
+
+// A host function that holds its stream until opened (a gate).
+struct Gate {
+  std::atomic<bool> open{false};
+  static void CUDART_CB wait(void* self) {
+    while (!static_cast<Gate*>(self)->open.load()) std::this_thread::yield();
+  }
+};
+
+}  // namespace
+
+TEST_CASE("ep_set_stream: EP jobs queue behind the caller's stream, ep_sync waits for it") {
+  Gpu gpu;
+  if (!gpu.backend->has_minor9() || (gpu.backend->props().caps & COURIER_GPU_CAP_EP_DIRECT) == 0) {
+    MESSAGE("no ep_set_stream or no EP_DIRECT: skipped");
+    return;
+  }
+  constexpr size_t kBytes = 64 << 10;
+  void *src = nullptr, *fresh = nullptr, *dst = nullptr, *status = nullptr;
+  REQUIRE(gpu.ops().mem_alloc(gpu.handle(), 0, kBytes, &src) == 0);
+  REQUIRE(gpu.ops().mem_alloc(gpu.handle(), 0, kBytes, &fresh) == 0);
+  REQUIRE(gpu.ops().mem_alloc(gpu.handle(), 0, kBytes + 256, &dst) == 0);
+  REQUIRE(gpu.ops().mem_alloc(gpu.handle(), 0, 16, &status) == 0);
+  std::vector<uint32_t> old_bytes(kBytes / 4, 1), new_bytes(kBytes / 4), seen(kBytes / 4);
+  for (size_t j = 0; j < new_bytes.size(); ++j)
+    new_bytes[j] = static_cast<uint32_t>(j * 2654435761u);
+  REQUIRE(gpu.ops().memcpy_sync(gpu.handle(), src, old_bytes.data(), kBytes) == 0);
+  REQUIRE(gpu.ops().memcpy_sync(gpu.handle(), fresh, new_bytes.data(), kBytes) == 0);
+  cudaStream_t stream = nullptr;
+  REQUIRE(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) == cudaSuccess);
+  auto signal = [&](uint64_t epoch) {  // copies src into dst on the EP stream
+    courier_gpu_ep_signal_v1 job{};
+    job.struct_size = sizeof job;
+    job.num_ranks = 1;
+    job.src = src;
+    job.bytes = kBytes;
+    job.flag_off = kBytes;
+    job.epoch = epoch;
+    job.status = static_cast<uint32_t*>(status);
+    job.peers.window[0] = dst;
+    REQUIRE(gpu.ops().ep_signal(gpu.handle(), &job) == 0);
+  };
+
+  // The caller's stream: held by a gate, then the fresh bytes copied into
+  // src there; the EP job must see them, and ep_sync return only after the
+  // gate opened.
+  Gate gate;
+  REQUIRE(cudaLaunchHostFunc(stream, Gate::wait, &gate) == cudaSuccess);
+  REQUIRE(cudaMemcpyAsync(src, fresh, kBytes, cudaMemcpyDeviceToDevice, stream) == cudaSuccess);
+  REQUIRE(gpu.ops().ep_set_stream(gpu.handle(), 0, 1, stream) == 0);
+  signal(1);
+  std::atomic<bool> opened{false};
+  std::thread opener([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    opened.store(true);
+    gate.open.store(true);
+  });
+  REQUIRE(gpu.ops().ep_sync(gpu.handle(), 0) == 0);
+  CHECK_MESSAGE(opened.load(), "ep_sync returned while the caller's stream was still held");
+  opener.join();
+  REQUIRE(gpu.ops().memcpy_sync(gpu.handle(), seen.data(), dst, kBytes) == 0);
+  CHECK_MESSAGE(seen == new_bytes, "the EP job did not run behind the copy on the caller's stream");
+
+  // Back to the backend's own stream: a held caller's stream no longer
+  // holds the EP jobs.
+  Gate held;
+  REQUIRE(cudaLaunchHostFunc(stream, Gate::wait, &held) == cudaSuccess);
+  REQUIRE(gpu.ops().ep_set_stream(gpu.handle(), 0, 0, nullptr) == 0);
+  signal(2);
+  REQUIRE(gpu.ops().ep_sync(gpu.handle(), 0) == 0);
+  CHECK_MESSAGE(!held.open.load(), "the gate opened by itself");
+  held.open.store(true);
+  REQUIRE(cudaStreamSynchronize(stream) == cudaSuccess);
+
+  // Bad arguments are named.
+  CHECK(gpu.ops().ep_set_stream(gpu.handle(), 0, 2, nullptr) == -EINVAL);
+  CHECK(std::string(gpu.ops().last_error(gpu.handle())).find("caller must be 0") !=
+        std::string::npos);
+  CHECK(gpu.ops().ep_set_stream(gpu.handle(), 99, 1, stream) != 0);
+  CHECK(std::string(gpu.ops().last_error(gpu.handle())).find("99") != std::string::npos);
+  CHECK(cudaStreamDestroy(stream) == cudaSuccess);
+  for (void* p : {status, dst, fresh, src}) CHECK(gpu.ops().mem_free(gpu.handle(), 0, p) == 0);
+}
+#endif
 
 TEST_CASE("a device that does not exist is named in the error") {
   Gpu gpu;

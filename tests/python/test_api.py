@@ -100,6 +100,18 @@ def test_cxx_errors_arrive_with_their_message(buffer: deep_ep.Buffer) -> None:
         buffer.get_dispatch_layout([[0, 1]], 4)
 
 
+def test_streams_on_the_host_backend(buffer: deep_ep.Buffer) -> None:
+    """gpu-host has no streams: the native Buffer says so and refuses one,
+    naming the backend; calls then keep to the host's own order."""
+    native = buffer._layout
+    assert native.can_set_stream is False
+    with pytest.raises(courier.Error, match="gpu-host has no streams"):
+        native.set_stream(1)
+    native.use_own_stream()
+    per_rank, _, _, _, _ = buffer.get_dispatch_layout(np.array([[0, 1]], np.int64), 4)
+    assert per_rank.tolist() == [1]
+
+
 def test_single_rank_dispatch_combine(buffer: deep_ep.Buffer) -> None:
     x = np.arange(3 * 128, dtype=np.float32).reshape(3, 128)
     idx = np.array([[0, 3], [-1, 2], [1, -1]], np.int64)

@@ -16,7 +16,7 @@ extern "C" {
 #endif
 
 #define COURIER_GPU_ABI_MAJOR 1
-#define COURIER_GPU_ABI_MINOR 8
+#define COURIER_GPU_ABI_MINOR 9
 #define COURIER_GPU_SYMBOL_V1 "courier_gpu_backend_v1"
 
 /* Capability bits (courier_gpu_props_v1.caps). */
@@ -764,6 +764,18 @@ typedef struct courier_gpu_plugin_v1 {
   int (*ep_proxy_ll_receive)(void* backend, const courier_gpu_ep_proxy_ll_receive_v1* job);
   int (*ep_proxy_combine)(void* backend, const courier_gpu_ep_proxy_combine_v1* job);
   int (*ep_proxy_reduce)(void* backend, const courier_gpu_ep_proxy_reduce_v1* job);
+
+  /* ---- minor 9 (read only when header.struct_size covers it) ----
+   * Chooses the EP stream of `device`. caller = 0: the backend's own
+   * (`stream` ignored; the default). caller = 1: the runtime's stream
+   * `stream` (a cudaStream_t on CUDA, a hipStream_t on HIP; NULL is the
+   * runtime's default stream, as in its own API). The ep_* and ep_proxy_*
+   * entries enqueue on the chosen stream from then on, behind what the
+   * caller queued there before, and ep_sync waits for it; the caller keeps
+   * that stream alive while it is chosen. A backend without streams
+   * (gpu-host: its kernels run before their entries return) accepts
+   * caller = 0 only. */
+  int (*ep_set_stream)(void* backend, int device, int caller, void* stream);
 } courier_gpu_plugin_v1;
 
 typedef const courier_gpu_plugin_v1* (*courier_gpu_backend_v1_fn)(void);

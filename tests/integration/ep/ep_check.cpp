@@ -253,6 +253,9 @@ struct Shape {
   int topk = 4;
   int experts_per_rank = 4;
   int experts = 0;  // when set: this many in all, instead of experts_per_rank
+  // The Buffer's kernels on the GPU runtime's default stream
+  // (Buffer::set_stream(nullptr)) instead of its own.
+  bool default_stream = false;
   int tokens_of(int rank, int call) const {
     return fewer ? tokens - 7 * rank - 3 * call : tokens + 7 * rank + 3 * call;
   }
@@ -383,6 +386,7 @@ Outcome check_ht(courier::Context& ctx, const Shape& shape, bool bf16) {
   options.element_bytes = bf16 ? 2 : 4;
   options.max_topk = topk;
   courier::ep::Buffer buffer(ctx, options);
+  if (shape.default_stream) buffer.set_stream(nullptr);
   const DLDevice dev = buffer.device();
   const DLDataType xtype = bf16 ? DLDataType{kDLBfloat, 16, 1} : DLDataType{kDLFloat, 32, 1};
   Checks c;
@@ -701,6 +705,7 @@ Outcome check_ll(courier::Context& ctx, const Shape& shape, bool bf16) {
   const int hidden = shape.hidden, topk = shape.topk, experts = shape.experts_of(ranks),
             per = experts / ranks, max_tokens = shape.max_tokens;
   courier::ep::Buffer buffer(ctx, low_latency_options(shape, ranks, bf16 ? 2 : 4));
+  if (shape.default_stream) buffer.set_stream(nullptr);
   const DLDevice dev = buffer.device();
   const DLDataType xtype = bf16 ? DLDataType{kDLBfloat, 16, 1} : DLDataType{kDLFloat, 32, 1};
   const int64_t slots = int64_t{ranks} * max_tokens;
@@ -1101,6 +1106,22 @@ Outcome check_ll_errors(courier::Context& ctx) {
 
 }  // namespace
 
+// Buffer::set_stream: a backend with streams takes the runtime's default
+// stream (the ht-/ll-default-stream cases then run on it); gpu-host, which
+// has none, refuses a stream naming itself and keeps its own.
+Outcome check_streams(courier::ep::Buffer& buffer) {
+  Checks c;
+  if (buffer.device().device_type == kDLCPU) {
+    int not_a_stream = 0;
+    expect_error(c, "set_stream on gpu-host", "gpu-host has no streams",
+                 [&] { buffer.set_stream(&not_a_stream); });
+  } else {
+    buffer.set_stream(nullptr);
+  }
+  buffer.use_own_stream();
+  return c.outcome("set_stream and use_own_stream");
+}
+
 int main(int argc, char** argv) {
   const bool gpu_shapes = argc > 1 && std::string(argv[1]) == "--gpu-shapes";
   if (argc > 2 || (argc == 2 && !gpu_shapes)) {
@@ -1131,7 +1152,13 @@ int main(int argc, char** argv) {
     std::vector<std::pair<const char*, std::function<Outcome()>>> cases = {
         {"layout", [&] { return check_layout(ctx, buffer); }},
         {"layout-errors", [&] { return check_layout_errors(ctx, buffer); }},
+        {"streams", [&] { return check_streams(buffer); }},
     };
+    auto on_default_stream = [](Shape s) {
+      s.default_stream = true;
+      return s;
+    };
+    const bool has_streams = buffer.device().device_type != kDLCPU;
     if (gpu_shapes) {
       cases.insert(
           cases.end(),
@@ -1168,6 +1195,15 @@ int main(int argc, char** argv) {
                                     {"ll-fp8", [&] { return check_ll_fp8(ctx, shape(256)); }},
                                     {"ll-logfmt", [&] { return check_ll_logfmt(ctx, shape(512)); }},
                                 });
+    }
+    if (has_streams) {  // the same kernels on the runtime's default stream
+      cases.insert(cases.end(),
+                   {
+                       {"ht-bfloat16-default-stream",
+                        [&] { return check_ht(ctx, on_default_stream(shape(96)), true); }},
+                       {"ll-bfloat16-default-stream",
+                        [&] { return check_ll(ctx, on_default_stream(shape(64)), true); }},
+                   });
     }
     cases.emplace_back("ht-errors", [&] { return check_ht_errors(ctx); });
     cases.emplace_back("ll-errors", [&] { return check_ll_errors(ctx); });

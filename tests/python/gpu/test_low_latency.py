@@ -142,14 +142,21 @@ def calc_diff(x: torch.Tensor, y: torch.Tensor) -> float:
     return float(1 - 2 * (x * y).sum() / (x * x + y * y).sum())
 
 
-def run_case(env, suite, buffer, shape: Shape, fp8: bool, hook: bool, seed: int) -> None:
+def run_case(env, suite, buffer, shape: Shape, fp8: bool, hook: bool, seed: int,
+             side_stream: bool = False) -> None:
     found = common.Findings()
     with found.guard():
-        _run_case_body(found, env, suite, buffer, shape, fp8, hook, seed)
+        _run_case_body(found, env, suite, buffer, shape, fp8, hook, seed, side_stream)
     found.raise_if_any()
 
 
-def _run_case_body(found, env, suite, buffer, shape: Shape, fp8: bool, hook: bool, seed: int) -> None:
+# GPU cycles a side stream sleeps before it writes a dispatch's x (tens of
+# milliseconds): the call is made while its input is still being produced.
+SIDE_STREAM_SLEEP_CYCLES = 50_000_000
+
+
+def _run_case_body(found, env, suite, buffer, shape: Shape, fp8: bool, hook: bool, seed: int,
+                   side_stream: bool = False) -> None:
     R, me, T, H = env.num_ranks, env.rank, shape.num_tokens, shape.hidden
     L = shape.num_experts // R
     slots = R * shape.max_tokens
@@ -162,12 +169,28 @@ def _run_case_body(found, env, suite, buffer, shape: Shape, fp8: bool, hook: boo
     # and takes them as UE8M0 (exponent bytes, four per int32), decoded here for the checks.
     round_scale = fp8 and hook
 
-    def dispatch(x, topk_idx):
-        recv, count, handle, event, recv_hook = buffer.low_latency_dispatch(
+    def call(x, topk_idx):
+        return buffer.low_latency_dispatch(
             x, topk_idx, shape.max_tokens, shape.num_experts,
             use_fp8=fp8, async_finish=not hook, return_recv_hook=hook, round_scale=round_scale,
             use_ue8m0=round_scale,
         )
+
+    def dispatch(x, topk_idx):
+        if side_stream:
+            # x is written on another stream, behind a long sleep, and the call made on that
+            # stream right away, with no host synchronization: the dispatch must read the
+            # new x, not the zeros it held before.
+            side = torch.cuda.Stream()
+            fresh = torch.zeros_like(x)
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                torch.cuda._sleep(SIDE_STREAM_SLEEP_CYCLES)
+                fresh.copy_(x)
+                recv, count, handle, event, recv_hook = call(fresh, topk_idx)
+            torch.cuda.current_stream().wait_stream(side)
+        else:
+            recv, count, handle, event, recv_hook = call(x, topk_idx)
         if hook:
             check(callable(recv_hook), "return_recv_hook=True returned no callable hook")
             recv_hook()
@@ -355,6 +378,11 @@ def run_shape(env, suite, shape: Shape, args) -> None:
         run_case(env, suite, buffer, shape, False, False, args.seed + 1)
 
     suite.run(f"{shape}: clean_low_latency_buffer, then dispatch and combine", clean_then_dispatch)
+    for hook in (False, True):
+        suite.run(f"{shape}: x written on a side stream behind a sleep, dispatched there at once, "
+                  f"return_recv_hook={hook}",
+                  lambda: run_case(env, suite, buffer, shape, False, hook, args.seed + 2,
+                                   side_stream=True))
     del buffer
     gc.collect()
     env.barrier()
