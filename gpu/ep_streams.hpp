@@ -20,17 +20,16 @@ class EpStreams {
 
   // The stream of a valid `device` into *out (the caller's may be NULL: the
   // runtime's default stream); false when making the own one failed
-  // (make(device, &stream) returns non-zero, having said why).
+  // (make(device, &stream) returns non-zero, having said why). The own
+  // stream is made first even when the caller's is chosen: making it loads
+  // the EP kernels, and a kernel loaded lazily at its first launch could
+  // wait for an EP kernel already spinning for a peer (a hang).
   template <class Make>
   bool get(int device, Make make, Stream* out) {
     std::lock_guard<std::mutex> lock(lock_);
     const auto d = static_cast<size_t>(device);
-    if (chosen_[d]) {
-      *out = caller_[d];
-      return true;
-    }
     if (own_[d] == nullptr && make(device, &own_[d]) != 0) return false;
-    *out = own_[d];
+    *out = chosen_[d] ? caller_[d] : own_[d];
     return true;
   }
   // caller false: the backend's own stream again.

@@ -202,7 +202,11 @@ def _run_case_body(found, env, suite, buffer, shape: Shape, fp8: bool, hook: boo
             check(packed.dtype == torch.int32 and tuple(packed.shape) == (L, slots, packs),
                   f"use_ue8m0=True scales: {packed.dtype} {tuple(packed.shape)}, expected "
                   f"{(L, slots, packs)} int32")
-            exponents = packed.contiguous().view(torch.uint8)[..., : H // 128].to(torch.int32)
+            # Row-major first: with one int32 per row the column-major tensor already
+            # counts as contiguous, and its last stride is not 1.
+            row_major = torch.empty(packed.shape, dtype=packed.dtype, device=packed.device)
+            row_major.copy_(packed)
+            exponents = row_major.view(torch.uint8)[..., : H // 128].to(torch.int32)
             recv = (values, (exponents << 23).view(torch.float32))
         return recv, count, handle
 
