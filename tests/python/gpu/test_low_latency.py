@@ -19,7 +19,8 @@ without zero_copy, and with use_logfmt:
 
 The row order inside one (expert, source rank) block is not checked (DeepEP gives none):
 each row says where it came from in its first three blocks of 128 channels (source rank + 1,
-token / 128 + 1, token % 128 + 1, constants that FP8 carries exactly).
+token / 16 + 1, token % 16 + 1: constant blocks of 1..16, which FP8 carries exactly with
+amax / 448 scales and with power-of-two ones alike).
 
 Only DeepEP's public API is used, through `import courier.deep_ep as deep_ep`.
 Exit status: 0 when every case passed on every rank, 1 otherwise.
@@ -40,7 +41,8 @@ import courier.deep_ep as deep_ep
 import common
 from common import check, expect_equal, expect_within
 
-MARKER_BLOCKS = 3  # channels [0, 384): source rank + 1, token // 128 + 1, token % 128 + 1
+MARKER_BLOCKS = 3  # channels [0, 384): source rank + 1, token // 16 + 1, token % 16 + 1
+MARKER_BASE = 16  # each marker in 1..16: four significant bits at most, exact in e4m3
 MARKER_SPAN = 128
 
 
@@ -80,7 +82,8 @@ def expert_factor(global_expert: torch.Tensor) -> torch.Tensor:
 def make_x(env, shape: Shape, gen: torch.Generator) -> torch.Tensor:
     x = common.random_bf16((shape.num_tokens, shape.hidden), gen, env.device, scale=0.1)
     tokens = torch.arange(shape.num_tokens, device=env.device)
-    markers = [torch.full_like(tokens, env.rank + 1), tokens // 128 + 1, tokens % 128 + 1]
+    markers = [torch.full_like(tokens, env.rank + 1), tokens // MARKER_BASE + 1,
+               tokens % MARKER_BASE + 1]
     for block, value in enumerate(markers):
         x[:, block * MARKER_SPAN:(block + 1) * MARKER_SPAN] = value.to(torch.bfloat16).unsqueeze(1)
     return x
@@ -101,7 +104,7 @@ def decode_markers(rows: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
                 f"{block} is not one integer (max deviation {float(off.max()):.4g})")
         values.append(value.squeeze(1).to(torch.int64) - 1)
     source, high, low = values
-    return source, high * 128 + low
+    return source, high * MARKER_BASE + low
 
 
 class Inputs:
@@ -218,7 +221,7 @@ def _run_case_body(found, env, suite, buffer, shape: Shape, fp8: bool, hook: boo
     table = torch.zeros((R, T, H), dtype=torch.float32, device=env.device)
     have = torch.zeros((R, T), dtype=torch.bool, device=env.device)
     with found.section():
-        check_received(env, shape, fp8, recv, count, exp, expert_out, table, have)
+        check_received(env, shape, fp8, recv, count, exp, expert_out, table, have, round_scale)
     if round_scale:
         with found.section():
             valid = (torch.arange(R * shape.max_tokens, device=env.device).unsqueeze(0)
@@ -292,7 +295,8 @@ def _run_case_body(found, env, suite, buffer, shape: Shape, fp8: bool, hook: boo
         check(diff < limit, f"combined_x (use_logfmt): calc_diff {diff:.2e}, DeepEP's bound {limit}")
 
 
-def check_received(env, shape, fp8, recv, count, exp, expert_out, table, have) -> None:
+def check_received(env, shape, fp8, recv, count, exp, expert_out, table, have,
+                   round_scale: bool = False) -> None:
     """Checks one dispatch's outputs; fills expert_out (the stand-in experts' outputs), table
     and have (the decoded rows by source and token) for the steps after it."""
     R, me, T, H = env.num_ranks, env.rank, shape.num_tokens, shape.hidden
@@ -341,6 +345,8 @@ def check_received(env, shape, fp8, recv, count, exp, expert_out, table, have) -
     want = exp.x_all[source, token]  # [N, H] bf16
     if fp8:
         expected_scales = common.fp8_scale_reference(want)
+        if round_scale:  # DeepEP's round_scale: 2^ceil(log2(amax / 448))
+            expected_scales = torch.exp2(torch.ceil(torch.log2(expected_scales)))
         expect_within("FP8 scales", scales[valid], expected_scales, expected_scales * 2.0**-20)
         expect_within("FP8 rows (decoded)", rows, want.float(), common.fp8_error_bound(want, scales[valid]))
     else:
@@ -358,6 +364,9 @@ def check_received(env, shape, fp8, recv, count, exp, expert_out, table, have) -
 def run_shape(env, suite, shape: Shape, args) -> None:
     experts = common.ensure_ranks_divide(shape.num_experts, env.num_ranks)
     shape = Shape(shape.num_tokens, shape.max_tokens, shape.hidden, shape.num_topk, experts)
+    check(env.num_ranks < MARKER_BASE and shape.num_tokens <= MARKER_BASE * MARKER_BASE,
+          f"the markers hold fewer than {MARKER_BASE} ranks and at most "
+          f"{MARKER_BASE * MARKER_BASE} tokens")
     check(shape.hidden % 128 == 0 and shape.hidden >= MARKER_BLOCKS * MARKER_SPAN,
           f"hidden {shape.hidden}: the test needs a multiple of 128 of at least {MARKER_BLOCKS * MARKER_SPAN}")
     suite.say(f"[low_latency] shape: {shape}, ranks={env.num_ranks}")
