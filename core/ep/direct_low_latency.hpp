@@ -23,7 +23,8 @@ struct LlInputs {
   DType dtype = DType::float32;
   DLDataType x_dtype{};
   bool fp8 = false;
-  bool round_scale = false;  // with fp8: power-of-two scales
+  bool round_scale = false;      // with fp8: power-of-two scales
+  int64_t* wait_cost = nullptr;  // [ranks] int64: the receive's waits per rank (proxy path)
   CallConfig config;
 };
 

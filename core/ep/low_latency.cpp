@@ -92,8 +92,21 @@ LowLatency::Inputs LowLatency::validate(const LowLatencyDispatchArgs& args) cons
         "{} channels); hidden is {}",
         kFp8Block, kFp8Block, in.hidden);
   }
+  in.wait_cost = wait_cost_of(args.wait_cost_stats, "ep::Buffer::low_latency_dispatch");
   in.config = {in.hidden, in.fp8 ? DType::fp8_e4m3 : dtype, in.topk, options_.num_experts};
   return in;
+}
+
+int64_t* LowLatency::wait_cost_of(const DLTensor* stats, const char* call) const {
+  if (stats == nullptr) return nullptr;
+  if (direct_) {
+    fail(
+        "{}: wait_cost_stats is measured on the proxy path only; this Buffer stores directly "
+        "into its peers (COURIER_EP_TRANSPORT=proxy chooses the proxy path)",
+        call);
+  }
+  return static_cast<int64_t*>(check_tensor(stats, std::string(call) + ": wait_cost_stats",
+                                            DType::int64, {ranks_}, device_.device_type));
 }
 
 void LowLatency::refuse(uint32_t phase, const std::string& why) {
@@ -124,6 +137,7 @@ CombineResult LowLatency::combine(const DLTensor& x_tensor, const DLTensor& topk
   const std::byte* x = nullptr;
   const int64_t* idx = nullptr;
   const float* weights = nullptr;
+  int64_t* wait_cost = nullptr;
   const uint64_t slots = uint64_t{ranks_} * options_.max_tokens_per_rank;
   try {
     // Both paths read the dispatch's receive buffers and slots, which the
@@ -144,6 +158,7 @@ CombineResult LowLatency::combine(const DLTensor& x_tensor, const DLTensor& topk
     weights = static_cast<const float*>(
         check_tensor(&topk_weights_tensor, "ep::Buffer::low_latency_combine: topk_weights",
                      DType::float32, {t, k}, device_.device_type));
+    wait_cost = wait_cost_of(options.wait_cost_stats, "ep::Buffer::low_latency_combine");
     if (options.use_logfmt) {
       if ((gpu_caps_ & COURIER_GPU_CAP_EP_LOGFMT) == 0) {
         fail(
@@ -161,7 +176,7 @@ CombineResult LowLatency::combine(const DLTensor& x_tensor, const DLTensor& topk
     refuse(1, e.what());
   }
   if (direct_) return direct_->combine(x, weights, handle, calls_[1]++, options.use_logfmt);
-  return proxy_->combine(x, idx, weights, handle, calls_[1]++, options.use_logfmt);
+  return proxy_->combine(x, idx, weights, handle, calls_[1]++, options.use_logfmt, wait_cost);
 }
 
 }  // namespace courier::ep

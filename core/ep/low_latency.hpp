@@ -30,6 +30,9 @@ class LowLatency {
  private:
   using Inputs = LlInputs;
   Inputs validate(const LowLatencyDispatchArgs& args) const;
+  // The [ranks] int64 tensor of wait costs, checked, or null; the direct path
+  // refuses one, naming `call`.
+  int64_t* wait_cost_of(const DLTensor* stats, const char* call) const;
   static void check_options(const BufferOptions& options, uint32_t ranks);
   // Sends this rank's refusal of a call of `phase` to every peer, then throws.
   [[noreturn]] void refuse(uint32_t phase, const std::string& why);

@@ -174,18 +174,18 @@ LowLatencyDispatchResult ProxyLowLatency::dispatch(const LlInputs& in, bool retu
   handle.call = call;
   if (return_recv_hook) {
     // Once: a second run would release the senders a second time.
-    result.recv_hook = [this, call, ran = std::make_shared<bool>(false)] {
+    result.recv_hook = [this, call, wait_cost = in.wait_cost, ran = std::make_shared<bool>(false)] {
       if (*ran) fail("ep::Buffer: the recv_hook of low_latency_dispatch call {} ran already", call);
       *ran = true;
-      receive(call);
+      receive(call, wait_cost);
     };
   } else {
-    receive(call);
+    receive(call, in.wait_cost);
   }
   return result;
 }
 
-void ProxyLowLatency::receive(uint64_t call) {
+void ProxyLowLatency::receive(uint64_t call, int64_t* wait_cost) {
   const uint32_t parity = call & 1;
   Outputs& out = out_[parity];
   courier_gpu_ep_proxy_ll_receive_v1 job{};
@@ -207,13 +207,14 @@ void ProxyLowLatency::receive(uint64_t call) {
   job.src = static_cast<int32_t*>(out.src.data());
   job.count = static_cast<int32_t*>(out.count.data());
   job.range = static_cast<int64_t*>(out.range.data());
+  job.wait_cost = wait_cost;
   window_.check(window_.ops()->ep_proxy_ll_receive(window_.backend(), &job), "packing the rows");
   window_.sync("low_latency_dispatch", out.indices);
 }
 
 CombineResult ProxyLowLatency::combine(const std::byte* x, const int64_t* topk_idx,
                                        const float* topk_weights, const LowLatencyHandle& handle,
-                                       uint64_t call, bool logfmt) {
+                                       uint64_t call, bool logfmt, int64_t* wait_cost) {
   const uint32_t parity = call & 1;
   const Outputs& from = out_[handle.call & 1];  // the dispatch's outputs and slots
   window_.clear_status();
@@ -256,6 +257,7 @@ CombineResult ProxyLowLatency::combine(const std::byte* x, const int64_t* topk_i
   reduce.signal_off = layout_.signals[kCombine][parity];
   reduce.target = target_of(call);
   reduce.out = combined_x_.data();
+  reduce.wait_cost = wait_cost;
   window_.check(window_.ops()->ep_proxy_reduce(window_.backend(), &reduce), "summing the rows");
   window_.sync("low_latency_combine");
   CombineResult result;

@@ -41,14 +41,16 @@ class ProxyLowLatency {
   ProxyLowLatency(Context& ctx, const BufferOptions& options, DLDevice device);
 
   LowLatencyDispatchResult dispatch(const LlInputs& in, bool return_recv_hook, uint64_t call);
-  // The handle must come from one of the last two dispatches (the caller checks).
+  // The handle must come from one of the last two dispatches (the caller
+  // checks); wait_cost as LlInputs::wait_cost, for the combine's wait.
   CombineResult combine(const std::byte* x, const int64_t* topk_idx, const float* topk_weights,
-                        const LowLatencyHandle& handle, uint64_t call, bool logfmt);
+                        const LowLatencyHandle& handle, uint64_t call, bool logfmt,
+                        int64_t* wait_cost);
   // Fails call `call` of `phase` on every rank (records that say refused).
   [[noreturn]] void refuse(uint32_t phase, uint64_t call, const std::string& why);
 
  private:
-  void receive(uint64_t call);
+  void receive(uint64_t call, int64_t* wait_cost);
 
   Context& ctx_;
   BufferOptions options_;

@@ -30,6 +30,15 @@ constexpr size_t min_job_size<courier_gpu_ep_proxy_combine_v1>() {
   return offsetof(courier_gpu_ep_proxy_combine_v1, x_source);  // minor 7
 }
 
+template <>
+constexpr size_t min_job_size<courier_gpu_ep_proxy_ll_receive_v1>() {
+  return offsetof(courier_gpu_ep_proxy_ll_receive_v1, wait_cost);  // minor 8
+}
+template <>
+constexpr size_t min_job_size<courier_gpu_ep_proxy_reduce_v1>() {
+  return offsetof(courier_gpu_ep_proxy_reduce_v1, wait_cost);  // minor 8
+}
+
 // *out = `job`, the fields past its struct_size zero; false when job is
 // NULL or shorter than min_job_size.
 template <class Job>

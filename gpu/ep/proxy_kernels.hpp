@@ -289,15 +289,21 @@ COURIER_DEVICE_INLINE void send_wait(const KernelThread& th, const Proxy& f, boo
 // Every thread calls it. The receive bodies
 // wait themselves on a CPU; on a GPU a one-block kernel waits first (`waited`), because blocks
 // spinning on every SM would keep out the kernels a loopback copy or a copy-engine atomic may need.
+// `wait_cost` (GPU ABI 1.9): when not NULL, block 0 adds to wait_cost[r] the nanoseconds from
+// the start of the wait until rank r's signal was seen.
 COURIER_DEVICE_INLINE bool wait_all(const KernelThread& th, const Proxy& f, uint64_t signal_off,
-                                    uint64_t record_off, uint64_t target,
-                                    bool sends = false) {  // always true
+                                    uint64_t record_off, uint64_t target, bool sends = false,
+                                    int64_t* wait_cost = nullptr) {  // always true
   const WaitClock clock(th);
+  const uint64_t start = wait_cost != nullptr ? now_ns() : 0;
   if (status_of(f) == 0) {
     for (uint32_t r = th.thread; r < f.num_ranks; r += th.block_dim) {
       if (!wait_word(f, reinterpret_cast<const uint64_t*>(ctl(f, signal_off + r * 8ull)), target,
                      r)) {
         break;
+      }
+      if (wait_cost != nullptr && th.block == 0) {
+        fetch_add_relaxed(reinterpret_cast<uint64_t*>(wait_cost + r), now_ns() - start);
       }
       const auto* record =
           reinterpret_cast<const uint32_t*>(ctl(f, record_off + r * uint64_t{f.record_words} * 4));
@@ -327,8 +333,9 @@ COURIER_DEVICE_INLINE bool block_goes_on(const KernelThread& th, const Proxy& f,
 // block_goes_on.
 COURIER_DEVICE_INLINE bool received(const KernelThread& th, const Proxy& f, ProxyShared* sh,
                                     bool waited, uint64_t signal_off, uint64_t record_off,
-                                    uint64_t target, bool sends = false) {
-  if (!waited) wait_all(th, f, signal_off, record_off, target, sends);
+                                    uint64_t target, bool sends = false,
+                                    int64_t* wait_cost = nullptr) {
+  if (!waited) wait_all(th, f, signal_off, record_off, target, sends, wait_cost);
   return block_goes_on(th, f, sh);
 }
 
@@ -1103,7 +1110,8 @@ COURIER_DEVICE_INLINE void ll_receive_body(const courier_gpu_ep_proxy_ll_receive
   const Proxy& f = job.fifo;
   const uint32_t R = f.num_ranks, L = job.local_experts;
   const uint64_t rows_per_expert = uint64_t{R} * job.max_tokens;
-  if (received(th, f, sh, waited, job.signal_off, job.record_off, job.target)) {
+  if (received(th, f, sh, waited, job.signal_off, job.record_off, job.target, false,
+               job.wait_cost)) {
     for (uint32_t l = th.block; l < L; l += th.grid_dim) {
       // b[s]: where rank s's rows of l go in the output; a[s]: where they
       // are in its region (after its rows of experts l' < l).
@@ -1404,8 +1412,8 @@ COURIER_DEVICE_INLINE void reduce_body(const courier_gpu_ep_proxy_reduce_v1& job
   // LogFMT (minor 5): the received rows are slots to decode.
   const bool logfmt = (job.mode & COURIER_GPU_EP_COMBINE_LOGFMT) != 0;
   const uint64_t slot_bytes = logfmt ? COURIER_GPU_EP_LOGFMT_SLOT_BYTES(job.hidden) : row_bytes;
-  if (received(th, f, sh, waited, job.signal_off, job.record_off, job.target,
-               job.wait_sends != 0)) {
+  if (received(th, f, sh, waited, job.signal_off, job.record_off, job.target, job.wait_sends != 0,
+               job.wait_cost)) {
 #if defined(COURIER_GPU_DEVICE_PASS)
     // bfloat16 rows of whole 16-byte tiles, aligned at both ends: each
     // thread sums kReduceBatch tiles at once.

@@ -36,8 +36,9 @@ __global__ void proxy_ht_rows_kernel(courier_gpu_ep_proxy_ht_dispatch_v1 job) {
 // One block waits for the phase's signals; the kernel after it on the
 // stream does the work (see wait_all).
 __global__ void proxy_wait_kernel(courier_gpu_ep_proxy_v1 fifo, uint64_t signal_off,
-                                  uint64_t record_off, uint64_t target, bool sends) {
-  wait_all(this_thread(), fifo, signal_off, record_off, target, sends);
+                                  uint64_t record_off, uint64_t target, bool sends,
+                                  int64_t* wait_cost) {
+  wait_all(this_thread(), fifo, signal_off, record_off, target, sends, wait_cost);
 }
 __global__ void proxy_send_wait_kernel(courier_gpu_ep_proxy_v1 fifo, bool release,
                                        uint64_t release_off, uint64_t release_target) {
@@ -105,7 +106,7 @@ void launch(const courier_gpu_ep_proxy_ht_dispatch_v1& job, Stream stream, Mark 
                          stream>>>(job);
   mark("pack");
   proxy_wait_kernel<<<1, 64, 0, stream>>>(job.fifo, job.notify_signal_off, job.notify_record_off,
-                                          job.notify_target, false);
+                                          job.notify_target, false, nullptr);
   mark("wait_counts");
   // Enough blocks to find the runs, and all SMs for the rows this rank
   // keeps (none with loopback: each block costs the last one's wait).
@@ -117,10 +118,11 @@ void launch(const courier_gpu_ep_proxy_ht_dispatch_v1& job, Stream stream, Mark 
 }
 // `sends`: the wait also covers this rank's own WRITEs (they read the
 // caller's memory: wait_all).
+// `wait_cost`: the job's, where it has one (GPU ABI 1.9).
 template <class Job, class Stream>
-void wait_first(const Job& job, Stream stream, bool sends = false) {
+void wait_first(const Job& job, Stream stream, bool sends = false, int64_t* wait_cost = nullptr) {
   proxy_wait_kernel<<<1, 64, 0, stream>>>(job.fifo, job.signal_off, job.record_off, job.target,
-                                          sends);
+                                          sends, wait_cost);
 }
 template <class Stream, class Mark = NoMark>
 void launch(const courier_gpu_ep_proxy_ht_receive_v1& job, Stream stream, Mark mark = {}) {
@@ -137,7 +139,7 @@ void launch(const courier_gpu_ep_proxy_ll_dispatch_v1& job, Stream stream, Mark 
 }
 template <class Stream, class Mark = NoMark>
 void launch(const courier_gpu_ep_proxy_ll_receive_v1& job, Stream stream, Mark mark = {}) {
-  wait_first(job, stream);
+  wait_first(job, stream, false, job.wait_cost);
   mark("wait");
   proxy_ll_receive_kernel<<<blocks_for(job.local_experts, 4 * kProxyBlocksMax), kProxyThreads, 0,
                             stream>>>(job);
@@ -161,7 +163,7 @@ void launch(const courier_gpu_ep_proxy_combine_v1& job, Stream stream, Mark mark
 }
 template <class Stream, class Mark = NoMark>
 void launch(const courier_gpu_ep_proxy_reduce_v1& job, Stream stream, Mark mark = {}) {
-  wait_first(job, stream, job.wait_sends != 0);
+  wait_first(job, stream, job.wait_sends != 0, job.wait_cost);
   mark("wait");
   proxy_reduce_kernel<<<blocks_for(job.tokens, kReduceBlocksMax), kProxyThreads, 0, stream>>>(job);
 }

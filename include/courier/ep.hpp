@@ -115,6 +115,11 @@ struct LowLatencyDispatchArgs {
   // 2^ceil(log2(amax / 448)) (DeepEP's round_scale); needs a GPU backend
   // with the ep_fp8_pow2 capability (GPU ABI minor 4).
   bool round_scale = false;
+  // [num_ranks] int64 on the Buffer's device, or null: per rank r, the
+  // nanoseconds the receive waited for rank r's rows are added to [r]
+  // (DeepEP's dispatch_wait_recv_cost_stats, which counts GPU cycles), to
+  // find a slow rank. The proxy path only (GPU ABI 1.9).
+  const DLTensor* wait_cost_stats = nullptr;
 };
 
 // Options of low_latency_combine.
@@ -127,6 +132,9 @@ struct LowLatencyCombineOptions {
   // x, hidden a multiple of 128, and a GPU backend with the ep_logfmt
   // capability (GPU ABI 1.5). Every rank must pass the same value.
   bool use_logfmt = false;
+  // As LowLatencyDispatchArgs::wait_cost_stats, for the combine's wait
+  // (DeepEP's combine_wait_recv_cost_stats).
+  const DLTensor* wait_cost_stats = nullptr;
 };
 
 // What low_latency_combine needs: which dispatch it answers (where each of

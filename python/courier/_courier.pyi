@@ -283,10 +283,12 @@ class EpBuffer:
         Collective high-throughput combine: per token, the sum of the rows sent back.
         """
 
-    def low_latency_dispatch(self, x: object, topk_idx: object, use_fp8: bool = False, return_recv_hook: bool = False, round_scale: bool = False) -> LowLatencyOutput:
-        """Collective low-latency dispatch into per-expert rows."""
+    def low_latency_dispatch(self, x: object, topk_idx: object, use_fp8: bool = False, return_recv_hook: bool = False, round_scale: bool = False, wait_cost_stats: object | None = None) -> LowLatencyOutput:
+        """
+        Collective low-latency dispatch into per-expert rows (round_scale: power-of-two FP8 scales; wait_cost_stats: [ranks] int64 that gains the nanoseconds waited for each rank, proxy path only).
+        """
 
-    def low_latency_combine(self, x: object, topk_idx: object, topk_weights: object, handle: LowLatencyHandle, use_logfmt: bool = False) -> object:
+    def low_latency_combine(self, x: object, topk_idx: object, topk_weights: object, handle: LowLatencyHandle, use_logfmt: bool = False, wait_cost_stats: object | None = None) -> object:
         """
         Collective low-latency combine: per token, sum over k of weight * row (use_logfmt: the rows travel in LogFMT, 10 bits per value where a 128-channel block is below 1; needs the ep_logfmt capability).
         """

@@ -1124,10 +1124,15 @@ class Buffer:
         buffer = self._low_latency(x, int(num_max_dispatch_tokens_per_rank), int(num_experts),
                                    int(topk_idx.shape[1]), bool(use_fp8))
         kind.order_after_producer(buffer)
+        # The wait costs are measured on the proxy path; the direct path
+        # leaves them unchanged (docs/python.md).
+        cost = dispatch_wait_recv_cost_stats if buffer.transport == "proxy" else None
         out = buffer.low_latency_dispatch(_to_courier(x, "x"), _to_courier(topk_idx, "topk_idx"),
                                           use_fp8=bool(use_fp8),
                                           return_recv_hook=bool(return_recv_hook),
-                                          round_scale=bool(use_fp8) and bool(round_scale))
+                                          round_scale=bool(use_fp8) and bool(round_scale),
+                                          wait_cost_stats=_to_courier(
+                                              cost, "dispatch_wait_recv_cost_stats"))
         self._ll_dispatches = number
         recv_x = kind.empty_like_view(out.packed_recv_x)
         recv_scales = None
@@ -1215,6 +1220,7 @@ class Buffer:
         async_finish: bool = False,
         return_recv_hook: bool = False,
         out: Optional[Tensor] = None,
+        combine_wait_recv_cost_stats: Optional[Tensor] = None,
     ) -> Tuple[Tensor, EventOverlap, Optional[Callable[[], None]]]:
         """Collective low-latency combine: ``x`` ``[num_local_experts,
         num_ranks * num_max_dispatch_tokens_per_rank, hidden]`` bfloat16 in
@@ -1243,9 +1249,12 @@ class Buffer:
             x = handle.combine_buffer  # where the caller wrote the rows
         kind = _Kind(x, "low_latency_combine: x")
         kind.order_after_producer(handle.buffer)
+        cost = combine_wait_recv_cost_stats if handle.buffer.transport == "proxy" else None
         ref = handle.buffer.low_latency_combine(_to_courier(x, "x"), _to_courier(topk_idx, "topk_idx"),
                                            _to_courier(topk_weights, "topk_weights"),
-                                           handle.native, use_logfmt=bool(use_logfmt))
+                                           handle.native, use_logfmt=bool(use_logfmt),
+                                           wait_cost_stats=_to_courier(
+                                               cost, "combine_wait_recv_cost_stats"))
         if out is not None:
             kind.copy_into(out, ref)
             combined = out

@@ -150,13 +150,16 @@ nb::object combine(nb::handle self, nb::handle x, const ep::DispatchHandle& hand
 }
 
 LowLatencyOutput* low_latency_dispatch(nb::handle self, nb::handle x, nb::handle topk_idx,
-                                       bool use_fp8, bool return_recv_hook, bool round_scale) {
+                                       bool use_fp8, bool return_recv_hook, bool round_scale,
+                                       nb::handle wait_cost_stats) {
   EpBuffer& owner = self_of(self);
   ep::Buffer& buffer = owner.get("low_latency_dispatch");
-  ImportedTensor tx(x, "low_latency_dispatch: x"), ti(topk_idx, "low_latency_dispatch: topk_idx");
+  ImportedTensor tx(x, "low_latency_dispatch: x"), ti(topk_idx, "low_latency_dispatch: topk_idx"),
+      tc(wait_cost_stats, "low_latency_dispatch: wait_cost_stats");
   ep::LowLatencyDispatchArgs args;
   args.x = tx.get();
   args.topk_idx = ti.get();
+  args.wait_cost_stats = tc.get();
   args.use_fp8 = use_fp8;
   args.round_scale = round_scale;
   args.return_recv_hook = return_recv_hook;
@@ -180,11 +183,12 @@ LowLatencyOutput* low_latency_dispatch(nb::handle self, nb::handle x, nb::handle
 
 nb::object low_latency_combine(nb::handle self, nb::handle x, nb::handle topk_idx,
                                nb::handle topk_weights, const ep::LowLatencyHandle& handle,
-                               bool use_logfmt) {
+                               bool use_logfmt, nb::handle wait_cost_stats) {
   EpBuffer& owner = self_of(self);
   ep::Buffer& buffer = owner.get("low_latency_combine");
   ImportedTensor tx(x, "low_latency_combine: x"), ti(topk_idx, "low_latency_combine: topk_idx"),
-      tw(topk_weights, "low_latency_combine: topk_weights");
+      tw(topk_weights, "low_latency_combine: topk_weights"),
+      tc(wait_cost_stats, "low_latency_combine: wait_cost_stats");
   if (tx.get() == nullptr || ti.get() == nullptr || tw.get() == nullptr) {
     throw courier::Error("low_latency_combine: x, topk_idx and topk_weights are required");
   }
@@ -193,6 +197,7 @@ nb::object low_latency_combine(nb::handle self, nb::handle x, nb::handle topk_id
     nb::gil_scoped_release released;
     ep::LowLatencyCombineOptions options;
     options.use_logfmt = use_logfmt;
+    options.wait_cost_stats = tc.get();
     result = buffer.low_latency_combine(*tx.get(), *ti.get(), *tw.get(), handle, options);
   }
   return make_tensor_ref(result.combined_x, self, owner.live());
@@ -331,11 +336,14 @@ void bind_ep(nb::module_& m) {
            "Collective high-throughput combine: per token, the sum of the rows sent back.")
       .def("low_latency_dispatch", &low_latency_dispatch, nb::arg("x"), nb::arg("topk_idx"),
            nb::arg("use_fp8") = false, nb::arg("return_recv_hook") = false,
-           nb::arg("round_scale") = false, nb::rv_policy::take_ownership,
+           nb::arg("round_scale") = false, nb::arg("wait_cost_stats") = nb::none(),
+           nb::rv_policy::take_ownership,
            "Collective low-latency dispatch into per-expert rows (round_scale: power-of-two "
-           "FP8 scales).")
+           "FP8 scales; wait_cost_stats: [ranks] int64 that gains the nanoseconds waited for "
+           "each rank, proxy path only).")
       .def("low_latency_combine", &low_latency_combine, nb::arg("x"), nb::arg("topk_idx"),
            nb::arg("topk_weights"), nb::arg("handle"), nb::arg("use_logfmt") = false,
+           nb::arg("wait_cost_stats") = nb::none(),
            "Collective low-latency combine: per token, sum over k of weight * row "
            "(use_logfmt: the rows travel in LogFMT, 10 bits per value where a 128-channel block "
            "is below 1; needs the ep_logfmt capability).");

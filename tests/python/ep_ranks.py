@@ -603,6 +603,44 @@ def case_ll_logfmt(buffer: deep_ep.Buffer) -> str:
             "coded values within 2% of the numpy model")
 
 
+def case_ll_wait_cost(buffer: deep_ep.Buffer) -> str:
+    """dispatch_wait_recv_cost_stats and combine_wait_recv_cost_stats: the
+    last rank starts each call 50 ms late, so on every other rank its entry
+    ends largest (the order between ranks is checked, not a time)."""
+    import time
+
+    import ml_dtypes
+
+    me, ranks = buffer.rank, buffer.group_size
+    per, max_tokens, late = EXPERTS_PER_RANK, 32, ranks - 1
+    x, idx, w = inputs(me, 0, ranks)
+    dispatch_cost = np.zeros(ranks, np.int64)
+    combine_cost = np.zeros(ranks, np.int64)
+
+    def late_start() -> None:
+        buffer.context.barrier()
+        if me == late:
+            time.sleep(0.05)
+
+    for _ in range(2):
+        late_start()
+        recv, _, handle, _, _ = buffer.low_latency_dispatch(
+            x.astype(ml_dtypes.bfloat16), idx, max_tokens, per * ranks,
+            dispatch_wait_recv_cost_stats=dispatch_cost, use_fp8=False)
+        late_start()
+        buffer.low_latency_combine(recv, idx, w, handle,
+                                   combine_wait_recv_cost_stats=combine_cost)
+    for name, cost in (("dispatch", dispatch_cost), ("combine", combine_cost)):
+        check(bool((cost >= 0).all()), f"{name} wait costs {cost.tolist()} hold a negative one")
+        if me != late:
+            others = np.delete(cost, late)
+            check(bool((others < cost[late]).all()),
+                  f"{name}: rank {late} came 50 ms late twice, yet the wait costs are "
+                  f"{cost.tolist()} ns")
+    return (f"the late rank's wait cost is the largest: dispatch {dispatch_cost.tolist()}, "
+            f"combine {combine_cost.tolist()} ns")
+
+
 def case_ll_stale_hook(buffer: deep_ep.Buffer) -> str:
     """A dispatch that would reuse the receive slot of a dispatch whose hook
     has not run is refused on every rank; after the hooks run, calls work."""
@@ -675,6 +713,7 @@ CASES: Dict[str, Callable[[deep_ep.Buffer], str]] = {
     "ll-logfmt": case_ll_logfmt,
     "ll-fp8-ue8m0": case_ll_fp8_ue8m0,
     "ll-stale-hook": case_ll_stale_hook,
+    "ll-wait-cost": case_ll_wait_cost,
     "errors": case_errors,
 }
 

@@ -37,7 +37,7 @@ def test_layout_dispatch_combine(ranks: int) -> None:
 @pytest.mark.parametrize("ranks", [2, 4])
 def test_low_latency(ranks: int) -> None:
     expect_pass(ranks, ["ll", "ll-fp8", "ll-fp8-round-scale", "ll-fp8-ue8m0", "ll-stale-hook",
-                        "ll-logfmt"])
+                        "ll-logfmt", "ll-wait-cost"])
 
 
 def test_layout_across_hosts(monkeypatch) -> None:

@@ -638,6 +638,12 @@ typedef struct courier_gpu_ep_proxy_ll_receive_v1 {
   int32_t* src;
   int32_t* count;
   int64_t* range;
+  /* ---- minor 9 ---- */
+  /* Not NULL: [num_ranks] int64 in device memory; per rank r, the
+   * nanoseconds from the start of this job's wait until rank r's signal was
+   * seen are added to wait_cost[r] (DeepEP's dispatch_wait_recv_cost_stats,
+   * counted in nanoseconds where DeepEP counts GPU cycles). */
+  int64_t* wait_cost;
 } courier_gpu_ep_proxy_ll_receive_v1;
 
 /* Combine, send half: rows of x go back to the ranks they came from.
@@ -686,6 +692,8 @@ typedef struct courier_gpu_ep_proxy_reduce_v1 {
   const float* weights;    /* EXPERTS */
   uint64_t recv_off, record_off, signal_off, target;
   void* out;
+  /* ---- minor 9 ---- */
+  int64_t* wait_cost; /* as the low-latency receive's (combine_wait_recv_cost_stats) */
 } courier_gpu_ep_proxy_reduce_v1;
 
 typedef struct courier_gpu_plugin_v1 {

@@ -46,6 +46,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -53,6 +54,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -777,6 +779,72 @@ Outcome check_ll(courier::Context& ctx, const Shape& shape, bool bf16) {
                   rows_checked, bf16 ? "1e-2 relative" : "1e-5 relative"));
 }
 
+// wait_cost_stats (DeepEP's dispatch/combine_wait_recv_cost_stats): on the
+// proxy path every entry grows by a call's wait for that rank; the last rank
+// starts each call 50 ms late, so on every other rank its entry ends largest
+// (only the order between ranks is checked, not a time). The direct path
+// refuses the argument, naming it.
+Outcome check_ll_wait_cost(courier::Context& ctx, const Shape& shape) {
+  const int ranks = ctx.world_size(), me = ctx.rank(), late = ranks - 1;
+  const int hidden = shape.hidden, topk = shape.topk, experts = shape.experts_of(ranks),
+            per = experts / ranks, max_tokens = shape.max_tokens;
+  courier::ep::Buffer buffer(ctx, low_latency_options(shape, ranks, 2));
+  const DLDevice dev = buffer.device();
+  Checks c;
+  const Inputs mine = inputs_of(shape, me, hidden, topk, experts, 0);
+  DeviceInputs inputs(ctx, dev, mine, hidden, topk, true);
+  const DLDataType i64{kDLInt, 64, 1};
+  Tensor dispatch_cost(ctx, dev, i64, {ranks}), combine_cost(ctx, dev, i64, {ranks});
+  dispatch_cost.set(std::vector<int64_t>(static_cast<size_t>(ranks), 0));
+  combine_cost.set(std::vector<int64_t>(static_cast<size_t>(ranks), 0));
+  courier::ep::LowLatencyDispatchArgs args;
+  args.x = inputs.x.view();
+  args.topk_idx = inputs.idx.view();
+  args.wait_cost_stats = dispatch_cost.view();
+  if (std::string(buffer.transport()) == "direct") {
+    expect_error(
+        c, "wait_cost_stats on the direct path",
+        "wait_cost_stats is measured on the proxy path only",
+        [&] { buffer.low_latency_dispatch(args); }, kRefusal);
+    return c.outcome("refused on the direct path, naming the argument");
+  }
+  auto pause_if_late = [&] {
+    ctx.barrier();
+    if (me == late && ranks > 1) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  };
+  const int64_t slots = int64_t{ranks} * max_tokens;
+  for (int call = 0; call < 2; ++call) {
+    pause_if_late();
+    args.return_recv_hook = call == 1;
+    courier::ep::LowLatencyDispatchResult got = buffer.low_latency_dispatch(args);
+    if (got.recv_hook) got.recv_hook();
+    Tensor back(ctx, dev, DLDataType{kDLBfloat, 16, 1}, {per, slots, hidden});
+    std::vector<std::byte> rows(static_cast<size_t>(per * slots * hidden) * 2);
+    ctx.copy(rows.data(), got.packed_recv_x.tensor().data, rows.size());
+    back.set(rows);
+    courier::ep::LowLatencyCombineOptions options;
+    options.wait_cost_stats = combine_cost.view();
+    pause_if_late();
+    buffer.low_latency_combine(*back.view(), *inputs.idx.view(), *inputs.weights.view(), got.handle,
+                               options);
+  }
+  for (auto [name, tensor] : {std::pair{"dispatch", &dispatch_cost}, {"combine", &combine_cost}}) {
+    const std::vector<int64_t> cost = tensor->get<int64_t>();
+    for (int r = 0; r < ranks; ++r) {
+      c.expect(cost[r] >= 0,
+               fmt::format("{} wait cost of rank {} is negative: {}", name, r, cost[r]));
+      if (me != late && r != late) {
+        c.expect(cost[r] < cost[late],
+                 fmt::format("{}: rank {} came 50 ms late twice, yet its wait cost {} ns is not "
+                             "above rank {}'s {} ns",
+                             name, late, cost[late], r, cost[r]));
+      }
+    }
+  }
+  return c.outcome(fmt::format("2 dispatches and combines; the late rank's cost is the largest{}",
+                               ranks > 1 ? "" : " (one rank: not compared)"));
+}
+
 Outcome check_ll_fp8(courier::Context& ctx, const Shape& shape) {
   const int ranks = ctx.world_size(), me = ctx.rank();
   const int hidden = shape.hidden, topk = shape.topk, experts = shape.experts_of(ranks),
@@ -1205,6 +1273,7 @@ int main(int argc, char** argv) {
                         [&] { return check_ll(ctx, on_default_stream(shape(64)), true); }},
                    });
     }
+    cases.emplace_back("ll-wait-cost", [&] { return check_ll_wait_cost(ctx, shape(128)); });
     cases.emplace_back("ht-errors", [&] { return check_ht_errors(ctx); });
     cases.emplace_back("ll-errors", [&] { return check_ll_errors(ctx); });
     int passed = 0, failed = 0;

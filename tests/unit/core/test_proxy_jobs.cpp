@@ -50,9 +50,33 @@ TEST_CASE("a job too short for the fields a backend needs, or none, is refused")
   combine.struct_size = offsetof(courier_gpu_ep_proxy_combine_v1, x_off);  // minor 6
   courier_gpu_ep_proxy_combine_v1 full;
   CHECK_FALSE(complete_job(&combine, &full));
+  courier_gpu_ep_proxy_ll_dispatch_v1 dispatch{};
+  dispatch.struct_size = sizeof dispatch - 8;  // no appended fields: all required
+  courier_gpu_ep_proxy_ll_dispatch_v1 full_dispatch;
+  CHECK_FALSE(complete_job(&dispatch, &full_dispatch));
   courier_gpu_ep_proxy_reduce_v1 reduce{};
-  reduce.struct_size = sizeof reduce - 8;  // no appended fields: all required
+  reduce.struct_size = offsetof(courier_gpu_ep_proxy_reduce_v1, wait_cost) - 8;
   courier_gpu_ep_proxy_reduce_v1 full_reduce;
   CHECK_FALSE(complete_job(&reduce, &full_reduce));
   CHECK_FALSE(complete_job<courier_gpu_ep_proxy_reduce_v1>(nullptr, &full_reduce));
+}
+
+TEST_CASE("minor-8 low-latency receive and reduce jobs are taken, wait_cost NULL") {
+  courier_gpu_ep_proxy_ll_receive_v1 receive;
+  std::memset(&receive, 0xEF, sizeof receive);
+  receive.struct_size = offsetof(courier_gpu_ep_proxy_ll_receive_v1, wait_cost);
+  receive.local_experts = 36;
+  courier_gpu_ep_proxy_ll_receive_v1 full_receive;
+  REQUIRE(complete_job(&receive, &full_receive));
+  CHECK(full_receive.local_experts == 36);
+  CHECK(full_receive.wait_cost == nullptr);
+
+  courier_gpu_ep_proxy_reduce_v1 reduce;
+  std::memset(&reduce, 0xEF, sizeof reduce);
+  reduce.struct_size = offsetof(courier_gpu_ep_proxy_reduce_v1, wait_cost);
+  reduce.tokens = 128;
+  courier_gpu_ep_proxy_reduce_v1 full_reduce;
+  REQUIRE(complete_job(&reduce, &full_reduce));
+  CHECK(full_reduce.tokens == 128);
+  CHECK(full_reduce.wait_cost == nullptr);
 }
