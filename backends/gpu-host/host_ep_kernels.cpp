@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <string_view>
 #include <vector>
 
 #include "gpu/ep/layout.hpp"
@@ -68,7 +69,10 @@ int run_proxy(const Job* job, const char* name, const EpOptions& options, uint32
   const uint64_t start = timed ? device::now_ns() : 0;
   const int rc = launch_host_kernel(launch, error);
   if (timed) {  // the name without its "ep_proxy_"
-    options.timeline->record(std::string(name).substr(9), device::now_ns() - start,
+    constexpr std::string_view kPrefix = "ep_proxy_";
+    std::string_view label(name);
+    if (label.starts_with(kPrefix)) label.remove_prefix(kPrefix.size());
+    options.timeline->record(std::string(label), device::now_ns() - start,
                              *std::max_element(waited.begin(), waited.end()));
   }
   return rc;
