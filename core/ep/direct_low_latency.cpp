@@ -83,6 +83,7 @@ void DirectLowLatency::refuse(uint32_t phase, uint64_t call, const std::string& 
   } catch (const Error&) {
     // The refusal itself is the error worth reporting.
   }
+  if (!windows_.host_waits()) windows_.break_with(why);
   throw CallRefused(why);
 }
 

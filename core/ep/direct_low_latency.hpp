@@ -64,6 +64,9 @@ class DirectLowLatency {
                         const LowLatencyHandle& handle, uint64_t call, bool logfmt);
   // Fails call `call` of `phase` on every rank (flags marked refused).
   [[noreturn]] void refuse(uint32_t phase, uint64_t call, const std::string& why);
+  // Whether calls wait on the host for their kernels (PeerWindows::sync).
+  void set_host_waits(bool waits) { windows_.set_host_waits(waits); }
+  void synchronize() { windows_.synchronize(); }
 
  private:
   // The receive half of dispatch `call`; `waited`: its data flags were

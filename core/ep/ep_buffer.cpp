@@ -169,16 +169,35 @@ void Buffer::set_stream(void* stream) {
     s.stream = before;
     throw;
   }
+  // The caller orders its work after the calls on its stream: low-latency
+  // calls need not wait on the host (as DeepEP's).
+  if (s.low_latency) s.low_latency->set_host_waits(false);
 }
 
-bool Buffer::can_set_stream() const {
-  return impl_->gpu.has_minor9() && impl_->device_type != kDLCPU;
-}
+bool Buffer::can_set_stream() const { return impl_->gpu.has_minor9(); }
 
 void Buffer::use_own_stream() {
-  impl_->caller_stream = false;
-  impl_->stream = nullptr;
-  impl_->select_stream();
+  Impl& s = *impl_;
+  // Calls wait again; what earlier calls on the caller's stream found
+  // surfaces here rather than at a later call that waits.
+  if (s.low_latency) {
+    s.low_latency->synchronize();
+    s.low_latency->set_host_waits(true);
+  }
+  s.caller_stream = false;
+  s.stream = nullptr;
+  s.select_stream();
+}
+
+void Buffer::synchronize() {
+  Impl& s = *impl_;
+  s.select_stream();
+  if (s.low_latency) {
+    s.low_latency->synchronize();
+  } else if (s.gpu.ops()->ep_sync != nullptr &&
+             s.gpu.ops()->ep_sync(s.gpu.handle(), s.device) != 0) {
+    fail("ep::Buffer::synchronize: GPU backend '{}': {}", s.gpu.plugin().name, s.gpu.last_error());
+  }
 }
 
 Buffer::Buffer(Context& context, const BufferOptions& options)

@@ -27,6 +27,31 @@ void EpStatus::zero() {
   dirty_ = false;
 }
 
+void EpStatus::throw_if_broken() const {
+  if (!broken_.empty()) throw Error(broken_);
+}
+
+void EpStatus::break_with(const std::string& why) {
+  if (!broken_.empty()) throw Error(broken_);  // the first failure says why
+  broken_ = fmt::format(
+      "{} (this Buffer's calls do not wait on the host, so its ranks cannot agree to go on after "
+      "a failure: every later call fails too; make a new Buffer)",
+      why);
+  throw Error(broken_);
+}
+
+void EpStatus::raise_deferred() {
+  const char* what = pending_;
+  pending_ = nullptr;
+  if (mirror() == 0) return;
+  try {
+    // The call's topk_idx may be gone: the error names the index only.
+    raise_if_failed(what);
+  } catch (const Error& e) {
+    break_with(fmt::format("{} [found after the call returned]", e.what()));
+  }
+}
+
 void EpStatus::set_refused(uint32_t rank) {
   const uint32_t refused = COURIER_GPU_EP_STATUS_REFUSED_BY | rank;
   ctx_.copy(status_.data(), &refused, 4);

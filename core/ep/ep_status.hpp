@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "core/backend_instance.hpp"
 #include "courier/context.hpp"
@@ -31,16 +32,44 @@ class EpStatus {
   uint64_t* bad_index_device() const { return static_cast<uint64_t*>(status_.data()) + 1; }
   uint32_t* mirror_device() const { return static_cast<uint32_t*>(mirror_device_); }
 
-  // Before a call: clears the status when the last call left it set
+  // Whether a call waits on the host for its kernels and raises what they
+  // found (the default), or returns once they are queued and leaves their
+  // outcome to the next call or synchronize() (docs/ep.md, "Calls that do
+  // not wait").
+  void set_host_waits(bool waits) { host_waits_ = waits; }
+  bool host_waits() const { return host_waits_; }
+  // A call that did not wait: its kernels' outcome is found later.
+  void defer(const char* what) { pending_ = what; }
+
+  // Before a call: raises what an earlier call that did not wait found (if
+  // its kernels told the mirror already), and the failure that broke this
+  // status; then clears the status when the last call left it set
   // (`settle` first waits for that call's kernels).
   template <class Settle>
   void clear(Settle&& settle) {
+    throw_if_broken();
+    if (pending_ != nullptr && mirror() != 0) {
+      settle();
+      raise_deferred();
+    }
     // Also a failure an earlier call's kernels reported that the host has
     // not read yet (a recv hook not run).
-    if (!dirty_ && *static_cast<const volatile uint32_t*>(mirror_host_) == 0) return;
+    if (!dirty_ && mirror() == 0) return;
     settle();
     zero();
   }
+  // Waits for the calls queued so far (`settle`) and raises what the ones
+  // that did not wait found.
+  template <class Settle>
+  void synchronize(Settle&& settle) {
+    throw_if_broken();
+    settle();
+    if (pending_ != nullptr) raise_deferred();
+  }
+  // A call that did not wait failed, or this rank refused one while its
+  // peers do not wait: the ranks no longer agree on which call comes next,
+  // so every later call throws `why` too. Throws it now.
+  [[noreturn]] void break_with(const std::string& why);
   // Marks this rank's call refused by `rank` (itself).
   void set_refused(uint32_t rank);
   // Once the call's kernels ran: throws, naming the rank or channel, when
@@ -51,6 +80,10 @@ class EpStatus {
  private:
   void zero();
   uint64_t bad_index() const;
+  uint32_t mirror() const { return *static_cast<const volatile uint32_t*>(mirror_host_); }
+  void throw_if_broken() const;
+  // Raises the failure the mirror holds, if any, as the pending call's.
+  void raise_deferred();
 
   Context& ctx_;
   const GpuBackend& gpu_;
@@ -59,6 +92,9 @@ class EpStatus {
   void* mirror_host_ = nullptr;  // mapped host memory
   void* mirror_device_ = nullptr;
   bool dirty_ = false;  // the status may be non-zero
+  bool host_waits_ = true;
+  const char* pending_ = nullptr;  // the last call that did not wait, until found out
+  std::string broken_;             // why no call can go ahead any more
 };
 
 }  // namespace courier::ep

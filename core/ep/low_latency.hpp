@@ -26,6 +26,16 @@ class LowLatency {
   bool direct() const { return direct_ != nullptr; }
   CombineResult combine(const DLTensor& x, const DLTensor& topk_idx, const DLTensor& topk_weights,
                         const LowLatencyHandle& handle, const LowLatencyCombineOptions& options);
+  // false: calls return once their kernels are queued (Buffer::set_stream).
+  void set_host_waits(bool waits) {
+    if (direct_) direct_->set_host_waits(waits);
+    if (proxy_) proxy_->set_host_waits(waits);
+  }
+  // Waits for the calls queued so far; throws what they found.
+  void synchronize() {
+    if (direct_) direct_->synchronize();
+    if (proxy_) proxy_->synchronize();
+  }
 
  private:
   using Inputs = LlInputs;

@@ -173,8 +173,16 @@ void PeerWindows::check(int rc, const char* what) const {
 }
 
 void PeerWindows::sync(const char* what) {
+  if (!status_.host_waits()) {
+    status_.defer(what);
+    return;
+  }
   check(ops()->ep_sync(backend(), device_), what);
   status_.raise_if_failed(what);
+}
+
+void PeerWindows::synchronize() {
+  status_.synchronize([this] { check(ops()->ep_sync(backend(), device_), "synchronizing"); });
 }
 
 }  // namespace courier::ep

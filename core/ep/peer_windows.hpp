@@ -70,9 +70,18 @@ class PeerWindows {
 
   // Throws "<what>: <backend's reason>" when rc is not 0.
   void check(int rc, const char* what) const;
-  // Waits for the EP stream; throws naming the rank when a kernel reported
-  // a refusal, a timeout or a bad index (seen by the last ep_wait).
+  // The end of a call: waits for the EP stream and throws naming the rank
+  // when a kernel reported a refusal, a timeout or a bad index (seen by the
+  // last ep_wait); or, where calls do not wait (set_host_waits(false)),
+  // leaves that to the next call or synchronize().
   void sync(const char* what);
+  // Waits for the calls queued so far; throws what those that did not wait
+  // found.
+  void synchronize();
+  void set_host_waits(bool waits) { status_.set_host_waits(waits); }
+  bool host_waits() const { return status_.host_waits(); }
+  // This rank refused a call while its peers do not wait (EpStatus::break_with).
+  [[noreturn]] void break_with(const std::string& why) { status_.break_with(why); }
 
  private:
   courier_gpu_ep_wait_v1 wait_job(uint64_t first_flag, uint64_t epoch) const;

@@ -84,6 +84,9 @@ ProxyLowLatency::ProxyLowLatency(Context& ctx, const BufferOptions& options, DLD
         ctx.alloc(std::max<uint64_t>(4ull * options.max_tokens_per_rank * options.max_topk, 1));
   }
   combined_x_ = ctx.alloc(std::max<uint64_t>(uint64_t{options.max_tokens_per_rank} * row_bytes, 1));
+  epochs_ = ctx.alloc(4 * sizeof(uint64_t));
+  const uint64_t zeros[4] = {0, 0, 0, 0};
+  ctx.copy(epochs_.data(), zeros, sizeof zeros);
 }
 
 void ProxyLowLatency::refuse(uint32_t phase, uint64_t call, const std::string& why) {
@@ -100,12 +103,14 @@ void ProxyLowLatency::refuse(uint32_t phase, uint64_t call, const std::string& w
     // A refused dispatch is never received here: free the senders' staging now.
     job.release_off = phase == kDispatch ? layout_.release[call & 1] : 0;
     job.release_target = (call / 2) * uint64_t{COURIER_GPU_EP_SIGNAL_STEP};
+    job.epoch = epoch(phase, call);
     window_.wake_proxies();  // the kernel pushes commands
     window_.check(window_.ops()->ep_proxy_refuse(window_.backend(), &job), "refusing");
     window_.check(window_.ops()->ep_sync(window_.backend(), window_.device()), "refusing");
   } catch (const Error&) {
     // The refusal itself is the error worth reporting.
   }
+  if (!window_.host_waits()) window_.break_with(why);
   throw CallRefused(why);
 }
 
@@ -147,6 +152,7 @@ LowLatencyDispatchResult ProxyLowLatency::dispatch(const LlInputs& in, bool retu
   job.release_off = layout_.release[parity];
   // What each destination received two calls ago (this parity) is read.
   job.release_target = (call / 2) * uint64_t{COURIER_GPU_EP_SIGNAL_STEP};
+  job.epoch = epoch(kDispatch, call);
   window_.wake_proxies();  // the kernel pushes commands
   window_.check(window_.ops()->ep_proxy_ll_dispatch(window_.backend(), &job), "sending the rows");
 
@@ -208,6 +214,7 @@ void ProxyLowLatency::receive(uint64_t call, int64_t* wait_cost) {
   job.count = static_cast<int32_t*>(out.count.data());
   job.range = static_cast<int64_t*>(out.range.data());
   job.wait_cost = wait_cost;
+  job.epoch = epoch(kDispatch, call);
   window_.check(window_.ops()->ep_proxy_ll_receive(window_.backend(), &job), "packing the rows");
   window_.sync("low_latency_dispatch", out.indices);
 }
@@ -235,6 +242,7 @@ CombineResult ProxyLowLatency::combine(const std::byte* x, const int64_t* topk_i
   send.staging_off = layout_.staging;
   send.record_off = layout_.records[kCombine][parity];
   send.signal_off = layout_.signals[kCombine][parity];
+  send.epoch = epoch(kCombine, call);
   window_.wake_proxies();  // the kernel pushes commands
   window_.check(window_.ops()->ep_proxy_combine(window_.backend(), &send), "sending rows back");
 
@@ -258,6 +266,7 @@ CombineResult ProxyLowLatency::combine(const std::byte* x, const int64_t* topk_i
   reduce.target = target_of(call);
   reduce.out = combined_x_.data();
   reduce.wait_cost = wait_cost;
+  reduce.epoch = epoch(kCombine, call);
   window_.check(window_.ops()->ep_proxy_reduce(window_.backend(), &reduce), "summing the rows");
   window_.sync("low_latency_combine");
   CombineResult result;

@@ -48,6 +48,9 @@ class ProxyLowLatency {
                         int64_t* wait_cost);
   // Fails call `call` of `phase` on every rank (records that say refused).
   [[noreturn]] void refuse(uint32_t phase, uint64_t call, const std::string& why);
+  // Whether calls wait on the host for their kernels (ProxyWindow::sync).
+  void set_host_waits(bool waits) { window_.set_host_waits(waits); }
+  void synchronize() { window_.synchronize(); }
 
  private:
   void receive(uint64_t call, int64_t* wait_cost);
@@ -67,6 +70,13 @@ class ProxyLowLatency {
   };
   Outputs out_[2];
   DeviceBuffer combined_x_;
+  // [phase][parity] u64 on the device: this rank's calls of each so far,
+  // from which the kernels take their signal and release targets (GPU ABI
+  // 1.10, "Epochs"), so a captured call replays with the same jobs.
+  DeviceBuffer epochs_;
+  uint64_t* epoch(uint32_t phase, uint64_t call) const {
+    return static_cast<uint64_t*>(epochs_.data()) + phase * 2 + (call & 1);
+  }
 };
 
 }  // namespace courier::ep

@@ -193,8 +193,16 @@ void ProxyWindow::check(int rc, const char* what) const {
 }
 
 void ProxyWindow::sync(const char* what, const EpIndices& indices) {
+  if (!status_.host_waits()) {
+    status_.defer(what);
+    return;
+  }
   check(ops()->ep_sync(backend(), device_), what);
   status_.raise_if_failed(what, indices);
+}
+
+void ProxyWindow::synchronize() {
+  status_.synchronize([this] { check(ops()->ep_sync(backend(), device_), "synchronizing"); });
 }
 
 }  // namespace courier::ep

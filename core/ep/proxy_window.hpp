@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "core/backend_instance.hpp"
 #include "core/ep/ep_status.hpp"
@@ -86,9 +87,18 @@ class ProxyWindow {
   void set_refused();
   // Throws "ep::Buffer: <what>: <backend's reason>" when rc is not 0.
   void check(int rc, const char* what) const;
-  // Waits for the EP stream; throws, naming the rank or channel, when a
-  // kernel of the call failed.
+  // The end of a call: waits for the EP stream and throws, naming the rank
+  // or channel, when a kernel of the call failed; or, where calls do not
+  // wait (set_host_waits(false)), leaves that to the next call or
+  // synchronize().
   void sync(const char* what, const EpIndices& indices = {});
+  // Waits for the calls queued so far; throws what those that did not wait
+  // found.
+  void synchronize();
+  void set_host_waits(bool waits) { status_.set_host_waits(waits); }
+  bool host_waits() const { return status_.host_waits(); }
+  // This rank refused a call while its peers do not wait (EpStatus::break_with).
+  [[noreturn]] void break_with(const std::string& why) { status_.break_with(why); }
 
  private:
   Context& ctx_;

@@ -31,6 +31,14 @@ constexpr size_t min_job_size<courier_gpu_ep_proxy_combine_v1>() {
 }
 
 template <>
+constexpr size_t min_job_size<courier_gpu_ep_proxy_refuse_v1>() {
+  return offsetof(courier_gpu_ep_proxy_refuse_v1, epoch);  // minor 3
+}
+template <>
+constexpr size_t min_job_size<courier_gpu_ep_proxy_ll_dispatch_v1>() {
+  return offsetof(courier_gpu_ep_proxy_ll_dispatch_v1, epoch);  // minor 3
+}
+template <>
 constexpr size_t min_job_size<courier_gpu_ep_proxy_ll_receive_v1>() {
   return offsetof(courier_gpu_ep_proxy_ll_receive_v1, wait_cost);  // minor 8
 }

@@ -282,6 +282,17 @@ COURIER_DEVICE_INLINE void send_wait(const KernelThread& th, const Proxy& f, boo
   wait_send_area(th, f);
 }
 
+// A job's target with its epoch word (GPU ABI 1.10, "Epochs" in gpu_v1.h):
+// the calls of its phase and parity so far x the step; without, its own.
+COURIER_DEVICE_INLINE uint64_t target_of(const uint64_t* epoch, uint64_t target) {
+  return epoch != nullptr ? *epoch * uint64_t{COURIER_GPU_EP_SIGNAL_STEP} : target;
+}
+// A send half's last block, once it signalled: one call more of its phase
+// and parity (the receive half after it on the stream reads the new value).
+COURIER_DEVICE_INLINE void advance_epoch(const KernelThread& th, uint64_t* epoch) {
+  if (epoch != nullptr && th.thread == 0) *epoch += 1;
+}
+
 // Every rank's signal of the phase, then their records' states; the
 // status says whether the call goes on (block_goes_on). With `sends`, also
 // every command this rank pushed before (wait_send_area): they read the
@@ -350,7 +361,7 @@ COURIER_DEVICE_INLINE void refuse_body(const courier_gpu_ep_proxy_refuse_v1& job
   // The staging too: the last records may be in flight. A refused
   // low-latency dispatch overwrites records a receiver of two calls ago may
   // still read: wait for its release like a dispatch would.
-  send_wait(th, f, job.release_off != 0, job.release_off, job.release_target);
+  send_wait(th, f, job.release_off != 0, job.release_off, target_of(job.epoch, job.release_target));
   for (uint64_t i = th.thread; i < uint64_t{f.num_ranks} * f.record_words; i += th.block_dim) {
     reinterpret_cast<uint32_t*>(ctl(f, job.staging_off))[i] =
         i % f.record_words == 0 ? COURIER_GPU_EP_RECORD_REFUSED : 0;
@@ -359,6 +370,7 @@ COURIER_DEVICE_INLINE void refuse_body(const courier_gpu_ep_proxy_refuse_v1& job
   th.sync();
   signal_all(th, f, job.staging_off, job.record_off, job.signal_off, 1, job.release_off);
   th.sync();
+  advance_epoch(th, job.epoch);
   if (th.thread != 0) return;
   for (uint32_t c = 0; c < f.num_channels; ++c) {
     store_relaxed(f.reuse_fence + c, load_relaxed(f.channels[c].head));
@@ -1002,7 +1014,7 @@ COURIER_DEVICE_INLINE void ll_dispatch_body(const courier_gpu_ep_proxy_ll_dispat
   }
   // d may be reading what this rank sent it two calls ago; and the send
   // area's last WRITEs may still be reading it.
-  if (!waited) send_wait(th, f, true, job.release_off, job.release_target);
+  if (!waited) send_wait(th, f, true, job.release_off, target_of(job.epoch, job.release_target));
   th.sync();
   if (status_of(f) == 0) {
     const uint32_t lane = th.lane();
@@ -1100,6 +1112,7 @@ COURIER_DEVICE_INLINE void ll_dispatch_body(const courier_gpu_ep_proxy_ll_dispat
   release_fence_system();
   th.sync();
   signal_all(th, f, job.staging_off, job.record_off, job.signal_off, lanes_per_rank(f), 0);
+  advance_epoch(th, job.epoch);
   finish(th, f, true);
 }
 
@@ -1110,8 +1123,8 @@ COURIER_DEVICE_INLINE void ll_receive_body(const courier_gpu_ep_proxy_ll_receive
   const Proxy& f = job.fifo;
   const uint32_t R = f.num_ranks, L = job.local_experts;
   const uint64_t rows_per_expert = uint64_t{R} * job.max_tokens;
-  if (received(th, f, sh, waited, job.signal_off, job.record_off, job.target, false,
-               job.wait_cost)) {
+  if (received(th, f, sh, waited, job.signal_off, job.record_off, target_of(job.epoch, job.target),
+               false, job.wait_cost)) {
     for (uint32_t l = th.block; l < L; l += th.grid_dim) {
       // b[s]: where rank s's rows of l go in the output; a[s]: where they
       // are in its region (after its rows of experts l' < l).
@@ -1285,6 +1298,7 @@ COURIER_DEVICE_INLINE void combine_body(const courier_gpu_ep_proxy_combine_v1& j
   release_fence_system();
   th.sync();
   signal_all(th, f, job.staging_off, job.record_off, job.signal_off, lanes, 0);
+  advance_epoch(th, job.epoch);
   finish(th, f, true);
 }
 
@@ -1412,8 +1426,8 @@ COURIER_DEVICE_INLINE void reduce_body(const courier_gpu_ep_proxy_reduce_v1& job
   // LogFMT (minor 5): the received rows are slots to decode.
   const bool logfmt = (job.mode & COURIER_GPU_EP_COMBINE_LOGFMT) != 0;
   const uint64_t slot_bytes = logfmt ? COURIER_GPU_EP_LOGFMT_SLOT_BYTES(job.hidden) : row_bytes;
-  if (received(th, f, sh, waited, job.signal_off, job.record_off, job.target, job.wait_sends != 0,
-               job.wait_cost)) {
+  if (received(th, f, sh, waited, job.signal_off, job.record_off, target_of(job.epoch, job.target),
+               job.wait_sends != 0, job.wait_cost)) {
 #if defined(COURIER_GPU_DEVICE_PASS)
     // bfloat16 rows of whole 16-byte tiles, aligned at both ends: each
     // thread sums kReduceBatch tiles at once.

@@ -35,14 +35,16 @@ __global__ void proxy_ht_rows_kernel(courier_gpu_ep_proxy_ht_dispatch_v1 job) {
 }
 // One block waits for the phase's signals; the kernel after it on the
 // stream does the work (see wait_all).
+// `epoch` (GPU ABI 1.10): not NULL, the target comes from it (target_of).
 __global__ void proxy_wait_kernel(courier_gpu_ep_proxy_v1 fifo, uint64_t signal_off,
                                   uint64_t record_off, uint64_t target, bool sends,
-                                  int64_t* wait_cost) {
-  wait_all(this_thread(), fifo, signal_off, record_off, target, sends, wait_cost);
+                                  int64_t* wait_cost, const uint64_t* epoch) {
+  wait_all(this_thread(), fifo, signal_off, record_off, target_of(epoch, target), sends, wait_cost);
 }
 __global__ void proxy_send_wait_kernel(courier_gpu_ep_proxy_v1 fifo, bool release,
-                                       uint64_t release_off, uint64_t release_target) {
-  send_wait(this_thread(), fifo, release, release_off, release_target);
+                                       uint64_t release_off, uint64_t release_target,
+                                       const uint64_t* epoch) {
+  send_wait(this_thread(), fifo, release, release_off, target_of(epoch, release_target));
 }
 __global__ void proxy_ht_receive_kernel(courier_gpu_ep_proxy_ht_receive_v1 job) {
   __shared__ ProxyShared shared;
@@ -97,7 +99,7 @@ void launch(const courier_gpu_ep_proxy_refuse_v1& job, Stream stream, Mark = {})
 template <class Stream, class Mark = NoMark>
 void launch(const courier_gpu_ep_proxy_ht_dispatch_v1& job, Stream stream, Mark mark = {}) {
   if (job.sends_settled == 0) {
-    proxy_send_wait_kernel<<<1, 64, 0, stream>>>(job.fifo, false, 0, 0);
+    proxy_send_wait_kernel<<<1, 64, 0, stream>>>(job.fifo, false, 0, 0, nullptr);
     mark("send_wait");
   }
   // Blocks of at least 16 tokens: each block's records of where it starts
@@ -106,7 +108,7 @@ void launch(const courier_gpu_ep_proxy_ht_dispatch_v1& job, Stream stream, Mark 
                          stream>>>(job);
   mark("pack");
   proxy_wait_kernel<<<1, 64, 0, stream>>>(job.fifo, job.notify_signal_off, job.notify_record_off,
-                                          job.notify_target, false, nullptr);
+                                          job.notify_target, false, nullptr, nullptr);
   mark("wait_counts");
   // Enough blocks to find the runs, and all SMs for the rows this rank
   // keeps (none with loopback: each block costs the last one's wait).
@@ -118,11 +120,12 @@ void launch(const courier_gpu_ep_proxy_ht_dispatch_v1& job, Stream stream, Mark 
 }
 // `sends`: the wait also covers this rank's own WRITEs (they read the
 // caller's memory: wait_all).
-// `wait_cost`: the job's, where it has one (GPU ABI 1.9).
+// `wait_cost` and `epoch`: the job's, where it has them (GPU ABI 1.9, 1.10).
 template <class Job, class Stream>
-void wait_first(const Job& job, Stream stream, bool sends = false, int64_t* wait_cost = nullptr) {
+void wait_first(const Job& job, Stream stream, bool sends = false, int64_t* wait_cost = nullptr,
+                const uint64_t* epoch = nullptr) {
   proxy_wait_kernel<<<1, 64, 0, stream>>>(job.fifo, job.signal_off, job.record_off, job.target,
-                                          sends, wait_cost);
+                                          sends, wait_cost, epoch);
 }
 template <class Stream, class Mark = NoMark>
 void launch(const courier_gpu_ep_proxy_ht_receive_v1& job, Stream stream, Mark mark = {}) {
@@ -132,14 +135,15 @@ void launch(const courier_gpu_ep_proxy_ht_receive_v1& job, Stream stream, Mark m
 }
 template <class Stream, class Mark = NoMark>
 void launch(const courier_gpu_ep_proxy_ll_dispatch_v1& job, Stream stream, Mark mark = {}) {
-  proxy_send_wait_kernel<<<1, 64, 0, stream>>>(job.fifo, true, job.release_off, job.release_target);
+  proxy_send_wait_kernel<<<1, 64, 0, stream>>>(job.fifo, true, job.release_off, job.release_target,
+                                               job.epoch);
   mark("send_wait");
   proxy_ll_dispatch_kernel<<<blocks_for(job.tokens, kProxyBlocksMax), kProxyThreads, 0, stream>>>(
       job);
 }
 template <class Stream, class Mark = NoMark>
 void launch(const courier_gpu_ep_proxy_ll_receive_v1& job, Stream stream, Mark mark = {}) {
-  wait_first(job, stream, false, job.wait_cost);
+  wait_first(job, stream, false, job.wait_cost, job.epoch);
   mark("wait");
   proxy_ll_receive_kernel<<<blocks_for(job.local_experts, 4 * kProxyBlocksMax), kProxyThreads, 0,
                             stream>>>(job);
@@ -147,7 +151,7 @@ void launch(const courier_gpu_ep_proxy_ll_receive_v1& job, Stream stream, Mark m
 template <class Stream, class Mark = NoMark>
 void launch(const courier_gpu_ep_proxy_combine_v1& job, Stream stream, Mark mark = {}) {
   if (job.sends_settled == 0) {
-    proxy_send_wait_kernel<<<1, 64, 0, stream>>>(job.fifo, false, 0, 0);
+    proxy_send_wait_kernel<<<1, 64, 0, stream>>>(job.fifo, false, 0, 0, nullptr);
     mark("send_wait");
   }
   // x read in place with loopback: no block moves a row, one pushes.
@@ -163,7 +167,7 @@ void launch(const courier_gpu_ep_proxy_combine_v1& job, Stream stream, Mark mark
 }
 template <class Stream, class Mark = NoMark>
 void launch(const courier_gpu_ep_proxy_reduce_v1& job, Stream stream, Mark mark = {}) {
-  wait_first(job, stream, job.wait_sends != 0, job.wait_cost);
+  wait_first(job, stream, job.wait_sends != 0, job.wait_cost, job.epoch);
   mark("wait");
   proxy_reduce_kernel<<<blocks_for(job.tokens, kReduceBlocksMax), kProxyThreads, 0, stream>>>(job);
 }

@@ -206,16 +206,27 @@ class Buffer {
   // every call enqueues them on `stream`, the GPU runtime's own handle (a
   // cudaStream_t or hipStream_t; nullptr is the runtime's default stream),
   // behind the work already queued there: inputs written on that stream
-  // need no host synchronization first. Calls still return once their work
-  // ran. Local (not collective). Throws naming the GPU backend where it has
-  // no streams (gpu-host) or its plugin predates GPU ABI 1.9.
+  // need no host synchronization first. Low-latency calls (and their recv
+  // hooks) then return once their kernels are queued, as DeepEP's: read
+  // their outputs in that stream's order or after synchronize(). A failure
+  // their kernels find (a bad expert index, a peer that timed out, a call
+  // another rank refused) is thrown by the next call or synchronize(), and
+  // the Buffer is unusable after it (docs/ep.md, "Calls that do not wait").
+  // High-throughput calls still return once their work ran (the host reads
+  // the received counts). gpu-host accepts any stream and ignores it (its
+  // kernels run before each call returns). Local (not collective). Throws
+  // naming the GPU backend where its plugin predates GPU ABI 1.9.
   void set_stream(void* stream);
-  // Back to the Buffer's own stream (the default): calls are then ordered
-  // after nothing the caller queued, so its inputs must be complete.
+  // Back to the Buffer's own stream (the default), after waiting for the
+  // calls on the caller's (throwing what they found): calls then wait for
+  // their work again, and are ordered after nothing the caller queued, so
+  // its inputs must be complete.
   void use_own_stream();
-  // Whether set_stream can succeed: a GPU backend with streams (not
-  // gpu-host) whose plugin speaks GPU ABI 1.9.
+  // Whether set_stream can succeed: a GPU plugin that speaks GPU ABI 1.9.
   bool can_set_stream() const;
+  // Waits until the Buffer's calls queued so far ran; throws what those that
+  // did not wait found. Local.
+  void synchronize();
 
   int num_ranks() const;
   int rank() const;

@@ -258,15 +258,22 @@ class EpBuffer:
 
     def set_stream(self, stream: int) -> None:
         """
-        Run the Buffer's kernels on the GPU runtime's stream with this handle (torch.cuda.Stream.cuda_stream; 0 is the default stream) from now on, behind the work queued there; calls still return once their work ran.
+        Run the Buffer's kernels on the GPU runtime's stream with this handle (torch.cuda.Stream.cuda_stream; 0 is the default stream) from now on, behind the work queued there. Low-latency calls then return once their kernels are queued; what those find is raised by the next call or synchronize(), and breaks the Buffer.
         """
 
     def use_own_stream(self) -> None:
-        """Back to the Buffer's own stream (the default)."""
+        """
+        Back to the Buffer's own stream (the default), after waiting for the calls on the caller's; calls wait for their work again.
+        """
+
+    def synchronize(self) -> None:
+        """Wait until the calls queued so far ran; raise what those that did not wait found."""
 
     @property
     def can_set_stream(self) -> bool:
-        """Whether set_stream can succeed (a GPU backend with streams, GPU ABI 1.9)."""
+        """
+        Whether set_stream can succeed (a GPU plugin of GPU ABI 1.9 or later; gpu-host accepts any stream and runs its kernels before each call returns).
+        """
 
     def get_dispatch_layout(self, topk_idx: object, num_experts: int, num_tokens_per_rank: object, num_tokens_per_expert: object, is_token_in_rank: object) -> None:
         """

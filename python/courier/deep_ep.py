@@ -123,8 +123,8 @@ class _Kind:
                              previous_event: Optional["EventOverlap"] = None) -> None:
         """Before a call of `native`: its kernels go on the caller's current
         stream, behind the inputs' producers, and behind `previous_event`
-        (a wait on the GPU, not the host). Where the backend has no streams
-        (gpu-host, or an older GPU plugin), wait_for_producer instead."""
+        (a wait on the GPU, not the host). For numpy and CPU tensors, or
+        an older GPU plugin, wait_for_producer instead."""
         if (self.torch is None or self.device.type != "cuda" or not native.can_set_stream):
             self.wait_for_producer(previous_event)
             return

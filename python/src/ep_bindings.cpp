@@ -312,14 +312,20 @@ void bind_ep(nb::module_& m) {
           nb::arg("stream"),
           "Run the Buffer's kernels on the GPU runtime's stream with this handle "
           "(torch.cuda.Stream.cuda_stream; 0 is the default stream) from now on, behind the "
-          "work queued there; calls still return once their work ran.")
+          "work queued there. Low-latency calls then return once their kernels are queued; what "
+          "those find is raised by the next call or synchronize(), and breaks the Buffer.")
       .def(
           "use_own_stream", [](EpBuffer& b) { b.get("use_own_stream").use_own_stream(); },
-          "Back to the Buffer's own stream (the default).")
+          "Back to the Buffer's own stream (the default), after waiting for the calls on the "
+          "caller's; calls wait for their work again.")
+      .def(
+          "synchronize", [](EpBuffer& b) { b.get("synchronize").synchronize(); },
+          "Wait until the calls queued so far ran; raise what those that did not wait found.")
       .def_prop_ro(
           "can_set_stream",
           [](const EpBuffer& b) { return b.get("can_set_stream").can_set_stream(); },
-          "Whether set_stream can succeed (a GPU backend with streams, GPU ABI 1.9).")
+          "Whether set_stream can succeed (a GPU plugin of GPU ABI 1.9 or later; gpu-host "
+          "accepts any stream and runs its kernels before each call returns).")
       .def("get_dispatch_layout", &get_dispatch_layout, nb::arg("topk_idx"), nb::arg("num_experts"),
            nb::arg("num_tokens_per_rank"), nb::arg("num_tokens_per_expert"),
            nb::arg("is_token_in_rank"),

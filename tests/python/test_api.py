@@ -101,12 +101,15 @@ def test_cxx_errors_arrive_with_their_message(buffer: deep_ep.Buffer) -> None:
 
 
 def test_streams_on_the_host_backend(buffer: deep_ep.Buffer) -> None:
-    """gpu-host has no streams: the native Buffer says so and refuses one,
-    naming the backend; calls then keep to the host's own order."""
+    """gpu-host accepts any stream (its kernels run before each call
+    returns, which keeps every stream's order); synchronize and
+    use_own_stream work on it."""
     native = buffer._layout
-    assert native.can_set_stream is False
-    with pytest.raises(courier.Error, match="gpu-host has no streams"):
-        native.set_stream(1)
+    assert native.can_set_stream is True
+    native.set_stream(1)
+    per_rank, _, _, _, _ = buffer.get_dispatch_layout(np.array([[0, 1]], np.int64), 4)
+    native.synchronize()
+    assert per_rank.tolist() == [1]
     native.use_own_stream()
     per_rank, _, _, _, _ = buffer.get_dispatch_layout(np.array([[0, 1]], np.int64), 4)
     assert per_rank.tolist() == [1]

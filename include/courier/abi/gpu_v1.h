@@ -16,7 +16,7 @@ extern "C" {
 #endif
 
 #define COURIER_GPU_ABI_MAJOR 1
-#define COURIER_GPU_ABI_MINOR 9
+#define COURIER_GPU_ABI_MINOR 10
 #define COURIER_GPU_SYMBOL_V1 "courier_gpu_backend_v1"
 
 /* Capability bits (courier_gpu_props_v1.caps). */
@@ -440,7 +440,17 @@ typedef struct courier_gpu_ep_reduce_v1 {
  * Rows to this rank itself are stored directly (and the signal raised with
  * a device store) unless `loopback` is set, when they go through the
  * channels like any peer's. The ep_proxy_* entry points enqueue on the EP
- * stream of `device` (gpu-host runs them before returning); ep_sync waits. */
+ * stream of `device` (gpu-host runs them before returning); ep_sync waits.
+ *
+ * Epochs (minor 10): a job with an `epoch` field not NULL takes its targets
+ * from the device instead of from its target fields, so that the same job
+ * can be replayed (a captured CUDA graph). *epoch is a u64 in device memory
+ * counting this rank's calls of the job's phase and parity so far. A send
+ * half (refuse, ll_dispatch, combine) waits for its release words to reach
+ * *epoch x COURIER_GPU_EP_SIGNAL_STEP (where it waits for release) and,
+ * once it has signalled, adds 1 to *epoch; a receive half (ll_receive,
+ * reduce) waits for the signal words to reach *epoch x the step, the send
+ * half of its call having added its 1 before it on the stream. */
 #define COURIER_GPU_EP_SIGNAL_STEP (1u << 16)
 #define COURIER_GPU_EP_RECORD_REFUSED 1u
 #define COURIER_GPU_EP_MAX_EXPERTS 1024     /* per call, for the proxy path's per-expert scans */
@@ -490,6 +500,8 @@ typedef struct courier_gpu_ep_proxy_refuse_v1 {
    * dispatch would), and after the signal add the step to release_off +
    * rank * 8 at every rank (a refused dispatch is never received). */
   uint64_t release_off, release_target;
+  /* ---- minor 10 ---- */
+  uint64_t* epoch; /* not NULL: as a send half's (Epochs, above) */
 } courier_gpu_ep_proxy_refuse_v1;
 
 /* High-throughput dispatch, send half (minor 7: counts first; a job whose
@@ -616,6 +628,8 @@ typedef struct courier_gpu_ep_proxy_ll_dispatch_v1 {
   int32_t* slots; /* out: [tokens][topk] */
   uint64_t send_off, recv_off, staging_off, record_off, signal_off;
   uint64_t release_off, release_target;
+  /* ---- minor 10 ---- */
+  uint64_t* epoch; /* not NULL: replaces release_target (Epochs, above) */
 } courier_gpu_ep_proxy_ll_dispatch_v1;
 
 /* Low-latency dispatch, receive half: waits for every rank's signal, then
@@ -644,6 +658,8 @@ typedef struct courier_gpu_ep_proxy_ll_receive_v1 {
    * seen are added to wait_cost[r] (DeepEP's dispatch_wait_recv_cost_stats,
    * counted in nanoseconds where DeepEP counts GPU cycles). */
   int64_t* wait_cost;
+  /* ---- minor 10 ---- */
+  const uint64_t* epoch; /* not NULL: replaces target (Epochs, above) */
 } courier_gpu_ep_proxy_ll_receive_v1;
 
 /* Combine, send half: rows of x go back to the ranks they came from.
@@ -670,6 +686,8 @@ typedef struct courier_gpu_ep_proxy_combine_v1 {
   /* ---- minor 8 ---- */
   uint32_t x_source;      /* with COURIER_GPU_EP_COMBINE_FROM_WINDOW: 0 the data window */
   uint32_t sends_settled; /* as the high-throughput dispatch's */
+  /* ---- minor 10 ---- */
+  uint64_t* epoch; /* not NULL: advanced once signalled (Epochs, above) */
 } courier_gpu_ep_proxy_combine_v1;
 
 /* Combine, receive half: waits for every rank's signal, then out[t] = sum
@@ -694,6 +712,8 @@ typedef struct courier_gpu_ep_proxy_reduce_v1 {
   void* out;
   /* ---- minor 9 ---- */
   int64_t* wait_cost; /* as the low-latency receive's (combine_wait_recv_cost_stats) */
+  /* ---- minor 10 ---- */
+  const uint64_t* epoch; /* not NULL: replaces target (Epochs, above) */
 } courier_gpu_ep_proxy_reduce_v1;
 
 typedef struct courier_gpu_plugin_v1 {
@@ -781,8 +801,8 @@ typedef struct courier_gpu_plugin_v1 {
    * entries enqueue on the chosen stream from then on, behind what the
    * caller queued there before, and ep_sync waits for it; the caller keeps
    * that stream alive while it is chosen. A backend without streams
-   * (gpu-host: its kernels run before their entries return) accepts
-   * caller = 0 only. */
+   * (gpu-host: its kernels run before their entries return, which keeps
+   * any stream's order) accepts either and ignores `stream`. */
   int (*ep_set_stream)(void* backend, int device, int caller, void* stream);
 } courier_gpu_plugin_v1;
 

@@ -723,6 +723,9 @@ Outcome check_ll(courier::Context& ctx, const Shape& shape, bool bf16) {
     args.return_recv_hook = call == 1;
     courier::ep::LowLatencyDispatchResult got = buffer.low_latency_dispatch(args);
     if (got.recv_hook) got.recv_hook();
+    // On the caller's stream the calls do not wait: the outputs are read
+    // after synchronize().
+    if (shape.default_stream) buffer.synchronize();
     c.expect(args.return_recv_hook == static_cast<bool>(got.recv_hook),
              fmt::format("call {}: recv_hook set {} times wrongly", call, 1));
 
@@ -768,6 +771,7 @@ Outcome check_ll(courier::Context& ctx, const Shape& shape, bool bf16) {
     back.set(packed_bytes);
     courier::ep::CombineResult combined =
         buffer.low_latency_combine(*back.view(), *idx.view(), *weights.view(), got.handle);
+    if (shape.default_stream) buffer.synchronize();
     const int wrong = combined_values_off(ctx, combined, mine, topk, hidden, bf16,
                                           bf16 ? 1e-2f : 1e-5f, bf16 ? 1e-2f : 1e-6f,
                                           [&](int t, int h) { return mine.x[t * hidden + h]; });
@@ -1172,22 +1176,92 @@ Outcome check_ll_errors(courier::Context& ctx) {
   return c.outcome("a refused call fails every rank at once; the next calls work");
 }
 
+// Low-latency calls on the caller's stream do not wait on the host: a bad
+// expert index on one rank, found by its kernels, fails no call at once;
+// synchronize() throws it on every rank (naming the index there, the rank
+// elsewhere), and every later call throws it too (the ranks cannot agree to
+// go on). A second Buffer, still waiting on the host, refuses the same index
+// at the call and stays usable.
+Outcome check_ll_no_wait_errors(courier::Context& ctx) {
+  const int ranks = ctx.world_size(), me = ctx.rank();
+  const int hidden = 64, topk = 2, experts = 2 * ranks, tokens = 8;
+  const int bad = ranks > 1 ? 1 : 0;
+  courier::ep::BufferOptions options;
+  options.low_latency_mode = true;
+  options.max_tokens_per_rank = 16;
+  options.hidden = hidden;
+  options.element_bytes = 2;
+  options.max_topk = topk;
+  options.num_experts = experts;
+  Checks c;
+  courier::ep::Buffer buffer(ctx, options);
+  buffer.set_stream(nullptr);
+  const DLDevice dev = buffer.device();
+  Tensor x(ctx, dev, DLDataType{kDLBfloat, 16, 1}, {tokens, hidden});
+  Tensor idx(ctx, dev, kInt64, {tokens, topk});
+  auto dispatch = [&](int64_t expert) {
+    idx.set(std::vector<int64_t>(static_cast<size_t>(tokens) * topk, expert));
+    courier::ep::LowLatencyDispatchArgs args;
+    args.x = x.view();
+    args.topk_idx = idx.view();
+    return buffer.low_latency_dispatch(args);
+  };
+  // A good call first: its outcome is checked by the next call.
+  dispatch(0);
+  buffer.synchronize();
+  bool returned = false;
+  try {
+    dispatch(me == bad ? experts : 0);
+    returned = true;
+  } catch (const courier::Error& e) {
+    c.expect(false, fmt::format("the call with the bad index threw at once: {}", e.what()));
+  }
+  if (returned) {
+    const std::string found = me == bad ? std::string("is outside [-1, num_experts)")
+                                        : fmt::format("rank {} refused its arguments", bad);
+    expect_error(c, "synchronize after the bad index", found, [&] { buffer.synchronize(); });
+    expect_error(c, "a call after the failure", found, [&] { dispatch(0); });
+    expect_error(c, "use_own_stream after the failure", found, [&] { buffer.use_own_stream(); });
+  }
+  // The same index where calls wait: refused at the call, and the Buffer
+  // goes on.
+  courier::ep::Buffer waiting(ctx, options);
+  auto dispatch_waiting = [&](int64_t expert) {
+    idx.set(std::vector<int64_t>(static_cast<size_t>(tokens) * topk, expert));
+    courier::ep::LowLatencyDispatchArgs args;
+    args.x = x.view();
+    args.topk_idx = idx.view();
+    return waiting.low_latency_dispatch(args);
+  };
+  dispatch_waiting(0);
+  expect_error(
+      c, "the bad index where calls wait",
+      me == bad ? std::string("is outside [-1, ")
+                : fmt::format("rank {} refused its arguments", bad),
+      [&] { dispatch_waiting(me == bad ? experts : 0); }, kRefusal);
+  courier::ep::LowLatencyDispatchResult after = dispatch_waiting(0);
+  std::vector<int32_t> count(static_cast<size_t>(experts / ranks));
+  ctx.copy(count.data(), after.packed_recv_count.tensor().data, count.size() * 4);
+  c.expect(count[0] == (me == 0 ? tokens * topk * ranks : 0),
+           fmt::format("after the refusal where calls wait: expert 0 counts {} rows", count[0]));
+  return c.outcome(
+      "on the caller's stream a kernel-found bad index surfaces at synchronize() on every rank "
+      "and breaks the Buffer; where calls wait it is refused at the call");
+}
+
 }  // namespace
 
-// Buffer::set_stream: a backend with streams takes the runtime's default
-// stream (the ht-/ll-default-stream cases then run on it); gpu-host, which
-// has none, refuses a stream naming itself and keeps its own.
+// Buffer::set_stream: every backend takes the runtime's default stream (the
+// ht-/ll-default-stream cases then run on it; gpu-host accepts any stream,
+// its kernels running before each call returns).
 Outcome check_streams(courier::ep::Buffer& buffer) {
   Checks c;
-  if (buffer.device().device_type == kDLCPU) {
-    int not_a_stream = 0;
-    expect_error(c, "set_stream on gpu-host", "gpu-host has no streams",
-                 [&] { buffer.set_stream(&not_a_stream); });
-  } else {
-    buffer.set_stream(nullptr);
-  }
+  c.expect(buffer.can_set_stream(), "can_set_stream() is false");
+  buffer.set_stream(nullptr);
+  buffer.synchronize();
   buffer.use_own_stream();
-  return c.outcome("set_stream and use_own_stream");
+  buffer.synchronize();
+  return c.outcome("set_stream, synchronize and use_own_stream");
 }
 
 int main(int argc, char** argv) {
@@ -1226,7 +1300,6 @@ int main(int argc, char** argv) {
       s.default_stream = true;
       return s;
     };
-    const bool has_streams = buffer.device().device_type != kDLCPU;
     if (gpu_shapes) {
       cases.insert(
           cases.end(),
@@ -1264,18 +1337,19 @@ int main(int argc, char** argv) {
                                     {"ll-logfmt", [&] { return check_ll_logfmt(ctx, shape(512)); }},
                                 });
     }
-    if (has_streams) {  // the same kernels on the runtime's default stream
-      cases.insert(cases.end(),
-                   {
-                       {"ht-bfloat16-default-stream",
-                        [&] { return check_ht(ctx, on_default_stream(shape(96)), true); }},
-                       {"ll-bfloat16-default-stream",
-                        [&] { return check_ll(ctx, on_default_stream(shape(64)), true); }},
-                   });
-    }
+    // The same kernels on the runtime's default stream; low-latency calls
+    // then do not wait on the host.
+    cases.insert(cases.end(),
+                 {
+                     {"ht-bfloat16-default-stream",
+                      [&] { return check_ht(ctx, on_default_stream(shape(96)), true); }},
+                     {"ll-bfloat16-default-stream",
+                      [&] { return check_ll(ctx, on_default_stream(shape(64)), true); }},
+                 });
     cases.emplace_back("ll-wait-cost", [&] { return check_ll_wait_cost(ctx, shape(128)); });
     cases.emplace_back("ht-errors", [&] { return check_ht_errors(ctx); });
     cases.emplace_back("ll-errors", [&] { return check_ll_errors(ctx); });
+    cases.emplace_back("ll-no-wait-errors", [&] { return check_ll_no_wait_errors(ctx); });
     int passed = 0, failed = 0;
     for (const auto& [name, run] : cases) {
       Outcome o = run();

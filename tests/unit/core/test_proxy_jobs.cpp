@@ -51,7 +51,8 @@ TEST_CASE("a job too short for the fields a backend needs, or none, is refused")
   courier_gpu_ep_proxy_combine_v1 full;
   CHECK_FALSE(complete_job(&combine, &full));
   courier_gpu_ep_proxy_ll_dispatch_v1 dispatch{};
-  dispatch.struct_size = sizeof dispatch - 8;  // no appended fields: all required
+  // Short of its minor-3 fields (release_target).
+  dispatch.struct_size = offsetof(courier_gpu_ep_proxy_ll_dispatch_v1, epoch) - 8;
   courier_gpu_ep_proxy_ll_dispatch_v1 full_dispatch;
   CHECK_FALSE(complete_job(&dispatch, &full_dispatch));
   courier_gpu_ep_proxy_reduce_v1 reduce{};
@@ -79,4 +80,43 @@ TEST_CASE("minor-8 low-latency receive and reduce jobs are taken, wait_cost NULL
   REQUIRE(complete_job(&reduce, &full_reduce));
   CHECK(full_reduce.tokens == 128);
   CHECK(full_reduce.wait_cost == nullptr);
+}
+
+TEST_CASE("minor-9 jobs are taken with epoch NULL: their targets come from the job") {
+  courier_gpu_ep_proxy_refuse_v1 refuse;
+  std::memset(&refuse, 0x5A, sizeof refuse);
+  refuse.struct_size = offsetof(courier_gpu_ep_proxy_refuse_v1, epoch);
+  refuse.release_target = 3u << 16;
+  courier_gpu_ep_proxy_refuse_v1 full_refuse;
+  REQUIRE(complete_job(&refuse, &full_refuse));
+  CHECK(full_refuse.release_target == 3u << 16);
+  CHECK(full_refuse.epoch == nullptr);
+
+  courier_gpu_ep_proxy_ll_dispatch_v1 dispatch;
+  std::memset(&dispatch, 0x5A, sizeof dispatch);
+  dispatch.struct_size = offsetof(courier_gpu_ep_proxy_ll_dispatch_v1, epoch);
+  courier_gpu_ep_proxy_ll_dispatch_v1 full_dispatch;
+  REQUIRE(complete_job(&dispatch, &full_dispatch));
+  CHECK(full_dispatch.epoch == nullptr);
+
+  courier_gpu_ep_proxy_ll_receive_v1 receive;
+  std::memset(&receive, 0x5A, sizeof receive);
+  receive.struct_size = offsetof(courier_gpu_ep_proxy_ll_receive_v1, epoch);
+  courier_gpu_ep_proxy_ll_receive_v1 full_receive;
+  REQUIRE(complete_job(&receive, &full_receive));
+  CHECK(full_receive.epoch == nullptr);
+
+  courier_gpu_ep_proxy_combine_v1 combine;
+  std::memset(&combine, 0x5A, sizeof combine);
+  combine.struct_size = offsetof(courier_gpu_ep_proxy_combine_v1, epoch);
+  courier_gpu_ep_proxy_combine_v1 full_combine;
+  REQUIRE(complete_job(&combine, &full_combine));
+  CHECK(full_combine.epoch == nullptr);
+
+  courier_gpu_ep_proxy_reduce_v1 reduce;
+  std::memset(&reduce, 0x5A, sizeof reduce);
+  reduce.struct_size = offsetof(courier_gpu_ep_proxy_reduce_v1, epoch);
+  courier_gpu_ep_proxy_reduce_v1 full_reduce;
+  REQUIRE(complete_job(&reduce, &full_reduce));
+  CHECK(full_reduce.epoch == nullptr);
 }
