@@ -25,6 +25,12 @@ struct LlInputs {
   bool fp8 = false;
   bool round_scale = false;      // with fp8: power-of-two scales
   int64_t* wait_cost = nullptr;  // [ranks] int64: the receive's waits per rank (proxy path)
+  ScalesLayout scales_layout = ScalesLayout::row_major;  // proxy path
+  // The caller's outputs (LowLatencyOutputs, checked), or all null: the
+  // Buffer's. The proxy path only.
+  void *out_x = nullptr, *out_scales = nullptr;
+  int32_t *out_count = nullptr, *out_src = nullptr;
+  int64_t* out_range = nullptr;
   CallConfig config;
 };
 

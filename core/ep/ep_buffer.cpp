@@ -97,22 +97,29 @@ struct Buffer::Impl {
   std::unique_ptr<LowLatency> low_latency;
 };
 
-TensorView::TensorView(void* data, DLDevice device, DLDataType dtype, std::vector<int64_t> shape) {
+TensorView::TensorView(void* data, DLDevice device, DLDataType dtype, std::vector<int64_t> shape,
+                       std::vector<int64_t> strides) {
   if (shape.size() > shape_.size()) fail("TensorView: {} dimensions, at most 4", shape.size());
+  if (!strides.empty() && strides.size() != shape.size()) {
+    fail("TensorView: {} strides for {} dimensions", strides.size(), shape.size());
+  }
   std::copy(shape.begin(), shape.end(), shape_.begin());
+  std::copy(strides.begin(), strides.end(), strides_.begin());
   tensor_.data = data;
   tensor_.device = device;
   tensor_.ndim = static_cast<int>(shape.size());
   tensor_.dtype = dtype;
   tensor_.shape = shape_.data();
-  tensor_.strides = nullptr;
+  tensor_.strides = strides.empty() ? nullptr : strides_.data();
   tensor_.byte_offset = 0;
 }
 
 TensorView& TensorView::operator=(const TensorView& other) {
   shape_ = other.shape_;
+  strides_ = other.strides_;
   tensor_ = other.tensor_;
   tensor_.shape = shape_.data();
+  if (other.tensor_.strides != nullptr) tensor_.strides = strides_.data();
   return *this;
 }
 

@@ -16,6 +16,7 @@ LowLatency::LowLatency(Context& ctx, const BufferOptions& options, DLDevice devi
       ranks_(static_cast<uint32_t>(ctx.world_size())),
       local_experts_(options.num_experts / ranks_),
       gpu_caps_(ContextInternals::gpu(ctx).props().caps),
+      gpu_minor_(ContextInternals::gpu(ctx).plugin().abi_minor),
       admission_(ctx) {
   check_options(options, ranks_);
   if (PeerWindows::usable(ctx, direct_misfit(options))) {
@@ -93,8 +94,73 @@ LowLatency::Inputs LowLatency::validate(const LowLatencyDispatchArgs& args) cons
         kFp8Block, kFp8Block, in.hidden);
   }
   in.wait_cost = wait_cost_of(args.wait_cost_stats, "ep::Buffer::low_latency_dispatch");
+  take_outputs(args, in);
   in.config = {in.hidden, in.fp8 ? DType::fp8_e4m3 : dtype, in.topk, options_.num_experts};
   return in;
+}
+
+void LowLatency::take_outputs(const LowLatencyDispatchArgs& args, Inputs& in) const {
+  constexpr const char* kCall = "ep::Buffer::low_latency_dispatch";
+  in.scales_layout = args.scales_layout;
+  if (args.scales_layout != ScalesLayout::row_major) {
+    const char* name = args.scales_layout == ScalesLayout::ue8m0 ? "ue8m0" : "column_major";
+    if (!in.fp8) fail("{}: scales_layout {} lays out FP8 scales; it needs use_fp8", kCall, name);
+    if (args.scales_layout == ScalesLayout::ue8m0 && !in.round_scale) {
+      fail("{}: scales_layout ue8m0 holds powers of two only; it needs round_scale", kCall);
+    }
+    if (direct_) {
+      fail(
+          "{}: scales_layout {} is offered on the proxy path only; this Buffer stores directly "
+          "into its peers (COURIER_EP_TRANSPORT=proxy chooses the proxy path)",
+          kCall, name);
+    }
+    if (gpu_minor_ < 10) {
+      fail("{}: scales_layout {} needs a GPU plugin of ABI 1.10 or later; this one speaks 1.{}",
+           kCall, name, gpu_minor_);
+    }
+  }
+  const LowLatencyOutputs& out = args.out;
+  if (out.x == nullptr && out.x_scales == nullptr && out.count == nullptr &&
+      out.src_info == nullptr && out.layout_range == nullptr) {
+    return;
+  }
+  if (direct_) {
+    fail(
+        "{}: out (the caller's output tensors) is offered on the proxy path only; this Buffer "
+        "stores directly into its peers (COURIER_EP_TRANSPORT=proxy chooses the proxy path)",
+        kCall);
+  }
+  const int64_t L = local_experts_;
+  const int64_t N = int64_t{ranks_} * options_.max_tokens_per_rank;
+  const DLDeviceType dev = device_.device_type;
+  in.out_x = check_tensor(out.x, fmt::format("{}: out.x", kCall),
+                          in.fp8 ? DType::fp8_e4m3 : in.dtype, {L, N, in.hidden}, dev);
+  if (in.fp8) {
+    const int64_t cols = in.hidden / kFp8Block;
+    switch (in.scales_layout) {
+      case ScalesLayout::row_major:
+        in.out_scales = check_tensor(out.x_scales, fmt::format("{}: out.x_scales", kCall),
+                                     DType::float32, {L, N, cols}, dev);
+        break;
+      case ScalesLayout::column_major:
+        in.out_scales = check_tensor(out.x_scales, fmt::format("{}: out.x_scales", kCall),
+                                     DType::float32, {L, cols, N}, dev);
+        break;
+      case ScalesLayout::ue8m0:
+        in.out_scales = check_tensor(out.x_scales, fmt::format("{}: out.x_scales", kCall),
+                                     DType::int32, {L, (cols + 3) / 4, N}, dev);
+        break;
+    }
+  } else if (out.x_scales != nullptr) {
+    fail("{}: out.x_scales is given without use_fp8 (there are no scales)", kCall);
+  }
+  in.out_count = static_cast<int32_t*>(
+      check_tensor(out.count, fmt::format("{}: out.count", kCall), DType::int32, {L}, dev));
+  in.out_src = static_cast<int32_t*>(check_tensor(
+      out.src_info, fmt::format("{}: out.src_info", kCall), DType::int32, {L, N}, dev));
+  in.out_range = static_cast<int64_t*>(
+      check_tensor(out.layout_range, fmt::format("{}: out.layout_range", kCall), DType::int64,
+                   {L, static_cast<int64_t>(ranks_)}, dev));
 }
 
 int64_t* LowLatency::wait_cost_of(const DLTensor* stats, const char* call) const {
@@ -138,6 +204,7 @@ CombineResult LowLatency::combine(const DLTensor& x_tensor, const DLTensor& topk
   const int64_t* idx = nullptr;
   const float* weights = nullptr;
   int64_t* wait_cost = nullptr;
+  void* out = nullptr;
   const uint64_t slots = uint64_t{ranks_} * options_.max_tokens_per_rank;
   try {
     // Both paths read the dispatch's receive buffers and slots, which the
@@ -159,6 +226,16 @@ CombineResult LowLatency::combine(const DLTensor& x_tensor, const DLTensor& topk
         check_tensor(&topk_weights_tensor, "ep::Buffer::low_latency_combine: topk_weights",
                      DType::float32, {t, k}, device_.device_type));
     wait_cost = wait_cost_of(options.wait_cost_stats, "ep::Buffer::low_latency_combine");
+    if (options.out != nullptr) {
+      if (direct_) {
+        fail(
+            "ep::Buffer::low_latency_combine: out (the caller's output tensor) is offered on the "
+            "proxy path only; this Buffer stores directly into its peers "
+            "(COURIER_EP_TRANSPORT=proxy chooses the proxy path)");
+      }
+      out = check_tensor(options.out, "ep::Buffer::low_latency_combine: out", dtype,
+                         {t, handle.hidden}, device_.device_type);
+    }
     if (options.use_logfmt) {
       if ((gpu_caps_ & COURIER_GPU_CAP_EP_LOGFMT) == 0) {
         fail(
@@ -176,7 +253,7 @@ CombineResult LowLatency::combine(const DLTensor& x_tensor, const DLTensor& topk
     refuse(1, e.what());
   }
   if (direct_) return direct_->combine(x, weights, handle, calls_[1]++, options.use_logfmt);
-  return proxy_->combine(x, idx, weights, handle, calls_[1]++, options.use_logfmt, wait_cost);
+  return proxy_->combine(x, idx, weights, handle, calls_[1]++, options.use_logfmt, wait_cost, out);
 }
 
 }  // namespace courier::ep

@@ -127,6 +127,17 @@ LowLatencyDispatchResult ProxyLowLatency::dispatch(const LlInputs& in, bool retu
   out.slot_bytes = static_cast<uint32_t>(slot_bytes_of(value_bytes));
   out.row_bytes = in.fp8 ? in.hidden : in.hidden * elem;
   out.indices = {in.idx, in.topk, layout_.experts};
+  const bool caller = in.out_x != nullptr;
+  out.x_at = caller ? in.out_x : out.x.data();
+  out.scales_at = caller ? in.out_scales : out.scales.data();
+  out.count_at = caller ? in.out_count : static_cast<int32_t*>(out.count.data());
+  out.src_at = caller ? in.out_src : static_cast<int32_t*>(out.src.data());
+  out.range_at = caller ? in.out_range : static_cast<int64_t*>(out.range.data());
+  out.scales_layout = in.scales_layout == ScalesLayout::column_major
+                          ? COURIER_GPU_EP_SCALES_COLUMN_MAJOR
+                      : in.scales_layout == ScalesLayout::ue8m0
+                          ? COURIER_GPU_EP_SCALES_COLUMN_MAJOR | COURIER_GPU_EP_SCALES_UE8M0
+                          : 0u;
 
   courier_gpu_ep_proxy_ll_dispatch_v1 job{};
   job.struct_size = sizeof job;
@@ -158,19 +169,26 @@ LowLatencyDispatchResult ProxyLowLatency::dispatch(const LlInputs& in, bool retu
 
   LowLatencyDispatchResult result;
   const int64_t slots = int64_t{ranks_} * layout_.max_tokens;
-  result.packed_recv_x =
-      TensorView(out.x.data(), device_, in.fp8 ? DLDataType{kDLFloat, 8, 1} : in.x_dtype,
-                 {L, slots, in.hidden});
+  result.packed_recv_x = TensorView(
+      out.x_at, device_, in.fp8 ? DLDataType{kDLFloat, 8, 1} : in.x_dtype, {L, slots, in.hidden});
   if (in.fp8) {
-    result.packed_recv_x_scales =
-        TensorView(out.scales.data(), device_, DLDataType{kDLFloat, 32, 1},
-                   {L, slots, static_cast<int64_t>(in.hidden / kFp8Block)});
+    const int64_t cols = in.hidden / kFp8Block;
+    if (in.scales_layout == ScalesLayout::row_major) {
+      result.packed_recv_x_scales =
+          TensorView(out.scales_at, device_, DLDataType{kDLFloat, 32, 1}, {L, slots, cols});
+    } else {  // column-major in the last two dimensions
+      const bool ue8m0 = in.scales_layout == ScalesLayout::ue8m0;
+      const int64_t s = ue8m0 ? (cols + 3) / 4 : cols;
+      result.packed_recv_x_scales = TensorView(
+          out.scales_at, device_, ue8m0 ? DLDataType{kDLInt, 32, 1} : DLDataType{kDLFloat, 32, 1},
+          {L, slots, s}, {s * slots, 1, slots});
+    }
   }
-  result.packed_recv_count = TensorView(out.count.data(), device_, DLDataType{kDLInt, 32, 1}, {L});
+  result.packed_recv_count = TensorView(out.count_at, device_, DLDataType{kDLInt, 32, 1}, {L});
   result.packed_recv_src_info =
-      TensorView(out.src.data(), device_, DLDataType{kDLInt, 32, 1}, {L, slots});
+      TensorView(out.src_at, device_, DLDataType{kDLInt, 32, 1}, {L, slots});
   result.packed_recv_layout_range =
-      TensorView(out.range.data(), device_, DLDataType{kDLInt, 64, 1}, {L, ranks_});
+      TensorView(out.range_at, device_, DLDataType{kDLInt, 64, 1}, {L, ranks_});
   LowLatencyHandle& handle = result.handle;
   handle.num_tokens = in.tokens;
   handle.topk = in.topk;
@@ -178,6 +196,7 @@ LowLatencyDispatchResult ProxyLowLatency::dispatch(const LlInputs& in, bool retu
   handle.dtype_code = in.x_dtype.code;
   handle.dtype_bits = in.x_dtype.bits;
   handle.call = call;
+  handle.layout_range = in.out_range;
   if (return_recv_hook) {
     // Once: a second run would release the senders a second time.
     result.recv_hook = [this, call, wait_cost = in.wait_cost, ran = std::make_shared<bool>(false)] {
@@ -208,11 +227,12 @@ void ProxyLowLatency::receive(uint64_t call, int64_t* wait_cost) {
   job.signal_off = layout_.signals[kDispatch][parity];
   job.target = target_of(call);
   job.release_off = layout_.release[parity];
-  job.x = out.x.data();
-  job.scales = static_cast<float*>(out.scales.data());
-  job.src = static_cast<int32_t*>(out.src.data());
-  job.count = static_cast<int32_t*>(out.count.data());
-  job.range = static_cast<int64_t*>(out.range.data());
+  job.x = out.x_at;
+  job.scales = static_cast<float*>(out.scales_at);
+  job.src = out.src_at;
+  job.count = out.count_at;
+  job.range = out.range_at;
+  job.scales_layout = out.scales_layout;
   job.wait_cost = wait_cost;
   job.epoch = epoch(kDispatch, call);
   window_.check(window_.ops()->ep_proxy_ll_receive(window_.backend(), &job), "packing the rows");
@@ -221,7 +241,7 @@ void ProxyLowLatency::receive(uint64_t call, int64_t* wait_cost) {
 
 CombineResult ProxyLowLatency::combine(const std::byte* x, const int64_t* topk_idx,
                                        const float* topk_weights, const LowLatencyHandle& handle,
-                                       uint64_t call, bool logfmt, int64_t* wait_cost) {
+                                       uint64_t call, bool logfmt, int64_t* wait_cost, void* out) {
   const uint32_t parity = call & 1;
   const Outputs& from = out_[handle.call & 1];  // the dispatch's outputs and slots
   window_.clear_status();
@@ -236,7 +256,8 @@ CombineResult ProxyLowLatency::combine(const std::byte* x, const int64_t* topk_i
   send.local_experts = layout_.local_experts;
   send.max_tokens = layout_.max_tokens;
   send.x = x;
-  send.range = static_cast<const int64_t*>(from.range.data());
+  send.range = handle.layout_range != nullptr ? handle.layout_range
+                                              : static_cast<const int64_t*>(from.range.data());
   send.send_off = layout_.send;
   send.recv_off = layout_.combine[parity];
   send.staging_off = layout_.staging;
@@ -264,13 +285,13 @@ CombineResult ProxyLowLatency::combine(const std::byte* x, const int64_t* topk_i
   reduce.record_off = layout_.records[kCombine][parity];
   reduce.signal_off = layout_.signals[kCombine][parity];
   reduce.target = target_of(call);
-  reduce.out = combined_x_.data();
+  reduce.out = out != nullptr ? out : combined_x_.data();
   reduce.wait_cost = wait_cost;
   reduce.epoch = epoch(kCombine, call);
   window_.check(window_.ops()->ep_proxy_reduce(window_.backend(), &reduce), "summing the rows");
   window_.sync("low_latency_combine");
   CombineResult result;
-  result.combined_x = TensorView(combined_x_.data(), device_,
+  result.combined_x = TensorView(reduce.out, device_,
                                  DLDataType{static_cast<uint8_t>(handle.dtype_code),
                                             static_cast<uint8_t>(handle.dtype_bits), 1},
                                  {static_cast<int64_t>(handle.num_tokens), handle.hidden});

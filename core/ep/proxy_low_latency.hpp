@@ -42,10 +42,11 @@ class ProxyLowLatency {
 
   LowLatencyDispatchResult dispatch(const LlInputs& in, bool return_recv_hook, uint64_t call);
   // The handle must come from one of the last two dispatches (the caller
-  // checks); wait_cost as LlInputs::wait_cost, for the combine's wait.
+  // checks); wait_cost as LlInputs::wait_cost, for the combine's wait;
+  // `out`: the caller's [tokens, hidden] (checked), or null: the Buffer's.
   CombineResult combine(const std::byte* x, const int64_t* topk_idx, const float* topk_weights,
                         const LowLatencyHandle& handle, uint64_t call, bool logfmt,
-                        int64_t* wait_cost);
+                        int64_t* wait_cost, void* out);
   // Fails call `call` of `phase` on every rank (records that say refused).
   [[noreturn]] void refuse(uint32_t phase, uint64_t call, const std::string& why);
   // Whether calls wait on the host for their kernels (ProxyWindow::sync).
@@ -67,6 +68,11 @@ class ProxyLowLatency {
     bool fp8 = false;
     uint32_t slot_bytes = 0, row_bytes = 0;
     EpIndices indices;  // for a bad-index error
+    // Where the call's outputs go: the buffers above or the caller's.
+    void *x_at = nullptr, *scales_at = nullptr;
+    int32_t *count_at = nullptr, *src_at = nullptr;
+    int64_t* range_at = nullptr;
+    uint32_t scales_layout = 0;  // COURIER_GPU_EP_SCALES_*
   };
   Outputs out_[2];
   DeviceBuffer combined_x_;

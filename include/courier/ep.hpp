@@ -40,7 +40,9 @@ struct BufferOptions {
 class TensorView {
  public:
   TensorView() = default;
-  TensorView(void* data, DLDevice device, DLDataType dtype, std::vector<int64_t> shape);
+  // Row-major, or with `strides` (in elements, one per dimension).
+  TensorView(void* data, DLDevice device, DLDataType dtype, std::vector<int64_t> shape,
+             std::vector<int64_t> strides = {});
   TensorView(const TensorView& other) { *this = other; }
   TensorView& operator=(const TensorView& other);
   const DLTensor& tensor() const { return tensor_; }
@@ -48,6 +50,7 @@ class TensorView {
 
  private:
   std::array<int64_t, 4> shape_{};
+  std::array<int64_t, 4> strides_{};
   DLTensor tensor_{};
 };
 
@@ -102,6 +105,35 @@ struct CombineResult {
   TensorView combined_x;  // [num_tokens, hidden]: per token, the sum of the rows sent back
 };
 
+// How low_latency_dispatch lays out the FP8 scales (use_fp8): the shape is
+// [local experts, ranks * max_tokens_per_rank, S] either way.
+enum class ScalesLayout : uint8_t {
+  row_major,     // float32, S = hidden / 128, row-major
+  column_major,  // float32, S = hidden / 128, column-major in the last two dimensions (DeepEP's)
+  // round_scale's exponent bytes (UE8M0), four per int32, scale 4p + b in
+  // byte b of column p: S = ceil(hidden / 512), column-major in the last two
+  // dimensions (DeepEP's use_ue8m0). Needs round_scale.
+  ue8m0,
+};
+
+// The caller's tensors for low_latency_dispatch to receive into instead of
+// the Buffer's (the result's views then describe them), on the Buffer's
+// device, contiguous: x, count, src_info and layout_range together, and
+// x_scales with use_fp8. L = local experts, N = ranks * max_tokens_per_rank.
+struct LowLatencyOutputs {
+  const DLTensor* x = nullptr;  // [L, N, hidden]: x's dtype, or float8_e4m3 with use_fp8
+  // use_fp8, as scales_layout says: row_major [L, N, hidden / 128] float32;
+  // column_major [L, hidden / 128, N] float32 and ue8m0 [L, ceil(hidden /
+  // 512), N] int32 (the storage: the result's view is its transpose in the
+  // last two dimensions, DeepEP's layout).
+  const DLTensor* x_scales = nullptr;
+  const DLTensor* count = nullptr;     // [L] int32
+  const DLTensor* src_info = nullptr;  // [L, N] int32
+  // [L, ranks] int64; low_latency_combine of this dispatch reads it: keep
+  // it alive and unchanged until then.
+  const DLTensor* layout_range = nullptr;
+};
+
 struct LowLatencyDispatchArgs {
   const DLTensor* x = nullptr;         // [num_tokens, hidden] bfloat16 or float32
   const DLTensor* topk_idx = nullptr;  // [num_tokens, topk] int64, -1 = none
@@ -120,6 +152,12 @@ struct LowLatencyDispatchArgs {
   // (DeepEP's dispatch_wait_recv_cost_stats, which counts GPU cycles), to
   // find a slow rank. The proxy path only (GPU ABI 1.9).
   const DLTensor* wait_cost_stats = nullptr;
+  // With use_fp8: how packed_recv_x_scales is laid out. Other than
+  // row_major: the proxy path only, a GPU plugin of ABI 1.10 or later.
+  ScalesLayout scales_layout = ScalesLayout::row_major;
+  // Receive into the caller's tensors (all or none; the proxy path only),
+  // so results need no copy and keep their addresses (CUDA graphs).
+  LowLatencyOutputs out;
 };
 
 // Options of low_latency_combine.
@@ -135,6 +173,10 @@ struct LowLatencyCombineOptions {
   // As LowLatencyDispatchArgs::wait_cost_stats, for the combine's wait
   // (DeepEP's combine_wait_recv_cost_stats).
   const DLTensor* wait_cost_stats = nullptr;
+  // [num_tokens, hidden] of the dispatch's dtype on the Buffer's device, or
+  // null: the sums go there instead of the Buffer's memory (the proxy
+  // path only).
+  const DLTensor* out = nullptr;
 };
 
 // What low_latency_combine needs: which dispatch it answers (where each of
@@ -146,6 +188,9 @@ struct LowLatencyHandle {
   uint64_t call = 0;  // which low_latency_dispatch of the Buffer (0, 1, ...)
   uint32_t hidden = 0;
   uint32_t dtype_code = 0, dtype_bits = 0;
+  // The dispatch's layout range when it went into the caller's tensor
+  // (LowLatencyOutputs::layout_range), else null: the Buffer's.
+  const int64_t* layout_range = nullptr;
 };
 
 struct LowLatencyDispatchResult {

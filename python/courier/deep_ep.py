@@ -205,6 +205,21 @@ class _Kind:
         out[:have] = array
         return out
 
+    def output(self, shape: Sequence[int], dtype: str) -> Tuple[Tensor, Any]:
+        """A tensor for Courier to write into, and what to pass it as. numpy
+        without ml_dtypes holds bfloat16 and FP8 as raw bits."""
+        if self.torch is None and dtype in ("bfloat16", "float8_e4m3fn") and _ml_dtypes() is None:
+            raw = np.empty(tuple(shape), np.uint16 if dtype == "bfloat16" else np.uint8)
+            return raw, _courier.DtypeView(raw, dtype)
+        array = self.empty(shape, dtype)
+        return array, _to_courier(array, dtype)
+
+    def transposed(self, storage: Tensor) -> Tensor:
+        """The last two dimensions swapped, a view (column-major scales)."""
+        if self.torch is not None:
+            return storage.transpose(-1, -2)
+        return storage.swapaxes(-1, -2)
+
     def copy_into(self, out: Tensor, ref: _courier.TensorRef, rows: Optional[int] = None) -> None:
         """Copies a Buffer view into out; with ``rows``, only the first rows
         of each slice of the second dimension."""
@@ -258,6 +273,13 @@ def _element_bytes(x: Tensor) -> int:
     (bfloat16; FP8 rows travel in bfloat16-sized slots)."""
     name = str(x.dtype).replace("torch.", "")
     return 4 if name == "float32" else 2
+
+
+def _dtype_name(x: Tensor) -> str:
+    """bfloat16, float32, float8_e4m3fn, ... for torch and numpy alike."""
+    if isinstance(x, np.ndarray):
+        return _numpy_dtype_name(x)
+    return str(x.dtype).replace("torch.", "")
 
 
 def _dtype_code(x: Tensor) -> int:
@@ -614,6 +636,8 @@ class Buffer:
         self._ht: Dict[Tuple[int, ...], Tuple[_courier.EpBuffer, int]] = {}
         self._ht_current: Optional[Tuple[int, ...]] = None  # the key of the last dispatch
         self._ll: Dict[Tuple[int, ...], _courier.EpBuffer] = {}
+        # The proxy path's low-latency outputs, per shape and parity (_ll_outputs).
+        self._ll_out: Dict[Tuple[Any, ...], Any] = {}
         self._destroyed = False
 
     # -- lifetime -------------------------------------------------------------
@@ -1124,15 +1148,18 @@ class Buffer:
         buffer = self._low_latency(x, int(num_max_dispatch_tokens_per_rank), int(num_experts),
                                    int(topk_idx.shape[1]), bool(use_fp8))
         kind.order_after_producer(buffer)
+        if buffer.transport == "proxy":
+            return self._low_latency_dispatch_proxy(
+                kind, buffer, x, topk_idx, int(num_max_dispatch_tokens_per_rank), int(num_experts),
+                cumulative_local_expert_recv_stats, dispatch_wait_recv_cost_stats, bool(use_fp8),
+                bool(use_fp8) and bool(round_scale), bool(use_ue8m0), bool(async_finish),
+                bool(return_recv_hook), number, waiting)
         # The wait costs are measured on the proxy path; the direct path
         # leaves them unchanged (docs/python.md).
-        cost = dispatch_wait_recv_cost_stats if buffer.transport == "proxy" else None
         out = buffer.low_latency_dispatch(_to_courier(x, "x"), _to_courier(topk_idx, "topk_idx"),
                                           use_fp8=bool(use_fp8),
                                           return_recv_hook=bool(return_recv_hook),
-                                          round_scale=bool(use_fp8) and bool(round_scale),
-                                          wait_cost_stats=_to_courier(
-                                              cost, "dispatch_wait_recv_cost_stats"))
+                                          round_scale=bool(use_fp8) and bool(round_scale))
         self._ll_dispatches = number
         recv_x = kind.empty_like_view(out.packed_recv_x)
         recv_scales = None
@@ -1193,6 +1220,94 @@ class Buffer:
         return ((recv_x, recv_scales) if use_fp8 else recv_x, recv_count, handle, kind.event(async_finish),
                 hook)
 
+    def _low_latency_dispatch_proxy(
+        self, kind: _Kind, buffer: _courier.EpBuffer, x: Tensor, topk_idx: Tensor,
+        max_tokens: int, num_experts: int, stats: Optional[Tensor], cost: Optional[Tensor],
+        use_fp8: bool, round_scale: bool, use_ue8m0: bool, async_finish: bool,
+        return_recv_hook: bool, number: int, waiting: Dict[int, Any]
+    ) -> Tuple[Union[Tensor, Tuple[Tensor, Tensor]], Tensor, LowLatencyHandle, EventOverlap,
+               Optional[Callable[[], None]]]:
+        """low_latency_dispatch on the proxy path: one native call, the
+        kernels writing into the outputs (allocated once per shape and
+        parity, see _ll_outputs), nothing read on the host, so the call can
+        be captured in a CUDA graph."""
+        outs, passed = self._ll_outputs(kind, x, max_tokens, num_experts, use_fp8, use_ue8m0,
+                                        number % 2)
+        recv_x, recv_scales, recv_count, src_info, layout_range = outs
+        native = buffer.low_latency_dispatch(
+            _to_courier(x, "x"), _to_courier(topk_idx, "topk_idx"), use_fp8=use_fp8,
+            return_recv_hook=return_recv_hook, round_scale=round_scale,
+            wait_cost_stats=_to_courier(cost, "dispatch_wait_recv_cost_stats"),
+            scales_layout=("ue8m0" if use_ue8m0 else "column_major") if use_fp8 else "row_major",
+            out_x=passed[0],
+            out_x_scales=passed[1], out_count=passed[2], out_src_info=passed[3],
+            out_layout_range=passed[4])
+        self._ll_dispatches = number
+        pending = [native]
+        del native
+
+        def receive() -> None:
+            if not pending:
+                raise Error("low_latency_dispatch: the receive hook was already called")
+            native = pending.pop()
+            waiting.pop(number, None)
+            if native.has_recv_hook:
+                kind.order_after_producer(buffer)  # the stream current when the hook runs
+                native.recv_hook()
+            if stats is not None:
+                if kind.torch is not None:
+                    stats.add_(recv_count)
+                else:
+                    np.add(stats, recv_count, out=stats)
+
+        handle = LowLatencyHandle((src_info, layout_range, max_tokens, int(x.shape[1]),
+                                   num_experts), pending[0].handle, buffer)
+        hook: Optional[Callable[[], None]] = None
+        if return_recv_hook:
+            hook = receive
+            waiting[number] = pending
+        else:
+            receive()
+        return ((recv_x, recv_scales) if use_fp8 else recv_x, recv_count, handle,
+                kind.event(async_finish), hook)
+
+    def _ll_outputs(self, kind: _Kind, x: Tensor, max_tokens: int, num_experts: int,
+                    use_fp8: bool, use_ue8m0: bool, parity: int) -> Tuple[Tuple[Any, ...],
+                                                                            Tuple[Any, ...]]:
+        """The proxy path's low-latency dispatch outputs: (recv_x,
+        recv_scales as DeepEP lays them out (column-major; None without
+        FP8), recv_count, src_info, layout_range) and what to pass the native
+        call. Made once per shape and per call parity, as the Buffer's
+        receive buffers are: a dispatch's outputs are reused by the dispatch
+        after next (docs/python.md)."""
+        ranks = self.group_size
+        hidden = int(x.shape[1])
+        dtype = "float8_e4m3fn" if use_fp8 else _dtype_name(x)
+        device = str(kind.device) if kind.torch is not None else "numpy"
+        key = (device, max_tokens, num_experts, hidden, dtype, use_ue8m0, parity)
+        cache = self._ll_out
+        made = cache.get(key)
+        if made is None:
+            for old in [k for k in cache if k[:4] != key[:4]]:
+                del cache[old]  # another shape replaces the earlier ones
+            L, N = num_experts // ranks, ranks * max_tokens
+            recv_x, x_arg = kind.output((L, N, hidden), dtype)
+            recv_scales = scales_arg = None
+            if use_fp8:
+                columns = hidden // _FP8_BLOCK
+                if use_ue8m0:  # four exponent bytes per int32
+                    storage, scales_arg = kind.output((L, -(-columns // 4), N), "int32")
+                else:
+                    storage, scales_arg = kind.output((L, columns, N), "float32")
+                recv_scales = kind.transposed(storage)
+            recv_count, count_arg = kind.output((L,), "int32")
+            src_info, src_arg = kind.output((L, N), "int32")
+            layout_range, range_arg = kind.output((L, ranks), "int64")
+            made = ((recv_x, recv_scales, recv_count, src_info, layout_range),
+                    (x_arg, scales_arg, count_arg, src_arg, range_arg))
+            cache[key] = made
+        return made
+
     def get_next_low_latency_combine_buffer(self, handle: LowLatencyHandle) -> Tensor:
         """A bfloat16 tensor ``[num_local_experts, num_ranks *
         num_max_dispatch_tokens_per_rank, hidden]`` to write expert outputs
@@ -1249,12 +1364,25 @@ class Buffer:
             x = handle.combine_buffer  # where the caller wrote the rows
         kind = _Kind(x, "low_latency_combine: x")
         kind.order_after_producer(handle.buffer)
-        cost = combine_wait_recv_cost_stats if handle.buffer.transport == "proxy" else None
+        if handle.buffer.transport == "proxy":
+            # Summed straight into the result (DeepEP's combined_x is a new
+            # tensor per call too): nothing copied, nothing read on the host.
+            if out is None:
+                out, out_arg = kind.output((int(topk_idx.shape[0]), int(x.shape[-1])),
+                                           _dtype_name(x))
+            else:
+                out_arg = _to_courier(out, "out")
+            handle.buffer.low_latency_combine(
+                _to_courier(x, "x"), _to_courier(topk_idx, "topk_idx"),
+                _to_courier(topk_weights, "topk_weights"), handle.native,
+                use_logfmt=bool(use_logfmt),
+                wait_cost_stats=_to_courier(combine_wait_recv_cost_stats,
+                                            "combine_wait_recv_cost_stats"),
+                out=out_arg)
+            return out, kind.event(async_finish), ((lambda: None) if return_recv_hook else None)
         ref = handle.buffer.low_latency_combine(_to_courier(x, "x"), _to_courier(topk_idx, "topk_idx"),
                                            _to_courier(topk_weights, "topk_weights"),
-                                           handle.native, use_logfmt=bool(use_logfmt),
-                                           wait_cost_stats=_to_courier(
-                                               cost, "combine_wait_recv_cost_stats"))
+                                           handle.native, use_logfmt=bool(use_logfmt))
         if out is not None:
             kind.copy_into(out, ref)
             combined = out

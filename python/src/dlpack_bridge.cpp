@@ -54,6 +54,7 @@ alignas(64) constexpr std::byte kNoElements[64]{};
 struct Export {
   DLManagedTensor managed{};
   std::vector<int64_t> shape;
+  std::vector<int64_t> strides;  // empty: row-major
   PyObject* ref = nullptr;
 };
 
@@ -174,6 +175,10 @@ nb::object TensorRef::export_capsule(nb::handle self) {
   e->managed.dl_tensor = t;
   e->managed.dl_tensor.shape = e->shape.data();
   e->managed.dl_tensor.strides = nullptr;
+  if (t.strides != nullptr) {  // e.g. column-major FP8 scales
+    e->strides.assign(t.strides, t.strides + t.ndim);
+    e->managed.dl_tensor.strides = e->strides.data();
+  }
   if (e->managed.dl_tensor.data == nullptr) {
     e->managed.dl_tensor.data = const_cast<std::byte*>(kNoElements);
     e->managed.dl_tensor.byte_offset = 0;

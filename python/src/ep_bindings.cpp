@@ -149,13 +149,29 @@ nb::object combine(nb::handle self, nb::handle x, const ep::DispatchHandle& hand
   return make_tensor_ref(result.combined_x, self, owner.live());
 }
 
+ep::ScalesLayout scales_layout_of(const std::string& name) {
+  if (name == "row_major") return ep::ScalesLayout::row_major;
+  if (name == "column_major") return ep::ScalesLayout::column_major;
+  if (name == "ue8m0") return ep::ScalesLayout::ue8m0;
+  throw courier::Error("low_latency_dispatch: scales_layout '" + name +
+                       "' is not one of row_major, column_major, ue8m0");
+}
+
 LowLatencyOutput* low_latency_dispatch(nb::handle self, nb::handle x, nb::handle topk_idx,
                                        bool use_fp8, bool return_recv_hook, bool round_scale,
-                                       nb::handle wait_cost_stats) {
+                                       nb::handle wait_cost_stats, const std::string& scales_layout,
+                                       nb::handle out_x, nb::handle out_x_scales,
+                                       nb::handle out_count, nb::handle out_src_info,
+                                       nb::handle out_layout_range) {
   EpBuffer& owner = self_of(self);
   ep::Buffer& buffer = owner.get("low_latency_dispatch");
   ImportedTensor tx(x, "low_latency_dispatch: x"), ti(topk_idx, "low_latency_dispatch: topk_idx"),
-      tc(wait_cost_stats, "low_latency_dispatch: wait_cost_stats");
+      tc(wait_cost_stats, "low_latency_dispatch: wait_cost_stats"),
+      ox(out_x, "low_latency_dispatch: out_x"),
+      os(out_x_scales, "low_latency_dispatch: out_x_scales"),
+      oc(out_count, "low_latency_dispatch: out_count"),
+      oi(out_src_info, "low_latency_dispatch: out_src_info"),
+      orange(out_layout_range, "low_latency_dispatch: out_layout_range");
   ep::LowLatencyDispatchArgs args;
   args.x = tx.get();
   args.topk_idx = ti.get();
@@ -163,6 +179,8 @@ LowLatencyOutput* low_latency_dispatch(nb::handle self, nb::handle x, nb::handle
   args.use_fp8 = use_fp8;
   args.round_scale = round_scale;
   args.return_recv_hook = return_recv_hook;
+  args.scales_layout = scales_layout_of(scales_layout);
+  args.out = {ox.get(), os.get(), oc.get(), oi.get(), orange.get()};
   ep::LowLatencyDispatchResult result;
   {
     nb::gil_scoped_release released;
@@ -183,12 +201,13 @@ LowLatencyOutput* low_latency_dispatch(nb::handle self, nb::handle x, nb::handle
 
 nb::object low_latency_combine(nb::handle self, nb::handle x, nb::handle topk_idx,
                                nb::handle topk_weights, const ep::LowLatencyHandle& handle,
-                               bool use_logfmt, nb::handle wait_cost_stats) {
+                               bool use_logfmt, nb::handle wait_cost_stats, nb::handle out) {
   EpBuffer& owner = self_of(self);
   ep::Buffer& buffer = owner.get("low_latency_combine");
   ImportedTensor tx(x, "low_latency_combine: x"), ti(topk_idx, "low_latency_combine: topk_idx"),
       tw(topk_weights, "low_latency_combine: topk_weights"),
-      tc(wait_cost_stats, "low_latency_combine: wait_cost_stats");
+      tc(wait_cost_stats, "low_latency_combine: wait_cost_stats"),
+      to(out, "low_latency_combine: out");
   if (tx.get() == nullptr || ti.get() == nullptr || tw.get() == nullptr) {
     throw courier::Error("low_latency_combine: x, topk_idx and topk_weights are required");
   }
@@ -198,6 +217,7 @@ nb::object low_latency_combine(nb::handle self, nb::handle x, nb::handle topk_id
     ep::LowLatencyCombineOptions options;
     options.use_logfmt = use_logfmt;
     options.wait_cost_stats = tc.get();
+    options.out = to.get();
     result = buffer.low_latency_combine(*tx.get(), *ti.get(), *tw.get(), handle, options);
   }
   return make_tensor_ref(result.combined_x, self, owner.live());
@@ -343,16 +363,22 @@ void bind_ep(nb::module_& m) {
       .def("low_latency_dispatch", &low_latency_dispatch, nb::arg("x"), nb::arg("topk_idx"),
            nb::arg("use_fp8") = false, nb::arg("return_recv_hook") = false,
            nb::arg("round_scale") = false, nb::arg("wait_cost_stats") = nb::none(),
+           nb::arg("scales_layout") = "row_major", nb::arg("out_x") = nb::none(),
+           nb::arg("out_x_scales") = nb::none(), nb::arg("out_count") = nb::none(),
+           nb::arg("out_src_info") = nb::none(), nb::arg("out_layout_range") = nb::none(),
            nb::rv_policy::take_ownership,
            "Collective low-latency dispatch into per-expert rows (round_scale: power-of-two "
            "FP8 scales; wait_cost_stats: [ranks] int64 that gains the nanoseconds waited for "
-           "each rank, proxy path only).")
+           "each rank, proxy path only; scales_layout: row_major, column_major or ue8m0 "
+           "(proxy path); out_*: the caller's tensors to receive into, all or none (proxy path; "
+           "out_x_scales in its storage layout, ep.hpp LowLatencyOutputs)).")
       .def("low_latency_combine", &low_latency_combine, nb::arg("x"), nb::arg("topk_idx"),
            nb::arg("topk_weights"), nb::arg("handle"), nb::arg("use_logfmt") = false,
-           nb::arg("wait_cost_stats") = nb::none(),
+           nb::arg("wait_cost_stats") = nb::none(), nb::arg("out") = nb::none(),
            "Collective low-latency combine: per token, sum over k of weight * row "
            "(use_logfmt: the rows travel in LogFMT, 10 bits per value where a 128-channel block "
-           "is below 1; needs the ep_logfmt capability).");
+           "is below 1; needs the ep_logfmt capability; out: the caller's [tokens, hidden] to sum "
+           "into, proxy path only).");
 }
 
 }  // namespace courier::python

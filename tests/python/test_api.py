@@ -328,3 +328,29 @@ def test_buffer_on_a_torch_gloo_group(tmp_path) -> None:
         assert torch.equal(combined, x * in_rank[:, :1])
     finally:
         dist.destroy_process_group()
+
+
+def test_low_latency_results_are_written_in_place(buffer: deep_ep.Buffer) -> None:
+    """On the proxy path the kernels write low-latency results into tensors
+    made once per shape and call parity (nothing copied, nothing read on the
+    host: a CUDA graph can hold them): dispatch n and n + 2 hand out the same
+    tensors, n and n + 1 different ones; a combine sums into `out` itself."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    x = (np.arange(2 * 128, dtype=np.float32).reshape(2, 128) % 7).astype(ml_dtypes.bfloat16)
+    idx = np.array([[0, 1], [2, -1]], np.int64)
+    w = np.array([[0.5, 0.25], [1.0, 0.0]], np.float32)
+    calls = [buffer.low_latency_dispatch(x, idx, 16, 4, use_fp8=False) for _ in range(3)]
+    (a, count_a, _, _, _), (b, _, _, _, _), (c, count_c, handle, _, _) = calls
+    assert a is c and count_a is count_c
+    assert a is not b
+    assert count_c.tolist() == [1, 1, 1, 0]
+    assert np.array_equal(a[0, 0].astype(np.float32), x[0].astype(np.float32))
+    out = np.zeros((2, 128), ml_dtypes.bfloat16)
+    combined, _, _ = buffer.low_latency_combine(c, idx, w, handle, out=out)
+    assert combined is out
+    want = x.astype(np.float32) * np.array([[0.75], [1.0]], np.float32)
+    assert np.array_equal(out.astype(np.float32), want)
+    # FP8 scales are laid out as DeepEP's: column-major in the last two dimensions.
+    recv, _, _, _, _ = buffer.low_latency_dispatch(x, idx, 16, 4, use_fp8=True)
+    scales = recv[1]
+    assert scales.shape == (4, 16, 1) and scales.strides[1] == 4

@@ -660,7 +660,19 @@ typedef struct courier_gpu_ep_proxy_ll_receive_v1 {
   int64_t* wait_cost;
   /* ---- minor 10 ---- */
   const uint64_t* epoch; /* not NULL: replaces target (Epochs, above) */
+  /* How scales is laid out (0: float [L][num_ranks * max_tokens][scale_cols]
+   * row-major). COURIER_GPU_EP_SCALES_COLUMN_MAJOR: [L][scale_cols][num_ranks
+   * * max_tokens] (column-major in the last two dimensions, DeepEP's).
+   * COURIER_GPU_EP_SCALES_UE8M0: each scale's exponent byte (bits 23..30 of
+   * the float, a power of two with COURIER_GPU_EP_FP8_POW2_SCALES), four per
+   * u32, scale 4p + b in byte b of word p, bytes past scale_cols zero;
+   * ceil(scale_cols / 4) words in place of scale_cols floats, laid out
+   * either way. */
+  uint32_t scales_layout;
+  uint32_t reserved10;
 } courier_gpu_ep_proxy_ll_receive_v1;
+#define COURIER_GPU_EP_SCALES_COLUMN_MAJOR 1u
+#define COURIER_GPU_EP_SCALES_UE8M0 2u
 
 /* Combine, send half: rows of x go back to the ranks they came from.
  * RANKS: x holds the rows of rank 0, 1, ... (counts[s] each, in order);

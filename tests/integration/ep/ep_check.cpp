@@ -1176,6 +1176,150 @@ Outcome check_ll_errors(courier::Context& ctx) {
   return c.outcome("a refused call fails every rank at once; the next calls work");
 }
 
+// Low-latency dispatch into the caller's tensors (LowLatencyOutputs) with
+// each FP8 scales layout, and combine into the caller's `out`: the same
+// bytes as a dispatch into the Buffer's memory (row-major scales) of the
+// same inputs, the scales transposed (column_major) or reduced to exponent
+// bytes, four per int32, zero past the last (ue8m0; hidden 640 has 5
+// scales per row); the combines equal bit for bit. A wrong out tensor on
+// rank 0 is refused on every rank, naming it there. The direct path refuses
+// both, naming the argument.
+Outcome check_ll_caller_outputs(courier::Context& ctx, const Shape& shape) {
+  const int ranks = ctx.world_size(), me = ctx.rank();
+  const int hidden = shape.hidden, topk = shape.topk, experts = shape.experts_of(ranks),
+            per = experts / ranks, max_tokens = shape.max_tokens, cols = hidden / 128;
+  const int64_t slots = int64_t{ranks} * max_tokens;
+  courier::ep::Buffer buffer(ctx, low_latency_options(shape, ranks, 2));
+  const DLDevice dev = buffer.device();
+  const Inputs mine = inputs_of(shape, me, hidden, topk, experts, 0);
+  DeviceInputs inputs(ctx, dev, mine, hidden, topk, true);
+  const DLDataType bf16{kDLBfloat, 16, 1}, fp8{kDLFloat, 8, 1}, f32{kDLFloat, 32, 1};
+  Checks c;
+  // Expert outputs to combine: a pattern in bfloat16 (small integers, exact).
+  Tensor back(ctx, dev, bf16, {per, slots, hidden});
+  std::vector<float> pattern(static_cast<size_t>(per * slots * hidden));
+  for (size_t i = 0; i < pattern.size(); ++i) pattern[i] = static_cast<float>(i % 17) - 8.0f;
+  back.set(encode(pattern, true));
+  auto args_of = [&](courier::ep::ScalesLayout layout) {
+    courier::ep::LowLatencyDispatchArgs args;
+    args.x = inputs.x.view();
+    args.topk_idx = inputs.idx.view();
+    args.use_fp8 = true;
+    args.round_scale = true;
+    args.scales_layout = layout;
+    return args;
+  };
+  if (std::string(buffer.transport()) == "direct") {
+    Tensor out(ctx, dev, bf16, {mine.tokens, hidden});
+    courier::ep::LowLatencyDispatchArgs args = args_of(courier::ep::ScalesLayout::column_major);
+    expect_error(
+        c, "scales_layout on the direct path", "is offered on the proxy path only",
+        [&] { buffer.low_latency_dispatch(args); }, kRefusal);
+    return c.outcome("the direct path refuses scales_layout, naming the proxy path");
+  }
+  using courier::ep::ScalesLayout;
+  const int words = (cols + 3) / 4;
+  for (ScalesLayout layout :
+       {ScalesLayout::row_major, ScalesLayout::column_major, ScalesLayout::ue8m0}) {
+    const char* name = layout == ScalesLayout::row_major      ? "row_major"
+                       : layout == ScalesLayout::column_major ? "column_major"
+                                                              : "ue8m0";
+    // Into the Buffer's memory, row-major scales: the reference.
+    courier::ep::LowLatencyDispatchResult a =
+        buffer.low_latency_dispatch(args_of(ScalesLayout::row_major));
+    std::vector<uint8_t> a_codes(static_cast<size_t>(per * slots * hidden));
+    std::vector<float> a_scales(static_cast<size_t>(per * slots * cols));
+    std::vector<int32_t> a_count(static_cast<size_t>(per)), a_src(static_cast<size_t>(per * slots));
+    std::vector<int64_t> a_range(static_cast<size_t>(per * ranks));
+    ctx.copy(a_codes.data(), a.packed_recv_x.tensor().data, a_codes.size());
+    ctx.copy(a_scales.data(), a.packed_recv_x_scales.tensor().data, a_scales.size() * 4);
+    ctx.copy(a_count.data(), a.packed_recv_count.tensor().data, a_count.size() * 4);
+    ctx.copy(a_src.data(), a.packed_recv_src_info.tensor().data, a_src.size() * 4);
+    ctx.copy(a_range.data(), a.packed_recv_layout_range.tensor().data, a_range.size() * 8);
+    courier::ep::CombineResult a_combined = buffer.low_latency_combine(
+        *back.view(), *inputs.idx.view(), *inputs.weights.view(), a.handle);
+    std::vector<uint16_t> a_sums(static_cast<size_t>(mine.tokens * hidden));
+    ctx.copy(a_sums.data(), a_combined.combined_x.tensor().data, a_sums.size() * 2);
+
+    // Into the caller's tensors, scales as `layout`.
+    Tensor x(ctx, dev, fp8, {per, slots, hidden});
+    Tensor scales(ctx, dev, layout == ScalesLayout::ue8m0 ? kInt32 : f32,
+                  layout == ScalesLayout::row_major      ? std::vector<int64_t>{per, slots, cols}
+                  : layout == ScalesLayout::column_major ? std::vector<int64_t>{per, cols, slots}
+                                                         : std::vector<int64_t>{per, words, slots});
+    scales.set(std::vector<uint8_t>(
+        static_cast<size_t>(per * slots) * (layout == ScalesLayout::ue8m0 ? words : cols) * 4,
+        0xEE));  // padding bytes must be written as 0
+    Tensor count(ctx, dev, kInt32, {per}), src(ctx, dev, kInt32, {per, slots}),
+        range(ctx, dev, kInt64, {per, ranks});
+    courier::ep::LowLatencyDispatchArgs args = args_of(layout);
+    args.out = {x.view(), scales.view(), count.view(), src.view(), range.view()};
+    courier::ep::LowLatencyDispatchResult b = buffer.low_latency_dispatch(args);
+    c.expect(b.packed_recv_x.tensor().data == x.view()->data &&
+                 b.packed_recv_x_scales.tensor().data == scales.view()->data,
+             fmt::format("{}: the result's views are not the caller's tensors", name));
+    const std::vector<uint8_t> b_codes = x.get<uint8_t>();
+    const std::vector<int32_t> b_count = count.get<int32_t>(), b_src = src.get<int32_t>();
+    const std::vector<int64_t> b_range = range.get<int64_t>();
+    c.expect(b_count == a_count, fmt::format("{}: counts differ", name));
+    c.expect(b_range == a_range, fmt::format("{}: layout ranges differ", name));
+    const std::vector<uint8_t> scale_bytes = scales.get<uint8_t>();
+    int wrong_rows = 0, wrong_scales = 0;
+    for (int l = 0; l < per; ++l) {
+      for (int64_t i = 0; i < a_count[l]; ++i) {
+        const size_t row = static_cast<size_t>(l * slots + i);
+        wrong_rows +=
+            !std::equal(b_codes.begin() + row * hidden, b_codes.begin() + (row + 1) * hidden,
+                        a_codes.begin() + row * hidden) ||
+            b_src[row] != a_src[row];
+        for (int p = 0; p < (layout == ScalesLayout::ue8m0 ? words * 4 : cols); ++p) {
+          const float want = p < cols ? a_scales[row * cols + p] : 0.0f;
+          if (layout == ScalesLayout::ue8m0) {
+            uint32_t bits;
+            std::memcpy(&bits, &want, 4);
+            const size_t at = ((static_cast<size_t>(l) * words + p / 4) * slots + i) * 4 + p % 4;
+            wrong_scales += scale_bytes[at] != (p < cols ? (bits >> 23) & 0xFF : 0);
+          } else {
+            const size_t at = layout == ScalesLayout::row_major
+                                  ? row * cols + p
+                                  : (static_cast<size_t>(l) * cols + p) * slots + i;
+            float have;
+            std::memcpy(&have, scale_bytes.data() + at * 4, 4);
+            wrong_scales += have != want;
+          }
+        }
+      }
+    }
+    c.expect(wrong_rows == 0, fmt::format("{}: {} rows or sources differ", name, wrong_rows));
+    c.expect(wrong_scales == 0, fmt::format("{}: {} scales differ", name, wrong_scales));
+
+    Tensor sums(ctx, dev, bf16, {mine.tokens, hidden});
+    courier::ep::LowLatencyCombineOptions options;
+    options.out = sums.view();
+    courier::ep::CombineResult b_combined = buffer.low_latency_combine(
+        *back.view(), *inputs.idx.view(), *inputs.weights.view(), b.handle, options);
+    c.expect(b_combined.combined_x.tensor().data == sums.view()->data,
+             fmt::format("{}: combined_x is not the caller's out", name));
+    c.expect(sums.get<uint16_t>() == a_sums,
+             fmt::format("{}: the combine into out differs from the Buffer's", name));
+  }
+  // A wrong out tensor on rank 0: refused everywhere, named there.
+  Tensor x(ctx, dev, fp8, {per, slots, hidden}), scales(ctx, dev, f32, {per, cols, slots});
+  Tensor count(ctx, dev, kInt32, {me == 0 ? per + 1 : per}), src(ctx, dev, kInt32, {per, slots}),
+      range(ctx, dev, kInt64, {per, ranks});
+  courier::ep::LowLatencyDispatchArgs args = args_of(ScalesLayout::column_major);
+  args.out = {x.view(), scales.view(), count.view(), src.view(), range.view()};
+  expect_error(
+      c, "a wrong out.count on rank 0",
+      me == 0 ? std::string("low_latency_dispatch: out.count: shape")
+              : std::string("rank 0 refused its arguments"),
+      [&] { buffer.low_latency_dispatch(args); }, kRefusal);
+  return c.outcome(fmt::format(
+      "row_major, column_major and ue8m0 scales ({} per row) into the caller's tensors equal the "
+      "Buffer's; combine into out equal; a wrong out refused on every rank",
+      cols));
+}
+
 // Low-latency calls on the caller's stream do not wait on the host: a bad
 // expert index on one rank, found by its kernels, fails no call at once;
 // synchronize() throws it on every rank (naming the index there, the rank
@@ -1350,6 +1494,13 @@ int main(int argc, char** argv) {
     cases.emplace_back("ht-errors", [&] { return check_ht_errors(ctx); });
     cases.emplace_back("ll-errors", [&] { return check_ll_errors(ctx); });
     cases.emplace_back("ll-no-wait-errors", [&] { return check_ll_no_wait_errors(ctx); });
+    cases.emplace_back("ll-caller-outputs", [&] {
+      Shape s = shape(640);
+      s.max_tokens = 32;
+      s.tokens = 24;
+      s.fewer = true;
+      return check_ll_caller_outputs(ctx, s);
+    });
     int passed = 0, failed = 0;
     for (const auto& [name, run] : cases) {
       Outcome o = run();
