@@ -205,6 +205,11 @@ GpuBackend::GpuBackend(const GpuPlugin& plugin, const HostServices& host) : plug
   const size_t needed9 = offsetof(courier_gpu_plugin_v1, ep_set_stream) + sizeof ops->ep_set_stream;
   has_minor9_ = has_minor3_ && plugin_.abi_minor >= 9 && ops->header.struct_size >= needed9 &&
                 ops->ep_set_stream != nullptr;
+  // Asking whether the EP stream is being captured came with minor 10.
+  const size_t needed10 =
+      offsetof(courier_gpu_plugin_v1, ep_stream_capturing) + sizeof ops->ep_stream_capturing;
+  has_minor10_ = has_minor9_ && plugin_.abi_minor >= 10 && ops->header.struct_size >= needed10 &&
+                 ops->ep_stream_capturing != nullptr;
 }
 
 GpuBackend::~GpuBackend() { plugin_.ops->fini(handle_); }

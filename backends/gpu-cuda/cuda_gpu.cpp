@@ -402,6 +402,18 @@ int cuda_ep_set_stream(void* backend, int device, int caller, void* stream) {
   return 0;
 }
 
+int cuda_ep_stream_capturing(void* backend, int device, int* capturing) {
+  if (capturing == nullptr) return fail(-EINVAL, "ep_stream_capturing: capturing is NULL");
+  bool ok = false;
+  cudaStream_t stream = ep_stream(backend, device, &ok);
+  if (!ok) return -EIO;
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  const cudaError_t rc = cudaStreamIsCapturing(stream, &status);
+  if (rc != cudaSuccess) return fail(rc, "asking whether the EP stream is being captured");
+  *capturing = status != cudaStreamCaptureStatusNone ? 1 : 0;
+  return 0;
+}
+
 // One entry point per EP kernel: the job's device's EP stream.
 template <class Job, int (*Enqueue)(const Job*, cudaStream_t)>
 int enqueue_ep(void* backend, const Job* job) {
@@ -479,6 +491,7 @@ const courier_gpu_plugin_v1 kPlugin = {
     enqueue_proxy<courier_gpu_ep_proxy_combine_v1, kCombine>,
     enqueue_proxy<courier_gpu_ep_proxy_reduce_v1, kReduce>,
     cuda_ep_set_stream,
+    cuda_ep_stream_capturing,
 };
 
 }  // namespace

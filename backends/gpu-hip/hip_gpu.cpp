@@ -329,6 +329,18 @@ int hip_ep_sync(void* backend, int device) {
   return rc == hipSuccess ? 0 : fail(rc, "waiting for the EP stream");
 }
 
+int hip_ep_stream_capturing(void* backend, int device, int* capturing) {
+  if (capturing == nullptr) return fail(-EINVAL, "ep_stream_capturing: capturing is NULL");
+  bool ok = false;
+  hipStream_t stream = ep_stream(backend, device, &ok);
+  if (!ok) return -EIO;
+  hipStreamCaptureStatus status = hipStreamCaptureStatusNone;
+  const hipError_t rc = hipStreamIsCapturing(stream, &status);
+  if (rc != hipSuccess) return fail(rc, "asking whether the EP stream is being captured");
+  *capturing = status != hipStreamCaptureStatusNone ? 1 : 0;
+  return 0;
+}
+
 const courier_gpu_plugin_v1 kPlugin = {
     {sizeof(courier_gpu_plugin_v1), COURIER_GPU_ABI_MAJOR, COURIER_GPU_ABI_MINOR, "hip"},
     "AMD GPUs through the ROCm HIP runtime",
@@ -370,6 +382,7 @@ const courier_gpu_plugin_v1 kPlugin = {
     enqueue_ep<courier_gpu_ep_proxy_combine_v1, courier::hip_gpu::ep_proxy>,
     enqueue_ep<courier_gpu_ep_proxy_reduce_v1, courier::hip_gpu::ep_proxy>,
     hip_ep_set_stream,
+    hip_ep_stream_capturing,
 };
 
 }  // namespace

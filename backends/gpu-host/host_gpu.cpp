@@ -238,6 +238,14 @@ int host_ep_set_stream(void*, int device, int caller, void*) {
   return 0;
 }
 
+// No streams, nothing to capture.
+int host_ep_stream_capturing(void*, int device, int* capturing) {
+  if (device != 0) return fail(-ENODEV, "device " + std::to_string(device) + " does not exist");
+  if (capturing == nullptr) return fail(-EINVAL, "ep_stream_capturing: capturing is NULL");
+  *capturing = 0;
+  return 0;
+}
+
 template <class Job, int (*Run)(const Job*, const courier::host_gpu::EpOptions&, std::string*)>
 int host_ep_proxy(void* backend, const Job* job) {
   std::string error;
@@ -289,6 +297,7 @@ const courier_gpu_plugin_v1 kPlugin = {
     host_ep_proxy<courier_gpu_ep_proxy_combine_v1, courier::host_gpu::ep_proxy_combine>,
     host_ep_proxy<courier_gpu_ep_proxy_reduce_v1, courier::host_gpu::ep_proxy_reduce>,
     host_ep_set_stream,
+    host_ep_stream_capturing,
 };
 
 }  // namespace

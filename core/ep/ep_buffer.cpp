@@ -78,6 +78,24 @@ struct Buffer::Impl {
     }
   }
 
+  // Throws, naming `call` and why, when the Buffer's stream is being
+  // captured into a graph and the call cannot be (`why`: what it does on
+  // the host between its kernels). After select_stream.
+  void refuse_capture(const char* call, const char* why) const {
+    if (!gpu.has_minor10()) return;  // an older plugin cannot say
+    int capturing = 0;
+    if (gpu.ops()->ep_stream_capturing(gpu.handle(), device, &capturing) != 0) {
+      fail("ep::Buffer::{}: GPU backend '{}' cannot say whether its stream is being captured: {}",
+           call, gpu.plugin().name, gpu.last_error());
+    }
+    if (capturing != 0) {
+      fail(
+          "ep::Buffer::{}: the stream is being captured into a graph, but this call {}, which a "
+          "graph cannot hold; make the call outside the capture",
+          call, why);
+    }
+  }
+
   // Zeroes `bytes` of device memory at `ptr`.
   void clear(void* ptr, size_t bytes) const {
     std::vector<std::byte> zeros(bytes);
@@ -123,21 +141,31 @@ TensorView& TensorView::operator=(const TensorView& other) {
   return *this;
 }
 
+// What keeps calls out of a graph (refuse_capture).
+constexpr const char* kHostWaits =
+    "waits on the host for its kernels (high-throughput calls read the received counts there)";
+constexpr const char* kDirectTargets =
+    "takes its signal targets from the host (the direct path; COURIER_EP_TRANSPORT=proxy "
+    "chooses the proxy path, whose low-latency calls can be captured)";
+
 DispatchResult Buffer::dispatch(const DispatchArgs& args) {
   HighThroughput& ht = impl_->ht("dispatch");
   impl_->select_stream();
+  impl_->refuse_capture("dispatch", kHostWaits);
   return ht.dispatch(args);
 }
 
 CombineResult Buffer::combine(const DLTensor& x, const DispatchHandle& handle) {
   HighThroughput& ht = impl_->ht("combine");
   impl_->select_stream();
+  impl_->refuse_capture("combine", kHostWaits);
   return ht.combine(x, handle);
 }
 
 LowLatencyDispatchResult Buffer::low_latency_dispatch(const LowLatencyDispatchArgs& args) {
   LowLatency& ll = impl_->ll("low_latency_dispatch");
   impl_->select_stream();
+  if (ll.direct()) impl_->refuse_capture("low_latency_dispatch", kDirectTargets);
   LowLatencyDispatchResult result = ll.dispatch(args);
   if (result.recv_hook) {  // its kernels go where this Buffer's go when it runs
     result.recv_hook = [impl = impl_.get(), hook = std::move(result.recv_hook)] {
@@ -154,6 +182,7 @@ CombineResult Buffer::low_latency_combine(const DLTensor& x, const DLTensor& top
                                           const LowLatencyCombineOptions& options) {
   LowLatency& ll = impl_->ll("low_latency_combine");
   impl_->select_stream();
+  if (ll.direct()) impl_->refuse_capture("low_latency_combine", kDirectTargets);
   return ll.combine(x, topk_idx, topk_weights, handle, options);
 }
 

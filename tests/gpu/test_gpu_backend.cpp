@@ -230,6 +230,36 @@ TEST_CASE("ep_set_stream: EP jobs queue behind the caller's stream, ep_sync wait
   CHECK(cudaStreamDestroy(stream) == cudaSuccess);
   for (void* p : {status, dst, fresh, src}) CHECK(gpu.ops().mem_free(gpu.handle(), 0, p) == 0);
 }
+
+TEST_CASE("ep_stream_capturing: 1 while the caller's EP stream is captured, 0 otherwise") {
+  Gpu gpu;
+  if (!gpu.backend->has_minor10()) {
+    MESSAGE("no ep_stream_capturing: skipped");
+    return;
+  }
+  cudaStream_t stream = nullptr;
+  REQUIRE(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) == cudaSuccess);
+  REQUIRE(gpu.ops().ep_set_stream(gpu.handle(), 0, 1, stream) == 0);
+  int capturing = -1;
+  REQUIRE(gpu.ops().ep_stream_capturing(gpu.handle(), 0, &capturing) == 0);
+  CHECK(capturing == 0);
+  REQUIRE(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) == cudaSuccess);
+  REQUIRE(gpu.ops().ep_stream_capturing(gpu.handle(), 0, &capturing) == 0);
+  CHECK(capturing == 1);
+  // The backend's own stream is not the one captured.
+  REQUIRE(gpu.ops().ep_set_stream(gpu.handle(), 0, 0, nullptr) == 0);
+  REQUIRE(gpu.ops().ep_stream_capturing(gpu.handle(), 0, &capturing) == 0);
+  CHECK(capturing == 0);
+  cudaGraph_t graph = nullptr;
+  REQUIRE(cudaStreamEndCapture(stream, &graph) == cudaSuccess);
+  CHECK(cudaGraphDestroy(graph) == cudaSuccess);
+  REQUIRE(gpu.ops().ep_set_stream(gpu.handle(), 0, 1, stream) == 0);
+  REQUIRE(gpu.ops().ep_stream_capturing(gpu.handle(), 0, &capturing) == 0);
+  CHECK(capturing == 0);
+  CHECK(gpu.ops().ep_stream_capturing(gpu.handle(), 0, nullptr) == -EINVAL);
+  REQUIRE(gpu.ops().ep_set_stream(gpu.handle(), 0, 0, nullptr) == 0);
+  CHECK(cudaStreamDestroy(stream) == cudaSuccess);
+}
 #endif
 
 TEST_CASE("a device that does not exist is named in the error") {

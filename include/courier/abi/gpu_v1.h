@@ -816,6 +816,14 @@ typedef struct courier_gpu_plugin_v1 {
    * (gpu-host: its kernels run before their entries return, which keeps
    * any stream's order) accepts either and ignores `stream`. */
   int (*ep_set_stream)(void* backend, int device, int caller, void* stream);
+
+  /* ---- minor 10 (read only when header.struct_size covers it) ----
+   * *capturing = 1 when the EP stream of `device` is being captured into a
+   * graph (CUDA or HIP stream capture), else 0. The core asks before a call
+   * that must read results on the host between its kernels, which a graph
+   * cannot hold, and refuses it naming the reason. A backend without
+   * streams (gpu-host) answers 0. */
+  int (*ep_stream_capturing)(void* backend, int device, int* capturing);
 } courier_gpu_plugin_v1;
 
 typedef const courier_gpu_plugin_v1* (*courier_gpu_backend_v1_fn)(void);

@@ -365,6 +365,26 @@ def run_shape(env: common.DistEnv, suite: common.Suite, shape: Shape, args) -> N
             for mode in MODES:
                 name = f"{shape}: {'FP8' if fp8 else 'BF16'} {'with' if with_topk else 'without'} top-k, {mode}"
                 suite.run(name, lambda: run_variant(env, suite, buffer, shape, inputs, exp, fp8, with_topk, mode))
+
+    def refused_under_capture():
+        # A high-throughput dispatch reads the received counts on the host: under CUDA
+        # graph capture it is refused at once, saying why, on every rank alike.
+        graph = torch.cuda.CUDAGraph()
+        message = ""
+        try:
+            with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+                buffer.dispatch(inputs.x, num_tokens_per_rank=exp.num_tokens_per_rank,
+                                is_token_in_rank=exp.is_token_in_rank,
+                                num_tokens_per_expert=exp.num_tokens_per_expert)
+        except Exception as error:  # noqa: BLE001 - the message is what is checked
+            message = str(error)
+        check("being captured into a graph" in message,
+              f"dispatch under capture: expected Courier's refusal, got {message!r}")
+        torch.cuda.synchronize()
+        env.barrier()
+
+    suite.run(f"{shape}: dispatch under CUDA graph capture is refused, naming why",
+              refused_under_capture)
     # Buffer teardown is collective: drop every reference on every rank at the same point.
     del buffer
     gc.collect()

@@ -467,7 +467,27 @@ def run_shape(env, suite, shape: Shape, args) -> None:
                       f"return_recv_hook={hook})",
                       lambda: run_graph_case(env, buffer, shape, fp8, hook, args.seed + 3))
     else:
-        suite.note("CUDA graph cases skipped: the direct path cannot be captured yet")
+        def refused_under_capture():
+            # The direct path's targets come from the host: capture is refused, saying why.
+            x = torch.zeros((shape.num_tokens, shape.hidden), dtype=torch.bfloat16,
+                            device=env.device)
+            topk_idx = torch.zeros((shape.num_tokens, shape.num_topk), dtype=torch.int64,
+                                   device=env.device)
+            graph = torch.cuda.CUDAGraph()
+            message = ""
+            try:
+                with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+                    buffer.low_latency_dispatch(x, topk_idx, shape.max_tokens, shape.num_experts,
+                                                use_fp8=False)
+            except Exception as error:  # noqa: BLE001 - the message is what is checked
+                message = str(error)
+            check("being captured into a graph" in message and "direct path" in message,
+                  f"low_latency_dispatch under capture: expected Courier's refusal, got {message!r}")
+            torch.cuda.synchronize()
+            env.barrier()
+
+        suite.run(f"{shape}: low-latency dispatch under CUDA graph capture on the direct path is "
+                  "refused, naming why", refused_under_capture)
     del buffer
     gc.collect()
     env.barrier()
