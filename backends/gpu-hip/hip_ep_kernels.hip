@@ -112,15 +112,23 @@ int ep_route(const courier_gpu_ep_route_v1* job, hipStream_t stream) {
   return launched("the EP route kernel");
 }
 
-int ep_signal(const courier_gpu_ep_signal_v1* job, hipStream_t stream) {
-  if (too_small(job)) return fail(-EINVAL, "ep_signal: job is NULL or its struct_size too small");
+int ep_signal(const courier_gpu_ep_signal_v1* job_in, hipStream_t stream) {
+  courier_gpu_ep_signal_v1 full;
+  if (!device::ep::complete_job(job_in, &full)) {
+    return fail(-EINVAL, "ep_signal: job is NULL or its struct_size too small");
+  }
+  const courier_gpu_ep_signal_v1* job = &full;
   const uint32_t blocks = job->num_ranks + (job->wait.flags != nullptr ? 1 : 0);
   hipLaunchKernelGGL(device::ep::signal_kernel, dim3(blocks), dim3(256), 0, stream, *job);
   return launched("the EP signal kernel");
 }
 
-int ep_wait(const courier_gpu_ep_wait_v1* job, hipStream_t stream) {
-  if (too_small(job)) return fail(-EINVAL, "ep_wait: job is NULL or its struct_size too small");
+int ep_wait(const courier_gpu_ep_wait_v1* job_in, hipStream_t stream) {
+  courier_gpu_ep_wait_v1 full;
+  if (!device::ep::complete_job(job_in, &full)) {
+    return fail(-EINVAL, "ep_wait: job is NULL or its struct_size too small");
+  }
+  const courier_gpu_ep_wait_v1* job = &full;
   hipLaunchKernelGGL(device::ep::wait_kernel, dim3(1), dim3(COURIER_GPU_EP_MAX_RANKS), 0, stream,
                      *job);
   return launched("the EP wait kernel");
@@ -136,10 +144,12 @@ int ep_ht_dispatch(const courier_gpu_ep_ht_dispatch_v1* job, hipStream_t stream)
   return launched("the EP high-throughput dispatch kernel");
 }
 
-int ep_ll_dispatch(const courier_gpu_ep_ll_dispatch_v1* job, hipStream_t stream) {
-  if (too_small(job)) {
+int ep_ll_dispatch(const courier_gpu_ep_ll_dispatch_v1* job_in, hipStream_t stream) {
+  courier_gpu_ep_ll_dispatch_v1 full;
+  if (!device::ep::complete_job(job_in, &full)) {
     return fail(-EINVAL, "ep_ll_dispatch: job is NULL or its struct_size too small");
   }
+  const courier_gpu_ep_ll_dispatch_v1* job = &full;
   // A block per rank (its release flag), then one per (token, k) pair.
   const uint32_t blocks = job->num_ranks + job->tokens * job->topk;
   hipLaunchKernelGGL(device::ep::ll_dispatch_kernel, dim3(blocks), dim3(kRowThreads), 0, stream,
@@ -147,10 +157,12 @@ int ep_ll_dispatch(const courier_gpu_ep_ll_dispatch_v1* job, hipStream_t stream)
   return launched("the EP low-latency dispatch kernel");
 }
 
-int ep_ll_receive(const courier_gpu_ep_ll_receive_v1* job, hipStream_t stream) {
-  if (too_small(job)) {
+int ep_ll_receive(const courier_gpu_ep_ll_receive_v1* job_in, hipStream_t stream) {
+  courier_gpu_ep_ll_receive_v1 full;
+  if (!device::ep::complete_job(job_in, &full)) {
     return fail(-EINVAL, "ep_ll_receive: job is NULL or its struct_size too small");
   }
+  const courier_gpu_ep_ll_receive_v1* job = &full;
   const uint32_t blocks = job->local_experts == 0 ? 1 : job->local_experts;
   hipLaunchKernelGGL(device::ep::ll_receive_kernel, dim3(blocks), dim3(kRowThreads), 0, stream,
                      *job);
@@ -169,8 +181,12 @@ int ep_combine_send(const courier_gpu_ep_combine_send_v1* job, hipStream_t strea
   return launched("the EP combine send kernel");
 }
 
-int ep_reduce(const courier_gpu_ep_reduce_v1* job, hipStream_t stream) {
-  if (too_small(job)) return fail(-EINVAL, "ep_reduce: job is NULL or its struct_size too small");
+int ep_reduce(const courier_gpu_ep_reduce_v1* job_in, hipStream_t stream) {
+  courier_gpu_ep_reduce_v1 full;
+  if (!device::ep::complete_job(job_in, &full)) {
+    return fail(-EINVAL, "ep_reduce: job is NULL or its struct_size too small");
+  }
+  const courier_gpu_ep_reduce_v1* job = &full;
   const uint32_t blocks = job->tokens == 0 ? 1 : job->tokens < 4096 ? job->tokens : 4096;
   hipLaunchKernelGGL(device::ep::reduce_kernel, dim3(blocks), dim3(256), 0, stream, *job);
   return launched("the EP reduce kernel");

@@ -69,7 +69,19 @@ DirectLowLatency::DirectLowLatency(Context& ctx, const BufferOptions& options, D
               options.element_bytes, options.max_topk),
       windows_(ctx, layout_.total),
       combined_x_(ctx.alloc(uint64_t{options.max_tokens_per_rank} * options.hidden *
-                            options.element_bytes)) {}
+                            options.element_bytes)),
+      epochs_(ctx.alloc(4 * sizeof(uint64_t))) {
+  const uint64_t zeros[4] = {0, 0, 0, 0};
+  ctx.copy(epochs_.data(), zeros, sizeof zeros);
+}
+
+void DirectLowLatency::finish_refused(uint32_t phase, uint64_t call) {
+  uint64_t* word = epoch_word(phase, call);
+  uint64_t finished = 0;
+  ctx_.copy(&finished, word, sizeof finished);
+  ++finished;
+  ctx_.copy(word, &finished, sizeof finished);
+}
 
 void DirectLowLatency::refuse(uint32_t phase, uint64_t call, const std::string& why) {
   const uint32_t parity = call & 1;
@@ -77,9 +89,11 @@ void DirectLowLatency::refuse(uint32_t phase, uint64_t call, const std::string& 
     windows_.set_refused();
     for (uint32_t p :
          phase == 0 ? std::vector<uint32_t>{kData, kRelease} : std::vector<uint32_t>{kCombine}) {
-      windows_.signal(nullptr, 0, 0, layout_.flag(p, parity, rank_), call / 2 + 1);
+      windows_.signal(nullptr, 0, 0, layout_.flag(p, parity, rank_), call / 2 + 1,
+                      epoch_word(phase, call));
     }
     windows_.check(windows_.ops()->ep_sync(windows_.backend(), windows_.device()), "refusing");
+    finish_refused(phase, call);
   } catch (const Error&) {
     // The refusal itself is the error worth reporting.
   }
@@ -136,33 +150,56 @@ LowLatencyDispatchResult DirectLowLatency::dispatch(const LlInputs& in, bool ret
   job.timeout_ns = windows_.timeout_ns();
   job.status = windows_.status_device();
   job.peers = windows_.peers();
+  job.epoch_word = epoch_word(kData, call);
   windows_.check(windows_.ops()->ep_ll_dispatch(windows_.backend(), &job), "sending the rows");
   const uint64_t record_off = layout_.records[parity] + rank_ * layout_.record_bytes;
   if (return_recv_hook) {
     windows_.signal(windows_.at(layout_.staging), layout_.record_bytes, record_off,
-                    layout_.flag(kData, parity, rank_), epoch);
+                    layout_.flag(kData, parity, rank_), epoch, epoch_word(kData, call));
   } else {
     windows_.signal_and_wait(windows_.at(layout_.staging), layout_.record_bytes, record_off,
                              layout_.flag(kData, parity, rank_), layout_.flag(kData, parity, 0),
-                             epoch);
+                             epoch, epoch_word(kData, call));
   }
+
+  // Where the outputs go: the caller's tensors, or the window.
+  Outputs& out = out_[parity];
+  const bool caller = in.out_x != nullptr;
+  out.x = caller ? in.out_x : windows_.at(layout_.x[parity]);
+  out.scales = caller ? in.out_scales : windows_.at(layout_.scales[parity]);
+  out.count =
+      caller ? in.out_count : reinterpret_cast<int32_t*>(windows_.at(layout_.count[parity]));
+  out.src = caller ? in.out_src : reinterpret_cast<int32_t*>(windows_.at(layout_.src[parity]));
+  out.range =
+      caller ? in.out_range : reinterpret_cast<int64_t*>(windows_.at(layout_.range[parity]));
+  out.scales_layout = !in.fp8 ? 0u
+                      : in.scales_layout == ScalesLayout::column_major
+                          ? COURIER_GPU_EP_SCALES_COLUMN_MAJOR
+                      : in.scales_layout == ScalesLayout::ue8m0
+                          ? COURIER_GPU_EP_SCALES_COLUMN_MAJOR | COURIER_GPU_EP_SCALES_UE8M0
+                          : 0u;
 
   LowLatencyDispatchResult result;
   const int64_t slots = layout_.rows_per_expert;
-  result.packed_recv_x =
-      TensorView(windows_.at(layout_.x[parity]), device_,
-                 in.fp8 ? DLDataType{kDLFloat, 8, 1} : in.x_dtype, {L, slots, in.hidden});
+  result.packed_recv_x = TensorView(
+      out.x, device_, in.fp8 ? DLDataType{kDLFloat, 8, 1} : in.x_dtype, {L, slots, in.hidden});
   if (in.fp8) {
-    result.packed_recv_x_scales =
-        TensorView(windows_.at(layout_.scales[parity]), device_, DLDataType{kDLFloat, 32, 1},
-                   {L, slots, static_cast<int64_t>(in.hidden / kFp8Block)});
+    const int64_t cols = in.hidden / kFp8Block;
+    if (in.scales_layout == ScalesLayout::row_major) {
+      result.packed_recv_x_scales =
+          TensorView(out.scales, device_, DLDataType{kDLFloat, 32, 1}, {L, slots, cols});
+    } else {  // column-major in the last two dimensions
+      const bool ue8m0 = in.scales_layout == ScalesLayout::ue8m0;
+      const int64_t s = ue8m0 ? (cols + 3) / 4 : cols;
+      result.packed_recv_x_scales = TensorView(
+          out.scales, device_, ue8m0 ? DLDataType{kDLInt, 32, 1} : DLDataType{kDLFloat, 32, 1},
+          {L, slots, s}, {s * slots, 1, slots});
+    }
   }
-  result.packed_recv_count =
-      TensorView(windows_.at(layout_.count[parity]), device_, DLDataType{kDLInt, 32, 1}, {L});
-  result.packed_recv_src_info =
-      TensorView(windows_.at(layout_.src[parity]), device_, DLDataType{kDLInt, 32, 1}, {L, slots});
-  result.packed_recv_layout_range = TensorView(windows_.at(layout_.range[parity]), device_,
-                                               DLDataType{kDLInt, 64, 1}, {L, ranks_});
+  result.packed_recv_count = TensorView(out.count, device_, DLDataType{kDLInt, 32, 1}, {L});
+  result.packed_recv_src_info = TensorView(out.src, device_, DLDataType{kDLInt, 32, 1}, {L, slots});
+  result.packed_recv_layout_range =
+      TensorView(out.range, device_, DLDataType{kDLInt, 64, 1}, {L, ranks_});
   LowLatencyHandle& handle = result.handle;
   handle.num_tokens = in.tokens;
   handle.topk = in.topk;
@@ -170,6 +207,7 @@ LowLatencyDispatchResult DirectLowLatency::dispatch(const LlInputs& in, bool ret
   handle.dtype_code = in.x_dtype.code;
   handle.dtype_bits = in.x_dtype.bits;
   handle.call = call;
+  handle.layout_range = in.out_range;
   call_fp8_[parity] = in.fp8;
   call_row_bytes_[parity] = in.fp8 ? in.hidden : in.hidden * (in.x_dtype.bits / 8);
   if (return_recv_hook) {
@@ -183,7 +221,8 @@ LowLatencyDispatchResult DirectLowLatency::dispatch(const LlInputs& in, bool ret
 void DirectLowLatency::receive(uint64_t call, bool waited) {
   const uint32_t parity = call & 1;
   const uint64_t epoch = call / 2 + 1;
-  if (!waited) windows_.wait(layout_.flag(kData, parity, 0), epoch);
+  if (!waited) windows_.wait(layout_.flag(kData, parity, 0), epoch, epoch_word(kData, call));
+  const Outputs& out = out_[parity];
   courier_gpu_ep_ll_receive_v1 job{};
   job.struct_size = sizeof job;
   job.device = windows_.device();
@@ -199,12 +238,14 @@ void DirectLowLatency::receive(uint64_t call, bool waited) {
   job.staging_scales = reinterpret_cast<const float*>(windows_.at(layout_.staging_scales[parity]));
   job.staging_src = reinterpret_cast<const int32_t*>(windows_.at(layout_.staging_src[parity]));
   job.staging_k = reinterpret_cast<const int32_t*>(windows_.at(layout_.staging_k[parity]));
-  job.x = windows_.at(layout_.x[parity]);
-  job.scales = reinterpret_cast<float*>(windows_.at(layout_.scales[parity]));
-  job.src = reinterpret_cast<int32_t*>(windows_.at(layout_.src[parity]));
+  job.x = out.x;
+  job.scales = static_cast<float*>(out.scales);
+  job.src = out.src;
   job.k = reinterpret_cast<int32_t*>(windows_.at(layout_.k[parity]));
-  job.count = reinterpret_cast<int32_t*>(windows_.at(layout_.count[parity]));
-  job.range = reinterpret_cast<int64_t*>(windows_.at(layout_.range[parity]));
+  job.count = out.count;
+  job.range = out.range;
+  job.scales_layout = out.scales_layout;
+  job.epoch_word = epoch_word(kData, call);
   job.done = reinterpret_cast<uint32_t*>(windows_.at(layout_.done));
   job.release_off = layout_.flag(kRelease, parity, rank_);
   job.epoch = epoch;
@@ -215,8 +256,8 @@ void DirectLowLatency::receive(uint64_t call, bool waited) {
 }
 
 CombineResult DirectLowLatency::combine(const std::byte* x, const float* topk_weights,
-                                        const LowLatencyHandle& handle, uint64_t call,
-                                        bool logfmt) {
+                                        const LowLatencyHandle& handle, uint64_t call, bool logfmt,
+                                        void* out) {
   const uint32_t parity = call & 1;
   const uint32_t from = handle.call & 1;  // the dispatch's buffers
   const uint64_t epoch = call / 2 + 1;
@@ -234,16 +275,16 @@ CombineResult DirectLowLatency::combine(const std::byte* x, const float* topk_we
   send.rows_per_expert = layout_.rows_per_expert;
   send.topk = handle.topk;
   send.x = x;
-  send.count = reinterpret_cast<const int32_t*>(windows_.at(layout_.count[from]));
-  send.range = reinterpret_cast<const int64_t*>(windows_.at(layout_.range[from]));
-  send.src = reinterpret_cast<const int32_t*>(windows_.at(layout_.src[from]));
+  send.count = out_[from].count;  // the dispatch's outputs
+  send.range = out_[from].range;
+  send.src = out_[from].src;
   send.k = reinterpret_cast<const int32_t*>(windows_.at(layout_.k[from]));
   send.out_off = layout_.combine[parity];
   send.status = windows_.status_device();
   send.peers = windows_.peers();
   windows_.check(windows_.ops()->ep_combine_send(windows_.backend(), &send), "sending rows back");
   windows_.signal_and_wait(nullptr, 0, 0, layout_.flag(kCombine, parity, rank_),
-                           layout_.flag(kCombine, parity, 0), epoch);
+                           layout_.flag(kCombine, parity, 0), epoch, epoch_word(kCombine, call));
 
   courier_gpu_ep_reduce_v1 reduce{};
   reduce.struct_size = sizeof reduce;
@@ -256,12 +297,13 @@ CombineResult DirectLowLatency::combine(const std::byte* x, const float* topk_we
   reduce.slots = reinterpret_cast<const int32_t*>(windows_.at(layout_.slots[from]));
   reduce.weights = topk_weights;
   reduce.rows = windows_.at(layout_.combine[parity]);
-  reduce.out = combined_x_.data();
+  reduce.out = out != nullptr ? out : combined_x_.data();
   reduce.status = windows_.status_device();
+  reduce.epoch_word = epoch_word(kCombine, call);
   windows_.check(windows_.ops()->ep_reduce(windows_.backend(), &reduce), "summing the rows");
   windows_.sync("low_latency_combine");
   CombineResult result;
-  result.combined_x = TensorView(combined_x_.data(), device_,
+  result.combined_x = TensorView(reduce.out, device_,
                                  DLDataType{static_cast<uint8_t>(handle.dtype_code),
                                             static_cast<uint8_t>(handle.dtype_bits), 1},
                                  {static_cast<int64_t>(handle.num_tokens), handle.hidden});

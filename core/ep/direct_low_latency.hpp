@@ -65,9 +65,10 @@ class DirectLowLatency {
   // The handle must come from one of the last two dispatches (older
   // receive buffers are reused); the caller checks.
   // logfmt: the rows travel LogFMT-encoded (the caller checked the
-  // capability, bfloat16 and hidden % 128).
+  // capability, bfloat16 and hidden % 128); `out`: the caller's [tokens,
+  // hidden] (checked), or null: the Buffer's.
   CombineResult combine(const std::byte* x, const float* topk_weights,
-                        const LowLatencyHandle& handle, uint64_t call, bool logfmt);
+                        const LowLatencyHandle& handle, uint64_t call, bool logfmt, void* out);
   // Fails call `call` of `phase` on every rank (flags marked refused).
   [[noreturn]] void refuse(uint32_t phase, uint64_t call, const std::string& why);
   // Whether calls wait on the host for their kernels (PeerWindows::sync).
@@ -88,6 +89,25 @@ class DirectLowLatency {
   DeviceBuffer combined_x_;
   bool call_fp8_[2] = {false, false};  // per parity: how the rows travel
   uint32_t call_row_bytes_[2] = {0, 0};
+  // Per parity: where the dispatch's outputs go (the window or the
+  // caller's tensors) and how its scales are laid out.
+  struct Outputs {
+    void *x = nullptr, *scales = nullptr;
+    int32_t *count = nullptr, *src = nullptr;
+    int64_t* range = nullptr;
+    uint32_t scales_layout = 0;  // COURIER_GPU_EP_SCALES_*
+  };
+  Outputs out_[2];
+  // [phase: dispatch, combine][parity] u64 on the device: this rank's
+  // finished calls of each, from which the kernels take their epochs (GPU
+  // ABI 1.10, "Epoch words"), so a captured call replays with the same jobs.
+  DeviceBuffer epochs_;
+  uint64_t* epoch_word(uint32_t phase, uint64_t call) const {
+    return static_cast<uint64_t*>(epochs_.data()) + phase * 2 + (call & 1);
+  }
+  // After a refusal, which runs no receive or reduce: the refused call of
+  // `phase` counts as finished here too.
+  void finish_refused(uint32_t phase, uint64_t call);
 };
 
 }  // namespace courier::ep

@@ -144,9 +144,6 @@ TensorView& TensorView::operator=(const TensorView& other) {
 // What keeps calls out of a graph (refuse_capture).
 constexpr const char* kHostWaits =
     "waits on the host for its kernels (high-throughput calls read the received counts there)";
-constexpr const char* kDirectTargets =
-    "takes its signal targets from the host (the direct path; COURIER_EP_TRANSPORT=proxy "
-    "chooses the proxy path, whose low-latency calls can be captured)";
 
 DispatchResult Buffer::dispatch(const DispatchArgs& args) {
   HighThroughput& ht = impl_->ht("dispatch");
@@ -165,7 +162,6 @@ CombineResult Buffer::combine(const DLTensor& x, const DispatchHandle& handle) {
 LowLatencyDispatchResult Buffer::low_latency_dispatch(const LowLatencyDispatchArgs& args) {
   LowLatency& ll = impl_->ll("low_latency_dispatch");
   impl_->select_stream();
-  if (ll.direct()) impl_->refuse_capture("low_latency_dispatch", kDirectTargets);
   LowLatencyDispatchResult result = ll.dispatch(args);
   if (result.recv_hook) {  // its kernels go where this Buffer's go when it runs
     result.recv_hook = [impl = impl_.get(), hook = std::move(result.recv_hook)] {
@@ -182,7 +178,6 @@ CombineResult Buffer::low_latency_combine(const DLTensor& x, const DLTensor& top
                                           const LowLatencyCombineOptions& options) {
   LowLatency& ll = impl_->ll("low_latency_combine");
   impl_->select_stream();
-  if (ll.direct()) impl_->refuse_capture("low_latency_combine", kDirectTargets);
   return ll.combine(x, topk_idx, topk_weights, handle, options);
 }
 

@@ -108,12 +108,6 @@ void LowLatency::take_outputs(const LowLatencyDispatchArgs& args, Inputs& in) co
     if (args.scales_layout == ScalesLayout::ue8m0 && !in.round_scale) {
       fail("{}: scales_layout ue8m0 holds powers of two only; it needs round_scale", kCall);
     }
-    if (direct_) {
-      fail(
-          "{}: scales_layout {} is offered on the proxy path only; this Buffer stores directly "
-          "into its peers (COURIER_EP_TRANSPORT=proxy chooses the proxy path)",
-          kCall, name);
-    }
     if (gpu_minor_ < 10) {
       fail("{}: scales_layout {} needs a GPU plugin of ABI 1.10 or later; this one speaks 1.{}",
            kCall, name, gpu_minor_);
@@ -123,12 +117,6 @@ void LowLatency::take_outputs(const LowLatencyDispatchArgs& args, Inputs& in) co
   if (out.x == nullptr && out.x_scales == nullptr && out.count == nullptr &&
       out.src_info == nullptr && out.layout_range == nullptr) {
     return;
-  }
-  if (direct_) {
-    fail(
-        "{}: out (the caller's output tensors) is offered on the proxy path only; this Buffer "
-        "stores directly into its peers (COURIER_EP_TRANSPORT=proxy chooses the proxy path)",
-        kCall);
   }
   const int64_t L = local_experts_;
   const int64_t N = int64_t{ranks_} * options_.max_tokens_per_rank;
@@ -227,12 +215,6 @@ CombineResult LowLatency::combine(const DLTensor& x_tensor, const DLTensor& topk
                      DType::float32, {t, k}, device_.device_type));
     wait_cost = wait_cost_of(options.wait_cost_stats, "ep::Buffer::low_latency_combine");
     if (options.out != nullptr) {
-      if (direct_) {
-        fail(
-            "ep::Buffer::low_latency_combine: out (the caller's output tensor) is offered on the "
-            "proxy path only; this Buffer stores directly into its peers "
-            "(COURIER_EP_TRANSPORT=proxy chooses the proxy path)");
-      }
       out = check_tensor(options.out, "ep::Buffer::low_latency_combine: out", dtype,
                          {t, handle.hidden}, device_.device_type);
     }
@@ -252,7 +234,7 @@ CombineResult LowLatency::combine(const DLTensor& x_tensor, const DLTensor& topk
   } catch (const Error& e) {
     refuse(1, e.what());
   }
-  if (direct_) return direct_->combine(x, weights, handle, calls_[1]++, options.use_logfmt);
+  if (direct_) return direct_->combine(x, weights, handle, calls_[1]++, options.use_logfmt, out);
   return proxy_->combine(x, idx, weights, handle, calls_[1]++, options.use_logfmt, wait_cost, out);
 }
 

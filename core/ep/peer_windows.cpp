@@ -131,7 +131,8 @@ courier_gpu_ep_signal_v1 signal_job(int device, uint32_t rank, uint32_t ranks, c
 
 }  // namespace
 
-courier_gpu_ep_wait_v1 PeerWindows::wait_job(uint64_t first_flag, uint64_t epoch) const {
+courier_gpu_ep_wait_v1 PeerWindows::wait_job(uint64_t first_flag, uint64_t epoch,
+                                             const uint64_t* epoch_word) const {
   courier_gpu_ep_wait_v1 job{};
   job.struct_size = sizeof job;
   job.device = device_;
@@ -141,30 +142,34 @@ courier_gpu_ep_wait_v1 PeerWindows::wait_job(uint64_t first_flag, uint64_t epoch
   job.timeout_ns = timeout_ns_;
   job.status = status_device();
   job.status_host = status_.mirror_device();
+  job.epoch_word = epoch_word;
   return job;
 }
 
 void PeerWindows::signal(const void* src, uint64_t bytes, uint64_t record_off, uint64_t flag_off,
-                         uint64_t epoch) const {
+                         uint64_t epoch, const uint64_t* epoch_word) const {
   courier_gpu_ep_signal_v1 job =
       signal_job(device_, rank_, ranks_, src, bytes, record_off, flag_off, epoch);
   job.status = status_device();
   job.peers = peers_;
+  job.epoch_word = epoch_word;
   check(ops()->ep_signal(backend(), &job), "signalling the peers");
 }
 
 void PeerWindows::signal_and_wait(const void* src, uint64_t bytes, uint64_t record_off,
-                                  uint64_t flag_off, uint64_t first_flag, uint64_t epoch) const {
+                                  uint64_t flag_off, uint64_t first_flag, uint64_t epoch,
+                                  const uint64_t* epoch_word) const {
   courier_gpu_ep_signal_v1 job =
       signal_job(device_, rank_, ranks_, src, bytes, record_off, flag_off, epoch);
   job.status = status_device();
   job.peers = peers_;
-  job.wait = wait_job(first_flag, epoch);
+  job.epoch_word = epoch_word;
+  job.wait = wait_job(first_flag, epoch, epoch_word);
   check(ops()->ep_signal(backend(), &job), "signalling and waiting for the peers");
 }
 
-void PeerWindows::wait(uint64_t first_flag, uint64_t epoch) const {
-  const courier_gpu_ep_wait_v1 job = wait_job(first_flag, epoch);
+void PeerWindows::wait(uint64_t first_flag, uint64_t epoch, const uint64_t* epoch_word) const {
+  const courier_gpu_ep_wait_v1 job = wait_job(first_flag, epoch, epoch_word);
   check(ops()->ep_wait(backend(), &job), "waiting for the peers");
 }
 

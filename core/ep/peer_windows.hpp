@@ -57,16 +57,18 @@ class PeerWindows {
   void set_refused();
 
   // Enqueues ep_signal: `bytes` at local `src` to record_off of every
-  // window, then every window's flag at flag_off raised to `epoch`.
+  // window, then every window's flag at flag_off raised to `epoch` (with
+  // `epoch_word`, device memory: to *epoch_word + 1 instead, GPU ABI 1.10).
   void signal(const void* src, uint64_t bytes, uint64_t record_off, uint64_t flag_off,
-              uint64_t epoch) const;
+              uint64_t epoch, const uint64_t* epoch_word = nullptr) const;
   // The same, and in the same launch the wait for the ranks' flags at
   // local offset first_flag to reach `epoch` (wait below).
   void signal_and_wait(const void* src, uint64_t bytes, uint64_t record_off, uint64_t flag_off,
-                       uint64_t first_flag, uint64_t epoch) const;
+                       uint64_t first_flag, uint64_t epoch,
+                       const uint64_t* epoch_word = nullptr) const;
   // Enqueues ep_wait for the ranks' flags at local offset first_flag (one
-  // u64 per rank) to reach `epoch`.
-  void wait(uint64_t first_flag, uint64_t epoch) const;
+  // u64 per rank) to reach `epoch` (or *epoch_word + 1).
+  void wait(uint64_t first_flag, uint64_t epoch, const uint64_t* epoch_word = nullptr) const;
 
   // Throws "<what>: <backend's reason>" when rc is not 0.
   void check(int rc, const char* what) const;
@@ -84,7 +86,8 @@ class PeerWindows {
   [[noreturn]] void break_with(const std::string& why) { status_.break_with(why); }
 
  private:
-  courier_gpu_ep_wait_v1 wait_job(uint64_t first_flag, uint64_t epoch) const;
+  courier_gpu_ep_wait_v1 wait_job(uint64_t first_flag, uint64_t epoch,
+                                  const uint64_t* epoch_word) const;
 
   Context& ctx_;
   const GpuBackend& gpu_;

@@ -162,16 +162,23 @@ __global__ void route_kernel(courier_gpu_ep_route_v1 job) {
   if (threadIdx.x == 0) job.record[group] = total;
 }
 
+// A job's epoch with its epoch word (GPU ABI 1.10, "Epoch words" in
+// gpu_v1.h): the calls finished so far plus this one; without, its own.
+__device__ __forceinline__ uint64_t epoch_of(const uint64_t* word, uint64_t epoch) {
+  return word != nullptr ? *word + 1 : epoch;
+}
+
 // ---- ep_wait: thread r waits for rank r's flag; then the status goes to
 // the host's mirror (one posted store, so the host need not copy it back).
 __device__ __forceinline__ void wait_for(const courier_gpu_ep_wait_v1& job, uint32_t r) {
   const uint64_t start = device::now_ns();
+  const uint64_t epoch = epoch_of(job.epoch_word, job.epoch);
   for (uint32_t spins = 0;; ++spins) {
     // A refusal counts only when it is this call's: a flag keeps the
     // refused bit of an earlier call of this parity until the rank signals
     // again.
     const uint64_t flag = device::load_acquire(job.flags + r);
-    if ((flag & ~COURIER_GPU_EP_REFUSED_FLAG) >= job.epoch) {
+    if ((flag & ~COURIER_GPU_EP_REFUSED_FLAG) >= epoch) {
       if ((flag & COURIER_GPU_EP_REFUSED_FLAG) != 0) {
         set_status(job.status, COURIER_GPU_EP_STATUS_REFUSED_BY | r);
       }
@@ -215,7 +222,7 @@ __global__ void signal_kernel(courier_gpu_ep_signal_v1 job) {
   if (threadIdx.x == 0) {
     const uint64_t refused = status_of(job.status) != 0 ? COURIER_GPU_EP_REFUSED_FLAG : 0;
     device::store_release(reinterpret_cast<uint64_t*>(window(job.peers, d, job.flag_off)),
-                          job.epoch | refused);
+                          epoch_of(job.epoch_word, job.epoch) | refused);
   }
 }
 
@@ -323,10 +330,11 @@ __device__ __forceinline__ bool wait_released(const uint64_t* flag, uint64_t wan
 __global__ void ll_dispatch_kernel(courier_gpu_ep_ll_dispatch_v1 job) {
   __shared__ uint32_t failed;
   const uint32_t R = job.num_ranks, K = job.topk, E = job.num_experts, L = E / R;
+  // What they stored for the calls before is read (minor 10: from the word).
+  const uint64_t released = job.epoch_word != nullptr ? *job.epoch_word : job.released_epoch;
   if (blockIdx.x < R) {
     if (threadIdx.x == 0) {
-      wait_released(job.released + blockIdx.x, job.released_epoch, job.timeout_ns, job.status,
-                    blockIdx.x);
+      wait_released(job.released + blockIdx.x, released, job.timeout_ns, job.status, blockIdx.x);
     }
     return;
   }
@@ -336,8 +344,7 @@ __global__ void ll_dispatch_kernel(courier_gpu_ep_ll_dispatch_v1 job) {
   const uint32_t d = static_cast<uint32_t>(e) / L, l = static_cast<uint32_t>(e) % L;
   if (threadIdx.x == 0) {
     failed = status_of(job.status);
-    if (failed == 0 &&
-        !wait_released(job.released + d, job.released_epoch, job.timeout_ns, job.status, d)) {
+    if (failed == 0 && !wait_released(job.released + d, released, job.timeout_ns, job.status, d)) {
       failed = 1;
     }
   }
@@ -410,7 +417,10 @@ __global__ void ll_receive_kernel(courier_gpu_ep_ll_receive_v1 job) {
       group_copy(static_cast<std::byte*>(job.x) + to * job.row_bytes,
                  static_cast<const std::byte*>(job.staging_x) + from * job.row_bytes, job.row_bytes,
                  lane, kGroup);
-      if (job.scale_cols > 0) {
+      if (job.scale_cols > 0 && job.scales_layout != 0) {
+        store_scales(job.scales, job.scales_layout, job.scale_cols, rows_per_expert, l, i,
+                     job.staging_scales + from * job.scale_cols, lane, kGroup);
+      } else if (job.scale_cols > 0) {
         group_copy(job.scales + to * job.scale_cols, job.staging_scales + from * job.scale_cols,
                    job.scale_cols * 4ull, lane, kGroup);
       }
@@ -429,11 +439,16 @@ __global__ void ll_receive_kernel(courier_gpu_ep_ll_receive_v1 job) {
   __syncthreads();
   if (!last) return;
   __threadfence_system();
+  const uint64_t epoch = epoch_of(job.epoch_word, job.epoch);
   if (threadIdx.x < R) {
     device::store_release(
-        reinterpret_cast<uint64_t*>(window(job.peers, threadIdx.x, job.release_off)), job.epoch);
+        reinterpret_cast<uint64_t*>(window(job.peers, threadIdx.x, job.release_off)), epoch);
   }
-  if (threadIdx.x == 0) *job.done = 0;
+  __syncthreads();  // every thread read the word
+  if (threadIdx.x == 0) {
+    *job.done = 0;
+    if (job.epoch_word != nullptr) *job.epoch_word = epoch;  // this call is finished
+  }
 }
 
 // ---- ep_combine_send: a group per row, back to the rank it came from.
@@ -485,6 +500,8 @@ __global__ void combine_send_kernel(courier_gpu_ep_combine_send_v1 job) {
 // terms' loads issued before they are summed.
 __global__ void reduce_kernel(courier_gpu_ep_reduce_v1 job) {
   __shared__ uint32_t failed;
+  // The combine's last job: its call is finished (no block here reads the word).
+  if (job.epoch_word != nullptr && blockIdx.x == 0 && threadIdx.x == 0) *job.epoch_word += 1;
   if (threadIdx.x == 0) failed = status_of(job.status);
   __syncthreads();
   if (failed != 0) return;

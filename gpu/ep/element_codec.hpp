@@ -2,11 +2,13 @@
 // float, and float -> FP8 e4m3 ("fn": no infinities, largest 448), rounded
 // to nearest even and saturated, the same rules as the host codec
 // (core/ep/element_types.hpp), written with integer operations so nvcc and
-// hipcc (which has no FP8 header in ROCm 5) give the same bits.
+// hipcc (which has no FP8 header in ROCm 5) give the same bits. Also the
+// layouts the receive kernels write FP8 scales in.
 #pragma once
 
 #include <cstdint>
 
+#include "courier/abi/gpu_v1.h"
 #include "courier/platform.hpp"
 
 namespace courier::device {
@@ -77,6 +79,31 @@ COURIER_DEVICE_INLINE uint8_t float_to_e4m3(float f) {
   const uint32_t rounded = magnitude + 0x7FFFFu + ((magnitude >> 20) & 1u);
   const uint32_t code = (rounded >> 20) - ((127u - 7u) << 3);
   return sign | static_cast<uint8_t>(code > 0x7Eu ? 0x7Eu : code);
+}
+
+// Row `row` of expert l's FP8 scales (`cols` floats at `from`) into
+// `scales` laid out as `layout` says (COURIER_GPU_EP_SCALES_* of gpu_v1.h,
+// not 0: column-major and/or UE8M0 exponent bytes four per u32, the bytes
+// past `cols` zero), `rows` rows per expert. Lanes `lane` of `lanes` share
+// the work.
+COURIER_DEVICE_INLINE void store_scales(void* scales, uint32_t layout, uint32_t cols, uint64_t rows,
+                                        uint32_t l, uint64_t row, const void* from, uint32_t lane,
+                                        uint32_t lanes) {
+  const bool ue8m0 = (layout & COURIER_GPU_EP_SCALES_UE8M0) != 0;
+  const bool column_major = (layout & COURIER_GPU_EP_SCALES_COLUMN_MAJOR) != 0;
+  const uint32_t words = ue8m0 ? (cols + 3) / 4 : cols;  // per row
+  const auto* bits = static_cast<const uint32_t*>(from);
+  for (uint32_t c = lane; c < (ue8m0 ? words * 4 : cols); c += lanes) {
+    const uint32_t p = ue8m0 ? c / 4 : c;
+    const uint64_t word = column_major ? (uint64_t{l} * words + p) * rows + row
+                                       : (uint64_t{l} * rows + row) * words + p;
+    if (ue8m0) {
+      static_cast<uint8_t*>(scales)[word * 4 + c % 4] =
+          c < cols ? static_cast<uint8_t>((bits[c] >> 23) & 0xFFu) : uint8_t{0};
+    } else {
+      static_cast<uint32_t*>(scales)[word] = bits[c];
+    }
+  }
 }
 
 }  // namespace courier::device

@@ -1,6 +1,7 @@
-// How a GPU backend takes an EP proxy job from the core: a core of an
-// older minor passes a shorter struct (struct_size), and the fields it
-// lacks mean what zero means (docs/plugin-abi.md, "GPU ABI 1.8"). Host code.
+// How a GPU backend takes an EP job (proxy path, and the direct path's jobs
+// that grew) from the core: a core of an older minor passes a shorter
+// struct (struct_size), and the fields it lacks mean what zero means
+// (docs/plugin-abi.md, "GPU ABI 1.8"). Host code.
 #pragma once
 
 #include <algorithm>
@@ -45,6 +46,29 @@ constexpr size_t min_job_size<courier_gpu_ep_proxy_ll_receive_v1>() {
 template <>
 constexpr size_t min_job_size<courier_gpu_ep_proxy_reduce_v1>() {
   return offsetof(courier_gpu_ep_proxy_reduce_v1, wait_cost);  // minor 8
+}
+
+// The direct path's jobs that gained epoch words in minor 10.
+template <>
+constexpr size_t min_job_size<courier_gpu_ep_wait_v1>() {
+  return offsetof(courier_gpu_ep_wait_v1, epoch_word);  // minor 2
+}
+template <>
+constexpr size_t min_job_size<courier_gpu_ep_signal_v1>() {
+  // Minor 2: up to the embedded wait's minor-2 end.
+  return offsetof(courier_gpu_ep_signal_v1, wait) + offsetof(courier_gpu_ep_wait_v1, epoch_word);
+}
+template <>
+constexpr size_t min_job_size<courier_gpu_ep_ll_dispatch_v1>() {
+  return offsetof(courier_gpu_ep_ll_dispatch_v1, epoch_word);  // minor 2
+}
+template <>
+constexpr size_t min_job_size<courier_gpu_ep_ll_receive_v1>() {
+  return offsetof(courier_gpu_ep_ll_receive_v1, epoch_word);  // minor 2
+}
+template <>
+constexpr size_t min_job_size<courier_gpu_ep_reduce_v1>() {
+  return offsetof(courier_gpu_ep_reduce_v1, epoch_word);  // minor 2
 }
 
 // *out = `job`, the fields past its struct_size zero; false when job is

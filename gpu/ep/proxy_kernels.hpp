@@ -1116,29 +1116,6 @@ COURIER_DEVICE_INLINE void ll_dispatch_body(const courier_gpu_ep_proxy_ll_dispat
   finish(th, f, true);
 }
 
-// Row `row` of expert l's scales (`cols` floats at `from`) into `scales`
-// laid out as `layout` says (COURIER_GPU_EP_SCALES_*, not 0), `rows` rows
-// per expert; a lane group's lanes share the work.
-COURIER_DEVICE_INLINE void store_scales(void* scales, uint32_t layout, uint32_t cols, uint64_t rows,
-                                        uint32_t l, uint64_t row, const std::byte* from,
-                                        uint32_t lane) {
-  const bool ue8m0 = (layout & COURIER_GPU_EP_SCALES_UE8M0) != 0;
-  const bool column_major = (layout & COURIER_GPU_EP_SCALES_COLUMN_MAJOR) != 0;
-  const uint32_t words = ue8m0 ? (cols + 3) / 4 : cols;  // per row
-  const auto* bits = reinterpret_cast<const uint32_t*>(from);
-  for (uint32_t c = lane; c < (ue8m0 ? words * 4 : cols); c += kLanes) {
-    const uint32_t p = ue8m0 ? c / 4 : c;
-    const uint64_t word = column_major ? (uint64_t{l} * words + p) * rows + row
-                                       : (uint64_t{l} * rows + row) * words + p;
-    if (ue8m0) {
-      static_cast<uint8_t*>(scales)[word * 4 + c % 4] =
-          c < cols ? static_cast<uint8_t>((bits[c] >> 23) & 0xFFu) : uint8_t{0};
-    } else {
-      static_cast<uint32_t*>(scales)[word] = bits[c];
-    }
-  }
-}
-
 // ---- ep_proxy_ll_receive: every block waits; then a block per local
 // expert packs its rows, rank by rank; the last block frees the senders.
 COURIER_DEVICE_INLINE void ll_receive_body(const courier_gpu_ep_proxy_ll_receive_v1& job,
@@ -1186,7 +1163,7 @@ COURIER_DEVICE_INLINE void ll_receive_body(const courier_gpu_ep_proxy_ll_receive
                    kLanes);
         if (job.scale_cols > 0 && job.scales_layout != 0) {
           store_scales(job.scales, job.scales_layout, job.scale_cols, rows_per_expert, l, i,
-                       slot + job.row_bytes, lane);
+                       slot + job.row_bytes, lane, kLanes);
         } else if (job.scale_cols > 0) {
           lanes_copy(job.scales + to * job.scale_cols, slot + job.row_bytes,
                      uint64_t{job.scale_cols} * 4, lane, kLanes);

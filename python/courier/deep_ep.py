@@ -120,18 +120,47 @@ class _Kind:
             self.torch.cuda.current_stream(self.device).synchronize()
 
     def order_after_producer(self, native: _courier.EpBuffer,
-                             previous_event: Optional["EventOverlap"] = None) -> None:
+                             previous_event: Optional["EventOverlap"] = None,
+                             comm: Any = None) -> None:
         """Before a call of `native`: its kernels go on the caller's current
         stream, behind the inputs' producers, and behind `previous_event`
-        (a wait on the GPU, not the host). For numpy and CPU tensors, or
-        an older GPU plugin, wait_for_producer instead."""
+        (a wait on the GPU, not the host); or, with `comm` (the Buffer's
+        comm stream), there, behind the current stream's work so far. For
+        numpy and CPU tensors, or an older GPU plugin, wait_for_producer
+        instead."""
         if (self.torch is None or self.device.type != "cuda" or not native.can_set_stream):
             self.wait_for_producer(previous_event)
             return
         stream = self.torch.cuda.current_stream(self.device)
         if previous_event is not None and previous_event.event is not None:
             stream.wait_event(previous_event.event)
+        if comm is not None:
+            comm.wait_stream(stream)
+            stream = comm
         native.set_stream(stream.cuda_stream)
+
+    def uses_comm_stream(self, native: _courier.EpBuffer) -> bool:
+        """Whether a call can go to a comm stream: torch CUDA tensors and a
+        GPU plugin with streams."""
+        return self.torch is not None and self.device.type == "cuda" and native.can_set_stream
+
+    def finish_on(self, comm: Any, async_finish: bool, inputs: Tuple[Any, ...]) -> "EventOverlap":
+        """After a call whose kernels went to `comm` (or None: the current
+        stream, see event()): the caller's tensors it reads are marked as used
+        there (torch's allocator then keeps their memory until it is done),
+        and with async_finish the event recorded there is returned (with the
+        tensors, as DeepEP's); otherwise the current stream waits for it."""
+        if comm is None:
+            return self.event(async_finish)
+        for tensor in inputs:
+            if tensor is not None:
+                tensor.record_stream(comm)
+        if not async_finish:
+            self.torch.cuda.current_stream(self.device).wait_stream(comm)
+            return EventOverlap()
+        event = self.torch.cuda.Event()
+        event.record(comm)
+        return EventOverlap(event, tuple(t for t in inputs if t is not None))
 
     def event(self, async_finish: bool) -> "EventOverlap":
         """With async_finish, an event after the work queued so far on the
@@ -185,11 +214,6 @@ class _Kind:
             return np.empty(tuple(shape), dtype=getattr(ml, dtype))
         return np.empty(tuple(shape), dtype=np.dtype(dtype))
 
-    def empty_like_view(self, ref: _courier.TensorRef) -> Tensor:
-        if self.torch is not None:
-            return self.empty(ref.shape, ref.dtype)  # no view needed for its shape
-        return np.empty_like(self.view(ref))  # raw bits where ml_dtypes is missing
-
     def padded(self, array: Optional[Tensor], rows: int, fill: float, call: str) -> Optional[Tensor]:
         """`array` with `rows` rows: its own, then `fill` (num_worst_tokens)."""
         if array is None or rows == 0:
@@ -219,17 +243,6 @@ class _Kind:
         if self.torch is not None:
             return storage.transpose(-1, -2)
         return storage.swapaxes(-1, -2)
-
-    def copy_into(self, out: Tensor, ref: _courier.TensorRef, rows: Optional[int] = None) -> None:
-        """Copies a Buffer view into out; with ``rows``, only the first rows
-        of each slice of the second dimension."""
-        source = self.view(ref)
-        if rows is not None:
-            out, source = out[:, :rows], source[:, :rows]
-        if self.torch is not None:
-            out.copy_(source)
-        else:
-            np.copyto(out, source)
 
 
 def _pack_ue8m0(kind: _Kind, scales: Tensor) -> Tensor:
@@ -292,12 +305,13 @@ def _dtype_code(x: Tensor) -> int:
 
 
 class EventOverlap:
-    """DeepEP's event wrapper. Courier's calls return once Courier's own work
-    is complete; with ``async_finish`` and torch CUDA tensors the event is
-    recorded on the caller's stream after the copies that hand out the
-    results, so ``current_stream_wait`` (and leaving a ``with`` block) makes
-    another stream wait for them, as with DeepEP. Otherwise it is empty: the
-    results are ordered on the caller's stream already."""
+    """DeepEP's event wrapper. With ``async_finish`` and torch CUDA tensors
+    it holds the event recorded after the call's work (low-latency calls:
+    on the Buffer's comm stream; high-throughput calls: on the caller's
+    stream, after the copies that hand out the results), so
+    ``current_stream_wait`` (and leaving a ``with`` block) makes the current
+    stream wait for it, as with DeepEP. Otherwise it is empty: the results
+    are ordered on the caller's stream already."""
 
     def __init__(self, event: Any = None, extra_tensors: Optional[Tuple[Any, ...]] = None) -> None:
         """``event``: an event handle (kept, not waited on); ``extra_tensors``:
@@ -636,8 +650,10 @@ class Buffer:
         self._ht: Dict[Tuple[int, ...], Tuple[_courier.EpBuffer, int]] = {}
         self._ht_current: Optional[Tuple[int, ...]] = None  # the key of the last dispatch
         self._ll: Dict[Tuple[int, ...], _courier.EpBuffer] = {}
-        # The proxy path's low-latency outputs, per shape and parity (_ll_outputs).
+        # The low-latency outputs, per shape and parity (_ll_outputs).
         self._ll_out: Dict[Tuple[Any, ...], Any] = {}
+        # Per device, the stream async_finish low-latency calls run on.
+        self._comm_streams: Dict[Any, Any] = {}
         self._destroyed = False
 
     # -- lifetime -------------------------------------------------------------
@@ -1147,90 +1163,31 @@ class Buffer:
                 "before the next-but-one dispatch (at most two may await their hooks)")
         buffer = self._low_latency(x, int(num_max_dispatch_tokens_per_rank), int(num_experts),
                                    int(topk_idx.shape[1]), bool(use_fp8))
-        kind.order_after_producer(buffer)
-        if buffer.transport == "proxy":
-            return self._low_latency_dispatch_proxy(
-                kind, buffer, x, topk_idx, int(num_max_dispatch_tokens_per_rank), int(num_experts),
-                cumulative_local_expert_recv_stats, dispatch_wait_recv_cost_stats, bool(use_fp8),
-                bool(use_fp8) and bool(round_scale), bool(use_ue8m0), bool(async_finish),
-                bool(return_recv_hook), number, waiting)
+        # async_finish (without a hook, as DeepEP's): on the comm stream, so
+        # the caller's stream goes on meanwhile.
+        comm = (self._comm_stream_of(kind) if async_finish and not return_recv_hook and
+                kind.uses_comm_stream(buffer) else None)
+        kind.order_after_producer(buffer, comm=comm)
         # The wait costs are measured on the proxy path; the direct path
         # leaves them unchanged (docs/python.md).
-        out = buffer.low_latency_dispatch(_to_courier(x, "x"), _to_courier(topk_idx, "topk_idx"),
-                                          use_fp8=bool(use_fp8),
-                                          return_recv_hook=bool(return_recv_hook),
-                                          round_scale=bool(use_fp8) and bool(round_scale))
-        self._ll_dispatches = number
-        recv_x = kind.empty_like_view(out.packed_recv_x)
-        recv_scales = None
-        if use_fp8:
-            e, n, columns = out.packed_recv_x_scales.shape
-            if use_ue8m0:  # four exponent bytes per int32
-                columns = -(-columns // 4)
-            # DeepEP's scales are column-major in the last two dimensions.
-            storage = kind.empty((e, columns, n), "int32" if use_ue8m0 else "float32")
-            recv_scales = storage.transpose(1, 2) if kind.torch is not None else storage.transpose(
-                0, 2, 1)
-        recv_count = kind.empty_like_view(out.packed_recv_count)
-        src_info = kind.empty_like_view(out.packed_recv_src_info)
-        layout_range = kind.empty_like_view(out.packed_recv_layout_range)
+        cost = dispatch_wait_recv_cost_stats if buffer.transport == "proxy" else None
+        return self._low_latency_dispatch_in_place(
+            kind, buffer, x, topk_idx, int(num_max_dispatch_tokens_per_rank), int(num_experts),
+            cumulative_local_expert_recv_stats, cost, bool(use_fp8),
+            bool(use_fp8) and bool(round_scale), bool(use_ue8m0), bool(async_finish),
+            bool(return_recv_hook), number, waiting, comm)
 
-        # The views live until the rows are copied out, so that the Buffer
-        # can be replaced afterwards.
-        pending = [out]
-        del out
-
-        def receive() -> None:
-            if not pending:
-                raise Error("low_latency_dispatch: the receive hook was already called")
-            out = pending.pop()
-            waiting.pop(number, None)
-            if out.has_recv_hook:
-                kind.order_after_producer(buffer)  # the stream current when the hook runs
-                out.recv_hook()
-            kind.copy_into(recv_count, out.packed_recv_count)
-            # Each expert's rows past its count hold nothing (as with DeepEP,
-            # whose rows there are undefined): copy up to the largest count,
-            # a small part of the receive buffer at the usual shapes.
-            rows = int(recv_count.max()) if recv_count.shape[0] > 0 else 0
-            kind.copy_into(recv_x, out.packed_recv_x, rows)
-            if recv_scales is not None and use_ue8m0:
-                recv_scales[:, :rows] = _pack_ue8m0(kind,
-                                                    kind.view(out.packed_recv_x_scales)[:, :rows])
-            elif recv_scales is not None:
-                kind.copy_into(recv_scales, out.packed_recv_x_scales, rows)
-            kind.copy_into(src_info, out.packed_recv_src_info, rows)
-            kind.copy_into(layout_range, out.packed_recv_layout_range)
-            stats = cumulative_local_expert_recv_stats
-            if stats is not None:
-                if kind.torch is not None:
-                    stats.add_(recv_count)
-                else:
-                    np.add(stats, recv_count, out=stats)
-
-        handle = LowLatencyHandle(
-            (src_info, layout_range, int(num_max_dispatch_tokens_per_rank), int(x.shape[1]),
-             int(num_experts)), pending[0].handle, buffer)
-        hook: Optional[Callable[[], None]] = None
-        if return_recv_hook:
-            hook = receive
-            waiting[number] = pending
-        else:
-            receive()
-        return ((recv_x, recv_scales) if use_fp8 else recv_x, recv_count, handle, kind.event(async_finish),
-                hook)
-
-    def _low_latency_dispatch_proxy(
+    def _low_latency_dispatch_in_place(
         self, kind: _Kind, buffer: _courier.EpBuffer, x: Tensor, topk_idx: Tensor,
         max_tokens: int, num_experts: int, stats: Optional[Tensor], cost: Optional[Tensor],
         use_fp8: bool, round_scale: bool, use_ue8m0: bool, async_finish: bool,
-        return_recv_hook: bool, number: int, waiting: Dict[int, Any]
+        return_recv_hook: bool, number: int, waiting: Dict[int, Any], comm: Any
     ) -> Tuple[Union[Tensor, Tuple[Tensor, Tensor]], Tensor, LowLatencyHandle, EventOverlap,
                Optional[Callable[[], None]]]:
-        """low_latency_dispatch on the proxy path: one native call, the
-        kernels writing into the outputs (allocated once per shape and
-        parity, see _ll_outputs), nothing read on the host, so the call can
-        be captured in a CUDA graph."""
+        """low_latency_dispatch: one native call, the kernels writing into
+        the outputs (allocated once per shape and parity, see _ll_outputs),
+        nothing read on the host, so the call can be captured in a CUDA
+        graph."""
         outs, passed = self._ll_outputs(kind, x, max_tokens, num_experts, use_fp8, use_ue8m0,
                                         number % 2)
         recv_x, recv_scales, recv_count, src_info, layout_range = outs
@@ -1255,7 +1212,10 @@ class Buffer:
                 kind.order_after_producer(buffer)  # the stream current when the hook runs
                 native.recv_hook()
             if stats is not None:
-                if kind.torch is not None:
+                if comm is not None:  # behind the kernels, on their stream
+                    with kind.torch.cuda.stream(comm):
+                        stats.add_(recv_count)
+                elif kind.torch is not None:
                     stats.add_(recv_count)
                 else:
                     np.add(stats, recv_count, out=stats)
@@ -1268,13 +1228,14 @@ class Buffer:
             waiting[number] = pending
         else:
             receive()
-        return ((recv_x, recv_scales) if use_fp8 else recv_x, recv_count, handle,
-                kind.event(async_finish), hook)
+        event = kind.finish_on(comm, async_finish, (x, topk_idx, cost, stats, recv_x, recv_scales,
+                                                    recv_count, src_info, layout_range))
+        return ((recv_x, recv_scales) if use_fp8 else recv_x, recv_count, handle, event, hook)
 
     def _ll_outputs(self, kind: _Kind, x: Tensor, max_tokens: int, num_experts: int,
                     use_fp8: bool, use_ue8m0: bool, parity: int) -> Tuple[Tuple[Any, ...],
                                                                             Tuple[Any, ...]]:
-        """The proxy path's low-latency dispatch outputs: (recv_x,
+        """The low-latency dispatch outputs: (recv_x,
         recv_scales as DeepEP lays them out (column-major; None without
         FP8), recv_count, src_info, layout_range) and what to pass the native
         call. Made once per shape and per call parity, as the Buffer's
@@ -1307,6 +1268,27 @@ class Buffer:
                     (x_arg, scales_arg, count_arg, src_arg, range_arg))
             cache[key] = made
         return made
+
+    def _comm_stream_of(self, kind: _Kind) -> Any:
+        """The Buffer's comm stream on kind's device, made on first use."""
+        stream = self._comm_streams.get(kind.device)
+        if stream is None:
+            stream = kind.torch.cuda.Stream(device=kind.device)
+            self._comm_streams[kind.device] = stream
+        return stream
+
+    def get_comm_stream(self) -> Any:
+        """The stream low-latency calls with async_finish run on (a
+        torch.cuda.Stream on the current device), as DeepEP's."""
+        torch = _torch_module()
+        if torch is None or not torch.cuda.is_available():
+            raise Error("get_comm_stream: there is no CUDA device (gpu-host runs no streams)")
+        device = torch.device("cuda", torch.cuda.current_device())
+        stream = self._comm_streams.get(device)
+        if stream is None:
+            stream = torch.cuda.Stream(device=device)
+            self._comm_streams[device] = stream
+        return stream
 
     def get_next_low_latency_combine_buffer(self, handle: LowLatencyHandle) -> Tensor:
         """A bfloat16 tensor ``[num_local_experts, num_ranks *
@@ -1363,31 +1345,20 @@ class Buffer:
         if zero_copy and handle.combine_buffer is not None:
             x = handle.combine_buffer  # where the caller wrote the rows
         kind = _Kind(x, "low_latency_combine: x")
-        kind.order_after_producer(handle.buffer)
-        if handle.buffer.transport == "proxy":
-            # Summed straight into the result (DeepEP's combined_x is a new
-            # tensor per call too): nothing copied, nothing read on the host.
-            if out is None:
-                out, out_arg = kind.output((int(topk_idx.shape[0]), int(x.shape[-1])),
-                                           _dtype_name(x))
-            else:
-                out_arg = _to_courier(out, "out")
-            handle.buffer.low_latency_combine(
-                _to_courier(x, "x"), _to_courier(topk_idx, "topk_idx"),
-                _to_courier(topk_weights, "topk_weights"), handle.native,
-                use_logfmt=bool(use_logfmt),
-                wait_cost_stats=_to_courier(combine_wait_recv_cost_stats,
-                                            "combine_wait_recv_cost_stats"),
-                out=out_arg)
-            return out, kind.event(async_finish), ((lambda: None) if return_recv_hook else None)
-        ref = handle.buffer.low_latency_combine(_to_courier(x, "x"), _to_courier(topk_idx, "topk_idx"),
-                                           _to_courier(topk_weights, "topk_weights"),
-                                           handle.native, use_logfmt=bool(use_logfmt))
-        if out is not None:
-            kind.copy_into(out, ref)
-            combined = out
+        comm = (self._comm_stream_of(kind) if async_finish and not return_recv_hook and
+                kind.uses_comm_stream(handle.buffer) else None)
+        kind.order_after_producer(handle.buffer, comm=comm)
+        # Summed straight into the result (DeepEP's combined_x is a new
+        # tensor per call too): nothing copied, nothing read on the host.
+        if out is None:
+            out, out_arg = kind.output((int(topk_idx.shape[0]), int(x.shape[-1])), _dtype_name(x))
         else:
-            combined = kind.owned(ref)
-        del ref
-        hook: Optional[Callable[[], None]] = (lambda: None) if return_recv_hook else None
-        return combined, kind.event(async_finish), hook
+            out_arg = _to_courier(out, "out")
+        # The wait costs are measured on the proxy path only (docs/python.md).
+        cost = combine_wait_recv_cost_stats if handle.buffer.transport == "proxy" else None
+        handle.buffer.low_latency_combine(
+            _to_courier(x, "x"), _to_courier(topk_idx, "topk_idx"),
+            _to_courier(topk_weights, "topk_weights"), handle.native, use_logfmt=bool(use_logfmt),
+            wait_cost_stats=_to_courier(cost, "combine_wait_recv_cost_stats"), out=out_arg)
+        event = kind.finish_on(comm, async_finish, (x, topk_idx, topk_weights, cost, out))
+        return out, event, ((lambda: None) if return_recv_hook else None)

@@ -205,7 +205,18 @@ typedef struct courier_gpu_ep_layout_v1 {
  * window. `status` points at a u32 in device memory: a kernel that finds
  * it non-zero skips its work, and a signal kernel then marks its flags
  * refused, so a failure on one rank fails every rank instead of hanging
- * them. Status codes: COURIER_GPU_EP_STATUS_*. */
+ * them. Status codes: COURIER_GPU_EP_STATUS_*.
+ *
+ * Epoch words (minor 10), as the proxy path's (Epochs, below): a job whose
+ * `epoch_word` is not NULL takes its epoch from it instead of from its own
+ * field: *epoch_word (a u64 in device memory) counts this rank's finished
+ * calls of the job's phase and parity, so the call's epoch is *epoch_word +
+ * 1. ep_signal raises the flags to it and its wait waits for it, ep_wait
+ * waits for it, ep_ll_dispatch waits for the release flags to reach
+ * *epoch_word (the calls before), ep_ll_receive raises the release flags to
+ * it; the call's last job adds 1 to *epoch_word: ep_ll_receive (its last
+ * block, after the release) for a dispatch, ep_reduce (one thread) for a
+ * combine. The same jobs can so be replayed (a captured graph). */
 #define COURIER_GPU_EP_MAX_RANKS 64
 #define COURIER_GPU_EP_REFUSED_FLAG (1ull << 63)     /* set in a flag word: "refused" */
 #define COURIER_GPU_EP_STATUS_REFUSED_BY 0x10000000u /* | rank: its flag said refused */
@@ -272,6 +283,8 @@ typedef struct courier_gpu_ep_wait_v1 {
   uint64_t timeout_ns;
   uint32_t* status;
   uint32_t* status_host;
+  /* ---- minor 10 ---- */
+  const uint64_t* epoch_word; /* not NULL: wait for *epoch_word + 1 instead of epoch */
 } courier_gpu_ep_wait_v1;
 
 /* Copies `bytes` at `src` (this device) to offset record_off of every
@@ -289,7 +302,9 @@ typedef struct courier_gpu_ep_signal_v1 {
   uint64_t epoch;
   uint32_t* status;
   courier_gpu_ep_peers_v1 peers;
-  courier_gpu_ep_wait_v1 wait;
+  courier_gpu_ep_wait_v1 wait; /* its minor-10 epoch_word at its end, in here */
+  /* ---- minor 10 ---- */
+  const uint64_t* epoch_word; /* not NULL: raise the flags to *epoch_word + 1 instead of epoch */
 } courier_gpu_ep_signal_v1;
 
 /* High-throughput dispatch: token t with slots[t][d] >= 0 goes to rank d at
@@ -343,6 +358,8 @@ typedef struct courier_gpu_ep_ll_dispatch_v1 {
   uint64_t timeout_ns;
   uint32_t* status;
   courier_gpu_ep_peers_v1 peers;
+  /* ---- minor 10 ---- */
+  const uint64_t* epoch_word; /* not NULL: released_epoch is *epoch_word */
 } courier_gpu_ep_ll_dispatch_v1;
 
 /* Low-latency dispatch, receive half (after the ranks' data flags): per
@@ -376,6 +393,10 @@ typedef struct courier_gpu_ep_ll_receive_v1 {
   uint64_t epoch;
   uint32_t* status;
   courier_gpu_ep_peers_v1 peers;
+  /* ---- minor 10 ---- */
+  uint64_t* epoch_word;   /* not NULL: release to *epoch_word + 1, then add 1 to it */
+  uint32_t scales_layout; /* COURIER_GPU_EP_SCALES_* (as the proxy path's receive) */
+  uint32_t reserved10;
 } courier_gpu_ep_ll_receive_v1;
 
 /* Combine's send half: rows of x go back to the ranks they came from.
@@ -419,6 +440,8 @@ typedef struct courier_gpu_ep_reduce_v1 {
   const void* rows;
   void* out;
   uint32_t* status;
+  /* ---- minor 10 ---- */
+  uint64_t* epoch_word; /* not NULL: one thread adds 1 to it (the combine's last job) */
 } courier_gpu_ep_reduce_v1;
 
 /* ---- Minor 3: expert parallelism through the proxies (docs/ep.md, "Proxy

@@ -1182,8 +1182,7 @@ Outcome check_ll_errors(courier::Context& ctx) {
 // same inputs, the scales transposed (column_major) or reduced to exponent
 // bytes, four per int32, zero past the last (ue8m0; hidden 640 has 5
 // scales per row); the combines equal bit for bit. A wrong out tensor on
-// rank 0 is refused on every rank, naming it there. The direct path refuses
-// both, naming the argument.
+// rank 0 is refused on every rank, naming it there. Both paths.
 Outcome check_ll_caller_outputs(courier::Context& ctx, const Shape& shape) {
   const int ranks = ctx.world_size(), me = ctx.rank();
   const int hidden = shape.hidden, topk = shape.topk, experts = shape.experts_of(ranks),
@@ -1209,14 +1208,6 @@ Outcome check_ll_caller_outputs(courier::Context& ctx, const Shape& shape) {
     args.scales_layout = layout;
     return args;
   };
-  if (std::string(buffer.transport()) == "direct") {
-    Tensor out(ctx, dev, bf16, {mine.tokens, hidden});
-    courier::ep::LowLatencyDispatchArgs args = args_of(courier::ep::ScalesLayout::column_major);
-    expect_error(
-        c, "scales_layout on the direct path", "is offered on the proxy path only",
-        [&] { buffer.low_latency_dispatch(args); }, kRefusal);
-    return c.outcome("the direct path refuses scales_layout, naming the proxy path");
-  }
   using courier::ep::ScalesLayout;
   const int words = (cols + 3) / 4;
   for (ScalesLayout layout :

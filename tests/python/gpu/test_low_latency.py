@@ -424,6 +424,52 @@ def run_graph_case(env, buffer, shape: Shape, fp8: bool, hook: bool, seed: int) 
     env.barrier()
 
 
+def run_overlap_case(env, buffer, shape: Shape, seed: int) -> None:
+    """async_finish=True: the dispatch goes to the Buffer's comm stream
+    (get_comm_stream) behind the caller's stream, and returns while its
+    kernels have not run (the caller's stream is held by a long sleep, so the
+    returned event cannot have completed: a state, not a time); the caller's
+    stream is not blocked by it; the event, waited for, orders the next
+    kernel after the received rows. The same for the combine."""
+    R, T, H = env.num_ranks, shape.num_tokens, shape.hidden
+    L = shape.num_experts // R
+    inputs = Inputs(env, shape, seed, salt=30)
+    exp = Expected(env, shape, inputs)
+    comm = buffer.get_comm_stream()
+    check(isinstance(comm, torch.cuda.Stream) and comm != torch.cuda.current_stream(),
+          "get_comm_stream() is not a stream of its own")
+    env.barrier()
+    torch.cuda._sleep(SIDE_STREAM_SLEEP_CYCLES)  # holds the caller's stream
+    recv, count, handle, event, _ = buffer.low_latency_dispatch(
+        inputs.x, inputs.topk_idx, shape.max_tokens, shape.num_experts, use_fp8=False,
+        async_finish=True)
+    check(event.event is not None and not event.event.query(),
+          "low_latency_dispatch(async_finish=True) returned with its event complete while the "
+          "caller's stream was still held: it ran on the caller's stream or waited")
+    event.current_stream_wait()
+    got_count = count.clone()  # ordered after the dispatch by the event
+    expect_equal("packed_recv_count (after the event)", got_count, exp.counts)
+    expert_out = torch.zeros((L, R * shape.max_tokens, H), dtype=torch.bfloat16, device=env.device)
+    valid = (torch.arange(R * shape.max_tokens, device=env.device).unsqueeze(0)
+             < got_count.unsqueeze(1).to(torch.int64))
+    expert_out[valid] = recv[valid]
+    torch.cuda._sleep(SIDE_STREAM_SLEEP_CYCLES)
+    combined, event, _ = buffer.low_latency_combine(
+        expert_out, inputs.topk_idx, inputs.topk_weights, handle, async_finish=True)
+    check(event.event is not None and not event.event.query(),
+          "low_latency_combine(async_finish=True) returned with its event complete while the "
+          "caller's stream was still held")
+    event.current_stream_wait()
+    # Identity experts: each token gets its own row times the sum of its weights.
+    weights = torch.where(inputs.topk_idx >= 0, inputs.topk_weights,
+                          torch.zeros_like(inputs.topk_weights)).sum(dim=1, keepdim=True)
+    want = inputs.x.float() * weights
+    expect_within("combined_x (after the event)", combined.float(), want,
+                  want.abs() * 2.0**-6 + 1e-3)
+    torch.cuda.synchronize()
+    env.barrier()
+
+
 def run_shape(env, suite, shape: Shape, args) -> None:
     experts = common.ensure_ranks_divide(shape.num_experts, env.num_ranks)
     shape = Shape(shape.num_tokens, shape.max_tokens, shape.hidden, shape.num_topk, experts)
@@ -459,35 +505,15 @@ def run_shape(env, suite, shape: Shape, args) -> None:
                   f"return_recv_hook={hook}",
                   lambda: run_case(env, suite, buffer, shape, False, hook, args.seed + 2,
                                    side_stream=True))
-    # CUDA graphs: the proxy path only (the direct path's targets come from the host).
-    if buffer.transport == "proxy":
-        for fp8, hook in ((False, False), (True, True)):
-            suite.run(f"{shape}: dispatch, stand-in expert and combine captured in a CUDA graph, "
-                      f"replayed with new inputs ({'FP8' if fp8 else 'BF16'}, "
-                      f"return_recv_hook={hook})",
-                      lambda: run_graph_case(env, buffer, shape, fp8, hook, args.seed + 3))
-    else:
-        def refused_under_capture():
-            # The direct path's targets come from the host: capture is refused, saying why.
-            x = torch.zeros((shape.num_tokens, shape.hidden), dtype=torch.bfloat16,
-                            device=env.device)
-            topk_idx = torch.zeros((shape.num_tokens, shape.num_topk), dtype=torch.int64,
-                                   device=env.device)
-            graph = torch.cuda.CUDAGraph()
-            message = ""
-            try:
-                with torch.cuda.graph(graph, capture_error_mode="thread_local"):
-                    buffer.low_latency_dispatch(x, topk_idx, shape.max_tokens, shape.num_experts,
-                                                use_fp8=False)
-            except Exception as error:  # noqa: BLE001 - the message is what is checked
-                message = str(error)
-            check("being captured into a graph" in message and "direct path" in message,
-                  f"low_latency_dispatch under capture: expected Courier's refusal, got {message!r}")
-            torch.cuda.synchronize()
-            env.barrier()
-
-        suite.run(f"{shape}: low-latency dispatch under CUDA graph capture on the direct path is "
-                  "refused, naming why", refused_under_capture)
+    suite.run(f"{shape}: async_finish on the comm stream: returns before its kernels ran, the "
+              "event orders the next kernel", lambda: run_overlap_case(env, buffer, shape,
+                                                                       args.seed + 4))
+    # CUDA graphs, on either path (their targets come from device epoch words).
+    for fp8, hook in ((False, False), (True, True)):
+        suite.run(f"{shape}: dispatch, stand-in expert and combine captured in a CUDA graph, "
+                  f"replayed with new inputs ({'FP8' if fp8 else 'BF16'}, "
+                  f"return_recv_hook={hook}, {buffer.transport} path)",
+                  lambda: run_graph_case(env, buffer, shape, fp8, hook, args.seed + 3))
     del buffer
     gc.collect()
     env.barrier()
