@@ -55,10 +55,8 @@ cudaError_t load_direct_kernels() {
       reinterpret_cast<const void*>(device::ep::signal_kernel),
       reinterpret_cast<const void*>(device::ep::wait_kernel),
       reinterpret_cast<const void*>(device::ep::ht_dispatch_kernel),
-      reinterpret_cast<const void*>(device::ep::ll_dispatch_kernel),
-      reinterpret_cast<const void*>(device::ep::ll_receive_kernel),
-      reinterpret_cast<const void*>(device::ep::combine_send_kernel),
-      reinterpret_cast<const void*>(device::ep::reduce_kernel),
+      reinterpret_cast<const void*>(device::ep::direct::dispatch),
+      reinterpret_cast<const void*>(device::ep::direct::combine),
   };
   for (const void* kernel : kernels) {
     const cudaError_t rc = cudaFuncGetAttributes(&attributes, kernel);
@@ -147,7 +145,7 @@ int ep_ll_dispatch(const courier_gpu_ep_ll_dispatch_v1* job_in, cudaStream_t str
   const courier_gpu_ep_ll_dispatch_v1* job = &full;
   // A block per rank (its release flag), then one per (token, k) pair.
   const uint32_t blocks = job->num_ranks + job->tokens * job->topk;
-  device::ep::ll_dispatch_kernel<<<blocks, kRowThreads, 0, stream>>>(*job);
+  device::ep::direct::dispatch<<<blocks, kRowThreads, 0, stream>>>(*job, {}, false);
   return launched("the EP low-latency dispatch kernel");
 }
 
@@ -158,7 +156,7 @@ int ep_ll_receive(const courier_gpu_ep_ll_receive_v1* job_in, cudaStream_t strea
   }
   const courier_gpu_ep_ll_receive_v1* job = &full;
   const uint32_t blocks = job->local_experts == 0 ? 1 : job->local_experts;
-  device::ep::ll_receive_kernel<<<blocks, kRowThreads, 0, stream>>>(*job);
+  device::ep::direct::dispatch<<<blocks, kRowThreads, 0, stream>>>({}, *job, true);
   return launched("the EP low-latency receive kernel");
 }
 
@@ -169,7 +167,7 @@ int ep_combine_send(const courier_gpu_ep_combine_send_v1* job, cudaStream_t stre
   const uint64_t rows = (job->mode & COURIER_GPU_EP_ROUTE_MASK) == COURIER_GPU_EP_ROUTE_RANKS
                             ? job->rows
                             : uint64_t{job->local_experts} * job->rows_per_expert;
-  device::ep::combine_send_kernel<<<row_blocks(rows), kRowThreads, 0, stream>>>(*job);
+  device::ep::direct::combine<<<row_blocks(rows), kRowThreads, 0, stream>>>(*job, {}, false);
   return launched("the EP combine send kernel");
 }
 
@@ -180,7 +178,7 @@ int ep_reduce(const courier_gpu_ep_reduce_v1* job_in, cudaStream_t stream) {
   }
   const courier_gpu_ep_reduce_v1* job = &full;
   const uint32_t blocks = job->tokens == 0 ? 1 : job->tokens < 4096 ? job->tokens : 4096;
-  device::ep::reduce_kernel<<<blocks, 256, 0, stream>>>(*job);
+  device::ep::direct::combine<<<blocks, 256, 0, stream>>>({}, *job, true);
   return launched("the EP reduce kernel");
 }
 

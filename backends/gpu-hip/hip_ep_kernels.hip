@@ -55,10 +55,8 @@ hipError_t load_direct_kernels() {
       reinterpret_cast<const void*>(device::ep::signal_kernel),
       reinterpret_cast<const void*>(device::ep::wait_kernel),
       reinterpret_cast<const void*>(device::ep::ht_dispatch_kernel),
-      reinterpret_cast<const void*>(device::ep::ll_dispatch_kernel),
-      reinterpret_cast<const void*>(device::ep::ll_receive_kernel),
-      reinterpret_cast<const void*>(device::ep::combine_send_kernel),
-      reinterpret_cast<const void*>(device::ep::reduce_kernel),
+      reinterpret_cast<const void*>(device::ep::direct::dispatch),
+      reinterpret_cast<const void*>(device::ep::direct::combine),
   };
   for (const void* kernel : kernels) {
     const hipError_t rc = hipFuncGetAttributes(&attributes, kernel);
@@ -152,8 +150,8 @@ int ep_ll_dispatch(const courier_gpu_ep_ll_dispatch_v1* job_in, hipStream_t stre
   const courier_gpu_ep_ll_dispatch_v1* job = &full;
   // A block per rank (its release flag), then one per (token, k) pair.
   const uint32_t blocks = job->num_ranks + job->tokens * job->topk;
-  hipLaunchKernelGGL(device::ep::ll_dispatch_kernel, dim3(blocks), dim3(kRowThreads), 0, stream,
-                     *job);
+  hipLaunchKernelGGL(device::ep::direct::dispatch, dim3(blocks), dim3(kRowThreads), 0, stream, *job,
+                     courier_gpu_ep_ll_receive_v1{}, false);
   return launched("the EP low-latency dispatch kernel");
 }
 
@@ -164,8 +162,8 @@ int ep_ll_receive(const courier_gpu_ep_ll_receive_v1* job_in, hipStream_t stream
   }
   const courier_gpu_ep_ll_receive_v1* job = &full;
   const uint32_t blocks = job->local_experts == 0 ? 1 : job->local_experts;
-  hipLaunchKernelGGL(device::ep::ll_receive_kernel, dim3(blocks), dim3(kRowThreads), 0, stream,
-                     *job);
+  hipLaunchKernelGGL(device::ep::direct::dispatch, dim3(blocks), dim3(kRowThreads), 0, stream,
+                     courier_gpu_ep_ll_dispatch_v1{}, *job, true);
   return launched("the EP low-latency receive kernel");
 }
 
@@ -176,8 +174,8 @@ int ep_combine_send(const courier_gpu_ep_combine_send_v1* job, hipStream_t strea
   const uint64_t rows = (job->mode & COURIER_GPU_EP_ROUTE_MASK) == COURIER_GPU_EP_ROUTE_RANKS
                             ? job->rows
                             : uint64_t{job->local_experts} * job->rows_per_expert;
-  hipLaunchKernelGGL(device::ep::combine_send_kernel, dim3(row_blocks(rows)), dim3(kRowThreads), 0,
-                     stream, *job);
+  hipLaunchKernelGGL(device::ep::direct::combine, dim3(row_blocks(rows)), dim3(kRowThreads), 0, stream,
+                     *job, courier_gpu_ep_reduce_v1{}, false);
   return launched("the EP combine send kernel");
 }
 
@@ -188,7 +186,8 @@ int ep_reduce(const courier_gpu_ep_reduce_v1* job_in, hipStream_t stream) {
   }
   const courier_gpu_ep_reduce_v1* job = &full;
   const uint32_t blocks = job->tokens == 0 ? 1 : job->tokens < 4096 ? job->tokens : 4096;
-  hipLaunchKernelGGL(device::ep::reduce_kernel, dim3(blocks), dim3(256), 0, stream, *job);
+  hipLaunchKernelGGL(device::ep::direct::combine, dim3(blocks), dim3(256), 0, stream,
+                     courier_gpu_ep_combine_send_v1{}, *job, true);
   return launched("the EP reduce kernel");
 }
 
