@@ -86,6 +86,7 @@ void DirectLowLatency::finish_refused(uint32_t phase, uint64_t call) {
 void DirectLowLatency::refuse(uint32_t phase, uint64_t call, const std::string& why) {
   const uint32_t parity = call & 1;
   try {
+    windows_.clear_status();  // what an earlier call that did not wait found comes first
     windows_.set_refused();
     for (uint32_t p :
          phase == 0 ? std::vector<uint32_t>{kData, kRelease} : std::vector<uint32_t>{kCombine}) {
@@ -210,7 +211,7 @@ LowLatencyDispatchResult DirectLowLatency::dispatch(const LlInputs& in, bool ret
   handle.layout_range = in.out_range;
   call_fp8_[parity] = in.fp8;
   call_row_bytes_[parity] = in.fp8 ? in.hidden : in.hidden * (in.x_dtype.bits / 8);
-  if (return_recv_hook) {
+  if (return_recv_hook) {  // run once (LowLatency::dispatch sees to it)
     result.recv_hook = [this, call] { receive(call, false); };
   } else {
     receive(call, true);

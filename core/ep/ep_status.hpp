@@ -48,14 +48,15 @@ class EpStatus {
   template <class Settle>
   void clear(Settle&& settle) {
     throw_if_broken();
-    if (pending_ != nullptr && mirror() != 0) {
-      settle();
-      raise_deferred();
-    }
     // Also a failure an earlier call's kernels reported that the host has
-    // not read yet (a recv hook not run).
-    if (!dirty_ && mirror() == 0) return;
+    // not read yet (a recv hook not run). One read: a failure arriving
+    // after it is found by the next call.
+    const uint32_t seen = mirror();
+    if (!dirty_ && seen == 0) return;
     settle();
+    // A call that did not wait may have failed meanwhile: raise it rather
+    // than clear it.
+    if (pending_ != nullptr) raise_deferred();
     zero();
   }
   // Waits for the calls queued so far (`settle`) and raises what the ones

@@ -170,6 +170,17 @@ void LowLatency::refuse(uint32_t phase, const std::string& why) {
 }
 
 LowLatencyDispatchResult LowLatency::dispatch(const LowLatencyDispatchArgs& args) {
+  // This call reuses the receive buffers and epoch words of the dispatch
+  // before the last: its recv_hook must have run. Every rank makes the same
+  // calls, so every rank refuses alike, before anything is sent.
+  const uint64_t call = calls_[0];
+  if (const std::shared_ptr<bool>& received = received_[call & 1]; received && !*received) {
+    fail(
+        "ep::Buffer::low_latency_dispatch: the recv_hook of low_latency_dispatch call {} has not "
+        "run, and this call would reuse its receive buffers: run each hook before the dispatch "
+        "after next",
+        call - 2);
+  }
   Inputs in;
   std::string refused;
   try {
@@ -179,8 +190,24 @@ LowLatencyDispatchResult LowLatency::dispatch(const LowLatencyDispatchArgs& args
   }
   admission_.admit(in.config, refused, "low_latency_dispatch",
                    [&](const std::string& why) { refuse(0, why); });
-  if (direct_) return direct_->dispatch(in, args.return_recv_hook, calls_[0]++);
-  return proxy_->dispatch(in, args.return_recv_hook, calls_[0]++);
+  LowLatencyDispatchResult result = direct_
+                                        ? direct_->dispatch(in, args.return_recv_hook, calls_[0]++)
+                                        : proxy_->dispatch(in, args.return_recv_hook, calls_[0]++);
+  if (!result.recv_hook) {
+    received_[call & 1].reset();
+    return result;
+  }
+  // Once: a second run would release the senders, and advance the epochs,
+  // a second time.
+  auto received = std::make_shared<bool>(false);
+  received_[call & 1] = received;
+  result.recv_hook = [hook = std::move(result.recv_hook), received, call] {
+    if (*received)
+      fail("ep::Buffer: the recv_hook of low_latency_dispatch call {} ran already", call);
+    *received = true;
+    hook();
+  };
+  return result;
 }
 
 CombineResult LowLatency::combine(const DLTensor& x_tensor, const DLTensor& topk_idx_tensor,

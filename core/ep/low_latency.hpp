@@ -58,6 +58,9 @@ class LowLatency {
   std::unique_ptr<DirectLowLatency> direct_;  // the direct path, or
   std::unique_ptr<ProxyLowLatency> proxy_;    // the proxy path
   uint64_t calls_[2] = {0, 0};
+  // Per dispatch parity: whether the last dispatch's recv_hook ran (null:
+  // it had none).
+  std::shared_ptr<bool> received_[2];
 };
 
 }  // namespace courier::ep

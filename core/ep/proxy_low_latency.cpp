@@ -197,13 +197,8 @@ LowLatencyDispatchResult ProxyLowLatency::dispatch(const LlInputs& in, bool retu
   handle.dtype_bits = in.x_dtype.bits;
   handle.call = call;
   handle.layout_range = in.out_range;
-  if (return_recv_hook) {
-    // Once: a second run would release the senders a second time.
-    result.recv_hook = [this, call, wait_cost = in.wait_cost, ran = std::make_shared<bool>(false)] {
-      if (*ran) fail("ep::Buffer: the recv_hook of low_latency_dispatch call {} ran already", call);
-      *ran = true;
-      receive(call, wait_cost);
-    };
+  if (return_recv_hook) {  // run once (LowLatency::dispatch sees to it)
+    result.recv_hook = [this, call, wait_cost = in.wait_cost] { receive(call, wait_cost); };
   } else {
     receive(call, in.wait_cost);
   }

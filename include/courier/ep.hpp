@@ -202,7 +202,10 @@ struct LowLatencyDispatchResult {
   TensorView packed_recv_src_info;  // [local experts, ranks * max_tokens] int32: source token
   TensorView packed_recv_layout_range;  // [local experts, ranks] int64: (begin << 32) | count
   LowLatencyHandle handle;
-  // Set with return_recv_hook: call before reading the outputs.
+  // Set with return_recv_hook: call before reading the outputs, once, and
+  // before the dispatch after next (which reuses its buffers: that call
+  // throws otherwise), with the Buffer on the stream it had at the dispatch
+  // (the hook's kernels must follow the dispatch's).
   std::function<void()> recv_hook;
 };
 

@@ -1085,15 +1085,17 @@ class Buffer:
                              "low_latency_mode=True")
         hidden = int(x.shape[1])
         element_bytes = _element_bytes(x)
-        need = _low_latency_bytes(max_tokens, hidden, self.group_size, num_experts, element_bytes)
-        if self.num_rdma_bytes < need:
-            raise ValueError(
-                f"low_latency_dispatch: num_rdma_bytes {self.num_rdma_bytes} is below the {need} "
-                f"bytes {max_tokens} tokens of hidden {hidden} over {num_experts} experts need "
-                "(Buffer.get_low_latency_rdma_size_hint)")
         key = (max_tokens, hidden, num_experts, element_bytes, topk, int(use_fp8))
         buffer = self._ll.get(key)
         if buffer is None:
+            # The size is checked once per key (num_rdma_bytes is fixed).
+            need = _low_latency_bytes(max_tokens, hidden, self.group_size, num_experts,
+                                      element_bytes)
+            if self.num_rdma_bytes < need:
+                raise ValueError(
+                    f"low_latency_dispatch: num_rdma_bytes {self.num_rdma_bytes} is below the "
+                    f"{need} bytes {max_tokens} tokens of hidden {hidden} over {num_experts} "
+                    "experts need (Buffer.get_low_latency_rdma_size_hint)")
             # Another size replaces the earlier ones (FP8 and not may coexist).
             for old_key in [k for k in self._ll if k[:5] != key[:5]]:
                 self._ll.pop(old_key).close()

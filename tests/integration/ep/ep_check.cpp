@@ -1311,6 +1311,49 @@ Outcome check_ll_caller_outputs(courier::Context& ctx, const Shape& shape) {
       cols));
 }
 
+// recv_hook: the dispatch after next is refused while the hook of the one
+// before is pending (it would reuse its buffers), on every rank alike and
+// before anything is sent; a hook runs once; the calls go on afterwards.
+Outcome check_ll_hook_order(courier::Context& ctx) {
+  const int ranks = ctx.world_size(), me = ctx.rank();
+  const int hidden = 64, topk = 2, experts = 2 * ranks, tokens = 8;
+  courier::ep::BufferOptions options;
+  options.low_latency_mode = true;
+  options.max_tokens_per_rank = 16;
+  options.hidden = hidden;
+  options.element_bytes = 2;
+  options.max_topk = topk;
+  options.num_experts = experts;
+  courier::ep::Buffer buffer(ctx, options);
+  const DLDevice dev = buffer.device();
+  Tensor x(ctx, dev, DLDataType{kDLBfloat, 16, 1}, {tokens, hidden});
+  Tensor idx(ctx, dev, kInt64, {tokens, topk});
+  idx.set(std::vector<int64_t>(static_cast<size_t>(tokens) * topk, 0));
+  auto dispatch = [&](bool hook) {
+    courier::ep::LowLatencyDispatchArgs args;
+    args.x = x.view();
+    args.topk_idx = idx.view();
+    args.return_recv_hook = hook;
+    return buffer.low_latency_dispatch(args);
+  };
+  Checks c;
+  courier::ep::LowLatencyDispatchResult first = dispatch(true);
+  dispatch(false);
+  expect_error(c, "the dispatch after next with a hook pending",
+               "the recv_hook of low_latency_dispatch call 0 has not run",
+               [&] { dispatch(false); });
+  first.recv_hook();
+  expect_error(c, "a hook run twice", "ran already", [&] { first.recv_hook(); });
+  courier::ep::LowLatencyDispatchResult after = dispatch(false);
+  std::vector<int32_t> count(static_cast<size_t>(experts / ranks));
+  ctx.copy(count.data(), after.packed_recv_count.tensor().data, count.size() * 4);
+  c.expect(count[0] == (me == 0 ? tokens * topk * ranks : 0),
+           fmt::format("the dispatch after the hook ran: expert 0 counts {} rows", count[0]));
+  return c.outcome(
+      "a pending hook refuses the dispatch after next on every rank; a hook runs once; the "
+      "calls go on");
+}
+
 // Low-latency calls on the caller's stream do not wait on the host: a bad
 // expert index on one rank, found by its kernels, fails no call at once;
 // synchronize() throws it on every rank (naming the index there, the rank
@@ -1485,6 +1528,7 @@ int main(int argc, char** argv) {
     cases.emplace_back("ht-errors", [&] { return check_ht_errors(ctx); });
     cases.emplace_back("ll-errors", [&] { return check_ll_errors(ctx); });
     cases.emplace_back("ll-no-wait-errors", [&] { return check_ll_no_wait_errors(ctx); });
+    cases.emplace_back("ll-hook-order", [&] { return check_ll_hook_order(ctx); });
     cases.emplace_back("ll-caller-outputs", [&] {
       Shape s = shape(640);
       s.max_tokens = 32;

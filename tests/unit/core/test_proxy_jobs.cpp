@@ -120,3 +120,50 @@ TEST_CASE("minor-9 jobs are taken with epoch NULL: their targets come from the j
   REQUIRE(complete_job(&reduce, &full_reduce));
   CHECK(full_reduce.epoch == nullptr);
 }
+
+TEST_CASE("minor-9 direct-path jobs are taken with epoch_word NULL, the signal's wait included") {
+  // A minor-9 signal job ends with its embedded wait's minor-9 fields.
+  courier_gpu_ep_signal_v1 signal;
+  std::memset(&signal, 0x3C, sizeof signal);
+  signal.struct_size = static_cast<uint32_t>(offsetof(courier_gpu_ep_signal_v1, wait) +
+                                             offsetof(courier_gpu_ep_wait_v1, epoch_word));
+  signal.epoch = 7;
+  signal.wait.epoch = 7;
+  courier_gpu_ep_signal_v1 full_signal;
+  REQUIRE(complete_job(&signal, &full_signal));
+  CHECK(full_signal.epoch == 7);
+  CHECK(full_signal.wait.epoch == 7);
+  CHECK(full_signal.wait.epoch_word == nullptr);
+  CHECK(full_signal.epoch_word == nullptr);
+  signal.struct_size -= 8;  // short of the wait's minor-2 fields
+  CHECK_FALSE(complete_job(&signal, &full_signal));
+
+  courier_gpu_ep_wait_v1 wait;
+  std::memset(&wait, 0x3C, sizeof wait);
+  wait.struct_size = offsetof(courier_gpu_ep_wait_v1, epoch_word);
+  courier_gpu_ep_wait_v1 full_wait;
+  REQUIRE(complete_job(&wait, &full_wait));
+  CHECK(full_wait.epoch_word == nullptr);
+
+  courier_gpu_ep_ll_dispatch_v1 dispatch;
+  std::memset(&dispatch, 0x3C, sizeof dispatch);
+  dispatch.struct_size = offsetof(courier_gpu_ep_ll_dispatch_v1, epoch_word);
+  courier_gpu_ep_ll_dispatch_v1 full_dispatch;
+  REQUIRE(complete_job(&dispatch, &full_dispatch));
+  CHECK(full_dispatch.epoch_word == nullptr);
+
+  courier_gpu_ep_ll_receive_v1 receive;
+  std::memset(&receive, 0x3C, sizeof receive);
+  receive.struct_size = offsetof(courier_gpu_ep_ll_receive_v1, epoch_word);
+  courier_gpu_ep_ll_receive_v1 full_receive;
+  REQUIRE(complete_job(&receive, &full_receive));
+  CHECK(full_receive.epoch_word == nullptr);
+  CHECK(full_receive.scales_layout == 0);
+
+  courier_gpu_ep_reduce_v1 reduce;
+  std::memset(&reduce, 0x3C, sizeof reduce);
+  reduce.struct_size = offsetof(courier_gpu_ep_reduce_v1, epoch_word);
+  courier_gpu_ep_reduce_v1 full_reduce;
+  REQUIRE(complete_job(&reduce, &full_reduce));
+  CHECK(full_reduce.epoch_word == nullptr);
+}
