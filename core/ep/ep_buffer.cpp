@@ -143,19 +143,21 @@ TensorView& TensorView::operator=(const TensorView& other) {
 
 // What keeps calls out of a graph (refuse_capture).
 constexpr const char* kHostWaits =
-    "waits on the host for its kernels (high-throughput calls read the received counts there)";
+    "waits on the host for its kernels (a high-throughput call reads the received counts there "
+    "unless it has num_worst_tokens, runs on the caller's stream over the proxy path, and, for a "
+    "combine, has such a dispatch's handle)";
 
 DispatchResult Buffer::dispatch(const DispatchArgs& args) {
   HighThroughput& ht = impl_->ht("dispatch");
   impl_->select_stream();
-  impl_->refuse_capture("dispatch", kHostWaits);
+  if (!ht.defers(args)) impl_->refuse_capture("dispatch", kHostWaits);
   return ht.dispatch(args);
 }
 
 CombineResult Buffer::combine(const DLTensor& x, const DispatchHandle& handle) {
   HighThroughput& ht = impl_->ht("combine");
   impl_->select_stream();
-  impl_->refuse_capture("combine", kHostWaits);
+  if (!ht.defers(handle)) impl_->refuse_capture("combine", kHostWaits);
   return ht.combine(x, handle);
 }
 
@@ -201,8 +203,10 @@ void Buffer::set_stream(void* stream) {
     throw;
   }
   // The caller orders its work after the calls on its stream: low-latency
-  // calls need not wait on the host (as DeepEP's).
+  // calls need not wait on the host (as DeepEP's), nor high-throughput ones
+  // with num_worst_tokens.
   if (s.low_latency) s.low_latency->set_host_waits(false);
+  if (s.high_throughput) s.high_throughput->set_host_waits(false);
 }
 
 bool Buffer::can_set_stream() const { return impl_->gpu.has_minor9(); }
@@ -215,6 +219,10 @@ void Buffer::use_own_stream() {
     s.low_latency->synchronize();
     s.low_latency->set_host_waits(true);
   }
+  if (s.high_throughput) {
+    s.high_throughput->synchronize();
+    s.high_throughput->set_host_waits(true);
+  }
   s.caller_stream = false;
   s.stream = nullptr;
   s.select_stream();
@@ -225,6 +233,8 @@ void Buffer::synchronize() {
   s.select_stream();
   if (s.low_latency) {
     s.low_latency->synchronize();
+  } else if (s.high_throughput) {
+    s.high_throughput->synchronize();
   } else if (s.gpu.ops()->ep_sync != nullptr &&
              s.gpu.ops()->ep_sync(s.gpu.handle(), s.device) != 0) {
     fail("ep::Buffer::synchronize: GPU backend '{}': {}", s.gpu.plugin().name, s.gpu.last_error());

@@ -129,12 +129,12 @@ HighThroughput::DispatchInputs HighThroughput::validate(const DispatchArgs& args
   return in;
 }
 
-void HighThroughput::refuse(uint32_t phase, const std::string& why) {
+void HighThroughput::refuse(uint32_t phase, const std::string& why, bool deferred) {
   // The peers are about to wait for this rank's signal of this call: give
   // them one that says "refused", so they fail at once instead of hanging.
   const uint64_t call = calls_[phase]++;
   if (direct_) direct_->refuse(phase, call, why);
-  proxy_->refuse(phase, call, why);
+  proxy_->refuse(phase, call, why, deferred);
 }
 
 DispatchResult HighThroughput::dispatch(const DispatchArgs& args) {
@@ -145,7 +145,9 @@ DispatchResult HighThroughput::dispatch(const DispatchArgs& args) {
   } catch (const Error& e) {
     refused = e.what();
   }
-  admission_.admit(in.config, refused, "dispatch", [&](const std::string& why) { refuse(0, why); });
+  const bool deferred = defers(args);
+  admission_.admit(in.config, refused, "dispatch",
+                   [&](const std::string& why) { refuse(0, why, deferred); });
   if (direct_) return direct_->dispatch(in, args, calls_[0]++);
   return proxy_->dispatch(in, args, calls_[0]++);
 }
@@ -154,8 +156,11 @@ CombineResult HighThroughput::combine(const DLTensor& x_tensor, const DispatchHa
   const DType dtype = handle.dtype_bits == 32 ? DType::float32 : DType::bfloat16;
   const std::byte* x = nullptr;
   try {
-    if (!admission_.configured() || handle.recv_counts.size() != ranks_ ||
-        handle.send_index.size() != uint64_t{handle.num_tokens} * ranks_) {
+    const bool counts_known = !handle.counts_on_device;
+    if (!admission_.configured() ||
+        (counts_known && (handle.recv_counts.size() != ranks_ ||
+                          handle.send_index.size() != uint64_t{handle.num_tokens} * ranks_)) ||
+        (!counts_known && handle.num_worst_tokens == 0)) {
       fail("ep::Buffer::combine: the handle does not come from a dispatch of this Buffer");
     }
     uint64_t received = 0;
@@ -173,7 +178,7 @@ CombineResult HighThroughput::combine(const DLTensor& x_tensor, const DispatchHa
                                                    {static_cast<int64_t>(rows), handle.hidden},
                                                    device_.device_type));
   } catch (const Error& e) {
-    refuse(1, e.what());
+    refuse(1, e.what(), defers(handle));
   }
   if (direct_) return direct_->combine(x, x_tensor.dtype, handle, calls_[1]++);
   return proxy_->combine(x, x_tensor.dtype, handle, calls_[1]++);

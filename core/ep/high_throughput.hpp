@@ -30,12 +30,25 @@ class HighThroughput {
   DispatchResult dispatch(const DispatchArgs& args);
   bool direct() const { return direct_ != nullptr; }
   CombineResult combine(const DLTensor& x, const DispatchHandle& handle);
+  // false: dispatches with num_worst_tokens, and combines of their
+  // handles, return once queued (the proxy path; Buffer::set_stream).
+  void set_host_waits(bool waits) {
+    if (proxy_) proxy_->set_host_waits(waits);
+  }
+  void synchronize() {
+    if (proxy_) proxy_->synchronize();
+  }
+  // Whether the call would not wait on the host (so it can be captured).
+  bool defers(const DispatchArgs& args) const { return proxy_ && proxy_->defers(args); }
+  bool defers(const DispatchHandle& handle) const { return proxy_ && proxy_->defers(handle); }
 
  private:
   using DispatchInputs = HtInputs;
   DispatchInputs validate(const DispatchArgs& args) const;
   // Tells every peer this call of `phase` is refused, then throws `why`.
-  [[noreturn]] void refuse(uint32_t phase, const std::string& why);
+  // `deferred`: the peers' call does not wait (their failure surfaces
+  // later), so this rank's Buffer breaks too (EpStatus::break_with).
+  [[noreturn]] void refuse(uint32_t phase, const std::string& why, bool deferred = false);
   static void check_options(const BufferOptions& options);
 
   BufferOptions options_;

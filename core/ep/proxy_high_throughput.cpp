@@ -118,6 +118,9 @@ ProxyHighThroughput::ProxyHighThroughput(Context& ctx, const BufferOptions& opti
   slots_ = ctx.alloc(std::max<uint64_t>(rows * 4, 1));
   plan_ = ctx.alloc(std::max<uint64_t>(4ull * (ranks_ + rows), 1));
   in_rank_ = ctx.alloc(std::max<uint64_t>(rows, 1));
+  epochs_ = ctx.alloc(4 * sizeof(uint64_t));
+  const uint64_t zeros[4] = {0, 0, 0, 0};
+  ctx.copy(epochs_.data(), zeros, sizeof zeros);
   ContextInternals::log(ctx).info(
       "ep", "high-throughput rows {} (NIC backend '{}', COURIER_EP_SEND_IN_PLACE)",
       send_in_place_ ? "are sent from the caller's tensors in place"
@@ -147,12 +150,14 @@ uint32_t ProxyHighThroughput::in_place_source(uint32_t slot, const void* base, u
   }
 }
 
-void ProxyHighThroughput::refuse(uint32_t phase, uint64_t call, const std::string& why) {
+void ProxyHighThroughput::refuse(uint32_t phase, uint64_t call, const std::string& why,
+                                 bool deferred) {
   sends_settled_ = false;  // the refusal pushes records
   try {
     window_.clear_status();
     window_.set_refused();
-    auto refuse_step = [&](uint64_t staging, uint64_t record, uint64_t signal) {
+    // The call's last signal advances its epoch word, as the call would.
+    auto refuse_step = [&](uint64_t staging, uint64_t record, uint64_t signal, uint64_t* word) {
       courier_gpu_ep_proxy_refuse_v1 job{};
       job.struct_size = sizeof job;
       job.device = window_.device();
@@ -160,21 +165,23 @@ void ProxyHighThroughput::refuse(uint32_t phase, uint64_t call, const std::strin
       job.staging_off = staging;
       job.record_off = record;
       job.signal_off = signal;
+      job.epoch = word;
       window_.check(window_.ops()->ep_proxy_refuse(window_.backend(), &job), "refusing");
     };
     window_.wake_proxies();  // the kernels push commands
-    refuse_step(layout_.staging, layout_.records[phase][call & 1],
-                layout_.signals[phase][call & 1]);
+    refuse_step(layout_.staging, layout_.records[phase][call & 1], layout_.signals[phase][call & 1],
+                phase == kDispatch ? nullptr : epoch(phase, call));
     // A dispatch signals twice (counts, rows): both, so the next call's
     // targets stay the same on every rank.
     if (phase == kDispatch) {
       refuse_step(layout_.rows_staging, layout_.rows_records[call & 1],
-                  layout_.rows_signals[call & 1]);
+                  layout_.rows_signals[call & 1], epoch(phase, call));
     }
     window_.check(window_.ops()->ep_sync(window_.backend(), window_.device()), "refusing");
   } catch (const Error&) {
     // The refusal itself is the error worth reporting.
   }
+  if (deferred) window_.break_with(why);
   throw CallRefused(why);
 }
 
@@ -199,8 +206,18 @@ DispatchResult ProxyHighThroughput::dispatch(const HtInputs& in, const DispatchA
   const auto meta_bytes = static_cast<uint32_t>(align_up(4ull * scale_cols + 8ull * slot_topk, 16));
   const uint64_t capacity = uint64_t{ranks_} * options_.max_tokens_per_rank;
   const uint64_t recv_meta = layout_.recv[parity] + align_up(capacity * row_bytes, 256);
+  // On the caller's stream, a dispatch whose output shapes the host knows
+  // (num_worst_tokens) does not wait: its counts stay on the device. It
+  // reads x where it is copied (a registration would outlive the call).
+  const bool defer = defers(args);
   const uint8_t* in_rank = in.in_rank;
   if (args.cached_handle != nullptr) {
+    if (args.cached_handle->counts_on_device) {
+      fail(
+          "ep::Buffer::dispatch: the cached handle comes from a dispatch that did not wait (its "
+          "counts stay on the device); a cached dispatch needs a handle whose counts the host "
+          "read");
+    }
     std::vector<uint8_t> mask(args.cached_handle->send_index.size());
     for (size_t i = 0; i < mask.size(); ++i) mask[i] = args.cached_handle->send_index[i] >= 0;
     ctx_.copy(in_rank_.data(), mask.data(), mask.size());
@@ -238,8 +255,9 @@ DispatchResult ProxyHighThroughput::dispatch(const HtInputs& in, const DispatchA
   send.recv_meta_off = recv_meta;
   send.meta_bytes = meta_bytes;
   send.recv_rows = static_cast<uint32_t>(capacity);
-  send.row_source = in_place_source(kDispatchX, in.x, uint64_t{in.tokens} * row_bytes);
+  send.row_source = defer ? 0 : in_place_source(kDispatchX, in.x, uint64_t{in.tokens} * row_bytes);
   send.sends_settled = sends_settled_ ? 1 : 0;
+  send.epoch = epoch(kDispatch, call);
   sends_settled_ = false;  // until this call's wait for them returned
   window_.wake_proxies();  // the kernels push commands
   window_.check(window_.ops()->ep_proxy_ht_dispatch(window_.backend(), &send), "sending the rows");
@@ -272,12 +290,15 @@ DispatchResult ProxyHighThroughput::dispatch(const HtInputs& in, const DispatchA
   receive.slot_tokens = in.tokens;
   receive.plan = static_cast<int32_t*>(plan_.data());
   plan_held_.clear();  // until this dispatch succeeded
+  plan_call_ = kNoPlan;
   receive.scales = fp8 ? static_cast<float*>(recv_x_scales_.data()) : nullptr;
   receive.topk_idx = static_cast<int64_t*>(recv_topk_idx_.data());
   receive.topk_weights = static_cast<float*>(recv_topk_weights_.data());
+  receive.epoch = epoch(kDispatch, call);
   window_.check(window_.ops()->ep_proxy_ht_receive(window_.backend(), &receive),
                 "receiving the rows");
-  window_.sync("dispatch", {in.idx, in.topk, experts});
+  window_.sync("dispatch", {in.idx, in.topk, experts}, defer);
+  if (defer) return deferred_dispatch(in, args, call);
   sends_settled_ = receive.wait_sends != 0;
   source_busy_[kDispatchX] = false;
 
@@ -339,10 +360,41 @@ DispatchResult ProxyHighThroughput::dispatch(const HtInputs& in, const DispatchA
   if (readback) {
     plan_held_.assign(handle.recv_counts.begin(), handle.recv_counts.end());
     plan_held_.insert(plan_held_.end(), handle.send_index.begin(), handle.send_index.end());
+    plan_call_ = call;
   } else {
     plan_held_.clear();
   }
+  handle.call = call;
   result.handle = std::move(handle);
+  return result;
+}
+
+DispatchResult ProxyHighThroughput::deferred_dispatch(const HtInputs& in, const DispatchArgs& args,
+                                                      uint64_t call) {
+  const uint32_t parity = call & 1;
+  const bool fp8 = in.dtype == DType::fp8_e4m3;
+  const bool with_topk = in.idx != nullptr;
+  const auto n = static_cast<int64_t>(args.num_worst_tokens);
+  plan_call_ = call;  // the receive kernel leaves the plan on the device
+  DispatchResult result;
+  result.recv_x = TensorView(window_.at(layout_.recv[parity]), device_, in.x_dtype, {n, in.hidden});
+  if (fp8) {
+    result.recv_x_scales = TensorView(recv_x_scales_.data(), device_, DLDataType{kDLFloat, 32, 1},
+                                      {n, static_cast<int64_t>(in.hidden / kFp8Block)});
+  }
+  const int64_t columns = with_topk ? static_cast<int64_t>(in.config.topk) : 0;
+  result.recv_topk_idx =
+      TensorView(recv_topk_idx_.data(), device_, DLDataType{kDLInt, 64, 1}, {n, columns});
+  result.recv_topk_weights =
+      TensorView(recv_topk_weights_.data(), device_, DLDataType{kDLFloat, 32, 1}, {n, columns});
+  DispatchHandle& handle = result.handle;
+  handle.num_tokens = in.tokens;
+  handle.hidden = in.hidden;
+  handle.dtype_code = fp8 ? static_cast<uint32_t>(kDLBfloat) : in.x_dtype.code;
+  handle.dtype_bits = fp8 ? 16 : in.x_dtype.bits;
+  handle.num_worst_tokens = static_cast<uint32_t>(args.num_worst_tokens);
+  handle.counts_on_device = true;
+  handle.call = call;
   return result;
 }
 
@@ -350,17 +402,30 @@ CombineResult ProxyHighThroughput::combine(const std::byte* x, const DLDataType&
                                            const DispatchHandle& handle, uint64_t call) {
   const uint32_t parity = call & 1;
   window_.clear_status();
-  // The plan: rows per source rank (x holds them in rank order), then which
-  // row of each rank holds each token.
-  std::vector<int32_t> plan(ranks_ + handle.send_index.size());
-  for (uint32_t s = 0; s < ranks_; ++s) plan[s] = static_cast<int32_t>(handle.recv_counts[s]);
-  std::copy(handle.send_index.begin(), handle.send_index.end(), plan.begin() + ranks_);
-  // The last dispatch's receive kernel left its plan on the device (the
-  // usual case: a combine right after its dispatch).
-  if (plan != plan_held_) {
-    plan_held_.clear();  // until the copy is done
-    ctx_.copy(plan_.data(), plan.data(), plan.size() * 4);
-    plan_held_ = std::move(plan);
+  const bool defer = defers(handle);  // no registration of x: it would outlive the call
+  if (handle.counts_on_device) {
+    // Its plan is on the device only while no later dispatch replaced it.
+    if (handle.call != plan_call_) {
+      fail(
+          "ep::Buffer::combine: the handle comes from a dispatch that did not wait (dispatch call "
+          "{}), whose counts stay on the device only until the next dispatch: combine it before "
+          "the Buffer's next dispatch",
+          handle.call);
+    }
+  } else {
+    // The plan: rows per source rank (x holds them in rank order), then
+    // which row of each rank holds each token.
+    std::vector<int32_t> plan(ranks_ + handle.send_index.size());
+    for (uint32_t s = 0; s < ranks_; ++s) plan[s] = static_cast<int32_t>(handle.recv_counts[s]);
+    std::copy(handle.send_index.begin(), handle.send_index.end(), plan.begin() + ranks_);
+    // The last dispatch's receive kernel left its plan on the device (the
+    // usual case: a combine right after its dispatch).
+    if (plan != plan_held_) {
+      plan_held_.clear();  // until the copy is done
+      plan_call_ = kNoPlan;
+      ctx_.copy(plan_.data(), plan.data(), plan.size() * 4);
+      plan_held_ = std::move(plan);
+    }
   }
   const auto* counts = static_cast<const int32_t*>(plan_.data());
   const auto row_bytes = static_cast<uint32_t>(uint64_t{handle.hidden} * (dtype.bits / 8));
@@ -372,8 +437,11 @@ CombineResult ProxyHighThroughput::combine(const std::byte* x, const DLDataType&
   send.mode = COURIER_GPU_EP_ROUTE_RANKS;
   // x inside a dispatch's received rows (its recv_x, as DeepEP's tests and
   // courier-bench combine): the WRITEs read it in place, nothing is packed.
-  uint64_t rows_in = 0;
-  for (uint32_t s = 0; s < ranks_; ++s) rows_in += handle.recv_counts[s];
+  uint64_t rows_in = handle.num_worst_tokens;  // padded rows past the received ones are not sent
+  if (!handle.counts_on_device) {
+    rows_in = 0;
+    for (uint32_t s = 0; s < ranks_; ++s) rows_in += handle.recv_counts[s];
+  }
   const uint64_t capacity = uint64_t{ranks_} * options_.max_tokens_per_rank;
   for (uint32_t q = 0; q < 2; ++q) {
     const std::byte* rows = window_.at(layout_.recv[q]);
@@ -383,7 +451,7 @@ CombineResult ProxyHighThroughput::combine(const std::byte* x, const DLDataType&
     }
   }
   // Else x registered as it is, where the backend allows it.
-  if ((send.mode & COURIER_GPU_EP_COMBINE_FROM_WINDOW) == 0) {
+  if ((send.mode & COURIER_GPU_EP_COMBINE_FROM_WINDOW) == 0 && !defer) {
     send.x_source = in_place_source(kCombineX, x, rows_in * row_bytes);
     if (send.x_source != 0) send.mode |= COURIER_GPU_EP_COMBINE_FROM_WINDOW;
   }
@@ -398,6 +466,7 @@ CombineResult ProxyHighThroughput::combine(const std::byte* x, const DLDataType&
   send.staging_off = layout_.staging;
   send.record_off = layout_.records[kCombine][parity];
   send.signal_off = layout_.signals[kCombine][parity];
+  send.epoch = epoch(kCombine, call);
   window_.wake_proxies();  // the kernel pushes commands
   window_.check(window_.ops()->ep_proxy_combine(window_.backend(), &send), "sending rows back");
 
@@ -418,9 +487,10 @@ CombineResult ProxyHighThroughput::combine(const std::byte* x, const DLDataType&
   reduce.target = target_of(call);
   reduce.out = combined_x_.data();
   reduce.wait_sends = send.x_source != 0 ? 1 : 0;  // the WRITEs read x
+  reduce.epoch = epoch(kCombine, call);
   window_.check(window_.ops()->ep_proxy_reduce(window_.backend(), &reduce), "summing the rows");
-  window_.sync("combine");
-  sends_settled_ = reduce.wait_sends != 0;
+  window_.sync("combine", {}, defer);
+  sends_settled_ = !defer && reduce.wait_sends != 0;
   source_busy_[kCombineX] = false;
   CombineResult result;
   result.combined_x = TensorView(combined_x_.data(), device_, dtype,

@@ -51,10 +51,28 @@ class ProxyHighThroughput {
   CombineResult combine(const std::byte* x, const DLDataType& dtype, const DispatchHandle& handle,
                         uint64_t call);
   // Fails call `call` of `phase` (0 dispatch, 1 combine) on every rank:
-  // sends records that say refused, then throws `why`.
-  [[noreturn]] void refuse(uint32_t phase, uint64_t call, const std::string& why);
+  // sends records that say refused, then throws `why` (breaking the Buffer
+  // where the call would not have waited: `deferred`).
+  [[noreturn]] void refuse(uint32_t phase, uint64_t call, const std::string& why,
+                           bool deferred = false);
+  // false: a dispatch with num_worst_tokens (no cached handle) returns once
+  // queued, and combines do (Buffer::set_stream); others still wait.
+  void set_host_waits(bool waits) { window_.set_host_waits(waits); }
+  void synchronize() { window_.synchronize(); }
+  // Whether such a dispatch would not wait (nor read anything on the host).
+  bool defers(const DispatchArgs& args) const {
+    return !window_.host_waits() && args.num_worst_tokens > 0 && args.cached_handle == nullptr &&
+           window_.readback() != nullptr;
+  }
+  // Whether a combine with `handle` would not wait.
+  bool defers(const DispatchHandle& handle) const {
+    return !window_.host_waits() && handle.counts_on_device;
+  }
 
  private:
+  // The rest of a dispatch that did not wait: outputs and a handle shaped
+  // by num_worst_tokens, nothing read on the host.
+  DispatchResult deferred_dispatch(const HtInputs& in, const DispatchArgs& args, uint64_t call);
   // The caller's tensor [base, +bytes) as Context source `slot`, for WRITEs
   // that read it in place: the TransferCmd source (slot + 1), or 0 where
   // it cannot be (send_in_place_ off, or the backend refused it: then the
@@ -83,8 +101,18 @@ class ProxyHighThroughput {
   // (counts, then send_index), a cached dispatch's is_token_in_rank.
   DeviceBuffer recv_x_scales_, recv_topk_idx_, recv_topk_weights_, combined_x_;
   DeviceBuffer slots_, plan_, in_rank_;
-  // What plan_ holds (empty: unknown).
+  // What plan_ holds (empty: unknown), and the dispatch whose receive
+  // kernel left it (kNoPlan: none or overwritten).
   std::vector<int32_t> plan_held_;
+  static constexpr uint64_t kNoPlan = ~uint64_t{0};
+  uint64_t plan_call_ = kNoPlan;
+  // [phase: dispatch, combine][parity] u64 on the device: this rank's calls
+  // of each so far, from which the kernels take their targets (GPU ABI
+  // 1.10, "Epochs"), so a captured call replays with the same jobs.
+  DeviceBuffer epochs_;
+  uint64_t* epoch(uint32_t phase, uint64_t call) const {
+    return static_cast<uint64_t*>(epochs_.data()) + phase * 2 + (call & 1);
+  }
 };
 
 }  // namespace courier::ep

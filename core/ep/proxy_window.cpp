@@ -192,8 +192,8 @@ void ProxyWindow::check(int rc, const char* what) const {
   if (rc != 0) fail("ep::Buffer: {}: {}", what, gpu_.last_error());
 }
 
-void ProxyWindow::sync(const char* what, const EpIndices& indices) {
-  if (!status_.host_waits()) {
+void ProxyWindow::sync(const char* what, const EpIndices& indices, bool may_defer) {
+  if (may_defer && !status_.host_waits()) {
     status_.defer(what);
     return;
   }

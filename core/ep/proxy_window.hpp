@@ -91,7 +91,9 @@ class ProxyWindow {
   // or channel, when a kernel of the call failed; or, where calls do not
   // wait (set_host_waits(false)), leaves that to the next call or
   // synchronize().
-  void sync(const char* what, const EpIndices& indices = {});
+  // `may_defer` false: waits whatever set_host_waits said (a call whose
+  // results the host must read).
+  void sync(const char* what, const EpIndices& indices = {}, bool may_defer = true);
   // Waits for the calls queued so far; throws what those that did not wait
   // found.
   void synchronize();

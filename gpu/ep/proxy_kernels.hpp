@@ -284,13 +284,20 @@ COURIER_DEVICE_INLINE void send_wait(const KernelThread& th, const Proxy& f, boo
 
 // A job's target with its epoch word (GPU ABI 1.10, "Epochs" in gpu_v1.h):
 // the calls of its phase and parity so far x the step; without, its own.
-COURIER_DEVICE_INLINE uint64_t target_of(const uint64_t* epoch, uint64_t target) {
-  return epoch != nullptr ? *epoch * uint64_t{COURIER_GPU_EP_SIGNAL_STEP} : target;
+COURIER_DEVICE_INLINE uint64_t target_of(const uint64_t* epoch, uint64_t target,
+                                         uint32_t ahead = 0) {
+  return epoch != nullptr ? (*epoch + ahead) * uint64_t{COURIER_GPU_EP_SIGNAL_STEP} : target;
 }
 // A send half's last block, once it signalled: one call more of its phase
 // and parity (the receive half after it on the stream reads the new value).
 COURIER_DEVICE_INLINE void advance_epoch(const KernelThread& th, uint64_t* epoch) {
   if (epoch != nullptr && th.thread == 0) *epoch += 1;
+}
+
+// The high-throughput dispatch's counts wait: its epoch word is advanced by
+// the rows' last block, after this wait, so the call's target is one ahead.
+COURIER_DEVICE_INLINE uint64_t notify_target_of(const courier_gpu_ep_proxy_ht_dispatch_v1& job) {
+  return target_of(job.epoch, job.notify_target, 1);
 }
 
 // Every rank's signal of the phase, then their records' states; the
@@ -690,6 +697,7 @@ COURIER_DEVICE_INLINE void ht_rows_signal(const courier_gpu_ep_proxy_ht_dispatch
                            job.recv_meta_off + uint64_t{base[d]} * job.meta_bytes,
                            uint64_t{n} * job.meta_bytes);
              });
+  advance_epoch(th, job.epoch);
   finish(th, f, true);
 }
 
@@ -702,7 +710,9 @@ COURIER_DEVICE_INLINE void ht_rows_body(const courier_gpu_ep_proxy_ht_dispatch_v
                                         uint32_t run_tokens, bool waited) {
   const Proxy& f = job.fifo;
   const uint32_t T = job.tokens;
-  if (!waited) wait_all(th, f, job.notify_signal_off, job.notify_record_off, job.notify_target);
+  if (!waited) {
+    wait_all(th, f, job.notify_signal_off, job.notify_record_off, notify_target_of(job));
+  }
   const bool go = ht_bases(job, th, sh);
   const uint32_t r0 = th.block * run_tokens;
   uint32_t pushed = 0;
@@ -731,13 +741,14 @@ COURIER_DEVICE_INLINE void ht_dispatch_host_body(const courier_gpu_ep_proxy_ht_d
   ht_slots(job, th, sh, t0, t1);
   bool known = false, go = false;
   uint32_t pushed_to = t0, pushed = 0;
+  const uint64_t notify = notify_target_of(job);  // read before the rows' block advances it
   auto counts_in = [&] {
     th.sync();
     if (th.thread == 0) {
       uint32_t in = 1;
       for (uint32_t r = 0; r < f.num_ranks && in != 0; ++r) {
         in = load_acquire(reinterpret_cast<const uint64_t*>(
-                 ctl(f, job.notify_signal_off + r * 8ull))) >= job.notify_target
+                 ctl(f, job.notify_signal_off + r * 8ull))) >= notify
                  ? 1
                  : 0;
       }
@@ -752,7 +763,7 @@ COURIER_DEVICE_INLINE void ht_dispatch_host_body(const courier_gpu_ep_proxy_ht_d
     const uint32_t b1 = t1 - b0 < batch ? t1 : b0 + batch;
     ht_pack_range(job, th, b0, b1);
     if (!known && counts_in()) {
-      wait_all(th, f, job.notify_signal_off, job.notify_record_off, job.notify_target);
+      wait_all(th, f, job.notify_signal_off, job.notify_record_off, notify);
       go = ht_bases(job, th, sh);
       known = true;
     }
@@ -762,7 +773,7 @@ COURIER_DEVICE_INLINE void ht_dispatch_host_body(const courier_gpu_ep_proxy_ht_d
     }
   }
   if (!known) {
-    wait_all(th, f, job.notify_signal_off, job.notify_record_off, job.notify_target);
+    wait_all(th, f, job.notify_signal_off, job.notify_record_off, notify);
     go = ht_bases(job, th, sh);
   }
   if (go && pushed_to < t1) ht_push_runs(job, th, sh, pushed_to, t1, &pushed);
@@ -776,8 +787,8 @@ COURIER_DEVICE_INLINE void ht_receive_body(const courier_gpu_ep_proxy_ht_receive
                                            const KernelThread& th, ProxyShared* sh, bool waited) {
   const Proxy& f = job.fifo;
   const uint32_t R = f.num_ranks, K = job.topk;
-  const bool go =
-      received(th, f, sh, waited, job.signal_off, job.record_off, job.target, job.wait_sends != 0);
+  const bool go = received(th, f, sh, waited, job.signal_off, job.record_off,
+                           target_of(job.epoch, job.target), job.wait_sends != 0);
   if (go && th.thread == 0) {
     uint32_t sum = 0;
     for (uint32_t s = 0; s < R; ++s) {

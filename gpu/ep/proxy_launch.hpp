@@ -35,11 +35,13 @@ __global__ void proxy_ht_rows_kernel(courier_gpu_ep_proxy_ht_dispatch_v1 job) {
 }
 // One block waits for the phase's signals; the kernel after it on the
 // stream does the work (see wait_all).
-// `epoch` (GPU ABI 1.10): not NULL, the target comes from it (target_of).
+// `epoch` (GPU ABI 1.10): not NULL, the target comes from it (target_of,
+// `ahead` calls ahead).
 __global__ void proxy_wait_kernel(courier_gpu_ep_proxy_v1 fifo, uint64_t signal_off,
                                   uint64_t record_off, uint64_t target, bool sends,
-                                  int64_t* wait_cost, const uint64_t* epoch) {
-  wait_all(this_thread(), fifo, signal_off, record_off, target_of(epoch, target), sends, wait_cost);
+                                  int64_t* wait_cost, const uint64_t* epoch, uint32_t ahead) {
+  wait_all(this_thread(), fifo, signal_off, record_off, target_of(epoch, target, ahead), sends,
+           wait_cost);
 }
 __global__ void proxy_send_wait_kernel(courier_gpu_ep_proxy_v1 fifo, bool release,
                                        uint64_t release_off, uint64_t release_target,
@@ -114,7 +116,7 @@ void launch(const courier_gpu_ep_proxy_ht_dispatch_v1& job, Stream stream, Mark 
                          stream>>>(job);
   mark("pack");
   proxy_wait_kernel<<<1, 64, 0, stream>>>(job.fifo, job.notify_signal_off, job.notify_record_off,
-                                          job.notify_target, false, nullptr, nullptr);
+                                          job.notify_target, false, nullptr, job.epoch, 1);
   mark("wait_counts");
   // Enough blocks to find the runs, and all SMs for the rows this rank
   // keeps (none with loopback: each block costs the last one's wait).
@@ -131,11 +133,11 @@ template <class Job, class Stream>
 void wait_first(const Job& job, Stream stream, bool sends = false, int64_t* wait_cost = nullptr,
                 const uint64_t* epoch = nullptr) {
   proxy_wait_kernel<<<1, 64, 0, stream>>>(job.fifo, job.signal_off, job.record_off, job.target,
-                                          sends, wait_cost, epoch);
+                                          sends, wait_cost, epoch, 0);
 }
 template <class Stream, class Mark = NoMark>
 void launch(const courier_gpu_ep_proxy_ht_receive_v1& job, Stream stream, Mark mark = {}) {
-  wait_first(job, stream, job.wait_sends != 0);
+  wait_first(job, stream, job.wait_sends != 0, nullptr, job.epoch);
   mark("wait");
   proxy_ht_receive_kernel<<<2 * kProxyBlocksMax, kProxyThreads, 0, stream>>>(job);
 }

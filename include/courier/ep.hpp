@@ -90,6 +90,12 @@ struct DispatchHandle {
   uint32_t hidden = 0;
   uint32_t dtype_code = 0, dtype_bits = 0;
   uint32_t num_worst_tokens = 0;  // rows of recv_x when it was padded (combine's x has as many)
+  // A dispatch that did not wait (num_worst_tokens on the caller's stream,
+  // docs/ep.md "Calls that do not wait"): recv_counts and send_index are
+  // empty, its counts stay on the device, and only a combine before the
+  // Buffer's next dispatch can use the handle. `call` names the dispatch.
+  bool counts_on_device = false;
+  uint64_t call = 0;
 };
 
 struct DispatchResult {
@@ -97,7 +103,8 @@ struct DispatchResult {
   TensorView recv_x_scales;      // FP8 dispatch: [received, hidden / 128] float32
   TensorView recv_topk_idx;      // [received, topk] int64: local expert ids, -1 where elsewhere
   TensorView recv_topk_weights;  // [received, topk] float32
-  std::vector<int32_t> num_recv_tokens_per_expert;  // local experts
+  // Local experts; empty after a dispatch that did not wait.
+  std::vector<int32_t> num_recv_tokens_per_expert;
   DispatchHandle handle;
 };
 

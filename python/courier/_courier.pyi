@@ -133,6 +133,12 @@ class DispatchHandle:
     def num_worst_tokens(self) -> int:
         """Rows of the padded receive tensors (0: not padded)."""
 
+    @property
+    def counts_on_device(self) -> bool:
+        """
+        The dispatch did not wait: its counts stay on the device (recv_counts is empty).
+        """
+
 class LowLatencyHandle:
     """What low_latency_combine needs to bring a dispatch back."""
 

@@ -85,7 +85,8 @@ def _to_courier(tensor: Optional[Tensor], name: str) -> Any:
         return None
     if _is_torch(tensor):
         torch = _torch_module()
-        tensor = tensor.detach()  # torch exports no tensor that requires grad
+        if tensor.requires_grad:
+            tensor = tensor.detach()  # torch exports no tensor that requires grad
         if tensor.dtype == torch.float8_e4m3fn:
             return _courier.DtypeView(tensor.view(torch.uint8), "float8_e4m3fn")
         return tensor
@@ -1045,6 +1046,10 @@ class Buffer:
         publishes the weight rows it received (and from whom); each sums,
         per token, the rows of the ranks the token went to."""
         ranks, me = self.group_size, self.rank
+        if handle.native.counts_on_device:
+            raise Error("combine: topk_weights with the handle of a dispatch that did not wait "
+                        "(num_worst_tokens on a CUDA stream) is not offered yet: the weights are "
+                        "reduced through the host, which needs the received counts")
         host = lambda t: t.detach().cpu().numpy() if kind.torch is not None else np.asarray(t)
         weights = host(topk_weights)
         counts = list(handle.native.recv_counts)

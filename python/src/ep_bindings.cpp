@@ -232,7 +232,9 @@ void bind_ep(nb::module_& m) {
       .def_ro("recv_counts", &ep::DispatchHandle::recv_counts, "Rows received from each rank.")
       .def_ro("hidden", &ep::DispatchHandle::hidden, "The hidden size of the rows.")
       .def_ro("num_worst_tokens", &ep::DispatchHandle::num_worst_tokens,
-              "Rows of the padded receive tensors (0: not padded).");
+              "Rows of the padded receive tensors (0: not padded).")
+      .def_ro("counts_on_device", &ep::DispatchHandle::counts_on_device,
+              "The dispatch did not wait: its counts stay on the device (recv_counts is empty).");
 
   nb::class_<ep::LowLatencyHandle>(m, "LowLatencyHandle",
                                    "What low_latency_combine needs to bring a dispatch back.")

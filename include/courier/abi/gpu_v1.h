@@ -583,6 +583,11 @@ typedef struct courier_gpu_ep_proxy_ht_dispatch_v1 {
   uint32_t meta_bytes, recv_rows;
   /* ---- minor 8 ---- */
   uint32_t row_source, sends_settled;
+  /* ---- minor 10 ---- */
+  /* Not NULL: the dispatch's epoch word (Epochs, above): the counts' wait
+   * waits for (*epoch + 1) x the step instead of notify_target, and the
+   * rows' last block adds 1 once it signalled. */
+  uint64_t* epoch;
 } courier_gpu_ep_proxy_ht_dispatch_v1;
 
 /* High-throughput dispatch, receive half (minor 7; smaller jobs refused):
@@ -625,6 +630,8 @@ typedef struct courier_gpu_ep_proxy_ht_receive_v1 {
   const int32_t* slots;
   int32_t* plan;
   uint32_t slot_tokens, reserved8;
+  /* ---- minor 10 ---- */
+  const uint64_t* epoch; /* not NULL: replaces target (Epochs, above) */
 } courier_gpu_ep_proxy_ht_receive_v1;
 
 /* Low-latency dispatch, send half. Pair (t, k) with e = topk_idx[t][k] >= 0

@@ -1311,6 +1311,83 @@ Outcome check_ll_caller_outputs(courier::Context& ctx, const Shape& shape) {
       cols));
 }
 
+// High-throughput dispatch with num_worst_tokens on the caller's stream
+// does not wait (the proxy path): its padded results equal a waiting
+// Buffer's for the same inputs, its handle holds no counts (they stay on
+// the device) and combines to the same sums; after the Buffer's next
+// dispatch that handle is refused, naming why; without num_worst_tokens a
+// dispatch still waits and its handle has the counts.
+Outcome check_ht_worst_no_wait(courier::Context& ctx, const Shape& shape) {
+  const int ranks = ctx.world_size(), me = ctx.rank();
+  const int hidden = shape.hidden, topk = shape.topk, experts = shape.experts_of(ranks);
+  courier::ep::BufferOptions options;
+  options.max_tokens_per_rank = static_cast<uint32_t>(shape.max_tokens);
+  options.hidden = hidden;
+  options.element_bytes = 2;
+  options.max_topk = topk;
+  courier::ep::Buffer waiting(ctx, options), deferred(ctx, options);
+  deferred.set_stream(nullptr);
+  const DLDevice dev = waiting.device();
+  Checks c;
+  if (std::string(deferred.transport()) != "proxy") {
+    return c.outcome("skipped: the direct path's high-throughput calls always wait");
+  }
+  const Inputs mine = inputs_of(shape, me, hidden, topk, experts, 0);
+  DeviceInputs inputs(ctx, dev, mine, hidden, topk, true);
+  Tensor per_rank(ctx, dev, kInt32, {ranks}), per_expert(ctx, dev, kInt32, {experts});
+  Tensor in_rank(ctx, dev, kBool, {mine.tokens, ranks});
+  waiting.get_dispatch_layout(*inputs.idx.view(), experts,
+                              {per_rank.view(), per_expert.view(), in_rank.view()});
+  const int worst = ranks * shape.max_tokens;
+  courier::ep::DispatchArgs args;
+  args.x = inputs.x.view();
+  args.topk_idx = inputs.idx.view();
+  args.topk_weights = inputs.weights.view();
+  args.is_token_in_rank = in_rank.view();
+  args.num_experts = experts;
+  args.num_worst_tokens = worst;
+  auto bytes_of = [&](const courier::ep::TensorView& view, size_t bytes) {
+    std::vector<std::byte> out(bytes);
+    ctx.copy(out.data(), view.tensor().data, bytes);
+    return out;
+  };
+  const size_t x_bytes = static_cast<size_t>(worst) * hidden * 2;
+  const size_t k_elems = static_cast<size_t>(worst) * topk;
+  courier::ep::DispatchResult a = waiting.dispatch(args);
+  courier::ep::DispatchResult b = deferred.dispatch(args);
+  deferred.synchronize();
+  c.expect(b.handle.counts_on_device && b.handle.recv_counts.empty() &&
+               b.num_recv_tokens_per_expert.empty(),
+           "the dispatch that did not wait has counts on the host");
+  c.expect(bytes_of(b.recv_x, x_bytes) == bytes_of(a.recv_x, x_bytes), "recv_x differs");
+  c.expect(bytes_of(b.recv_topk_idx, k_elems * 8) == bytes_of(a.recv_topk_idx, k_elems * 8),
+           "recv_topk_idx differs");
+  c.expect(bytes_of(b.recv_topk_weights, k_elems * 4) == bytes_of(a.recv_topk_weights, k_elems * 4),
+           "recv_topk_weights differs");
+  // Expert outputs: the received rows as they came.
+  Tensor y(ctx, dev, DLDataType{kDLBfloat, 16, 1}, {worst, hidden});
+  y.set(bytes_of(a.recv_x, x_bytes));
+  const size_t out_bytes = static_cast<size_t>(mine.tokens) * hidden * 2;
+  courier::ep::CombineResult ca = waiting.combine(*y.view(), a.handle);
+  const std::vector<std::byte> want = bytes_of(ca.combined_x, out_bytes);
+  courier::ep::CombineResult cb = deferred.combine(*y.view(), b.handle);
+  deferred.synchronize();
+  c.expect(bytes_of(cb.combined_x, out_bytes) == want, "combined_x differs");
+  // The next dispatch replaces the counts on the device: the old handle is refused.
+  deferred.dispatch(args);
+  expect_error(c, "a combine with the handle of an earlier dispatch that did not wait",
+               "combine it before the Buffer's next dispatch",
+               [&] { deferred.combine(*y.view(), b.handle); });
+  args.num_worst_tokens = 0;
+  courier::ep::DispatchResult plain = deferred.dispatch(args);
+  c.expect(!plain.handle.counts_on_device && plain.handle.recv_counts.size() == size_t(ranks),
+           "a dispatch without num_worst_tokens did not read its counts");
+  return c.outcome(fmt::format(
+      "num_worst_tokens {} on the caller's stream: padded results and combine equal a waiting "
+      "Buffer's; an older handle refused; without num_worst_tokens the counts are read",
+      worst));
+}
+
 // recv_hook: the dispatch after next is refused while the hook of the one
 // before is pending (it would reuse its buffers), on every rank alike and
 // before anything is sent; a hook runs once; the calls go on afterwards.
@@ -1529,6 +1606,7 @@ int main(int argc, char** argv) {
     cases.emplace_back("ll-errors", [&] { return check_ll_errors(ctx); });
     cases.emplace_back("ll-no-wait-errors", [&] { return check_ll_no_wait_errors(ctx); });
     cases.emplace_back("ll-hook-order", [&] { return check_ll_hook_order(ctx); });
+    cases.emplace_back("ht-worst-no-wait", [&] { return check_ht_worst_no_wait(ctx, shape(96)); });
     cases.emplace_back("ll-caller-outputs", [&] {
       Shape s = shape(640);
       s.max_tokens = 32;

@@ -366,6 +366,63 @@ def run_shape(env: common.DistEnv, suite: common.Suite, shape: Shape, args) -> N
                 name = f"{shape}: {'FP8' if fp8 else 'BF16'} {'with' if with_topk else 'without'} top-k, {mode}"
                 suite.run(name, lambda: run_variant(env, suite, buffer, shape, inputs, exp, fp8, with_topk, mode))
 
+    def graph_with_worst_tokens():
+        # With num_worst_tokens on the proxy path, dispatch, a stand-in expert (the rows
+        # times 2) and combine can be captured in a CUDA graph: replays with new x, top-k
+        # and layout written in place equal eager steps bit for bit.
+        T, H, K, R = shape.num_tokens, shape.hidden, shape.num_topk, env.num_ranks
+        worst = R * T
+        x = torch.zeros((T, H), dtype=torch.bfloat16, device=env.device)
+        idx = torch.full((T, K), -1, dtype=torch.int64, device=env.device)
+        weights = torch.zeros((T, K), dtype=torch.float32, device=env.device)
+        per_rank = torch.zeros((R,), dtype=torch.int32, device=env.device)
+        per_expert = torch.zeros((shape.num_experts,), dtype=torch.int32, device=env.device)
+        in_rank = torch.zeros((T, R), dtype=torch.bool, device=env.device)
+
+        def step() -> torch.Tensor:
+            recv_x, _, _, _, handle, _ = buffer.dispatch(
+                x, num_tokens_per_rank=per_rank, is_token_in_rank=in_rank,
+                num_tokens_per_expert=per_expert, topk_idx=idx, topk_weights=weights,
+                num_worst_tokens=worst)
+            combined, _, _ = buffer.combine(recv_x * 2, handle)
+            return combined
+
+        def load(seed: int) -> None:
+            new = Inputs(env, shape, seed)
+            layout = buffer.get_dispatch_layout(new.topk_idx, shape.num_experts)
+            x.copy_(new.x)
+            idx.copy_(new.topk_idx)
+            weights.copy_(new.topk_weights)
+            per_rank.copy_(layout[0])
+            per_expert.copy_(layout[2])
+            in_rank.copy_(layout[3])
+
+        seeds = [args.seed + 40 + i for i in range(3)]
+        eager = []
+        for seed in seeds:
+            load(seed)
+            eager.append(step().clone())
+        torch.cuda.synchronize()
+        env.barrier()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+            captured = step()
+        env.barrier()
+        for i in (2, 0, 1, 1):
+            load(seeds[i])
+            graph.replay()
+            torch.cuda.synchronize()
+            expect_equal(f"replay with inputs {i}: combined_x", captured, eager[i])
+        torch.cuda.synchronize()
+        env.barrier()
+
+    if buffer.transport == "proxy":
+        suite.run(f"{shape}: dispatch (num_worst_tokens), stand-in expert and combine captured "
+                  "in a CUDA graph, replayed with new inputs", graph_with_worst_tokens)
+    else:
+        suite.note("the high-throughput CUDA graph case runs on the proxy path only (the direct "
+                   "path reads the counts on the host)")
+
     def refused_under_capture():
         # A high-throughput dispatch reads the received counts on the host: under CUDA
         # graph capture it is refused at once, saying why, on every rank alike.
