@@ -160,9 +160,9 @@ struct LowLatencyDispatchArgs {
   // find a slow rank. The proxy path only (GPU ABI 1.9).
   const DLTensor* wait_cost_stats = nullptr;
   // With use_fp8: how packed_recv_x_scales is laid out. Other than
-  // row_major: the proxy path only, a GPU plugin of ABI 1.10 or later.
+  // row_major: a GPU plugin of ABI 1.10 or later.
   ScalesLayout scales_layout = ScalesLayout::row_major;
-  // Receive into the caller's tensors (all or none; the proxy path only),
+  // Receive into the caller's tensors (all or none),
   // so results need no copy and keep their addresses (CUDA graphs).
   LowLatencyOutputs out;
 };
@@ -181,8 +181,7 @@ struct LowLatencyCombineOptions {
   // (DeepEP's combine_wait_recv_cost_stats).
   const DLTensor* wait_cost_stats = nullptr;
   // [num_tokens, hidden] of the dispatch's dtype on the Buffer's device, or
-  // null: the sums go there instead of the Buffer's memory (the proxy
-  // path only).
+  // null: the sums go there instead of the Buffer's memory.
   const DLTensor* out = nullptr;
 };
 

@@ -298,10 +298,10 @@ class EpBuffer:
 
     def low_latency_dispatch(self, x: object, topk_idx: object, use_fp8: bool = False, return_recv_hook: bool = False, round_scale: bool = False, wait_cost_stats: object | None = None, scales_layout: str = 'row_major', out_x: object | None = None, out_x_scales: object | None = None, out_count: object | None = None, out_src_info: object | None = None, out_layout_range: object | None = None) -> LowLatencyOutput:
         """
-        Collective low-latency dispatch into per-expert rows (round_scale: power-of-two FP8 scales; wait_cost_stats: [ranks] int64 that gains the nanoseconds waited for each rank, proxy path only; scales_layout: row_major, column_major or ue8m0 (proxy path); out_*: the caller's tensors to receive into, all or none (proxy path; out_x_scales in its storage layout, ep.hpp LowLatencyOutputs)).
+        Collective low-latency dispatch into per-expert rows (round_scale: power-of-two FP8 scales; wait_cost_stats: [ranks] int64 that gains the nanoseconds waited for each rank, proxy path only; scales_layout: row_major, column_major or ue8m0 (GPU ABI 1.10); out_*: the caller's tensors to receive into, all or none (out_x_scales in its storage layout, ep.hpp LowLatencyOutputs)).
         """
 
     def low_latency_combine(self, x: object, topk_idx: object, topk_weights: object, handle: LowLatencyHandle, use_logfmt: bool = False, wait_cost_stats: object | None = None, out: object | None = None) -> object:
         """
-        Collective low-latency combine: per token, sum over k of weight * row (use_logfmt: the rows travel in LogFMT, 10 bits per value where a 128-channel block is below 1; needs the ep_logfmt capability; out: the caller's [tokens, hidden] to sum into, proxy path only).
+        Collective low-latency combine: per token, sum over k of weight * row (use_logfmt: the rows travel in LogFMT, 10 bits per value where a 128-channel block is below 1; needs the ep_logfmt capability; out: the caller's [tokens, hidden] to sum into).
         """

@@ -122,19 +122,22 @@ class _Kind:
 
     def order_after_producer(self, native: _courier.EpBuffer,
                              previous_event: Optional["EventOverlap"] = None,
-                             comm: Any = None) -> None:
+                             comm: Any = None, after: Any = None) -> None:
         """Before a call of `native`: its kernels go on the caller's current
-        stream, behind the inputs' producers, and behind `previous_event`
-        (a wait on the GPU, not the host); or, with `comm` (the Buffer's
-        comm stream), there, behind the current stream's work so far. For
-        numpy and CPU tensors, or an older GPU plugin, wait_for_producer
-        instead."""
+        stream, behind the inputs' producers, behind `previous_event` (a
+        wait on the GPU, not the host) and behind the stream `after` (the
+        Buffer's comm stream, where earlier calls may still run); or, with
+        `comm` (the Buffer's comm stream), there, behind the current
+        stream's work so far. For numpy and CPU tensors, or an older GPU
+        plugin, wait_for_producer instead."""
         if (self.torch is None or self.device.type != "cuda" or not native.can_set_stream):
             self.wait_for_producer(previous_event)
             return
         stream = self.torch.cuda.current_stream(self.device)
         if previous_event is not None and previous_event.event is not None:
             stream.wait_event(previous_event.event)
+        if after is not None and after != stream:
+            stream.wait_stream(after)
         if comm is not None:
             comm.wait_stream(stream)
             stream = comm
@@ -465,6 +468,7 @@ class LowLatencyHandle(tuple):
     native: _courier.LowLatencyHandle
     buffer: _courier.EpBuffer
     combine_buffer: Optional[Tensor]
+    recv_count: Optional[Tensor]  # kept alive: the combine's kernels read it
 
     def __new__(cls, items: Tuple[Any, ...], native: _courier.LowLatencyHandle,
                 buffer: _courier.EpBuffer) -> "LowLatencyHandle":
@@ -472,6 +476,7 @@ class LowLatencyHandle(tuple):
         handle.native = native
         handle.buffer = buffer
         handle.combine_buffer = None  # get_next_low_latency_combine_buffer's tensor
+        handle.recv_count = None
         return handle
 
 
@@ -651,8 +656,10 @@ class Buffer:
         self._ht: Dict[Tuple[int, ...], Tuple[_courier.EpBuffer, int]] = {}
         self._ht_current: Optional[Tuple[int, ...]] = None  # the key of the last dispatch
         self._ll: Dict[Tuple[int, ...], _courier.EpBuffer] = {}
-        # The low-latency outputs, per shape and parity (_ll_outputs).
+        # The low-latency outputs per native Buffer and parity
+        # (_ll_outputs), and each native Buffer's dispatches so far.
         self._ll_out: Dict[Tuple[Any, ...], Any] = {}
+        self._ll_calls: Dict[Any, int] = {}
         # Per device, the stream async_finish low-latency calls run on.
         self._comm_streams: Dict[Any, Any] = {}
         self._destroyed = False
@@ -675,6 +682,9 @@ class Buffer:
             buffer.close()
         self._ht.clear()
         self._ll.clear()
+        self._ll_out.clear()
+        self._ll_calls.clear()
+        self._comm_streams.clear()
         self.context.barrier()
 
     def _alive(self, call: str) -> None:
@@ -1103,7 +1113,9 @@ class Buffer:
                     "experts need (Buffer.get_low_latency_rdma_size_hint)")
             # Another size replaces the earlier ones (FP8 and not may coexist).
             for old_key in [k for k in self._ll if k[:5] != key[:5]]:
-                self._ll.pop(old_key).close()
+                old = self._ll.pop(old_key)
+                self._forget_outputs(old)
+                old.close()
             buffer = _courier.EpBuffer(
                 self.context, num_nvl_bytes=self.num_nvl_bytes, num_rdma_bytes=self.num_rdma_bytes,
                 low_latency_mode=True, max_tokens_per_rank=max_tokens, hidden=hidden,
@@ -1174,7 +1186,8 @@ class Buffer:
         # the caller's stream goes on meanwhile.
         comm = (self._comm_stream_of(kind) if async_finish and not return_recv_hook and
                 kind.uses_comm_stream(buffer) else None)
-        kind.order_after_producer(buffer, comm=comm)
+        # Otherwise behind what earlier calls left on the comm stream.
+        kind.order_after_producer(buffer, comm=comm, after=self._comm_streams.get(kind.device))
         # The wait costs are measured on the proxy path; the direct path
         # leaves them unchanged (docs/python.md).
         cost = dispatch_wait_recv_cost_stats if buffer.transport == "proxy" else None
@@ -1195,8 +1208,11 @@ class Buffer:
         the outputs (allocated once per shape and parity, see _ll_outputs),
         nothing read on the host, so the call can be captured in a CUDA
         graph."""
-        outs, passed = self._ll_outputs(kind, x, max_tokens, num_experts, use_fp8, use_ue8m0,
-                                        number % 2)
+        # The parity of this native Buffer's own calls, as its receive
+        # buffers alternate.
+        calls = self._ll_calls.get(buffer, 0)
+        outs, passed = self._ll_outputs(kind, buffer, x, max_tokens, num_experts, use_fp8,
+                                        use_ue8m0, calls % 2)
         recv_x, recv_scales, recv_count, src_info, layout_range = outs
         native = buffer.low_latency_dispatch(
             _to_courier(x, "x"), _to_courier(topk_idx, "topk_idx"), use_fp8=use_fp8,
@@ -1207,8 +1223,13 @@ class Buffer:
             out_x_scales=passed[1], out_count=passed[2], out_src_info=passed[3],
             out_layout_range=passed[4])
         self._ll_dispatches = number
+        self._ll_calls[buffer] = calls + 1
         pending = [native]
         del native
+        # The hook's kernels follow the dispatch's: on the stream current then.
+        launch = (kind.torch.cuda.current_stream(kind.device)
+                  if return_recv_hook and kind.torch is not None and kind.device.type == "cuda"
+                  else None)
 
         def receive() -> None:
             if not pending:
@@ -1216,7 +1237,8 @@ class Buffer:
             native = pending.pop()
             waiting.pop(number, None)
             if native.has_recv_hook:
-                kind.order_after_producer(buffer)  # the stream current when the hook runs
+                # The stream current when the hook runs, behind the dispatch's.
+                kind.order_after_producer(buffer, after=launch)
                 native.recv_hook()
             if stats is not None:
                 if comm is not None:  # behind the kernels, on their stream
@@ -1229,6 +1251,7 @@ class Buffer:
 
         handle = LowLatencyHandle((src_info, layout_range, max_tokens, int(x.shape[1]),
                                    num_experts), pending[0].handle, buffer)
+        handle.recv_count = recv_count  # the combine reads it too (its kernels do)
         hook: Optional[Callable[[], None]] = None
         if return_recv_hook:
             hook = receive
@@ -1239,25 +1262,24 @@ class Buffer:
                                                     recv_count, src_info, layout_range))
         return ((recv_x, recv_scales) if use_fp8 else recv_x, recv_count, handle, event, hook)
 
-    def _ll_outputs(self, kind: _Kind, x: Tensor, max_tokens: int, num_experts: int,
-                    use_fp8: bool, use_ue8m0: bool, parity: int) -> Tuple[Tuple[Any, ...],
-                                                                            Tuple[Any, ...]]:
+    def _ll_outputs(self, kind: _Kind, buffer: _courier.EpBuffer, x: Tensor, max_tokens: int,
+                    num_experts: int, use_fp8: bool, use_ue8m0: bool,
+                    parity: int) -> Tuple[Tuple[Any, ...], Tuple[Any, ...]]:
         """The low-latency dispatch outputs: (recv_x,
         recv_scales as DeepEP lays them out (column-major; None without
         FP8), recv_count, src_info, layout_range) and what to pass the native
-        call. Made once per shape and per call parity, as the Buffer's
-        receive buffers are: a dispatch's outputs are reused by the dispatch
-        after next (docs/python.md)."""
+        call. Made once per native Buffer (its shape), UE8M0 or not, and
+        parity of its calls, as its receive buffers are: a dispatch's
+        outputs are reused by that Buffer's dispatch after next
+        (docs/python.md)."""
         ranks = self.group_size
         hidden = int(x.shape[1])
         dtype = "float8_e4m3fn" if use_fp8 else _dtype_name(x)
         device = str(kind.device) if kind.torch is not None else "numpy"
-        key = (device, max_tokens, num_experts, hidden, dtype, use_ue8m0, parity)
+        key = (buffer, device, use_ue8m0, parity)
         cache = self._ll_out
         made = cache.get(key)
         if made is None:
-            for old in [k for k in cache if k[:4] != key[:4]]:
-                del cache[old]  # another shape replaces the earlier ones
             L, N = num_experts // ranks, ranks * max_tokens
             recv_x, x_arg = kind.output((L, N, hidden), dtype)
             recv_scales = scales_arg = None
@@ -1275,6 +1297,12 @@ class Buffer:
                     (x_arg, scales_arg, count_arg, src_arg, range_arg))
             cache[key] = made
         return made
+
+    def _forget_outputs(self, buffer: _courier.EpBuffer) -> None:
+        """Drops what _ll_outputs and the call counts hold for `buffer`."""
+        for key in [k for k in self._ll_out if k[0] is buffer]:
+            del self._ll_out[key]
+        self._ll_calls.pop(buffer, None)
 
     def _comm_stream_of(self, kind: _Kind) -> Any:
         """The Buffer's comm stream on kind's device, made on first use."""
@@ -1354,7 +1382,8 @@ class Buffer:
         kind = _Kind(x, "low_latency_combine: x")
         comm = (self._comm_stream_of(kind) if async_finish and not return_recv_hook and
                 kind.uses_comm_stream(handle.buffer) else None)
-        kind.order_after_producer(handle.buffer, comm=comm)
+        kind.order_after_producer(handle.buffer, comm=comm,
+                                  after=self._comm_streams.get(kind.device))
         # Summed straight into the result (DeepEP's combined_x is a new
         # tensor per call too): nothing copied, nothing read on the host.
         if out is None:

@@ -372,15 +372,15 @@ void bind_ep(nb::module_& m) {
            "Collective low-latency dispatch into per-expert rows (round_scale: power-of-two "
            "FP8 scales; wait_cost_stats: [ranks] int64 that gains the nanoseconds waited for "
            "each rank, proxy path only; scales_layout: row_major, column_major or ue8m0 "
-           "(proxy path); out_*: the caller's tensors to receive into, all or none (proxy path; "
-           "out_x_scales in its storage layout, ep.hpp LowLatencyOutputs)).")
+           "(GPU ABI 1.10); out_*: the caller's tensors to receive into, all or none "
+           "(out_x_scales in its storage layout, ep.hpp LowLatencyOutputs)).")
       .def("low_latency_combine", &low_latency_combine, nb::arg("x"), nb::arg("topk_idx"),
            nb::arg("topk_weights"), nb::arg("handle"), nb::arg("use_logfmt") = false,
            nb::arg("wait_cost_stats") = nb::none(), nb::arg("out") = nb::none(),
            "Collective low-latency combine: per token, sum over k of weight * row "
            "(use_logfmt: the rows travel in LogFMT, 10 bits per value where a 128-channel block "
            "is below 1; needs the ep_logfmt capability; out: the caller's [tokens, hidden] to sum "
-           "into, proxy path only).");
+           "into).");
 }
 
 }  // namespace courier::python
