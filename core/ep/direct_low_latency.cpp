@@ -6,6 +6,7 @@
 
 #include "core/check.hpp"
 #include "core/ep/element_types.hpp"
+#include "core/ep/ll_outputs.hpp"
 
 namespace courier::ep {
 
@@ -173,34 +174,11 @@ LowLatencyDispatchResult DirectLowLatency::dispatch(const LlInputs& in, bool ret
   out.src = caller ? in.out_src : reinterpret_cast<int32_t*>(windows_.at(layout_.src[parity]));
   out.range =
       caller ? in.out_range : reinterpret_cast<int64_t*>(windows_.at(layout_.range[parity]));
-  out.scales_layout = !in.fp8 ? 0u
-                      : in.scales_layout == ScalesLayout::column_major
-                          ? COURIER_GPU_EP_SCALES_COLUMN_MAJOR
-                      : in.scales_layout == ScalesLayout::ue8m0
-                          ? COURIER_GPU_EP_SCALES_COLUMN_MAJOR | COURIER_GPU_EP_SCALES_UE8M0
-                          : 0u;
+  out.scales_layout = scales_layout_bits(in.fp8, in.scales_layout);
 
   LowLatencyDispatchResult result;
-  const int64_t slots = layout_.rows_per_expert;
-  result.packed_recv_x = TensorView(
-      out.x, device_, in.fp8 ? DLDataType{kDLFloat, 8, 1} : in.x_dtype, {L, slots, in.hidden});
-  if (in.fp8) {
-    const int64_t cols = in.hidden / kFp8Block;
-    if (in.scales_layout == ScalesLayout::row_major) {
-      result.packed_recv_x_scales =
-          TensorView(out.scales, device_, DLDataType{kDLFloat, 32, 1}, {L, slots, cols});
-    } else {  // column-major in the last two dimensions
-      const bool ue8m0 = in.scales_layout == ScalesLayout::ue8m0;
-      const int64_t s = ue8m0 ? (cols + 3) / 4 : cols;
-      result.packed_recv_x_scales = TensorView(
-          out.scales, device_, ue8m0 ? DLDataType{kDLInt, 32, 1} : DLDataType{kDLFloat, 32, 1},
-          {L, slots, s}, {s * slots, 1, slots});
-    }
-  }
-  result.packed_recv_count = TensorView(out.count, device_, DLDataType{kDLInt, 32, 1}, {L});
-  result.packed_recv_src_info = TensorView(out.src, device_, DLDataType{kDLInt, 32, 1}, {L, slots});
-  result.packed_recv_layout_range =
-      TensorView(out.range, device_, DLDataType{kDLInt, 64, 1}, {L, ranks_});
+  describe_ll_outputs(result, {out.x, out.scales, out.count, out.src, out.range}, device_, L,
+                      ranks_, layout_.max_tokens, in.hidden, in.x_dtype, in.fp8, in.scales_layout);
   LowLatencyHandle& handle = result.handle;
   handle.num_tokens = in.tokens;
   handle.topk = in.topk;

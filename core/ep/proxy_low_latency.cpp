@@ -8,6 +8,7 @@
 
 #include "core/check.hpp"
 #include "core/ep/element_types.hpp"
+#include "core/ep/ll_outputs.hpp"
 
 namespace courier::ep {
 
@@ -133,11 +134,7 @@ LowLatencyDispatchResult ProxyLowLatency::dispatch(const LlInputs& in, bool retu
   out.count_at = caller ? in.out_count : static_cast<int32_t*>(out.count.data());
   out.src_at = caller ? in.out_src : static_cast<int32_t*>(out.src.data());
   out.range_at = caller ? in.out_range : static_cast<int64_t*>(out.range.data());
-  out.scales_layout = in.scales_layout == ScalesLayout::column_major
-                          ? COURIER_GPU_EP_SCALES_COLUMN_MAJOR
-                      : in.scales_layout == ScalesLayout::ue8m0
-                          ? COURIER_GPU_EP_SCALES_COLUMN_MAJOR | COURIER_GPU_EP_SCALES_UE8M0
-                          : 0u;
+  out.scales_layout = scales_layout_bits(in.fp8, in.scales_layout);
 
   courier_gpu_ep_proxy_ll_dispatch_v1 job{};
   job.struct_size = sizeof job;
@@ -168,27 +165,9 @@ LowLatencyDispatchResult ProxyLowLatency::dispatch(const LlInputs& in, bool retu
   window_.check(window_.ops()->ep_proxy_ll_dispatch(window_.backend(), &job), "sending the rows");
 
   LowLatencyDispatchResult result;
-  const int64_t slots = int64_t{ranks_} * layout_.max_tokens;
-  result.packed_recv_x = TensorView(
-      out.x_at, device_, in.fp8 ? DLDataType{kDLFloat, 8, 1} : in.x_dtype, {L, slots, in.hidden});
-  if (in.fp8) {
-    const int64_t cols = in.hidden / kFp8Block;
-    if (in.scales_layout == ScalesLayout::row_major) {
-      result.packed_recv_x_scales =
-          TensorView(out.scales_at, device_, DLDataType{kDLFloat, 32, 1}, {L, slots, cols});
-    } else {  // column-major in the last two dimensions
-      const bool ue8m0 = in.scales_layout == ScalesLayout::ue8m0;
-      const int64_t s = ue8m0 ? (cols + 3) / 4 : cols;
-      result.packed_recv_x_scales = TensorView(
-          out.scales_at, device_, ue8m0 ? DLDataType{kDLInt, 32, 1} : DLDataType{kDLFloat, 32, 1},
-          {L, slots, s}, {s * slots, 1, slots});
-    }
-  }
-  result.packed_recv_count = TensorView(out.count_at, device_, DLDataType{kDLInt, 32, 1}, {L});
-  result.packed_recv_src_info =
-      TensorView(out.src_at, device_, DLDataType{kDLInt, 32, 1}, {L, slots});
-  result.packed_recv_layout_range =
-      TensorView(out.range_at, device_, DLDataType{kDLInt, 64, 1}, {L, ranks_});
+  describe_ll_outputs(result, {out.x_at, out.scales_at, out.count_at, out.src_at, out.range_at},
+                      device_, L, ranks_, layout_.max_tokens, in.hidden, in.x_dtype, in.fp8,
+                      in.scales_layout);
   LowLatencyHandle& handle = result.handle;
   handle.num_tokens = in.tokens;
   handle.topk = in.topk;
