@@ -26,8 +26,7 @@ void describe_ll_outputs(LowLatencyDispatchResult& result, const LlOutputPointer
     }
   }
   result.packed_recv_count = TensorView(at.count, device, DLDataType{kDLInt, 32, 1}, {L});
-  result.packed_recv_src_info =
-      TensorView(at.src, device, DLDataType{kDLInt, 32, 1}, {L, slots});
+  result.packed_recv_src_info = TensorView(at.src, device, DLDataType{kDLInt, 32, 1}, {L, slots});
   result.packed_recv_layout_range =
       TensorView(at.range, device, DLDataType{kDLInt, 64, 1}, {L, static_cast<int64_t>(ranks)});
 }

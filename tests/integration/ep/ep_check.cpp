@@ -278,6 +278,17 @@ courier::ep::BufferOptions low_latency_options(const Shape& shape, int ranks,
   return options;
 }
 
+// The error cases' low-latency Buffer: 16 tokens of hidden 64 in bfloat16,
+// top-2 of 2 experts per rank.
+courier::ep::BufferOptions small_low_latency_options(int ranks) {
+  Shape shape;
+  shape.max_tokens = 16;
+  shape.hidden = 64;
+  shape.topk = 2;
+  shape.experts_per_rank = 2;
+  return low_latency_options(shape, ranks, 2);
+}
+
 // One rank's dispatch inputs, reproducible by every rank.
 struct Inputs {
   int tokens = 0;
@@ -1137,13 +1148,7 @@ Outcome check_ll_logfmt(courier::Context& ctx, const Shape& shape) {
 Outcome check_ll_errors(courier::Context& ctx) {
   const int ranks = ctx.world_size(), me = ctx.rank();
   const int hidden = 64, topk = 2, experts = 2 * ranks, tokens = 8;
-  courier::ep::BufferOptions options;
-  options.low_latency_mode = true;
-  options.max_tokens_per_rank = 16;
-  options.hidden = hidden;
-  options.element_bytes = 2;
-  options.max_topk = topk;
-  options.num_experts = experts;
+  const courier::ep::BufferOptions options = small_low_latency_options(ranks);
   courier::ep::Buffer buffer(ctx, options);
   const DLDevice dev = buffer.device();
   Tensor x(ctx, dev, DLDataType{kDLBfloat, 16, 1}, {tokens, hidden});
@@ -1394,13 +1399,7 @@ Outcome check_ht_worst_no_wait(courier::Context& ctx, const Shape& shape) {
 Outcome check_ll_hook_order(courier::Context& ctx) {
   const int ranks = ctx.world_size(), me = ctx.rank();
   const int hidden = 64, topk = 2, experts = 2 * ranks, tokens = 8;
-  courier::ep::BufferOptions options;
-  options.low_latency_mode = true;
-  options.max_tokens_per_rank = 16;
-  options.hidden = hidden;
-  options.element_bytes = 2;
-  options.max_topk = topk;
-  options.num_experts = experts;
+  const courier::ep::BufferOptions options = small_low_latency_options(ranks);
   courier::ep::Buffer buffer(ctx, options);
   const DLDevice dev = buffer.device();
   Tensor x(ctx, dev, DLDataType{kDLBfloat, 16, 1}, {tokens, hidden});
@@ -1441,13 +1440,7 @@ Outcome check_ll_no_wait_errors(courier::Context& ctx) {
   const int ranks = ctx.world_size(), me = ctx.rank();
   const int hidden = 64, topk = 2, experts = 2 * ranks, tokens = 8;
   const int bad = ranks > 1 ? 1 : 0;
-  courier::ep::BufferOptions options;
-  options.low_latency_mode = true;
-  options.max_tokens_per_rank = 16;
-  options.hidden = hidden;
-  options.element_bytes = 2;
-  options.max_topk = topk;
-  options.num_experts = experts;
+  const courier::ep::BufferOptions options = small_low_latency_options(ranks);
   Checks c;
   courier::ep::Buffer buffer(ctx, options);
   buffer.set_stream(nullptr);
