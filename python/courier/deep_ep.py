@@ -435,6 +435,10 @@ class DispatchHandle(tuple):
         return handle
 
     def _rank_prefix(self) -> Optional[Tensor]:
+        if self.native.counts_on_device:
+            raise Error("DispatchHandle[0]: the dispatch did not wait (num_worst_tokens on a CUDA "
+                        "stream), so its received counts stay on the device and the host cannot "
+                        "build rank_prefix_matrix")
         if self._rank_prefix_matrix is None and self._kind is not None:
             counts = list(self.native.recv_counts)
             matrix = np.full((len(counts), len(counts)), -1, dtype=np.int32)
