@@ -1447,13 +1447,15 @@ Outcome check_ll_no_wait_errors(courier::Context& ctx) {
   const DLDevice dev = buffer.device();
   Tensor x(ctx, dev, DLDataType{kDLBfloat, 16, 1}, {tokens, hidden});
   Tensor idx(ctx, dev, kInt64, {tokens, topk});
-  auto dispatch = [&](int64_t expert) {
+  // Every token to `expert`, on `on` (this case's two Buffers).
+  auto dispatch_on = [&](courier::ep::Buffer& on, int64_t expert) {
     idx.set(std::vector<int64_t>(static_cast<size_t>(tokens) * topk, expert));
     courier::ep::LowLatencyDispatchArgs args;
     args.x = x.view();
     args.topk_idx = idx.view();
-    return buffer.low_latency_dispatch(args);
+    return on.low_latency_dispatch(args);
   };
+  auto dispatch = [&](int64_t expert) { return dispatch_on(buffer, expert); };
   // A good call first: its outcome is checked by the next call.
   dispatch(0);
   buffer.synchronize();
@@ -1474,13 +1476,7 @@ Outcome check_ll_no_wait_errors(courier::Context& ctx) {
   // The same index where calls wait: refused at the call, and the Buffer
   // goes on.
   courier::ep::Buffer waiting(ctx, options);
-  auto dispatch_waiting = [&](int64_t expert) {
-    idx.set(std::vector<int64_t>(static_cast<size_t>(tokens) * topk, expert));
-    courier::ep::LowLatencyDispatchArgs args;
-    args.x = x.view();
-    args.topk_idx = idx.view();
-    return waiting.low_latency_dispatch(args);
-  };
+  auto dispatch_waiting = [&](int64_t expert) { return dispatch_on(waiting, expert); };
   dispatch_waiting(0);
   expect_error(
       c, "the bad index where calls wait",
