@@ -415,19 +415,16 @@ class DispatchHandle(tuple):
     buffer: _courier.EpBuffer
     capacity: int
     is_token_in_rank: Optional[Tensor]
-    num_recv_tokens: int  # rows received (Courier's, unpadded)
     num_worst_tokens: int  # rows of recv_x when padded, else 0
 
     def __new__(cls, native: _courier.DispatchHandle, buffer: _courier.EpBuffer, capacity: int,
-                is_token_in_rank: Optional[Tensor], num_recv_tokens: int,
-                num_worst_tokens: int = 0, *, kind: Optional["_Kind"] = None,
+                is_token_in_rank: Optional[Tensor], num_worst_tokens: int = 0, *, kind: Optional["_Kind"] = None,
                 rank: int = 0) -> "DispatchHandle":
         handle = super().__new__(cls, (None, None, None, None, is_token_in_rank, None))
         handle.native = native
         handle.buffer = buffer
         handle.capacity = capacity
         handle.is_token_in_rank = is_token_in_rank
-        handle.num_recv_tokens = num_recv_tokens
         handle.num_worst_tokens = num_worst_tokens
         handle._kind = kind
         handle._rank = rank
@@ -666,6 +663,10 @@ class Buffer:
         self._ll_calls: Dict[Any, int] = {}
         # Per device, the stream async_finish low-latency calls run on.
         self._comm_streams: Dict[Any, Any] = {}
+        # Per device: a low-latency call left work on the comm stream that
+        # later calls on other streams must wait for, and whether it was
+        # queued under a CUDA graph capture (_comm_to_follow).
+        self._comm_pending: Dict[Any, bool] = {}
         self._destroyed = False
 
     # -- lifetime -------------------------------------------------------------
@@ -689,6 +690,7 @@ class Buffer:
         self._ll_out.clear()
         self._ll_calls.clear()
         self._comm_streams.clear()
+        self._comm_pending.clear()
         self.context.barrier()
 
     def _alive(self, call: str) -> None:
@@ -810,7 +812,8 @@ class Buffer:
 
     def _high_throughput(
             self, x: Tensor, topk: int, num_experts: int,
-            call: Callable[[_courier.EpBuffer], Any]) -> Tuple[_courier.EpBuffer, int, Any]:
+            call: Callable[[_courier.EpBuffer], Any],
+            worst: int = 0) -> Tuple[_courier.EpBuffer, int, Any]:
         """``call`` on the high-throughput Buffer for x's shape: (that Buffer,
         its capacity in tokens per rank, what call returned).
 
@@ -829,7 +832,8 @@ class Buffer:
                 return buffer, capacity, call(buffer)
             except CallRefused as error:
                 refused = error  # every rank is here: agree on what to do
-        records = self._agree((_rows(x),) + key)
+        # num_worst_tokens rows must fit too: ranks x capacity of them.
+        records = self._agree((max(_rows(x), -(-worst // self.group_size)),) + key)
         for r, theirs in enumerate(records):
             if theirs[1:] != key:
                 raise Error(
@@ -924,11 +928,16 @@ class Buffer:
                                  "must be None")
             buffer = self._handle_buffer(handle, "dispatch")
             kind.order_after_producer(buffer, previous_event)
+            # The kernels pad to num_worst_tokens rows where the handle's
+            # Buffer holds that many; beyond, the copies are padded here.
+            fits = num_worst_tokens <= self.group_size * handle.capacity
             out = buffer.dispatch(_to_courier(x, "x"), _to_courier(x_scales, "x_scales"),
-                                  cached_handle=handle.native)
-            recv_x = kind.padded(kind.owned(out.recv_x), num_worst_tokens, 0, "dispatch")
-            recv_scales = scales_out(kind.padded(kind.owned(out.recv_x_scales), num_worst_tokens,
-                                                 0, "dispatch"))
+                                  cached_handle=handle.native,
+                                  num_worst_tokens=num_worst_tokens if fits else 0)
+            pad = 0 if fits else num_worst_tokens
+            recv_x = kind.padded(kind.owned(out.recv_x), pad, 0, "dispatch")
+            recv_scales = scales_out(kind.padded(kind.owned(out.recv_x_scales), pad, 0,
+                                                 "dispatch"))
             del out
             return ((recv_x, recv_scales) if x_scales is not None else recv_x, None, None, None,
                     None, kind.event(async_finish))
@@ -948,17 +957,20 @@ class Buffer:
                 _to_courier(is_token_in_rank, "is_token_in_rank"), num_experts)
         def run(native: _courier.EpBuffer) -> Any:
             kind.order_after_producer(native, previous_event)
-            return native.dispatch(*args)
+            # With num_worst_tokens the kernels pad the receive tensors; on a
+            # CUDA stream over the proxy path the call then reads nothing on
+            # the host (its counts stay on the device), so it can be captured.
+            return native.dispatch(*args, num_worst_tokens=num_worst_tokens)
 
-        buffer, capacity, out = self._high_throughput(x, topk, num_experts, run)
-        # num_worst_tokens pads the copies (Courier's rows stay unpadded).
+        buffer, capacity, out = self._high_throughput(x, topk, num_experts, run,
+                                                      worst=num_worst_tokens)
         worst = num_worst_tokens
-        recv_x = kind.padded(kind.owned(out.recv_x), worst, 0, "dispatch")
-        recv_scales = scales_out(kind.padded(kind.owned(out.recv_x_scales), worst, 0, "dispatch"))
+        recv_x = kind.owned(out.recv_x)
+        recv_scales = scales_out(kind.owned(out.recv_x_scales))
         recv_idx = recv_weights = None
         if with_topk:
-            recv_idx = kind.padded(kind.owned(out.recv_topk_idx), worst, -1, "dispatch")
-            recv_weights = kind.padded(kind.owned(out.recv_topk_weights), worst, 0, "dispatch")
+            recv_idx = kind.owned(out.recv_topk_idx)
+            recv_weights = kind.owned(out.recv_topk_weights)
             # As DeepEP: a weight whose expert lives on another rank reads 0.
             if kind.torch is not None:
                 recv_weights.masked_fill_(recv_idx < 0, 0.0)
@@ -971,8 +983,8 @@ class Buffer:
         # results then never depend on counts read on the host.
         counts = [] if worst > 0 else [int(math.ceil(c / expert_alignment) * expert_alignment)
                                        for c in received_per_expert]
-        new_handle = DispatchHandle(out.handle, buffer, capacity, is_token_in_rank,
-                                    _rows(out.recv_x), worst, kind=kind, rank=self.rank)
+        new_handle = DispatchHandle(out.handle, buffer, capacity, is_token_in_rank, worst,
+                                    kind=kind, rank=self.rank)
         del out
         return ((recv_x, recv_scales) if x_scales is not None else recv_x, recv_idx,
                 recv_weights, counts, new_handle, kind.event(async_finish))
@@ -1038,10 +1050,6 @@ class Buffer:
         buffer = self._handle_buffer(handle, "combine")
         kind = _Kind(x, "combine: x")
         kind.order_after_producer(buffer, previous_event)
-        if handle.num_worst_tokens > 0 and _rows(x) == handle.num_worst_tokens:
-            # recv_x was padded to num_worst_tokens rows; as with DeepEP the
-            # padding rows of x are ignored (leading rows stay contiguous).
-            x = x[:handle.num_recv_tokens]
         combined = kind.owned(buffer.combine(_to_courier(x, "x"), handle.native))
         for b in (bias if isinstance(bias, tuple) else (bias,)):
             if b is not None:
@@ -1191,7 +1199,7 @@ class Buffer:
         comm = (self._comm_stream_of(kind) if async_finish and not return_recv_hook and
                 kind.uses_comm_stream(buffer) else None)
         # Otherwise behind what earlier calls left on the comm stream.
-        kind.order_after_producer(buffer, comm=comm, after=self._comm_streams.get(kind.device))
+        kind.order_after_producer(buffer, comm=comm, after=self._comm_to_follow(kind, comm))
         # The wait costs are measured on the proxy path; the direct path
         # leaves them unchanged (docs/python.md).
         cost = dispatch_wait_recv_cost_stats if buffer.transport == "proxy" else None
@@ -1316,6 +1324,26 @@ class Buffer:
             self._comm_streams[kind.device] = stream
         return stream
 
+    def _comm_to_follow(self, kind: _Kind, comm: Any) -> Any:
+        """The comm stream, if the current stream must wait for it before
+        a low-latency call: when an earlier call left work there not yet
+        followed. Work queued there before a CUDA graph capture began is
+        not followed from inside the capture (a graph cannot wait for work
+        outside it; synchronize before capturing, as with any stream).
+        Also notes whether this call (`comm` set) leaves work there."""
+        pending = self._comm_pending.pop(kind.device, None)
+        follow = None
+        if pending is not None and comm is None:
+            capturing = kind.torch.cuda.is_current_stream_capturing()
+            if pending == capturing:
+                follow = self._comm_streams[kind.device]
+        elif pending is not None:
+            # This call goes to the comm stream itself, behind that work.
+            self._comm_pending[kind.device] = pending
+        if comm is not None:
+            self._comm_pending[kind.device] = kind.torch.cuda.is_current_stream_capturing()
+        return follow
+
     def get_comm_stream(self) -> Any:
         """The stream low-latency calls with async_finish run on (a
         torch.cuda.Stream on the current device), as DeepEP's."""
@@ -1386,8 +1414,7 @@ class Buffer:
         kind = _Kind(x, "low_latency_combine: x")
         comm = (self._comm_stream_of(kind) if async_finish and not return_recv_hook and
                 kind.uses_comm_stream(handle.buffer) else None)
-        kind.order_after_producer(handle.buffer, comm=comm,
-                                  after=self._comm_streams.get(kind.device))
+        kind.order_after_producer(handle.buffer, comm=comm, after=self._comm_to_follow(kind, comm))
         # Summed straight into the result (DeepEP's combined_x is a new
         # tensor per call too): nothing copied, nothing read on the host.
         if out is None:
