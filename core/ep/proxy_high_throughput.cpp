@@ -116,7 +116,7 @@ ProxyHighThroughput::ProxyHighThroughput(Context& ctx, const BufferOptions& opti
   recv_topk_weights_ = ctx.alloc(std::max<uint64_t>(rows * options.max_topk * 4, 1));
   combined_x_ = ctx.alloc(std::max<uint64_t>(uint64_t{options.max_tokens_per_rank} * row_bytes, 1));
   slots_ = ctx.alloc(std::max<uint64_t>(rows * 4, 1));
-  plan_ = ctx.alloc(std::max<uint64_t>(4ull * (ranks_ + rows), 1));
+  for (DeviceBuffer& plan : plans_) plan = ctx.alloc(std::max<uint64_t>(4ull * (ranks_ + rows), 1));
   in_rank_ = ctx.alloc(std::max<uint64_t>(rows, 1));
   epochs_ = ctx.alloc(4 * sizeof(uint64_t));
   const uint64_t zeros[4] = {0, 0, 0, 0};
@@ -288,9 +288,9 @@ DispatchResult ProxyHighThroughput::dispatch(const HtInputs& in, const DispatchA
   receive.readback = window_.readback_device();
   receive.slots = send.slots;
   receive.slot_tokens = in.tokens;
-  receive.plan = static_cast<int32_t*>(plan_.data());
-  plan_held_.clear();  // until this dispatch succeeded
-  plan_call_ = kNoPlan;
+  receive.plan = static_cast<int32_t*>(plans_[parity].data());
+  plan_held_[parity].clear();  // until this dispatch succeeded
+  plan_call_[parity] = kNoPlan;
   receive.scales = fp8 ? static_cast<float*>(recv_x_scales_.data()) : nullptr;
   receive.topk_idx = static_cast<int64_t*>(recv_topk_idx_.data());
   receive.topk_weights = static_cast<float*>(recv_topk_weights_.data());
@@ -356,13 +356,12 @@ DispatchResult ProxyHighThroughput::dispatch(const HtInputs& in, const DispatchA
   result.recv_topk_weights =
       TensorView(recv_topk_weights_.data(), device_, DLDataType{kDLFloat, 32, 1},
                  {n, with_topk ? static_cast<int64_t>(slot_topk) : 0});
-  // What plan_ now holds: a combine with this handle copies nothing.
+  // What plans_[parity] now holds: a combine with this handle copies nothing.
   if (readback) {
-    plan_held_.assign(handle.recv_counts.begin(), handle.recv_counts.end());
-    plan_held_.insert(plan_held_.end(), handle.send_index.begin(), handle.send_index.end());
-    plan_call_ = call;
-  } else {
-    plan_held_.clear();
+    std::vector<int32_t>& held = plan_held_[parity];
+    held.assign(handle.recv_counts.begin(), handle.recv_counts.end());
+    held.insert(held.end(), handle.send_index.begin(), handle.send_index.end());
+    plan_call_[parity] = call;
   }
   handle.call = call;
   result.handle = std::move(handle);
@@ -375,7 +374,7 @@ DispatchResult ProxyHighThroughput::deferred_dispatch(const HtInputs& in, const 
   const bool fp8 = in.dtype == DType::fp8_e4m3;
   const bool with_topk = in.idx != nullptr;
   const auto n = static_cast<int64_t>(args.num_worst_tokens);
-  plan_call_ = call;  // the receive kernel leaves the plan on the device
+  plan_call_[parity] = call;  // the receive kernel leaves the plan on the device
   DispatchResult result;
   result.recv_x = TensorView(window_.at(layout_.recv[parity]), device_, in.x_dtype, {n, in.hidden});
   if (fp8) {
@@ -403,13 +402,15 @@ CombineResult ProxyHighThroughput::combine(const std::byte* x, const DLDataType&
   const uint32_t parity = call & 1;
   window_.clear_status();
   const bool defer = defers(handle);  // no registration of x: it would outlive the call
+  uint32_t plan_at = handle.call & 1;
   if (handle.counts_on_device) {
-    // Its plan is on the device only while no later dispatch replaced it.
-    if (handle.call != plan_call_) {
+    // Its plan is on the device only until the dispatch after next
+    // replaced it.
+    if (handle.call != plan_call_[plan_at]) {
       fail(
           "ep::Buffer::combine: the handle comes from a dispatch that did not wait (dispatch call "
-          "{}), whose counts stay on the device only until the next dispatch: combine it before "
-          "the Buffer's next dispatch",
+          "{}), whose counts stay on the device only until the dispatch after next: combine it "
+          "before the Buffer's second dispatch after it",
           handle.call);
     }
   } else {
@@ -418,16 +419,18 @@ CombineResult ProxyHighThroughput::combine(const std::byte* x, const DLDataType&
     std::vector<int32_t> plan(ranks_ + handle.send_index.size());
     for (uint32_t s = 0; s < ranks_; ++s) plan[s] = static_cast<int32_t>(handle.recv_counts[s]);
     std::copy(handle.send_index.begin(), handle.send_index.end(), plan.begin() + ranks_);
-    // The last dispatch's receive kernel left its plan on the device (the
-    // usual case: a combine right after its dispatch).
-    if (plan != plan_held_) {
-      plan_held_.clear();  // until the copy is done
-      plan_call_ = kNoPlan;
-      ctx_.copy(plan_.data(), plan.data(), plan.size() * 4);
-      plan_held_ = std::move(plan);
+    // Usually a receive kernel left it on the device (a combine soon after
+    // its dispatch); else it is uploaded, never over a dispatch's own.
+    if (plan != plan_held_[plan_at]) {
+      plan_at = kUploadedPlan;
+      if (plan != plan_held_[plan_at]) {
+        plan_held_[plan_at].clear();  // until the copy is done
+        ctx_.copy(plans_[plan_at].data(), plan.data(), plan.size() * 4);
+        plan_held_[plan_at] = std::move(plan);
+      }
     }
   }
-  const auto* counts = static_cast<const int32_t*>(plan_.data());
+  const auto* counts = static_cast<const int32_t*>(plans_[plan_at].data());
   const auto row_bytes = static_cast<uint32_t>(uint64_t{handle.hidden} * (dtype.bits / 8));
 
   courier_gpu_ep_proxy_combine_v1 send{};

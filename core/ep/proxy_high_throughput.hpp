@@ -97,15 +97,20 @@ class ProxyHighThroughput {
   // is registered again.
   bool source_busy_[2] = {false, false};
   // Outputs (the views returned point into them; recv_x into the data
-  // window) and scratch: the slots of the last dispatch, a combine's plan
-  // (counts, then send_index), a cached dispatch's is_token_in_rank.
+  // window) and scratch: the slots of the last dispatch, a cached
+  // dispatch's is_token_in_rank, and combine plans (counts, then
+  // send_index): [parity] where each dispatch's receive kernel leaves its
+  // own, so the handles of the last two dispatches combine without the
+  // host, and [2] for a handle whose plan the host uploads.
   DeviceBuffer recv_x_scales_, recv_topk_idx_, recv_topk_weights_, combined_x_;
-  DeviceBuffer slots_, plan_, in_rank_;
-  // What plan_ holds (empty: unknown), and the dispatch whose receive
-  // kernel left it (kNoPlan: none or overwritten).
-  std::vector<int32_t> plan_held_;
+  DeviceBuffer slots_, in_rank_;
+  static constexpr uint32_t kUploadedPlan = 2;
+  DeviceBuffer plans_[3];
+  // What each plan holds (empty: unknown to the host), and the dispatch
+  // whose receive kernel left it (kNoPlan: none, or overwritten).
   static constexpr uint64_t kNoPlan = ~uint64_t{0};
-  uint64_t plan_call_ = kNoPlan;
+  std::vector<int32_t> plan_held_[3];
+  uint64_t plan_call_[2] = {kNoPlan, kNoPlan};
   // [phase: dispatch, combine][parity] u64 on the device: this rank's calls
   // of each so far, from which the kernels take their targets (GPU ABI
   // 1.10, "Epochs"), so a captured call replays with the same jobs.

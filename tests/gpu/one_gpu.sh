@@ -26,6 +26,7 @@ SHAPES=${SHAPES:-small}
 TIMEOUT_S=${TIMEOUT_S:-900}
 DEPS=${DEPS:-build-deps}
 mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)  # absolute: the steps below run elsewhere too
 export NCCL_NVLS_ENABLE=0
 export COURIER_BACKEND_PATH="$PWD/$BUILD/lib/courier"
 export COURIER_GPU_BACKEND=cuda
@@ -98,7 +99,7 @@ if wants deepep && [ -n "${DEEPEP_TESTS:-}" ]; then
   mkdir -p "$OUT/shim/deep_ep"
   printf 'import sys, courier.deep_ep as courier_deep_ep\nsys.modules[__name__] = courier_deep_ep\n' \
     >"$OUT/shim/deep_ep/__init__.py"
-  shim="$PWD/$OUT/shim:$PYTHONPATH"
+  shim="$OUT/shim:$PYTHONPATH"
   tests=$(cd "$DEEPEP_TESTS" && pwd)
   for test in low_latency intranode; do
     step "deepep-$test-direct" env COURIER_EP_TRANSPORT=direct PYTHONPATH="$shim:$tests" \

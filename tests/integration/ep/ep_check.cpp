@@ -1319,9 +1319,9 @@ Outcome check_ll_caller_outputs(courier::Context& ctx, const Shape& shape) {
 // High-throughput dispatch with num_worst_tokens on the caller's stream
 // does not wait (the proxy path): its padded results equal a waiting
 // Buffer's for the same inputs, its handle holds no counts (they stay on
-// the device) and combines to the same sums; after the Buffer's next
-// dispatch that handle is refused, naming why; without num_worst_tokens a
-// dispatch still waits and its handle has the counts.
+// the device) and combines to the same sums while it is one of the last
+// two dispatches' handles; later it is refused, naming why; without
+// num_worst_tokens a dispatch still waits and its handle has the counts.
 Outcome check_ht_worst_no_wait(courier::Context& ctx, const Shape& shape) {
   const int ranks = ctx.world_size(), me = ctx.rank();
   const int hidden = shape.hidden, topk = shape.topk, experts = shape.experts_of(ranks);
@@ -1375,21 +1375,38 @@ Outcome check_ht_worst_no_wait(courier::Context& ctx, const Shape& shape) {
   const size_t out_bytes = static_cast<size_t>(mine.tokens) * hidden * 2;
   courier::ep::CombineResult ca = waiting.combine(*y.view(), a.handle);
   const std::vector<std::byte> want = bytes_of(ca.combined_x, out_bytes);
-  courier::ep::CombineResult cb = deferred.combine(*y.view(), b.handle);
-  deferred.synchronize();
-  c.expect(bytes_of(cb.combined_x, out_bytes) == want, "combined_x differs");
-  // The next dispatch replaces the counts on the device: the old handle is refused.
-  deferred.dispatch(args);
-  expect_error(c, "a combine with the handle of an earlier dispatch that did not wait",
-               "combine it before the Buffer's next dispatch",
+  // Two dispatches before their combines (two micro-batches): both handles
+  // combine, in either order.
+  courier::ep::DispatchResult b2 = deferred.dispatch(args);
+  auto combined_with = [&](const courier::ep::DispatchHandle& handle) {
+    courier::ep::CombineResult out = deferred.combine(*y.view(), handle);
+    deferred.synchronize();
+    return bytes_of(out.combined_x, out_bytes);
+  };
+  c.expect(combined_with(b.handle) == want, "combined_x differs (the older of two handles)");
+  c.expect(combined_with(b2.handle) == want, "combined_x differs (the newer of two handles)");
+  // The dispatch after next replaces b's counts on the device: b's handle is refused.
+  courier::ep::DispatchResult b3 = deferred.dispatch(args);
+  expect_error(c, "a combine with the handle of a dispatch two dispatches back that did not wait",
+               "combine it before the Buffer's second dispatch after it",
                [&] { deferred.combine(*y.view(), b.handle); });
+  // A dispatch that waits, and its combine, leave b3's counts alone.
   args.num_worst_tokens = 0;
   courier::ep::DispatchResult plain = deferred.dispatch(args);
   c.expect(!plain.handle.counts_on_device && plain.handle.recv_counts.size() == size_t(ranks),
            "a dispatch without num_worst_tokens did not read its counts");
+  uint64_t received = 0;
+  for (uint32_t n : plain.handle.recv_counts) received += n;
+  Tensor y_plain(ctx, dev, DLDataType{kDLBfloat, 16, 1}, {static_cast<int64_t>(received), hidden});
+  y_plain.set(bytes_of(a.recv_x, received * hidden * 2));
+  courier::ep::CombineResult cp = deferred.combine(*y_plain.view(), plain.handle);
+  c.expect(bytes_of(cp.combined_x, out_bytes) == want, "combined_x differs (a waiting dispatch)");
+  c.expect(combined_with(b3.handle) == want,
+           "combined_x differs (a handle that did not wait, after a waiting dispatch's combine)");
   return c.outcome(fmt::format(
       "num_worst_tokens {} on the caller's stream: padded results and combine equal a waiting "
-      "Buffer's; an older handle refused; without num_worst_tokens the counts are read",
+      "Buffer's; the last two dispatches' handles combine, in any order and around a waiting "
+      "dispatch's combine; an older one refused; without num_worst_tokens the counts are read",
       worst));
 }
 
