@@ -416,9 +416,11 @@ class DispatchHandle(tuple):
     capacity: int
     is_token_in_rank: Optional[Tensor]
     num_worst_tokens: int  # rows of recv_x when padded, else 0
+    key: Tuple[int, ...]  # the configuration (hidden, dtype code, top-k, experts)
 
     def __new__(cls, native: _courier.DispatchHandle, buffer: _courier.EpBuffer, capacity: int,
-                is_token_in_rank: Optional[Tensor], num_worst_tokens: int = 0, *, kind: Optional["_Kind"] = None,
+                is_token_in_rank: Optional[Tensor], num_worst_tokens: int = 0, *,
+                key: Tuple[int, ...] = (), kind: Optional["_Kind"] = None,
                 rank: int = 0) -> "DispatchHandle":
         handle = super().__new__(cls, (None, None, None, None, is_token_in_rank, None))
         handle.native = native
@@ -426,6 +428,7 @@ class DispatchHandle(tuple):
         handle.capacity = capacity
         handle.is_token_in_rank = is_token_in_rank
         handle.num_worst_tokens = num_worst_tokens
+        handle.key = key
         handle._kind = kind
         handle._rank = rank
         handle._rank_prefix_matrix = None
@@ -812,8 +815,8 @@ class Buffer:
 
     def _high_throughput(
             self, x: Tensor, topk: int, num_experts: int,
-            call: Callable[[_courier.EpBuffer], Any],
-            worst: int = 0) -> Tuple[_courier.EpBuffer, int, Any]:
+            call: Callable[[_courier.EpBuffer], Any], worst: int = 0,
+            waits: bool = True) -> Tuple[_courier.EpBuffer, int, Any]:
         """``call`` on the high-throughput Buffer for x's shape: (that Buffer,
         its capacity in tokens per rank, what call returned).
 
@@ -826,7 +829,11 @@ class Buffer:
         raised as it came."""
         key = self._ht_key_of(x, topk, num_experts)
         refused: Optional[CallRefused] = None
-        if self._ht_current is not None:
+        # A call that does not wait goes to agreeing when its configuration
+        # is not the last call's: a refusal would break that Buffer. (Ranks
+        # that disagree then meet in different places; the timeouts name
+        # the rank.)
+        if self._ht_current == key or (self._ht_current is not None and waits):
             buffer, capacity = self._ht[self._ht_current]
             try:
                 return buffer, capacity, call(buffer)
@@ -856,6 +863,24 @@ class Buffer:
             self._ht[key] = (buffer, capacity)
         self._ht_current = key
         return buffer, capacity, call(buffer)
+
+    def _cached_buffer(self, x: Tensor, handle: "DispatchHandle",
+                       buffer: _courier.EpBuffer) -> _courier.EpBuffer:
+        """The Buffer a cached dispatch of x runs on: the handle's, or, for x
+        of another dtype (DeepEP's callers reuse an FP8 dispatch's handle
+        for bfloat16 x), the one that served that dtype before (Courier
+        keeps a Buffer per configuration; the handle's layout is host data
+        any of them can use)."""
+        key = self._ht_key_of(x, handle.key[2], handle.key[3])
+        if key == handle.key:
+            return buffer
+        other, capacity = self._ht.get(key, (None, 0))
+        if other is None or capacity < handle.capacity:
+            raise ValueError(
+                f"dispatch: a cached dispatch of dtype code {key[1]} with the handle of a "
+                f"dispatch of dtype code {handle.key[1]} needs an uncached dispatch of that "
+                "dtype, of as many tokens, on this Buffer first")
+        return other
 
     def _handle_buffer(self, handle: Any, call: str) -> _courier.EpBuffer:
         if not isinstance(handle, DispatchHandle):
@@ -927,6 +952,7 @@ class Buffer:
                 raise ValueError("dispatch: with a handle (cached mode) topk_idx and topk_weights "
                                  "must be None")
             buffer = self._handle_buffer(handle, "dispatch")
+            buffer = self._cached_buffer(x, handle, buffer)
             kind.order_after_producer(buffer, previous_event)
             # The kernels pad to num_worst_tokens rows where the handle's
             # Buffer holds that many; beyond, the copies are padded here.
@@ -962,8 +988,12 @@ class Buffer:
             # the host (its counts stay on the device), so it can be captured.
             return native.dispatch(*args, num_worst_tokens=num_worst_tokens)
 
+        # On a CUDA stream over the proxy path, num_worst_tokens makes the call
+        # return before its kernels ran.
+        waits = not (num_worst_tokens > 0 and self.transport == "proxy"
+                     and kind.uses_comm_stream(self._layout))
         buffer, capacity, out = self._high_throughput(x, topk, num_experts, run,
-                                                      worst=num_worst_tokens)
+                                                      worst=num_worst_tokens, waits=waits)
         worst = num_worst_tokens
         recv_x = kind.owned(out.recv_x)
         recv_scales = scales_out(kind.owned(out.recv_x_scales))
@@ -984,7 +1014,7 @@ class Buffer:
         counts = [] if worst > 0 else [int(math.ceil(c / expert_alignment) * expert_alignment)
                                        for c in received_per_expert]
         new_handle = DispatchHandle(out.handle, buffer, capacity, is_token_in_rank, worst,
-                                    kind=kind, rank=self.rank)
+                                    key=self._ht_current, kind=kind, rank=self.rank)
         del out
         return ((recv_x, recv_scales) if x_scales is not None else recv_x, recv_idx,
                 recv_weights, counts, new_handle, kind.event(async_finish))

@@ -319,6 +319,16 @@ def case_ht_fp8(buffer: deep_ep.Buffer) -> str:
     check(np.array_equal(recv_x.view(np.uint8), want_codes.view(np.uint8)), "FP8 rows differ")
     check(np.array_equal(recv_scales, want_scales), "FP8 scales differ")
 
+    # DeepEP's callers (its test_intranode tuning) reuse an FP8 dispatch's
+    # handle for a cached dispatch of bfloat16 x: the rows arrive as the
+    # FP8 handle laid them out.
+    bf16 = x.astype(ml_dtypes.bfloat16)
+    buffer.dispatch(bf16, num_tokens_per_rank=per_rank, is_token_in_rank=in_rank,
+                    num_tokens_per_expert=per_expert, topk_idx=idx, topk_weights=w)
+    cached = buffer.dispatch(bf16, handle=handle)[0]
+    check(np.array_equal(cached.astype(np.float32), want["x"]),
+          "a cached bfloat16 dispatch with an FP8 dispatch's handle: rows differ")
+
     # DeepEP's other scale formats: float32 in another layout (here every
     # other row of a larger array; at HIDDEN 128 a column-major one would
     # still be contiguous) and UE8M0 (power-of-two scales, exponent bytes
@@ -359,7 +369,7 @@ def case_ht_fp8(buffer: deep_ep.Buffer) -> str:
     check(np.array_equal(u_x[:rows].view(np.uint8), want_p2_codes.view(np.uint8)),
           "UE8M0 dispatch: FP8 rows differ")
     return (f"{recv_x.shape[0]} FP8 rows and their scales bit-exact (row-major, strided "
-            "and UE8M0 scales)")
+            "and UE8M0 scales); its handle serves a cached bfloat16 dispatch")
 
 
 def case_ht_no_topk(buffer: deep_ep.Buffer) -> str:

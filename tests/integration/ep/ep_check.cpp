@@ -1188,12 +1188,13 @@ Outcome check_ll_errors(courier::Context& ctx) {
 // bytes, four per int32, zero past the last (ue8m0; hidden 640 has 5
 // scales per row); the combines equal bit for bit. A wrong out tensor on
 // rank 0 is refused on every rank, naming it there. Both paths.
-Outcome check_ll_caller_outputs(courier::Context& ctx, const Shape& shape) {
+Outcome check_ll_caller_outputs(courier::Context& ctx, const Shape& shape, bool on_stream) {
   const int ranks = ctx.world_size(), me = ctx.rank();
   const int hidden = shape.hidden, topk = shape.topk, experts = shape.experts_of(ranks),
             per = experts / ranks, max_tokens = shape.max_tokens, cols = hidden / 128;
   const int64_t slots = int64_t{ranks} * max_tokens;
   courier::ep::Buffer buffer(ctx, low_latency_options(shape, ranks, 2));
+  if (on_stream) buffer.set_stream(nullptr);  // calls return once queued
   const DLDevice dev = buffer.device();
   const Inputs mine = inputs_of(shape, me, hidden, topk, experts, 0);
   DeviceInputs inputs(ctx, dev, mine, hidden, topk, true);
@@ -1223,6 +1224,7 @@ Outcome check_ll_caller_outputs(courier::Context& ctx, const Shape& shape) {
     // Into the Buffer's memory, row-major scales: the reference.
     courier::ep::LowLatencyDispatchResult a =
         buffer.low_latency_dispatch(args_of(ScalesLayout::row_major));
+    buffer.synchronize();
     std::vector<uint8_t> a_codes(static_cast<size_t>(per * slots * hidden));
     std::vector<float> a_scales(static_cast<size_t>(per * slots * cols));
     std::vector<int32_t> a_count(static_cast<size_t>(per)), a_src(static_cast<size_t>(per * slots));
@@ -1234,6 +1236,7 @@ Outcome check_ll_caller_outputs(courier::Context& ctx, const Shape& shape) {
     ctx.copy(a_range.data(), a.packed_recv_layout_range.tensor().data, a_range.size() * 8);
     courier::ep::CombineResult a_combined = buffer.low_latency_combine(
         *back.view(), *inputs.idx.view(), *inputs.weights.view(), a.handle);
+    buffer.synchronize();
     std::vector<uint16_t> a_sums(static_cast<size_t>(mine.tokens * hidden));
     ctx.copy(a_sums.data(), a_combined.combined_x.tensor().data, a_sums.size() * 2);
 
@@ -1251,6 +1254,7 @@ Outcome check_ll_caller_outputs(courier::Context& ctx, const Shape& shape) {
     courier::ep::LowLatencyDispatchArgs args = args_of(layout);
     args.out = {x.view(), scales.view(), count.view(), src.view(), range.view()};
     courier::ep::LowLatencyDispatchResult b = buffer.low_latency_dispatch(args);
+    buffer.synchronize();
     c.expect(b.packed_recv_x.tensor().data == x.view()->data &&
                  b.packed_recv_x_scales.tensor().data == scales.view()->data,
              fmt::format("{}: the result's views are not the caller's tensors", name));
@@ -1294,6 +1298,7 @@ Outcome check_ll_caller_outputs(courier::Context& ctx, const Shape& shape) {
     options.out = sums.view();
     courier::ep::CombineResult b_combined = buffer.low_latency_combine(
         *back.view(), *inputs.idx.view(), *inputs.weights.view(), b.handle, options);
+    buffer.synchronize();
     c.expect(b_combined.combined_x.tensor().data == sums.view()->data,
              fmt::format("{}: combined_x is not the caller's out", name));
     c.expect(sums.get<uint16_t>() == a_sums,
@@ -1309,11 +1314,17 @@ Outcome check_ll_caller_outputs(courier::Context& ctx, const Shape& shape) {
       c, "a wrong out.count on rank 0",
       me == 0 ? std::string("low_latency_dispatch: out.count: shape")
               : std::string("rank 0 refused its arguments"),
-      [&] { buffer.low_latency_dispatch(args); }, kRefusal);
+      // A Buffer whose calls do not wait is broken by it (docs/ep.md); its
+      // other ranks learn of it once their call's kernels ran.
+      [&] {
+        buffer.low_latency_dispatch(args);
+        buffer.synchronize();
+      },
+      !on_stream);
   return c.outcome(fmt::format(
-      "row_major, column_major and ue8m0 scales ({} per row) into the caller's tensors equal the "
-      "Buffer's; combine into out equal; a wrong out refused on every rank",
-      cols));
+      "{}row_major, column_major and ue8m0 scales ({} per row) into the caller's tensors equal "
+      "the Buffer's; combine into out equal; a wrong out refused on every rank",
+      on_stream ? "calls that do not wait: " : "", cols));
 }
 
 // High-throughput dispatch with num_worst_tokens on the caller's stream
@@ -1613,13 +1624,15 @@ int main(int argc, char** argv) {
     cases.emplace_back("ll-no-wait-errors", [&] { return check_ll_no_wait_errors(ctx); });
     cases.emplace_back("ll-hook-order", [&] { return check_ll_hook_order(ctx); });
     cases.emplace_back("ht-worst-no-wait", [&] { return check_ht_worst_no_wait(ctx, shape(96)); });
-    cases.emplace_back("ll-caller-outputs", [&] {
-      Shape s = shape(640);
-      s.max_tokens = 32;
-      s.tokens = 24;
-      s.fewer = true;
-      return check_ll_caller_outputs(ctx, s);
-    });
+    for (bool on_stream : {false, true}) {
+      cases.emplace_back(on_stream ? "ll-caller-outputs-on-stream" : "ll-caller-outputs", [&, on_stream] {
+        Shape s = shape(640);
+        s.max_tokens = 32;
+        s.tokens = 24;
+        s.fewer = true;
+        return check_ll_caller_outputs(ctx, s, on_stream);
+      });
+    }
     int passed = 0, failed = 0;
     for (const auto& [name, run] : cases) {
       Outcome o = run();
