@@ -1625,13 +1625,14 @@ int main(int argc, char** argv) {
     cases.emplace_back("ll-hook-order", [&] { return check_ll_hook_order(ctx); });
     cases.emplace_back("ht-worst-no-wait", [&] { return check_ht_worst_no_wait(ctx, shape(96)); });
     for (bool on_stream : {false, true}) {
-      cases.emplace_back(on_stream ? "ll-caller-outputs-on-stream" : "ll-caller-outputs", [&, on_stream] {
-        Shape s = shape(640);
-        s.max_tokens = 32;
-        s.tokens = 24;
-        s.fewer = true;
-        return check_ll_caller_outputs(ctx, s, on_stream);
-      });
+      cases.emplace_back(on_stream ? "ll-caller-outputs-on-stream" : "ll-caller-outputs",
+                         [&, on_stream] {
+                           Shape s = shape(640);
+                           s.max_tokens = 32;
+                           s.tokens = 24;
+                           s.fewer = true;
+                           return check_ll_caller_outputs(ctx, s, on_stream);
+                         });
     }
     int passed = 0, failed = 0;
     for (const auto& [name, run] : cases) {
