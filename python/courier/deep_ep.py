@@ -17,7 +17,6 @@ every rank refused a collective call together and the Buffer stays usable).
 
 from __future__ import annotations
 
-import math
 import os
 import struct
 import sys
@@ -1011,8 +1010,9 @@ class Buffer:
             received_per_expert = self._received_per_expert(kind, num_tokens_per_expert)
         # With num_worst_tokens the list is empty, as DeepEP's: shapes and
         # results then never depend on counts read on the host.
-        counts = [] if worst > 0 else [int(math.ceil(c / expert_alignment) * expert_alignment)
-                                       for c in received_per_expert]
+        a = expert_alignment
+        counts = ([] if worst > 0 else list(received_per_expert) if a == 1 else
+                  [(int(c) + a - 1) // a * a for c in received_per_expert])
         new_handle = DispatchHandle(out.handle, buffer, capacity, is_token_in_rank, worst,
                                     key=self._ht_current, kind=kind, rank=self.rank)
         del out
