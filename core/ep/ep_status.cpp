@@ -53,6 +53,10 @@ void EpStatus::raise_deferred() {
 }
 
 void EpStatus::set_refused(uint32_t rank) {
+  // An earlier call that did not wait has run by now (the caller settled):
+  // its outcome is found here, so the next call does not take this
+  // refusal for that call's failure.
+  if (pending_ != nullptr) raise_deferred();
   const uint32_t refused = COURIER_GPU_EP_STATUS_REFUSED_BY | rank;
   ctx_.copy(status_.data(), &refused, 4);
   dirty_ = true;

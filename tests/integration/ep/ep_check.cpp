@@ -1414,10 +1414,29 @@ Outcome check_ht_worst_no_wait(courier::Context& ctx, const Shape& shape) {
   c.expect(bytes_of(cp.combined_x, out_bytes) == want, "combined_x differs (a waiting dispatch)");
   c.expect(combined_with(b3.handle) == want,
            "combined_x differs (a handle that did not wait, after a waiting dispatch's combine)");
+  // A dispatch that did not wait and was never combined, then one refused
+  // on every rank (another configuration): the Buffer goes on.
+  args.num_worst_tokens = worst;
+  deferred.dispatch(args);
+  courier::ep::DispatchArgs other = args;
+  other.num_worst_tokens = 0;
+  other.num_experts = experts + ranks;
+  expect_error(
+      c, "a dispatch of another configuration after one that did not wait",
+      "one Buffer serves one configuration", [&] { deferred.dispatch(other); }, kRefusal);
+  args.num_worst_tokens = 0;
+  try {
+    courier::ep::DispatchResult after = deferred.dispatch(args);
+    c.expect(after.handle.recv_counts == plain.handle.recv_counts,
+             "the dispatch after the refusal received other counts");
+  } catch (const courier::Error& e) {
+    c.expect(false, fmt::format("the dispatch after the refusal failed: {}", e.what()));
+  }
   return c.outcome(fmt::format(
       "num_worst_tokens {} on the caller's stream: padded results and combine equal a waiting "
       "Buffer's; the last two dispatches' handles combine, in any order and around a waiting "
-      "dispatch's combine; an older one refused; without num_worst_tokens the counts are read",
+      "dispatch's combine; an older one refused; without num_worst_tokens the counts are read; "
+      "a refusal after it leaves the Buffer working",
       worst));
 }
 
