@@ -62,7 +62,8 @@ DirectHighThroughput::DirectHighThroughput(Context& ctx, const BufferOptions& op
               options.hidden, options.max_topk,
               options.num_experts > 0 ? options.num_experts : kDefaultMaxExperts),
       windows_(ctx, layout_.total),
-      combined_x_(ctx.alloc(uint64_t{options.max_tokens_per_rank} * layout_.row_bytes)) {}
+      combined_x_{ctx.alloc(uint64_t{options.max_tokens_per_rank} * layout_.row_bytes),
+                  ctx.alloc(uint64_t{options.max_tokens_per_rank} * layout_.row_bytes)} {}
 
 void DirectHighThroughput::refuse(uint32_t phase, uint64_t call, const std::string& why) {
   const uint32_t parity = call & 1;
@@ -254,12 +255,12 @@ CombineResult DirectHighThroughput::combine(const std::byte* x, const DLDataType
   reduce.rows_per_term = options_.max_tokens_per_rank;
   reduce.slots = begins + ranks_ + 1;
   reduce.rows = windows_.at(layout_.combine[parity]);
-  reduce.out = combined_x_.data();
+  reduce.out = combined_x_[call & 1].data();
   reduce.status = windows_.status_device();
   windows_.check(windows_.ops()->ep_reduce(windows_.backend(), &reduce), "summing the rows");
   windows_.sync("combine");
   CombineResult result;
-  result.combined_x = TensorView(combined_x_.data(), device_, dtype,
+  result.combined_x = TensorView(combined_x_[call & 1].data(), device_, dtype,
                                  {static_cast<int64_t>(handle.num_tokens), handle.hidden});
   return result;
 }

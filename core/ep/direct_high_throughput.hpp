@@ -69,7 +69,7 @@ class DirectHighThroughput {
   uint32_t rank_, ranks_;
   HtDirectLayout layout_;
   PeerWindows windows_;
-  DeviceBuffer combined_x_;
+  DeviceBuffer combined_x_[2];  // per combine parity, as the dispatch outputs
 };
 
 }  // namespace courier::ep

@@ -111,10 +111,13 @@ ProxyHighThroughput::ProxyHighThroughput(Context& ctx, const BufferOptions& opti
       send_in_place_(can_send_in_place(ctx)) {
   const uint64_t rows = uint64_t{ranks_} * options.max_tokens_per_rank;
   const uint64_t row_bytes = uint64_t{options.hidden} * options.element_bytes;
-  recv_x_scales_ = ctx.alloc(std::max<uint64_t>(rows * (options.hidden / kFp8Block) * 4, 1));
-  recv_topk_idx_ = ctx.alloc(std::max<uint64_t>(rows * options.max_topk * 8, 1));
-  recv_topk_weights_ = ctx.alloc(std::max<uint64_t>(rows * options.max_topk * 4, 1));
-  combined_x_ = ctx.alloc(std::max<uint64_t>(uint64_t{options.max_tokens_per_rank} * row_bytes, 1));
+  for (uint32_t p = 0; p < 2; ++p) {
+    recv_x_scales_[p] = ctx.alloc(std::max<uint64_t>(rows * (options.hidden / kFp8Block) * 4, 1));
+    recv_topk_idx_[p] = ctx.alloc(std::max<uint64_t>(rows * options.max_topk * 8, 1));
+    recv_topk_weights_[p] = ctx.alloc(std::max<uint64_t>(rows * options.max_topk * 4, 1));
+    combined_x_[p] =
+        ctx.alloc(std::max<uint64_t>(uint64_t{options.max_tokens_per_rank} * row_bytes, 1));
+  }
   slots_ = ctx.alloc(std::max<uint64_t>(rows * 4, 1));
   for (DeviceBuffer& plan : plans_) plan = ctx.alloc(std::max<uint64_t>(4ull * (ranks_ + rows), 1));
   in_rank_ = ctx.alloc(std::max<uint64_t>(rows, 1));
@@ -291,9 +294,9 @@ DispatchResult ProxyHighThroughput::dispatch(const HtInputs& in, const DispatchA
   receive.plan = static_cast<int32_t*>(plans_[parity].data());
   plan_held_[parity].clear();  // until this dispatch succeeded
   plan_call_[parity] = kNoPlan;
-  receive.scales = fp8 ? static_cast<float*>(recv_x_scales_.data()) : nullptr;
-  receive.topk_idx = static_cast<int64_t*>(recv_topk_idx_.data());
-  receive.topk_weights = static_cast<float*>(recv_topk_weights_.data());
+  receive.scales = fp8 ? static_cast<float*>(recv_x_scales_[parity].data()) : nullptr;
+  receive.topk_idx = static_cast<int64_t*>(recv_topk_idx_[parity].data());
+  receive.topk_weights = static_cast<float*>(recv_topk_weights_[parity].data());
   receive.epoch = epoch(kDispatch, call);
   window_.check(window_.ops()->ep_proxy_ht_receive(window_.backend(), &receive),
                 "receiving the rows");
@@ -347,14 +350,16 @@ DispatchResult ProxyHighThroughput::dispatch(const HtInputs& in, const DispatchA
   const auto n = static_cast<int64_t>(args.num_worst_tokens > 0 ? args.num_worst_tokens : received);
   result.recv_x = TensorView(window_.at(layout_.recv[parity]), device_, in.x_dtype, {n, in.hidden});
   if (fp8) {
-    result.recv_x_scales = TensorView(recv_x_scales_.data(), device_, DLDataType{kDLFloat, 32, 1},
-                                      {n, static_cast<int64_t>(scale_cols)});
+    result.recv_x_scales =
+        TensorView(recv_x_scales_[parity].data(), device_, DLDataType{kDLFloat, 32, 1},
+                   {n, static_cast<int64_t>(scale_cols)});
   }
   // Without topk_idx no columns are shown; the slots carried the agreed top-k.
-  result.recv_topk_idx = TensorView(recv_topk_idx_.data(), device_, DLDataType{kDLInt, 64, 1},
-                                    {n, with_topk ? static_cast<int64_t>(slot_topk) : 0});
+  result.recv_topk_idx =
+      TensorView(recv_topk_idx_[parity].data(), device_, DLDataType{kDLInt, 64, 1},
+                 {n, with_topk ? static_cast<int64_t>(slot_topk) : 0});
   result.recv_topk_weights =
-      TensorView(recv_topk_weights_.data(), device_, DLDataType{kDLFloat, 32, 1},
+      TensorView(recv_topk_weights_[parity].data(), device_, DLDataType{kDLFloat, 32, 1},
                  {n, with_topk ? static_cast<int64_t>(slot_topk) : 0});
   // What plans_[parity] now holds: a combine with this handle copies nothing.
   if (readback) {
@@ -378,14 +383,15 @@ DispatchResult ProxyHighThroughput::deferred_dispatch(const HtInputs& in, const 
   DispatchResult result;
   result.recv_x = TensorView(window_.at(layout_.recv[parity]), device_, in.x_dtype, {n, in.hidden});
   if (fp8) {
-    result.recv_x_scales = TensorView(recv_x_scales_.data(), device_, DLDataType{kDLFloat, 32, 1},
-                                      {n, static_cast<int64_t>(in.hidden / kFp8Block)});
+    result.recv_x_scales =
+        TensorView(recv_x_scales_[parity].data(), device_, DLDataType{kDLFloat, 32, 1},
+                   {n, static_cast<int64_t>(in.hidden / kFp8Block)});
   }
   const int64_t columns = with_topk ? static_cast<int64_t>(in.config.topk) : 0;
   result.recv_topk_idx =
-      TensorView(recv_topk_idx_.data(), device_, DLDataType{kDLInt, 64, 1}, {n, columns});
-  result.recv_topk_weights =
-      TensorView(recv_topk_weights_.data(), device_, DLDataType{kDLFloat, 32, 1}, {n, columns});
+      TensorView(recv_topk_idx_[parity].data(), device_, DLDataType{kDLInt, 64, 1}, {n, columns});
+  result.recv_topk_weights = TensorView(recv_topk_weights_[parity].data(), device_,
+                                        DLDataType{kDLFloat, 32, 1}, {n, columns});
   DispatchHandle& handle = result.handle;
   handle.num_tokens = in.tokens;
   handle.hidden = in.hidden;
@@ -488,7 +494,7 @@ CombineResult ProxyHighThroughput::combine(const std::byte* x, const DLDataType&
   reduce.record_off = layout_.records[kCombine][parity];
   reduce.signal_off = layout_.signals[kCombine][parity];
   reduce.target = target_of(call);
-  reduce.out = combined_x_.data();
+  reduce.out = combined_x_[parity].data();
   reduce.wait_sends = send.x_source != 0 ? 1 : 0;  // the WRITEs read x
   reduce.epoch = epoch(kCombine, call);
   window_.check(window_.ops()->ep_proxy_reduce(window_.backend(), &reduce), "summing the rows");
@@ -496,7 +502,7 @@ CombineResult ProxyHighThroughput::combine(const std::byte* x, const DLDataType&
   sends_settled_ = !defer && reduce.wait_sends != 0;
   source_busy_[kCombineX] = false;
   CombineResult result;
-  result.combined_x = TensorView(combined_x_.data(), device_, dtype,
+  result.combined_x = TensorView(combined_x_[parity].data(), device_, dtype,
                                  {static_cast<int64_t>(handle.num_tokens), handle.hidden});
   return result;
 }

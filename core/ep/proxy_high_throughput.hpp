@@ -102,7 +102,9 @@ class ProxyHighThroughput {
   // send_index): [parity] where each dispatch's receive kernel leaves its
   // own, so the handles of the last two dispatches combine without the
   // host, and [2] for a handle whose plan the host uploads.
-  DeviceBuffer recv_x_scales_, recv_topk_idx_, recv_topk_weights_, combined_x_;
+  // [parity]: a dispatch's (a combine's) outputs stay until the call after
+  // next of its kind, as its handle does.
+  DeviceBuffer recv_x_scales_[2], recv_topk_idx_[2], recv_topk_weights_[2], combined_x_[2];
   DeviceBuffer slots_, in_rank_;
   static constexpr uint32_t kUploadedPlan = 2;
   DeviceBuffer plans_[3];

@@ -35,8 +35,10 @@ struct BufferOptions {
   uint32_t num_experts = 0;
 };
 
-// A DLPack view into memory the Buffer owns: valid until the next call that
-// produces the same output. Copies keep pointing at their own shape.
+// A DLPack view into memory the Buffer owns: valid until the call after next
+// that produces the same output (outputs alternate between two sets, by the
+// parity of the calls of each kind, as the handles do). Copies keep pointing
+// at their own shape.
 class TensorView {
  public:
   TensorView() = default;

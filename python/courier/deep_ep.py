@@ -77,18 +77,25 @@ def _numpy_dtype_name(array: np.ndarray) -> str:
     return array.dtype.name
 
 
+def _to_dlpack(tensor: Any) -> Any:
+    return _torch_module().utils.dlpack.to_dlpack(tensor)
+
+
 def _to_courier(tensor: Optional[Tensor], name: str) -> Any:
-    """What the C++ bridge reads: the tensor itself (it has __dlpack__), or a
-    DtypeView of its bits where the framework cannot export the dtype."""
-    if tensor is None:
-        return None
+    """What the C++ bridge reads, for one call: a torch tensor's DLPack
+    capsule (torch's to_dlpack: its __dlpack__ spends microseconds per
+    tensor on stream bookkeeping Courier does itself), a numpy array (it has
+    __dlpack__), or a DtypeView of the bits where the framework cannot
+    export the dtype. A DtypeView passes as it is."""
+    if tensor is None or isinstance(tensor, _courier.DtypeView):
+        return tensor
     if _is_torch(tensor):
         torch = _torch_module()
         if tensor.requires_grad:
             tensor = tensor.detach()  # torch exports no tensor that requires grad
         if tensor.dtype == torch.float8_e4m3fn:
-            return _courier.DtypeView(tensor.view(torch.uint8), "float8_e4m3fn")
-        return tensor
+            return _courier.DtypeView(_to_dlpack(tensor.view(torch.uint8)), "float8_e4m3fn")
+        return _to_dlpack(tensor)
     if isinstance(tensor, np.ndarray):
         dtype = _numpy_dtype_name(tensor)
         if dtype == "bfloat16":
@@ -132,6 +139,16 @@ class _Kind:
         if (self.torch is None or self.device.type != "cuda" or not native.can_set_stream):
             self.wait_for_producer(previous_event)
             return
+        if comm is None and after is None and (previous_event is None or
+                                               previous_event.event is None):
+            # The usual call: the raw current stream is all it takes (a
+            # torch.cuda.Stream object costs microseconds to make).
+            raw = getattr(self.torch._C, "_cuda_getCurrentRawStream", None)
+            if raw is not None:
+                index = self.device.index
+                native.set_stream(raw(index if index is not None else
+                                      self.torch.cuda.current_device()))
+                return
         stream = self.torch.cuda.current_stream(self.device)
         if previous_event is not None and previous_event.event is not None:
             stream.wait_event(previous_event.event)
@@ -233,13 +250,14 @@ class _Kind:
         return out
 
     def output(self, shape: Sequence[int], dtype: str) -> Tuple[Tensor, Any]:
-        """A tensor for Courier to write into, and what to pass it as. numpy
-        without ml_dtypes holds bfloat16 and FP8 as raw bits."""
+        """A tensor for Courier to write into, and what to give _to_courier
+        for it at each call. numpy without ml_dtypes holds bfloat16 and FP8
+        as raw bits."""
         if self.torch is None and dtype in ("bfloat16", "float8_e4m3fn") and _ml_dtypes() is None:
             raw = np.empty(tuple(shape), np.uint16 if dtype == "bfloat16" else np.uint8)
             return raw, _courier.DtypeView(raw, dtype)
         array = self.empty(shape, dtype)
-        return array, _to_courier(array, dtype)
+        return array, array
 
     def transposed(self, storage: Tensor) -> Tensor:
         """The last two dimensions swapped, a view (column-major scales)."""
@@ -977,15 +995,17 @@ class Buffer:
                              "get_dispatch_layout)")
         num_experts = self._num_experts_of(num_tokens_per_expert)
         topk = int(topk_idx.shape[1]) if with_topk else 0
-        args = (_to_courier(x, "x"), _to_courier(x_scales, "x_scales"),
-                _to_courier(topk_idx, "topk_idx"), _to_courier(topk_weights, "topk_weights"),
-                _to_courier(is_token_in_rank, "is_token_in_rank"), num_experts)
         def run(native: _courier.EpBuffer) -> Any:
             kind.order_after_producer(native, previous_event)
             # With num_worst_tokens the kernels pad the receive tensors; on a
             # CUDA stream over the proxy path the call then reads nothing on
             # the host (its counts stay on the device), so it can be captured.
-            return native.dispatch(*args, num_worst_tokens=num_worst_tokens)
+            # (The arguments are made per call: a DLPack capsule is used once.)
+            return native.dispatch(
+                _to_courier(x, "x"), _to_courier(x_scales, "x_scales"),
+                _to_courier(topk_idx, "topk_idx"), _to_courier(topk_weights, "topk_weights"),
+                _to_courier(is_token_in_rank, "is_token_in_rank"), num_experts,
+                num_worst_tokens=num_worst_tokens)
 
         # On a CUDA stream over the proxy path, num_worst_tokens makes the call
         # return before its kernels ran.
@@ -1261,9 +1281,11 @@ class Buffer:
             return_recv_hook=return_recv_hook, round_scale=round_scale,
             wait_cost_stats=_to_courier(cost, "dispatch_wait_recv_cost_stats"),
             scales_layout=("ue8m0" if use_ue8m0 else "column_major") if use_fp8 else "row_major",
-            out_x=passed[0],
-            out_x_scales=passed[1], out_count=passed[2], out_src_info=passed[3],
-            out_layout_range=passed[4])
+            out_x=_to_courier(passed[0], "out_x"),
+            out_x_scales=_to_courier(passed[1], "out_x_scales"),
+            out_count=_to_courier(passed[2], "out_count"),
+            out_src_info=_to_courier(passed[3], "out_src_info"),
+            out_layout_range=_to_courier(passed[4], "out_layout_range"))
         self._ll_dispatches = number
         self._ll_calls[buffer] = calls + 1
         pending = [native]
@@ -1450,12 +1472,13 @@ class Buffer:
         if out is None:
             out, out_arg = kind.output((int(topk_idx.shape[0]), int(x.shape[-1])), _dtype_name(x))
         else:
-            out_arg = _to_courier(out, "out")
+            out_arg = out
         # The wait costs are measured on the proxy path only (docs/python.md).
         cost = combine_wait_recv_cost_stats if handle.buffer.transport == "proxy" else None
         handle.buffer.low_latency_combine(
             _to_courier(x, "x"), _to_courier(topk_idx, "topk_idx"),
             _to_courier(topk_weights, "topk_weights"), handle.native, use_logfmt=bool(use_logfmt),
-            wait_cost_stats=_to_courier(cost, "combine_wait_recv_cost_stats"), out=out_arg)
+            wait_cost_stats=_to_courier(cost, "combine_wait_recv_cost_stats"),
+            out=_to_courier(out_arg, "out"))
         event = kind.finish_on(comm, async_finish, (x, topk_idx, topk_weights, cost, out))
         return out, event, ((lambda: None) if return_recv_hook else None)

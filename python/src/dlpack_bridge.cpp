@@ -103,13 +103,20 @@ ImportedTensor::ImportedTensor(nb::handle object, const char* name) {
     reinterpreted = nb::inst_ptr<DtypeView>(object);
     source = reinterpreted->tensor;
   }
-  if (!nb::hasattr(source, "__dlpack__")) {
+  // A DLPack capsule as it is (courier.deep_ep passes torch's to_dlpack:
+  // torch's __dlpack__ costs microseconds of stream bookkeeping per tensor,
+  // and the caller orders the streams itself), else the object's __dlpack__.
+  nb::object capsule;
+  if (PyCapsule_CheckExact(source.ptr())) {
+    capsule = nb::borrow(source);
+  } else if (nb::hasattr(source, "__dlpack__")) {
+    capsule = source.attr("__dlpack__")();
+  } else {
     throw courier::Error(std::string(name) + ": a " +
                          nb::cast<std::string>(nb::str(source.type().attr("__name__"))) +
                          " is not a tensor (it has no __dlpack__; pass a numpy array or a torch "
                          "tensor)");
   }
-  nb::object capsule = source.attr("__dlpack__")();
   auto* managed = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(capsule.ptr(), kCapsuleName));
   if (managed == nullptr) {
     PyErr_Clear();

@@ -88,6 +88,24 @@ def test_single_rank_layout(buffer: deep_ep.Buffer) -> None:
     assert in_rank.tolist() == [[True], [True], [True]]
 
 
+def test_dlpack_capsules_are_taken_once(buffer: deep_ep.Buffer) -> None:
+    # courier.deep_ep hands torch tensors over as DLPack capsules (torch's
+    # to_dlpack); numpy's capsules go the same way through the bridge.
+    idx = np.array([[0, 3], [-1, 2], [1, -1]], np.int64)
+    per_rank = np.empty((1,), np.int32)
+    per_expert = np.empty((4,), np.int32)
+    in_rank = np.empty((3, 1), np.bool_)
+    capsule = idx.__dlpack__()
+    buffer._layout.get_dispatch_layout(capsule, 4, per_rank.__dlpack__(),
+                                       per_expert.__dlpack__(), in_rank.__dlpack__())
+    assert per_rank.tolist() == [3] and per_expert.tolist() == [1, 1, 1, 1]
+    assert in_rank.tolist() == [[True], [True], [True]]
+    with pytest.raises(courier.Error, match="already consumed"):
+        buffer._layout.get_dispatch_layout(capsule, 4, per_rank, per_expert, in_rank)
+    view = courier._courier.DtypeView(np.zeros((2, 2), np.uint16).__dlpack__(), "bfloat16")
+    assert view.dtype == "bfloat16"
+
+
 def test_cxx_errors_arrive_with_their_message(buffer: deep_ep.Buffer) -> None:
     idx = np.array([[0, 7]], np.int64)
     with pytest.raises(courier.Error) as info:
