@@ -78,6 +78,7 @@ void DirectHighThroughput::refuse(uint32_t phase, uint64_t call, const std::stri
   } catch (const Error&) {
     // The refusal itself is the error worth reporting.
   }
+  windows_.throw_if_broken();  // an earlier call that did not wait failed
   throw CallRefused(why);
 }
 

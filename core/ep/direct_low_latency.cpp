@@ -69,8 +69,10 @@ DirectLowLatency::DirectLowLatency(Context& ctx, const BufferOptions& options, D
       layout_(ranks_, options.num_experts, options.max_tokens_per_rank, options.hidden,
               options.element_bytes, options.max_topk),
       windows_(ctx, layout_.total),
-      combined_x_(ctx.alloc(uint64_t{options.max_tokens_per_rank} * options.hidden *
-                            options.element_bytes)),
+      combined_x_{
+          ctx.alloc(uint64_t{options.max_tokens_per_rank} * options.hidden * options.element_bytes),
+          ctx.alloc(uint64_t{options.max_tokens_per_rank} * options.hidden *
+                    options.element_bytes)},
       epochs_(ctx.alloc(4 * sizeof(uint64_t))) {
   const uint64_t zeros[4] = {0, 0, 0, 0};
   ctx.copy(epochs_.data(), zeros, sizeof zeros);
@@ -100,6 +102,7 @@ void DirectLowLatency::refuse(uint32_t phase, uint64_t call, const std::string& 
     // The refusal itself is the error worth reporting.
   }
   if (!windows_.host_waits()) windows_.break_with(why);
+  windows_.throw_if_broken();  // an earlier call that did not wait failed
   throw CallRefused(why);
 }
 
@@ -276,7 +279,7 @@ CombineResult DirectLowLatency::combine(const std::byte* x, const float* topk_we
   reduce.slots = reinterpret_cast<const int32_t*>(windows_.at(layout_.slots[from]));
   reduce.weights = topk_weights;
   reduce.rows = windows_.at(layout_.combine[parity]);
-  reduce.out = out != nullptr ? out : combined_x_.data();
+  reduce.out = out != nullptr ? out : combined_x_[parity].data();
   reduce.status = windows_.status_device();
   reduce.epoch_word = epoch_word(kCombine, call);
   windows_.check(windows_.ops()->ep_reduce(windows_.backend(), &reduce), "summing the rows");

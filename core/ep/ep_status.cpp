@@ -33,11 +33,27 @@ void EpStatus::throw_if_broken() const {
 
 void EpStatus::break_with(const std::string& why) {
   if (!broken_.empty()) throw Error(broken_);  // the first failure says why
-  broken_ = fmt::format(
+  broken_ = broken_by(why);
+  throw Error(broken_);
+}
+
+std::string EpStatus::broken_by(const std::string& why) {
+  return fmt::format(
       "{} (this Buffer's calls do not wait on the host, so its ranks cannot agree to go on after "
       "a failure: every later call fails too; make a new Buffer)",
       why);
-  throw Error(broken_);
+}
+
+void EpStatus::settle_pending() {
+  const char* what = pending_;
+  pending_ = nullptr;
+  if (what == nullptr || mirror() == 0) return;
+  try {
+    raise_if_failed(what);
+  } catch (const Error& e) {
+    if (broken_.empty())
+      broken_ = broken_by(fmt::format("{} [found after the call returned]", e.what()));
+  }
 }
 
 void EpStatus::raise_deferred() {
@@ -55,8 +71,9 @@ void EpStatus::raise_deferred() {
 void EpStatus::set_refused(uint32_t rank) {
   // An earlier call that did not wait has run by now (the caller settled):
   // its outcome is found here, so the next call does not take this
-  // refusal for that call's failure.
-  if (pending_ != nullptr) raise_deferred();
+  // refusal for that call's failure. Not thrown: the refusal still goes to
+  // the peers, then the refusing call throws it (throw_if_broken).
+  settle_pending();
   const uint32_t refused = COURIER_GPU_EP_STATUS_REFUSED_BY | rank;
   ctx_.copy(status_.data(), &refused, 4);
   dirty_ = true;

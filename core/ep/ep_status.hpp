@@ -71,6 +71,8 @@ class EpStatus {
   // peers do not wait: the ranks no longer agree on which call comes next,
   // so every later call throws `why` too. Throws it now.
   [[noreturn]] void break_with(const std::string& why);
+  // Throws the failure that broke this status, if one did.
+  void throw_if_broken() const;
   // Marks this rank's call refused by `rank` (itself).
   void set_refused(uint32_t rank);
   // Once the call's kernels ran: throws, naming the rank or channel, when
@@ -82,9 +84,11 @@ class EpStatus {
   void zero();
   uint64_t bad_index() const;
   uint32_t mirror() const { return *static_cast<const volatile uint32_t*>(mirror_host_); }
-  void throw_if_broken() const;
   // Raises the failure the mirror holds, if any, as the pending call's.
   void raise_deferred();
+  // The same, recorded (the status breaks) instead of thrown.
+  void settle_pending();
+  static std::string broken_by(const std::string& why);
 
   Context& ctx_;
   const GpuBackend& gpu_;

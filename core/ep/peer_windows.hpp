@@ -84,6 +84,7 @@ class PeerWindows {
   bool host_waits() const { return status_.host_waits(); }
   // This rank refused a call while its peers do not wait (EpStatus::break_with).
   [[noreturn]] void break_with(const std::string& why) { status_.break_with(why); }
+  void throw_if_broken() const { status_.throw_if_broken(); }
 
  private:
   courier_gpu_ep_wait_v1 wait_job(uint64_t first_flag, uint64_t epoch,

@@ -185,6 +185,7 @@ void ProxyHighThroughput::refuse(uint32_t phase, uint64_t call, const std::strin
     // The refusal itself is the error worth reporting.
   }
   if (deferred) window_.break_with(why);
+  window_.throw_if_broken();  // an earlier call that did not wait failed
   throw CallRefused(why);
 }
 

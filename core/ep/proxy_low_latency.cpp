@@ -84,7 +84,9 @@ ProxyLowLatency::ProxyLowLatency(Context& ctx, const BufferOptions& options, DLD
     out.slots =
         ctx.alloc(std::max<uint64_t>(4ull * options.max_tokens_per_rank * options.max_topk, 1));
   }
-  combined_x_ = ctx.alloc(std::max<uint64_t>(uint64_t{options.max_tokens_per_rank} * row_bytes, 1));
+  for (DeviceBuffer& combined : combined_x_) {
+    combined = ctx.alloc(std::max<uint64_t>(uint64_t{options.max_tokens_per_rank} * row_bytes, 1));
+  }
   epochs_ = ctx.alloc(4 * sizeof(uint64_t));
   const uint64_t zeros[4] = {0, 0, 0, 0};
   ctx.copy(epochs_.data(), zeros, sizeof zeros);
@@ -112,6 +114,7 @@ void ProxyLowLatency::refuse(uint32_t phase, uint64_t call, const std::string& w
     // The refusal itself is the error worth reporting.
   }
   if (!window_.host_waits()) window_.break_with(why);
+  window_.throw_if_broken();  // an earlier call that did not wait failed
   throw CallRefused(why);
 }
 
@@ -259,7 +262,7 @@ CombineResult ProxyLowLatency::combine(const std::byte* x, const int64_t* topk_i
   reduce.record_off = layout_.records[kCombine][parity];
   reduce.signal_off = layout_.signals[kCombine][parity];
   reduce.target = target_of(call);
-  reduce.out = out != nullptr ? out : combined_x_.data();
+  reduce.out = out != nullptr ? out : combined_x_[parity].data();
   reduce.wait_cost = wait_cost;
   reduce.epoch = epoch(kCombine, call);
   window_.check(window_.ops()->ep_proxy_reduce(window_.backend(), &reduce), "summing the rows");

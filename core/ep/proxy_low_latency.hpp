@@ -75,7 +75,7 @@ class ProxyLowLatency {
     uint32_t scales_layout = 0;  // COURIER_GPU_EP_SCALES_*
   };
   Outputs out_[2];
-  DeviceBuffer combined_x_;
+  DeviceBuffer combined_x_[2];  // per combine parity: a result stays until the combine after next
   // [phase][parity] u64 on the device: this rank's calls of each so far,
   // from which the kernels take their signal and release targets (GPU ABI
   // 1.10, "Epochs"), so a captured call replays with the same jobs.

@@ -684,9 +684,9 @@ class Buffer:
         # Per device, the stream async_finish low-latency calls run on.
         self._comm_streams: Dict[Any, Any] = {}
         # Per device: a low-latency call left work on the comm stream that
-        # later calls on other streams must wait for, and whether it was
-        # queued under a CUDA graph capture (_comm_to_follow).
-        self._comm_pending: Dict[Any, bool] = {}
+        # later calls on other streams must wait for: [whether it was queued
+        # under a CUDA graph capture, the raw streams that waited] (_comm_to_follow).
+        self._comm_pending: Dict[Any, List[Any]] = {}
         self._destroyed = False
 
     # -- lifetime -------------------------------------------------------------
@@ -850,8 +850,14 @@ class Buffer:
         # is not the last call's: a refusal would break that Buffer. (Ranks
         # that disagree then meet in different places; the timeouts name
         # the rank.)
-        if self._ht_current == key or (self._ht_current is not None and waits):
-            buffer, capacity = self._ht[self._ht_current]
+        # A call that does not wait and whose num_worst_tokens the Buffer
+        # cannot hold agrees first too (worst is the same on every rank, so
+        # every rank goes the same way); its own tokens must fit as well.
+        current = self._ht.get(self._ht_current) if self._ht_current is not None else None
+        if current is not None and not waits and worst > self.group_size * current[1]:
+            current = None
+        if current is not None and (self._ht_current == key or waits):
+            buffer, capacity = current
             try:
                 return buffer, capacity, call(buffer)
             except CallRefused as error:
@@ -1378,23 +1384,38 @@ class Buffer:
 
     def _comm_to_follow(self, kind: _Kind, comm: Any) -> Any:
         """The comm stream, if the current stream must wait for it before
-        a low-latency call: when an earlier call left work there not yet
-        followed. Work queued there before a CUDA graph capture began is
-        not followed from inside the capture (a graph cannot wait for work
-        outside it; synchronize before capturing, as with any stream).
-        Also notes whether this call (`comm` set) leaves work there."""
-        pending = self._comm_pending.pop(kind.device, None)
-        follow = None
-        if pending is not None and comm is None:
-            capturing = kind.torch.cuda.is_current_stream_capturing()
-            if pending == capturing:
-                follow = self._comm_streams[kind.device]
-        elif pending is not None:
-            # This call goes to the comm stream itself, behind that work.
-            self._comm_pending[kind.device] = pending
+        a low-latency call: when an earlier call left work there that this
+        stream has not followed yet. Work queued there under a CUDA graph
+        capture is followed only from inside a capture the comm stream is
+        still part of, and work queued before a capture not from inside one
+        (a graph cannot wait for work outside it; synchronize before
+        capturing, as with any stream). Also notes whether this call
+        (`comm` set) leaves work there."""
+        torch = kind.torch
         if comm is not None:
-            self._comm_pending[kind.device] = kind.torch.cuda.is_current_stream_capturing()
-        return follow
+            # [captured, the raw streams that followed it]
+            self._comm_pending[kind.device] = [torch.cuda.is_current_stream_capturing(), set()]
+            return None
+        pending = self._comm_pending.get(kind.device)
+        if pending is None:
+            return None
+        index = kind.device.index if kind.device.index is not None else torch.cuda.current_device()
+        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+        here = raw(index) if raw is not None else torch.cuda.current_stream(kind.device).cuda_stream
+        captured, followed = pending
+        if here in followed:
+            return None
+        stream = self._comm_streams[kind.device]
+        capturing = torch.cuda.is_current_stream_capturing()
+        if captured:
+            with torch.cuda.stream(stream):
+                comm_capturing = torch.cuda.is_current_stream_capturing()
+            if not (capturing and comm_capturing):
+                return None  # the graph's own work: its replays order it
+        elif capturing:
+            return None
+        followed.add(here)
+        return stream
 
     def get_comm_stream(self) -> Any:
         """The stream low-latency calls with async_finish run on (a

@@ -372,3 +372,68 @@ def test_low_latency_results_are_written_in_place(buffer: deep_ep.Buffer) -> Non
     recv, _, _, _, _ = buffer.low_latency_dispatch(x, idx, 16, 4, use_fp8=True)
     scales = recv[1]
     assert scales.shape == (4, 16, 1) and scales.strides[1] == 4
+
+
+class _FakeCuda:
+    """torch.cuda as _comm_to_follow sees it: a current raw stream per
+    device and which streams are being captured."""
+
+    def __init__(self) -> None:
+        self.current = 7
+        self.capturing: set = set()
+
+    def is_current_stream_capturing(self) -> bool:
+        return self.current in self.capturing
+
+    def current_device(self) -> int:
+        return 0
+
+    def stream(self, stream):
+        cuda = self
+
+        class Switch:
+            def __enter__(self):
+                self.saved, cuda.current = cuda.current, stream.raw
+
+            def __exit__(self, *exc):
+                cuda.current = self.saved
+
+        return Switch()
+
+
+def test_low_latency_calls_follow_the_comm_stream_once_per_stream() -> None:
+    # Which calls wait for work an async_finish call left on the comm stream:
+    # each other stream once; never across a CUDA graph capture boundary.
+    cuda = _FakeCuda()
+    fake_torch = types.SimpleNamespace(
+        cuda=cuda, _C=types.SimpleNamespace(_cuda_getCurrentRawStream=lambda index: cuda.current))
+    class Device:
+        index = 0
+
+    device = Device()
+    kind = types.SimpleNamespace(torch=fake_torch, device=device)
+    comm = types.SimpleNamespace(raw=99)
+    owner = types.SimpleNamespace(_comm_pending={}, _comm_streams={device: comm})
+    follow = lambda call_comm=None: deep_ep.Buffer._comm_to_follow(owner, kind, call_comm)  # noqa: E731
+
+    assert follow() is None  # nothing left there yet
+    assert follow(comm) is None  # an async_finish call: work on the comm stream
+    assert follow() is comm  # the current stream waits once
+    assert follow() is None
+    cuda.current = 8
+    assert follow() is comm  # another stream waits too
+    # Work queued before a capture is not followed from inside it.
+    cuda.current = 7
+    follow(comm)
+    cuda.capturing = {7}
+    assert follow() is None
+    # Work captured on the comm stream is followed inside the same capture...
+    cuda.capturing = {7, 99}
+    follow(comm)
+    assert follow() is comm
+    # ...but not after the capture ended, nor from another capture.
+    follow(comm)
+    cuda.capturing = {7}
+    assert follow() is None
+    cuda.capturing = set()
+    assert follow() is None

@@ -1396,6 +1396,8 @@ Outcome check_ht_worst_no_wait(courier::Context& ctx, const Shape& shape) {
   };
   c.expect(combined_with(b.handle) == want, "combined_x differs (the older of two handles)");
   c.expect(combined_with(b2.handle) == want, "combined_x differs (the newer of two handles)");
+  c.expect(combined_with(b2.handle) == want && combined_with(b.handle) == want,
+           "combined_x differs (the newer handle, then the older)");
   // The dispatch after next replaces b's counts on the device: b's handle is refused.
   courier::ep::DispatchResult b3 = deferred.dispatch(args);
   expect_error(c, "a combine with the handle of a dispatch two dispatches back that did not wait",
