@@ -11,8 +11,10 @@
 #   tests/gpu/one_gpu.sh
 #   STEPS="ep torch" SHAPES=small tests/gpu/one_gpu.sh
 #   DEEPEP_TESTS=/path/to/DeepEP/tests STEPS=deepep tests/gpu/one_gpu.sh
+#   STEPS=bench tests/gpu/one_gpu.sh   # tools/deep_ep_bench.py, both transports
 # Knobs: BUILD (build-gpu), OUT ($BUILD/one-gpu), PYTHON (python3, the one
-# with torch), STEPS (build ctest ep torch deepep; build always runs),
+# with torch), STEPS (ctest ep torch deepep bench; the build always runs;
+# default: all but bench),
 # SHAPES for the torch tests (small|standard|all, default small), TIMEOUT_S
 # per step (900), DEPS: a folder with include/ (dlpack, doctest) and
 # lib/cmake/doctest for a host without Debian's packages (build-deps).
@@ -107,6 +109,14 @@ if wants deepep && [ -n "${DEEPEP_TESTS:-}" ]; then
     step "deepep-$test-proxy" env "${proxy_env[@]}" PYTHONPATH="$shim:$tests" \
       "$PYTHON" "$tests/test_$test.py" --num-processes 1
   done
+fi
+
+if wants bench; then
+  # courier.deep_ep's host time per call next to its native time (docs/performance.md).
+  shapes=(--mode both --ht-tokens 4096 --ll-tokens 128 --hidden 7168 --topk 8 --ht-experts 256
+    --ll-experts 288 --fp8 --iters 30 --warmup 5)
+  step bench-direct env COURIER_EP_TRANSPORT=direct "${torchrun[@]}" tools/deep_ep_bench.py "${shapes[@]}"
+  step bench-proxy env "${proxy_env[@]}" "${torchrun[@]}" tools/deep_ep_bench.py "${shapes[@]}"
 fi
 
 printf '\n%-28s %s\n' step verdict
