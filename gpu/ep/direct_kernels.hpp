@@ -268,8 +268,9 @@ __global__ void ht_dispatch_kernel(courier_gpu_ep_ht_dispatch_v1 job) {
         const int64_t local =
             e >= first_expert && e < first_expert + job.experts_per_rank ? e - first_expert : -1;
         reinterpret_cast<int64_t*>(window(job.peers, d, job.idx_off))[row * K + lane] = local;
+        // An expert elsewhere: weight 0, as DeepEP's.
         reinterpret_cast<float*>(window(job.peers, d, job.weights_off))[row * K + lane] =
-            job.topk_weights[uint64_t{t} * K + lane];
+            local >= 0 ? job.topk_weights[uint64_t{t} * K + lane] : 0.0f;
       }
     }
   }

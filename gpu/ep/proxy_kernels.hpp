@@ -833,13 +833,13 @@ COURIER_DEVICE_INLINE void ht_receive_body(const courier_gpu_ep_proxy_ht_receive
       }
       for (uint32_t k = lane; k < K; k += lanes) {
         const int32_t e = reinterpret_cast<const int32_t*>(meta + ids_at)[k];
+        const bool local = e >= 0 && job.local_experts != 0 &&
+                           static_cast<uint32_t>(e) / job.local_experts == f.rank;
         job.topk_idx[uint64_t{i} * K + k] =
-            e >= 0 && job.local_experts != 0 &&
-                    static_cast<uint32_t>(e) / job.local_experts == f.rank
-                ? static_cast<int64_t>(e) - int64_t{f.rank} * job.local_experts
-                : -1;
+            local ? static_cast<int64_t>(e) - int64_t{f.rank} * job.local_experts : -1;
+        // An expert elsewhere: weight 0, as DeepEP's.
         job.topk_weights[uint64_t{i} * K + k] =
-            reinterpret_cast<const float*>(meta + weights_at)[k];
+            local ? reinterpret_cast<const float*>(meta + weights_at)[k] : 0.0f;
       }
     }
     for (uint32_t i = total + th.block * th.groups() + th.group(); i < job.pad_rows; i += stride) {

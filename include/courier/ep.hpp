@@ -104,7 +104,7 @@ struct DispatchResult {
   TensorView recv_x;             // [received, hidden], rows grouped by source rank, in rank order
   TensorView recv_x_scales;      // FP8 dispatch: [received, hidden / 128] float32
   TensorView recv_topk_idx;      // [received, topk] int64: local expert ids, -1 where elsewhere
-  TensorView recv_topk_weights;  // [received, topk] float32
+  TensorView recv_topk_weights;  // [received, topk] float32: 0 where recv_topk_idx is -1
   // Local experts; empty after a dispatch that did not wait.
   std::vector<int32_t> num_recv_tokens_per_expert;
   DispatchHandle handle;

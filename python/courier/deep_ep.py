@@ -1025,12 +1025,9 @@ class Buffer:
         recv_idx = recv_weights = None
         if with_topk:
             recv_idx = kind.owned(out.recv_topk_idx)
+            # A weight whose expert lives on another rank reads 0 (the kernels
+            # write it so, as DeepEP's).
             recv_weights = kind.owned(out.recv_topk_weights)
-            # As DeepEP: a weight whose expert lives on another rank reads 0.
-            if kind.torch is not None:
-                recv_weights.masked_fill_(recv_idx < 0, 0.0)
-            else:
-                recv_weights[recv_idx < 0] = 0.0
             received_per_expert = list(out.num_recv_tokens_per_expert)
         elif worst == 0:
             received_per_expert = self._received_per_expert(kind, num_tokens_per_expert)

@@ -450,7 +450,7 @@ Outcome check_ht(courier::Context& ctx, const Shape& shape, bool bf16) {
           const int64_t e = in.idx[t * topk + k];
           const bool local = e >= 0 && e / per == me;
           want_idx.push_back(local ? e - int64_t{me} * per : -1);
-          want_w.push_back(in.weights[t * topk + k]);
+          want_w.push_back(local ? in.weights[t * topk + k] : 0.0f);  // as DeepEP's
           if (local) {
             sum += in.weights[t * topk + k];
             ++want_per_expert[e - int64_t{me} * per];
