@@ -95,7 +95,8 @@ struct DispatchHandle {
   // A dispatch that did not wait (num_worst_tokens on the caller's stream,
   // docs/ep.md "Calls that do not wait"): recv_counts and send_index are
   // empty, its counts stay on the device, and only a combine before the
-  // Buffer's next dispatch can use the handle. `call` names the dispatch.
+  // Buffer's dispatch after next can use the handle. `call` names the
+  // dispatch.
   bool counts_on_device = false;
   uint64_t call = 0;
 };

@@ -288,7 +288,7 @@ class EpBuffer:
 
     def dispatch(self, x: object, x_scales: object | None = None, topk_idx: object | None = None, topk_weights: object | None = None, is_token_in_rank: object | None = None, num_experts: int = 0, cached_handle: DispatchHandle | None = None, num_worst_tokens: int = 0) -> DispatchOutput:
         """
-        Collective high-throughput dispatch; the result's tensors are views valid until the next dispatch.
+        Collective high-throughput dispatch; the result's tensors are views valid until the dispatch after next.
         """
 
     def combine(self, x: object, handle: DispatchHandle) -> object:

@@ -359,7 +359,7 @@ void bind_ep(nb::module_& m) {
            nb::arg("cached_handle") = nb::none(), nb::arg("num_worst_tokens") = 0,
            nb::rv_policy::take_ownership,
            "Collective high-throughput dispatch; the result's tensors are views valid until "
-           "the next dispatch.")
+           "the dispatch after next.")
       .def("combine", &combine, nb::arg("x"), nb::arg("handle"),
            "Collective high-throughput combine: per token, the sum of the rows sent back.")
       .def("low_latency_dispatch", &low_latency_dispatch, nb::arg("x"), nb::arg("topk_idx"),
