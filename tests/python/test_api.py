@@ -151,6 +151,17 @@ def test_single_rank_dispatch_combine(buffer: deep_ep.Buffer) -> None:
     assert np.array_equal(recv_x, x)
     combined, _, _ = buffer.combine(recv_x, handle, bias=np.ones_like(x))
     assert np.allclose(combined, x + 1)
+    # A cached dispatch of another dtype needs a Buffer that served that
+    # dtype before (it takes the handle's layout there), and says so.
+    import ml_dtypes
+
+    with pytest.raises(ValueError, match="needs an uncached dispatch of that dtype"):
+        buffer.dispatch(x.astype(ml_dtypes.bfloat16), handle=handle)
+    buffer.dispatch(x.astype(ml_dtypes.bfloat16), num_tokens_per_rank=per_rank,
+                    is_token_in_rank=in_rank, num_tokens_per_expert=per_expert, topk_idx=idx,
+                    topk_weights=w)
+    cached = buffer.dispatch(x.astype(ml_dtypes.bfloat16), handle=handle)[0]
+    assert np.array_equal(cached, x.astype(ml_dtypes.bfloat16))
 
 
 def test_arguments_that_change_results_are_refused(buffer: deep_ep.Buffer) -> None:
