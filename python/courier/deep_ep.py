@@ -1342,7 +1342,7 @@ class Buffer:
         ranks = self.group_size
         hidden = int(x.shape[1])
         dtype = "float8_e4m3fn" if use_fp8 else _dtype_name(x)
-        device = str(kind.device) if kind.torch is not None else "numpy"
+        device = kind.device if kind.torch is not None else "numpy"
         key = (buffer, device, use_ue8m0, parity)
         cache = self._ll_out
         made = cache.get(key)
