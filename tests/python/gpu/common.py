@@ -386,6 +386,33 @@ class Suite:
         return 0 if not self.failed else 1
 
 
+def check_graph_replays(env: DistEnv, step: Callable[[], torch.Tensor],
+                        load: Callable[[int], None], count: int) -> List[torch.Tensor]:
+    """Runs `step` eagerly for inputs 0..count-1 (written in place by load(i);
+    these runs also warm up), captures one `step` in a CUDA graph, then
+    replays it with inputs written in place (each, in another order, and one
+    twice) and checks each replay's result equals the eager one bit for bit.
+    Returns the eager results."""
+    eager = []
+    for i in range(count):
+        load(i)
+        eager.append(step().clone())
+    torch.cuda.synchronize()
+    env.barrier()
+    graph = torch.cuda.CUDAGraph()
+    # thread_local: Courier's proxy threads may use CUDA on their own streams
+    # (the copy-engine NIC backend) while this thread captures.
+    with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+        captured = step()
+    env.barrier()
+    for i in list(range(count - 1, -1, -1)) + [count - 1]:
+        load(i)
+        graph.replay()
+        torch.cuda.synchronize()
+        expect_equal(f"replay with inputs {i}: combined_x", captured, eager[i])
+    return eager
+
+
 def finish_dist(env: DistEnv) -> None:
     dist.barrier(group=env.group)
     dist.destroy_process_group()

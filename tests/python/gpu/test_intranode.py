@@ -397,22 +397,7 @@ def run_shape(env: common.DistEnv, suite: common.Suite, shape: Shape, args) -> N
             per_expert.copy_(layout[2])
             in_rank.copy_(layout[3])
 
-        seeds = [args.seed + 40 + i for i in range(3)]
-        eager = []
-        for seed in seeds:
-            load(seed)
-            eager.append(step().clone())
-        torch.cuda.synchronize()
-        env.barrier()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, capture_error_mode="thread_local"):
-            captured = step()
-        env.barrier()
-        for i in (2, 0, 1, 1):
-            load(seeds[i])
-            graph.replay()
-            torch.cuda.synchronize()
-            expect_equal(f"replay with inputs {i}: combined_x", captured, eager[i])
+        common.check_graph_replays(env, step, lambda i: load(args.seed + 40 + i), 3)
         torch.cuda.synchronize()
         env.barrier()
 

@@ -399,24 +399,8 @@ def run_graph_case(env, buffer, shape: Shape, fp8: bool, hook: bool, seed: int) 
         topk_idx.copy_(inputs.topk_idx)
         topk_weights.copy_(inputs.topk_weights)
 
-    # Eager references (these also warm up: the outputs are made once per shape).
-    eager = []
-    for inputs in steps:
-        load(inputs)
-        eager.append(step().clone())
-    torch.cuda.synchronize()
-    env.barrier()
-    graph = torch.cuda.CUDAGraph()
-    # thread_local: Courier's proxy threads may use CUDA on their own streams
-    # (the copy-engine NIC backend) while this thread captures.
-    with torch.cuda.graph(graph, capture_error_mode="thread_local"):
-        captured = step()
-    env.barrier()
-    for i in (2, 0, 1, 1):  # a replay of the same inputs twice too
-        load(steps[i])
-        graph.replay()
-        torch.cuda.synchronize()
-        expect_equal(f"replay with inputs {i}: combined_x", captured, eager[i])
+    # The eager runs also warm up: the outputs are made once per shape.
+    eager = common.check_graph_replays(env, step, lambda i: load(steps[i]), len(steps))
     # Eager calls go on after the replays.
     load(steps[0])
     expect_equal("an eager step after the replays: combined_x", step(), eager[0])
