@@ -141,14 +141,9 @@ class _Kind:
             return
         if comm is None and after is None and (previous_event is None or
                                                previous_event.event is None):
-            # The usual call: the raw current stream is all it takes (a
-            # torch.cuda.Stream object costs microseconds to make).
-            raw = getattr(self.torch._C, "_cuda_getCurrentRawStream", None)
-            if raw is not None:
-                index = self.device.index
-                native.set_stream(raw(index if index is not None else
-                                      self.torch.cuda.current_device()))
-                return
+            # The usual call: the raw current stream is all it takes.
+            native.set_stream(self.raw_stream())
+            return
         stream = self.torch.cuda.current_stream(self.device)
         if previous_event is not None and previous_event.event is not None:
             stream.wait_event(previous_event.event)
@@ -158,6 +153,16 @@ class _Kind:
             comm.wait_stream(stream)
             stream = comm
         native.set_stream(stream.cuda_stream)
+
+    def raw_stream(self) -> int:
+        """The current CUDA stream's handle on kind's device, without making
+        a torch.cuda.Stream object (microseconds each)."""
+        torch = self.torch
+        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+        if raw is None:
+            return torch.cuda.current_stream(self.device).cuda_stream
+        index = self.device.index
+        return raw(index if index is not None else torch.cuda.current_device())
 
     def uses_comm_stream(self, native: _courier.EpBuffer) -> bool:
         """Whether a call can go to a comm stream: torch CUDA tensors and a
@@ -846,13 +851,12 @@ class Buffer:
         raised as it came."""
         key = self._ht_key_of(x, topk, num_experts)
         refused: Optional[CallRefused] = None
-        # A call that does not wait goes to agreeing when its configuration
-        # is not the last call's: a refusal would break that Buffer. (Ranks
-        # that disagree then meet in different places; the timeouts name
-        # the rank.)
-        # A call that does not wait and whose num_worst_tokens the Buffer
-        # cannot hold agrees first too (worst is the same on every rank, so
-        # every rank goes the same way); its own tokens must fit as well.
+        # A call that does not wait goes to agreeing first when its
+        # configuration is not the last call's, or its num_worst_tokens is
+        # more than that Buffer holds: a refusal would break the Buffer.
+        # (worst is the same on every rank, so every rank goes the same way;
+        # ranks that disagree on the configuration meet in different places
+        # and the timeouts name the rank.)
         current = self._ht.get(self._ht_current) if self._ht_current is not None else None
         if current is not None and not waits and worst > self.group_size * current[1]:
             current = None
@@ -1396,9 +1400,7 @@ class Buffer:
         pending = self._comm_pending.get(kind.device)
         if pending is None:
             return None
-        index = kind.device.index if kind.device.index is not None else torch.cuda.current_device()
-        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-        here = raw(index) if raw is not None else torch.cuda.current_stream(kind.device).cuda_stream
+        here = kind.raw_stream()
         captured, followed = pending
         if here in followed:
             return None

@@ -396,9 +396,6 @@ class _FakeCuda:
     def is_current_stream_capturing(self) -> bool:
         return self.current in self.capturing
 
-    def current_device(self) -> int:
-        return 0
-
     def stream(self, stream):
         cuda = self
 
@@ -416,13 +413,12 @@ def test_low_latency_calls_follow_the_comm_stream_once_per_stream() -> None:
     # Which calls wait for work an async_finish call left on the comm stream:
     # each other stream once; never across a CUDA graph capture boundary.
     cuda = _FakeCuda()
-    fake_torch = types.SimpleNamespace(
-        cuda=cuda, _C=types.SimpleNamespace(_cuda_getCurrentRawStream=lambda index: cuda.current))
+    fake_torch = types.SimpleNamespace(cuda=cuda)
     class Device:
         index = 0
 
     device = Device()
-    kind = types.SimpleNamespace(torch=fake_torch, device=device)
+    kind = types.SimpleNamespace(torch=fake_torch, device=device, raw_stream=lambda: cuda.current)
     comm = types.SimpleNamespace(raw=99)
     owner = types.SimpleNamespace(_comm_pending={}, _comm_streams={device: comm})
     follow = lambda call_comm=None: deep_ep.Buffer._comm_to_follow(owner, kind, call_comm)  # noqa: E731
