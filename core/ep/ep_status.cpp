@@ -49,6 +49,7 @@ void EpStatus::settle_pending() {
   pending_ = nullptr;
   if (what == nullptr || mirror() == 0) return;
   try {
+    // The call's topk_idx may be gone: the error names the index only.
     raise_if_failed(what);
   } catch (const Error& e) {
     if (broken_.empty())
@@ -57,15 +58,8 @@ void EpStatus::settle_pending() {
 }
 
 void EpStatus::raise_deferred() {
-  const char* what = pending_;
-  pending_ = nullptr;
-  if (mirror() == 0) return;
-  try {
-    // The call's topk_idx may be gone: the error names the index only.
-    raise_if_failed(what);
-  } catch (const Error& e) {
-    break_with(fmt::format("{} [found after the call returned]", e.what()));
-  }
+  settle_pending();
+  throw_if_broken();
 }
 
 void EpStatus::set_refused(uint32_t rank) {
