@@ -93,6 +93,24 @@ int read_microseconds(const courier_host_services_v1* host, const char* name, ui
   return 0;
 }
 
+// The copies of this backend are GPU work. With CUDA's lazy module loading
+// (the driver's default since CUDA 12.2), a kernel launched for the first
+// time, by Courier or by the application, loads its module, and loading
+// waits for the kernels running then: a Courier kernel that waits for this
+// backend's copies holds them up until COURIER_TIMEOUT_S (seen on an H200:
+// the first low-latency calls of a torch program stalled; with
+// CUDA_MODULE_LOADING=EAGER they passed). A NIC's writes do not depend on
+// the GPU, so only this backend says so.
+void warn_if_lazy_loading(const courier_host_services_v1* host) {
+  const char* mode = std::getenv("CUDA_MODULE_LOADING");
+  if ((mode != nullptr && std::strcmp(mode, "EAGER") == 0) || host->log == nullptr) return;
+  host->log(host->ctx, COURIER_LOG_WARN, "ce",
+            "CUDA_MODULE_LOADING is not EAGER: a kernel loaded for the first time while a "
+            "Courier kernel waits for this backend's copies stalls them until "
+            "COURIER_TIMEOUT_S; set CUDA_MODULE_LOADING=EAGER before the process starts "
+            "(docs/nic-ce.md)");
+}
+
 int plugin_init(const courier_host_services_v1* host, void** backend) {
   return guarded("init", [&] {
     if (host == nullptr || backend == nullptr) return set_error(-EINVAL, "init: NULL argument");
@@ -119,6 +137,7 @@ int plugin_init(const courier_host_services_v1* host, void** backend) {
       b->device_name = "ce:cuda" + std::to_string(b->device) + " " + props.name;
     }
     cudaDeviceGetPCIBusId(b->pci_address, sizeof b->pci_address, b->device);
+    warn_if_lazy_loading(host);
     *backend = b.release();
     return 0;
   });

@@ -80,13 +80,16 @@ run1="$BUILD/bin/courier-run --timeout $TIMEOUT_S -n 1"
 if wants ep; then
   step ep-check-direct env COURIER_EP_TRANSPORT=direct $run1 "$BUILD/tests/ep_check"
   step ep-check-proxy env COURIER_EP_TRANSPORT=proxy COURIER_EP_LOOPBACK=1 \
-    COURIER_NIC_BACKEND=ce $run1 "$BUILD/tests/ep_check"
+    COURIER_NIC_BACKEND=ce CUDA_MODULE_LOADING=EAGER $run1 "$BUILD/tests/ep_check"
 fi
 
 # One rank through torchrun; the process group is Courier's bootstrap.
 export PYTHONPATH="$PWD/$BUILD/python${PYTHONPATH:+:$PYTHONPATH}"
 torchrun=("$PYTHON" -m torch.distributed.run --standalone --nproc-per-node 1)
-proxy_env=(COURIER_EP_TRANSPORT=proxy COURIER_EP_LOOPBACK=1 COURIER_NIC_BACKEND=ce)
+# nic-ce's copies are GPU work: lazy module loading stalls them behind a
+# first-time kernel load while a Courier kernel waits (docs/nic-ce.md).
+proxy_env=(COURIER_EP_TRANSPORT=proxy COURIER_EP_LOOPBACK=1 COURIER_NIC_BACKEND=ce
+  CUDA_MODULE_LOADING=EAGER)
 if wants torch; then
   for test in low_latency intranode; do
     step "torch-$test-direct" env COURIER_EP_TRANSPORT=direct "${torchrun[@]}" \
