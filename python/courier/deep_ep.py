@@ -310,8 +310,7 @@ def _rows(tensor: Tensor) -> int:
 def _element_bytes(x: Tensor) -> int:
     """Bytes of a Buffer row element for x: 4 for float32, 2 otherwise
     (bfloat16; FP8 rows travel in bfloat16-sized slots)."""
-    name = str(x.dtype).replace("torch.", "")
-    return 4 if name == "float32" else 2
+    return 4 if x.itemsize == 4 else 2  # the dtype itself is checked by the Buffer
 
 
 def _dtype_name(x: Tensor) -> str:
@@ -1259,7 +1258,8 @@ class Buffer:
         kind.order_after_producer(buffer, comm=comm, after=self._comm_to_follow(kind, comm))
         # The wait costs are measured on the proxy path; the direct path
         # leaves them unchanged (docs/python.md).
-        cost = dispatch_wait_recv_cost_stats if buffer.transport == "proxy" else None
+        cost = (dispatch_wait_recv_cost_stats if dispatch_wait_recv_cost_stats is not None
+                and buffer.transport == "proxy" else None)
         return self._low_latency_dispatch_in_place(
             kind, buffer, x, topk_idx, int(num_max_dispatch_tokens_per_rank), int(num_experts),
             cumulative_local_expert_recv_stats, cost, bool(use_fp8),
@@ -1280,77 +1280,88 @@ class Buffer:
         # The parity of this native Buffer's own calls, as its receive
         # buffers alternate.
         calls = self._ll_calls.get(buffer, 0)
-        outs, passed = self._ll_outputs(kind, buffer, x, max_tokens, num_experts, use_fp8,
-                                        use_ue8m0, calls % 2)
+        outs, slot = self._ll_outputs(kind, buffer, x, max_tokens, num_experts, use_fp8,
+                                      use_ue8m0, calls % 2)
         recv_x, recv_scales, recv_count, src_info, layout_range = outs
         native = buffer.low_latency_dispatch(
             _to_courier(x, "x"), _to_courier(topk_idx, "topk_idx"), use_fp8=use_fp8,
             return_recv_hook=return_recv_hook, round_scale=round_scale,
-            wait_cost_stats=_to_courier(cost, "dispatch_wait_recv_cost_stats"),
+            wait_cost_stats=None if cost is None else _to_courier(
+                cost, "dispatch_wait_recv_cost_stats"),
             scales_layout=("ue8m0" if use_ue8m0 else "column_major") if use_fp8 else "row_major",
-            out_x=_to_courier(passed[0], "out_x"),
-            out_x_scales=_to_courier(passed[1], "out_x_scales"),
-            out_count=_to_courier(passed[2], "out_count"),
-            out_src_info=_to_courier(passed[3], "out_src_info"),
-            out_layout_range=_to_courier(passed[4], "out_layout_range"))
+            outputs=slot)
         self._ll_dispatches = number
         self._ll_calls[buffer] = calls + 1
+        handle = LowLatencyHandle((src_info, layout_range, max_tokens, int(x.shape[1]),
+                                   num_experts), native.handle, buffer)
+        handle.recv_count = recv_count  # the combine reads it too (its kernels do)
+        hook: Optional[Callable[[], None]] = None
+        if return_recv_hook:
+            hook = self._receive_hook(kind, buffer, native, number, waiting, stats, recv_count)
+        elif stats is not None:
+            self._count_received(kind, comm, stats, recv_count)
+        if comm is None:
+            event = kind.event(async_finish)
+        else:
+            event = kind.finish_on(comm, async_finish, (x, topk_idx, cost, stats, recv_x,
+                                                        recv_scales, recv_count, src_info,
+                                                        layout_range))
+        return ((recv_x, recv_scales) if use_fp8 else recv_x, recv_count, handle, event, hook)
+
+    def _receive_hook(self, kind: _Kind, buffer: _courier.EpBuffer, native: Any, number: int,
+                      waiting: Dict[int, Any], stats: Optional[Tensor],
+                      recv_count: Tensor) -> Callable[[], None]:
+        """return_recv_hook's hook for dispatch `number`: runs the receive
+        kernels once, on the stream current when it is called, behind the
+        dispatch's (on the stream current at the dispatch)."""
         pending = [native]
-        del native
-        # The hook's kernels follow the dispatch's: on the stream current then.
+        waiting[number] = pending
         launch = (kind.torch.cuda.current_stream(kind.device)
-                  if return_recv_hook and kind.torch is not None and kind.device.type == "cuda"
-                  else None)
+                  if kind.torch is not None and kind.device.type == "cuda" else None)
 
         def receive() -> None:
             if not pending:
                 raise Error("low_latency_dispatch: the receive hook was already called")
-            native = pending.pop()
+            received = pending.pop()
             waiting.pop(number, None)
-            if native.has_recv_hook:
-                # The stream current when the hook runs, behind the dispatch's.
+            if received.has_recv_hook:
                 kind.order_after_producer(buffer, after=launch)
-                native.recv_hook()
+                received.recv_hook()
             if stats is not None:
-                if comm is not None:  # behind the kernels, on their stream
-                    with kind.torch.cuda.stream(comm):
-                        stats.add_(recv_count)
-                elif kind.torch is not None:
-                    stats.add_(recv_count)
-                else:
-                    np.add(stats, recv_count, out=stats)
+                self._count_received(kind, None, stats, recv_count)
 
-        handle = LowLatencyHandle((src_info, layout_range, max_tokens, int(x.shape[1]),
-                                   num_experts), pending[0].handle, buffer)
-        handle.recv_count = recv_count  # the combine reads it too (its kernels do)
-        hook: Optional[Callable[[], None]] = None
-        if return_recv_hook:
-            hook = receive
-            waiting[number] = pending
+        return receive
+
+    @staticmethod
+    def _count_received(kind: _Kind, comm: Any, stats: Tensor, recv_count: Tensor) -> None:
+        """cumulative_local_expert_recv_stats += recv_count, behind the
+        receive kernels (on `comm` when they ran there)."""
+        if comm is not None:
+            with kind.torch.cuda.stream(comm):
+                stats.add_(recv_count)
+        elif kind.torch is not None:
+            stats.add_(recv_count)
         else:
-            receive()
-        event = kind.finish_on(comm, async_finish, (x, topk_idx, cost, stats, recv_x, recv_scales,
-                                                    recv_count, src_info, layout_range))
-        return ((recv_x, recv_scales) if use_fp8 else recv_x, recv_count, handle, event, hook)
+            np.add(stats, recv_count, out=stats)
 
     def _ll_outputs(self, kind: _Kind, buffer: _courier.EpBuffer, x: Tensor, max_tokens: int,
                     num_experts: int, use_fp8: bool, use_ue8m0: bool,
-                    parity: int) -> Tuple[Tuple[Any, ...], Tuple[Any, ...]]:
+                    parity: int) -> Tuple[Tuple[Any, ...], int]:
         """The low-latency dispatch outputs: (recv_x,
         recv_scales as DeepEP lays them out (column-major; None without
-        FP8), recv_count, src_info, layout_range) and what to pass the native
-        call. Made once per native Buffer (its shape), UE8M0 or not, and
-        parity of its calls, as its receive buffers are: a dispatch's
-        outputs are reused by that Buffer's dispatch after next
-        (docs/python.md)."""
-        ranks = self.group_size
-        hidden = int(x.shape[1])
-        dtype = "float8_e4m3fn" if use_fp8 else _dtype_name(x)
+        FP8), recv_count, src_info, layout_range) and the native Buffer's
+        outputs slot they are bound to. Made once per native Buffer (its
+        shape), UE8M0 or not, and parity of its calls, as its receive
+        buffers are: a dispatch's outputs are reused by that Buffer's
+        dispatch after next (docs/python.md)."""
         device = kind.device if kind.torch is not None else "numpy"
         key = (buffer, device, use_ue8m0, parity)
         cache = self._ll_out
         made = cache.get(key)
         if made is None:
+            ranks = self.group_size
+            hidden = int(x.shape[1])
+            dtype = "float8_e4m3fn" if use_fp8 else _dtype_name(x)
             L, N = num_experts // ranks, ranks * max_tokens
             recv_x, x_arg = kind.output((L, N, hidden), dtype)
             recv_scales = scales_arg = None
@@ -1364,8 +1375,13 @@ class Buffer:
             recv_count, count_arg = kind.output((L,), "int32")
             src_info, src_arg = kind.output((L, N), "int32")
             layout_range, range_arg = kind.output((L, ranks), "int64")
-            made = ((recv_x, recv_scales, recv_count, src_info, layout_range),
-                    (x_arg, scales_arg, count_arg, src_arg, range_arg))
+            # Imported by the native Buffer once, not at every call.
+            slot = 2 * int(use_ue8m0) + parity
+            buffer.bind_low_latency_outputs(
+                slot, _to_courier(x_arg, "out_x"), _to_courier(scales_arg, "out_x_scales"),
+                _to_courier(count_arg, "out_count"), _to_courier(src_arg, "out_src_info"),
+                _to_courier(range_arg, "out_layout_range"))
+            made = ((recv_x, recv_scales, recv_count, src_info, layout_range), slot)
             cache[key] = made
         return made
 
@@ -1489,16 +1505,22 @@ class Buffer:
         kind.order_after_producer(handle.buffer, comm=comm, after=self._comm_to_follow(kind, comm))
         # Summed straight into the result (DeepEP's combined_x is a new
         # tensor per call too): nothing copied, nothing read on the host.
-        if out is None:
+        if out is None and kind.torch is not None:
+            out = out_arg = kind.torch.empty((topk_idx.shape[0], x.shape[-1]), dtype=x.dtype,
+                                             device=kind.device)
+        elif out is None:
             out, out_arg = kind.output((int(topk_idx.shape[0]), int(x.shape[-1])), _dtype_name(x))
         else:
             out_arg = out
         # The wait costs are measured on the proxy path only (docs/python.md).
-        cost = combine_wait_recv_cost_stats if handle.buffer.transport == "proxy" else None
+        cost = (combine_wait_recv_cost_stats if combine_wait_recv_cost_stats is not None
+                and handle.buffer.transport == "proxy" else None)
         handle.buffer.low_latency_combine(
             _to_courier(x, "x"), _to_courier(topk_idx, "topk_idx"),
             _to_courier(topk_weights, "topk_weights"), handle.native, use_logfmt=bool(use_logfmt),
-            wait_cost_stats=_to_courier(cost, "combine_wait_recv_cost_stats"),
+            wait_cost_stats=None if cost is None else _to_courier(
+                cost, "combine_wait_recv_cost_stats"),
             out=_to_courier(out_arg, "out"))
-        event = kind.finish_on(comm, async_finish, (x, topk_idx, topk_weights, cost, out))
+        event = (kind.event(async_finish) if comm is None else
+                 kind.finish_on(comm, async_finish, (x, topk_idx, topk_weights, cost, out)))
         return out, event, ((lambda: None) if return_recv_hook else None)

@@ -6,6 +6,7 @@
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
+#include <array>
 #include <functional>
 #include <memory>
 #include <string>
@@ -49,12 +50,45 @@ class EpBuffer {
                            "(or copy them) first");
     }
     std::unique_ptr<ep::Buffer> buffer = std::move(buffer_);
-    nb::gil_scoped_release released;
-    buffer.reset();
+    {
+      nb::gil_scoped_release released;
+      buffer.reset();
+    }
+    for (BoundOutputs& bound : ll_bound_) bound = {};  // their producers need the GIL
+  }
+
+  // Low-latency dispatch outputs imported once and kept (with the tensors
+  // they come from) for the calls that name their slot: importing five
+  // tensors per call cost microseconds of host time each.
+  static constexpr int kBoundSlots = 4;
+  struct BoundOutputs {
+    ImportedTensor x, scales, count, src, range;
+  };
+  void bind_ll_outputs(int slot, BoundOutputs outputs) {
+    get("bind_low_latency_outputs");
+    ll_bound_.at(checked_slot(slot, "bind_low_latency_outputs")) = std::move(outputs);
+  }
+  ep::LowLatencyOutputs ll_outputs(int slot) const {
+    const BoundOutputs& b = ll_bound_.at(checked_slot(slot, "low_latency_dispatch"));
+    if (b.x.get() == nullptr) {
+      throw courier::Error("low_latency_dispatch: outputs slot " + std::to_string(slot) +
+                           " has no tensors bound (bind_low_latency_outputs)");
+    }
+    return {b.x.get(), b.scales.get(), b.count.get(), b.src.get(), b.range.get()};
   }
 
  private:
+  static size_t checked_slot(int slot, const char* call) {
+    if (slot < 0 || slot >= kBoundSlots) {
+      throw courier::Error(std::string(call) + ": outputs slot " + std::to_string(slot) +
+                           " is not in 0.." + std::to_string(kBoundSlots - 1));
+    }
+    return static_cast<size_t>(slot);
+  }
+
   nb::object context_;
+  // Before buffer_: destroyed after it, once its kernels stopped writing.
+  std::array<BoundOutputs, kBoundSlots> ll_bound_;
   std::unique_ptr<ep::Buffer> buffer_;
   LiveViews live_ = std::make_shared<std::atomic<int>>(0);
 };
@@ -162,7 +196,7 @@ LowLatencyOutput* low_latency_dispatch(nb::handle self, nb::handle x, nb::handle
                                        nb::handle wait_cost_stats, const std::string& scales_layout,
                                        nb::handle out_x, nb::handle out_x_scales,
                                        nb::handle out_count, nb::handle out_src_info,
-                                       nb::handle out_layout_range) {
+                                       nb::handle out_layout_range, int outputs) {
   EpBuffer& owner = self_of(self);
   ep::Buffer& buffer = owner.get("low_latency_dispatch");
   ImportedTensor tx(x, "low_latency_dispatch: x"), ti(topk_idx, "low_latency_dispatch: topk_idx"),
@@ -181,18 +215,28 @@ LowLatencyOutput* low_latency_dispatch(nb::handle self, nb::handle x, nb::handle
   args.return_recv_hook = return_recv_hook;
   args.scales_layout = scales_layout_of(scales_layout);
   args.out = {ox.get(), os.get(), oc.get(), oi.get(), orange.get()};
+  if (outputs >= 0) {
+    if (args.out.x != nullptr || args.out.x_scales != nullptr || args.out.count != nullptr ||
+        args.out.src_info != nullptr || args.out.layout_range != nullptr) {
+      throw courier::Error("low_latency_dispatch: pass out_* tensors or an outputs slot, not both");
+    }
+    args.out = owner.ll_outputs(outputs);
+  }
   ep::LowLatencyDispatchResult result;
   {
     nb::gil_scoped_release released;
     result = buffer.low_latency_dispatch(args);
   }
   auto* out = new LowLatencyOutput;
-  out->packed_recv_x = make_tensor_ref(result.packed_recv_x, self, owner.live());
-  out->packed_recv_x_scales = make_tensor_ref(result.packed_recv_x_scales, self, owner.live());
-  out->packed_recv_count = make_tensor_ref(result.packed_recv_count, self, owner.live());
-  out->packed_recv_src_info = make_tensor_ref(result.packed_recv_src_info, self, owner.live());
-  out->packed_recv_layout_range =
-      make_tensor_ref(result.packed_recv_layout_range, self, owner.live());
+  // Views only of the Buffer's own outputs: the caller holds its tensors.
+  if (args.out.x == nullptr) {
+    out->packed_recv_x = make_tensor_ref(result.packed_recv_x, self, owner.live());
+    out->packed_recv_x_scales = make_tensor_ref(result.packed_recv_x_scales, self, owner.live());
+    out->packed_recv_count = make_tensor_ref(result.packed_recv_count, self, owner.live());
+    out->packed_recv_src_info = make_tensor_ref(result.packed_recv_src_info, self, owner.live());
+    out->packed_recv_layout_range =
+        make_tensor_ref(result.packed_recv_layout_range, self, owner.live());
+  }
   out->handle = std::move(result.handle);
   out->buffer = nb::borrow(self);
   out->recv_hook = std::move(result.recv_hook);
@@ -368,12 +412,33 @@ void bind_ep(nb::module_& m) {
            nb::arg("scales_layout") = "row_major", nb::arg("out_x") = nb::none(),
            nb::arg("out_x_scales") = nb::none(), nb::arg("out_count") = nb::none(),
            nb::arg("out_src_info") = nb::none(), nb::arg("out_layout_range") = nb::none(),
-           nb::rv_policy::take_ownership,
+           nb::arg("outputs") = -1, nb::rv_policy::take_ownership,
            "Collective low-latency dispatch into per-expert rows (round_scale: power-of-two "
            "FP8 scales; wait_cost_stats: [ranks] int64 that gains the nanoseconds waited for "
            "each rank, proxy path only; scales_layout: row_major, column_major or ue8m0 "
            "(GPU ABI 1.10); out_*: the caller's tensors to receive into, all or none "
-           "(out_x_scales in its storage layout, ep.hpp LowLatencyOutputs)).")
+           "(out_x_scales in its storage layout, ep.hpp LowLatencyOutputs); outputs: the slot "
+           "of tensors bound with bind_low_latency_outputs instead of out_*). With the caller's "
+           "outputs the result's views are None.")
+      .def(
+          "bind_low_latency_outputs",
+          [](EpBuffer& b, int slot, nb::handle out_x, nb::handle out_x_scales,
+             nb::handle out_count, nb::handle out_src_info, nb::handle out_layout_range) {
+            const char* n = "bind_low_latency_outputs: ";
+            EpBuffer::BoundOutputs bound{
+                ImportedTensor(out_x, (std::string(n) + "out_x").c_str()),
+                ImportedTensor(out_x_scales, (std::string(n) + "out_x_scales").c_str()),
+                ImportedTensor(out_count, (std::string(n) + "out_count").c_str()),
+                ImportedTensor(out_src_info, (std::string(n) + "out_src_info").c_str()),
+                ImportedTensor(out_layout_range, (std::string(n) + "out_layout_range").c_str())};
+            b.bind_ll_outputs(slot, std::move(bound));
+          },
+          nb::arg("slot"), nb::arg("out_x").none(), nb::arg("out_x_scales").none(),
+          nb::arg("out_count").none(), nb::arg("out_src_info").none(),
+          nb::arg("out_layout_range").none(),
+          "Import low-latency dispatch outputs once, for the calls that pass outputs=slot "
+          "(0..3); the tensors stay referenced until they are rebound or the Buffer closes. "
+          "Checked at each call, as out_* are.")
       .def("low_latency_combine", &low_latency_combine, nb::arg("x"), nb::arg("topk_idx"),
            nb::arg("topk_weights"), nb::arg("handle"), nb::arg("use_logfmt") = false,
            nb::arg("wait_cost_stats") = nb::none(), nb::arg("out") = nb::none(),
