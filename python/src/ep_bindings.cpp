@@ -422,8 +422,8 @@ void bind_ep(nb::module_& m) {
            "outputs the result's views are None.")
       .def(
           "bind_low_latency_outputs",
-          [](EpBuffer& b, int slot, nb::handle out_x, nb::handle out_x_scales,
-             nb::handle out_count, nb::handle out_src_info, nb::handle out_layout_range) {
+          [](EpBuffer& b, int slot, nb::handle out_x, nb::handle out_x_scales, nb::handle out_count,
+             nb::handle out_src_info, nb::handle out_layout_range) {
             const char* n = "bind_low_latency_outputs: ";
             EpBuffer::BoundOutputs bound{
                 ImportedTensor(out_x, (std::string(n) + "out_x").c_str()),
