@@ -100,8 +100,10 @@ struct DispatchOutput {
 };
 
 struct LowLatencyOutput {
-  nb::object packed_recv_x, packed_recv_x_scales, packed_recv_count, packed_recv_src_info,
-      packed_recv_layout_range;
+  // None when the call wrote into the caller's tensors.
+  nb::object packed_recv_x = nb::none(), packed_recv_x_scales = nb::none(),
+             packed_recv_count = nb::none(), packed_recv_src_info = nb::none(),
+             packed_recv_layout_range = nb::none();
   ep::LowLatencyHandle handle;
   nb::object buffer;                // the EpBuffer, for recv_hook
   std::function<void()> recv_hook;  // empty once called, or when not asked for

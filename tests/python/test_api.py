@@ -385,6 +385,38 @@ def test_low_latency_results_are_written_in_place(buffer: deep_ep.Buffer) -> Non
     assert scales.shape == (4, 16, 1) and scales.strides[1] == 4
 
 
+def test_low_latency_outputs_bound_once(buffer: deep_ep.Buffer) -> None:
+    """EpBuffer.bind_low_latency_outputs: a set of outputs imported once and
+    named by its slot at each call receives like out_* tensors; a slot out
+    of range, an empty slot, or a slot together with out_* is refused,
+    naming it."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    x = (np.arange(2 * 128, dtype=np.float32).reshape(2, 128) % 7).astype(ml_dtypes.bfloat16)
+    idx = np.array([[0, 1], [2, -1]], np.int64)
+    buffer.low_latency_dispatch(x, idx, 16, 4, use_fp8=False)  # makes the native Buffer
+    native = next(iter(buffer._ll.values()))
+    out_x = np.zeros((4, 16, 128), ml_dtypes.bfloat16)
+    count = np.full(4, -1, np.int32)
+    src = np.zeros((4, 16), np.int32)
+    ranges = np.zeros((4, 1), np.int64)
+    view = courier.DtypeView(out_x.view(np.uint16), "bfloat16")
+    native.bind_low_latency_outputs(3, view, None, count, src, ranges)
+    del view
+    bits = courier.DtypeView(x.view(np.uint16), "bfloat16")
+    result = native.low_latency_dispatch(bits, idx, outputs=3)
+    assert result.packed_recv_x is None  # the caller holds its tensors
+    assert count.tolist() == [1, 1, 1, 0]
+    assert np.array_equal(out_x[0, 0].astype(np.float32), x[0].astype(np.float32))
+    with pytest.raises(courier.Error, match="outputs slot 4 is not in 0..3"):
+        native.bind_low_latency_outputs(4, None, None, None, None, None)
+    with pytest.raises(courier.Error, match="outputs slot 2 has no tensors bound"):
+        native.low_latency_dispatch(courier.DtypeView(x.view(np.uint16), "bfloat16"), idx,
+                                    outputs=2)
+    with pytest.raises(courier.Error, match="out_\\* tensors or an outputs slot, not both"):
+        native.low_latency_dispatch(courier.DtypeView(x.view(np.uint16), "bfloat16"), idx,
+                                    out_count=count, outputs=3)
+
+
 class _FakeCuda:
     """torch.cuda as _comm_to_follow sees it: a current raw stream per
     device and which streams are being captured."""
