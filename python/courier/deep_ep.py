@@ -81,16 +81,27 @@ def _to_dlpack(tensor: Any) -> Any:
     return _torch_module().utils.dlpack.to_dlpack(tensor)
 
 
+def _exchanges(tensor_type: type) -> bool:
+    """Whether the bridge takes tensors of this type through DLPack's C
+    exchange API (torch 2.10 and later publish it on torch.Tensor)."""
+    return (hasattr(tensor_type, "__dlpack_c_exchange_api__")
+            or hasattr(tensor_type, "__c_dlpack_exchange_api__"))
+
+
 def _to_courier(tensor: Optional[Tensor], name: str) -> Any:
-    """What the C++ bridge reads, for one call: a torch tensor's DLPack
-    capsule (torch's to_dlpack: its __dlpack__ spends microseconds per
-    tensor on stream bookkeeping Courier does itself), a numpy array (it has
-    __dlpack__), or a DtypeView of the bits where the framework cannot
-    export the dtype. A DtypeView passes as it is."""
+    """What the C++ bridge reads, for one call: a torch tensor itself where
+    torch publishes DLPack's C exchange API (the bridge takes it in tens of
+    nanoseconds, without a Python call), else its DLPack capsule (torch's
+    to_dlpack: its __dlpack__ spends microseconds per tensor on stream
+    bookkeeping Courier does itself); a numpy array (it has __dlpack__); or
+    a DtypeView of the bits where the framework cannot export the dtype. A
+    DtypeView passes as it is."""
     if tensor is None or isinstance(tensor, _courier.DtypeView):
         return tensor
     if _is_torch(tensor):
         torch = _torch_module()
+        if _exchanges(torch.Tensor):
+            return tensor
         if tensor.requires_grad:
             tensor = tensor.detach()  # torch exports no tensor that requires grad
         if tensor.dtype == torch.float8_e4m3fn:
@@ -1355,7 +1366,9 @@ class Buffer:
         buffers are: a dispatch's outputs are reused by that Buffer's
         dispatch after next (docs/python.md)."""
         device = kind.device if kind.torch is not None else "numpy"
-        key = (buffer, device, use_ue8m0, parity)
+        # x's dtype too: a call refused for its dtype leaves no outputs of
+        # that dtype for the next one.
+        key = (buffer, device, use_ue8m0, parity, None if use_fp8 else x.dtype)
         cache = self._ll_out
         made = cache.get(key)
         if made is None:
@@ -1375,8 +1388,11 @@ class Buffer:
             recv_count, count_arg = kind.output((L,), "int32")
             src_info, src_arg = kind.output((L, N), "int32")
             layout_range, range_arg = kind.output((L, ranks), "int64")
-            # Imported by the native Buffer once, not at every call.
+            # Imported by the native Buffer once, not at every call; a set
+            # bound to the slot before is dropped.
             slot = 2 * int(use_ue8m0) + parity
+            for old in [k for k, v in cache.items() if k[0] is buffer and v[1] == slot]:
+                del cache[old]
             buffer.bind_low_latency_outputs(
                 slot, _to_courier(x_arg, "out_x"), _to_courier(scales_arg, "out_x_scales"),
                 _to_courier(count_arg, "out_count"), _to_courier(src_arg, "out_src_info"),

@@ -103,9 +103,27 @@ ImportedTensor::ImportedTensor(nb::handle object, const char* name) {
     reinterpreted = nb::inst_ptr<DtypeView>(object);
     source = reinterpreted->tensor;
   }
-  // A DLPack capsule as it is (courier.deep_ep passes torch's to_dlpack:
-  // torch's __dlpack__ costs microseconds of stream bookkeeping per tensor,
-  // and the caller orders the streams itself), else the object's __dlpack__.
+  // Through the type's C exchange API where it has one (tens of
+  // nanoseconds, no Python call); else a DLPack capsule as it is (torch's
+  // to_dlpack: its __dlpack__ costs microseconds of stream bookkeeping per
+  // tensor, and the caller orders the streams itself), else __dlpack__.
+  if (const dlpack_exchange::Api* api = dlpack_exchange::api_of(source.ptr())) {
+    dlpack_exchange::ManagedTensor* managed = nullptr;
+    if (api->managed_tensor_from_py_object_no_sync(source.ptr(), &managed) != 0 ||
+        managed == nullptr) {
+      nb::python_error error;  // takes the exception the producer set
+      throw courier::Error(std::string(name) + ": the tensor cannot be exported (" + error.what() +
+                           ")");
+    }
+    versioned_ = managed;
+    tensor_ = managed->dl_tensor;
+    // DLPack 1.x names FP8 e4m3fn; Courier's 0.6 dtypes call it float 8.
+    if (tensor_.dtype.code == dlpack_exchange::kFloat8E4m3fnCode && tensor_.dtype.bits == 8) {
+      tensor_.dtype = {kDLFloat, 8, 1};
+    }
+    reinterpret(reinterpreted, name);
+    return;
+  }
   nb::object capsule;
   if (PyCapsule_CheckExact(source.ptr())) {
     capsule = nb::borrow(source);
@@ -127,15 +145,18 @@ ImportedTensor::ImportedTensor(nb::handle object, const char* name) {
   PyCapsule_SetName(capsule.ptr(), kUsedCapsuleName);
   managed_ = managed;
   tensor_ = managed->dl_tensor;
-  if (reinterpreted != nullptr) {
-    if (tensor_.dtype.bits != reinterpreted->dtype.bits || tensor_.dtype.lanes != 1) {
-      const std::string have = dtype_name(tensor_.dtype);
-      release();
-      throw courier::Error(std::string(name) + ": cannot view " + have + " as " +
-                           dtype_name(reinterpreted->dtype) + " (the widths differ)");
-    }
-    tensor_.dtype = reinterpreted->dtype;
+  reinterpret(reinterpreted, name);
+}
+
+void ImportedTensor::reinterpret(const DtypeView* view, const char* name) {
+  if (view == nullptr) return;
+  if (tensor_.dtype.bits != view->dtype.bits || tensor_.dtype.lanes != 1) {
+    const std::string have = dtype_name(tensor_.dtype);
+    release();
+    throw courier::Error(std::string(name) + ": cannot view " + have + " as " +
+                         dtype_name(view->dtype) + " (the widths differ)");
   }
+  tensor_.dtype = view->dtype;
 }
 
 ImportedTensor::ImportedTensor(ImportedTensor&& other) noexcept { *this = std::move(other); }
@@ -144,6 +165,7 @@ ImportedTensor& ImportedTensor::operator=(ImportedTensor&& other) noexcept {
   if (this != &other) {
     release();
     managed_ = std::exchange(other.managed_, nullptr);
+    versioned_ = std::exchange(other.versioned_, nullptr);
     tensor_ = other.tensor_;
   }
   return *this;
@@ -154,6 +176,8 @@ ImportedTensor::~ImportedTensor() { release(); }
 void ImportedTensor::release() {
   DLManagedTensor* managed = std::exchange(managed_, nullptr);
   if (managed != nullptr && managed->deleter != nullptr) managed->deleter(managed);
+  dlpack_exchange::ManagedTensor* versioned = std::exchange(versioned_, nullptr);
+  if (versioned != nullptr && versioned->deleter != nullptr) versioned->deleter(versioned);
 }
 
 TensorRef::TensorRef(const ep::TensorView& view, nb::object owner, LiveViews live)

@@ -19,6 +19,7 @@
 #include <string>
 
 #include "courier/ep.hpp"
+#include "python/src/dlpack_exchange.hpp"
 
 namespace courier::python {
 
@@ -36,8 +37,9 @@ class ImportedTensor {
  public:
   ImportedTensor() = default;
   // None gives an empty ImportedTensor (get() is nullptr). Anything else
-  // must offer __dlpack__ (or be a DtypeView of such an object); `name`
-  // names the argument in errors. Needs the GIL.
+  // must publish DLPack's C exchange API on its type (torch.Tensor), offer
+  // __dlpack__, or be a DLPack capsule (or a DtypeView of one of those);
+  // `name` names the argument in errors. Needs the GIL.
   ImportedTensor(nanobind::handle object, const char* name);
   ImportedTensor(ImportedTensor&& other) noexcept;
   ImportedTensor& operator=(ImportedTensor&& other) noexcept;
@@ -46,11 +48,18 @@ class ImportedTensor {
   // Returns the tensor to its producer; needs the GIL.
   ~ImportedTensor();
 
-  const DLTensor* get() const { return managed_ != nullptr ? &tensor_ : nullptr; }
+  const DLTensor* get() const {
+    return managed_ != nullptr || versioned_ != nullptr ? &tensor_ : nullptr;
+  }
 
  private:
   void release();
-  DLManagedTensor* managed_ = nullptr;
+  // The bits as `view`'s dtype (none: unchanged); releases and throws if
+  // the widths differ.
+  void reinterpret(const DtypeView* view, const char* name);
+  DLManagedTensor* managed_ = nullptr;  // from a capsule
+  // From the producer's C exchange API (dlpack_exchange.hpp).
+  dlpack_exchange::ManagedTensor* versioned_ = nullptr;
   DLTensor tensor_{};
 };
 

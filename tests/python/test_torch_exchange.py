@@ -1,0 +1,84 @@
+"""torch tensors through DLPack's C exchange API (torch 2.10 and later publish
+it on torch.Tensor): courier.deep_ep hands the tensors themselves to the
+bridge, which takes them without a Python call. One rank on the host
+backend, CPU tensors; skipped where torch is not installed, or publishes no
+exchange API (then the capsule path runs, which test_api.py covers)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from courier import deep_ep
+
+torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.skipif(
+    not deep_ep._exchanges(torch.Tensor), reason="this torch publishes no DLPack C exchange API")
+
+
+@pytest.fixture(scope="module")
+def buffer() -> deep_ep.Buffer:
+    mp = pytest.MonkeyPatch()
+    from conftest import HOST_ENV
+
+    for name, value in HOST_ENV.items():
+        mp.setenv(name, value)
+    rdma = deep_ep.Buffer.get_low_latency_rdma_size_hint(16, 128, 1, 4)
+    made = deep_ep.Buffer(None, num_rdma_bytes=rdma, low_latency_mode=True,
+                          explicitly_destroy=True)
+    yield made
+    made.destroy()
+    mp.undo()
+
+
+def inputs():
+    x = (torch.arange(2 * 128, dtype=torch.float32).reshape(2, 128) % 7).to(torch.bfloat16)
+    idx = torch.tensor([[0, 1], [2, -1]], dtype=torch.int64)
+    w = torch.tensor([[0.5, 0.25], [1.0, 0.0]], dtype=torch.float32)
+    return x, idx, w
+
+
+def test_tensors_cross_as_themselves() -> None:
+    x, _, _ = inputs()
+    assert deep_ep._to_courier(x, "x") is x
+
+
+def test_low_latency_round_trip_through_the_exchange_api(buffer: deep_ep.Buffer) -> None:
+    """BF16 and FP8 dispatch and a combine, every tensor taken through the
+    exchange API (FP8 arrives with DLPack 1.x's float8_e4m3fn code), the
+    results as the data says: each expert's row, the weighted sum back."""
+    x, idx, w = inputs()
+    x.requires_grad_(True)  # taken as it is: no detach needed
+    recv, count, handle, _, _ = buffer.low_latency_dispatch(x, idx, 16, 4, use_fp8=False)
+    assert count.tolist() == [1, 1, 1, 0]
+    assert torch.equal(recv[0, 0], x[0].detach())
+    assert torch.equal(recv[2, 0], x[1].detach())
+    combined, _, _ = buffer.low_latency_combine(recv, idx, w, handle)
+    want = x.detach().float() * torch.tensor([[0.75], [1.0]])
+    assert torch.equal(combined.float(), want)
+    fp8, _, _, _, _ = buffer.low_latency_dispatch(x.detach(), idx, 16, 4, use_fp8=True)
+    values, scales = fp8
+    assert values.dtype == torch.float8_e4m3fn
+    decoded = values[0, 0].float() * scales[0, 0].repeat_interleave(128)
+    assert torch.allclose(decoded, x[0].detach().float(), rtol=2.0**-4)
+
+
+def test_a_wrong_tensor_is_named(buffer: deep_ep.Buffer) -> None:
+    x, idx, _ = inputs()
+    with pytest.raises(Exception, match="x: dtype float16"):
+        buffer.low_latency_dispatch(x.to(torch.float16), idx, 16, 4, use_fp8=False)
+    with pytest.raises(Exception, match="topk_idx"):
+        buffer.low_latency_dispatch(x, idx.to(torch.int32), 16, 4, use_fp8=False)
+
+
+def test_numpy_and_torch_agree(buffer: deep_ep.Buffer) -> None:
+    """The same dispatch from numpy (capsules) and torch (exchange API)."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    x, idx, _ = inputs()
+    recv_t, count_t, _, _, _ = buffer.low_latency_dispatch(x, idx, 16, 4, use_fp8=False)
+    got_t = [recv_t[e, :c].float().numpy().copy() for e, c in enumerate(count_t.tolist())]
+    xn = x.float().numpy().astype(ml_dtypes.bfloat16)
+    recv_n, count_n, _, _, _ = buffer.low_latency_dispatch(xn, idx.numpy(), 16, 4, use_fp8=False)
+    assert count_n.tolist() == count_t.tolist()
+    for e, c in enumerate(count_n.tolist()):
+        assert np.array_equal(recv_n[e, :c].astype(np.float32), got_t[e])
