@@ -11,13 +11,15 @@ overhead per call:
   GB/s                bytes of the bfloat16 rows (FP8 rows with their scales for ll --fp8)
                       this rank sends to other ranks / median, measured on rank 0
   c++ us              median time spent inside the library's native calls during one call
-  py us               median Python overhead per call: the wrapper's wall time (until it
-                      returns) minus the time inside its native calls
+  py us               median Python overhead per call: the median host time of the call
+                      (until it returns) minus the median time inside its native calls
 
-The native time is measured by wrapping, for the duration of the run, the callables of
-`courier`'s extension module (`courier._*`): the methods of its classes and its functions
-(also where `courier.deep_ep` imported them). If a call reaches none of them, its native
-and Python columns say "-".
+The native time is measured by wrapping the callables of `courier`'s extension module
+(`courier._*`): the methods of its classes and its functions (also where
+`courier.deep_ep` imported them). The wrappers cost host time of their own, so they are
+in place for every other timed iteration only: those give the c++ column, the others the
+wall time and the host time of the call (each over half the iterations). If a call
+reaches none of the native callables, its native and Python columns say "-".
 
 One process per GPU, started by torchrun (NCCL for the group):
     torchrun --nproc-per-node 2 tools/deep_ep_bench.py --mode both \\
@@ -88,8 +90,9 @@ def parse_args(argv: List[str]) -> argparse.Namespace:
         args.ht_tokens = args.ll_tokens = args.tokens
     if args.experts:
         args.ht_experts = args.ll_experts = args.experts
-    if args.iters < 1 or args.warmup < 0:
-        fail("--iters must be at least 1 and --warmup at least 0")
+    if args.iters < 2 or args.warmup < 0:
+        fail("--iters must be at least 2 (half of them time the native calls) and --warmup at "
+             "least 0")
     if args.hidden < 1 or args.topk < 1:
         fail("--hidden and --topk must be positive")
     if args.fp8 and args.hidden % 128 != 0:
@@ -144,12 +147,13 @@ class NativeTiming:
     """Times every native call `courier.deep_ep` can make: the methods of the extension
     module's classes (patched on the classes, so the Buffers the wrapper makes later are
     covered too) and its functions (also where `courier.deep_ep` imported them).
-    undo() restores everything."""
+    Made installed; undo() restores everything, install() puts the wrappers back."""
 
     def __init__(self, deep_ep: types.ModuleType, clock: NativeClock):
         self.classes = 0
         self.functions = 0
         self._undo: List[Callable[[], None]] = []
+        self._redo: List[Callable[[], None]] = []
         extensions = [m for name, m in list(sys.modules.items())
                       if name.startswith(EXTENSION_PREFIX) and isinstance(m, types.ModuleType)]
         for module in extensions:
@@ -182,11 +186,16 @@ class NativeTiming:
         except (AttributeError, TypeError):
             return False  # read-only: left untimed ("-" if a call reaches nothing else)
         self._undo.append(lambda: setattr(owner, name, old))
+        self._redo.append(lambda: setattr(owner, name, new))
         return True
 
     def undo(self) -> None:
-        while self._undo:
-            self._undo.pop()()
+        for restore in reversed(self._undo):
+            restore()
+
+    def install(self) -> None:
+        for wrap in self._redo:
+            wrap()
 
 
 # ---------------------------------------------------------------- measurement
@@ -196,8 +205,8 @@ class NativeTiming:
 class Series:
     phase: str
     wall_us: List[float] = field(default_factory=list)  # call until GPU work done
-    native_us: List[float] = field(default_factory=list)
-    overhead_us: List[float] = field(default_factory=list)
+    native_us: List[float] = field(default_factory=list)  # iterations with the wrappers
+    host_us: List[float] = field(default_factory=list)  # call until it returns, without
     native_seen: bool = True
     bytes: float = 0.0
 
@@ -213,15 +222,20 @@ def median(values: List[float]) -> float:
 
 
 class Timer:
-    def __init__(self, group, device: torch.device, clock: NativeClock):
-        self.group, self.device, self.clock = group, device, clock
+    """Times one call per __call__; `wrapped` says whether the native wrappers are in
+    place for it (then only its native time is kept)."""
+
+    def __init__(self, group, device: torch.device, clock: NativeClock, timing: NativeTiming):
+        self.group, self.device, self.clock, self.timing = group, device, clock, timing
 
     def sync(self) -> None:
         if self.device.type == "cuda":
             torch.cuda.synchronize()
 
-    def __call__(self, series: Series, record: bool, call: Callable[[], Any]) -> Any:
+    def __call__(self, series: Series, record: bool, call: Callable[[], Any],
+                 wrapped: bool) -> Any:
         # As courier-bench: every rank starts the call together.
+        (self.timing.install if wrapped else self.timing.undo)()
         dist.barrier(group=self.group)
         self.sync()
         self.clock.take()
@@ -231,11 +245,12 @@ class Timer:
         self.sync()
         done = time.perf_counter()
         native, calls = self.clock.take()
-        if record:
-            series.wall_us.append((done - start) * 1e6)
+        if record and wrapped:
             series.native_us.append(native * 1e6)
-            series.overhead_us.append(((returned - start) - native) * 1e6)
             series.native_seen = series.native_seen and calls > 0
+        elif record:
+            series.wall_us.append((done - start) * 1e6)
+            series.host_us.append((returned - start) * 1e6)
         return result
 
 
@@ -277,11 +292,11 @@ def bench_ht(deep_ep, args, env, timer) -> List[Dict[str, Any]]:
         d = Series("dispatch", bytes=dispatch_bytes)
         c = Series("combine", bytes=combine_bytes)
         for i in range(args.warmup + args.iters):
-            record = i >= args.warmup
+            record, wrapped = i >= args.warmup, i % 2 == 0
             recv_x, _, _, _, handle, _ = timer(d, record, lambda: buffer.dispatch(
                 x, num_tokens_per_rank=per_rank, is_token_in_rank=in_rank,
-                num_tokens_per_expert=per_expert, topk_idx=idx, topk_weights=weights))
-            timer(c, record, lambda: buffer.combine(recv_x, handle))
+                num_tokens_per_expert=per_expert, topk_idx=idx, topk_weights=weights), wrapped)
+            timer(c, record, lambda: buffer.combine(recv_x, handle), wrapped)
             del recv_x, handle
         rows += [summarize("ht", tokens, s, args) for s in (d, c)]
     del buffer
@@ -314,10 +329,10 @@ def bench_ll(deep_ep, args, env, timer) -> List[Dict[str, Any]]:
         d = Series("dispatch", bytes=dispatch_bytes)
         c = Series("combine", bytes=combine_bytes)
         for i in range(args.warmup + args.iters):
-            record = i >= args.warmup
+            record, wrapped = i >= args.warmup, i % 2 == 0
             _, _, handle, _, _ = timer(d, record, lambda: buffer.low_latency_dispatch(
-                x, idx, T_max, experts, use_fp8=args.fp8))
-            timer(c, record, lambda: buffer.low_latency_combine(y, idx, weights, handle))
+                x, idx, T_max, experts, use_fp8=args.fp8), wrapped)
+            timer(c, record, lambda: buffer.low_latency_combine(y, idx, weights, handle), wrapped)
             del handle
         rows += [summarize("ll-fp8" if args.fp8 else "ll", tokens, s, args) for s in (d, c)]
     del buffer
@@ -337,8 +352,8 @@ def summarize(mode: str, tokens: int, s: Series, args) -> Dict[str, Any]:
         "median_us": med, "p99_us": percentile(s.wall_us, 0.99),
         "gbytes_per_s": s.bytes / (med * 1e3) if med > 0 else 0.0,
         "native_median_us": median(s.native_us) if s.native_seen else None,
-        "python_overhead_us": median(s.overhead_us) if s.native_seen else None,
-        "python_overhead_p99_us": percentile(s.overhead_us, 0.99) if s.native_seen else None,
+        "host_median_us": median(s.host_us),
+        "python_overhead_us": median(s.host_us) - median(s.native_us) if s.native_seen else None,
     }
 
 
@@ -387,7 +402,7 @@ def main(argv: Optional[List[str]] = None) -> int:
            "group": dist.new_group(list(range(R)))}
     clock = NativeClock()
     timing = NativeTiming(deep_ep, clock)
-    timer = Timer(env["group"], device, clock)
+    timer = Timer(env["group"], device, clock, timing)
     rows: List[Dict[str, Any]] = []
     try:
         if args.mode in ("ht", "both"):
