@@ -111,6 +111,9 @@ ImportedTensor::ImportedTensor(nb::handle object, const char* name) {
     dlpack_exchange::ManagedTensor* managed = nullptr;
     if (api->managed_tensor_from_py_object_no_sync(source.ptr(), &managed) != 0 ||
         managed == nullptr) {
+      if (PyErr_Occurred() == nullptr) {
+        throw courier::Error(std::string(name) + ": the tensor's producer did not export it");
+      }
       nb::python_error error;  // takes the exception the producer set
       throw courier::Error(std::string(name) + ": the tensor cannot be exported (" + error.what() +
                            ")");
