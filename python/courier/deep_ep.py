@@ -126,6 +126,9 @@ class _Kind:
                             f"{type(like).__name__}")
         self.torch = _torch_module() if _is_torch(like) else None
         self.device = like.device if self.torch is not None else None
+        # The native call can read the current stream itself (DLPack's C
+        # exchange API) instead of being told it from Python.
+        self.exchanges = self.torch is not None and _exchanges(self.torch.Tensor)
 
     def wait_for_producer(self, previous_event: Optional["EventOverlap"] = None) -> None:
         """For kernels on a stream of their own: let the caller's stream
@@ -139,22 +142,30 @@ class _Kind:
 
     def order_after_producer(self, native: _courier.EpBuffer,
                              previous_event: Optional["EventOverlap"] = None,
-                             comm: Any = None, after: Any = None) -> None:
+                             comm: Any = None, after: Any = None,
+                             native_follows: bool = False) -> bool:
         """Before a call of `native`: its kernels go on the caller's current
         stream, behind the inputs' producers, behind `previous_event` (a
         wait on the GPU, not the host) and behind the stream `after` (the
         Buffer's comm stream, where earlier calls may still run); or, with
         `comm` (the Buffer's comm stream), there, behind the current
         stream's work so far. For numpy and CPU tensors, or an older GPU
-        plugin, wait_for_producer instead."""
+        plugin, wait_for_producer instead.
+
+        Returns True when the native call is to follow the current stream
+        itself (`follow_stream`): in the usual call (no comm stream, nothing
+        to follow, no event), where the caller offers that (`native_follows`)
+        and torch publishes DLPack's C exchange API."""
         if (self.torch is None or self.device.type != "cuda" or not native.can_set_stream):
             self.wait_for_producer(previous_event)
-            return
+            return False
         if comm is None and after is None and (previous_event is None or
                                                previous_event.event is None):
+            if native_follows and self.exchanges:
+                return True
             # The usual call: the raw current stream is all it takes.
             native.set_stream(self.raw_stream())
-            return
+            return False
         stream = self.torch.cuda.current_stream(self.device)
         if previous_event is not None and previous_event.event is not None:
             stream.wait_event(previous_event.event)
@@ -164,6 +175,7 @@ class _Kind:
             comm.wait_stream(stream)
             stream = comm
         native.set_stream(stream.cuda_stream)
+        return False
 
     def raw_stream(self) -> int:
         """The current CUDA stream's handle on kind's device, without making
@@ -1266,7 +1278,9 @@ class Buffer:
         comm = (self._comm_stream_of(kind) if async_finish and not return_recv_hook and
                 kind.uses_comm_stream(buffer) else None)
         # Otherwise behind what earlier calls left on the comm stream.
-        kind.order_after_producer(buffer, comm=comm, after=self._comm_to_follow(kind, comm))
+        follow = kind.order_after_producer(buffer, comm=comm,
+                                           after=self._comm_to_follow(kind, comm),
+                                           native_follows=True)
         # The wait costs are measured on the proxy path; the direct path
         # leaves them unchanged (docs/python.md).
         cost = (dispatch_wait_recv_cost_stats if dispatch_wait_recv_cost_stats is not None
@@ -1275,13 +1289,14 @@ class Buffer:
             kind, buffer, x, topk_idx, int(num_max_dispatch_tokens_per_rank), int(num_experts),
             cumulative_local_expert_recv_stats, cost, bool(use_fp8),
             bool(use_fp8) and bool(round_scale), bool(use_ue8m0), bool(async_finish),
-            bool(return_recv_hook), number, waiting, comm)
+            bool(return_recv_hook), number, waiting, comm, follow)
 
     def _low_latency_dispatch_in_place(
         self, kind: _Kind, buffer: _courier.EpBuffer, x: Tensor, topk_idx: Tensor,
         max_tokens: int, num_experts: int, stats: Optional[Tensor], cost: Optional[Tensor],
         use_fp8: bool, round_scale: bool, use_ue8m0: bool, async_finish: bool,
-        return_recv_hook: bool, number: int, waiting: Dict[int, Any], comm: Any
+        return_recv_hook: bool, number: int, waiting: Dict[int, Any], comm: Any,
+        follow: bool = False
     ) -> Tuple[Union[Tensor, Tuple[Tensor, Tensor]], Tensor, LowLatencyHandle, EventOverlap,
                Optional[Callable[[], None]]]:
         """low_latency_dispatch: one native call, the kernels writing into
@@ -1300,7 +1315,7 @@ class Buffer:
             wait_cost_stats=None if cost is None else _to_courier(
                 cost, "dispatch_wait_recv_cost_stats"),
             scales_layout=("ue8m0" if use_ue8m0 else "column_major") if use_fp8 else "row_major",
-            outputs=slot)
+            outputs=slot, follow_stream=follow)
         self._ll_dispatches = number
         self._ll_calls[buffer] = calls + 1
         handle = LowLatencyHandle((src_info, layout_range, max_tokens, int(x.shape[1]),
@@ -1518,7 +1533,9 @@ class Buffer:
         kind = _Kind(x, "low_latency_combine: x")
         comm = (self._comm_stream_of(kind) if async_finish and not return_recv_hook and
                 kind.uses_comm_stream(handle.buffer) else None)
-        kind.order_after_producer(handle.buffer, comm=comm, after=self._comm_to_follow(kind, comm))
+        follow = kind.order_after_producer(handle.buffer, comm=comm,
+                                           after=self._comm_to_follow(kind, comm),
+                                           native_follows=True)
         # Summed straight into the result (DeepEP's combined_x is a new
         # tensor per call too): nothing copied, nothing read on the host.
         if out is None and kind.torch is not None:
@@ -1536,7 +1553,7 @@ class Buffer:
             _to_courier(topk_weights, "topk_weights"), handle.native, use_logfmt=bool(use_logfmt),
             wait_cost_stats=None if cost is None else _to_courier(
                 cost, "combine_wait_recv_cost_stats"),
-            out=_to_courier(out_arg, "out"))
+            out=_to_courier(out_arg, "out"), follow_stream=follow)
         event = (kind.event(async_finish) if comm is None else
                  kind.finish_on(comm, async_finish, (x, topk_idx, topk_weights, cost, out)))
         return out, event, ((lambda: None) if return_recv_hook else None)

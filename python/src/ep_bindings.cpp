@@ -124,6 +124,30 @@ struct LowLatencyOutput {
 
 EpBuffer& self_of(nb::handle self) { return *nb::inst_ptr<EpBuffer>(self); }
 
+// follow_stream: the Buffer's kernels go on the stream current for `tensor`'s
+// device, as its framework's C exchange API says (no Python call: torch's
+// current stream from Python costs microseconds).
+void follow_current_stream(ep::Buffer& buffer, nb::handle tensor, const DLTensor* imported,
+                           const char* call) {
+  const dlpack_exchange::Api* api = dlpack_exchange::api_of(tensor.ptr());
+  if (api == nullptr || imported == nullptr) {
+    throw courier::Error(std::string(call) +
+                         ": follow_stream needs x of a type that publishes DLPack's C exchange "
+                         "API (torch 2.10 or later)");
+  }
+  void* stream = nullptr;
+  if (api->current_work_stream(imported->device.device_type, imported->device.device_id, &stream) !=
+      0) {
+    if (PyErr_Occurred() == nullptr) {
+      throw courier::Error(std::string(call) + ": the current stream cannot be read");
+    }
+    nb::python_error error;
+    throw courier::Error(std::string(call) + ": the current stream cannot be read (" +
+                         error.what() + ")");
+  }
+  buffer.set_stream(stream);
+}
+
 void get_dispatch_layout(nb::handle self, nb::handle topk_idx, int num_experts,
                          nb::handle num_tokens_per_rank, nb::handle num_tokens_per_expert,
                          nb::handle is_token_in_rank) {
@@ -198,7 +222,8 @@ LowLatencyOutput* low_latency_dispatch(nb::handle self, nb::handle x, nb::handle
                                        nb::handle wait_cost_stats, const std::string& scales_layout,
                                        nb::handle out_x, nb::handle out_x_scales,
                                        nb::handle out_count, nb::handle out_src_info,
-                                       nb::handle out_layout_range, int outputs) {
+                                       nb::handle out_layout_range, int outputs,
+                                       bool follow_stream) {
   EpBuffer& owner = self_of(self);
   ep::Buffer& buffer = owner.get("low_latency_dispatch");
   ImportedTensor tx(x, "low_latency_dispatch: x"), ti(topk_idx, "low_latency_dispatch: topk_idx"),
@@ -224,6 +249,7 @@ LowLatencyOutput* low_latency_dispatch(nb::handle self, nb::handle x, nb::handle
     }
     args.out = owner.ll_outputs(outputs);
   }
+  if (follow_stream) follow_current_stream(buffer, x, tx.get(), "low_latency_dispatch");
   ep::LowLatencyDispatchResult result;
   {
     nb::gil_scoped_release released;
@@ -247,7 +273,8 @@ LowLatencyOutput* low_latency_dispatch(nb::handle self, nb::handle x, nb::handle
 
 nb::object low_latency_combine(nb::handle self, nb::handle x, nb::handle topk_idx,
                                nb::handle topk_weights, const ep::LowLatencyHandle& handle,
-                               bool use_logfmt, nb::handle wait_cost_stats, nb::handle out) {
+                               bool use_logfmt, nb::handle wait_cost_stats, nb::handle out,
+                               bool follow_stream) {
   EpBuffer& owner = self_of(self);
   ep::Buffer& buffer = owner.get("low_latency_combine");
   ImportedTensor tx(x, "low_latency_combine: x"), ti(topk_idx, "low_latency_combine: topk_idx"),
@@ -257,6 +284,7 @@ nb::object low_latency_combine(nb::handle self, nb::handle x, nb::handle topk_id
   if (tx.get() == nullptr || ti.get() == nullptr || tw.get() == nullptr) {
     throw courier::Error("low_latency_combine: x, topk_idx and topk_weights are required");
   }
+  if (follow_stream) follow_current_stream(buffer, x, tx.get(), "low_latency_combine");
   ep::CombineResult result;
   {
     nb::gil_scoped_release released;
@@ -414,14 +442,15 @@ void bind_ep(nb::module_& m) {
            nb::arg("scales_layout") = "row_major", nb::arg("out_x") = nb::none(),
            nb::arg("out_x_scales") = nb::none(), nb::arg("out_count") = nb::none(),
            nb::arg("out_src_info") = nb::none(), nb::arg("out_layout_range") = nb::none(),
-           nb::arg("outputs") = -1, nb::rv_policy::take_ownership,
+           nb::arg("outputs") = -1, nb::arg("follow_stream") = false, nb::rv_policy::take_ownership,
            "Collective low-latency dispatch into per-expert rows (round_scale: power-of-two "
            "FP8 scales; wait_cost_stats: [ranks] int64 that gains the nanoseconds waited for "
            "each rank, proxy path only; scales_layout: row_major, column_major or ue8m0 "
            "(GPU ABI 1.10); out_*: the caller's tensors to receive into, all or none "
            "(out_x_scales in its storage layout, ep.hpp LowLatencyOutputs); outputs: the slot "
-           "of tensors bound with bind_low_latency_outputs instead of out_*). With the caller's "
-           "outputs the result's views are None.")
+           "of tensors bound with bind_low_latency_outputs instead of out_*; follow_stream: "
+           "first set_stream to the stream current for x's device, read through x's DLPack C "
+           "exchange API). With the caller's outputs the result's views are None.")
       .def(
           "bind_low_latency_outputs",
           [](EpBuffer& b, int slot, nb::handle out_x, nb::handle out_x_scales, nb::handle out_count,
@@ -444,10 +473,11 @@ void bind_ep(nb::module_& m) {
       .def("low_latency_combine", &low_latency_combine, nb::arg("x"), nb::arg("topk_idx"),
            nb::arg("topk_weights"), nb::arg("handle"), nb::arg("use_logfmt") = false,
            nb::arg("wait_cost_stats") = nb::none(), nb::arg("out") = nb::none(),
+           nb::arg("follow_stream") = false,
            "Collective low-latency combine: per token, sum over k of weight * row "
            "(use_logfmt: the rows travel in LogFMT, 10 bits per value where a 128-channel block "
            "is below 1; needs the ep_logfmt capability; out: the caller's [tokens, hidden] to sum "
-           "into).");
+           "into; follow_stream: as low_latency_dispatch's).");
 }
 
 }  // namespace courier::python
