@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import courier
 from courier import deep_ep
 
 torch = pytest.importorskip("torch")
@@ -82,3 +83,31 @@ def test_numpy_and_torch_agree(buffer: deep_ep.Buffer) -> None:
     assert count_n.tolist() == count_t.tolist()
     for e, c in enumerate(count_n.tolist()):
         assert np.array_equal(recv_n[e, :c].astype(np.float32), got_t[e])
+
+
+def test_follow_stream_reads_the_stream_through_the_exchange_api() -> None:
+    """EpBuffer.low_latency_dispatch(follow_stream=True) asks x's exchange API
+    for the current stream of x's device and runs there (the host backend
+    accepts any stream); an x without the API is refused, naming it."""
+    mp = pytest.MonkeyPatch()
+    from conftest import HOST_ENV
+
+    for name, value in HOST_ENV.items():
+        mp.setenv(name, value)
+    rdma = deep_ep.Buffer.get_low_latency_rdma_size_hint(16, 128, 1, 4)
+    made = deep_ep.Buffer(None, num_rdma_bytes=rdma, low_latency_mode=True,
+                          explicitly_destroy=True)
+    try:
+        x, idx, _ = inputs()
+        made.low_latency_dispatch(x, idx, 16, 4, use_fp8=False)  # makes the native Buffer
+        native = next(iter(made._ll.values()))
+        result = native.low_latency_dispatch(x, idx, follow_stream=True)
+        assert result.packed_recv_count is not None
+        del result  # its views point into the Buffer
+        bits = courier.DtypeView(np.zeros((2, 128), np.uint16), "bfloat16")
+        with pytest.raises(courier.Error, match="follow_stream needs x of a type"):
+            native.low_latency_dispatch(bits, idx.numpy(), follow_stream=True)
+        native.synchronize()
+    finally:
+        made.destroy()
+        mp.undo()
