@@ -71,6 +71,9 @@ if ! cmake --build "$BUILD" -j "$(nproc)" --target courier-bench courier-info co
   exit 1
 fi
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null
+# Whether torch tensors cross through DLPack's C exchange API (docs/python.md).
+"$PYTHON" -c "import torch; t = torch.Tensor; print('torch', torch.__version__, 'DLPack C exchange API:',
+hasattr(t, '__dlpack_c_exchange_api__') or hasattr(t, '__c_dlpack_exchange_api__'))" 2>/dev/null
 
 if wants ctest; then
   step ctest ctest --test-dir "$BUILD" -L gpu ${TESTS:+-R "$TESTS"} --output-on-failure
