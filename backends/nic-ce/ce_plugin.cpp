@@ -15,6 +15,7 @@
 #include <cstring>
 #include <exception>
 #include <memory>
+#include <mutex>
 #include <new>
 #include <string>
 
@@ -101,14 +102,18 @@ int read_microseconds(const courier_host_services_v1* host, const char* name, ui
 // the first low-latency calls of a torch program stalled; with
 // CUDA_MODULE_LOADING=EAGER they passed). A NIC's writes do not depend on
 // the GPU, so only this backend says so.
+// Once per process (the loading mode is the process's), not per Context.
 void warn_if_lazy_loading(const courier_host_services_v1* host) {
   const char* mode = std::getenv("CUDA_MODULE_LOADING");
   if ((mode != nullptr && std::strcmp(mode, "EAGER") == 0) || host->log == nullptr) return;
-  host->log(host->ctx, COURIER_LOG_WARN, "ce",
-            "CUDA_MODULE_LOADING is not EAGER: a kernel loaded for the first time while a "
-            "Courier kernel waits for this backend's copies stalls them until "
-            "COURIER_TIMEOUT_S; set CUDA_MODULE_LOADING=EAGER before the process starts "
-            "(docs/nic-ce.md)");
+  static std::once_flag warned;
+  std::call_once(warned, [host] {
+    host->log(host->ctx, COURIER_LOG_WARN, "ce",
+              "CUDA_MODULE_LOADING is not EAGER: a kernel loaded for the first time while a "
+              "Courier kernel waits for this backend's copies stalls them until "
+              "COURIER_TIMEOUT_S; set CUDA_MODULE_LOADING=EAGER before the process starts "
+              "(docs/nic-ce.md)");
+  });
 }
 
 int plugin_init(const courier_host_services_v1* host, void** backend) {
