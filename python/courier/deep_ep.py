@@ -96,17 +96,20 @@ def _to_courier(tensor: Optional[Tensor], name: str) -> Any:
     bookkeeping Courier does itself); a numpy array (it has __dlpack__); or
     a DtypeView of the bits where the framework cannot export the dtype. A
     DtypeView passes as it is."""
-    if tensor is None or isinstance(tensor, _courier.DtypeView):
-        return tensor
-    if _is_torch(tensor):
-        torch = _torch_module()
-        if _exchanges(torch.Tensor):
+    if tensor is None:
+        return None
+    # (Inlined lookups: this runs for every tensor of every call.)
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(tensor, torch.Tensor):
+        if _exchanges(type(tensor)):
             return tensor
         if tensor.requires_grad:
             tensor = tensor.detach()  # torch exports no tensor that requires grad
         if tensor.dtype == torch.float8_e4m3fn:
             return _courier.DtypeView(_to_dlpack(tensor.view(torch.uint8)), "float8_e4m3fn")
         return _to_dlpack(tensor)
+    if isinstance(tensor, _courier.DtypeView):
+        return tensor
     if isinstance(tensor, np.ndarray):
         dtype = _numpy_dtype_name(tensor)
         if dtype == "bfloat16":
@@ -121,14 +124,17 @@ class _Kind:
     """Where results go: numpy arrays, or torch tensors on the input's device."""
 
     def __init__(self, like: Tensor, name: str) -> None:
-        if not (_is_torch(like) or isinstance(like, np.ndarray)):
+        torch = sys.modules.get("torch")  # as _is_torch, inlined (every call makes one)
+        if torch is not None and isinstance(like, torch.Tensor):
+            self.torch, self.device = torch, like.device
+            # The native call can read the current stream itself (DLPack's
+            # C exchange API) instead of being told it from Python.
+            self.exchanges = _exchanges(type(like))
+            return
+        if not isinstance(like, np.ndarray):
             raise TypeError(f"{name}: expected a numpy array or a torch tensor, got "
                             f"{type(like).__name__}")
-        self.torch = _torch_module() if _is_torch(like) else None
-        self.device = like.device if self.torch is not None else None
-        # The native call can read the current stream itself (DLPack's C
-        # exchange API) instead of being told it from Python.
-        self.exchanges = self.torch is not None and _exchanges(self.torch.Tensor)
+        self.torch, self.device, self.exchanges = None, None, False
 
     def wait_for_producer(self, previous_event: Optional["EventOverlap"] = None) -> None:
         """For kernels on a stream of their own: let the caller's stream
