@@ -64,7 +64,8 @@ if [ "${BENCH:-1}" = ep ]; then
   # of the same rows; JSON in $OUT (tools/plot_bench.py draws it).
   ranks=${EP_RANKS:-2}
   R="$BUILD/bin/courier-run --timeout 600 -n $ranks"
-  export COURIER_NIC_BACKEND=ce COURIER_GPU_BACKEND=cuda
+  # EAGER: lazy module loading can stall nic-ce's copies (docs/nic-ce.md).
+  export COURIER_NIC_BACKEND=ce COURIER_GPU_BACKEND=cuda CUDA_MODULE_LOADING=EAGER
   nvidia-smi topo -m 2>&1 | tee "$OUT/topo.txt"
   # Correctness at the standard shapes on every rank count (the ctests run 2).
   for transport in ${EP_TRANSPORTS:-direct proxy}; do
