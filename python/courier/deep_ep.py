@@ -83,9 +83,9 @@ def _to_dlpack(tensor: Any) -> Any:
 
 def _exchanges(tensor_type: type) -> bool:
     """Whether the bridge takes tensors of this type through DLPack's C
-    exchange API (torch 2.10 and later publish it on torch.Tensor)."""
-    return (hasattr(tensor_type, "__dlpack_c_exchange_api__")
-            or hasattr(tensor_type, "__c_dlpack_exchange_api__"))
+    exchange API (torch 2.10 and later publish it on torch.Tensor), as the
+    bridge itself decides (a table it can read, of version 1.x)."""
+    return _courier.has_dlpack_exchange_api(tensor_type)
 
 
 def _to_courier(tensor: Optional[Tensor], name: str) -> Any:

@@ -119,11 +119,15 @@ ImportedTensor::ImportedTensor(nb::handle object, const char* name) {
                            ")");
     }
     versioned_ = managed;
-    tensor_ = managed->dl_tensor;
-    // DLPack 1.x names FP8 e4m3fn; Courier's 0.6 dtypes call it float 8.
-    if (tensor_.dtype.code == dlpack_exchange::kFloat8E4m3fnCode && tensor_.dtype.bits == 8) {
-      tensor_.dtype = {kDLFloat, 8, 1};
+    api_ = api;
+    if (managed->version.major != 1) {
+      const uint32_t major = managed->version.major;
+      release();
+      throw courier::Error(std::string(name) + ": the tensor came as DLPack " +
+                           std::to_string(major) + ".x; Courier reads 1.x");
     }
+    tensor_ = managed->dl_tensor;
+    map_dlpack1_dtype();
     reinterpret(reinterpreted, name);
     return;
   }
@@ -148,7 +152,15 @@ ImportedTensor::ImportedTensor(nb::handle object, const char* name) {
   PyCapsule_SetName(capsule.ptr(), kUsedCapsuleName);
   managed_ = managed;
   tensor_ = managed->dl_tensor;
+  map_dlpack1_dtype();
   reinterpret(reinterpreted, name);
+}
+
+void ImportedTensor::map_dlpack1_dtype() {
+  // DLPack 1.x names FP8 e4m3fn; Courier's 0.6 dtypes call it float 8.
+  if (tensor_.dtype.code == dlpack_exchange::kFloat8E4m3fnCode && tensor_.dtype.bits == 8) {
+    tensor_.dtype = {kDLFloat, 8, 1};
+  }
 }
 
 void ImportedTensor::reinterpret(const DtypeView* view, const char* name) {
@@ -169,6 +181,7 @@ ImportedTensor& ImportedTensor::operator=(ImportedTensor&& other) noexcept {
     release();
     managed_ = std::exchange(other.managed_, nullptr);
     versioned_ = std::exchange(other.versioned_, nullptr);
+    api_ = std::exchange(other.api_, nullptr);
     tensor_ = other.tensor_;
   }
   return *this;
@@ -236,6 +249,14 @@ nb::object make_tensor_ref(const ep::TensorView& view, nb::handle owner, const L
 }
 
 void bind_dlpack(nb::module_& m) {
+  m.def(
+      "has_dlpack_exchange_api",
+      [](nb::handle type) {
+        return PyType_Check(type.ptr()) && dlpack_exchange::api_of_type(type.ptr()) != nullptr;
+      },
+      nb::arg("type"),
+      "Whether tensors of this type cross through DLPack's C exchange API (a version 1.x "
+      "table published on the type), as the bridge sees it.");
   nb::class_<DtypeView>(m, "DtypeView",
                         "The bits of a tensor read as another dtype of the same width.")
       .def(

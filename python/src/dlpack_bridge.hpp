@@ -51,15 +51,24 @@ class ImportedTensor {
   const DLTensor* get() const {
     return managed_ != nullptr || versioned_ != nullptr ? &tensor_ : nullptr;
   }
+  // The producer's C exchange API it came through, or null.
+  const dlpack_exchange::Api* exchange_api() const { return api_; }
+  // Whether Courier may write into it: not flagged read-only or a copy.
+  bool writable() const {
+    return versioned_ == nullptr || (versioned_->flags & (dlpack_exchange::kReadOnlyFlag |
+                                                          dlpack_exchange::kIsCopiedFlag)) == 0;
+  }
 
  private:
   void release();
   // The bits as `view`'s dtype (none: unchanged); releases and throws if
   // the widths differ.
   void reinterpret(const DtypeView* view, const char* name);
+  void map_dlpack1_dtype();
   DLManagedTensor* managed_ = nullptr;  // from a capsule
   // From the producer's C exchange API (dlpack_exchange.hpp).
   dlpack_exchange::ManagedTensor* versioned_ = nullptr;
+  const dlpack_exchange::Api* api_ = nullptr;
   DLTensor tensor_{};
 };
 

@@ -10,17 +10,17 @@ const Api* checked(const Api* api) {
   return api != nullptr && api->header.version.major == 1 ? api : nullptr;
 }
 
-// type(object).<name>, or null (no error set) when the type has none.
-PyObject* type_attribute(PyObject* object, const char* name) {
-  PyObject* value = PyObject_GetAttrString(reinterpret_cast<PyObject*>(Py_TYPE(object)), name);
+// type.<name>, or null (no error set) when the type has none.
+PyObject* type_attribute(PyObject* type, const char* name) {
+  PyObject* value = PyObject_GetAttrString(type, name);
   if (value == nullptr) PyErr_Clear();
   return value;
 }
 
 }  // namespace
 
-const Api* api_of(PyObject* object) {
-  if (PyObject* capsule = type_attribute(object, "__dlpack_c_exchange_api__")) {
+const Api* api_of_type(PyObject* type) {
+  if (PyObject* capsule = type_attribute(type, "__dlpack_c_exchange_api__")) {
     const Api* api = nullptr;
     if (PyCapsule_IsValid(capsule, kCapsuleName)) {
       api = static_cast<const Api*>(PyCapsule_GetPointer(capsule, kCapsuleName));
@@ -28,7 +28,7 @@ const Api* api_of(PyObject* object) {
     Py_DECREF(capsule);
     return checked(api);
   }
-  if (PyObject* address = type_attribute(object, "__c_dlpack_exchange_api__")) {
+  if (PyObject* address = type_attribute(type, "__c_dlpack_exchange_api__")) {
     const Api* api = nullptr;
     if (PyLong_Check(address)) api = static_cast<const Api*>(PyLong_AsVoidPtr(address));
     if (PyErr_Occurred()) PyErr_Clear();

@@ -54,11 +54,19 @@ struct Api {
 // DLPack 1.x codes the 0.6 header does not name.
 constexpr uint8_t kBoolCode = 6;
 constexpr uint8_t kFloat8E4m3fnCode = 10;
+// ManagedTensor::flags: the consumer must not write (read only), or the
+// tensor is a copy (writes would not reach the producer's).
+constexpr uint64_t kReadOnlyFlag = 1;
+constexpr uint64_t kIsCopiedFlag = 2;
 
-// The exchange API `object`'s type publishes (major version 1), or null
-// (no error set) when it publishes none: the capsule
-// `__dlpack_c_exchange_api__`, or the integer address of the older
-// `__c_dlpack_exchange_api__`. Needs the GIL; costs a type-attribute lookup.
-const Api* api_of(PyObject* object);
+// The exchange API `type` publishes (major version 1), or null (no error
+// set) when it publishes none: the capsule `__dlpack_c_exchange_api__`, or
+// the integer address of the older `__c_dlpack_exchange_api__`. Needs the
+// GIL; costs a type-attribute lookup.
+const Api* api_of_type(PyObject* type);
+// The exchange API of `object`'s type.
+inline const Api* api_of(PyObject* object) {
+  return api_of_type(reinterpret_cast<PyObject*>(Py_TYPE(object)));
+}
 
 }  // namespace courier::python::dlpack_exchange

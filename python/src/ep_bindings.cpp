@@ -54,7 +54,7 @@ class EpBuffer {
       nb::gil_scoped_release released;
       buffer.reset();
     }
-    for (BoundOutputs& bound : ll_bound_) bound = {};  // their producers need the GIL
+    for (auto& bound : ll_bound_) bound.reset();  // their producers need the GIL
   }
 
   // Low-latency dispatch outputs imported once and kept (with the tensors
@@ -66,15 +66,19 @@ class EpBuffer {
   };
   void bind_ll_outputs(int slot, BoundOutputs outputs) {
     get("bind_low_latency_outputs");
-    ll_bound_.at(checked_slot(slot, "bind_low_latency_outputs")) = std::move(outputs);
+    ll_bound_.at(checked_slot(slot, "bind_low_latency_outputs")) =
+        std::make_shared<const BoundOutputs>(std::move(outputs));
   }
-  ep::LowLatencyOutputs ll_outputs(int slot) const {
-    const BoundOutputs& b = ll_bound_.at(checked_slot(slot, "low_latency_dispatch"));
-    if (b.x.get() == nullptr) {
+  // The set bound to `slot`, shared with the call that uses it: a rebinding
+  // from another thread while that call runs without the GIL leaves it alone.
+  std::shared_ptr<const BoundOutputs> ll_outputs(int slot) const {
+    std::shared_ptr<const BoundOutputs> b =
+        ll_bound_.at(checked_slot(slot, "low_latency_dispatch"));
+    if (!b || b->x.get() == nullptr) {
       throw courier::Error("low_latency_dispatch: outputs slot " + std::to_string(slot) +
                            " has no tensors bound (bind_low_latency_outputs)");
     }
-    return {b.x.get(), b.scales.get(), b.count.get(), b.src.get(), b.range.get()};
+    return b;
   }
 
  private:
@@ -88,7 +92,7 @@ class EpBuffer {
 
   nb::object context_;
   // Before buffer_: destroyed after it, once its kernels stopped writing.
-  std::array<BoundOutputs, kBoundSlots> ll_bound_;
+  std::array<std::shared_ptr<const BoundOutputs>, kBoundSlots> ll_bound_;
   std::unique_ptr<ep::Buffer> buffer_;
   LiveViews live_ = std::make_shared<std::atomic<int>>(0);
 };
@@ -124,12 +128,22 @@ struct LowLatencyOutput {
 
 EpBuffer& self_of(nb::handle self) { return *nb::inst_ptr<EpBuffer>(self); }
 
-// follow_stream: the Buffer's kernels go on the stream current for `tensor`'s
-// device, as its framework's C exchange API says (no Python call: torch's
-// current stream from Python costs microseconds).
-void follow_current_stream(ep::Buffer& buffer, nb::handle tensor, const DLTensor* imported,
-                           const char* call) {
-  const dlpack_exchange::Api* api = dlpack_exchange::api_of(tensor.ptr());
+// Courier writes into `t`: its producer must not have flagged it read-only
+// or a copy.
+void require_writable(const ImportedTensor& t, const std::string& name) {
+  if (t.get() != nullptr && !t.writable()) {
+    throw courier::Error(name +
+                         ": the tensor is read-only or a copy (DLPack flags); Courier "
+                         "writes its results into it");
+  }
+}
+
+// follow_stream: the Buffer's kernels go on the stream current for x's
+// device, as the C exchange API x came through says (no Python call:
+// torch's current stream from Python costs microseconds).
+void follow_current_stream(ep::Buffer& buffer, const ImportedTensor& x, const char* call) {
+  const dlpack_exchange::Api* api = x.exchange_api();
+  const DLTensor* imported = x.get();
   if (api == nullptr || imported == nullptr) {
     throw courier::Error(std::string(call) +
                          ": follow_stream needs x of a type that publishes DLPack's C exchange "
@@ -242,22 +256,26 @@ LowLatencyOutput* low_latency_dispatch(nb::handle self, nb::handle x, nb::handle
   args.return_recv_hook = return_recv_hook;
   args.scales_layout = scales_layout_of(scales_layout);
   args.out = {ox.get(), os.get(), oc.get(), oi.get(), orange.get()};
+  for (const ImportedTensor* t : {&ox, &os, &oc, &oi, &orange}) require_writable(*t, "out_*");
+  std::shared_ptr<const EpBuffer::BoundOutputs> bound;  // held until the call returns
   if (outputs >= 0) {
     if (args.out.x != nullptr || args.out.x_scales != nullptr || args.out.count != nullptr ||
         args.out.src_info != nullptr || args.out.layout_range != nullptr) {
       throw courier::Error("low_latency_dispatch: pass out_* tensors or an outputs slot, not both");
     }
-    args.out = owner.ll_outputs(outputs);
+    bound = owner.ll_outputs(outputs);
+    args.out = {bound->x.get(), bound->scales.get(), bound->count.get(), bound->src.get(),
+                bound->range.get()};
   }
-  if (follow_stream) follow_current_stream(buffer, x, tx.get(), "low_latency_dispatch");
+  if (follow_stream) follow_current_stream(buffer, tx, "low_latency_dispatch");
   ep::LowLatencyDispatchResult result;
   {
     nb::gil_scoped_release released;
     result = buffer.low_latency_dispatch(args);
   }
   auto* out = new LowLatencyOutput;
-  // Views only of the Buffer's own outputs: the caller holds its tensors.
-  if (args.out.x == nullptr) {
+  // No views with a bound set: the caller holds those tensors.
+  if (outputs < 0) {
     out->packed_recv_x = make_tensor_ref(result.packed_recv_x, self, owner.live());
     out->packed_recv_x_scales = make_tensor_ref(result.packed_recv_x_scales, self, owner.live());
     out->packed_recv_count = make_tensor_ref(result.packed_recv_count, self, owner.live());
@@ -284,7 +302,8 @@ nb::object low_latency_combine(nb::handle self, nb::handle x, nb::handle topk_id
   if (tx.get() == nullptr || ti.get() == nullptr || tw.get() == nullptr) {
     throw courier::Error("low_latency_combine: x, topk_idx and topk_weights are required");
   }
-  if (follow_stream) follow_current_stream(buffer, x, tx.get(), "low_latency_combine");
+  require_writable(to, "low_latency_combine: out");
+  if (follow_stream) follow_current_stream(buffer, tx, "low_latency_combine");
   ep::CombineResult result;
   {
     nb::gil_scoped_release released;
@@ -450,7 +469,7 @@ void bind_ep(nb::module_& m) {
            "(out_x_scales in its storage layout, ep.hpp LowLatencyOutputs); outputs: the slot "
            "of tensors bound with bind_low_latency_outputs instead of out_*; follow_stream: "
            "first set_stream to the stream current for x's device, read through x's DLPack C "
-           "exchange API). With the caller's outputs the result's views are None.")
+           "exchange API). With an outputs slot the result's views are None.")
       .def(
           "bind_low_latency_outputs",
           [](EpBuffer& b, int slot, nb::handle out_x, nb::handle out_x_scales, nb::handle out_count,
@@ -462,6 +481,10 @@ void bind_ep(nb::module_& m) {
                 ImportedTensor(out_count, (std::string(n) + "out_count").c_str()),
                 ImportedTensor(out_src_info, (std::string(n) + "out_src_info").c_str()),
                 ImportedTensor(out_layout_range, (std::string(n) + "out_layout_range").c_str())};
+            for (const ImportedTensor* t :
+                 {&bound.x, &bound.scales, &bound.count, &bound.src, &bound.range}) {
+              require_writable(*t, "bind_low_latency_outputs");
+            }
             b.bind_ll_outputs(slot, std::move(bound));
           },
           nb::arg("slot"), nb::arg("out_x").none(), nb::arg("out_x_scales").none(),

@@ -111,3 +111,19 @@ def test_follow_stream_reads_the_stream_through_the_exchange_api() -> None:
     finally:
         made.destroy()
         mp.undo()
+
+
+def test_a_type_without_a_readable_table_takes_the_capsule_path(buffer: deep_ep.Buffer) -> None:
+    """A tensor type whose exchange attribute is no table the bridge can read
+    (here None) goes through capsules, as the bridge decides: its tensors
+    that require grad are detached first, as on that path."""
+
+    class NoTable(torch.Tensor):
+        __dlpack_c_exchange_api__ = None
+
+    assert not deep_ep._exchanges(NoTable)
+    x, idx, _ = inputs()
+    plain = x.as_subclass(NoTable).requires_grad_(True)
+    recv, count, _, _, _ = buffer.low_latency_dispatch(plain, idx, 16, 4, use_fp8=False)
+    assert count.tolist() == [1, 1, 1, 0]
+    assert torch.equal(recv[0, 0].as_subclass(torch.Tensor), x[0])
