@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
-from typing import Dict, List, Tuple
+from typing import Dict, Iterator, List, Tuple
 
 import pytest
 
@@ -34,6 +35,26 @@ def host_backend(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setenv(name, value)
     for name in ("COURIER_RANK", "COURIER_WORLD_SIZE", "COURIER_BOOTSTRAP", "RANK", "WORLD_SIZE"):
         monkeypatch.delenv(name, raising=False)
+
+
+@contextlib.contextmanager
+def one_rank_low_latency_buffer() -> Iterator["courier.deep_ep.Buffer"]:
+    """A one-rank job (no launcher variables) on the host backends, a
+    courier.deep_ep Buffer sized for 16 tokens of hidden 128 over 4 experts,
+    low-latency mode allowed; destroyed on leaving."""
+    from courier import deep_ep
+
+    mp = pytest.MonkeyPatch()
+    for name, value in HOST_ENV.items():
+        mp.setenv(name, value)
+    rdma = deep_ep.Buffer.get_low_latency_rdma_size_hint(16, 128, 1, 4)
+    made = deep_ep.Buffer(None, num_rdma_bytes=rdma, low_latency_mode=True,
+                          explicitly_destroy=True)
+    try:
+        yield made
+    finally:
+        made.destroy()
+        mp.undo()
 
 
 def run_ranks(ranks: int, args: List[str], timeout: int = 300) -> subprocess.CompletedProcess:

@@ -65,17 +65,10 @@ def test_static_helpers() -> None:
 @pytest.fixture(scope="module")
 def buffer() -> deep_ep.Buffer:
     """A one-rank job (no launcher variables), low-latency mode allowed."""
-    mp = pytest.MonkeyPatch()
-    from conftest import HOST_ENV
+    from conftest import one_rank_low_latency_buffer
 
-    for name, value in HOST_ENV.items():
-        mp.setenv(name, value)
-    rdma = deep_ep.Buffer.get_low_latency_rdma_size_hint(16, 128, 1, 4)
-    made = deep_ep.Buffer(None, num_rdma_bytes=rdma, low_latency_mode=True,
-                          explicitly_destroy=True)
-    yield made
-    made.destroy()
-    mp.undo()
+    with one_rank_low_latency_buffer() as made:
+        yield made
 
 
 def test_single_rank_layout(buffer: deep_ep.Buffer) -> None:

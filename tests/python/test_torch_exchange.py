@@ -11,6 +11,7 @@ import pytest
 
 import courier
 from courier import deep_ep
+from conftest import one_rank_low_latency_buffer
 
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.skipif(
@@ -19,17 +20,8 @@ pytestmark = pytest.mark.skipif(
 
 @pytest.fixture(scope="module")
 def buffer() -> deep_ep.Buffer:
-    mp = pytest.MonkeyPatch()
-    from conftest import HOST_ENV
-
-    for name, value in HOST_ENV.items():
-        mp.setenv(name, value)
-    rdma = deep_ep.Buffer.get_low_latency_rdma_size_hint(16, 128, 1, 4)
-    made = deep_ep.Buffer(None, num_rdma_bytes=rdma, low_latency_mode=True,
-                          explicitly_destroy=True)
-    yield made
-    made.destroy()
-    mp.undo()
+    with one_rank_low_latency_buffer() as made:
+        yield made
 
 
 def inputs():
@@ -89,15 +81,8 @@ def test_follow_stream_reads_the_stream_through_the_exchange_api() -> None:
     """EpBuffer.low_latency_dispatch(follow_stream=True) asks x's exchange API
     for the current stream of x's device and runs there (the host backend
     accepts any stream); an x without the API is refused, naming it."""
-    mp = pytest.MonkeyPatch()
-    from conftest import HOST_ENV
-
-    for name, value in HOST_ENV.items():
-        mp.setenv(name, value)
-    rdma = deep_ep.Buffer.get_low_latency_rdma_size_hint(16, 128, 1, 4)
-    made = deep_ep.Buffer(None, num_rdma_bytes=rdma, low_latency_mode=True,
-                          explicitly_destroy=True)
-    try:
+    # A Buffer of its own: follow_stream leaves it on a caller's stream.
+    with one_rank_low_latency_buffer() as made:
         x, idx, _ = inputs()
         made.low_latency_dispatch(x, idx, 16, 4, use_fp8=False)  # makes the native Buffer
         native = next(iter(made._ll.values()))
@@ -108,9 +93,6 @@ def test_follow_stream_reads_the_stream_through_the_exchange_api() -> None:
         with pytest.raises(courier.Error, match="follow_stream needs x of a type"):
             native.low_latency_dispatch(bits, idx.numpy(), follow_stream=True)
         native.synchronize()
-    finally:
-        made.destroy()
-        mp.undo()
 
 
 def test_a_type_without_a_readable_table_takes_the_capsule_path(buffer: deep_ep.Buffer) -> None:
