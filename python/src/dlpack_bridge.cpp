@@ -79,6 +79,12 @@ void delete_unconsumed_capsule(PyObject* capsule) {
 
 }  // namespace
 
+void throw_exchange_failure(const std::string& what) {
+  if (PyErr_Occurred() == nullptr) throw courier::Error(what);
+  nb::python_error error;  // takes the exception the producer set
+  throw courier::Error(what + " (" + error.what() + ")");
+}
+
 std::string dtype_name(const DLDataType& dtype) {
   for (const NamedType& t : kTypes) {
     if (same_dtype(t.dtype, dtype)) return t.name;
@@ -111,12 +117,7 @@ ImportedTensor::ImportedTensor(nb::handle object, const char* name) {
     dlpack_exchange::ManagedTensor* managed = nullptr;
     if (api->managed_tensor_from_py_object_no_sync(source.ptr(), &managed) != 0 ||
         managed == nullptr) {
-      if (PyErr_Occurred() == nullptr) {
-        throw courier::Error(std::string(name) + ": the tensor's producer did not export it");
-      }
-      nb::python_error error;  // takes the exception the producer set
-      throw courier::Error(std::string(name) + ": the tensor cannot be exported (" + error.what() +
-                           ")");
+      throw_exchange_failure(std::string(name) + ": the tensor cannot be exported");
     }
     versioned_ = managed;
     api_ = api;

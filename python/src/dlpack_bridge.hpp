@@ -23,6 +23,10 @@
 
 namespace courier::python {
 
+// A C exchange API function failed: throws courier::Error "<what>", with
+// the Python exception the producer set (if any) appended, which is cleared.
+[[noreturn]] void throw_exchange_failure(const std::string& what);
+
 // "bfloat16", "float32", "float8_e4m3fn", "int64", "int32", "uint8", "bool", ...
 std::string dtype_name(const DLDataType& dtype);
 DLDataType dtype_from_name(const std::string& name);

@@ -152,12 +152,7 @@ void follow_current_stream(ep::Buffer& buffer, const ImportedTensor& x, const ch
   void* stream = nullptr;
   if (api->current_work_stream(imported->device.device_type, imported->device.device_id, &stream) !=
       0) {
-    if (PyErr_Occurred() == nullptr) {
-      throw courier::Error(std::string(call) + ": the current stream cannot be read");
-    }
-    nb::python_error error;
-    throw courier::Error(std::string(call) + ": the current stream cannot be read (" +
-                         error.what() + ")");
+    throw_exchange_failure(std::string(call) + ": the current stream cannot be read");
   }
   buffer.set_stream(stream);
 }
