@@ -210,6 +210,10 @@ GpuBackend::GpuBackend(const GpuPlugin& plugin, const HostServices& host) : plug
       offsetof(courier_gpu_plugin_v1, ep_stream_capturing) + sizeof ops->ep_stream_capturing;
   has_minor10_ = has_minor9_ && plugin_.abi_minor >= 10 && ops->header.struct_size >= needed10 &&
                  ops->ep_stream_capturing != nullptr;
+  // Copies on the EP stream came with minor 11.
+  const size_t needed11 = offsetof(courier_gpu_plugin_v1, ep_copy) + sizeof ops->ep_copy;
+  has_minor11_ = has_minor10_ && plugin_.abi_minor >= 11 && ops->header.struct_size >= needed11 &&
+                 ops->ep_copy != nullptr;
 }
 
 GpuBackend::~GpuBackend() { plugin_.ops->fini(handle_); }

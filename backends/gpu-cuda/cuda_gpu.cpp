@@ -414,6 +414,16 @@ int cuda_ep_stream_capturing(void* backend, int device, int* capturing) {
   return 0;
 }
 
+int cuda_ep_copy(void* backend, int device, void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return 0;
+  if (dst == nullptr || src == nullptr) return fail(-EINVAL, "ep_copy: dst or src is NULL");
+  bool ok = false;
+  cudaStream_t stream = ep_stream(backend, device, &ok);
+  if (!ok) return -EIO;
+  const cudaError_t rc = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream);
+  return rc == cudaSuccess ? 0 : fail(rc, "copying on the EP stream (ep_copy)");
+}
+
 // One entry point per EP kernel: the job's device's EP stream.
 template <class Job, int (*Enqueue)(const Job*, cudaStream_t)>
 int enqueue_ep(void* backend, const Job* job) {
@@ -492,6 +502,7 @@ const courier_gpu_plugin_v1 kPlugin = {
     enqueue_proxy<courier_gpu_ep_proxy_reduce_v1, kReduce>,
     cuda_ep_set_stream,
     cuda_ep_stream_capturing,
+    cuda_ep_copy,
 };
 
 }  // namespace

@@ -341,6 +341,16 @@ int hip_ep_stream_capturing(void* backend, int device, int* capturing) {
   return 0;
 }
 
+int hip_ep_copy(void* backend, int device, void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return 0;
+  if (dst == nullptr || src == nullptr) return fail(-EINVAL, "ep_copy: dst or src is NULL");
+  bool ok = false;
+  hipStream_t stream = ep_stream(backend, device, &ok);
+  if (!ok) return -EIO;
+  const hipError_t rc = hipMemcpyAsync(dst, src, bytes, hipMemcpyDefault, stream);
+  return rc == hipSuccess ? 0 : fail(rc, "copying on the EP stream (ep_copy)");
+}
+
 const courier_gpu_plugin_v1 kPlugin = {
     {sizeof(courier_gpu_plugin_v1), COURIER_GPU_ABI_MAJOR, COURIER_GPU_ABI_MINOR, "hip"},
     "AMD GPUs through the ROCm HIP runtime",
@@ -383,6 +393,7 @@ const courier_gpu_plugin_v1 kPlugin = {
     enqueue_ep<courier_gpu_ep_proxy_reduce_v1, courier::hip_gpu::ep_proxy>,
     hip_ep_set_stream,
     hip_ep_stream_capturing,
+    hip_ep_copy,
 };
 
 }  // namespace

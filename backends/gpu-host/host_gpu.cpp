@@ -246,6 +246,16 @@ int host_ep_stream_capturing(void*, int device, int* capturing) {
   return 0;
 }
 
+// No streams: the copy is done when the entry returns.
+int host_ep_copy(void*, int device, void* dst, const void* src, size_t bytes) {
+  if (device != 0) return fail(-ENODEV, "device " + std::to_string(device) + " does not exist");
+  if (bytes > 0 && (dst == nullptr || src == nullptr)) {
+    return fail(-EINVAL, "ep_copy: dst or src is NULL");
+  }
+  if (bytes > 0) std::memmove(dst, src, bytes);
+  return 0;
+}
+
 template <class Job, int (*Run)(const Job*, const courier::host_gpu::EpOptions&, std::string*)>
 int host_ep_proxy(void* backend, const Job* job) {
   std::string error;
@@ -298,6 +308,7 @@ const courier_gpu_plugin_v1 kPlugin = {
     host_ep_proxy<courier_gpu_ep_proxy_reduce_v1, courier::host_gpu::ep_proxy_reduce>,
     host_ep_set_stream,
     host_ep_stream_capturing,
+    host_ep_copy,
 };
 
 }  // namespace

@@ -2,7 +2,10 @@
 // checks, the layout kernel through the GPU backend.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstring>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "core/check.hpp"
@@ -181,6 +184,72 @@ CombineResult Buffer::low_latency_combine(const DLTensor& x, const DLTensor& top
   LowLatency& ll = impl_->ll("low_latency_combine");
   impl_->select_stream();
   return ll.combine(x, topk_idx, topk_weights, handle, options);
+}
+
+namespace {
+
+// Elements of a row-major tensor, or -1 when `t` has other strides (an
+// empty one has no layout to check).
+int64_t row_major_elements(const DLTensor& t) {
+  int64_t elements = 1;
+  for (int d = 0; d < t.ndim; ++d) elements *= t.shape[d];
+  if (elements == 0 || t.strides == nullptr) return elements;
+  int64_t stride = 1;
+  for (int d = t.ndim - 1; d >= 0; --d) {
+    if (t.shape[d] > 1 && t.strides[d] != stride) return -1;
+    stride *= t.shape[d];
+  }
+  return elements;
+}
+
+std::string shape_of(const DLTensor& t) {
+  std::string text = "[";
+  for (int d = 0; d < t.ndim; ++d) text += (d > 0 ? ", " : "") + std::to_string(t.shape[d]);
+  return text + "]";
+}
+
+}  // namespace
+
+void Buffer::copy_result(const DLTensor& from, const DLTensor& to) {
+  Impl& s = *impl_;
+  const DLDevice device = this->device();
+  for (const auto& [t, name] : {std::pair{&from, "from"}, std::pair{&to, "to"}}) {
+    if (t->device.device_type != device.device_type || t->device.device_id != device.device_id) {
+      fail("ep::Buffer::copy_result: {} is on device ({}, {}), the Buffer on ({}, {})", name,
+           static_cast<int>(t->device.device_type), t->device.device_id,
+           static_cast<int>(device.device_type), device.device_id);
+    }
+    if (row_major_elements(*t) < 0) fail("ep::Buffer::copy_result: {} is not row-major", name);
+  }
+  const bool same_shape =
+      from.ndim == to.ndim && std::equal(from.shape, from.shape + from.ndim, to.shape);
+  if (!same_shape || from.dtype.code != to.dtype.code || from.dtype.bits != to.dtype.bits ||
+      from.dtype.lanes != to.dtype.lanes) {
+    fail(
+        "ep::Buffer::copy_result: to has shape {} and dtype (code {}, {} bits), from {} and "
+        "(code {}, {} bits): they must match",
+        shape_of(to), to.dtype.code, to.dtype.bits, shape_of(from), from.dtype.code,
+        from.dtype.bits);
+  }
+  const size_t bytes = static_cast<size_t>(row_major_elements(from)) *
+                       ((from.dtype.bits * from.dtype.lanes + 7) / 8);
+  if (bytes == 0) return;
+  void* dst = static_cast<std::byte*>(to.data) + to.byte_offset;
+  const void* src = static_cast<const std::byte*>(from.data) + from.byte_offset;
+  s.select_stream();
+  if (s.gpu.has_minor11()) {
+    if (s.gpu.ops()->ep_copy(s.gpu.handle(), s.device, dst, src, bytes) != 0) {
+      fail("ep::Buffer::copy_result: GPU backend '{}' cannot copy {} bytes: {}",
+           s.gpu.plugin().name, bytes, s.gpu.last_error());
+    }
+    return;
+  }
+  // An older plugin: behind the Buffer's calls, on the host.
+  synchronize();
+  if (s.gpu.ops()->memcpy_sync(s.gpu.handle(), dst, src, bytes) != 0) {
+    fail("ep::Buffer::copy_result: GPU backend '{}' cannot copy {} bytes: {}", s.gpu.plugin().name,
+         bytes, s.gpu.last_error());
+  }
 }
 
 void Buffer::set_stream(void* stream) {

@@ -259,6 +259,16 @@ class Buffer {
                                     const DLTensor& topk_weights, const LowLatencyHandle& handle,
                                     const LowLatencyCombineOptions& options = {});
 
+  // Copies `from`, a result of this Buffer's (a DispatchResult's or
+  // CombineResult's view), into `to`, the caller's tensor of the same
+  // shape and dtype on the Buffer's device, both row-major: enqueued on the
+  // Buffer's stream behind the call that made the view, so `to` holds the
+  // result in that stream's order, owned by the caller, while the Buffer
+  // reuses the view's memory. A graph can capture it. Local. With a GPU
+  // plugin older than GPU ABI 1.11 (ep_copy) the copy waits for the
+  // Buffer's stream and is done when it returns.
+  void copy_result(const DLTensor& from, const DLTensor& to);
+
   // Where the Buffer's kernels run (docs/ep.md, "Streams"). From now on
   // every call enqueues them on `stream`, the GPU runtime's own handle (a
   // cudaStream_t or hipStream_t; nullptr is the runtime's default stream),

@@ -286,22 +286,32 @@ class EpBuffer:
         Fill the caller's num_tokens_per_rank [ranks] int32, num_tokens_per_expert [experts] int32 and is_token_in_rank [tokens, ranks] bool from topk_idx.
         """
 
-    def dispatch(self, x: object, x_scales: object | None = None, topk_idx: object | None = None, topk_weights: object | None = None, is_token_in_rank: object | None = None, num_experts: int = 0, cached_handle: DispatchHandle | None = None, num_worst_tokens: int = 0) -> DispatchOutput:
+    def dispatch(self, x: object, x_scales: object | None = None, topk_idx: object | None = None, topk_weights: object | None = None, is_token_in_rank: object | None = None, num_experts: int = 0, cached_handle: DispatchHandle | None = None, num_worst_tokens: int = 0, owned: bool = False, follow_stream: bool = False) -> DispatchOutput:
         """
-        Collective high-throughput dispatch; the result's tensors are views valid until the dispatch after next.
-        """
-
-    def combine(self, x: object, handle: DispatchHandle) -> object:
-        """
-        Collective high-throughput combine: per token, the sum of the rows sent back.
+        Collective high-throughput dispatch; the result's tensors are views valid until the dispatch after next, or with owned tensors of x's framework the caller owns (allocated through x's DLPack C exchange API, copied into on the Buffer's stream); follow_stream: as low_latency_dispatch's.
         """
 
-    def low_latency_dispatch(self, x: object, topk_idx: object, use_fp8: bool = False, return_recv_hook: bool = False, round_scale: bool = False, wait_cost_stats: object | None = None, scales_layout: str = 'row_major', out_x: object | None = None, out_x_scales: object | None = None, out_count: object | None = None, out_src_info: object | None = None, out_layout_range: object | None = None) -> LowLatencyOutput:
+    def combine(self, x: object, handle: DispatchHandle, owned: bool = False, follow_stream: bool = False) -> object:
         """
-        Collective low-latency dispatch into per-expert rows (round_scale: power-of-two FP8 scales; wait_cost_stats: [ranks] int64 that gains the nanoseconds waited for each rank, proxy path only; scales_layout: row_major, column_major or ue8m0 (GPU ABI 1.10); out_*: the caller's tensors to receive into, all or none (out_x_scales in its storage layout, ep.hpp LowLatencyOutputs)).
+        Collective high-throughput combine: per token, the sum of the rows sent back (owned, follow_stream: as dispatch's).
         """
 
-    def low_latency_combine(self, x: object, topk_idx: object, topk_weights: object, handle: LowLatencyHandle, use_logfmt: bool = False, wait_cost_stats: object | None = None, out: object | None = None) -> object:
+    def low_latency_dispatch(self, x: object, topk_idx: object, use_fp8: bool = False, return_recv_hook: bool = False, round_scale: bool = False, wait_cost_stats: object | None = None, scales_layout: str = 'row_major', out_x: object | None = None, out_x_scales: object | None = None, out_count: object | None = None, out_src_info: object | None = None, out_layout_range: object | None = None, outputs: int = -1, follow_stream: bool = False) -> LowLatencyOutput:
         """
-        Collective low-latency combine: per token, sum over k of weight * row (use_logfmt: the rows travel in LogFMT, 10 bits per value where a 128-channel block is below 1; needs the ep_logfmt capability; out: the caller's [tokens, hidden] to sum into).
+        Collective low-latency dispatch into per-expert rows (round_scale: power-of-two FP8 scales; wait_cost_stats: [ranks] int64 that gains the nanoseconds waited for each rank, proxy path only; scales_layout: row_major, column_major or ue8m0 (GPU ABI 1.10); out_*: the caller's tensors to receive into, all or none (out_x_scales in its storage layout, ep.hpp LowLatencyOutputs); outputs: the slot of tensors bound with bind_low_latency_outputs instead of out_*; follow_stream: first set_stream to the stream current for x's device, read through x's DLPack C exchange API). With an outputs slot the result's views are None.
         """
+
+    def bind_low_latency_outputs(self, slot: int, out_x: object | None, out_x_scales: object | None, out_count: object | None, out_src_info: object | None, out_layout_range: object | None) -> None:
+        """
+        Import low-latency dispatch outputs once, for the calls that pass outputs=slot (0..3); the tensors stay referenced until they are rebound or the Buffer closes. Checked at each call, as out_* are.
+        """
+
+    def low_latency_combine(self, x: object, topk_idx: object, topk_weights: object, handle: LowLatencyHandle, use_logfmt: bool = False, wait_cost_stats: object | None = None, out: object | None = None, follow_stream: bool = False) -> object:
+        """
+        Collective low-latency combine: per token, sum over k of weight * row (use_logfmt: the rows travel in LogFMT, 10 bits per value where a 128-channel block is below 1; needs the ep_logfmt capability; out: the caller's [tokens, hidden] to sum into; follow_stream: as low_latency_dispatch's).
+        """
+
+def has_dlpack_exchange_api(type: object) -> bool:
+    """
+    Whether tensors of this type cross through DLPack's C exchange API (a version 1.x table published on the type), as the bridge sees it.
+    """

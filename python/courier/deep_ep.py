@@ -248,9 +248,13 @@ class _Kind:
             return bits.view(getattr(ml, ref.dtype)) if ml is not None else bits
         return np.from_dlpack(ref)
 
-    def owned(self, ref: Optional[_courier.TensorRef]) -> Optional[Tensor]:
+    def owned(self, ref: Any) -> Optional[Tensor]:
         """A copy the caller owns (DeepEP hands out fresh tensors; Courier's
-        views are reused by the next call)."""
+        views are reused by the next call). A result the native call made
+        owned already (`owned=self.exchanges`: a tensor allocated through
+        DLPack's C exchange API and filled on the stream) passes as it is."""
+        if self.exchanges:
+            return ref
         array = self.view(ref)
         if array is None:
             return None
@@ -1008,13 +1012,14 @@ class Buffer:
                                  "must be None")
             buffer = self._handle_buffer(handle, "dispatch")
             buffer = self._cached_buffer(x, handle, buffer)
-            kind.order_after_producer(buffer, previous_event)
+            follow = kind.order_after_producer(buffer, previous_event, native_follows=True)
             # The kernels pad to num_worst_tokens rows where the handle's
             # Buffer holds that many; beyond, the copies are padded here.
             fits = num_worst_tokens <= self.group_size * handle.capacity
             out = buffer.dispatch(_to_courier(x, "x"), _to_courier(x_scales, "x_scales"),
                                   cached_handle=handle.native,
-                                  num_worst_tokens=num_worst_tokens if fits else 0)
+                                  num_worst_tokens=num_worst_tokens if fits else 0,
+                                  owned=kind.exchanges, follow_stream=follow)
             pad = 0 if fits else num_worst_tokens
             recv_x = kind.padded(kind.owned(out.recv_x), pad, 0, "dispatch")
             recv_scales = scales_out(kind.padded(kind.owned(out.recv_x_scales), pad, 0,
@@ -1034,16 +1039,18 @@ class Buffer:
         num_experts = self._num_experts_of(num_tokens_per_expert)
         topk = int(topk_idx.shape[1]) if with_topk else 0
         def run(native: _courier.EpBuffer) -> Any:
-            kind.order_after_producer(native, previous_event)
+            follow = kind.order_after_producer(native, previous_event, native_follows=True)
             # With num_worst_tokens the kernels pad the receive tensors; on a
             # CUDA stream over the proxy path the call then reads nothing on
             # the host (its counts stay on the device), so it can be captured.
             # (The arguments are made per call: a DLPack capsule is used once.)
+            # Torch tensors through the C exchange API: the results come as
+            # tensors the caller owns, copied on the stream (kind.owned).
             return native.dispatch(
                 _to_courier(x, "x"), _to_courier(x_scales, "x_scales"),
                 _to_courier(topk_idx, "topk_idx"), _to_courier(topk_weights, "topk_weights"),
                 _to_courier(is_token_in_rank, "is_token_in_rank"), num_experts,
-                num_worst_tokens=num_worst_tokens)
+                num_worst_tokens=num_worst_tokens, owned=kind.exchanges, follow_stream=follow)
 
         # On a CUDA stream over the proxy path, num_worst_tokens makes the call
         # return before its kernels ran.
@@ -1134,8 +1141,9 @@ class Buffer:
             raise ValueError(f"combine: config must be a Config, got {type(config).__name__}")
         buffer = self._handle_buffer(handle, "combine")
         kind = _Kind(x, "combine: x")
-        kind.order_after_producer(buffer, previous_event)
-        combined = kind.owned(buffer.combine(_to_courier(x, "x"), handle.native))
+        follow = kind.order_after_producer(buffer, previous_event, native_follows=True)
+        combined = kind.owned(buffer.combine(_to_courier(x, "x"), handle.native,
+                                             owned=kind.exchanges, follow_stream=follow))
         for b in (bias if isinstance(bias, tuple) else (bias,)):
             if b is not None:
                 if tuple(b.shape) != tuple(combined.shape):

@@ -197,6 +197,55 @@ void ImportedTensor::release() {
   if (versioned != nullptr && versioned->deleter != nullptr) versioned->deleter(versioned);
 }
 
+namespace {
+
+// The allocator's error callback: its message, kept for the exception.
+void keep_allocation_error(void* error_ctx, const char* kind, const char* message) {
+  *static_cast<std::string*>(error_ctx) =
+      std::string(kind != nullptr ? kind : "Error") + ": " + (message != nullptr ? message : "");
+}
+
+}  // namespace
+
+AllocatedTensor::AllocatedTensor(const dlpack_exchange::Api& api, const DLTensor& like,
+                                 const std::string& name)
+    : api_(api), name_(name) {
+  DLTensor prototype = like;
+  prototype.data = nullptr;
+  prototype.strides = nullptr;  // row-major
+  prototype.byte_offset = 0;
+  if (prototype.dtype.code == kDLFloat && prototype.dtype.bits == 8) {
+    prototype.dtype.code = dlpack_exchange::kFloat8E4m3fnCode;  // DLPack 1.x's name for it
+  }
+  std::string error;
+  if (api.managed_tensor_allocator(&prototype, &managed_, &error, keep_allocation_error) != 0 ||
+      managed_ == nullptr) {
+    managed_ = nullptr;
+    if (!error.empty()) {
+      PyErr_Clear();
+      throw courier::Error(name + ": the framework could not allocate it (" + error + ")");
+    }
+    throw_exchange_failure(name + ": the framework could not allocate it");
+  }
+  tensor_ = managed_->dl_tensor;
+  if (tensor_.dtype.code == dlpack_exchange::kFloat8E4m3fnCode && tensor_.dtype.bits == 8) {
+    tensor_.dtype = {kDLFloat, 8, 1};
+  }
+}
+
+AllocatedTensor::~AllocatedTensor() {
+  if (managed_ != nullptr && managed_->deleter != nullptr) managed_->deleter(managed_);
+}
+
+nb::object AllocatedTensor::to_python() {
+  void* object = nullptr;
+  if (api_.managed_tensor_to_py_object_no_sync(managed_, &object) != 0 || object == nullptr) {
+    throw_exchange_failure(name_ + ": the framework could not wrap it");  // still ours to free
+  }
+  managed_ = nullptr;  // the framework's tensor owns it now
+  return nb::steal(static_cast<PyObject*>(object));
+}
+
 TensorRef::TensorRef(const ep::TensorView& view, nb::object owner, LiveViews live)
     : view_(view), owner_(std::move(owner)), live_(std::move(live)) {
   ++*live_;

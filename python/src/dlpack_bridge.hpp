@@ -76,6 +76,30 @@ class ImportedTensor {
   DLTensor tensor_{};
 };
 
+// A tensor allocated by the framework that published `api` (torch: its
+// caching allocator, for its current stream) with the shape, dtype and
+// device of `like`, row-major, for Courier to fill and hand to Python as
+// the framework's own tensor: results the caller owns, without a Python
+// call per result. Needs the GIL.
+class AllocatedTensor {
+ public:
+  AllocatedTensor(const dlpack_exchange::Api& api, const DLTensor& like, const std::string& name);
+  AllocatedTensor(const AllocatedTensor&) = delete;
+  AllocatedTensor& operator=(const AllocatedTensor&) = delete;
+  ~AllocatedTensor();  // frees it unless handed to Python
+
+  // In Courier's dtypes (FP8 as DLPack 0.6's float 8).
+  const DLTensor& get() const { return tensor_; }
+  // The framework's tensor object; this no longer owns it.
+  nanobind::object to_python();
+
+ private:
+  const dlpack_exchange::Api& api_;
+  dlpack_exchange::ManagedTensor* managed_ = nullptr;
+  std::string name_;
+  DLTensor tensor_{};
+};
+
 // Counts a Buffer's result views that are still alive, so that closing the
 // Buffer while arrays still point into its memory is refused.
 using LiveViews = std::shared_ptr<std::atomic<int>>;

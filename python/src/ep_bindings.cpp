@@ -157,6 +157,34 @@ void follow_current_stream(ep::Buffer& buffer, const ImportedTensor& x, const ch
   buffer.set_stream(stream);
 }
 
+// With `api` (owned results): a tensor of x's framework the view is
+// copied into on the Buffer's stream, which the caller owns (as DeepEP's
+// results), else the view itself (a TensorRef into the Buffer). None for
+// a result the call did not produce.
+nb::object result_of(nb::handle self, EpBuffer& owner, ep::Buffer& buffer,
+                     const dlpack_exchange::Api* api, const ep::TensorView& view,
+                     const char* name) {
+  const DLTensor& t = view.tensor();
+  if (api == nullptr || (t.ndim == 0 && t.data == nullptr)) {
+    return make_tensor_ref(view, self, owner.live());
+  }
+  AllocatedTensor out(*api, t, name);
+  buffer.copy_result(t, out.get());
+  return out.to_python();
+}
+
+// owned: the framework's C exchange API x came through (its results are
+// allocated there); throws when x did not come through one.
+const dlpack_exchange::Api* owning_api(const ImportedTensor& x, bool owned, const char* call) {
+  if (!owned) return nullptr;
+  if (x.exchange_api() == nullptr) {
+    throw courier::Error(std::string(call) +
+                         ": owned results need x of a type that publishes DLPack's C exchange "
+                         "API (torch 2.10 or later)");
+  }
+  return x.exchange_api();
+}
+
 void get_dispatch_layout(nb::handle self, nb::handle topk_idx, int num_experts,
                          nb::handle num_tokens_per_rank, nb::handle num_tokens_per_expert,
                          nb::handle is_token_in_rank) {
@@ -175,12 +203,15 @@ void get_dispatch_layout(nb::handle self, nb::handle topk_idx, int num_experts,
 
 DispatchOutput* dispatch(nb::handle self, nb::handle x, nb::handle x_scales, nb::handle topk_idx,
                          nb::handle topk_weights, nb::handle is_token_in_rank, int num_experts,
-                         const ep::DispatchHandle* cached_handle, int num_worst_tokens) {
+                         const ep::DispatchHandle* cached_handle, int num_worst_tokens, bool owned,
+                         bool follow_stream) {
   EpBuffer& owner = self_of(self);
   ep::Buffer& buffer = owner.get("dispatch");
   ImportedTensor tx(x, "dispatch: x"), ts(x_scales, "dispatch: x_scales"),
       ti(topk_idx, "dispatch: topk_idx"), tw(topk_weights, "dispatch: topk_weights"),
       tr(is_token_in_rank, "dispatch: is_token_in_rank");
+  const dlpack_exchange::Api* api = owning_api(tx, owned, "dispatch");
+  if (follow_stream) follow_current_stream(buffer, tx, "dispatch");
   ep::DispatchArgs args;
   args.x = tx.get();
   args.x_scales = ts.get();
@@ -195,27 +226,33 @@ DispatchOutput* dispatch(nb::handle self, nb::handle x, nb::handle x_scales, nb:
     nb::gil_scoped_release released;
     result = buffer.dispatch(args);
   }
-  auto* out = new DispatchOutput;
-  out->recv_x = make_tensor_ref(result.recv_x, self, owner.live());
-  out->recv_x_scales = make_tensor_ref(result.recv_x_scales, self, owner.live());
-  out->recv_topk_idx = make_tensor_ref(result.recv_topk_idx, self, owner.live());
-  out->recv_topk_weights = make_tensor_ref(result.recv_topk_weights, self, owner.live());
+  auto out = std::make_unique<DispatchOutput>();
+  out->recv_x = result_of(self, owner, buffer, api, result.recv_x, "dispatch: recv_x");
+  out->recv_x_scales =
+      result_of(self, owner, buffer, api, result.recv_x_scales, "dispatch: recv_x_scales");
+  out->recv_topk_idx =
+      result_of(self, owner, buffer, api, result.recv_topk_idx, "dispatch: recv_topk_idx");
+  out->recv_topk_weights =
+      result_of(self, owner, buffer, api, result.recv_topk_weights, "dispatch: recv_topk_weights");
   out->num_recv_tokens_per_expert = std::move(result.num_recv_tokens_per_expert);
   out->handle = std::move(result.handle);
-  return out;
+  return out.release();
 }
 
-nb::object combine(nb::handle self, nb::handle x, const ep::DispatchHandle& handle) {
+nb::object combine(nb::handle self, nb::handle x, const ep::DispatchHandle& handle, bool owned,
+                   bool follow_stream) {
   EpBuffer& owner = self_of(self);
   ep::Buffer& buffer = owner.get("combine");
   ImportedTensor tx(x, "combine: x");
   if (tx.get() == nullptr) throw courier::Error("combine: x is missing");
+  const dlpack_exchange::Api* api = owning_api(tx, owned, "combine");
+  if (follow_stream) follow_current_stream(buffer, tx, "combine");
   ep::CombineResult result;
   {
     nb::gil_scoped_release released;
     result = buffer.combine(*tx.get(), handle);
   }
-  return make_tensor_ref(result.combined_x, self, owner.live());
+  return result_of(self, owner, buffer, api, result.combined_x, "combine: combined_x");
 }
 
 ep::ScalesLayout scales_layout_of(const std::string& name) {
@@ -445,11 +482,16 @@ void bind_ep(nb::module_& m) {
            nb::arg("topk_idx") = nb::none(), nb::arg("topk_weights") = nb::none(),
            nb::arg("is_token_in_rank") = nb::none(), nb::arg("num_experts") = 0,
            nb::arg("cached_handle") = nb::none(), nb::arg("num_worst_tokens") = 0,
+           nb::arg("owned") = false, nb::arg("follow_stream") = false,
            nb::rv_policy::take_ownership,
            "Collective high-throughput dispatch; the result's tensors are views valid until "
-           "the dispatch after next.")
-      .def("combine", &combine, nb::arg("x"), nb::arg("handle"),
-           "Collective high-throughput combine: per token, the sum of the rows sent back.")
+           "the dispatch after next, or with owned tensors of x's framework the caller owns "
+           "(allocated through x's DLPack C exchange API, copied into on the Buffer's stream); "
+           "follow_stream: as low_latency_dispatch's.")
+      .def("combine", &combine, nb::arg("x"), nb::arg("handle"), nb::arg("owned") = false,
+           nb::arg("follow_stream") = false,
+           "Collective high-throughput combine: per token, the sum of the rows sent back "
+           "(owned, follow_stream: as dispatch's).")
       .def("low_latency_dispatch", &low_latency_dispatch, nb::arg("x"), nb::arg("topk_idx"),
            nb::arg("use_fp8") = false, nb::arg("return_recv_hook") = false,
            nb::arg("round_scale") = false, nb::arg("wait_cost_stats") = nb::none(),

@@ -260,6 +260,43 @@ TEST_CASE("ep_stream_capturing: 1 while the caller's EP stream is captured, 0 ot
   REQUIRE(gpu.ops().ep_set_stream(gpu.handle(), 0, 0, nullptr) == 0);
   CHECK(cudaStreamDestroy(stream) == cudaSuccess);
 }
+
+TEST_CASE("ep_copy: a copy on the EP stream, behind the caller's stream's work") {
+  Gpu gpu;
+  if (!gpu.backend->has_minor11()) {
+    MESSAGE("no ep_copy: skipped");
+    return;
+  }
+  constexpr size_t kBytes = 256 << 10;
+  void *src = nullptr, *fresh = nullptr, *dst = nullptr;
+  REQUIRE(gpu.ops().mem_alloc(gpu.handle(), 0, kBytes, &src) == 0);
+  REQUIRE(gpu.ops().mem_alloc(gpu.handle(), 0, kBytes, &fresh) == 0);
+  REQUIRE(gpu.ops().mem_alloc(gpu.handle(), 0, kBytes, &dst) == 0);
+  std::vector<uint32_t> before(kBytes / 4, 7), after(kBytes / 4), seen(kBytes / 4);
+  for (size_t j = 0; j < after.size(); ++j) after[j] = static_cast<uint32_t>(j * 2654435761u);
+  REQUIRE(gpu.ops().memcpy_sync(gpu.handle(), src, before.data(), kBytes) == 0);
+  REQUIRE(gpu.ops().memcpy_sync(gpu.handle(), fresh, after.data(), kBytes) == 0);
+  cudaStream_t stream = nullptr;
+  REQUIRE(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) == cudaSuccess);
+  // The caller's stream, held by a gate, writes src; the copy queued there
+  // after must see what it wrote, and not have run before the gate opened.
+  Gate gate;
+  REQUIRE(cudaLaunchHostFunc(stream, Gate::wait, &gate) == cudaSuccess);
+  REQUIRE(cudaMemcpyAsync(src, fresh, kBytes, cudaMemcpyDeviceToDevice, stream) == cudaSuccess);
+  REQUIRE(gpu.ops().ep_set_stream(gpu.handle(), 0, 1, stream) == 0);
+  REQUIRE(gpu.ops().ep_copy(gpu.handle(), 0, dst, src, kBytes) == 0);
+  REQUIRE(gpu.ops().ep_copy(gpu.handle(), 0, dst, src, 0) == 0);  // nothing
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  CHECK_MESSAGE(cudaStreamQuery(stream) == cudaErrorNotReady, "the copy did not wait");
+  gate.open.store(true);
+  REQUIRE(gpu.ops().ep_sync(gpu.handle(), 0) == 0);
+  REQUIRE(gpu.ops().memcpy_sync(gpu.handle(), seen.data(), dst, kBytes) == 0);
+  CHECK_MESSAGE(seen == after, "ep_copy did not copy what the caller's stream wrote before it");
+  CHECK(gpu.ops().ep_copy(gpu.handle(), 0, nullptr, src, 16) == -EINVAL);
+  REQUIRE(gpu.ops().ep_set_stream(gpu.handle(), 0, 0, nullptr) == 0);
+  CHECK(cudaStreamDestroy(stream) == cudaSuccess);
+  for (void* p : {dst, fresh, src}) CHECK(gpu.ops().mem_free(gpu.handle(), 0, p) == 0);
+}
 #endif
 
 TEST_CASE("a device that does not exist is named in the error") {

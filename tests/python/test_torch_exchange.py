@@ -109,3 +109,40 @@ def test_a_type_without_a_readable_table_takes_the_capsule_path(buffer: deep_ep.
     recv, count, _, _, _ = buffer.low_latency_dispatch(plain, idx, 16, 4, use_fp8=False)
     assert count.tolist() == [1, 1, 1, 0]
     assert torch.equal(recv[0, 0].as_subclass(torch.Tensor), x[0])
+
+
+def test_high_throughput_results_are_owned_torch_tensors(buffer: deep_ep.Buffer) -> None:
+    """With torch tensors the high-throughput results are allocated through
+    torch's exchange API and filled on the stream by the native call
+    (owned=True): plain torch tensors, no views into the Buffer, that later
+    dispatches leave alone; BF16, FP8 (DLPack's float8_e4m3fn code) and the
+    combine's result alike."""
+    x = torch.arange(3 * 128, dtype=torch.float32).reshape(3, 128).to(torch.bfloat16)
+    idx = torch.tensor([[0, 3], [-1, 2], [1, -1]], dtype=torch.int64)
+    w = torch.tensor([[0.5, 0.25], [1.0, 1.0], [0.75, 2.0]], dtype=torch.float32)
+    per_rank, _, per_expert, in_rank, _ = buffer.get_dispatch_layout(idx, 4)
+    layout = dict(num_tokens_per_rank=per_rank, is_token_in_rank=in_rank,
+                  num_tokens_per_expert=per_expert, topk_idx=idx, topk_weights=w)
+    recv_x, recv_idx, recv_w, counts, handle, _ = buffer.dispatch(x, **layout)
+    for result in (recv_x, recv_idx, recv_w):
+        assert type(result) is torch.Tensor
+    assert torch.equal(recv_x, x) and recv_x.data_ptr() != x.data_ptr()
+    assert torch.equal(recv_idx, idx)
+    assert torch.equal(recv_w, torch.where(idx >= 0, w, torch.zeros_like(w)))
+    assert counts == [1, 1, 1, 1]
+    buffer.dispatch(x * 2, **layout)
+    buffer.dispatch(x * 3, **layout)  # both receive buffers reused
+    assert torch.equal(recv_x, x)
+    combined, _, _ = buffer.combine(recv_x, handle, bias=torch.ones_like(x))
+    assert type(combined) is torch.Tensor
+    assert torch.equal(combined, x + 1)
+    # FP8 with its scales, and a cached dispatch padded to num_worst_tokens.
+    fp8 = x.float().clamp(-448, 448).to(torch.float8_e4m3fn)
+    scales = torch.ones((3, 1), dtype=torch.float32)
+    (recv_fp8, recv_scales), *_ = buffer.dispatch((fp8, scales), **layout)
+    assert recv_fp8.dtype == torch.float8_e4m3fn
+    assert torch.equal(recv_fp8.view(torch.uint8), fp8.view(torch.uint8))
+    assert torch.equal(recv_scales, scales)
+    padded = buffer.dispatch(x, handle=handle, num_worst_tokens=5)[0]
+    assert padded.shape == (5, 128)
+    assert torch.equal(padded[:3], x) and not padded[3:].any()

@@ -16,7 +16,7 @@ extern "C" {
 #endif
 
 #define COURIER_GPU_ABI_MAJOR 1
-#define COURIER_GPU_ABI_MINOR 10
+#define COURIER_GPU_ABI_MINOR 11
 #define COURIER_GPU_SYMBOL_V1 "courier_gpu_backend_v1"
 
 /* Capability bits (courier_gpu_props_v1.caps). */
@@ -854,6 +854,17 @@ typedef struct courier_gpu_plugin_v1 {
    * cannot hold, and refuses it naming the reason. A backend without
    * streams (gpu-host) answers 0. */
   int (*ep_stream_capturing)(void* backend, int device, int* capturing);
+
+  /* ---- minor 11 (read only when header.struct_size covers it) ----
+   * Enqueues a copy of `bytes` bytes from `src` to `dst`, both memory
+   * `device` addresses (its own, or mapped host memory), on the EP stream
+   * of `device`, behind what is queued there, and returns at once: the
+   * bytes are at `dst` in that stream's order (after ep_sync). The core
+   * copies a call's results out of the Buffer into the caller's tensors
+   * with it (ep::Buffer::copy_result), which a graph can capture. bytes 0
+   * does nothing. A backend without streams (gpu-host) copies before it
+   * returns. */
+  int (*ep_copy)(void* backend, int device, void* dst, const void* src, size_t bytes);
 } courier_gpu_plugin_v1;
 
 typedef const courier_gpu_plugin_v1* (*courier_gpu_backend_v1_fn)(void);

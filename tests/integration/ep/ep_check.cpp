@@ -18,7 +18,8 @@
 //                   of x * (sum of its local weights) gives x * (sum of all
 //                   its weights) within the dtype's tolerance; combining
 //                   recv_x itself (read in place) gives x once per rank
-//                   it went to
+//                   it went to; recv_x and recv_topk_idx copied out with
+//                   copy_result keep their values after later calls
 //   ht-bfloat16-300-tokens  the same with 300 tokens (several send batches)
 //   ht-fp8          FP8 e4m3 rows with one scale per 128 channels (quantized
 //                   by an independent reference codec): values and scales
@@ -409,6 +410,11 @@ Outcome check_ht(courier::Context& ctx, const Shape& shape, bool bf16) {
     courier::ep::DispatchHandle handle;
     std::unique_ptr<Tensor> y;
     Inputs mine;
+    // recv_x and recv_topk_idx copied out (copy_result) at the dispatch,
+    // and what they must hold after the Buffer reused their views.
+    std::unique_ptr<Tensor> owned_x, owned_idx;
+    std::vector<float> want_x;
+    std::vector<int64_t> want_idx;
   };
   std::vector<Kept> kept;
   for (int call = 0; call < 2; ++call) {  // twice: both halves of the double buffer
@@ -477,6 +483,18 @@ Outcome check_ht(courier::Context& ctx, const Shape& shape, bool bf16) {
     c.expect(got.num_recv_tokens_per_expert == want_per_expert,
              fmt::format("call {}: tokens per local expert differ", call));
     rows_checked += static_cast<uint64_t>(received);
+    // The caller's copies of the results, on the Buffer's stream: they
+    // outlive the views (checked after the next call reused them).
+    auto owned_x =
+        std::make_unique<Tensor>(ctx, dev, xtype, std::vector<int64_t>{received, hidden});
+    auto owned_idx =
+        std::make_unique<Tensor>(ctx, dev, kInt64, std::vector<int64_t>{received, topk});
+    buffer.copy_result(got.recv_x.tensor(), *owned_x->view());
+    buffer.copy_result(got.recv_topk_idx.tensor(), *owned_idx->view());
+    expect_error(c, fmt::format("call {}: copy_result into a tensor of another shape", call),
+                 "must match",
+                 [&] { buffer.copy_result(got.recv_x.tensor(), *owned_idx->view()); });
+    buffer.synchronize();
 
     // The same tokens again through the cached handle, rows padded to a
     // fixed count: the same rows, zeros after them, no topk columns.
@@ -540,7 +558,8 @@ Outcome check_ht(courier::Context& ctx, const Shape& shape, bool bf16) {
     c.expect(wrong_in_place == 0,
              fmt::format("call {}: {} values off combining recv_x in place", call, wrong_in_place));
     y_tensor->set(encode(y, bf16));
-    kept.push_back({got.handle, std::move(y_tensor), mine});
+    kept.push_back({got.handle, std::move(y_tensor), mine, std::move(owned_x), std::move(owned_idx),
+                    want_x, want_idx});
   }
   // Handles of earlier dispatches, as with two micro-batches in flight
   // (dispatch A, dispatch B, combine A, combine B): the plan on the device
@@ -553,11 +572,15 @@ Outcome check_ht(courier::Context& ctx, const Shape& shape, bool bf16) {
                                           [&](int t, int h) { return old.mine.x[t * hidden + h]; });
     c.expect(wrong == 0, fmt::format("call {} combined again after call {}: {} values off", k,
                                      kept.size() - 1, wrong));
+    c.expect(
+        decode(old.owned_x->get<std::byte>(), bf16) == old.want_x &&
+            old.owned_idx->get<int64_t>() == old.want_idx,
+        fmt::format("call {}: the results copied out (copy_result) changed after later calls", k));
   }
   return c.outcome(
       fmt::format("2 dispatch+combine calls, {} rows checked, cached-handle padded "
-                  "dispatch equal to uncached, combine (also of recv_x in place, and with the "
-                  "older handle after the newer) within {}",
+                  "dispatch equal to uncached, results copied out kept, combine (also of "
+                  "recv_x in place, and with the older handle after the newer) within {}",
                   rows_checked, bf16 ? "1e-2 relative" : "1e-5 relative"));
 }
 
