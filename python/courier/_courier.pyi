@@ -306,9 +306,9 @@ class EpBuffer:
         Import low-latency dispatch outputs once, for the calls that pass outputs=slot (0..3); the tensors stay referenced until they are rebound or the Buffer closes. Checked at each call, as out_* are.
         """
 
-    def low_latency_combine(self, x: object, topk_idx: object, topk_weights: object, handle: LowLatencyHandle, use_logfmt: bool = False, wait_cost_stats: object | None = None, out: object | None = None, follow_stream: bool = False) -> object:
+    def low_latency_combine(self, x: object, topk_idx: object, topk_weights: object, handle: LowLatencyHandle, use_logfmt: bool = False, wait_cost_stats: object | None = None, out: object | None = None, follow_stream: bool = False, owned: bool = False) -> object:
         """
-        Collective low-latency combine: per token, sum over k of weight * row (use_logfmt: the rows travel in LogFMT, 10 bits per value where a 128-channel block is below 1; needs the ep_logfmt capability; out: the caller's [tokens, hidden] to sum into; follow_stream: as low_latency_dispatch's).
+        Collective low-latency combine: per token, sum over k of weight * row (use_logfmt: the rows travel in LogFMT, 10 bits per value where a 128-channel block is below 1; needs the ep_logfmt capability; out: the caller's [tokens, hidden] to sum into; follow_stream: as low_latency_dispatch's; owned without out: the result is a tensor of x's framework, allocated through x's DLPack C exchange API).
         """
 
 def has_dlpack_exchange_api(type: object) -> bool:

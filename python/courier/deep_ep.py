@@ -81,11 +81,18 @@ def _to_dlpack(tensor: Any) -> Any:
     return _torch_module().utils.dlpack.to_dlpack(tensor)
 
 
+_EXCHANGE_TYPES: Dict[type, bool] = {}
+
+
 def _exchanges(tensor_type: type) -> bool:
     """Whether the bridge takes tensors of this type through DLPack's C
     exchange API (torch 2.10 and later publish it on torch.Tensor), as the
-    bridge itself decides (a table it can read, of version 1.x)."""
-    return _courier.has_dlpack_exchange_api(tensor_type)
+    bridge itself decides (a table it can read, of version 1.x). Asked once
+    per type (a type publishes its table when it is made)."""
+    known = _EXCHANGE_TYPES.get(tensor_type)
+    if known is None:
+        known = _EXCHANGE_TYPES[tensor_type] = _courier.has_dlpack_exchange_api(tensor_type)
+    return known
 
 
 def _to_courier(tensor: Optional[Tensor], name: str) -> Any:
@@ -353,9 +360,18 @@ def _dtype_name(x: Tensor) -> str:
     return str(x.dtype).replace("torch.", "")
 
 
+_DTYPE_CODES: Dict[Any, int] = {}
+
+
 def _dtype_code(x: Tensor) -> int:
-    name = str(x.dtype).replace("torch.", "")
-    return {"bfloat16": 1, "float32": 2, "float8_e4m3fn": 3}.get(name, 0)
+    """1 bfloat16, 2 float32, 3 float8_e4m3fn, 0 another dtype (a Buffer
+    configuration's key; worked out once per dtype)."""
+    dtype = x.dtype
+    code = _DTYPE_CODES.get(dtype)
+    if code is None:
+        name = str(dtype).replace("torch.", "")
+        code = _DTYPE_CODES[dtype] = {"bfloat16": 1, "float32": 2, "float8_e4m3fn": 3}.get(name, 0)
+    return code
 
 
 # ----------------------------------------------------------------------------
@@ -1067,13 +1083,13 @@ class Buffer:
             # A weight whose expert lives on another rank reads 0 (the kernels
             # write it so, as DeepEP's).
             recv_weights = kind.owned(out.recv_topk_weights)
-            received_per_expert = list(out.num_recv_tokens_per_expert)
+            received_per_expert = out.num_recv_tokens_per_expert  # a new list per access
         elif worst == 0:
             received_per_expert = self._received_per_expert(kind, num_tokens_per_expert)
         # With num_worst_tokens the list is empty, as DeepEP's: shapes and
         # results then never depend on counts read on the host.
         a = expert_alignment
-        counts = ([] if worst > 0 else list(received_per_expert) if a == 1 else
+        counts = ([] if worst > 0 else received_per_expert if a == 1 else
                   [(int(c) + a - 1) // a * a for c in received_per_expert])
         new_handle = DispatchHandle(out.handle, buffer, capacity, is_token_in_rank, worst,
                                     key=self._ht_current, kind=kind, rank=self.rank)
@@ -1552,7 +1568,11 @@ class Buffer:
                                            native_follows=True)
         # Summed straight into the result (DeepEP's combined_x is a new
         # tensor per call too): nothing copied, nothing read on the host.
-        if out is None and kind.torch is not None:
+        # Through the C exchange API the native call allocates it (owned).
+        owned = out is None and kind.exchanges
+        if owned:
+            out_arg = None
+        elif out is None and kind.torch is not None:
             out = out_arg = kind.torch.empty((topk_idx.shape[0], x.shape[-1]), dtype=x.dtype,
                                              device=kind.device)
         elif out is None:
@@ -1562,12 +1582,14 @@ class Buffer:
         # The wait costs are measured on the proxy path only (docs/python.md).
         cost = (combine_wait_recv_cost_stats if combine_wait_recv_cost_stats is not None
                 and handle.buffer.transport == "proxy" else None)
-        handle.buffer.low_latency_combine(
+        combined = handle.buffer.low_latency_combine(
             _to_courier(x, "x"), _to_courier(topk_idx, "topk_idx"),
             _to_courier(topk_weights, "topk_weights"), handle.native, use_logfmt=bool(use_logfmt),
             wait_cost_stats=None if cost is None else _to_courier(
                 cost, "combine_wait_recv_cost_stats"),
-            out=_to_courier(out_arg, "out"), follow_stream=follow)
+            out=_to_courier(out_arg, "out"), follow_stream=follow, owned=owned)
+        if owned:
+            out = combined
         event = (kind.event(async_finish) if comm is None else
                  kind.finish_on(comm, async_finish, (x, topk_idx, topk_weights, cost, out)))
         return out, event, ((lambda: None) if return_recv_hook else None)

@@ -9,6 +9,7 @@
 #include <array>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -324,7 +325,7 @@ LowLatencyOutput* low_latency_dispatch(nb::handle self, nb::handle x, nb::handle
 nb::object low_latency_combine(nb::handle self, nb::handle x, nb::handle topk_idx,
                                nb::handle topk_weights, const ep::LowLatencyHandle& handle,
                                bool use_logfmt, nb::handle wait_cost_stats, nb::handle out,
-                               bool follow_stream) {
+                               bool follow_stream, bool owned) {
   EpBuffer& owner = self_of(self);
   ep::Buffer& buffer = owner.get("low_latency_combine");
   ImportedTensor tx(x, "low_latency_combine: x"), ti(topk_idx, "low_latency_combine: topk_idx"),
@@ -335,6 +336,21 @@ nb::object low_latency_combine(nb::handle self, nb::handle x, nb::handle topk_id
     throw courier::Error("low_latency_combine: x, topk_idx and topk_weights are required");
   }
   require_writable(to, "low_latency_combine: out");
+  // owned without out: the result [tokens, hidden] of x's dtype, allocated
+  // through x's framework and summed into by the kernels.
+  std::optional<AllocatedTensor> made;
+  if (owned && to.get() == nullptr) {
+    const DLTensor& t = *tx.get();
+    std::array<int64_t, 2> shape{ti.get()->ndim > 0 ? ti.get()->shape[0] : 0,
+                                 t.ndim > 0 ? t.shape[t.ndim - 1] : 0};
+    DLTensor like{};
+    like.device = t.device;
+    like.dtype = t.dtype;
+    like.ndim = 2;
+    like.shape = shape.data();
+    made.emplace(*owning_api(tx, true, "low_latency_combine"), like,
+                 "low_latency_combine: combined_x");
+  }
   if (follow_stream) follow_current_stream(buffer, tx, "low_latency_combine");
   ep::CombineResult result;
   {
@@ -342,9 +358,10 @@ nb::object low_latency_combine(nb::handle self, nb::handle x, nb::handle topk_id
     ep::LowLatencyCombineOptions options;
     options.use_logfmt = use_logfmt;
     options.wait_cost_stats = tc.get();
-    options.out = to.get();
+    options.out = made ? &made->get() : to.get();
     result = buffer.low_latency_combine(*tx.get(), *ti.get(), *tw.get(), handle, options);
   }
+  if (made) return made->to_python();
   return make_tensor_ref(result.combined_x, self, owner.live());
 }
 
@@ -533,11 +550,12 @@ void bind_ep(nb::module_& m) {
       .def("low_latency_combine", &low_latency_combine, nb::arg("x"), nb::arg("topk_idx"),
            nb::arg("topk_weights"), nb::arg("handle"), nb::arg("use_logfmt") = false,
            nb::arg("wait_cost_stats") = nb::none(), nb::arg("out") = nb::none(),
-           nb::arg("follow_stream") = false,
+           nb::arg("follow_stream") = false, nb::arg("owned") = false,
            "Collective low-latency combine: per token, sum over k of weight * row "
            "(use_logfmt: the rows travel in LogFMT, 10 bits per value where a 128-channel block "
            "is below 1; needs the ep_logfmt capability; out: the caller's [tokens, hidden] to sum "
-           "into; follow_stream: as low_latency_dispatch's).");
+           "into; follow_stream: as low_latency_dispatch's; owned without out: the result is a "
+           "tensor of x's framework, allocated through x's DLPack C exchange API).");
 }
 
 }  // namespace courier::python

@@ -120,7 +120,7 @@ fi
 if wants bench; then
   # courier.deep_ep's host time per call next to its native time (docs/performance.md).
   shapes=(--mode both --ht-tokens 4096 --ll-tokens 128 --hidden 7168 --topk 8 --ht-experts 256
-    --ll-experts 288 --fp8 --iters 30 --warmup 5)
+    --ll-experts 288 --fp8 --iters 200 --warmup 10)
   step bench-direct env COURIER_EP_TRANSPORT=direct "${torchrun[@]}" tools/deep_ep_bench.py "${shapes[@]}"
   step bench-proxy env "${proxy_env[@]}" "${torchrun[@]}" tools/deep_ep_bench.py "${shapes[@]}"
 fi

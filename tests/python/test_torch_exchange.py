@@ -49,6 +49,12 @@ def test_low_latency_round_trip_through_the_exchange_api(buffer: deep_ep.Buffer)
     combined, _, _ = buffer.low_latency_combine(recv, idx, w, handle)
     want = x.detach().float() * torch.tensor([[0.75], [1.0]])
     assert torch.equal(combined.float(), want)
+    # The result is allocated by the native call through torch's exchange
+    # API: a plain tensor of x's dtype, a new one per call.
+    assert type(combined) is torch.Tensor and combined.dtype == torch.bfloat16
+    again, _, _ = buffer.low_latency_combine(recv, idx, w * 2, handle)
+    assert again.data_ptr() != combined.data_ptr()
+    assert torch.equal(combined.float(), want) and torch.equal(again.float(), want * 2)
     fp8, _, _, _, _ = buffer.low_latency_dispatch(x.detach(), idx, 16, 4, use_fp8=True)
     values, scales = fp8
     assert values.dtype == torch.float8_e4m3fn
