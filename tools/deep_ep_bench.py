@@ -15,11 +15,15 @@ overhead per call:
                       (until it returns) minus the median time inside its native calls
 
 The native time is measured by wrapping the callables of `courier`'s extension module
-(`courier._*`): the methods of its classes and its functions (also where
+(`courier._*`): the methods and property getters of its classes (a getter converts
+C++ results, such as the per-expert count list) and its functions (also where
 `courier.deep_ep` imported them). The wrappers cost host time of their own, so they are
 in place for every other timed iteration only: those give the c++ column, the others the
-wall time and the host time of the call (each over half the iterations). If a call
-reaches none of the native callables, its native and Python columns say "-".
+wall time and the host time of the call (each over half the iterations). The two halves
+run one after the other, each after --warmup untimed iterations: putting wrappers on a
+class or taking them off resets the interpreter's caches of its attributes, which the
+first calls after pay again (a user's program, which patches nothing, never does). If a
+call reaches none of the native callables, its native and Python columns say "-".
 
 One process per GPU, started by torchrun (NCCL for the group):
     torchrun --nproc-per-node 2 tools/deep_ep_bench.py --mode both \\
@@ -175,9 +179,15 @@ class NativeTiming:
     def _wrap_methods(self, cls: type, clock: NativeClock) -> bool:
         wrapped = False
         for name, value in list(vars(cls).items()):
-            if name.startswith("__") or type(value).__name__ not in METHOD_KINDS:
+            if name.startswith("__"):
                 continue
-            wrapped = self._replace(cls, name, value, clock.timed(value)) or wrapped
+            if isinstance(value, property) and value.fget is not None:
+                # A native getter (a result's tensors, the per-expert count list
+                # it builds) is a native call too.
+                timed = property(clock.timed(value.fget), value.fset, value.fdel, value.__doc__)
+                wrapped = self._replace(cls, name, value, timed) or wrapped
+            elif type(value).__name__ in METHOD_KINDS:
+                wrapped = self._replace(cls, name, value, clock.timed(value)) or wrapped
         return wrapped
 
     def _replace(self, owner: Any, name: str, old: Any, new: Any) -> bool:
@@ -189,13 +199,19 @@ class NativeTiming:
         self._redo.append(lambda: setattr(owner, name, new))
         return True
 
+    installed = True
+
     def undo(self) -> None:
-        for restore in reversed(self._undo):
-            restore()
+        if self.installed:
+            for restore in reversed(self._undo):
+                restore()
+            self.installed = False
 
     def install(self) -> None:
-        for wrap in self._redo:
-            wrap()
+        if not self.installed:
+            for wrap in self._redo:
+                wrap()
+            self.installed = True
 
 
 # ---------------------------------------------------------------- measurement
@@ -254,6 +270,15 @@ class Timer:
         return result
 
 
+def phases(args) -> List["tuple[bool, bool]"]:
+    """(record, wrapped) per iteration: the unwrapped half (host and wall time), then the
+    wrapped half (native time), each after --warmup iterations that are not recorded."""
+    half = args.iters // 2
+    return [(i >= args.warmup, wrapped) for wrapped, n in ((False, args.iters - half),
+                                                           (True, half))
+            for i in range(args.warmup + n)]
+
+
 def random_routing(tokens: int, topk: int, experts: int, masked: bool, gen, device) -> torch.Tensor:
     """courier-bench's rule: top-k distinct random experts per token, each choice masked
     (-1) with probability 1/8 unless --unmasked."""
@@ -291,8 +316,7 @@ def bench_ht(deep_ep, args, env, timer) -> List[Dict[str, Any]]:
         combine_bytes = float(sum(int(all_per_rank[s][me]) for s in range(R) if s != me) * row_bytes)
         d = Series("dispatch", bytes=dispatch_bytes)
         c = Series("combine", bytes=combine_bytes)
-        for i in range(args.warmup + args.iters):
-            record, wrapped = i >= args.warmup, i % 2 == 0
+        for record, wrapped in phases(args):
             recv_x, _, _, _, handle, _ = timer(d, record, lambda: buffer.dispatch(
                 x, num_tokens_per_rank=per_rank, is_token_in_rank=in_rank,
                 num_tokens_per_expert=per_expert, topk_idx=idx, topk_weights=weights), wrapped)
@@ -328,8 +352,7 @@ def bench_ll(deep_ep, args, env, timer) -> List[Dict[str, Any]]:
         y = torch.zeros((per, R * T_max, H), dtype=torch.bfloat16, device=dev)
         d = Series("dispatch", bytes=dispatch_bytes)
         c = Series("combine", bytes=combine_bytes)
-        for i in range(args.warmup + args.iters):
-            record, wrapped = i >= args.warmup, i % 2 == 0
+        for record, wrapped in phases(args):
             _, _, handle, _, _ = timer(d, record, lambda: buffer.low_latency_dispatch(
                 x, idx, T_max, experts, use_fp8=args.fp8), wrapped)
             timer(c, record, lambda: buffer.low_latency_combine(y, idx, weights, handle), wrapped)

@@ -255,6 +255,14 @@ class _Kind:
             return bits.view(getattr(ml, ref.dtype)) if ml is not None else bits
         return np.from_dlpack(ref)
 
+    def results(self, out: Any) -> Tuple[Any, Any, Any, Any]:
+        """A high-throughput dispatch's (recv_x, recv_x_scales,
+        recv_topk_idx, recv_topk_weights), each owned (see owned)."""
+        if self.exchanges:
+            return out.recv_x, out.recv_x_scales, out.recv_topk_idx, out.recv_topk_weights
+        return (self.owned(out.recv_x), self.owned(out.recv_x_scales),
+                self.owned(out.recv_topk_idx), self.owned(out.recv_topk_weights))
+
     def owned(self, ref: Any) -> Optional[Tensor]:
         """A copy the caller owns (DeepEP hands out fresh tensors; Courier's
         views are reused by the next call). A result the native call made
@@ -487,6 +495,7 @@ class DispatchHandle(tuple):
     is_token_in_rank: Optional[Tensor]
     num_worst_tokens: int  # rows of recv_x when padded, else 0
     key: Tuple[int, ...]  # the configuration (hidden, dtype code, top-k, experts)
+    _rank_prefix_matrix: Optional[Tensor] = None  # [0], built on first access
 
     def __new__(cls, native: _courier.DispatchHandle, buffer: _courier.EpBuffer, capacity: int,
                 is_token_in_rank: Optional[Tensor], num_worst_tokens: int = 0, *,
@@ -501,7 +510,6 @@ class DispatchHandle(tuple):
         handle.key = key
         handle._kind = kind
         handle._rank = rank
-        handle._rank_prefix_matrix = None
         return handle
 
     def _rank_prefix(self) -> Optional[Tensor]:
@@ -1019,9 +1027,6 @@ class Buffer:
             x_scales = (x_scales.contiguous() if kind.torch is not None else
                         np.ascontiguousarray(x_scales))
 
-        def scales_out(scales: Optional[Tensor]) -> Optional[Tensor]:
-            return _pack_ue8m0(kind, scales) if ue8m0 and scales is not None else scales
-
         if handle is not None:
             if topk_idx is not None or topk_weights is not None:
                 raise ValueError("dispatch: with a handle (cached mode) topk_idx and topk_weights "
@@ -1038,8 +1043,9 @@ class Buffer:
                                   owned=kind.exchanges, follow_stream=follow)
             pad = 0 if fits else num_worst_tokens
             recv_x = kind.padded(kind.owned(out.recv_x), pad, 0, "dispatch")
-            recv_scales = scales_out(kind.padded(kind.owned(out.recv_x_scales), pad, 0,
-                                                 "dispatch"))
+            recv_scales = kind.padded(kind.owned(out.recv_x_scales), pad, 0, "dispatch")
+            if ue8m0 and recv_scales is not None:
+                recv_scales = _pack_ue8m0(kind, recv_scales)
             del out
             return ((recv_x, recv_scales) if x_scales is not None else recv_x, None, None, None,
                     None, kind.event(async_finish))
@@ -1060,13 +1066,18 @@ class Buffer:
             # CUDA stream over the proxy path the call then reads nothing on
             # the host (its counts stay on the device), so it can be captured.
             # (The arguments are made per call: a DLPack capsule is used once.)
-            # Torch tensors through the C exchange API: the results come as
-            # tensors the caller owns, copied on the stream (kind.owned).
-            return native.dispatch(
-                _to_courier(x, "x"), _to_courier(x_scales, "x_scales"),
-                _to_courier(topk_idx, "topk_idx"), _to_courier(topk_weights, "topk_weights"),
-                _to_courier(is_token_in_rank, "is_token_in_rank"), num_experts,
-                num_worst_tokens=num_worst_tokens, owned=kind.exchanges, follow_stream=follow)
+            # Torch tensors through the C exchange API cross as themselves,
+            # and the results come as tensors the caller owns, copied on the
+            # stream (kind.results).
+            if kind.exchanges:
+                tensors = (x, x_scales, topk_idx, topk_weights, is_token_in_rank)
+            else:
+                tensors = (_to_courier(x, "x"), _to_courier(x_scales, "x_scales"),
+                           _to_courier(topk_idx, "topk_idx"),
+                           _to_courier(topk_weights, "topk_weights"),
+                           _to_courier(is_token_in_rank, "is_token_in_rank"))
+            return native.dispatch(*tensors, num_experts, None, num_worst_tokens, kind.exchanges,
+                                   follow)
 
         # On a CUDA stream over the proxy path, num_worst_tokens makes the call
         # return before its kernels ran.
@@ -1075,17 +1086,17 @@ class Buffer:
         buffer, capacity, out = self._high_throughput(x, topk, num_experts, run,
                                                       worst=num_worst_tokens, waits=waits)
         worst = num_worst_tokens
-        recv_x = kind.owned(out.recv_x)
-        recv_scales = scales_out(kind.owned(out.recv_x_scales))
-        recv_idx = recv_weights = None
+        # A weight whose expert lives on another rank reads 0 (the kernels
+        # write it so, as DeepEP's); without top-k both are None.
+        recv_x, recv_scales, recv_idx, recv_weights = kind.results(out)
+        if ue8m0 and recv_scales is not None:
+            recv_scales = _pack_ue8m0(kind, recv_scales)
         if with_topk:
-            recv_idx = kind.owned(out.recv_topk_idx)
-            # A weight whose expert lives on another rank reads 0 (the kernels
-            # write it so, as DeepEP's).
-            recv_weights = kind.owned(out.recv_topk_weights)
             received_per_expert = out.num_recv_tokens_per_expert  # a new list per access
-        elif worst == 0:
-            received_per_expert = self._received_per_expert(kind, num_tokens_per_expert)
+        else:
+            recv_idx = recv_weights = None
+            if worst == 0:
+                received_per_expert = self._received_per_expert(kind, num_tokens_per_expert)
         # With num_worst_tokens the list is empty, as DeepEP's: shapes and
         # results then never depend on counts read on the host.
         a = expert_alignment
@@ -1339,8 +1350,11 @@ class Buffer:
         outs, slot = self._ll_outputs(kind, buffer, x, max_tokens, num_experts, use_fp8,
                                       use_ue8m0, calls % 2)
         recv_x, recv_scales, recv_count, src_info, layout_range = outs
+        # Through the C exchange API the tensors cross as themselves.
+        x_arg, idx_arg = ((x, topk_idx) if kind.exchanges else
+                          (_to_courier(x, "x"), _to_courier(topk_idx, "topk_idx")))
         native = buffer.low_latency_dispatch(
-            _to_courier(x, "x"), _to_courier(topk_idx, "topk_idx"), use_fp8=use_fp8,
+            x_arg, idx_arg, use_fp8=use_fp8,
             return_recv_hook=return_recv_hook, round_scale=round_scale,
             wait_cost_stats=None if cost is None else _to_courier(
                 cost, "dispatch_wait_recv_cost_stats"),
@@ -1582,9 +1596,11 @@ class Buffer:
         # The wait costs are measured on the proxy path only (docs/python.md).
         cost = (combine_wait_recv_cost_stats if combine_wait_recv_cost_stats is not None
                 and handle.buffer.transport == "proxy" else None)
+        tensors = ((x, topk_idx, topk_weights) if kind.exchanges else
+                   (_to_courier(x, "x"), _to_courier(topk_idx, "topk_idx"),
+                    _to_courier(topk_weights, "topk_weights")))
         combined = handle.buffer.low_latency_combine(
-            _to_courier(x, "x"), _to_courier(topk_idx, "topk_idx"),
-            _to_courier(topk_weights, "topk_weights"), handle.native, use_logfmt=bool(use_logfmt),
+            *tensors, handle.native, use_logfmt=bool(use_logfmt),
             wait_cost_stats=None if cost is None else _to_courier(
                 cost, "combine_wait_recv_cost_stats"),
             out=_to_courier(out_arg, "out"), follow_stream=follow, owned=owned)
