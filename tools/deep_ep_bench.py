@@ -11,15 +11,17 @@ overhead per call:
   GB/s                bytes of the bfloat16 rows (FP8 rows with their scales for ll --fp8)
                       this rank sends to other ranks / median, measured on rank 0
   c++ us              median time spent inside the library's native calls during one call
-  py us               median Python overhead per call: the median host time of the call
-                      (until it returns) minus the median time inside its native calls
+  py us               median Python overhead per call: per call with the wrappers, its host
+                      time (until it returns) minus the time inside its native calls and
+                      minus the wrappers' own cost (calibrated per native call at start)
 
 The native time is measured by wrapping the callables of `courier`'s extension module
 (`courier._*`): the methods and property getters of its classes (a getter converts
 C++ results, such as the per-expert count list) and its functions (also where
 `courier.deep_ep` imported them). The wrappers cost host time of their own, so they are
-in place for every other timed iteration only: those give the c++ column, the others the
-wall time and the host time of the call (each over half the iterations). The two halves
+in place for half of the timed iterations only: those give the c++ and py columns (the
+Python time taken within each call, so the GPU's variation between calls cancels), the
+others the wall time and the host time of the call. The two halves
 run one after the other, each after --warmup untimed iterations: putting wrappers on a
 class or taking them off resets the interpreter's caches of its attributes, which the
 first calls after pay again (a user's program, which patches nothing, never does). If a
@@ -223,6 +225,7 @@ class Series:
     wall_us: List[float] = field(default_factory=list)  # call until GPU work done
     native_us: List[float] = field(default_factory=list)  # iterations with the wrappers
     host_us: List[float] = field(default_factory=list)  # call until it returns, without
+    python_us: List[float] = field(default_factory=list)  # wrapped: host - native - wrappers
     native_seen: bool = True
     bytes: float = 0.0
 
@@ -243,6 +246,7 @@ class Timer:
 
     def __init__(self, group, device: torch.device, clock: NativeClock, timing: NativeTiming):
         self.group, self.device, self.clock, self.timing = group, device, clock, timing
+        self.wrapper_us = wrapper_cost_us(clock)
 
     def sync(self) -> None:
         if self.device.type == "cuda":
@@ -263,11 +267,29 @@ class Timer:
         native, calls = self.clock.take()
         if record and wrapped:
             series.native_us.append(native * 1e6)
+            series.python_us.append((returned - start - native) * 1e6 - calls * self.wrapper_us)
             series.native_seen = series.native_seen and calls > 0
         elif record:
             series.wall_us.append((done - start) * 1e6)
             series.host_us.append((returned - start) * 1e6)
         return result
+
+
+def wrapper_cost_us(clock: NativeClock) -> float:
+    """The host time a timing wrapper adds to a native call outside the time it counts as
+    native (median of rounds of a cheap native function, wrapped)."""
+    from courier import _courier
+    fn = clock.timed(_courier.has_dlpack_exchange_api)
+    rounds = []
+    for _ in range(15):
+        clock.take()
+        start = time.perf_counter()
+        for _ in range(2000):
+            fn(torch.Tensor)
+        total = time.perf_counter() - start
+        native, calls = clock.take()
+        rounds.append((total - native) / calls * 1e6)
+    return median(rounds)
 
 
 def phases(args) -> List["tuple[bool, bool]"]:
@@ -376,7 +398,7 @@ def summarize(mode: str, tokens: int, s: Series, args) -> Dict[str, Any]:
         "gbytes_per_s": s.bytes / (med * 1e3) if med > 0 else 0.0,
         "native_median_us": median(s.native_us) if s.native_seen else None,
         "host_median_us": median(s.host_us),
-        "python_overhead_us": median(s.host_us) - median(s.native_us) if s.native_seen else None,
+        "python_overhead_us": median(s.python_us) if s.native_seen else None,
     }
 
 
