@@ -94,7 +94,7 @@ DispatchResult DirectHighThroughput::dispatch(const HtInputs& in, const Dispatch
                        experts, layout_.max_experts));
   }
   const bool fp8 = in.dtype == DType::fp8_e4m3;
-  const bool with_topk = in.idx != nullptr;
+  const bool with_topk = in.with_topk;
   windows_.clear_status();
 
   // Round 1: slots and counts, to every rank.

@@ -24,6 +24,10 @@ struct HtInputs {
   const float* weights = nullptr;
   const uint8_t* in_rank = nullptr;
   uint32_t tokens = 0, hidden = 0, topk = 0;
+  // topk_idx was given: the results show its columns. (Not idx != nullptr:
+  // a rank without tokens may pass an empty tensor with no data pointer,
+  // and still receives other ranks' rows with their columns.)
+  bool with_topk = false;
   DType dtype = DType::float32;
   DLDataType x_dtype{};
   CallConfig config;

@@ -245,12 +245,17 @@ void Buffer::copy_result(const DLTensor& from, const DLTensor& to) {
     return;
   }
   // An older plugin: behind the Buffer's calls, on the host.
+  s.refuse_capture("copy_result",
+                   "waits for the stream on the host (a GPU plugin older than GPU ABI 1.11 has no "
+                   "ep_copy)");
   synchronize();
   if (s.gpu.ops()->memcpy_sync(s.gpu.handle(), dst, src, bytes) != 0) {
     fail("ep::Buffer::copy_result: GPU backend '{}' cannot copy {} bytes: {}", s.gpu.plugin().name,
          bytes, s.gpu.last_error());
   }
 }
+
+bool Buffer::can_copy_result() const { return impl_->gpu.has_minor11(); }
 
 void Buffer::set_stream(void* stream) {
   Impl& s = *impl_;

@@ -94,6 +94,7 @@ HighThroughput::DispatchInputs HighThroughput::validate(const DispatchArgs& args
   // that its configuration stays the one agreed.
   in.topk = admission_.configured() ? admission_.config().topk : 0;
   if (args.topk_idx != nullptr) {
+    in.with_topk = true;
     in.idx = static_cast<const int64_t*>(
         check_tensor(args.topk_idx, "ep::Buffer::dispatch: topk_idx", DType::int64, {in.tokens, -1},
                      device_.device_type));

@@ -201,7 +201,7 @@ DispatchResult ProxyHighThroughput::dispatch(const HtInputs& in, const DispatchA
   }
   window_.clear_status();
   const bool fp8 = in.dtype == DType::fp8_e4m3;
-  const bool with_topk = in.idx != nullptr;
+  const bool with_topk = in.with_topk;
   const uint32_t row_bytes = fp8 ? in.hidden : in.hidden * (in.dtype == DType::float32 ? 4 : 2);
   const uint32_t scale_cols = fp8 ? in.hidden / kFp8Block : 0;
   // Every rank packs its slots alike: the agreed top-k, ids -1 without topk_idx.
@@ -378,7 +378,7 @@ DispatchResult ProxyHighThroughput::deferred_dispatch(const HtInputs& in, const 
                                                       uint64_t call) {
   const uint32_t parity = call & 1;
   const bool fp8 = in.dtype == DType::fp8_e4m3;
-  const bool with_topk = in.idx != nullptr;
+  const bool with_topk = in.with_topk;
   const auto n = static_cast<int64_t>(args.num_worst_tokens);
   plan_call_[parity] = call;  // the receive kernel leaves the plan on the device
   DispatchResult result;

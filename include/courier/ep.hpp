@@ -266,8 +266,11 @@ class Buffer {
   // result in that stream's order, owned by the caller, while the Buffer
   // reuses the view's memory. A graph can capture it. Local. With a GPU
   // plugin older than GPU ABI 1.11 (ep_copy) the copy waits for the
-  // Buffer's stream and is done when it returns.
+  // Buffer's stream and is done when it returns (and is refused while the
+  // stream is being captured into a graph).
   void copy_result(const DLTensor& from, const DLTensor& to);
+  // Whether copy_result queues its copy on the stream (GPU ABI 1.11).
+  bool can_copy_result() const;
 
   // Where the Buffer's kernels run (docs/ep.md, "Streams"). From now on
   // every call enqueues them on `stream`, the GPU runtime's own handle (a

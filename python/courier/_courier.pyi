@@ -159,7 +159,7 @@ class LowLatencyHandle:
         """The hidden size of the rows."""
 
 class DispatchOutput:
-    """The results of EpBuffer.dispatch (views)."""
+    """The results of EpBuffer.dispatch (views; with owned, tensors of x's framework, the top-k ones None without topk_idx)."""
 
     @property
     def recv_x(self) -> object:
@@ -289,6 +289,12 @@ class EpBuffer:
     def dispatch(self, x: object, x_scales: object | None = None, topk_idx: object | None = None, topk_weights: object | None = None, is_token_in_rank: object | None = None, num_experts: int = 0, cached_handle: DispatchHandle | None = None, num_worst_tokens: int = 0, owned: bool = False, follow_stream: bool = False) -> DispatchOutput:
         """
         Collective high-throughput dispatch; the result's tensors are views valid until the dispatch after next, or with owned tensors of x's framework the caller owns (allocated through x's DLPack C exchange API, copied into on the Buffer's stream); follow_stream: as low_latency_dispatch's.
+        """
+
+    @property
+    def can_copy_result(self) -> bool:
+        """
+        Whether owned results are copied on the stream (a GPU plugin of GPU ABI 1.11 or later); else the copy waits for the stream on the host and cannot be captured.
         """
 
     def combine(self, x: object, handle: DispatchHandle, owned: bool = False, follow_stream: bool = False) -> object:

@@ -127,6 +127,13 @@ def _to_courier(tensor: Optional[Tensor], name: str) -> Any:
     raise TypeError(f"{name}: expected a numpy array or a torch tensor, got {type(tensor).__name__}")
 
 
+def _crossing(tensor: Optional[Tensor], name: str, exchange_type: Optional[type]) -> Any:
+    """_to_courier for the hot calls: a tensor of x's type, when x crosses
+    through the C exchange API (`exchange_type`), passes as it is without
+    the lookups; anything else as _to_courier makes it."""
+    return tensor if type(tensor) is exchange_type else _to_courier(tensor, name)
+
+
 class _Kind:
     """Where results go: numpy arrays, or torch tensors on the input's device."""
 
@@ -137,11 +144,13 @@ class _Kind:
             # The native call can read the current stream itself (DLPack's
             # C exchange API) instead of being told it from Python.
             self.exchanges = _exchanges(type(like))
+            # A tensor of this type crosses as itself (_crossing).
+            self.exchange_type = type(like) if self.exchanges else None
             return
         if not isinstance(like, np.ndarray):
             raise TypeError(f"{name}: expected a numpy array or a torch tensor, got "
                             f"{type(like).__name__}")
-        self.torch, self.device, self.exchanges = None, None, False
+        self.torch, self.device, self.exchanges, self.exchange_type = None, None, False, None
 
     def wait_for_producer(self, previous_event: Optional["EventOverlap"] = None) -> None:
         """For kernels on a stream of their own: let the caller's stream
@@ -258,17 +267,17 @@ class _Kind:
     def results(self, out: Any) -> Tuple[Any, Any, Any, Any]:
         """A high-throughput dispatch's (recv_x, recv_x_scales,
         recv_topk_idx, recv_topk_weights), each owned (see owned)."""
-        if self.exchanges:
-            return out.recv_x, out.recv_x_scales, out.recv_topk_idx, out.recv_topk_weights
-        return (self.owned(out.recv_x), self.owned(out.recv_x_scales),
-                self.owned(out.recv_topk_idx), self.owned(out.recv_topk_weights))
+        results = (out.recv_x, out.recv_x_scales, out.recv_topk_idx, out.recv_topk_weights)
+        if not isinstance(results[0], _courier.TensorRef):
+            return results  # made owned by the native call
+        return tuple(self.owned(r) for r in results)  # type: ignore[return-value]
 
     def owned(self, ref: Any) -> Optional[Tensor]:
         """A copy the caller owns (DeepEP hands out fresh tensors; Courier's
         views are reused by the next call). A result the native call made
-        owned already (`owned=self.exchanges`: a tensor allocated through
-        DLPack's C exchange API and filled on the stream) passes as it is."""
-        if self.exchanges:
+        owned already (`owned=True`: a tensor allocated through DLPack's C
+        exchange API and filled on the stream) passes as it is."""
+        if ref is not None and not isinstance(ref, _courier.TensorRef):
             return ref
         array = self.view(ref)
         if array is None:
@@ -1040,7 +1049,8 @@ class Buffer:
             out = buffer.dispatch(_to_courier(x, "x"), _to_courier(x_scales, "x_scales"),
                                   cached_handle=handle.native,
                                   num_worst_tokens=num_worst_tokens if fits else 0,
-                                  owned=kind.exchanges, follow_stream=follow)
+                                  owned=kind.exchanges and buffer.can_copy_result,
+                                  follow_stream=follow)
             pad = 0 if fits else num_worst_tokens
             recv_x = kind.padded(kind.owned(out.recv_x), pad, 0, "dispatch")
             recv_scales = kind.padded(kind.owned(out.recv_x_scales), pad, 0, "dispatch")
@@ -1068,16 +1078,14 @@ class Buffer:
             # (The arguments are made per call: a DLPack capsule is used once.)
             # Torch tensors through the C exchange API cross as themselves,
             # and the results come as tensors the caller owns, copied on the
-            # stream (kind.results).
-            if kind.exchanges:
-                tensors = (x, x_scales, topk_idx, topk_weights, is_token_in_rank)
-            else:
-                tensors = (_to_courier(x, "x"), _to_courier(x_scales, "x_scales"),
-                           _to_courier(topk_idx, "topk_idx"),
-                           _to_courier(topk_weights, "topk_weights"),
-                           _to_courier(is_token_in_rank, "is_token_in_rank"))
-            return native.dispatch(*tensors, num_experts, None, num_worst_tokens, kind.exchanges,
-                                   follow)
+            # stream where the plugin can (kind.results).
+            same = kind.exchange_type
+            return native.dispatch(
+                _crossing(x, "x", same), _crossing(x_scales, "x_scales", same),
+                _crossing(topk_idx, "topk_idx", same),
+                _crossing(topk_weights, "topk_weights", same),
+                _crossing(is_token_in_rank, "is_token_in_rank", same), num_experts, None,
+                num_worst_tokens, kind.exchanges and native.can_copy_result, follow)
 
         # On a CUDA stream over the proxy path, num_worst_tokens makes the call
         # return before its kernels ran.
@@ -1170,7 +1178,8 @@ class Buffer:
         kind = _Kind(x, "combine: x")
         follow = kind.order_after_producer(buffer, previous_event, native_follows=True)
         combined = kind.owned(buffer.combine(_to_courier(x, "x"), handle.native,
-                                             owned=kind.exchanges, follow_stream=follow))
+                                             owned=kind.exchanges and buffer.can_copy_result,
+                                             follow_stream=follow))
         for b in (bias if isinstance(bias, tuple) else (bias,)):
             if b is not None:
                 if tuple(b.shape) != tuple(combined.shape):
@@ -1351,10 +1360,9 @@ class Buffer:
                                       use_ue8m0, calls % 2)
         recv_x, recv_scales, recv_count, src_info, layout_range = outs
         # Through the C exchange API the tensors cross as themselves.
-        x_arg, idx_arg = ((x, topk_idx) if kind.exchanges else
-                          (_to_courier(x, "x"), _to_courier(topk_idx, "topk_idx")))
         native = buffer.low_latency_dispatch(
-            x_arg, idx_arg, use_fp8=use_fp8,
+            _crossing(x, "x", kind.exchange_type),
+            _crossing(topk_idx, "topk_idx", kind.exchange_type), use_fp8=use_fp8,
             return_recv_hook=return_recv_hook, round_scale=round_scale,
             wait_cost_stats=None if cost is None else _to_courier(
                 cost, "dispatch_wait_recv_cost_stats"),
@@ -1596,11 +1604,11 @@ class Buffer:
         # The wait costs are measured on the proxy path only (docs/python.md).
         cost = (combine_wait_recv_cost_stats if combine_wait_recv_cost_stats is not None
                 and handle.buffer.transport == "proxy" else None)
-        tensors = ((x, topk_idx, topk_weights) if kind.exchanges else
-                   (_to_courier(x, "x"), _to_courier(topk_idx, "topk_idx"),
-                    _to_courier(topk_weights, "topk_weights")))
+        same = kind.exchange_type
         combined = handle.buffer.low_latency_combine(
-            *tensors, handle.native, use_logfmt=bool(use_logfmt),
+            _crossing(x, "x", same), _crossing(topk_idx, "topk_idx", same),
+            _crossing(topk_weights, "topk_weights", same), handle.native,
+            use_logfmt=bool(use_logfmt),
             wait_cost_stats=None if cost is None else _to_courier(
                 cost, "combine_wait_recv_cost_stats"),
             out=_to_courier(out_arg, "out"), follow_stream=follow, owned=owned)

@@ -239,10 +239,12 @@ AllocatedTensor::~AllocatedTensor() {
 
 nb::object AllocatedTensor::to_python() {
   void* object = nullptr;
-  if (api_.managed_tensor_to_py_object_no_sync(managed_, &object) != 0 || object == nullptr) {
-    throw_exchange_failure(name_ + ": the framework could not wrap it");  // still ours to free
+  // The call takes the tensor over, even when it fails (DLPack says it
+  // steals it): never freed here again.
+  dlpack_exchange::ManagedTensor* managed = std::exchange(managed_, nullptr);
+  if (api_.managed_tensor_to_py_object_no_sync(managed, &object) != 0 || object == nullptr) {
+    throw_exchange_failure(name_ + ": the framework could not wrap it");
   }
-  managed_ = nullptr;  // the framework's tensor owns it now
   return nb::steal(static_cast<PyObject*>(object));
 }
 

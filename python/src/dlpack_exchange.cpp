@@ -6,8 +6,15 @@ namespace {
 
 constexpr const char* kCapsuleName = "dlpack_exchange_api";
 
+// A table of major version 1 with every function the bridge calls (a
+// type that leaves one out crosses through its capsule instead).
 const Api* checked(const Api* api) {
-  return api != nullptr && api->header.version.major == 1 ? api : nullptr;
+  if (api == nullptr || api->header.version.major != 1) return nullptr;
+  const bool complete = api->managed_tensor_allocator != nullptr &&
+                        api->managed_tensor_from_py_object_no_sync != nullptr &&
+                        api->managed_tensor_to_py_object_no_sync != nullptr &&
+                        api->current_work_stream != nullptr;
+  return complete ? api : nullptr;
 }
 
 // type.<name>, or null (no error set) when the type has none.

@@ -59,10 +59,10 @@ constexpr uint8_t kFloat8E4m3fnCode = 10;
 constexpr uint64_t kReadOnlyFlag = 1;
 constexpr uint64_t kIsCopiedFlag = 2;
 
-// The exchange API `type` publishes (major version 1), or null (no error
-// set) when it publishes none: the capsule `__dlpack_c_exchange_api__`, or
-// the integer address of the older `__c_dlpack_exchange_api__`. Needs the
-// GIL; costs a type-attribute lookup.
+// The exchange API `type` publishes (major version 1, with every function
+// Courier calls), or null (no error set) when it publishes none: the capsule
+// `__dlpack_c_exchange_api__`, or the integer address of the older `__c_dlpack_exchange_api__`.
+// Needs the GIL; costs a type-attribute lookup.
 const Api* api_of_type(PyObject* type);
 // The exchange API of `object`'s type.
 inline const Api* api_of(PyObject* object) {

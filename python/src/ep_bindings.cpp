@@ -1,5 +1,6 @@
 // courier._courier.EpBuffer: courier::ep::Buffer (include/courier/ep.hpp)
-// with DLPack tensors in and TensorRef views out. Calls that wait for other
+// with DLPack tensors in and TensorRef views out (or, asked for, tensors of
+// the caller's framework made through DLPack's C exchange API). Calls that wait for other
 // ranks run without the GIL.
 #include <nanobind/stl/function.h>
 #include <nanobind/stl/string.h>
@@ -99,7 +100,8 @@ class EpBuffer {
 };
 
 struct DispatchOutput {
-  nb::object recv_x, recv_x_scales, recv_topk_idx, recv_topk_weights;
+  nb::object recv_x = nb::none(), recv_x_scales = nb::none(), recv_topk_idx = nb::none(),
+             recv_topk_weights = nb::none();
   std::vector<int32_t> num_recv_tokens_per_expert;
   ep::DispatchHandle handle;
 };
@@ -170,7 +172,10 @@ nb::object result_of(nb::handle self, EpBuffer& owner, ep::Buffer& buffer,
     return make_tensor_ref(view, self, owner.live());
   }
   AllocatedTensor out(*api, t, name);
-  buffer.copy_result(t, out.get());
+  {
+    nb::gil_scoped_release released;  // a plugin before GPU ABI 1.11 waits here
+    buffer.copy_result(t, out.get());
+  }
   return out.to_python();
 }
 
@@ -231,10 +236,14 @@ DispatchOutput* dispatch(nb::handle self, nb::handle x, nb::handle x_scales, nb:
   out->recv_x = result_of(self, owner, buffer, api, result.recv_x, "dispatch: recv_x");
   out->recv_x_scales =
       result_of(self, owner, buffer, api, result.recv_x_scales, "dispatch: recv_x_scales");
-  out->recv_topk_idx =
-      result_of(self, owner, buffer, api, result.recv_topk_idx, "dispatch: recv_topk_idx");
-  out->recv_topk_weights =
-      result_of(self, owner, buffer, api, result.recv_topk_weights, "dispatch: recv_topk_weights");
+  // Without topk_idx (and in cached mode) no top-k columns came: nothing to
+  // allocate for them.
+  if (api == nullptr || ti.get() != nullptr) {
+    out->recv_topk_idx =
+        result_of(self, owner, buffer, api, result.recv_topk_idx, "dispatch: recv_topk_idx");
+    out->recv_topk_weights = result_of(self, owner, buffer, api, result.recv_topk_weights,
+                                       "dispatch: recv_topk_weights");
+  }
   out->num_recv_tokens_per_expert = std::move(result.num_recv_tokens_per_expert);
   out->handle = std::move(result.handle);
   return out.release();
@@ -385,7 +394,9 @@ void bind_ep(nb::module_& m) {
       .def_ro("call", &ep::LowLatencyHandle::call, "Which low-latency dispatch (0, 1, ...).")
       .def_ro("hidden", &ep::LowLatencyHandle::hidden, "The hidden size of the rows.");
 
-  nb::class_<DispatchOutput>(m, "DispatchOutput", "The results of EpBuffer.dispatch (views).")
+  nb::class_<DispatchOutput>(m, "DispatchOutput",
+                             "The results of EpBuffer.dispatch (views; with owned, tensors of "
+                             "x's framework, the top-k ones None without topk_idx).")
       .def_ro("recv_x", &DispatchOutput::recv_x, "[received, hidden] rows, by source rank.")
       .def_ro("recv_x_scales", &DispatchOutput::recv_x_scales,
               "FP8 dispatch: [received, hidden / 128] float32 scales; else None.")
@@ -478,6 +489,11 @@ void bind_ep(nb::module_& m) {
           "(torch.cuda.Stream.cuda_stream; 0 is the default stream) from now on, behind the "
           "work queued there. Low-latency calls then return once their kernels are queued; what "
           "those find is raised by the next call or synchronize(), and breaks the Buffer.")
+      .def_prop_ro(
+          "can_copy_result",
+          [](const EpBuffer& b) { return b.get("can_copy_result").can_copy_result(); },
+          "Whether owned results are copied on the stream (a GPU plugin of GPU ABI 1.11 or "
+          "later); else the copy waits for the stream on the host and cannot be captured.")
       .def(
           "use_own_stream", [](EpBuffer& b) { b.get("use_own_stream").use_own_stream(); },
           "Back to the Buffer's own stream (the default), after waiting for the calls on the "

@@ -152,3 +152,58 @@ def test_high_throughput_results_are_owned_torch_tensors(buffer: deep_ep.Buffer)
     padded = buffer.dispatch(x, handle=handle, num_worst_tokens=5)[0]
     assert padded.shape == (5, 128)
     assert torch.equal(padded[:3], x) and not padded[3:].any()
+
+
+def test_owned_is_what_the_native_call_returns(buffer: deep_ep.Buffer) -> None:
+    """EpBuffer.dispatch hands out views (TensorRef) without owned and torch
+    tensors with it; owned needs x of a type with the exchange API, and
+    without topk_idx no top-k results are made."""
+    x = torch.arange(2 * 128, dtype=torch.float32).reshape(2, 128).to(torch.bfloat16)
+    idx = torch.tensor([[0, 1], [2, -1]], dtype=torch.int64)
+    w = torch.ones((2, 2), dtype=torch.float32)
+    per_rank, _, per_expert, in_rank, _ = buffer.get_dispatch_layout(idx, 4)
+    buffer.dispatch(x, num_tokens_per_rank=per_rank, is_token_in_rank=in_rank,
+                    num_tokens_per_expert=per_expert, topk_idx=idx, topk_weights=w)
+    native = buffer._ht[buffer._ht_current][0]
+    assert native.can_copy_result  # gpu-host speaks GPU ABI 1.11
+    views = native.dispatch(x, None, idx, w, in_rank, 4, owned=False)
+    assert isinstance(views.recv_x, courier.TensorRef)
+    del views
+    owned = native.dispatch(x, None, idx, w, in_rank, 4, owned=True)
+    assert type(owned.recv_x) is torch.Tensor and torch.equal(owned.recv_x, x)
+    assert type(owned.recv_topk_idx) is torch.Tensor
+    no_topk = native.dispatch(x, None, None, None, in_rank, 4, owned=True)
+    assert torch.equal(no_topk.recv_x, x)
+    assert no_topk.recv_topk_idx is None and no_topk.recv_topk_weights is None
+    with pytest.raises(courier.Error, match="owned results need x of a type"):
+        native.dispatch(x.float().numpy(), None, idx.numpy(), w.numpy(), in_rank.numpy(), 4,
+                        owned=True)
+
+
+def test_mixed_and_empty_inputs(buffer: deep_ep.Buffer) -> None:
+    """A torch x with numpy top-k arguments (they cross through __dlpack__),
+    a dispatch without top-k (None, None as DeepEP's), and a rank without
+    tokens (empty tensors) all work with owned results."""
+    x = torch.arange(2 * 128, dtype=torch.float32).reshape(2, 128).to(torch.bfloat16)
+    idx = np.array([[0, 1], [2, -1]], np.int64)
+    w = np.ones((2, 2), np.float32)
+    per_rank, _, per_expert, in_rank, _ = buffer.get_dispatch_layout(torch.from_numpy(idx), 4)
+    recv_x, recv_idx, recv_w, counts, handle, _ = buffer.dispatch(
+        x, num_tokens_per_rank=per_rank, is_token_in_rank=in_rank.numpy(),
+        num_tokens_per_expert=per_expert, topk_idx=idx, topk_weights=w)
+    assert torch.equal(recv_x, x) and np.array_equal(np.asarray(recv_idx), idx)
+    assert counts == [1, 1, 1, 0]
+    recv_x, recv_idx, recv_w, counts, _, _ = buffer.dispatch(
+        x, num_tokens_per_rank=per_rank, is_token_in_rank=in_rank,
+        num_tokens_per_expert=per_expert)
+    assert torch.equal(recv_x, x) and recv_idx is None and recv_w is None
+    empty = torch.empty((0, 128), dtype=torch.bfloat16)
+    none_idx = torch.empty((0, 2), dtype=torch.int64)
+    per_rank, _, per_expert, in_rank, _ = buffer.get_dispatch_layout(none_idx, 4)
+    recv_x, recv_idx, _, counts, handle, _ = buffer.dispatch(
+        empty, num_tokens_per_rank=per_rank, is_token_in_rank=in_rank,
+        num_tokens_per_expert=per_expert, topk_idx=none_idx,
+        topk_weights=torch.empty((0, 2), dtype=torch.float32))
+    assert recv_x.shape == (0, 128) and recv_idx.shape == (0, 2) and counts == [0, 0, 0, 0]
+    combined, _, _ = buffer.combine(recv_x, handle)
+    assert combined.shape == (0, 128)

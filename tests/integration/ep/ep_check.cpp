@@ -494,7 +494,8 @@ Outcome check_ht(courier::Context& ctx, const Shape& shape, bool bf16) {
     expect_error(c, fmt::format("call {}: copy_result into a tensor of another shape", call),
                  "must match",
                  [&] { buffer.copy_result(got.recv_x.tensor(), *owned_idx->view()); });
-    buffer.synchronize();
+    // (No synchronize here: the copies must be ordered before the next
+    // dispatch that reuses the views, which the checks at the end see.)
 
     // The same tokens again through the cached handle, rows padded to a
     // fixed count: the same rows, zeros after them, no topk columns.
@@ -564,6 +565,7 @@ Outcome check_ht(courier::Context& ctx, const Shape& shape, bool bf16) {
   // Handles of earlier dispatches, as with two micro-batches in flight
   // (dispatch A, dispatch B, combine A, combine B): the plan on the device
   // is then another dispatch's.
+  buffer.synchronize();  // the copies of copy_result, read below
   for (size_t k = 0; k < kept.size(); ++k) {
     const Kept& old = kept[k];
     courier::ep::CombineResult combined = buffer.combine(*old.y->view(), old.handle);
