@@ -21,6 +21,9 @@
 //                   it went to; recv_x and recv_topk_idx copied out with
 //                   copy_result keep their values after later calls
 //   ht-bfloat16-300-tokens  the same with 300 tokens (several send batches)
+//   ht-empty-rank   rank 0 passes no tokens in tensors without a data
+//                   pointer (as torch's empty ones): every rank still gets
+//                   the top-k columns
 //   ht-fp8          FP8 e4m3 rows with one scale per 128 channels (quantized
 //                   by an independent reference codec): values and scales
 //                   arrive bit-exact; bfloat16 combine right
@@ -584,6 +587,65 @@ Outcome check_ht(courier::Context& ctx, const Shape& shape, bool bf16) {
                   "dispatch equal to uncached, results copied out kept, combine (also of "
                   "recv_x in place, and with the older handle after the newer) within {}",
                   rows_checked, bf16 ? "1e-2 relative" : "1e-5 relative"));
+}
+
+// A rank without tokens passes tensors with no data pointer (as torch's
+// empty tensors are): it still receives the other ranks' rows with their
+// top-k columns.
+Outcome check_ht_empty_rank(courier::Context& ctx) {
+  const int ranks = ctx.world_size(), me = ctx.rank();
+  const int hidden = 128, topk = 2, experts = 4 * ranks, per = experts / ranks;
+  courier::ep::BufferOptions options;
+  options.max_tokens_per_rank = 64;
+  options.hidden = hidden;
+  options.element_bytes = 4;
+  options.max_topk = topk;
+  courier::ep::Buffer buffer(ctx, options);
+  const DLDevice dev = buffer.device();
+  Shape shape;
+  shape.tokens = 5;
+  shape.topk = topk;
+  shape.hidden = hidden;
+  const Inputs mine = me == 0 ? Inputs{} : inputs_of(shape, me, hidden, topk, experts, 0);
+  DeviceInputs inputs(ctx, dev, mine, hidden, topk, false);
+  Tensor per_rank(ctx, dev, kInt32, {ranks});
+  Tensor per_expert(ctx, dev, kInt32, {experts});
+  Tensor in_rank(ctx, dev, kBool, {mine.tokens, ranks});
+  if (me == 0) {
+    for (Tensor* t : {&inputs.x, &inputs.idx, &inputs.weights, &in_rank}) t->view()->data = nullptr;
+  }
+  buffer.get_dispatch_layout(*inputs.idx.view(), experts,
+                             {per_rank.view(), per_expert.view(), in_rank.view()});
+  courier::ep::DispatchArgs args;
+  args.x = inputs.x.view();
+  args.topk_idx = inputs.idx.view();
+  args.topk_weights = inputs.weights.view();
+  args.is_token_in_rank = in_rank.view();
+  args.num_experts = experts;
+  const courier::ep::DispatchResult got = buffer.dispatch(args);
+  int64_t want = 0;
+  for (int s = 1; s < ranks; ++s) {
+    const Inputs in = inputs_of(shape, s, hidden, topk, experts, 0);
+    for (int t = 0; t < in.tokens; ++t) {
+      bool here = false;
+      for (int k = 0; k < topk; ++k) {
+        const int64_t e = in.idx[t * topk + k];
+        here |= e >= 0 && e / per == me;
+      }
+      want += here ? 1 : 0;
+    }
+  }
+  Checks c;
+  const DLTensor& idx = got.recv_topk_idx.tensor();
+  c.expect(got.recv_x.tensor().shape[0] == want,
+           fmt::format("received {} rows, expected {}", got.recv_x.tensor().shape[0], want));
+  c.expect(idx.ndim == 2 && idx.shape[1] == topk,
+           fmt::format("recv_topk_idx has {} columns, expected {} (rank 0 passed no tokens)",
+                       idx.ndim == 2 ? idx.shape[1] : -1, topk));
+  return c.outcome(
+      fmt::format("rank 0 without tokens (no data pointers); {} rows and top-{} "
+                  "columns received here",
+                  want, topk));
 }
 
 // A reference e4m3fn codec, independent of Courier's: the nearest of the
@@ -1649,6 +1711,7 @@ int main(int argc, char** argv) {
                                        return check_ht(ctx, s, true);
                                      }},
                                     {"ht-fp8", [&] { return check_ht_fp8(ctx, shape(256)); }},
+                                    {"ht-empty-rank", [&] { return check_ht_empty_rank(ctx); }},
                                     {"ll-float32", [&] { return check_ll(ctx, shape(64), false); }},
                                     {"ll-bfloat16", [&] { return check_ll(ctx, shape(64), true); }},
                                     {"ll-fp8", [&] { return check_ll_fp8(ctx, shape(256)); }},
