@@ -144,16 +144,23 @@ void require_writable(const ImportedTensor& t, const std::string& name) {
 // follow_stream: the Buffer's kernels go on the stream current for x's
 // device, as the C exchange API x came through says (no Python call:
 // torch's current stream from Python costs microseconds).
-void follow_current_stream(ep::Buffer& buffer, const ImportedTensor& x, const char* call) {
-  const dlpack_exchange::Api* api = x.exchange_api();
-  const DLTensor* imported = x.get();
-  if (api == nullptr || imported == nullptr) {
-    throw courier::Error(std::string(call) +
-                         ": follow_stream needs x of a type that publishes DLPack's C exchange "
-                         "API (torch 2.10 or later)");
+// The C exchange API x came through; throws naming `call` and `what`
+// needs it when x came another way.
+const dlpack_exchange::Api& exchange_api_of(const ImportedTensor& x, const char* call,
+                                            const char* what) {
+  if (x.exchange_api() == nullptr || x.get() == nullptr) {
+    throw courier::Error(std::string(call) + ": " + what +
+                         " needs x of a type that publishes DLPack's C exchange API (torch "
+                         "2.10 or later)");
   }
+  return *x.exchange_api();
+}
+
+void follow_current_stream(ep::Buffer& buffer, const ImportedTensor& x, const char* call) {
+  const dlpack_exchange::Api& api = exchange_api_of(x, call, "follow_stream");
+  const DLTensor* imported = x.get();
   void* stream = nullptr;
-  if (api->current_work_stream(imported->device.device_type, imported->device.device_id, &stream) !=
+  if (api.current_work_stream(imported->device.device_type, imported->device.device_id, &stream) !=
       0) {
     throw_exchange_failure(std::string(call) + ": the current stream cannot be read");
   }
@@ -182,13 +189,7 @@ nb::object result_of(nb::handle self, EpBuffer& owner, ep::Buffer& buffer,
 // owned: the framework's C exchange API x came through (its results are
 // allocated there); throws when x did not come through one.
 const dlpack_exchange::Api* owning_api(const ImportedTensor& x, bool owned, const char* call) {
-  if (!owned) return nullptr;
-  if (x.exchange_api() == nullptr) {
-    throw courier::Error(std::string(call) +
-                         ": owned results need x of a type that publishes DLPack's C exchange "
-                         "API (torch 2.10 or later)");
-  }
-  return x.exchange_api();
+  return owned ? &exchange_api_of(x, call, "owned=True") : nullptr;
 }
 
 void get_dispatch_layout(nb::handle self, nb::handle topk_idx, int num_experts,

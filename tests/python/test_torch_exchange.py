@@ -175,7 +175,7 @@ def test_owned_is_what_the_native_call_returns(buffer: deep_ep.Buffer) -> None:
     no_topk = native.dispatch(x, None, None, None, in_rank, 4, owned=True)
     assert torch.equal(no_topk.recv_x, x)
     assert no_topk.recv_topk_idx is None and no_topk.recv_topk_weights is None
-    with pytest.raises(courier.Error, match="owned results need x of a type"):
+    with pytest.raises(courier.Error, match="owned=True needs x of a type"):
         native.dispatch(x.float().numpy(), None, idx.numpy(), w.numpy(), in_rank.numpy(), 4,
                         owned=True)
 
