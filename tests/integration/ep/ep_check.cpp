@@ -108,6 +108,18 @@ constexpr DLDataType kInt64{kDLInt, 64, 1};
 constexpr DLDataType kInt32{kDLInt, 32, 1};
 constexpr DLDataType kBool{kDLUInt, 8, 1};
 
+// The arguments of a dispatch with top-k of these tensors.
+courier::ep::DispatchArgs topk_dispatch(Tensor& x, Tensor& idx, Tensor& weights, Tensor& in_rank,
+                                        int experts) {
+  courier::ep::DispatchArgs args;
+  args.x = x.view();
+  args.topk_idx = idx.view();
+  args.topk_weights = weights.view();
+  args.is_token_in_rank = in_rank.view();
+  args.num_experts = experts;
+  return args;
+}
+
 struct Outcome {
   bool pass = true;
   std::string detail;
@@ -429,12 +441,7 @@ Outcome check_ht(courier::Context& ctx, const Shape& shape, bool bf16) {
     Tensor in_rank(ctx, dev, kBool, {mine.tokens, ranks});
     buffer.get_dispatch_layout(*idx.view(), experts,
                                {per_rank.view(), per_expert.view(), in_rank.view()});
-    courier::ep::DispatchArgs args;
-    args.x = x.view();
-    args.topk_idx = idx.view();
-    args.topk_weights = weights.view();
-    args.is_token_in_rank = in_rank.view();
-    args.num_experts = experts;
+    courier::ep::DispatchArgs args = topk_dispatch(x, idx, weights, in_rank, experts);
     courier::ep::DispatchResult got = buffer.dispatch(args);
     // x is the caller's again once dispatch returns (a proxy path that
     // sends it in place has waited for its WRITEs): the peers must not see
@@ -616,12 +623,8 @@ Outcome check_ht_empty_rank(courier::Context& ctx) {
   }
   buffer.get_dispatch_layout(*inputs.idx.view(), experts,
                              {per_rank.view(), per_expert.view(), in_rank.view()});
-  courier::ep::DispatchArgs args;
-  args.x = inputs.x.view();
-  args.topk_idx = inputs.idx.view();
-  args.topk_weights = inputs.weights.view();
-  args.is_token_in_rank = in_rank.view();
-  args.num_experts = experts;
+  courier::ep::DispatchArgs args =
+      topk_dispatch(inputs.x, inputs.idx, inputs.weights, in_rank, experts);
   const courier::ep::DispatchResult got = buffer.dispatch(args);
   int64_t want = 0;
   for (int s = 1; s < ranks; ++s) {
@@ -720,13 +723,8 @@ Outcome check_ht_fp8(courier::Context& ctx, const Shape& shape) {
   Tensor in_rank(ctx, dev, kBool, {mine.tokens, ranks});
   buffer.get_dispatch_layout(*idx.view(), experts,
                              {per_rank.view(), per_expert.view(), in_rank.view()});
-  courier::ep::DispatchArgs args;
-  args.x = x.view();
+  courier::ep::DispatchArgs args = topk_dispatch(x, idx, weights, in_rank, experts);
   args.x_scales = x_scales.view();
-  args.topk_idx = idx.view();
-  args.topk_weights = weights.view();
-  args.is_token_in_rank = in_rank.view();
-  args.num_experts = experts;
   courier::ep::DispatchResult got = buffer.dispatch(args);
 
   // Expected: each source's codes and scales for its tokens with an expert here.
@@ -1041,12 +1039,7 @@ Outcome check_ht_errors(courier::Context& ctx) {
     idx.set(std::vector<int64_t>(static_cast<size_t>(tokens) * k, expert));
     Tensor weights(ctx, dev, DLDataType{kDLFloat, 32, 1}, {tokens, k});
     Tensor in_rank(ctx, dev, kBool, {tokens, ranks});
-    courier::ep::DispatchArgs args;
-    args.x = x.view();
-    args.topk_idx = idx.view();
-    args.topk_weights = weights.view();
-    args.is_token_in_rank = in_rank.view();
-    args.num_experts = experts;
+    courier::ep::DispatchArgs args = topk_dispatch(x, idx, weights, in_rank, experts);
     buffer.dispatch(args);
   };
   // The rank with bad input: rank 1 (rank 0 alone in a one-rank job, where
@@ -1442,12 +1435,8 @@ Outcome check_ht_worst_no_wait(courier::Context& ctx, const Shape& shape) {
   waiting.get_dispatch_layout(*inputs.idx.view(), experts,
                               {per_rank.view(), per_expert.view(), in_rank.view()});
   const int worst = ranks * shape.max_tokens;
-  courier::ep::DispatchArgs args;
-  args.x = inputs.x.view();
-  args.topk_idx = inputs.idx.view();
-  args.topk_weights = inputs.weights.view();
-  args.is_token_in_rank = in_rank.view();
-  args.num_experts = experts;
+  courier::ep::DispatchArgs args =
+      topk_dispatch(inputs.x, inputs.idx, inputs.weights, in_rank, experts);
   args.num_worst_tokens = worst;
   auto bytes_of = [&](const courier::ep::TensorView& view, size_t bytes) {
     std::vector<std::byte> out(bytes);
