@@ -264,10 +264,12 @@ class _Kind:
             return bits.view(getattr(ml, ref.dtype)) if ml is not None else bits
         return np.from_dlpack(ref)
 
-    def results(self, out: Any) -> Tuple[Any, Any, Any, Any]:
+    def results(self, out: Any, with_topk: bool) -> Tuple[Any, Any, Any, Any]:
         """A high-throughput dispatch's (recv_x, recv_x_scales,
-        recv_topk_idx, recv_topk_weights), each owned (see owned)."""
-        results = (out.recv_x, out.recv_x_scales, out.recv_topk_idx, out.recv_topk_weights)
+        recv_topk_idx, recv_topk_weights), each owned (see owned); the
+        top-k ones None without top-k."""
+        results = (out.recv_x, out.recv_x_scales) + (
+            (out.recv_topk_idx, out.recv_topk_weights) if with_topk else (None, None))
         if not isinstance(results[0], _courier.TensorRef):
             return results  # made owned by the native call
         return tuple(self.owned(r) for r in results)  # type: ignore[return-value]
@@ -1096,15 +1098,13 @@ class Buffer:
         worst = num_worst_tokens
         # A weight whose expert lives on another rank reads 0 (the kernels
         # write it so, as DeepEP's); without top-k both are None.
-        recv_x, recv_scales, recv_idx, recv_weights = kind.results(out)
+        recv_x, recv_scales, recv_idx, recv_weights = kind.results(out, with_topk)
         if ue8m0 and recv_scales is not None:
             recv_scales = _pack_ue8m0(kind, recv_scales)
         if with_topk:
             received_per_expert = out.num_recv_tokens_per_expert  # a new list per access
-        else:
-            recv_idx = recv_weights = None
-            if worst == 0:
-                received_per_expert = self._received_per_expert(kind, num_tokens_per_expert)
+        elif worst == 0:
+            received_per_expert = self._received_per_expert(kind, num_tokens_per_expert)
         # With num_worst_tokens the list is empty, as DeepEP's: shapes and
         # results then never depend on counts read on the host.
         a = expert_alignment
