@@ -187,6 +187,11 @@ class DispatchOutput:
     def handle(self) -> DispatchHandle:
         """For combine and cached dispatches."""
 
+    def as_tuple(self) -> tuple[object, object, object, object, list[int], DispatchHandle]:
+        """
+        (recv_x, recv_x_scales, recv_topk_idx, recv_topk_weights, num_recv_tokens_per_expert, handle) in one call (a hot path's: each attribute read crosses into C++ once).
+        """
+
 class LowLatencyOutput:
     """The results of EpBuffer.low_latency_dispatch (views)."""
 

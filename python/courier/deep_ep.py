@@ -137,8 +137,12 @@ def _crossing(tensor: Optional[Tensor], name: str, exchange_type: Optional[type]
 class _Kind:
     """Where results go: numpy arrays, or torch tensors on the input's device."""
 
-    def __init__(self, like: Tensor, name: str) -> None:
-        torch = sys.modules.get("torch")  # as _is_torch, inlined (every call makes one)
+    def __init__(self, like: Tensor, name: str, can_set_stream: bool = False,
+                 can_copy_result: bool = False) -> None:
+        """`like`'s kind; the GPU plugin's capabilities (the same for every
+        native Buffer of a context) decide what its calls can do. Buffers
+        make one per tensor type and device (Buffer._kind_of)."""
+        torch = sys.modules.get("torch")  # as _is_torch, inlined
         if torch is not None and isinstance(like, torch.Tensor):
             self.torch, self.device = torch, like.device
             # The native call can read the current stream itself (DLPack's
@@ -146,11 +150,18 @@ class _Kind:
             self.exchanges = _exchanges(type(like))
             # A tensor of this type crosses as itself (_crossing).
             self.exchange_type = type(like) if self.exchanges else None
+            # Kernels can go to a stream of the caller's (or a comm stream).
+            self.streams = self.device.type == "cuda" and can_set_stream
+            # The native call follows the current stream by itself.
+            self.follows = self.streams and self.exchanges
+            # The native call hands out results the caller owns (kind.results).
+            self.owns = self.exchanges and can_copy_result
             return
         if not isinstance(like, np.ndarray):
             raise TypeError(f"{name}: expected a numpy array or a torch tensor, got "
                             f"{type(like).__name__}")
         self.torch, self.device, self.exchanges, self.exchange_type = None, None, False, None
+        self.streams = self.follows = self.owns = False
 
     def wait_for_producer(self, previous_event: Optional["EventOverlap"] = None) -> None:
         """For kernels on a stream of their own: let the caller's stream
@@ -178,12 +189,12 @@ class _Kind:
         itself (`follow_stream`): in the usual call (no comm stream, nothing
         to follow, no event), where the caller offers that (`native_follows`)
         and torch publishes DLPack's C exchange API."""
-        if (self.torch is None or self.device.type != "cuda" or not native.can_set_stream):
+        if not self.streams:
             self.wait_for_producer(previous_event)
             return False
         if comm is None and after is None and (previous_event is None or
                                                previous_event.event is None):
-            if native_follows and self.exchanges:
+            if native_follows and self.follows:
                 return True
             # The usual call: the raw current stream is all it takes.
             native.set_stream(self.raw_stream())
@@ -208,11 +219,6 @@ class _Kind:
             return torch.cuda.current_stream(self.device).cuda_stream
         index = self.device.index
         return raw(index if index is not None else torch.cuda.current_device())
-
-    def uses_comm_stream(self, native: _courier.EpBuffer) -> bool:
-        """Whether a call can go to a comm stream: torch CUDA tensors and a
-        GPU plugin with streams."""
-        return self.torch is not None and self.device.type == "cuda" and native.can_set_stream
 
     def finish_on(self, comm: Any, async_finish: bool, inputs: Tuple[Any, ...]) -> "EventOverlap":
         """After a call whose kernels went to `comm` (or None: the current
@@ -264,15 +270,17 @@ class _Kind:
             return bits.view(getattr(ml, ref.dtype)) if ml is not None else bits
         return np.from_dlpack(ref)
 
-    def results(self, out: Any, with_topk: bool) -> Tuple[Any, Any, Any, Any]:
+    def results(self, out: Any, with_topk: bool) -> Tuple[Any, ...]:
         """A high-throughput dispatch's (recv_x, recv_x_scales,
-        recv_topk_idx, recv_topk_weights), each owned (see owned); the
-        top-k ones None without top-k."""
-        results = (out.recv_x, out.recv_x_scales) + (
-            (out.recv_topk_idx, out.recv_topk_weights) if with_topk else (None, None))
+        recv_topk_idx, recv_topk_weights, num_recv_tokens_per_expert,
+        native handle), the tensors owned (see owned), the top-k ones None
+        without top-k."""
+        results = out.as_tuple()
         if not isinstance(results[0], _courier.TensorRef):
             return results  # made owned by the native call
-        return tuple(self.owned(r) for r in results)  # type: ignore[return-value]
+        topk = results[2:4] if with_topk else (None, None)
+        return (self.owned(results[0]), self.owned(results[1]), self.owned(topk[0]),
+                self.owned(topk[1])) + results[4:]
 
     def owned(self, ref: Any) -> Optional[Tensor]:
         """A copy the caller owns (DeepEP hands out fresh tensors; Courier's
@@ -479,6 +487,18 @@ class Config:
                 f"{self.num_max_rdma_chunked_recv_tokens})")
 
 
+class _HtSite:
+    """A high-throughput native Buffer and what its dispatch handles share:
+    its capacity in tokens per rank, its configuration key (hidden, dtype
+    code, top-k, experts) and this rank."""
+
+    __slots__ = ("buffer", "capacity", "key", "rank")
+
+    def __init__(self, buffer: _courier.EpBuffer, capacity: int, key: Tuple[int, ...],
+                 rank: int) -> None:
+        self.buffer, self.capacity, self.key, self.rank = buffer, capacity, key, rank
+
+
 class DispatchHandle(tuple):
     """DeepEP's high-throughput handle: a tuple indexable as DeepEP's
     intranode one, ``(rank_prefix_matrix, channel_prefix_matrix,
@@ -501,27 +521,40 @@ class DispatchHandle(tuple):
     """
 
     native: _courier.DispatchHandle
-    buffer: _courier.EpBuffer
-    capacity: int
-    is_token_in_rank: Optional[Tensor]
-    num_worst_tokens: int  # rows of recv_x when padded, else 0
-    key: Tuple[int, ...]  # the configuration (hidden, dtype code, top-k, experts)
+    num_worst_tokens: int = 0  # rows of recv_x when padded, else 0
+    _site: "_HtSite"  # the native Buffer the dispatch ran on
+    _kind: Optional["_Kind"] = None
     _rank_prefix_matrix: Optional[Tensor] = None  # [0], built on first access
 
-    def __new__(cls, native: _courier.DispatchHandle, buffer: _courier.EpBuffer, capacity: int,
-                is_token_in_rank: Optional[Tensor], num_worst_tokens: int = 0, *,
-                key: Tuple[int, ...] = (), kind: Optional["_Kind"] = None,
-                rank: int = 0) -> "DispatchHandle":
+    def __new__(cls, native: _courier.DispatchHandle, site: "_HtSite",
+                is_token_in_rank: Optional[Tensor], num_worst_tokens: int = 0,
+                kind: Optional["_Kind"] = None) -> "DispatchHandle":
+        # (Few attributes of its own: one is made per dispatch.)
         handle = super().__new__(cls, (None, None, None, None, is_token_in_rank, None))
         handle.native = native
-        handle.buffer = buffer
-        handle.capacity = capacity
-        handle.is_token_in_rank = is_token_in_rank
-        handle.num_worst_tokens = num_worst_tokens
-        handle.key = key
+        handle._site = site
         handle._kind = kind
-        handle._rank = rank
+        if num_worst_tokens:
+            handle.num_worst_tokens = num_worst_tokens
         return handle
+
+    @property
+    def buffer(self) -> _courier.EpBuffer:
+        return self._site.buffer
+
+    @property
+    def capacity(self) -> int:
+        """The Buffer's tokens per rank."""
+        return self._site.capacity
+
+    @property
+    def key(self) -> Tuple[int, ...]:
+        """The configuration (hidden, dtype code, top-k, experts)."""
+        return self._site.key
+
+    @property
+    def is_token_in_rank(self) -> Optional[Tensor]:
+        return tuple.__getitem__(self, 4)
 
     def _rank_prefix(self) -> Optional[Tensor]:
         if self.native.counts_on_device:
@@ -531,7 +564,7 @@ class DispatchHandle(tuple):
         if self._rank_prefix_matrix is None and self._kind is not None:
             counts = list(self.native.recv_counts)
             matrix = np.full((len(counts), len(counts)), -1, dtype=np.int32)
-            matrix[:, self._rank] = np.cumsum(np.asarray(counts, dtype=np.int64))
+            matrix[:, self._site.rank] = np.cumsum(np.asarray(counts, dtype=np.int64))
             kind = self._kind
             if kind.torch is not None:
                 matrix = kind.torch.from_numpy(matrix).to(kind.device)
@@ -553,6 +586,32 @@ class DispatchHandle(tuple):
         raise TypeError("a dispatch handle belongs to its Buffer and cannot be pickled")
 
 
+class _LowLatencyPlan:
+    """What a low-latency dispatch's shapes and flags decide, worked out once
+    per combination (Buffer._ll_plan): x's kind, the native Buffer, how the
+    scales are laid out, the keys of its outputs per parity (_ll_outputs)."""
+
+    __slots__ = ("kind", "buffer", "proxy", "use_fp8", "round_scale", "use_ue8m0",
+                 "scales_layout", "max_tokens", "num_experts", "outputs", "_tail")
+
+    def __init__(self, kind: "_Kind", buffer: _courier.EpBuffer, proxy: bool, use_fp8: bool,
+                 round_scale: bool, use_ue8m0: bool, max_tokens: int, hidden: int,
+                 num_experts: int, x: Tensor) -> None:
+        self.kind, self.buffer, self.proxy = kind, buffer, proxy
+        self.use_fp8, self.round_scale, self.use_ue8m0 = use_fp8, round_scale, use_ue8m0
+        self.scales_layout = (("ue8m0" if use_ue8m0 else "column_major") if use_fp8
+                              else "row_major")
+        self.max_tokens, self.num_experts = max_tokens, num_experts
+        device = kind.device if kind.torch is not None else "numpy"
+        dtype = None if use_fp8 else x.dtype
+        self.outputs = tuple((buffer, device, use_ue8m0, parity, dtype) for parity in (0, 1))
+        self._tail = (max_tokens, hidden, num_experts)
+
+    def handle_items(self, src_info: Tensor, layout_range: Tensor) -> Tuple[Any, ...]:
+        """The items of the dispatch's LowLatencyHandle."""
+        return (src_info, layout_range) + self._tail
+
+
 class LowLatencyHandle(tuple):
     """DeepEP's low-latency handle: the tuple ``(packed_recv_src_info,
     packed_recv_layout_range, num_max_dispatch_tokens_per_rank, hidden,
@@ -560,16 +619,17 @@ class LowLatencyHandle(tuple):
 
     native: _courier.LowLatencyHandle
     buffer: _courier.EpBuffer
-    combine_buffer: Optional[Tensor]
     recv_count: Optional[Tensor]  # kept alive: the combine's kernels read it
 
+    combine_buffer = None  # get_next_low_latency_combine_buffer's tensor, made on request
+
     def __new__(cls, items: Tuple[Any, ...], native: _courier.LowLatencyHandle,
-                buffer: _courier.EpBuffer) -> "LowLatencyHandle":
+                buffer: _courier.EpBuffer, recv_count: Optional[Tensor] = None
+                ) -> "LowLatencyHandle":
         handle = super().__new__(cls, items)
         handle.native = native
         handle.buffer = buffer
-        handle.combine_buffer = None  # get_next_low_latency_combine_buffer's tensor
-        handle.recv_count = None
+        handle.recv_count = recv_count
         return handle
 
 
@@ -746,19 +806,29 @@ class Buffer:
         # Courier's Buffers, made on first use: one per configuration a
         # call brings (each fixes hidden, dtype, top-k and experts), keyed by
         # it; high-throughput ones with their capacity in tokens per rank.
-        self._ht: Dict[Tuple[int, ...], Tuple[_courier.EpBuffer, int]] = {}
-        self._ht_current: Optional[Tuple[int, ...]] = None  # the key of the last dispatch
+        self._ht: Dict[Tuple[int, ...], _HtSite] = {}
+        self._ht_current: Optional[_HtSite] = None  # the last dispatch's
         self._ll: Dict[Tuple[int, ...], _courier.EpBuffer] = {}
         # The low-latency outputs per native Buffer and parity
         # (_ll_outputs), and each native Buffer's dispatches so far.
         self._ll_out: Dict[Tuple[Any, ...], Any] = {}
         self._ll_calls: Dict[Any, int] = {}
+        self._ll_plans: Dict[Tuple[Any, ...], _LowLatencyPlan] = {}  # see _ll_plan
+        # Low-latency dispatches so far, and those whose receive hooks have
+        # not run yet (by number).
+        self._ll_dispatches = 0
+        self._ll_waiting_hooks: Dict[int, Any] = {}
         # Per device, the stream async_finish low-latency calls run on.
         self._comm_streams: Dict[Any, Any] = {}
         # Per device: a low-latency call left work on the comm stream that
         # later calls on other streams must wait for: [whether it was queued
         # under a CUDA graph capture, the raw streams that waited] (_comm_to_follow).
         self._comm_pending: Dict[Any, List[Any]] = {}
+        # The GPU plugin's capabilities (every native Buffer of the context
+        # has the same), and the _Kind of each tensor type and device.
+        self._can_set_stream = self._layout.can_set_stream
+        self._can_copy_result = self._layout.can_copy_result
+        self._kinds: Dict[Tuple[type, Any], _Kind] = {}
         self._destroyed = False
 
     # -- lifetime -------------------------------------------------------------
@@ -774,16 +844,27 @@ class Buffer:
         if self._destroyed:
             return
         self._destroyed = True
-        buffers = [b for b, _ in self._ht.values()] + list(self._ll.values()) + [self._layout]
+        buffers = [site.buffer for site in self._ht.values()] + list(self._ll.values()) + [self._layout]
         for buffer in buffers:
             buffer.close()
         self._ht.clear()
         self._ll.clear()
         self._ll_out.clear()
         self._ll_calls.clear()
+        self._ll_plans.clear()
         self._comm_streams.clear()
         self._comm_pending.clear()
         self.context.barrier()
+
+    def _kind_of(self, like: Tensor, name: str) -> _Kind:
+        """`like`'s _Kind (made once per tensor type and device: every call
+        needs one)."""
+        key = (type(like), getattr(like, "device", None))
+        kind = self._kinds.get(key)
+        if kind is None:
+            kind = _Kind(like, name, self._can_set_stream, self._can_copy_result)
+            self._kinds[key] = kind
+        return kind
 
     def _alive(self, call: str) -> None:
         if self._destroyed:
@@ -905,9 +986,9 @@ class Buffer:
     def _high_throughput(
             self, x: Tensor, topk: int, num_experts: int,
             call: Callable[[_courier.EpBuffer], Any], worst: int = 0,
-            waits: bool = True) -> Tuple[_courier.EpBuffer, int, Any]:
-        """``call`` on the high-throughput Buffer for x's shape: (that Buffer,
-        its capacity in tokens per rank, what call returned).
+            waits: bool = True) -> Tuple[_HtSite, Any]:
+        """``call`` on the high-throughput Buffer for x's shape: (that
+        Buffer's site, what call returned).
 
         Every rank calls the Buffer of the last dispatch, without talking
         first. A call that Buffer cannot take (another shape, more tokens
@@ -916,7 +997,6 @@ class Buffer:
         to the Buffer of the agreed shape (made, collectively, when it is new
         or too small) and call again. A refusal for any other reason is
         raised as it came."""
-        key = self._ht_key_of(x, topk, num_experts)
         refused: Optional[CallRefused] = None
         # A call that does not wait goes to agreeing first when its
         # configuration is not the last call's, or its num_worst_tokens is
@@ -924,15 +1004,19 @@ class Buffer:
         # (worst is the same on every rank, so every rank goes the same way;
         # ranks that disagree on the configuration meet in different places
         # and the timeouts name the rank.)
-        current = self._ht.get(self._ht_current) if self._ht_current is not None else None
-        if current is not None and not waits and worst > self.group_size * current[1]:
-            current = None
-        if current is not None and (self._ht_current == key or waits):
-            buffer, capacity = current
-            try:
-                return buffer, capacity, call(buffer)
-            except CallRefused as error:
-                refused = error  # every rank is here: agree on what to do
+        current = self._ht_current
+        if waits:
+            if current is not None:
+                try:
+                    return current, call(current.buffer)
+                except CallRefused as error:
+                    refused = error  # every rank is here: agree on what to do
+            key = self._ht_key_of(x, topk, num_experts)
+        else:
+            key = self._ht_key_of(x, topk, num_experts)
+            if (current is not None and current.key == key
+                    and worst <= self.group_size * current.capacity):
+                return current, call(current.buffer)
         # num_worst_tokens rows must fit too: ranks x capacity of them.
         records = self._agree((max(_rows(x), -(-worst // self.group_size)),) + key)
         for r, theirs in enumerate(records):
@@ -943,20 +1027,20 @@ class Buffer:
                     f"{key[0]}, dtype code {key[1]}, top-{key[2]}, {key[3]} experts: every rank "
                     "must use the same configuration") from refused
         need = max(max(t[0] for t in records), 1)
-        buffer, capacity = self._ht.get(key, (None, 0))
-        if refused is not None and key == self._ht_current and need <= capacity:
+        site = self._ht.get(key)
+        if refused is not None and current is site and need <= site.capacity:
             raise refused  # the shape fits: the arguments themselves were refused
-        if buffer is None or capacity < need:
-            if buffer is not None:  # too small: every rank replaces it now
-                buffer.close()
+        if site is None or site.capacity < need:
+            if site is not None:  # too small: every rank replaces it now
+                site.buffer.close()
             capacity = max(16, 1 << (need - 1).bit_length())
-            buffer = _courier.EpBuffer(
+            site = _HtSite(_courier.EpBuffer(
                 self.context, num_nvl_bytes=self.num_nvl_bytes, num_rdma_bytes=self.num_rdma_bytes,
                 max_tokens_per_rank=capacity, hidden=key[0], element_bytes=_element_bytes(x),
-                max_topk=max(topk, 1), num_experts=num_experts)
-            self._ht[key] = (buffer, capacity)
-        self._ht_current = key
-        return buffer, capacity, call(buffer)
+                max_topk=max(topk, 1), num_experts=num_experts), capacity, key, self.rank)
+            self._ht[key] = site
+        self._ht_current = site
+        return site, call(site.buffer)
 
     def _cached_buffer(self, x: Tensor, handle: "DispatchHandle",
                        buffer: _courier.EpBuffer) -> _courier.EpBuffer:
@@ -968,13 +1052,13 @@ class Buffer:
         key = self._ht_key_of(x, handle.key[2], handle.key[3])
         if key == handle.key:
             return buffer
-        other, capacity = self._ht.get(key, (None, 0))
-        if other is None or capacity < handle.capacity:
+        other = self._ht.get(key)
+        if other is None or other.capacity < handle.capacity:
             raise ValueError(
                 f"dispatch: a cached dispatch of dtype code {key[1]} with the handle of a "
                 f"dispatch of dtype code {handle.key[1]} needs an uncached dispatch of that "
                 "dtype, of as many tokens, on this Buffer first")
-        return other
+        return other.buffer
 
     def _handle_buffer(self, handle: Any, call: str) -> _courier.EpBuffer:
         if not isinstance(handle, DispatchHandle):
@@ -1026,7 +1110,7 @@ class Buffer:
         if not isinstance(num_worst_tokens, int) or num_worst_tokens < 0:
             raise ValueError(f"dispatch: num_worst_tokens must be >= 0, got {num_worst_tokens!r}")
         x, x_scales = x if isinstance(x, tuple) else (x, None)
-        kind = _Kind(x, "dispatch: x")
+        kind = self._kind_of(x, "dispatch: x")
         # DeepEP's scale formats: float32 in any layout (column-major
         # included), or UE8M0 int32 [tokens, ceil(hidden / 512)]; Courier's
         # kernels take row-major float32 [tokens, hidden / 128], and the
@@ -1051,7 +1135,7 @@ class Buffer:
             out = buffer.dispatch(_to_courier(x, "x"), _to_courier(x_scales, "x_scales"),
                                   cached_handle=handle.native,
                                   num_worst_tokens=num_worst_tokens if fits else 0,
-                                  owned=kind.exchanges and buffer.can_copy_result,
+                                  owned=kind.owns,
                                   follow_stream=follow)
             pad = 0 if fits else num_worst_tokens
             recv_x = kind.padded(kind.owned(out.recv_x), pad, 0, "dispatch")
@@ -1073,7 +1157,8 @@ class Buffer:
         num_experts = self._num_experts_of(num_tokens_per_expert)
         topk = int(topk_idx.shape[1]) if with_topk else 0
         def run(native: _courier.EpBuffer) -> Any:
-            follow = kind.order_after_producer(native, previous_event, native_follows=True)
+            follow = (True if kind.follows and previous_event is None else
+                      kind.order_after_producer(native, previous_event, native_follows=True))
             # With num_worst_tokens the kernels pad the receive tensors; on a
             # CUDA stream over the proxy path the call then reads nothing on
             # the host (its counts stay on the device), so it can be captured.
@@ -1087,32 +1172,30 @@ class Buffer:
                 _crossing(topk_idx, "topk_idx", same),
                 _crossing(topk_weights, "topk_weights", same),
                 _crossing(is_token_in_rank, "is_token_in_rank", same), num_experts, None,
-                num_worst_tokens, kind.exchanges and native.can_copy_result, follow)
+                num_worst_tokens, kind.owns, follow)
 
         # On a CUDA stream over the proxy path, num_worst_tokens makes the call
         # return before its kernels ran.
         waits = not (num_worst_tokens > 0 and self.transport == "proxy"
-                     and kind.uses_comm_stream(self._layout))
-        buffer, capacity, out = self._high_throughput(x, topk, num_experts, run,
-                                                      worst=num_worst_tokens, waits=waits)
+                     and kind.streams)
+        site, out = self._high_throughput(x, topk, num_experts, run, worst=num_worst_tokens,
+                                          waits=waits)
         worst = num_worst_tokens
         # A weight whose expert lives on another rank reads 0 (the kernels
         # write it so, as DeepEP's); without top-k both are None.
-        recv_x, recv_scales, recv_idx, recv_weights = kind.results(out, with_topk)
+        (recv_x, recv_scales, recv_idx, recv_weights, received_per_expert,
+         native_handle) = kind.results(out, with_topk)
+        del out
         if ue8m0 and recv_scales is not None:
             recv_scales = _pack_ue8m0(kind, recv_scales)
-        if with_topk:
-            received_per_expert = out.num_recv_tokens_per_expert  # a new list per access
-        elif worst == 0:
+        if not with_topk and worst == 0:
             received_per_expert = self._received_per_expert(kind, num_tokens_per_expert)
         # With num_worst_tokens the list is empty, as DeepEP's: shapes and
         # results then never depend on counts read on the host.
         a = expert_alignment
         counts = ([] if worst > 0 else received_per_expert if a == 1 else
                   [(int(c) + a - 1) // a * a for c in received_per_expert])
-        new_handle = DispatchHandle(out.handle, buffer, capacity, is_token_in_rank, worst,
-                                    key=self._ht_current, kind=kind, rank=self.rank)
-        del out
+        new_handle = DispatchHandle(native_handle, site, is_token_in_rank, worst, kind)
         return ((recv_x, recv_scales) if x_scales is not None else recv_x, recv_idx,
                 recv_weights, counts, new_handle, kind.event(async_finish))
 
@@ -1175,10 +1258,10 @@ class Buffer:
         if config is not None and not isinstance(config, Config):
             raise ValueError(f"combine: config must be a Config, got {type(config).__name__}")
         buffer = self._handle_buffer(handle, "combine")
-        kind = _Kind(x, "combine: x")
+        kind = self._kind_of(x, "combine: x")
         follow = kind.order_after_producer(buffer, previous_event, native_follows=True)
         combined = kind.owned(buffer.combine(_to_courier(x, "x"), handle.native,
-                                             owned=kind.exchanges and buffer.can_copy_result,
+                                             owned=kind.owns,
                                              follow_stream=follow))
         for b in (bias if isinstance(bias, tuple) else (bias,)):
             if b is not None:
@@ -1253,6 +1336,7 @@ class Buffer:
                     f"{need} bytes {max_tokens} tokens of hidden {hidden} over {num_experts} "
                     "experts need (Buffer.get_low_latency_rdma_size_hint)")
             # Another size replaces the earlier ones (FP8 and not may coexist).
+            self._ll_plans.clear()  # they name the Buffers replaced here
             for old_key in [k for k in self._ll if k[:5] != key[:5]]:
                 old = self._ll.pop(old_key)
                 self._forget_outputs(old)
@@ -1305,86 +1389,104 @@ class Buffer:
         the scales ``[..., hidden // 128]``, column-major in the last two
         dimensions as DeepEP's), recv_count ``[num_local_experts]`` int32,
         handle, event, hook (None without return_recv_hook))."""
-        self._alive("low_latency_dispatch")
-        if use_ue8m0 and not (use_fp8 and round_scale):
-            raise ValueError("low_latency_dispatch: use_ue8m0 needs use_fp8=True and "
-                             "round_scale=True (UE8M0 holds powers of two only), as DeepEP's")
-        kind = _Kind(x, "low_latency_dispatch: x")
+        if self._destroyed:
+            self._alive("low_latency_dispatch")
+        # What the call's shapes and flags decide (its native Buffer, how its
+        # arguments cross) is worked out once per combination (_ll_plan).
+        try:
+            key = (type(x), x.device, x.dtype, x.shape[1], topk_idx.shape[1],
+                   num_max_dispatch_tokens_per_rank, num_experts, use_fp8, round_scale, use_ue8m0)
+            plan = self._ll_plans.get(key)
+        except (AttributeError, IndexError, TypeError):  # not a tensor: _ll_plan says what
+            key = plan = None
+        if plan is None:
+            plan = self._ll_plan(key, x, topk_idx, num_max_dispatch_tokens_per_rank, num_experts,
+                                 use_fp8, round_scale, use_ue8m0)
         # The receive buffers alternate between two slots: this dispatch
         # reuses the one of the dispatch before the last, whose hook must have
         # run (every rank runs the same calls, so every rank refuses alike).
-        waiting = getattr(self, "_ll_waiting_hooks", {})
-        self._ll_waiting_hooks = waiting
-        number = getattr(self, "_ll_dispatches", 0) + 1
-        if waiting.get(number - 2):
+        number = self._ll_dispatches + 1
+        waiting = self._ll_waiting_hooks
+        if waiting and waiting.get(number - 2):
             raise Error(
                 f"low_latency_dispatch: the receive hook of low-latency dispatch {number - 2} has "
                 "not run, and this dispatch would reuse its receive buffer: call each hook "
                 "before the next-but-one dispatch (at most two may await their hooks)")
-        buffer = self._low_latency(x, int(num_max_dispatch_tokens_per_rank), int(num_experts),
-                                   int(topk_idx.shape[1]), bool(use_fp8))
+        kind, buffer = plan.kind, plan.buffer
         # async_finish (without a hook, as DeepEP's): on the comm stream, so
         # the caller's stream goes on meanwhile.
         comm = (self._comm_stream_of(kind) if async_finish and not return_recv_hook and
-                kind.uses_comm_stream(buffer) else None)
-        # Otherwise behind what earlier calls left on the comm stream.
-        follow = kind.order_after_producer(buffer, comm=comm,
-                                           after=self._comm_to_follow(kind, comm),
-                                           native_follows=True)
+                kind.streams else None)
+        if comm is None and kind.follows and not self._comm_pending:
+            follow = True  # the usual call: the native call follows the current stream
+        else:  # otherwise behind what earlier calls left on the comm stream
+            follow = kind.order_after_producer(buffer, comm=comm,
+                                               after=self._comm_to_follow(kind, comm),
+                                               native_follows=True)
         # The wait costs are measured on the proxy path; the direct path
         # leaves them unchanged (docs/python.md).
-        cost = (dispatch_wait_recv_cost_stats if dispatch_wait_recv_cost_stats is not None
-                and buffer.transport == "proxy" else None)
-        return self._low_latency_dispatch_in_place(
-            kind, buffer, x, topk_idx, int(num_max_dispatch_tokens_per_rank), int(num_experts),
-            cumulative_local_expert_recv_stats, cost, bool(use_fp8),
-            bool(use_fp8) and bool(round_scale), bool(use_ue8m0), bool(async_finish),
-            bool(return_recv_hook), number, waiting, comm, follow)
-
-    def _low_latency_dispatch_in_place(
-        self, kind: _Kind, buffer: _courier.EpBuffer, x: Tensor, topk_idx: Tensor,
-        max_tokens: int, num_experts: int, stats: Optional[Tensor], cost: Optional[Tensor],
-        use_fp8: bool, round_scale: bool, use_ue8m0: bool, async_finish: bool,
-        return_recv_hook: bool, number: int, waiting: Dict[int, Any], comm: Any,
-        follow: bool = False
-    ) -> Tuple[Union[Tensor, Tuple[Tensor, Tensor]], Tensor, LowLatencyHandle, EventOverlap,
-               Optional[Callable[[], None]]]:
-        """low_latency_dispatch: one native call, the kernels writing into
-        the outputs (allocated once per shape and parity, see _ll_outputs),
-        nothing read on the host, so the call can be captured in a CUDA
-        graph."""
-        # The parity of this native Buffer's own calls, as its receive
-        # buffers alternate.
+        cost = dispatch_wait_recv_cost_stats if plan.proxy else None
+        stats = cumulative_local_expert_recv_stats
+        # The kernels write into the outputs (allocated once per shape and
+        # parity, see _ll_outputs), nothing is read on the host, so the call
+        # can be captured in a CUDA graph. The parity is that of this native
+        # Buffer's own calls, as its receive buffers alternate.
         calls = self._ll_calls.get(buffer, 0)
-        outs, slot = self._ll_outputs(kind, buffer, x, max_tokens, num_experts, use_fp8,
-                                      use_ue8m0, calls % 2)
+        outs, slot = self._ll_out.get(plan.outputs[calls % 2]) or self._ll_outputs(
+            plan, x, calls % 2)
         recv_x, recv_scales, recv_count, src_info, layout_range = outs
         # Through the C exchange API the tensors cross as themselves.
+        same = kind.exchange_type
         native = buffer.low_latency_dispatch(
-            _crossing(x, "x", kind.exchange_type),
-            _crossing(topk_idx, "topk_idx", kind.exchange_type), use_fp8=use_fp8,
-            return_recv_hook=return_recv_hook, round_scale=round_scale,
+            _crossing(x, "x", same), _crossing(topk_idx, "topk_idx", same),
+            use_fp8=plan.use_fp8, return_recv_hook=bool(return_recv_hook),
+            round_scale=plan.round_scale,
             wait_cost_stats=None if cost is None else _to_courier(
                 cost, "dispatch_wait_recv_cost_stats"),
-            scales_layout=("ue8m0" if use_ue8m0 else "column_major") if use_fp8 else "row_major",
-            outputs=slot, follow_stream=follow)
+            scales_layout=plan.scales_layout, outputs=slot, follow_stream=follow)
         self._ll_dispatches = number
         self._ll_calls[buffer] = calls + 1
-        handle = LowLatencyHandle((src_info, layout_range, max_tokens, int(x.shape[1]),
-                                   num_experts), native.handle, buffer)
-        handle.recv_count = recv_count  # the combine reads it too (its kernels do)
+        # The combine's kernels read recv_count too: the handle keeps it.
+        handle = LowLatencyHandle(plan.handle_items(src_info, layout_range), native.handle,
+                                  buffer, recv_count)
         hook: Optional[Callable[[], None]] = None
         if return_recv_hook:
             hook = self._receive_hook(kind, buffer, native, number, waiting, stats, recv_count)
         elif stats is not None:
             self._count_received(kind, comm, stats, recv_count)
         if comm is None:
-            event = kind.event(async_finish)
+            event = kind.event(async_finish) if async_finish else EventOverlap()
         else:
             event = kind.finish_on(comm, async_finish, (x, topk_idx, cost, stats, recv_x,
                                                         recv_scales, recv_count, src_info,
                                                         layout_range))
-        return ((recv_x, recv_scales) if use_fp8 else recv_x, recv_count, handle, event, hook)
+        return ((recv_x, recv_scales) if plan.use_fp8 else recv_x, recv_count, handle, event,
+                hook)
+
+    def _ll_plan(self, key: Optional[Tuple[Any, ...]], x: Tensor, topk_idx: Tensor,
+                 max_tokens: Any, num_experts: Any, use_fp8: Any, round_scale: Any,
+                 use_ue8m0: Any) -> "_LowLatencyPlan":
+        """The _LowLatencyPlan of a low-latency dispatch, kept under `key`
+        (None: not kept)."""
+        if use_ue8m0 and not (use_fp8 and round_scale):
+            raise ValueError("low_latency_dispatch: use_ue8m0 needs use_fp8=True and "
+                             "round_scale=True (UE8M0 holds powers of two only), as DeepEP's")
+        kind = self._kind_of(x, "low_latency_dispatch: x")
+        if not hasattr(topk_idx, "shape") or len(topk_idx.shape) != 2:
+            raise ValueError("low_latency_dispatch: topk_idx must be [num_tokens, num_topk], got "
+                             f"{getattr(topk_idx, 'shape', type(topk_idx).__name__)}")
+        if len(x.shape) != 2:
+            raise ValueError(f"low_latency_dispatch: x must be [num_tokens, hidden], got shape "
+                             f"{tuple(x.shape)}")
+        max_tokens, num_experts = int(max_tokens), int(num_experts)
+        buffer = self._low_latency(x, max_tokens, num_experts, int(topk_idx.shape[1]),
+                                   bool(use_fp8))
+        plan = _LowLatencyPlan(kind, buffer, buffer.transport == "proxy", bool(use_fp8),
+                               bool(use_fp8) and bool(round_scale), bool(use_ue8m0), max_tokens,
+                               int(x.shape[1]), num_experts, x)
+        if key is not None:
+            self._ll_plans[key] = plan
+        return plan
 
     def _receive_hook(self, kind: _Kind, buffer: _courier.EpBuffer, native: Any, number: int,
                       waiting: Dict[int, Any], stats: Optional[Tensor],
@@ -1422,8 +1524,7 @@ class Buffer:
         else:
             np.add(stats, recv_count, out=stats)
 
-    def _ll_outputs(self, kind: _Kind, buffer: _courier.EpBuffer, x: Tensor, max_tokens: int,
-                    num_experts: int, use_fp8: bool, use_ue8m0: bool,
+    def _ll_outputs(self, plan: "_LowLatencyPlan", x: Tensor,
                     parity: int) -> Tuple[Tuple[Any, ...], int]:
         """The low-latency dispatch outputs: (recv_x,
         recv_scales as DeepEP lays them out (column-major; None without
@@ -1431,11 +1532,12 @@ class Buffer:
         outputs slot they are bound to. Made once per native Buffer (its
         shape), UE8M0 or not, and parity of its calls, as its receive
         buffers are: a dispatch's outputs are reused by that Buffer's
-        dispatch after next (docs/python.md)."""
-        device = kind.device if kind.torch is not None else "numpy"
-        # x's dtype too: a call refused for its dtype leaves no outputs of
-        # that dtype for the next one.
-        key = (buffer, device, use_ue8m0, parity, None if use_fp8 else x.dtype)
+        dispatch after next (docs/python.md). Kept under
+        plan.outputs[parity], which names x's dtype too: a call refused
+        for its dtype leaves no outputs of that dtype for the next one."""
+        kind, buffer, use_fp8, use_ue8m0 = plan.kind, plan.buffer, plan.use_fp8, plan.use_ue8m0
+        max_tokens, num_experts = plan.max_tokens, plan.num_experts
+        key = plan.outputs[parity]
         cache = self._ll_out
         made = cache.get(key)
         if made is None:
@@ -1582,12 +1684,15 @@ class Buffer:
                         "another size (or the Buffer was destroyed); dispatch again first")
         if zero_copy and handle.combine_buffer is not None:
             x = handle.combine_buffer  # where the caller wrote the rows
-        kind = _Kind(x, "low_latency_combine: x")
+        kind = self._kind_of(x, "low_latency_combine: x")
         comm = (self._comm_stream_of(kind) if async_finish and not return_recv_hook and
-                kind.uses_comm_stream(handle.buffer) else None)
-        follow = kind.order_after_producer(handle.buffer, comm=comm,
-                                           after=self._comm_to_follow(kind, comm),
-                                           native_follows=True)
+                kind.streams else None)
+        if comm is None and kind.follows and not self._comm_pending:
+            follow = True  # the usual call: the native call follows the current stream
+        else:
+            follow = kind.order_after_producer(handle.buffer, comm=comm,
+                                               after=self._comm_to_follow(kind, comm),
+                                               native_follows=True)
         # Summed straight into the result (DeepEP's combined_x is a new
         # tensor per call too): nothing copied, nothing read on the host.
         # Through the C exchange API the native call allocates it (owned).

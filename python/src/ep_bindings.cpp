@@ -409,7 +409,16 @@ void bind_ep(nb::module_& m) {
               "Rows received per local expert.")
       .def_prop_ro(
           "handle", [](const DispatchOutput& o) { return o.handle; },
-          "For combine and cached dispatches (a copy: it does not keep the views alive).");
+          "For combine and cached dispatches (a copy: it does not keep the views alive).")
+      .def(
+          "as_tuple",
+          [](const DispatchOutput& o) {
+            return nb::make_tuple(o.recv_x, o.recv_x_scales, o.recv_topk_idx, o.recv_topk_weights,
+                                  o.num_recv_tokens_per_expert, o.handle);
+          },
+          "(recv_x, recv_x_scales, recv_topk_idx, recv_topk_weights, "
+          "num_recv_tokens_per_expert, handle) in one call (a hot path's: each attribute read "
+          "crosses into C++ once).");
 
   nb::class_<LowLatencyOutput>(m, "LowLatencyOutput",
                                "The results of EpBuffer.low_latency_dispatch (views).")

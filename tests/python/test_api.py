@@ -126,6 +126,30 @@ def test_streams_on_the_host_backend(buffer: deep_ep.Buffer) -> None:
     assert per_rank.tolist() == [1]
 
 
+def test_dispatch_output_as_tuple(buffer: deep_ep.Buffer) -> None:
+    """as_tuple, the hot path's single read of a dispatch's results, holds
+    what the attributes hold."""
+    x = np.arange(3 * 128, dtype=np.float32).reshape(3, 128)
+    idx = np.array([[0, 3], [-1, 2], [1, -1]], np.int64)
+    w = np.array([[0.5, 0.25], [1.0, 1.0], [0.75, 2.0]], np.float32)
+    per_rank, _, per_expert, in_rank, _ = buffer.get_dispatch_layout(idx, 4)
+    buffer.dispatch(x, num_tokens_per_rank=per_rank, is_token_in_rank=in_rank,
+                    num_tokens_per_expert=per_expert, topk_idx=idx, topk_weights=w)
+    out = buffer._ht_current.buffer.dispatch(x, None, idx, w, in_rank, 4)
+    items = out.as_tuple()
+    assert len(items) == 6
+    names = ("recv_x", "recv_x_scales", "recv_topk_idx", "recv_topk_weights")
+    for got, name in zip(items[:4], names):
+        want = getattr(out, name)
+        if want is None:
+            assert got is None, name
+        else:
+            assert np.array_equal(np.from_dlpack(got), np.from_dlpack(want)), name
+    assert np.array_equal(np.from_dlpack(items[0]), x)
+    assert items[4] == out.num_recv_tokens_per_expert == [1, 1, 1, 1]
+    assert list(items[5].recv_counts) == list(out.handle.recv_counts) == [3]
+
+
 def test_single_rank_dispatch_combine(buffer: deep_ep.Buffer) -> None:
     x = np.arange(3 * 128, dtype=np.float32).reshape(3, 128)
     idx = np.array([[0, 3], [-1, 2], [1, -1]], np.int64)

@@ -164,7 +164,7 @@ def test_owned_is_what_the_native_call_returns(buffer: deep_ep.Buffer) -> None:
     per_rank, _, per_expert, in_rank, _ = buffer.get_dispatch_layout(idx, 4)
     buffer.dispatch(x, num_tokens_per_rank=per_rank, is_token_in_rank=in_rank,
                     num_tokens_per_expert=per_expert, topk_idx=idx, topk_weights=w)
-    native = buffer._ht[buffer._ht_current][0]
+    native = buffer._ht_current.buffer
     assert native.can_copy_result  # gpu-host speaks GPU ABI 1.11
     views = native.dispatch(x, None, idx, w, in_rank, 4, owned=False)
     assert isinstance(views.recv_x, courier.TensorRef)
