@@ -984,7 +984,7 @@ class Buffer:
         return (int(x.shape[1]), _dtype_code(x), topk, num_experts)
 
     def _high_throughput(
-            self, x: Tensor, topk: int, num_experts: int,
+            self, x: Tensor, topk_idx: Optional[Tensor], num_experts: int,
             call: Callable[[_courier.EpBuffer], Any], worst: int = 0,
             waits: bool = True) -> Tuple[_HtSite, Any]:
         """``call`` on the high-throughput Buffer for x's shape: (that
@@ -1005,15 +1005,14 @@ class Buffer:
         # ranks that disagree on the configuration meet in different places
         # and the timeouts name the rank.)
         current = self._ht_current
-        if waits:
-            if current is not None:
-                try:
-                    return current, call(current.buffer)
-                except CallRefused as error:
-                    refused = error  # every rank is here: agree on what to do
-            key = self._ht_key_of(x, topk, num_experts)
-        else:
-            key = self._ht_key_of(x, topk, num_experts)
+        if waits and current is not None:
+            try:
+                return current, call(current.buffer)
+            except CallRefused as error:
+                refused = error  # every rank is here: agree on what to do
+        topk = int(topk_idx.shape[1]) if topk_idx is not None else 0
+        key = self._ht_key_of(x, topk, num_experts)
+        if not waits:
             if (current is not None and current.key == key
                     and worst <= self.group_size * current.capacity):
                 return current, call(current.buffer)
@@ -1101,7 +1100,8 @@ class Buffer:
         recv_topk_weights, num_recv_tokens_per_expert_list, handle, event);
         the cached mode returns (recv_x, None, None, None, None, event).
         """
-        self._alive("dispatch")
+        if self._destroyed:
+            self._alive("dispatch")
         if config is not None and not isinstance(config, Config):
             raise ValueError(f"dispatch: config must be a Config, got {type(config).__name__}")
         if not isinstance(expert_alignment, int) or expert_alignment <= 0:
@@ -1155,7 +1155,6 @@ class Buffer:
             raise ValueError("dispatch: num_tokens_per_expert is required with topk_idx (from "
                              "get_dispatch_layout)")
         num_experts = self._num_experts_of(num_tokens_per_expert)
-        topk = int(topk_idx.shape[1]) if with_topk else 0
         def run(native: _courier.EpBuffer) -> Any:
             follow = (True if kind.follows and previous_event is None else
                       kind.order_after_producer(native, previous_event, native_follows=True))
@@ -1178,7 +1177,7 @@ class Buffer:
         # return before its kernels ran.
         waits = not (num_worst_tokens > 0 and self.transport == "proxy"
                      and kind.streams)
-        site, out = self._high_throughput(x, topk, num_experts, run, worst=num_worst_tokens,
+        site, out = self._high_throughput(x, topk_idx, num_experts, run, worst=num_worst_tokens,
                                           waits=waits)
         worst = num_worst_tokens
         # A weight whose expert lives on another rank reads 0 (the kernels
@@ -1197,7 +1196,8 @@ class Buffer:
                   [(int(c) + a - 1) // a * a for c in received_per_expert])
         new_handle = DispatchHandle(native_handle, site, is_token_in_rank, worst, kind)
         return ((recv_x, recv_scales) if x_scales is not None else recv_x, recv_idx,
-                recv_weights, counts, new_handle, kind.event(async_finish))
+                recv_weights, counts, new_handle,
+                kind.event(True) if async_finish else EventOverlap())
 
     def _num_experts_of(self, num_tokens_per_expert: Optional[Tensor]) -> int:
         """The call's experts: len(num_tokens_per_expert). Without it (only
@@ -1254,7 +1254,8 @@ class Buffer:
         ``topk_weights`` ``[received, num_topk]`` float32, combined_topk_weights
         holds, per token, the sum of the weight rows its ranks sent back; they
         travel out of band through the bootstrap (correct, not fast)."""
-        self._alive("combine")
+        if self._destroyed:
+            self._alive("combine")
         if config is not None and not isinstance(config, Config):
             raise ValueError(f"combine: config must be a Config, got {type(config).__name__}")
         buffer = self._handle_buffer(handle, "combine")
@@ -1675,7 +1676,8 @@ class Buffer:
         Returns (combined_x ``[num_tokens, hidden]`` (``out`` when given),
         event, hook). With return_recv_hook the combine is complete already
         and the hook does nothing (the results are the same)."""
-        self._alive("low_latency_combine")
+        if self._destroyed:
+            self._alive("low_latency_combine")
         if not isinstance(handle, LowLatencyHandle):
             raise ValueError("low_latency_combine: handle must be the one low_latency_dispatch "
                              f"returned, got {type(handle).__name__}")
