@@ -13,13 +13,18 @@ overhead per call:
   c++ us              median time spent inside the library's native calls during one call
   py us               median Python overhead per call: per call with the wrappers, its host
                       time (until it returns) minus the time inside its native calls and
-                      minus the wrappers' own cost (calibrated per native call at start)
+                      minus the wrappers' own cost on that call (measured, see below)
 
 The native time is measured by wrapping the callables of `courier`'s extension module
 (`courier._*`): the methods and property getters of its classes (a getter converts
 C++ results, such as the per-expert count list) and its functions (also where
-`courier.deep_ep` imported them). The wrappers cost host time of their own, so they are
-in place for half of the timed iterations only: those give the c++ and py columns (the
+`courier.deep_ep` imported them). Each is wrapped twice, a timer around a timer: the
+inner one gives the native time, and the outer one's excess over it is what one wrapper
+costs around that call, in the state the call leaves the caches in (a wrapper costs
+more there than in a loop of its own); the outer wrapper costs as much again outside
+its own measurement, so a call's Python time is host - outer - (outer - inner). The
+wrappers cost host time of their own, so they are in place for half of the timed
+iterations only: those give the c++ and py columns (the
 Python time taken within each call, so the GPU's variation between calls cancels), the
 others the wall time and the host time of the call. The two halves
 run one after the other, each after --warmup untimed iterations: putting wrappers on a
@@ -113,35 +118,50 @@ def parse_args(argv: List[str]) -> argparse.Namespace:
 
 
 class NativeClock:
-    """Accumulates the time spent inside native (extension) calls; nested native calls
-    (a native call that calls back into Python that calls another) count once."""
+    """Accumulates the time spent inside native (extension) calls, through two nested
+    wrappers per callable (see the module's docstring): `inner` the native time, `outer`
+    that plus one wrapper's cost. Nested native calls (a native call that calls back into
+    Python that calls another) count once."""
 
     def __init__(self) -> None:
-        self.seconds = 0.0
+        self.inner = 0.0
+        self.outer = 0.0
         self.calls = 0
-        self._depth = 0
+        self._inner_depth = 0
+        self._outer_depth = 0
 
     def timed(self, fn: Callable) -> Callable:
         clock = self
 
-        def wrapper(*args, **kwargs):
-            clock._depth += 1
+        def inner(*args, **kwargs):
+            clock._inner_depth += 1
             start = time.perf_counter()
             try:
                 return fn(*args, **kwargs)
             finally:
-                clock._depth -= 1
-                if clock._depth == 0:
-                    clock.seconds += time.perf_counter() - start
+                clock._inner_depth -= 1
+                if clock._inner_depth == 0:
+                    clock.inner += time.perf_counter() - start
+
+        def outer(*args, **kwargs):  # the same steps as inner, so the same cost
+            clock._outer_depth += 1
+            start = time.perf_counter()
+            try:
+                return inner(*args, **kwargs)
+            finally:
+                clock._outer_depth -= 1
+                if clock._outer_depth == 0:
+                    clock.outer += time.perf_counter() - start
                     clock.calls += 1
 
-        wrapper.__wrapped__ = fn  # type: ignore[attr-defined]
-        return wrapper
+        outer.__wrapped__ = fn  # type: ignore[attr-defined]
+        return outer
 
-    def take(self) -> "tuple[float, int]":
-        seconds, calls = self.seconds, self.calls
-        self.seconds, self.calls = 0.0, 0
-        return seconds, calls
+    def take(self) -> "tuple[float, float, int]":
+        """(native seconds, native plus one wrapper's cost, calls) since the last take."""
+        taken = (self.inner, self.outer, self.calls)
+        self.inner, self.outer, self.calls = 0.0, 0.0, 0
+        return taken
 
 
 # Kinds of callables that are an extension class's instance methods (nanobind, pybind11,
@@ -246,7 +266,6 @@ class Timer:
 
     def __init__(self, group, device: torch.device, clock: NativeClock, timing: NativeTiming):
         self.group, self.device, self.clock, self.timing = group, device, clock, timing
-        self.wrapper_us = wrapper_cost_us(clock)
 
     def sync(self) -> None:
         if self.device.type == "cuda":
@@ -264,39 +283,16 @@ class Timer:
         returned = time.perf_counter()
         self.sync()
         done = time.perf_counter()
-        native, calls = self.clock.take()
+        native, with_wrapper, calls = self.clock.take()
         if record and wrapped:
             series.native_us.append(native * 1e6)
-            series.python_us.append((returned - start - native) * 1e6 - calls * self.wrapper_us)
+            wrappers = 2 * (with_wrapper - native)  # the inner ones, and as much for the outer
+            series.python_us.append((returned - start - native - wrappers) * 1e6)
             series.native_seen = series.native_seen and calls > 0
         elif record:
             series.wall_us.append((done - start) * 1e6)
             series.host_us.append((returned - start) * 1e6)
         return result
-
-
-def wrapper_cost_us(clock: NativeClock) -> float:
-    """The host time a timing wrapper adds to a native call outside the time it counts as
-    native (median of rounds of a cheap native function, wrapped)."""
-    from courier import _courier
-    plain = getattr(_courier.has_dlpack_exchange_api, "__wrapped__",
-                    _courier.has_dlpack_exchange_api)
-    fn = clock.timed(plain)
-    tensor = torch.Tensor
-    rounds = []
-    for _ in range(15):
-        clock.take()
-        start = time.perf_counter()
-        for _ in range(2000):
-            fn(tensor)
-        total = time.perf_counter() - start
-        native, calls = clock.take()
-        start = time.perf_counter()
-        for _ in range(2000):  # the loop's own cost, not the wrapper's
-            tensor
-        loop = time.perf_counter() - start
-        rounds.append((total - native - loop) / calls * 1e6)
-    return median(rounds)
 
 
 def phases(args) -> List["tuple[bool, bool]"]:
