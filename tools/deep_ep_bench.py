@@ -19,12 +19,15 @@ The native time is measured by wrapping the callables of `courier`'s extension m
 (`courier._*`): the methods and property getters of its classes (a getter converts
 C++ results, such as the per-expert count list) and its functions (also where
 `courier.deep_ep` imported them). Each is wrapped twice, a timer around a timer: the
-inner one gives the native time, and the outer one's excess over it is what one wrapper
-costs around that call, in the state the call leaves the caches in (a wrapper costs
-more there than in a loop of its own); the outer wrapper costs as much again outside
-its own measurement, so a call's Python time is host - outer - (outer - inner). The
-wrappers cost host time of their own, so they are in place for half of the timed
-iterations only: those give the c++ and py columns (the
+inner one gives the native time (plus the few steps of its own between its two clock
+reads), and the outer one's excess over it is what one wrapper costs around that call,
+in the state the call leaves the caches in (a wrapper costs more there than in a loop of
+its own). The outer wrapper costs as much again, less the steps between its clock
+reads, which a loop of a cheap native call measures once at start. So a call's Python
+time is host - inner - 2 (outer - inner) + calls x (steps between a wrapper's clock
+reads); against a loop whose Python time is known this errs by +0.05 to +0.1 us per
+native call (toward more Python time). The wrappers cost host time of their own, so
+they are in place for half of the timed iterations only: those give the c++ and py columns (the
 Python time taken within each call, so the GPU's variation between calls cancels), the
 others the wall time and the host time of the call. The two halves
 run one after the other, each after --warmup untimed iterations: putting wrappers on a
@@ -119,9 +122,10 @@ def parse_args(argv: List[str]) -> argparse.Namespace:
 
 class NativeClock:
     """Accumulates the time spent inside native (extension) calls, through two nested
-    wrappers per callable (see the module's docstring): `inner` the native time, `outer`
-    that plus one wrapper's cost. Nested native calls (a native call that calls back into
-    Python that calls another) count once."""
+    wrappers per callable (see the module's docstring): `inner` the native time (with
+    the steps between the inner wrapper's clock reads), `outer` that plus one wrapper's
+    whole cost. Nested native calls (a native call that calls back into Python that
+    calls another) count once."""
 
     def __init__(self) -> None:
         self.inner = 0.0
@@ -139,9 +143,10 @@ class NativeClock:
             try:
                 return fn(*args, **kwargs)
             finally:
+                end = time.perf_counter()
                 clock._inner_depth -= 1
                 if clock._inner_depth == 0:
-                    clock.inner += time.perf_counter() - start
+                    clock.inner += end - start
 
         def outer(*args, **kwargs):  # the same steps as inner, so the same cost
             clock._outer_depth += 1
@@ -149,9 +154,10 @@ class NativeClock:
             try:
                 return inner(*args, **kwargs)
             finally:
+                end = time.perf_counter()
                 clock._outer_depth -= 1
                 if clock._outer_depth == 0:
-                    clock.outer += time.perf_counter() - start
+                    clock.outer += end - start
                     clock.calls += 1
 
         outer.__wrapped__ = fn  # type: ignore[attr-defined]
@@ -266,6 +272,7 @@ class Timer:
 
     def __init__(self, group, device: torch.device, clock: NativeClock, timing: NativeTiming):
         self.group, self.device, self.clock, self.timing = group, device, clock, timing
+        self.window_us = window_cost_us()
 
     def sync(self) -> None:
         if self.device.type == "cuda":
@@ -286,13 +293,43 @@ class Timer:
         native, with_wrapper, calls = self.clock.take()
         if record and wrapped:
             series.native_us.append(native * 1e6)
-            wrappers = 2 * (with_wrapper - native)  # the inner ones, and as much for the outer
-            series.python_us.append((returned - start - native - wrappers) * 1e6)
+            # The inner wrappers, as much for the outer ones less their windows.
+            wrappers = 2 * (with_wrapper - native) * 1e6 - calls * self.window_us
+            series.python_us.append((returned - start - native) * 1e6 - wrappers)
             series.native_seen = series.native_seen and calls > 0
         elif record:
             series.wall_us.append((done - start) * 1e6)
             series.host_us.append((returned - start) * 1e6)
         return result
+
+
+def window_cost_us() -> float:
+    """The host time a wrapper spends between its two clock reads besides the call it
+    wraps (median of rounds: a cheap native function through the inner wrapper, against
+    the same calls made directly)."""
+    from courier import _courier
+    plain = getattr(_courier.has_dlpack_exchange_api, "__wrapped__",
+                    _courier.has_dlpack_exchange_api)
+    clock = NativeClock()
+    fn = clock.timed(plain)
+    tensor = torch.Tensor
+    n = 2000
+    rounds = []
+    for _ in range(15):
+        clock.take()
+        for _ in range(n):
+            fn(tensor)
+        inner, _, _ = clock.take()
+        start = time.perf_counter()
+        for _ in range(n):
+            plain(tensor)
+        direct = time.perf_counter() - start
+        start = time.perf_counter()
+        for _ in range(n):  # the loop's own cost, not the call's
+            tensor
+        loop = time.perf_counter() - start
+        rounds.append((inner - (direct - loop)) / n * 1e6)
+    return median(rounds)
 
 
 def phases(args) -> List["tuple[bool, bool]"]:

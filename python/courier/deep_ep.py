@@ -848,6 +848,8 @@ class Buffer:
         for buffer in buffers:
             buffer.close()
         self._ht.clear()
+        self._ht_current = None
+        self._kinds.clear()
         self._ll.clear()
         self._ll_out.clear()
         self._ll_calls.clear()
@@ -1012,10 +1014,12 @@ class Buffer:
                 refused = error  # every rank is here: agree on what to do
         topk = int(topk_idx.shape[1]) if topk_idx is not None else 0
         key = self._ht_key_of(x, topk, num_experts)
-        if not waits:
-            if (current is not None and current.key == key
-                    and worst <= self.group_size * current.capacity):
+        if not waits and (current is not None and current.key == key
+                          and worst <= self.group_size * current.capacity):
+            try:
                 return current, call(current.buffer)
+            except CallRefused as error:
+                refused = error
         # num_worst_tokens rows must fit too: ranks x capacity of them.
         records = self._agree((max(_rows(x), -(-worst // self.group_size)),) + key)
         for r, theirs in enumerate(records):
@@ -1392,20 +1396,10 @@ class Buffer:
         handle, event, hook (None without return_recv_hook))."""
         if self._destroyed:
             self._alive("low_latency_dispatch")
-        # What the call's shapes and flags decide (its native Buffer, how its
-        # arguments cross) is worked out once per combination (_ll_plan).
-        try:
-            key = (type(x), x.device, x.dtype, x.shape[1], topk_idx.shape[1],
-                   num_max_dispatch_tokens_per_rank, num_experts, use_fp8, round_scale, use_ue8m0)
-            plan = self._ll_plans.get(key)
-        except (AttributeError, IndexError, TypeError):  # not a tensor: _ll_plan says what
-            key = plan = None
-        if plan is None:
-            plan = self._ll_plan(key, x, topk_idx, num_max_dispatch_tokens_per_rank, num_experts,
-                                 use_fp8, round_scale, use_ue8m0)
         # The receive buffers alternate between two slots: this dispatch
         # reuses the one of the dispatch before the last, whose hook must have
         # run (every rank runs the same calls, so every rank refuses alike).
+        # Checked first: nothing may change (a Buffer replaced) before.
         number = self._ll_dispatches + 1
         waiting = self._ll_waiting_hooks
         if waiting and waiting.get(number - 2):
@@ -1413,6 +1407,17 @@ class Buffer:
                 f"low_latency_dispatch: the receive hook of low-latency dispatch {number - 2} has "
                 "not run, and this dispatch would reuse its receive buffer: call each hook "
                 "before the next-but-one dispatch (at most two may await their hooks)")
+        # What the call's shapes and flags decide (its native Buffer, how its
+        # arguments cross) is worked out once per combination (_ll_plan).
+        try:
+            key = (type(x), getattr(x, "device", None), x.dtype, x.shape[1], topk_idx.shape[1],
+                   num_max_dispatch_tokens_per_rank, num_experts, use_fp8, round_scale, use_ue8m0)
+            plan = self._ll_plans.get(key)
+        except (AttributeError, IndexError, TypeError):  # not a tensor: _ll_plan says what
+            key = plan = None
+        if plan is None:
+            plan = self._ll_plan(key, x, topk_idx, num_max_dispatch_tokens_per_rank, num_experts,
+                                 use_fp8, round_scale, use_ue8m0)
         kind, buffer = plan.kind, plan.buffer
         # async_finish (without a hook, as DeepEP's): on the comm stream, so
         # the caller's stream goes on meanwhile.
@@ -1468,24 +1473,21 @@ class Buffer:
                  max_tokens: Any, num_experts: Any, use_fp8: Any, round_scale: Any,
                  use_ue8m0: Any) -> "_LowLatencyPlan":
         """The _LowLatencyPlan of a low-latency dispatch, kept under `key`
-        (None: not kept)."""
+        (None: not kept) where the counts and flags are plain ints and bools."""
         if use_ue8m0 and not (use_fp8 and round_scale):
             raise ValueError("low_latency_dispatch: use_ue8m0 needs use_fp8=True and "
                              "round_scale=True (UE8M0 holds powers of two only), as DeepEP's")
         kind = self._kind_of(x, "low_latency_dispatch: x")
-        if not hasattr(topk_idx, "shape") or len(topk_idx.shape) != 2:
-            raise ValueError("low_latency_dispatch: topk_idx must be [num_tokens, num_topk], got "
-                             f"{getattr(topk_idx, 'shape', type(topk_idx).__name__)}")
-        if len(x.shape) != 2:
-            raise ValueError(f"low_latency_dispatch: x must be [num_tokens, hidden], got shape "
-                             f"{tuple(x.shape)}")
+        # (Shapes are the C++ Buffer's to check: it refuses on every rank alike.)
+        plain = all(type(v) in (int, bool) for v in (max_tokens, num_experts, use_fp8,
+                                                     round_scale, use_ue8m0))
         max_tokens, num_experts = int(max_tokens), int(num_experts)
         buffer = self._low_latency(x, max_tokens, num_experts, int(topk_idx.shape[1]),
                                    bool(use_fp8))
         plan = _LowLatencyPlan(kind, buffer, buffer.transport == "proxy", bool(use_fp8),
                                bool(use_fp8) and bool(round_scale), bool(use_ue8m0), max_tokens,
                                int(x.shape[1]), num_experts, x)
-        if key is not None:
+        if key is not None and plain:  # (a tensor as a count would hash by identity)
             self._ll_plans[key] = plan
         return plan
 

@@ -660,13 +660,16 @@ def case_ll_stale_hook(buffer: deep_ep.Buffer) -> str:
     me, ranks = buffer.rank, buffer.group_size
     per, max_tokens = EXPERTS_PER_RANK, 32
 
-    def dispatch(call: int):
+    def dispatch(call: int, tokens: int = max_tokens):
         x, idx, _ = inputs(me, call, ranks)
-        return buffer.low_latency_dispatch(x.astype(ml_dtypes.bfloat16), idx, max_tokens,
+        return buffer.low_latency_dispatch(x.astype(ml_dtypes.bfloat16), idx, tokens,
                                            per * ranks, return_recv_hook=True)[4]
 
     hooks = [dispatch(0), dispatch(1)]
     message = expect_error(lambda: dispatch(2), "has not run")
+    # Of another size too, and refused before anything changes: the Buffer
+    # the pending hooks receive on stays.
+    expect_error(lambda: dispatch(2, max_tokens // 2), "has not run")
     hooks[0]()
     hooks[1]()
     rows = low_latency(buffer, False, True, 3)  # and the next calls work
