@@ -214,6 +214,12 @@ GpuBackend::GpuBackend(const GpuPlugin& plugin, const HostServices& host) : plug
   const size_t needed11 = offsetof(courier_gpu_plugin_v1, ep_copy) + sizeof ops->ep_copy;
   has_minor11_ = has_minor10_ && plugin_.abi_minor >= 11 && ops->header.struct_size >= needed11 &&
                  ops->ep_copy != nullptr;
+  // EP counters and GPU timestamps came with minor 12 (for benchmarks).
+  const size_t needed12 =
+      offsetof(courier_gpu_plugin_v1, ep_stamp_elapsed) + sizeof ops->ep_stamp_elapsed;
+  has_minor12_ = has_minor11_ && plugin_.abi_minor >= 12 && ops->header.struct_size >= needed12 &&
+                 ops->ep_counters != nullptr && ops->ep_stamp != nullptr &&
+                 ops->ep_stamp_elapsed != nullptr;
 }
 
 GpuBackend::~GpuBackend() { plugin_.ops->fini(handle_); }

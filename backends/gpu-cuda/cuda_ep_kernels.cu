@@ -183,13 +183,14 @@ int ep_reduce(const courier_gpu_ep_reduce_v1* job_in, cudaStream_t stream) {
 }
 
 template <class Job>
-int ep_proxy(const Job* job, cudaStream_t stream, EpTimeline& timeline, const char* name) {
+int ep_proxy(const Job* job, cudaStream_t stream, EpTimeline& timeline, const char* name,
+             uint32_t* kernels) {
   Job full;
   if (!device::ep::complete_job(job, &full)) {
     return fail(-EINVAL, "ep_proxy_*: job is NULL or its struct_size too small");
   }
   timeline.begin(stream);
-  device::ep::launch(full, stream, [&](const char* part) {
+  *kernels = device::ep::launch(full, stream, [&](const char* part) {
     if (timeline.on()) timeline.mark(stream, std::string(name) + "." + part);
   });
   timeline.mark(stream, name);
@@ -197,7 +198,7 @@ int ep_proxy(const Job* job, cudaStream_t stream, EpTimeline& timeline, const ch
 }
 
 #define COURIER_EP_PROXY_JOB(Job) \
-  template int ep_proxy(const Job*, cudaStream_t, EpTimeline&, const char*);
+  template int ep_proxy(const Job*, cudaStream_t, EpTimeline&, const char*, uint32_t*);
 COURIER_EP_PROXY_JOB(courier_gpu_ep_proxy_refuse_v1)
 COURIER_EP_PROXY_JOB(courier_gpu_ep_proxy_ht_dispatch_v1)
 COURIER_EP_PROXY_JOB(courier_gpu_ep_proxy_ht_receive_v1)

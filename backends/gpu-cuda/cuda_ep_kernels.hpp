@@ -27,6 +27,7 @@ int ep_reduce(const courier_gpu_ep_reduce_v1* job, cudaStream_t stream);
 // for the seven courier_gpu_ep_proxy_*_v1 jobs); `name` labels its kernels
 // in the timeline.
 template <class Job>
-int ep_proxy(const Job* job, cudaStream_t stream, EpTimeline& timeline, const char* name);
+int ep_proxy(const Job* job, cudaStream_t stream, EpTimeline& timeline, const char* name,
+             uint32_t* kernels);
 
 }  // namespace courier::cuda_gpu

@@ -25,6 +25,7 @@
 #include "cuda_ep_kernels.hpp"
 #include "cuda_selftest_kernels.hpp"
 #include "cuda_status.hpp"
+#include "gpu/ep_counters.hpp"
 #include "gpu/ep_streams.hpp"
 
 namespace {
@@ -51,6 +52,8 @@ struct CudaBackend {
   // Per device, the EP kernels' stream: the backend's own or the caller's
   // (ep_set_stream). Made once the device count is known.
   std::unique_ptr<courier::device::EpStreams<cudaStream_t>> ep_streams;
+  // Per device, what the EP entries cost and ep_stamp's events (GPU ABI 1.12).
+  std::unique_ptr<courier::device::EpCounters<cudaEvent_t>> ep_counters;
   courier::cuda_gpu::EpTimeline timeline;  // COURIER_CUDA_EP_TIMELINE
 };
 
@@ -143,6 +146,7 @@ int cuda_init(const courier_host_services_v1* host, void** backend) {
     find_dmabuf_support(b);
   }
   b->ep_streams = std::make_unique<courier::device::EpStreams<cudaStream_t>>(b->device_count);
+  b->ep_counters = std::make_unique<courier::device::EpCounters<cudaEvent_t>>(b->device_count);
   *backend = b;
   return 0;
 }
@@ -151,6 +155,11 @@ void cuda_fini(void* backend) {
   CudaBackend* b = as_backend(backend);
   for (cudaStream_t stream : b->ep_streams->own()) {
     if (stream != nullptr) cudaStreamDestroy(stream);
+  }
+  for (int d = 0; d < b->ep_counters->devices(); ++d) {
+    auto& counters = b->ep_counters->at(d);
+    if (!counters.stamps_made) continue;
+    for (cudaEvent_t event : counters.stamps) cudaEventDestroy(event);
   }
   delete b;
 }
@@ -255,6 +264,7 @@ int cuda_memcpy(void* backend, void* dst, const void* src, size_t bytes) {
   // bytes. memcpy_sync promises a finished copy: wait for the default stream.
   cudaError_t rc = cudaMemcpy(dst, src, bytes, cudaMemcpyDefault);
   if (rc == cudaSuccess) rc = cudaStreamSynchronize(0);
+  b->ep_counters->waited(device >= 0 ? device : b->default_device);
   return rc == cudaSuccess ? 0 : fail(rc, "cudaMemcpy(" + std::to_string(bytes) + " bytes)");
 }
 
@@ -376,8 +386,13 @@ int cuda_run_command_lists(void*, courier_gpu_command_lists_v1* job) {
   return courier::cuda_gpu::run_command_lists(job);
 }
 
-int cuda_run_ep_layout(void*, const courier_gpu_ep_layout_v1* job) {
-  return courier::cuda_gpu::run_ep_layout(job);
+int cuda_run_ep_layout(void* backend, const courier_gpu_ep_layout_v1* job) {
+  const int rc = courier::cuda_gpu::run_ep_layout(job);
+  if (rc == 0 && job->num_tokens > 0) {  // a kernel, then a wait for it
+    as_backend(backend)->ep_counters->launched(job->device, 1);
+    as_backend(backend)->ep_counters->waited(job->device);
+  }
+  return rc;
 }
 
 // The EP stream of `device` (the caller's where one was chosen: NULL is
@@ -430,7 +445,10 @@ int enqueue_ep(void* backend, const Job* job) {
   if (job == nullptr) return fail(-EINVAL, "EP kernel: job is NULL");
   bool ok = false;
   cudaStream_t stream = ep_stream(backend, job->device, &ok);
-  return !ok ? -EIO : Enqueue(job, stream);
+  if (!ok) return -EIO;
+  const int rc = Enqueue(job, stream);
+  if (rc == 0) as_backend(backend)->ep_counters->launched(job->device, 1);  // one kernel each
+  return rc;
 }
 
 // A proxy-path job on the device's EP stream, its kernels in the timeline.
@@ -439,7 +457,12 @@ int enqueue_proxy(void* backend, const Job* job) {
   if (job == nullptr) return fail(-EINVAL, "EP kernel: job is NULL");
   bool ok = false;
   cudaStream_t stream = ep_stream(backend, job->device, &ok);
-  return !ok ? -EIO : courier::cuda_gpu::ep_proxy(job, stream, as_backend(backend)->timeline, Name);
+  if (!ok) return -EIO;
+  uint32_t kernels = 0;
+  const int rc =
+      courier::cuda_gpu::ep_proxy(job, stream, as_backend(backend)->timeline, Name, &kernels);
+  if (rc == 0) as_backend(backend)->ep_counters->launched(job->device, kernels);
+  return rc;
 }
 constexpr char kRefuse[] = "refuse", kHtDispatch[] = "ht_dispatch", kHtReceive[] = "ht_receive",
                kLlDispatch[] = "ll_dispatch", kLlReceive[] = "ll_receive", kCombine[] = "combine",
@@ -450,8 +473,58 @@ int cuda_ep_sync(void* backend, int device) {
   cudaStream_t stream = ep_stream(backend, device, &ok);
   if (!ok) return -EIO;
   const cudaError_t rc = cudaStreamSynchronize(stream);
+  as_backend(backend)->ep_counters->waited(device);
   if (rc == cudaSuccess) as_backend(backend)->timeline.synced();
   return rc == cudaSuccess ? 0 : fail(rc, "waiting for the EP stream");
+}
+
+int cuda_ep_counters(void* backend, int device, courier_gpu_ep_counters_v1* out) {
+  CudaBackend* b = as_backend(backend);
+  if (out == nullptr || out->struct_size < sizeof *out) {
+    return fail(-EINVAL, "ep_counters: out is NULL or its struct_size is too small");
+  }
+  if (!b->ep_counters->valid(device)) {
+    return fail(-ENODEV, "ep_counters: device " + std::to_string(device) + " does not exist");
+  }
+  auto& counters = b->ep_counters->at(device);
+  out->kernel_launches = counters.kernel_launches.load(std::memory_order_relaxed);
+  out->host_waits = counters.host_waits.load(std::memory_order_relaxed);
+  return 0;
+}
+
+// Stamps are CUDA events on the EP stream (made at the first stamp).
+int cuda_ep_stamp(void* backend, int device, uint32_t slot) {
+  if (slot > 1) return fail(-EINVAL, "ep_stamp: slot " + std::to_string(slot) + " is not 0 or 1");
+  bool ok = false;
+  cudaStream_t stream = ep_stream(backend, device, &ok);
+  if (!ok) return -EIO;
+  auto& counters = as_backend(backend)->ep_counters->at(device);
+  std::lock_guard<std::mutex> lock(counters.stamp_lock);
+  if (!counters.stamps_made) {
+    for (cudaEvent_t& event : counters.stamps) {
+      if (const cudaError_t rc = cudaEventCreate(&event); rc != cudaSuccess) {
+        return fail(rc, "making the ep_stamp events");
+      }
+    }
+    counters.stamps_made = true;
+  }
+  const cudaError_t rc = cudaEventRecord(counters.stamps[slot], stream);
+  return rc == cudaSuccess ? 0 : fail(rc, "recording an ep_stamp event");
+}
+
+int cuda_ep_stamp_elapsed(void* backend, int device, uint64_t* ns) {
+  if (ns == nullptr) return fail(-EINVAL, "ep_stamp_elapsed: ns is NULL");
+  CudaBackend* b = as_backend(backend);
+  if (!b->ep_counters->valid(device) || select_device(b, device) != 0) return -ENODEV;
+  auto& counters = b->ep_counters->at(device);
+  std::lock_guard<std::mutex> lock(counters.stamp_lock);
+  if (!counters.stamps_made) return fail(-EINVAL, "ep_stamp_elapsed: no ep_stamp was recorded");
+  cudaError_t rc = cudaEventSynchronize(counters.stamps[1]);
+  float ms = 0;
+  if (rc == cudaSuccess) rc = cudaEventElapsedTime(&ms, counters.stamps[0], counters.stamps[1]);
+  if (rc != cudaSuccess) return fail(rc, "timing the ep_stamp events");
+  *ns = static_cast<uint64_t>(static_cast<double>(ms) * 1e6);
+  return 0;
 }
 
 constexpr courier_knob_v1 kKnobs[] = {
@@ -503,6 +576,9 @@ const courier_gpu_plugin_v1 kPlugin = {
     cuda_ep_set_stream,
     cuda_ep_stream_capturing,
     cuda_ep_copy,
+    cuda_ep_counters,
+    cuda_ep_stamp,
+    cuda_ep_stamp_elapsed,
 };
 
 }  // namespace

@@ -192,21 +192,21 @@ int ep_reduce(const courier_gpu_ep_reduce_v1* job_in, hipStream_t stream) {
 }
 
 template <class Job>
-int ep_proxy(const Job* job, hipStream_t stream) {
+int ep_proxy(const Job* job, hipStream_t stream, uint32_t* kernels) {
   Job full;
   if (!device::ep::complete_job(job, &full)) {
     return fail(-EINVAL, "ep_proxy_*: job is NULL or its struct_size too small");
   }
-  device::ep::launch(full, stream);
+  *kernels = device::ep::launch(full, stream);
   return launched("an EP proxy kernel");
 }
 
-template int ep_proxy(const courier_gpu_ep_proxy_refuse_v1*, hipStream_t);
-template int ep_proxy(const courier_gpu_ep_proxy_ht_dispatch_v1*, hipStream_t);
-template int ep_proxy(const courier_gpu_ep_proxy_ht_receive_v1*, hipStream_t);
-template int ep_proxy(const courier_gpu_ep_proxy_ll_dispatch_v1*, hipStream_t);
-template int ep_proxy(const courier_gpu_ep_proxy_ll_receive_v1*, hipStream_t);
-template int ep_proxy(const courier_gpu_ep_proxy_combine_v1*, hipStream_t);
-template int ep_proxy(const courier_gpu_ep_proxy_reduce_v1*, hipStream_t);
+template int ep_proxy(const courier_gpu_ep_proxy_refuse_v1*, hipStream_t, uint32_t*);
+template int ep_proxy(const courier_gpu_ep_proxy_ht_dispatch_v1*, hipStream_t, uint32_t*);
+template int ep_proxy(const courier_gpu_ep_proxy_ht_receive_v1*, hipStream_t, uint32_t*);
+template int ep_proxy(const courier_gpu_ep_proxy_ll_dispatch_v1*, hipStream_t, uint32_t*);
+template int ep_proxy(const courier_gpu_ep_proxy_ll_receive_v1*, hipStream_t, uint32_t*);
+template int ep_proxy(const courier_gpu_ep_proxy_combine_v1*, hipStream_t, uint32_t*);
+template int ep_proxy(const courier_gpu_ep_proxy_reduce_v1*, hipStream_t, uint32_t*);
 
 }  // namespace courier::hip_gpu

@@ -23,8 +23,8 @@ int ep_combine_send(const courier_gpu_ep_combine_send_v1* job, hipStream_t strea
 int ep_reduce(const courier_gpu_ep_reduce_v1* job, hipStream_t stream);
 
 // The proxy path (GPU ABI minor 3): one enqueue per job type (instantiated
-// for the seven courier_gpu_ep_proxy_*_v1 jobs).
+// for the seven courier_gpu_ep_proxy_*_v1 jobs); *kernels: how many it queued.
 template <class Job>
-int ep_proxy(const Job* job, hipStream_t stream);
+int ep_proxy(const Job* job, hipStream_t stream, uint32_t* kernels);
 
 }  // namespace courier::hip_gpu

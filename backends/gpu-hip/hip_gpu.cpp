@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "courier/abi/gpu_v1.h"
+#include "gpu/ep_counters.hpp"
 #include "gpu/ep_streams.hpp"
 #include "hip_ep_kernels.hpp"
 #include "hip_selftest_kernels.hpp"
@@ -36,6 +37,8 @@ struct HipBackend {
   // Per device, the EP kernels' stream: the backend's own or the caller's
   // (ep_set_stream). Made once the device count is known.
   std::unique_ptr<courier::device::EpStreams<hipStream_t>> ep_streams;
+  // Per device, what the EP entries cost and ep_stamp's events (GPU ABI 1.12).
+  std::unique_ptr<courier::device::EpCounters<hipEvent_t>> ep_counters;
 };
 
 HipBackend* as_backend(void* backend) { return static_cast<HipBackend*>(backend); }
@@ -72,6 +75,7 @@ int hip_init(const courier_host_services_v1* host, void** backend) {
     }
   }
   b->ep_streams = std::make_unique<courier::device::EpStreams<hipStream_t>>(b->device_count);
+  b->ep_counters = std::make_unique<courier::device::EpCounters<hipEvent_t>>(b->device_count);
   *backend = b;
   return 0;
 }
@@ -80,6 +84,11 @@ void hip_fini(void* backend) {
   HipBackend* b = as_backend(backend);
   for (hipStream_t stream : b->ep_streams->own()) {
     if (stream != nullptr) (void)hipStreamDestroy(stream);
+  }
+  for (int d = 0; d < b->ep_counters->devices(); ++d) {
+    auto& counters = b->ep_counters->at(d);
+    if (!counters.stamps_made) continue;
+    for (hipEvent_t event : counters.stamps) (void)hipEventDestroy(event);
   }
   delete b;
 }
@@ -159,10 +168,12 @@ int hip_host_free_mapped(void*, void* host_ptr) {
   return rc == hipSuccess ? 0 : fail(rc, "hipHostFree");
 }
 
-int hip_memcpy(void*, void* dst, const void* src, size_t bytes) {
+int hip_memcpy(void* backend, void* dst, const void* src, size_t bytes) {
   if (bytes == 0) return 0;
   if (dst == nullptr || src == nullptr) return fail(-EINVAL, "memcpy: NULL pointer");
   hipError_t rc = hipMemcpy(dst, src, bytes, hipMemcpyDefault);
+  int device = 0;  // the current one: a synchronous copy waits for it
+  if (hipGetDevice(&device) == hipSuccess) as_backend(backend)->ep_counters->waited(device);
   return rc == hipSuccess ? 0 : fail(rc, "hipMemcpy(" + std::to_string(bytes) + " bytes)");
 }
 
@@ -282,8 +293,13 @@ int hip_run_fifo_round_trips(void*, courier_gpu_fifo_round_trips_v1* job) {
   return courier::hip_gpu::run_fifo_round_trips(job);
 }
 
-int hip_run_ep_layout(void*, const courier_gpu_ep_layout_v1* job) {
-  return courier::hip_gpu::run_ep_layout(job);
+int hip_run_ep_layout(void* backend, const courier_gpu_ep_layout_v1* job) {
+  const int rc = courier::hip_gpu::run_ep_layout(job);
+  if (rc == 0 && job->num_tokens > 0) {  // a kernel, then a wait for it
+    as_backend(backend)->ep_counters->launched(job->device, 1);
+    as_backend(backend)->ep_counters->waited(job->device);
+  }
+  return rc;
 }
 
 int hip_run_command_lists(void*, courier_gpu_command_lists_v1* job) {
@@ -318,7 +334,23 @@ int enqueue_ep(void* backend, const Job* job) {
   if (job == nullptr) return fail(-EINVAL, "EP kernel: job is NULL");
   bool ok = false;
   hipStream_t stream = ep_stream(backend, job->device, &ok);
-  return !ok ? -EIO : Enqueue(job, stream);
+  if (!ok) return -EIO;
+  const int rc = Enqueue(job, stream);
+  if (rc == 0) as_backend(backend)->ep_counters->launched(job->device, 1);  // one kernel each
+  return rc;
+}
+
+// One entry point per proxy-path job (several kernels each).
+template <class Job, int (*Enqueue)(const Job*, hipStream_t, uint32_t*)>
+int enqueue_proxy(void* backend, const Job* job) {
+  if (job == nullptr) return fail(-EINVAL, "EP kernel: job is NULL");
+  bool ok = false;
+  hipStream_t stream = ep_stream(backend, job->device, &ok);
+  if (!ok) return -EIO;
+  uint32_t kernels = 0;
+  const int rc = Enqueue(job, stream, &kernels);
+  if (rc == 0) as_backend(backend)->ep_counters->launched(job->device, kernels);
+  return rc;
 }
 
 int hip_ep_sync(void* backend, int device) {
@@ -326,7 +358,57 @@ int hip_ep_sync(void* backend, int device) {
   hipStream_t stream = ep_stream(backend, device, &ok);
   if (!ok) return -EIO;
   const hipError_t rc = hipStreamSynchronize(stream);
+  as_backend(backend)->ep_counters->waited(device);
   return rc == hipSuccess ? 0 : fail(rc, "waiting for the EP stream");
+}
+
+int hip_ep_counters(void* backend, int device, courier_gpu_ep_counters_v1* out) {
+  HipBackend* b = as_backend(backend);
+  if (out == nullptr || out->struct_size < sizeof *out) {
+    return fail(-EINVAL, "ep_counters: out is NULL or its struct_size is too small");
+  }
+  if (!b->ep_counters->valid(device)) {
+    return fail(-ENODEV, "ep_counters: device " + std::to_string(device) + " does not exist");
+  }
+  auto& counters = b->ep_counters->at(device);
+  out->kernel_launches = counters.kernel_launches.load(std::memory_order_relaxed);
+  out->host_waits = counters.host_waits.load(std::memory_order_relaxed);
+  return 0;
+}
+
+// Stamps are HIP events on the EP stream (made at the first stamp).
+int hip_ep_stamp(void* backend, int device, uint32_t slot) {
+  if (slot > 1) return fail(-EINVAL, "ep_stamp: slot " + std::to_string(slot) + " is not 0 or 1");
+  bool ok = false;
+  hipStream_t stream = ep_stream(backend, device, &ok);
+  if (!ok) return -EIO;
+  auto& counters = as_backend(backend)->ep_counters->at(device);
+  std::lock_guard<std::mutex> lock(counters.stamp_lock);
+  if (!counters.stamps_made) {
+    for (hipEvent_t& event : counters.stamps) {
+      if (const hipError_t rc = hipEventCreate(&event); rc != hipSuccess) {
+        return fail(rc, "making the ep_stamp events");
+      }
+    }
+    counters.stamps_made = true;
+  }
+  const hipError_t rc = hipEventRecord(counters.stamps[slot], stream);
+  return rc == hipSuccess ? 0 : fail(rc, "recording an ep_stamp event");
+}
+
+int hip_ep_stamp_elapsed(void* backend, int device, uint64_t* ns) {
+  if (ns == nullptr) return fail(-EINVAL, "ep_stamp_elapsed: ns is NULL");
+  HipBackend* b = as_backend(backend);
+  if (!b->ep_counters->valid(device) || select_device(b, device) != 0) return -ENODEV;
+  auto& counters = b->ep_counters->at(device);
+  std::lock_guard<std::mutex> lock(counters.stamp_lock);
+  if (!counters.stamps_made) return fail(-EINVAL, "ep_stamp_elapsed: no ep_stamp was recorded");
+  hipError_t rc = hipEventSynchronize(counters.stamps[1]);
+  float ms = 0;
+  if (rc == hipSuccess) rc = hipEventElapsedTime(&ms, counters.stamps[0], counters.stamps[1]);
+  if (rc != hipSuccess) return fail(rc, "timing the ep_stamp events");
+  *ns = static_cast<uint64_t>(static_cast<double>(ms) * 1e6);
+  return 0;
 }
 
 int hip_ep_stream_capturing(void* backend, int device, int* capturing) {
@@ -384,16 +466,19 @@ const courier_gpu_plugin_v1 kPlugin = {
     enqueue_ep<courier_gpu_ep_combine_send_v1, courier::hip_gpu::ep_combine_send>,
     enqueue_ep<courier_gpu_ep_reduce_v1, courier::hip_gpu::ep_reduce>,
     hip_ep_sync,
-    enqueue_ep<courier_gpu_ep_proxy_refuse_v1, courier::hip_gpu::ep_proxy>,
-    enqueue_ep<courier_gpu_ep_proxy_ht_dispatch_v1, courier::hip_gpu::ep_proxy>,
-    enqueue_ep<courier_gpu_ep_proxy_ht_receive_v1, courier::hip_gpu::ep_proxy>,
-    enqueue_ep<courier_gpu_ep_proxy_ll_dispatch_v1, courier::hip_gpu::ep_proxy>,
-    enqueue_ep<courier_gpu_ep_proxy_ll_receive_v1, courier::hip_gpu::ep_proxy>,
-    enqueue_ep<courier_gpu_ep_proxy_combine_v1, courier::hip_gpu::ep_proxy>,
-    enqueue_ep<courier_gpu_ep_proxy_reduce_v1, courier::hip_gpu::ep_proxy>,
+    enqueue_proxy<courier_gpu_ep_proxy_refuse_v1, courier::hip_gpu::ep_proxy>,
+    enqueue_proxy<courier_gpu_ep_proxy_ht_dispatch_v1, courier::hip_gpu::ep_proxy>,
+    enqueue_proxy<courier_gpu_ep_proxy_ht_receive_v1, courier::hip_gpu::ep_proxy>,
+    enqueue_proxy<courier_gpu_ep_proxy_ll_dispatch_v1, courier::hip_gpu::ep_proxy>,
+    enqueue_proxy<courier_gpu_ep_proxy_ll_receive_v1, courier::hip_gpu::ep_proxy>,
+    enqueue_proxy<courier_gpu_ep_proxy_combine_v1, courier::hip_gpu::ep_proxy>,
+    enqueue_proxy<courier_gpu_ep_proxy_reduce_v1, courier::hip_gpu::ep_proxy>,
     hip_ep_set_stream,
     hip_ep_stream_capturing,
     hip_ep_copy,
+    hip_ep_counters,
+    hip_ep_stamp,
+    hip_ep_stamp_elapsed,
 };
 
 }  // namespace

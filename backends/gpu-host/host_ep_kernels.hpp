@@ -1,6 +1,7 @@
 // The expert-parallel kernels of gpu/ep/ on CPU threads (gpu-host).
 #pragma once
 
+#include <atomic>
 #include <string>
 
 #include "courier/abi/gpu_v1.h"
@@ -16,6 +17,7 @@ struct EpOptions {
   uint32_t blocks = 1;
   uint32_t threads = 1;
   EpTimeline* timeline = nullptr;
+  std::atomic<uint64_t>* launches = nullptr;  // counted per kernel run (ep_counters), if set
 };
 
 // Each returns 0 or -errno with *error set, once the kernel finished (the

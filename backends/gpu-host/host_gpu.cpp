@@ -5,7 +5,9 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstddef>
 #include <cstdio>
 #include <cstdlib>
@@ -50,8 +52,12 @@ constexpr courier_knob_v1 kKnobs[] = {
 
 // What an initialized gpu-host keeps.
 struct HostBackend {
-  courier::host_gpu::EpTimeline timeline;    // COURIER_HOST_EP_TIMELINE
-  courier::host_gpu::EpOptions ep;           // COURIER_HOST_EP_BLOCKS, _THREADS; the timeline
+  courier::host_gpu::EpTimeline timeline;  // COURIER_HOST_EP_TIMELINE
+  courier::host_gpu::EpOptions ep;         // COURIER_HOST_EP_BLOCKS, _THREADS; the timeline
+  // ep_counters: kernels run and waits asked for; ep_stamp's two stamps.
+  std::atomic<uint64_t> launches{0};
+  std::atomic<uint64_t> host_waits{0};
+  std::atomic<uint64_t> stamps[2] = {0, 0};
   std::mutex mutex;                          // guards mapped
   std::unordered_map<void*, size_t> mapped;  // allocations from mmap, and their sizes
 
@@ -119,6 +125,7 @@ int host_init(const courier_host_services_v1* host, void** backend) {
     b->timeline.enable();
   }
   b->ep.timeline = &b->timeline;
+  b->ep.launches = &b->launches;
   *backend = b.release();
   return 0;
 }
@@ -168,9 +175,10 @@ int host_free_mapped(void* backend, void* host_ptr) {
   return 0;
 }
 
-int host_memcpy(void*, void* dst, const void* src, size_t bytes) {
+int host_memcpy(void* backend, void* dst, const void* src, size_t bytes) {
   if (bytes > 0 && (dst == nullptr || src == nullptr)) return fail(-EINVAL, "memcpy: NULL");
   std::memmove(dst, src, bytes);
+  as_host(backend).host_waits.fetch_add(1, std::memory_order_relaxed);  // a synchronous copy
   return 0;
 }
 
@@ -213,7 +221,8 @@ int host_run_command_lists(void*, courier_gpu_command_lists_v1* job) {
   return rc;
 }
 
-int host_run_ep_layout(void*, const courier_gpu_ep_layout_v1* job) {
+int host_run_ep_layout(void* backend, const courier_gpu_ep_layout_v1* job) {
+  as_host(backend).launches.fetch_add(1, std::memory_order_relaxed);
   std::string error;
   int rc = courier::host_gpu::run_ep_layout(job, &error);
   if (rc != 0) g_last_error = error;
@@ -222,8 +231,10 @@ int host_run_ep_layout(void*, const courier_gpu_ep_layout_v1* job) {
 
 // The proxy path's kernels run before their entry point returns: the EP
 // "stream" is always idle.
-int host_ep_sync(void*, int device) {
-  return device == 0 ? 0 : fail(-ENODEV, "device " + std::to_string(device) + " does not exist");
+int host_ep_sync(void* backend, int device) {
+  if (device != 0) return fail(-ENODEV, "device " + std::to_string(device) + " does not exist");
+  as_host(backend).host_waits.fetch_add(1, std::memory_order_relaxed);
+  return 0;
 }
 
 // The kernels run on the calling thread before their entries return, which
@@ -253,6 +264,38 @@ int host_ep_copy(void*, int device, void* dst, const void* src, size_t bytes) {
     return fail(-EINVAL, "ep_copy: dst or src is NULL");
   }
   if (bytes > 0) std::memmove(dst, src, bytes);
+  return 0;
+}
+
+int host_ep_counters(void* backend, int device, courier_gpu_ep_counters_v1* out) {
+  if (device != 0) return fail(-ENODEV, "device " + std::to_string(device) + " does not exist");
+  if (out == nullptr || out->struct_size < sizeof *out) {
+    return fail(-EINVAL, "ep_counters: out is NULL or its struct_size is too small");
+  }
+  const HostBackend& b = as_host(backend);
+  out->kernel_launches = b.launches.load(std::memory_order_relaxed);
+  out->host_waits = b.host_waits.load(std::memory_order_relaxed);
+  return 0;
+}
+
+// Kernels run before their entries return: the host's clock at the stamp is
+// the EP stream's.
+int host_ep_stamp(void* backend, int device, uint32_t slot) {
+  if (device != 0) return fail(-ENODEV, "device " + std::to_string(device) + " does not exist");
+  if (slot > 1) return fail(-EINVAL, "ep_stamp: slot " + std::to_string(slot) + " is not 0 or 1");
+  const auto now = std::chrono::steady_clock::now().time_since_epoch();
+  as_host(backend).stamps[slot].store(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(now).count(), std::memory_order_relaxed);
+  return 0;
+}
+
+int host_ep_stamp_elapsed(void* backend, int device, uint64_t* ns) {
+  if (device != 0) return fail(-ENODEV, "device " + std::to_string(device) + " does not exist");
+  if (ns == nullptr) return fail(-EINVAL, "ep_stamp_elapsed: ns is NULL");
+  const HostBackend& b = as_host(backend);
+  const uint64_t from = b.stamps[0].load(std::memory_order_relaxed);
+  const uint64_t to = b.stamps[1].load(std::memory_order_relaxed);
+  *ns = to > from ? to - from : 0;
   return 0;
 }
 
@@ -309,6 +352,9 @@ const courier_gpu_plugin_v1 kPlugin = {
     host_ep_set_stream,
     host_ep_stream_capturing,
     host_ep_copy,
+    host_ep_counters,
+    host_ep_stamp,
+    host_ep_stamp_elapsed,
 };
 
 }  // namespace

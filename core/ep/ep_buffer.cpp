@@ -285,6 +285,53 @@ void Buffer::set_stream(void* stream) {
 
 bool Buffer::can_set_stream() const { return impl_->gpu.has_minor9(); }
 
+namespace {
+
+// The minor-12 entries (benchmarks' figures), or a clear refusal.
+void require_counters(const GpuBackend& gpu, const char* call) {
+  if (!gpu.has_minor12()) {
+    fail(
+        "ep::Buffer::{}: GPU backend '{}' ({}) speaks GPU ABI 1.{}, older than ep_counters "
+        "(1.12)",
+        call, gpu.plugin().name, gpu.plugin().path, gpu.plugin().abi_minor);
+  }
+}
+
+}  // namespace
+
+Buffer::GpuCounters Buffer::gpu_counters() const {
+  const Impl& s = *impl_;
+  require_counters(s.gpu, "gpu_counters");
+  courier_gpu_ep_counters_v1 counters{};
+  counters.struct_size = sizeof counters;
+  if (s.gpu.ops()->ep_counters(s.gpu.handle(), s.device, &counters) != 0) {
+    fail("ep::Buffer::gpu_counters: GPU backend '{}': {}", s.gpu.plugin().name, s.gpu.last_error());
+  }
+  return {counters.kernel_launches, counters.host_waits};
+}
+
+void Buffer::gpu_stamp(uint32_t slot) {
+  Impl& s = *impl_;
+  require_counters(s.gpu, "gpu_stamp");
+  if (slot > 1) fail("ep::Buffer::gpu_stamp: slot {} is not 0 or 1", slot);
+  if (s.gpu.ops()->ep_stamp(s.gpu.handle(), s.device, slot) != 0) {
+    fail("ep::Buffer::gpu_stamp: GPU backend '{}': {}", s.gpu.plugin().name, s.gpu.last_error());
+  }
+}
+
+double Buffer::gpu_elapsed_us() {
+  Impl& s = *impl_;
+  require_counters(s.gpu, "gpu_elapsed_us");
+  uint64_t ns = 0;
+  if (s.gpu.ops()->ep_stamp_elapsed(s.gpu.handle(), s.device, &ns) != 0) {
+    fail("ep::Buffer::gpu_elapsed_us: GPU backend '{}': {}", s.gpu.plugin().name,
+         s.gpu.last_error());
+  }
+  return static_cast<double>(ns) / 1e3;
+}
+
+bool Buffer::can_count() const { return impl_->gpu.has_minor12(); }
+
 void Buffer::use_own_stream() {
   Impl& s = *impl_;
   // Calls wait again; what earlier calls on the caller's stream found

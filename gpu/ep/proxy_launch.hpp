@@ -100,12 +100,14 @@ inline const void* const kProxyKernels[] = {
     reinterpret_cast<const void*>(proxy::combine),
 };
 
+// Each launch returns the number of kernels it queued (ep_counters).
 template <class Stream, class Mark = NoMark>
-void launch(const courier_gpu_ep_proxy_refuse_v1& job, Stream stream, Mark = {}) {
+uint32_t launch(const courier_gpu_ep_proxy_refuse_v1& job, Stream stream, Mark = {}) {
   proxy_refuse_kernel<<<1, 64, 0, stream>>>(job);
+  return 1;
 }
 template <class Stream, class Mark = NoMark>
-void launch(const courier_gpu_ep_proxy_ht_dispatch_v1& job, Stream stream, Mark mark = {}) {
+uint32_t launch(const courier_gpu_ep_proxy_ht_dispatch_v1& job, Stream stream, Mark mark = {}) {
   if (job.sends_settled == 0) {
     proxy_send_wait_kernel<<<1, 64, 0, stream>>>(job.fifo, false, 0, 0, nullptr);
     mark("send_wait");
@@ -125,6 +127,7 @@ void launch(const courier_gpu_ep_proxy_ht_dispatch_v1& job, Stream stream, Mark 
                               ? (run_blocks > 0 ? run_blocks : 1)
                               : kProxyBlocksMax;
   proxy_ht_rows_kernel<<<blocks, kHtDispatchThreads, 0, stream>>>(job);
+  return job.sends_settled == 0 ? 4 : 3;
 }
 // `sends`: the wait also covers this rank's own WRITEs (they read the
 // caller's memory: wait_all).
@@ -136,28 +139,31 @@ void wait_first(const Job& job, Stream stream, bool sends = false, int64_t* wait
                                           sends, wait_cost, epoch, 0);
 }
 template <class Stream, class Mark = NoMark>
-void launch(const courier_gpu_ep_proxy_ht_receive_v1& job, Stream stream, Mark mark = {}) {
+uint32_t launch(const courier_gpu_ep_proxy_ht_receive_v1& job, Stream stream, Mark mark = {}) {
   wait_first(job, stream, job.wait_sends != 0, nullptr, job.epoch);
   mark("wait");
   proxy_ht_receive_kernel<<<2 * kProxyBlocksMax, kProxyThreads, 0, stream>>>(job);
+  return 2;
 }
 template <class Stream, class Mark = NoMark>
-void launch(const courier_gpu_ep_proxy_ll_dispatch_v1& job, Stream stream, Mark mark = {}) {
+uint32_t launch(const courier_gpu_ep_proxy_ll_dispatch_v1& job, Stream stream, Mark mark = {}) {
   proxy_send_wait_kernel<<<1, 64, 0, stream>>>(job.fifo, true, job.release_off, job.release_target,
                                                job.epoch);
   mark("send_wait");
   proxy::dispatch<<<blocks_for(job.tokens, kProxyBlocksMax), kProxyThreads, 0, stream>>>(
       job, courier_gpu_ep_proxy_ll_receive_v1{}, false);
+  return 2;
 }
 template <class Stream, class Mark = NoMark>
-void launch(const courier_gpu_ep_proxy_ll_receive_v1& job, Stream stream, Mark mark = {}) {
+uint32_t launch(const courier_gpu_ep_proxy_ll_receive_v1& job, Stream stream, Mark mark = {}) {
   wait_first(job, stream, false, job.wait_cost, job.epoch);
   mark("wait");
   proxy::dispatch<<<blocks_for(job.local_experts, 4 * kProxyBlocksMax), kProxyThreads, 0, stream>>>(
       courier_gpu_ep_proxy_ll_dispatch_v1{}, job, true);
+  return 2;
 }
 template <class Stream, class Mark = NoMark>
-void launch(const courier_gpu_ep_proxy_combine_v1& job, Stream stream, Mark mark = {}) {
+uint32_t launch(const courier_gpu_ep_proxy_combine_v1& job, Stream stream, Mark mark = {}) {
   if (job.sends_settled == 0) {
     proxy_send_wait_kernel<<<1, 64, 0, stream>>>(job.fifo, false, 0, 0, nullptr);
     mark("send_wait");
@@ -173,13 +179,15 @@ void launch(const courier_gpu_ep_proxy_combine_v1& job, Stream stream, Mark mark
                                           : kProxyBlocksMax;
   proxy::combine<<<blocks, kProxyThreads, 0, stream>>>(job, courier_gpu_ep_proxy_reduce_v1{},
                                                        false);
+  return job.sends_settled == 0 ? 2 : 1;
 }
 template <class Stream, class Mark = NoMark>
-void launch(const courier_gpu_ep_proxy_reduce_v1& job, Stream stream, Mark mark = {}) {
+uint32_t launch(const courier_gpu_ep_proxy_reduce_v1& job, Stream stream, Mark mark = {}) {
   wait_first(job, stream, job.wait_sends != 0, job.wait_cost, job.epoch);
   mark("wait");
   proxy::combine<<<blocks_for(job.tokens, kReduceBlocksMax), kProxyThreads, 0, stream>>>(
       courier_gpu_ep_proxy_combine_v1{}, job, true);
+  return 2;
 }
 
 }  // namespace courier::device::ep

@@ -298,6 +298,22 @@ class Buffer {
   // did not wait found. Local.
   void synchronize();
 
+  // What the Buffer's calls cost the GPU backend, for benchmarks
+  // (courier-bench ep): kernels launched and host waits on this Buffer's
+  // device so far (every Buffer on the device counts in them), and the GPU
+  // time between two stamps on the Buffer's stream (gpu_stamp(0), the calls,
+  // gpu_stamp(1), then gpu_elapsed_us() waits for stamp 1). Local. Throws
+  // naming the GPU backend where its plugin predates GPU ABI 1.12.
+  struct GpuCounters {
+    uint64_t kernel_launches = 0;
+    uint64_t host_waits = 0;
+  };
+  GpuCounters gpu_counters() const;
+  void gpu_stamp(uint32_t slot);
+  double gpu_elapsed_us();
+  // Whether the three above can succeed: a GPU plugin that speaks GPU ABI 1.12.
+  bool can_count() const;
+
   int num_ranks() const;
   int rank() const;
   // How dispatch and combine move rows: "direct" (GPU kernels store into

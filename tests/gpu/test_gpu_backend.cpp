@@ -294,6 +294,36 @@ TEST_CASE("ep_copy: a copy on the EP stream, behind the caller's stream's work")
   CHECK(cudaStreamDestroy(stream) == cudaSuccess);
   for (void* p : {dst, fresh, src}) CHECK(gpu.ops().mem_free(gpu.handle(), 0, p) == 0);
 }
+
+TEST_CASE("ep_counters and ep_stamp: host waits counted, GPU time between two stamps") {
+  Gpu gpu;
+  REQUIRE(gpu.backend->has_minor12());  // gpu-cuda speaks GPU ABI 1.12
+  courier_gpu_ep_counters_v1 before{}, after{};
+  before.struct_size = after.struct_size = sizeof before;
+  REQUIRE(gpu.ops().ep_counters(gpu.handle(), 0, &before) == 0);
+  REQUIRE(gpu.ops().ep_sync(gpu.handle(), 0) == 0);
+  REQUIRE(gpu.ops().ep_counters(gpu.handle(), 0, &after) == 0);
+  CHECK(after.host_waits == before.host_waits + 1);
+  // 256 MiB copied on the EP stream between the stamps: GPU time, no kernel.
+  constexpr size_t kBytes = size_t{256} << 20;
+  void *src = nullptr, *dst = nullptr;
+  REQUIRE(gpu.ops().mem_alloc(gpu.handle(), 0, kBytes, &src) == 0);
+  REQUIRE(gpu.ops().mem_alloc(gpu.handle(), 0, kBytes, &dst) == 0);
+  REQUIRE(gpu.ops().ep_stamp(gpu.handle(), 0, 0) == 0);
+  REQUIRE(gpu.ops().ep_copy(gpu.handle(), 0, dst, src, kBytes) == 0);
+  REQUIRE(gpu.ops().ep_stamp(gpu.handle(), 0, 1) == 0);
+  uint64_t ns = 0;
+  REQUIRE(gpu.ops().ep_stamp_elapsed(gpu.handle(), 0, &ns) == 0);
+  CHECK(ns > 10'000);  // 512 MiB of traffic takes well over 10 us on any GPU
+  courier_gpu_ep_counters_v1 last{};
+  last.struct_size = sizeof last;
+  REQUIRE(gpu.ops().ep_counters(gpu.handle(), 0, &last) == 0);
+  CHECK(last.kernel_launches == after.kernel_launches);
+  CHECK(last.host_waits == after.host_waits);  // the stamps' wait is not counted
+  CHECK(gpu.ops().ep_stamp(gpu.handle(), 0, 2) == -EINVAL);
+  CHECK(gpu.ops().ep_counters(gpu.handle(), 0, nullptr) == -EINVAL);
+  for (void* p : {dst, src}) CHECK(gpu.ops().mem_free(gpu.handle(), 0, p) == 0);
+}
 #endif
 
 TEST_CASE("a device that does not exist is named in the error") {

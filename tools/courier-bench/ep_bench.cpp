@@ -160,13 +160,36 @@ double total(const std::vector<uint64_t>& bytes) {
   return sum;
 }
 
+// What one Courier call cost the GPU backend (Buffer::gpu_counters).
+struct GpuCost {
+  double gpu_us = 0;
+  uint64_t launches = 0, host_waits = 0;
+};
+
 // Timings of one (phase, path) at one token count.
 struct Series {
   std::string phase, path;
   std::vector<double> us;
   double bytes = 0;
-  Context::CopyStats copies;  // summed over the timed calls
+  Context::CopyStats copies;              // summed over the timed calls
+  std::vector<double> gpu_us;             // Courier's calls where the plugin counts
+  uint64_t launches = 0, host_waits = 0;  // summed over the timed calls
 };
+
+Series series(std::string phase, std::string path, double bytes) {
+  Series s;
+  s.phase = std::move(phase);
+  s.path = std::move(path);
+  s.bytes = bytes;
+  return s;
+}
+
+void add(Series& s, const GpuCost& cost, bool counted) {
+  if (!counted) return;
+  s.gpu_us.push_back(cost.gpu_us);
+  s.launches += cost.launches;
+  s.host_waits += cost.host_waits;
+}
 
 EpRow summarize(const EpOptions& o, uint32_t tokens, Series s) {
   std::sort(s.us.begin(), s.us.end());
@@ -182,6 +205,13 @@ EpRow summarize(const EpOptions& o, uint32_t tokens, Series s) {
   row.gbytes_per_s = s.bytes / (row.median_us * 1e3);
   row.host_copies = static_cast<double>(s.copies.calls) / static_cast<double>(s.us.size());
   row.host_bytes = static_cast<double>(s.copies.bytes) / static_cast<double>(s.us.size());
+  if (!s.gpu_us.empty()) {
+    std::sort(s.gpu_us.begin(), s.gpu_us.end());
+    row.counted = true;
+    row.gpu_median_us = s.gpu_us[s.gpu_us.size() / 2];
+    row.launches = static_cast<double>(s.launches) / static_cast<double>(s.gpu_us.size());
+    row.host_waits = static_cast<double>(s.host_waits) / static_cast<double>(s.gpu_us.size());
+  }
   return row;
 }
 
@@ -199,6 +229,31 @@ double timed(Context& ctx, F&& call, Context::CopyStats* copies = nullptr) {
     copies->calls += after.calls - before.calls;
     copies->bytes += after.bytes - before.bytes;
   }
+  return us;
+}
+
+// timed() for a call of `buffer`, with what it cost the GPU backend in
+// *cost where the plugin counts: stamps on the Buffer's stream around the
+// call (outside the host's timing) and the counters before and after.
+template <class F>
+double timed_courier(Context& ctx, ep::Buffer& buffer, F&& call, Context::CopyStats* copies,
+                     GpuCost* cost) {
+  if (!buffer.can_count()) return timed(ctx, call, copies);
+  ctx.barrier();
+  const Context::CopyStats copied = ctx.copy_stats();
+  const ep::Buffer::GpuCounters before = buffer.gpu_counters();
+  buffer.gpu_stamp(0);
+  const double t0 = now_us();
+  call();
+  const double us = now_us() - t0;
+  buffer.gpu_stamp(1);
+  const ep::Buffer::GpuCounters after = buffer.gpu_counters();
+  cost->gpu_us = buffer.gpu_elapsed_us();
+  cost->launches = after.kernel_launches - before.kernel_launches;
+  cost->host_waits = after.host_waits - before.host_waits;
+  const Context::CopyStats now = ctx.copy_stats();
+  copies->calls += now.calls - copied.calls;
+  copies->bytes += now.bytes - copied.bytes;
   return us;
 }
 
@@ -247,21 +302,22 @@ void bench_ht(Context& ctx, const EpOptions& o, const Setup& s, RawWrites& raw,
     args.is_token_in_rank = in_rank.view();
     args.num_experts = static_cast<int>(o.experts);
     const std::string path = fmt::format("courier-{}", buffer.transport());
-    Series d{"dispatch", path, {}, total(dispatch_to), {}};
-    Series dr{"dispatch", "raw-write", {}, d.bytes, {}};
-    Series c{"combine", path, {}, 0, {}}, cr{"combine", "raw-write", {}, 0, {}};
+    Series d = series("dispatch", path, total(dispatch_to));
+    Series dr = series("dispatch", "raw-write", d.bytes);
+    Series c = series("combine", path, 0), cr = series("combine", "raw-write", 0);
     for (uint32_t i = 0; i < o.warmup + o.iters; ++i) {
       ep::DispatchResult got;
       Context::CopyStats dc, cc;
-      const double td = timed(
-          ctx, [&] { got = buffer.dispatch(args); }, &dc);
+      GpuCost dg, cg;
+      const double td = timed_courier(
+          ctx, buffer, [&] { got = buffer.dispatch(args); }, &dc, &dg);
       const double tdr = timed(ctx, [&] { raw.run(dispatch_to); });
       for (uint32_t r = 0; r < s.ranks; ++r) {
         combine_to[r] = r == s.me && !loopback() ? 0 : got.handle.recv_counts[r] * s.row_bytes;
       }
       y.set_rows(got.recv_x.tensor().shape[0]);
-      const double tc = timed(
-          ctx, [&] { buffer.combine(*y.view(), got.handle); }, &cc);
+      const double tc = timed_courier(
+          ctx, buffer, [&] { buffer.combine(*y.view(), got.handle); }, &cc, &cg);
       const double tcr = timed(ctx, [&] { raw.run(combine_to); });
       if (i < o.warmup) continue;
       d.us.push_back(td);
@@ -270,6 +326,8 @@ void bench_ht(Context& ctx, const EpOptions& o, const Setup& s, RawWrites& raw,
       cr.us.push_back(tcr);
       add(d.copies, dc);
       add(c.copies, cc);
+      add(d, dg, buffer.can_count());
+      add(c, cg, buffer.can_count());
       c.bytes = cr.bytes = total(combine_to);
     }
     for (Series* series : {&d, &dr, &c, &cr}) rows.push_back(summarize(o, tokens, *series));
@@ -306,14 +364,15 @@ void bench_ll(Context& ctx, const EpOptions& o, const Setup& s, RawWrites& raw,
     args.topk_idx = idx.view();
     args.use_fp8 = o.fp8;
     const std::string path = fmt::format("courier-{}", buffer.transport());
-    Series d{"dispatch", path, {}, total(dispatch_to), {}};
-    Series dr{"dispatch", "raw-write", {}, d.bytes, {}};
-    Series c{"combine", path, {}, 0, {}}, cr{"combine", "raw-write", {}, 0, {}};
+    Series d = series("dispatch", path, total(dispatch_to));
+    Series dr = series("dispatch", "raw-write", d.bytes);
+    Series c = series("combine", path, 0), cr = series("combine", "raw-write", 0);
     for (uint32_t i = 0; i < o.warmup + o.iters; ++i) {
       ep::LowLatencyDispatchResult got;
       Context::CopyStats dc, cc;
-      const double td = timed(
-          ctx, [&] { got = buffer.low_latency_dispatch(args); }, &dc);
+      GpuCost dg, cg;
+      const double td = timed_courier(
+          ctx, buffer, [&] { got = buffer.low_latency_dispatch(args); }, &dc, &dg);
       const double tdr = timed(ctx, [&] { raw.run(dispatch_to); });
       const std::vector<int64_t> ranges =
           read<int64_t>(ctx, got.packed_recv_layout_range.tensor().data, size_t(per * R));
@@ -325,10 +384,10 @@ void bench_ll(Context& ctx, const EpOptions& o, const Setup& s, RawWrites& raw,
           }
         }
       }
-      const double tc = timed(
-          ctx,
+      const double tc = timed_courier(
+          ctx, buffer,
           [&] { buffer.low_latency_combine(*y.view(), *idx.view(), *weights.view(), got.handle); },
-          &cc);
+          &cc, &cg);
       const double tcr = timed(ctx, [&] { raw.run(combine_to); });
       if (i < o.warmup) continue;
       d.us.push_back(td);
@@ -337,6 +396,8 @@ void bench_ll(Context& ctx, const EpOptions& o, const Setup& s, RawWrites& raw,
       cr.us.push_back(tcr);
       add(d.copies, dc);
       add(c.copies, cc);
+      add(d, dg, buffer.can_count());
+      add(c, cg, buffer.can_count());
       c.bytes = cr.bytes = total(combine_to);
     }
     for (Series* series : {&d, &dr, &c, &cr}) rows.push_back(summarize(o, tokens, *series));

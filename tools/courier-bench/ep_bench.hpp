@@ -43,6 +43,13 @@ struct EpRow {
   double gbytes_per_s = 0;  // bytes / median
   // Per call: synchronous host copies (Context::copy) and their bytes.
   double host_copies = 0, host_bytes = 0;
+  // Courier's calls, where the GPU plugin counts (GPU ABI 1.12; `counted`):
+  // the median GPU time from a stamp on the Buffer's stream before the call
+  // to one after it (gaps between kernels included), and per call the
+  // kernels launched and the host's waits for the device.
+  bool counted = false;
+  double gpu_median_us = 0;
+  double launches = 0, host_waits = 0;
 };
 
 // Collective; every rank returns its own rows (rank 0's are the ones printed).

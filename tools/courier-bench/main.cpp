@@ -635,9 +635,10 @@ int run_ep(int argc, char** argv) {
     if (!json) {
       fmt::print(
           "{:<5} {:<6} {:<9} {:<14} {:>7} {:>7} {:>5} {:>8} {:>6} {:>6} {:>11} {:>11} {:>9} "
-          "{:>11} {:>10}\n",
+          "{:>11} {:>10} {:>9} {:>8} {:>6}\n",
           "bench", "mode", "phase", "path", "tokens", "hidden", "topk", "experts", "ranks", "iters",
-          "median us", "p99 us", "GB/s", "host copies", "host bytes");
+          "median us", "p99 us", "GB/s", "host copies", "host bytes", "gpu us", "launches",
+          "waits");
     }
     for (const auto& r : rows) {
       if (json) {
@@ -646,17 +647,24 @@ int run_ep(int argc, char** argv) {
             "\"{}\",\"tokens\":{},\"hidden\":{},\"topk\":{},\"experts\":{},\"ranks\":{},"
             "\"iters\":{},\"bytes\":{:.0f},\"median_us\":{:.3f},\"p99_us\":{:.3f},"
             "\"gbytes_per_s\":{:.6f},\"host_copies_per_call\":{:.2f},"
-            "\"host_bytes_per_call\":{:.0f}}}\n",
+            "\"host_bytes_per_call\":{:.0f}{}}}\n",
             r.mode, r.phase, r.path, provider, r.tokens, o.hidden, o.topk, o.experts, ranks,
-            r.iters, r.bytes, r.median_us, r.p99_us, r.gbytes_per_s, r.host_copies, r.host_bytes);
+            r.iters, r.bytes, r.median_us, r.p99_us, r.gbytes_per_s, r.host_copies, r.host_bytes,
+            r.counted ? fmt::format(",\"gpu_median_us\":{:.3f},\"launches_per_call\":{:.2f},"
+                                    "\"host_waits_per_call\":{:.2f}",
+                                    r.gpu_median_us, r.launches, r.host_waits)
+                      : std::string());
       } else {
         const bool raw = r.path == "raw-write";  // its copies are not counted
         fmt::print(
             "{:<5} {:<6} {:<9} {:<14} {:>7} {:>7} {:>5} {:>8} {:>6} {:>6} {:>11.1f} {:>11.1f} "
-            "{:>9.3f} {:>11} {:>10}\n",
+            "{:>9.3f} {:>11} {:>10} {:>9} {:>8} {:>6}\n",
             "ep", r.mode, r.phase, r.path, r.tokens, o.hidden, o.topk, o.experts, ranks, r.iters,
             r.median_us, r.p99_us, r.gbytes_per_s, raw ? "-" : fmt::format("{:.1f}", r.host_copies),
-            raw ? "-" : fmt::format("{:.0f}", r.host_bytes));
+            raw ? "-" : fmt::format("{:.0f}", r.host_bytes),
+            r.counted ? fmt::format("{:.1f}", r.gpu_median_us) : "-",
+            r.counted ? fmt::format("{:.1f}", r.launches) : "-",
+            r.counted ? fmt::format("{:.1f}", r.host_waits) : "-");
       }
     }
     return 0;

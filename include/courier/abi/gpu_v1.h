@@ -16,7 +16,7 @@ extern "C" {
 #endif
 
 #define COURIER_GPU_ABI_MAJOR 1
-#define COURIER_GPU_ABI_MINOR 11
+#define COURIER_GPU_ABI_MINOR 12
 #define COURIER_GPU_SYMBOL_V1 "courier_gpu_backend_v1"
 
 /* Capability bits (courier_gpu_props_v1.caps). */
@@ -758,6 +758,23 @@ typedef struct courier_gpu_ep_proxy_reduce_v1 {
   const uint64_t* epoch; /* not NULL: replaces target (Epochs, above) */
 } courier_gpu_ep_proxy_reduce_v1;
 
+/* Minor 12: what the EP entries of one device cost, counted since the
+ * backend was initialized (ep_counters). For benchmarks (courier-bench ep
+ * reports them per call), not for control. */
+typedef struct courier_gpu_ep_counters_v1 {
+  uint32_t struct_size; /* in: sizeof(courier_gpu_ep_counters_v1) */
+  uint32_t reserved;
+  /* Kernels the ep_*, ep_proxy_* and run_ep_layout entries launched (a
+   * copy, ep_copy's, is not a kernel). */
+  uint64_t kernel_launches;
+  /* Times an entry made the host wait for the device: ep_sync, a
+   * synchronous copy (memcpy_sync), an entry that waits before it returns.
+   * A backend whose kernels run on the calling thread (gpu-host) counts
+   * the waits it was asked for (ep_sync, memcpy_sync), which cost it
+   * nothing. */
+  uint64_t host_waits;
+} courier_gpu_ep_counters_v1;
+
 typedef struct courier_gpu_plugin_v1 {
   courier_plugin_header header;
   const char* description;
@@ -865,6 +882,19 @@ typedef struct courier_gpu_plugin_v1 {
    * does nothing. A backend without streams (gpu-host) copies before it
    * returns. */
   int (*ep_copy)(void* backend, int device, void* dst, const void* src, size_t bytes);
+
+  /* ---- minor 12 (read only when header.struct_size covers them) ----
+   * ep_counters fills `out` (out->struct_size set by the caller) with the
+   * counts of `device` so far. ep_stamp records the time on the EP stream
+   * of `device`, behind what is queued there, as stamp `slot` (0 or 1); it
+   * is neither a kernel nor a wait for the counters. ep_stamp_elapsed waits
+   * for stamp 1 and gives the GPU time from stamp 0 to stamp 1 in
+   * nanoseconds (a CUDA or HIP event pair; gpu-host, whose kernels run
+   * before their entries return, stamps the host's clock at the entry).
+   * Neither wait counts as a host wait. */
+  int (*ep_counters)(void* backend, int device, courier_gpu_ep_counters_v1* out);
+  int (*ep_stamp)(void* backend, int device, uint32_t slot);
+  int (*ep_stamp_elapsed)(void* backend, int device, uint64_t* ns);
 } courier_gpu_plugin_v1;
 
 typedef const courier_gpu_plugin_v1* (*courier_gpu_backend_v1_fn)(void);

@@ -2,6 +2,7 @@
 // failures surfacing with the plugin's reason, and open_*_backend's fallback.
 #include <doctest/doctest.h>
 
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <thread>
@@ -288,6 +289,45 @@ TEST_CASE("a GPU backend initializes; open_gpu_backend prefers a device to CPU t
   courier_host_kernel_launch_v1 launch{};
   CHECK(sim->ops()->launch_host_kernel(sim->handle(), &launch) == -ENOTSUP);
   CHECK(sim->last_error() == "sim: runs no kernels (no COURIER_GPU_CAP_HOST_KERNELS)");
+}
+
+TEST_CASE("gpu-host counts the host waits it is asked for and stamps its clock (GPU ABI 1.12)") {
+  CapturedLog log;
+  Registry registry(kRealPluginDir, log.logger());
+  HostServices host(log.logger(), FakeEnv().lookup());
+  std::unique_ptr<GpuBackend> gpu = open_gpu_backend(registry, "host", host, log.logger());
+  REQUIRE(gpu);
+  REQUIRE(gpu->has_minor12());
+  const courier_gpu_plugin_v1& ops = *gpu->ops();
+  void* b = gpu->handle();
+  courier_gpu_ep_counters_v1 before{};
+  before.struct_size = sizeof before;
+  REQUIRE(ops.ep_counters(b, 0, &before) == COURIER_OK);
+  REQUIRE(ops.ep_sync(b, 0) == COURIER_OK);
+  char from[64] = {1}, to[64] = {};
+  REQUIRE(ops.memcpy_sync(b, to, from, sizeof from) == COURIER_OK);
+  courier_gpu_ep_counters_v1 after{};
+  after.struct_size = sizeof after;
+  REQUIRE(ops.ep_counters(b, 0, &after) == COURIER_OK);
+  CHECK(after.host_waits == before.host_waits + 2);        // the sync and the synchronous copy
+  CHECK(after.kernel_launches == before.kernel_launches);  // neither is a kernel
+
+  REQUIRE(ops.ep_stamp(b, 0, 0) == COURIER_OK);
+  std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  REQUIRE(ops.ep_stamp(b, 0, 1) == COURIER_OK);
+  uint64_t ns = 0;
+  REQUIRE(ops.ep_stamp_elapsed(b, 0, &ns) == COURIER_OK);
+  CHECK(ns >= 2'000'000);
+
+  // Bad arguments are refused, naming what is wrong.
+  CHECK(ops.ep_stamp(b, 0, 2) == -EINVAL);
+  CHECK(gpu->last_error() == "ep_stamp: slot 2 is not 0 or 1");
+  CHECK(ops.ep_counters(b, 1, &after) == -ENODEV);
+  CHECK(gpu->last_error() == "device 1 does not exist");
+  courier_gpu_ep_counters_v1 small{};
+  small.struct_size = 8;
+  CHECK(ops.ep_counters(b, 0, &small) == -EINVAL);
+  CHECK(ops.ep_stamp_elapsed(b, 0, nullptr) == -EINVAL);
 }
 
 TEST_CASE("capability names, with unknown bits shown by number") {
