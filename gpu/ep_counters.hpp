@@ -24,8 +24,9 @@ template <class Event>
 class EpCounters {
  public:
   explicit EpCounters(int devices)
-      : devices_(devices), counters_(std::make_unique<EpDeviceCounters<Event>[]>(
-                               static_cast<size_t>(devices > 0 ? devices : 1))) {}
+      : devices_(devices),
+        counters_(std::make_unique<EpDeviceCounters<Event>[]>(
+            static_cast<size_t>(devices > 0 ? devices : 1))) {}
   EpCounters(const EpCounters&) = delete;
   EpCounters& operator=(const EpCounters&) = delete;
 

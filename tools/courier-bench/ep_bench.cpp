@@ -235,19 +235,35 @@ double timed(Context& ctx, F&& call, Context::CopyStats* copies = nullptr) {
 // timed() for a call of `buffer`, with what it cost the GPU backend in
 // *cost where the plugin counts: stamps on the Buffer's stream around the
 // call (outside the host's timing) and the counters before and after.
+// With the caller's stream (EpOptions::caller_stream) the time runs until
+// the call's work is done (Buffer::synchronize after it); the counts are
+// the call's own (read before that synchronize, which the timing asked
+// for), and the stamp after the call is inside the timing.
 template <class F>
-double timed_courier(Context& ctx, ep::Buffer& buffer, F&& call, Context::CopyStats* copies,
-                     GpuCost* cost) {
-  if (!buffer.can_count()) return timed(ctx, call, copies);
+double timed_courier(Context& ctx, ep::Buffer& buffer, bool caller_stream, F&& call,
+                     Context::CopyStats* copies, GpuCost* cost) {
+  if (!buffer.can_count()) {
+    return timed(
+        ctx,
+        [&] {
+          call();
+          if (caller_stream) buffer.synchronize();
+        },
+        copies);
+  }
   ctx.barrier();
   const Context::CopyStats copied = ctx.copy_stats();
   const ep::Buffer::GpuCounters before = buffer.gpu_counters();
   buffer.gpu_stamp(0);
   const double t0 = now_us();
   call();
-  const double us = now_us() - t0;
+  double us = now_us() - t0;
   buffer.gpu_stamp(1);
   const ep::Buffer::GpuCounters after = buffer.gpu_counters();
+  if (caller_stream) {
+    buffer.synchronize();
+    us = now_us() - t0;
+  }
   cost->gpu_us = buffer.gpu_elapsed_us();
   cost->launches = after.kernel_launches - before.kernel_launches;
   cost->host_waits = after.host_waits - before.host_waits;
@@ -277,6 +293,7 @@ void bench_ht(Context& ctx, const EpOptions& o, const Setup& s, RawWrites& raw,
   b.element_bytes = 2;
   b.max_topk = o.topk;
   ep::Buffer buffer(ctx, b);
+  if (o.caller_stream) buffer.set_stream(nullptr);
   const DLDevice dev = buffer.device();
   const int64_t T = s.max_tokens, R = s.ranks;
   Tensor x(ctx, dev, kBf16, {T, o.hidden}), idx(ctx, dev, kI64, {T, o.topk}),
@@ -310,14 +327,14 @@ void bench_ht(Context& ctx, const EpOptions& o, const Setup& s, RawWrites& raw,
       Context::CopyStats dc, cc;
       GpuCost dg, cg;
       const double td = timed_courier(
-          ctx, buffer, [&] { got = buffer.dispatch(args); }, &dc, &dg);
+          ctx, buffer, o.caller_stream, [&] { got = buffer.dispatch(args); }, &dc, &dg);
       const double tdr = timed(ctx, [&] { raw.run(dispatch_to); });
       for (uint32_t r = 0; r < s.ranks; ++r) {
         combine_to[r] = r == s.me && !loopback() ? 0 : got.handle.recv_counts[r] * s.row_bytes;
       }
       y.set_rows(got.recv_x.tensor().shape[0]);
       const double tc = timed_courier(
-          ctx, buffer, [&] { buffer.combine(*y.view(), got.handle); }, &cc, &cg);
+          ctx, buffer, o.caller_stream, [&] { buffer.combine(*y.view(), got.handle); }, &cc, &cg);
       const double tcr = timed(ctx, [&] { raw.run(combine_to); });
       if (i < o.warmup) continue;
       d.us.push_back(td);
@@ -344,6 +361,7 @@ void bench_ll(Context& ctx, const EpOptions& o, const Setup& s, RawWrites& raw,
   b.max_topk = o.topk;
   b.num_experts = o.experts;
   ep::Buffer buffer(ctx, b);
+  if (o.caller_stream) buffer.set_stream(nullptr);
   const DLDevice dev = buffer.device();
   const int64_t T = s.max_tokens, R = s.ranks, per = s.per;
   Tensor x(ctx, dev, kBf16, {T, o.hidden}), idx(ctx, dev, kI64, {T, o.topk}),
@@ -372,7 +390,7 @@ void bench_ll(Context& ctx, const EpOptions& o, const Setup& s, RawWrites& raw,
       Context::CopyStats dc, cc;
       GpuCost dg, cg;
       const double td = timed_courier(
-          ctx, buffer, [&] { got = buffer.low_latency_dispatch(args); }, &dc, &dg);
+          ctx, buffer, o.caller_stream, [&] { got = buffer.low_latency_dispatch(args); }, &dc, &dg);
       const double tdr = timed(ctx, [&] { raw.run(dispatch_to); });
       const std::vector<int64_t> ranges =
           read<int64_t>(ctx, got.packed_recv_layout_range.tensor().data, size_t(per * R));
@@ -385,7 +403,7 @@ void bench_ll(Context& ctx, const EpOptions& o, const Setup& s, RawWrites& raw,
         }
       }
       const double tc = timed_courier(
-          ctx, buffer,
+          ctx, buffer, o.caller_stream,
           [&] { buffer.low_latency_combine(*y.view(), *idx.view(), *weights.view(), got.handle); },
           &cc, &cg);
       const double tcr = timed(ctx, [&] { raw.run(combine_to); });

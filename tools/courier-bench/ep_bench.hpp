@@ -31,6 +31,12 @@ struct EpOptions {
   // Routing: top-k distinct random experts per token, one choice in eight
   // masked (-1) unless unmasked (the reference benchmarks' routing).
   bool unmasked = false;
+  // Where the Buffer's kernels run: its own stream (calls wait for their
+  // work) or, with caller_stream, the GPU runtime's default stream
+  // (Buffer::set_stream(nullptr)): low-latency calls then return once their
+  // work is queued, and the timing waits for it after the call
+  // (Buffer::synchronize), as a framework does before reading the results.
+  bool caller_stream = false;
 };
 
 struct EpRow {

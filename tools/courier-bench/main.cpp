@@ -56,7 +56,7 @@ constexpr const char* kUsage =
     "                          [--scope world|rail] [--check] [--json]\n"
     "       courier-run -n N courier-bench ep --mode ll|ht [--tokens A,B,...] [--hidden H]\n"
     "                          [--topk K] [--experts E] [--iters N] [--fp8] [--unmasked]\n"
-    "                          [--provider shm|tcp] [--json]\n"
+    "                          [--stream own|caller] [--provider shm|tcp] [--json]\n"
     "       courier-run -n N courier-bench idle [--provider shm|tcp] [--windows N]\n"
     "                          [--window-s S] [--grace-s S] [--json]\n"
     "\n"
@@ -98,6 +98,12 @@ constexpr const char* kUsage =
     "           as one WRITE each through Courier's raw transport path (pushed with\n"
     "           Context::run_device_commands, waited for), without packing, signals or\n"
     "           receive waits: the EP time above it is the cost of dispatch/combine.\n"
+    "           Where the GPU plugin counts (GPU ABI 1.12): 'gpu us', the median GPU time\n"
+    "           from a stamp before the call to one after it on the Buffer's stream, and\n"
+    "           per call the kernels launched and the host's waits for the device.\n"
+    "           --stream caller: the kernels go to the runtime's default stream\n"
+    "           (set_stream), low-latency calls return once queued, and each call is\n"
+    "           timed until Buffer::synchronize after it returns (not counted in waits).\n"
     "idle       the CPU an idle rank uses (all its threads, getrusage), in % of one\n"
     "           core: the median of N windows of S seconds (default 3 x 10 s) on each\n"
     "           rank, with a Context that carries no traffic (path 'courier', measured\n"
@@ -596,6 +602,12 @@ int run_ep(int argc, char** argv) {
       o.fp8 = true;
     } else if (flag == "--unmasked") {
       o.unmasked = true;
+    } else if (flag == "--stream") {
+      const std::string stream = value();
+      if (stream != "own" && stream != "caller") {
+        usage_error("--stream '" + stream + "' is invalid: expected own or caller");
+      }
+      o.caller_stream = stream == "caller";
     } else if (flag == "--provider") {
       provider = parse_provider(value());
     } else {
