@@ -1,13 +1,18 @@
 // What a GPU backend's EP entries cost, per device (GPU ABI 1.12,
-// ep_counters), and the two events of ep_stamp. Shared by gpu-cuda and
-// gpu-hip; `Event` is the runtime's event handle. For benchmarks, not for
-// control: the counts are relaxed atomics.
+// ep_counters), and the two events of ep_stamp, with the three entries'
+// work. Shared by gpu-cuda and gpu-hip; `Event` is the runtime's event
+// handle, `Runtime` a struct of its event calls (see the backends). For
+// benchmarks, not for control: the counts are relaxed atomics.
 #pragma once
 
 #include <atomic>
+#include <cerrno>
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <string>
+
+#include "courier/abi/gpu_v1.h"
 
 namespace courier::device {
 
@@ -45,5 +50,74 @@ class EpCounters {
   int devices_;
   std::unique_ptr<EpDeviceCounters<Event>[]> counters_;
 };
+
+// ep_counters: the counts of a valid device into *out.
+template <class Runtime>
+int read_ep_counters(EpCounters<typename Runtime::Event>& all, int device,
+                     courier_gpu_ep_counters_v1* out) {
+  if (out == nullptr || out->struct_size < sizeof *out) {
+    return Runtime::fail(-EINVAL, "ep_counters: out is NULL or its struct_size is too small");
+  }
+  if (!all.valid(device)) {
+    return Runtime::fail(-ENODEV,
+                         "ep_counters: device " + std::to_string(device) + " does not exist");
+  }
+  auto& counters = all.at(device);
+  out->kernel_launches = counters.kernel_launches.load(std::memory_order_relaxed);
+  out->host_waits = counters.host_waits.load(std::memory_order_relaxed);
+  return 0;
+}
+
+// ep_stamp: records stamp `slot` on the stream stream_of() gives (it
+// checks the device and returns false having said why), making the two
+// events at the first stamp.
+template <class Runtime, class StreamOf>
+int record_ep_stamp(EpCounters<typename Runtime::Event>& all, int device, uint32_t slot,
+                    StreamOf stream_of) {
+  if (slot > 1) {
+    return Runtime::fail(-EINVAL, "ep_stamp: slot " + std::to_string(slot) + " is not 0 or 1");
+  }
+  typename Runtime::Stream stream{};
+  if (!stream_of(&stream)) return -EIO;
+  auto& counters = all.at(device);
+  std::lock_guard<std::mutex> lock(counters.stamp_lock);
+  if (!counters.stamps_made) {
+    for (auto& event : counters.stamps) {
+      if (const auto rc = Runtime::create(&event); rc != Runtime::kOk) {
+        return Runtime::fail(rc, "making the ep_stamp events");
+      }
+    }
+    counters.stamps_made = true;
+  }
+  const auto rc = Runtime::record(counters.stamps[slot], stream);
+  return rc == Runtime::kOk ? 0 : Runtime::fail(rc, "recording an ep_stamp event");
+}
+
+// ep_stamp_elapsed on a valid device (made current by the caller).
+template <class Runtime>
+int ep_stamp_elapsed_ns(EpCounters<typename Runtime::Event>& all, int device, uint64_t* ns) {
+  if (ns == nullptr) return Runtime::fail(-EINVAL, "ep_stamp_elapsed: ns is NULL");
+  auto& counters = all.at(device);
+  std::lock_guard<std::mutex> lock(counters.stamp_lock);
+  if (!counters.stamps_made) {
+    return Runtime::fail(-EINVAL, "ep_stamp_elapsed: no ep_stamp was recorded");
+  }
+  auto rc = Runtime::synchronize(counters.stamps[1]);
+  float ms = 0;
+  if (rc == Runtime::kOk) rc = Runtime::elapsed_ms(&ms, counters.stamps[0], counters.stamps[1]);
+  if (rc != Runtime::kOk) return Runtime::fail(rc, "timing the ep_stamp events");
+  *ns = static_cast<uint64_t>(static_cast<double>(ms) * 1e6);
+  return 0;
+}
+
+// At the backend's fini: the events made.
+template <class Runtime>
+void destroy_ep_stamps(EpCounters<typename Runtime::Event>& all) {
+  for (int d = 0; d < all.devices(); ++d) {
+    auto& counters = all.at(d);
+    if (!counters.stamps_made) continue;
+    for (auto& event : counters.stamps) (void)Runtime::destroy(event);
+  }
+}
 
 }  // namespace courier::device

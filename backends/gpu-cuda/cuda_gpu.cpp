@@ -59,6 +59,26 @@ struct CudaBackend {
 
 CudaBackend* as_backend(void* backend) { return static_cast<CudaBackend*>(backend); }
 
+// The runtime's event calls, for gpu/ep_counters.hpp.
+struct CudaEvents {
+  using Event = cudaEvent_t;
+  using Stream = cudaStream_t;
+  static constexpr cudaError_t kOk = cudaSuccess;
+  static cudaError_t create(Event* event) { return cudaEventCreate(event); }
+  static cudaError_t destroy(Event event) { return cudaEventDestroy(event); }
+  static cudaError_t record(Event event, Stream stream) { return cudaEventRecord(event, stream); }
+  static cudaError_t synchronize(Event event) { return cudaEventSynchronize(event); }
+  static cudaError_t elapsed_ms(float* ms, Event from, Event to) {
+    return cudaEventElapsedTime(ms, from, to);
+  }
+  static int fail(int status, std::string message) {
+    return courier::cuda_gpu::fail(status, std::move(message));
+  }
+  static int fail(cudaError_t error, const std::string& what) {
+    return courier::cuda_gpu::fail(error, what);
+  }
+};
+
 // A driver function by name, through the runtime (no link against libcuda).
 template <class Fn>
 Fn driver_entry(const char* name, unsigned int version) {
@@ -156,11 +176,7 @@ void cuda_fini(void* backend) {
   for (cudaStream_t stream : b->ep_streams->own()) {
     if (stream != nullptr) cudaStreamDestroy(stream);
   }
-  for (int d = 0; d < b->ep_counters->devices(); ++d) {
-    auto& counters = b->ep_counters->at(d);
-    if (!counters.stamps_made) continue;
-    for (cudaEvent_t event : counters.stamps) cudaEventDestroy(event);
-  }
+  courier::device::destroy_ep_stamps<CudaEvents>(*b->ep_counters);
   delete b;
 }
 
@@ -479,52 +495,24 @@ int cuda_ep_sync(void* backend, int device) {
 }
 
 int cuda_ep_counters(void* backend, int device, courier_gpu_ep_counters_v1* out) {
-  CudaBackend* b = as_backend(backend);
-  if (out == nullptr || out->struct_size < sizeof *out) {
-    return fail(-EINVAL, "ep_counters: out is NULL or its struct_size is too small");
-  }
-  if (!b->ep_counters->valid(device)) {
-    return fail(-ENODEV, "ep_counters: device " + std::to_string(device) + " does not exist");
-  }
-  auto& counters = b->ep_counters->at(device);
-  out->kernel_launches = counters.kernel_launches.load(std::memory_order_relaxed);
-  out->host_waits = counters.host_waits.load(std::memory_order_relaxed);
-  return 0;
+  return courier::device::read_ep_counters<CudaEvents>(*as_backend(backend)->ep_counters, device,
+                                                       out);
 }
 
 // Stamps are CUDA events on the EP stream (made at the first stamp).
 int cuda_ep_stamp(void* backend, int device, uint32_t slot) {
-  if (slot > 1) return fail(-EINVAL, "ep_stamp: slot " + std::to_string(slot) + " is not 0 or 1");
-  bool ok = false;
-  cudaStream_t stream = ep_stream(backend, device, &ok);
-  if (!ok) return -EIO;
-  auto& counters = as_backend(backend)->ep_counters->at(device);
-  std::lock_guard<std::mutex> lock(counters.stamp_lock);
-  if (!counters.stamps_made) {
-    for (cudaEvent_t& event : counters.stamps) {
-      if (const cudaError_t rc = cudaEventCreate(&event); rc != cudaSuccess) {
-        return fail(rc, "making the ep_stamp events");
-      }
-    }
-    counters.stamps_made = true;
-  }
-  const cudaError_t rc = cudaEventRecord(counters.stamps[slot], stream);
-  return rc == cudaSuccess ? 0 : fail(rc, "recording an ep_stamp event");
+  return courier::device::record_ep_stamp<CudaEvents>(*as_backend(backend)->ep_counters, device,
+                                                      slot, [&](cudaStream_t* stream) {
+                                                        bool ok = false;
+                                                        *stream = ep_stream(backend, device, &ok);
+                                                        return ok;
+                                                      });
 }
 
 int cuda_ep_stamp_elapsed(void* backend, int device, uint64_t* ns) {
-  if (ns == nullptr) return fail(-EINVAL, "ep_stamp_elapsed: ns is NULL");
   CudaBackend* b = as_backend(backend);
   if (!b->ep_counters->valid(device) || select_device(b, device) != 0) return -ENODEV;
-  auto& counters = b->ep_counters->at(device);
-  std::lock_guard<std::mutex> lock(counters.stamp_lock);
-  if (!counters.stamps_made) return fail(-EINVAL, "ep_stamp_elapsed: no ep_stamp was recorded");
-  cudaError_t rc = cudaEventSynchronize(counters.stamps[1]);
-  float ms = 0;
-  if (rc == cudaSuccess) rc = cudaEventElapsedTime(&ms, counters.stamps[0], counters.stamps[1]);
-  if (rc != cudaSuccess) return fail(rc, "timing the ep_stamp events");
-  *ns = static_cast<uint64_t>(static_cast<double>(ms) * 1e6);
-  return 0;
+  return courier::device::ep_stamp_elapsed_ns<CudaEvents>(*b->ep_counters, device, ns);
 }
 
 constexpr courier_knob_v1 kKnobs[] = {

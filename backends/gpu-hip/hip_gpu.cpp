@@ -43,6 +43,26 @@ struct HipBackend {
 
 HipBackend* as_backend(void* backend) { return static_cast<HipBackend*>(backend); }
 
+// The runtime's event calls, for gpu/ep_counters.hpp.
+struct HipEvents {
+  using Event = hipEvent_t;
+  using Stream = hipStream_t;
+  static constexpr hipError_t kOk = hipSuccess;
+  static hipError_t create(Event* event) { return hipEventCreate(event); }
+  static hipError_t destroy(Event event) { return hipEventDestroy(event); }
+  static hipError_t record(Event event, Stream stream) { return hipEventRecord(event, stream); }
+  static hipError_t synchronize(Event event) { return hipEventSynchronize(event); }
+  static hipError_t elapsed_ms(float* ms, Event from, Event to) {
+    return hipEventElapsedTime(ms, from, to);
+  }
+  static int fail(int status, std::string message) {
+    return courier::hip_gpu::fail(status, std::move(message));
+  }
+  static int fail(hipError_t error, const std::string& what) {
+    return courier::hip_gpu::fail(error, what);
+  }
+};
+
 int select_device(const HipBackend* b, int device) {
   if (device < 0 || device >= b->device_count) {
     return fail(-ENODEV, "HIP device " + std::to_string(device) + " does not exist (" +
@@ -85,11 +105,7 @@ void hip_fini(void* backend) {
   for (hipStream_t stream : b->ep_streams->own()) {
     if (stream != nullptr) (void)hipStreamDestroy(stream);
   }
-  for (int d = 0; d < b->ep_counters->devices(); ++d) {
-    auto& counters = b->ep_counters->at(d);
-    if (!counters.stamps_made) continue;
-    for (hipEvent_t event : counters.stamps) (void)hipEventDestroy(event);
-  }
+  courier::device::destroy_ep_stamps<HipEvents>(*b->ep_counters);
   delete b;
 }
 
@@ -363,52 +379,24 @@ int hip_ep_sync(void* backend, int device) {
 }
 
 int hip_ep_counters(void* backend, int device, courier_gpu_ep_counters_v1* out) {
-  HipBackend* b = as_backend(backend);
-  if (out == nullptr || out->struct_size < sizeof *out) {
-    return fail(-EINVAL, "ep_counters: out is NULL or its struct_size is too small");
-  }
-  if (!b->ep_counters->valid(device)) {
-    return fail(-ENODEV, "ep_counters: device " + std::to_string(device) + " does not exist");
-  }
-  auto& counters = b->ep_counters->at(device);
-  out->kernel_launches = counters.kernel_launches.load(std::memory_order_relaxed);
-  out->host_waits = counters.host_waits.load(std::memory_order_relaxed);
-  return 0;
+  return courier::device::read_ep_counters<HipEvents>(*as_backend(backend)->ep_counters, device,
+                                                      out);
 }
 
 // Stamps are HIP events on the EP stream (made at the first stamp).
 int hip_ep_stamp(void* backend, int device, uint32_t slot) {
-  if (slot > 1) return fail(-EINVAL, "ep_stamp: slot " + std::to_string(slot) + " is not 0 or 1");
-  bool ok = false;
-  hipStream_t stream = ep_stream(backend, device, &ok);
-  if (!ok) return -EIO;
-  auto& counters = as_backend(backend)->ep_counters->at(device);
-  std::lock_guard<std::mutex> lock(counters.stamp_lock);
-  if (!counters.stamps_made) {
-    for (hipEvent_t& event : counters.stamps) {
-      if (const hipError_t rc = hipEventCreate(&event); rc != hipSuccess) {
-        return fail(rc, "making the ep_stamp events");
-      }
-    }
-    counters.stamps_made = true;
-  }
-  const hipError_t rc = hipEventRecord(counters.stamps[slot], stream);
-  return rc == hipSuccess ? 0 : fail(rc, "recording an ep_stamp event");
+  return courier::device::record_ep_stamp<HipEvents>(*as_backend(backend)->ep_counters, device,
+                                                     slot, [&](hipStream_t* stream) {
+                                                       bool ok = false;
+                                                       *stream = ep_stream(backend, device, &ok);
+                                                       return ok;
+                                                     });
 }
 
 int hip_ep_stamp_elapsed(void* backend, int device, uint64_t* ns) {
-  if (ns == nullptr) return fail(-EINVAL, "ep_stamp_elapsed: ns is NULL");
   HipBackend* b = as_backend(backend);
   if (!b->ep_counters->valid(device) || select_device(b, device) != 0) return -ENODEV;
-  auto& counters = b->ep_counters->at(device);
-  std::lock_guard<std::mutex> lock(counters.stamp_lock);
-  if (!counters.stamps_made) return fail(-EINVAL, "ep_stamp_elapsed: no ep_stamp was recorded");
-  hipError_t rc = hipEventSynchronize(counters.stamps[1]);
-  float ms = 0;
-  if (rc == hipSuccess) rc = hipEventElapsedTime(&ms, counters.stamps[0], counters.stamps[1]);
-  if (rc != hipSuccess) return fail(rc, "timing the ep_stamp events");
-  *ns = static_cast<uint64_t>(static_cast<double>(ms) * 1e6);
-  return 0;
+  return courier::device::ep_stamp_elapsed_ns<HipEvents>(*b->ep_counters, device, ns);
 }
 
 int hip_ep_stream_capturing(void* backend, int device, int* capturing) {
