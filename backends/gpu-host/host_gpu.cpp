@@ -222,7 +222,9 @@ int host_run_command_lists(void*, courier_gpu_command_lists_v1* job) {
 }
 
 int host_run_ep_layout(void* backend, const courier_gpu_ep_layout_v1* job) {
+  // A kernel, and a wait for it as the GPU backends count (they wait for it).
   as_host(backend).launches.fetch_add(1, std::memory_order_relaxed);
+  as_host(backend).host_waits.fetch_add(1, std::memory_order_relaxed);
   std::string error;
   int rc = courier::host_gpu::run_ep_layout(job, &error);
   if (rc != 0) g_last_error = error;

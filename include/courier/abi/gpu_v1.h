@@ -768,10 +768,9 @@ typedef struct courier_gpu_ep_counters_v1 {
    * copy, ep_copy's, is not a kernel). */
   uint64_t kernel_launches;
   /* Times an entry made the host wait for the device: ep_sync, a
-   * synchronous copy (memcpy_sync), an entry that waits before it returns.
-   * A backend whose kernels run on the calling thread (gpu-host) counts
-   * the waits it was asked for (ep_sync, memcpy_sync), which cost it
-   * nothing. */
+   * synchronous copy (memcpy_sync), run_ep_layout (it waits for its
+   * kernel). A backend whose kernels run on the calling thread (gpu-host)
+   * counts the same entries, which cost it no wait. */
   uint64_t host_waits;
 } courier_gpu_ep_counters_v1;
 
