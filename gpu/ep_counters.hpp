@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -20,9 +21,10 @@ template <class Event>
 struct EpDeviceCounters {
   std::atomic<uint64_t> kernel_launches{0};
   std::atomic<uint64_t> host_waits{0};
-  std::mutex stamp_lock;  // guards stamps (made at the first ep_stamp)
+  std::mutex stamp_lock;  // guards the three below (made at the first ep_stamp)
   Event stamps[2] = {};
   bool stamps_made = false;
+  bool recorded[2] = {false, false};
 };
 
 template <class Event>
@@ -55,7 +57,10 @@ class EpCounters {
 template <class Runtime>
 int read_ep_counters(EpCounters<typename Runtime::Event>& all, int device,
                      courier_gpu_ep_counters_v1* out) {
-  if (out == nullptr || out->struct_size < sizeof *out) {
+  // The fields of minor 12 (a later minor may append more: written only
+  // within out->struct_size).
+  constexpr size_t kMinor12 = offsetof(courier_gpu_ep_counters_v1, host_waits) + sizeof(uint64_t);
+  if (out == nullptr || out->struct_size < kMinor12) {
     return Runtime::fail(-EINVAL, "ep_counters: out is NULL or its struct_size is too small");
   }
   if (!all.valid(device)) {
@@ -79,18 +84,24 @@ int record_ep_stamp(EpCounters<typename Runtime::Event>& all, int device, uint32
   }
   typename Runtime::Stream stream{};
   if (!stream_of(&stream)) return -EIO;
+  if (!all.valid(device)) {
+    return Runtime::fail(-ENODEV, "ep_stamp: device " + std::to_string(device) + " does not exist");
+  }
   auto& counters = all.at(device);
   std::lock_guard<std::mutex> lock(counters.stamp_lock);
   if (!counters.stamps_made) {
-    for (auto& event : counters.stamps) {
-      if (const auto rc = Runtime::create(&event); rc != Runtime::kOk) {
+    for (int i = 0; i < 2; ++i) {
+      if (const auto rc = Runtime::create(&counters.stamps[i]); rc != Runtime::kOk) {
+        if (i == 1) (void)Runtime::destroy(counters.stamps[0]);
         return Runtime::fail(rc, "making the ep_stamp events");
       }
     }
     counters.stamps_made = true;
   }
   const auto rc = Runtime::record(counters.stamps[slot], stream);
-  return rc == Runtime::kOk ? 0 : Runtime::fail(rc, "recording an ep_stamp event");
+  if (rc != Runtime::kOk) return Runtime::fail(rc, "recording an ep_stamp event");
+  counters.recorded[slot] = true;
+  return 0;
 }
 
 // ep_stamp_elapsed on a valid device (made current by the caller).
@@ -99,14 +110,19 @@ int ep_stamp_elapsed_ns(EpCounters<typename Runtime::Event>& all, int device, ui
   if (ns == nullptr) return Runtime::fail(-EINVAL, "ep_stamp_elapsed: ns is NULL");
   auto& counters = all.at(device);
   std::lock_guard<std::mutex> lock(counters.stamp_lock);
-  if (!counters.stamps_made) {
-    return Runtime::fail(-EINVAL, "ep_stamp_elapsed: no ep_stamp was recorded");
+  for (int i = 0; i < 2; ++i) {
+    if (!counters.recorded[i]) {
+      return Runtime::fail(
+          -EINVAL, "ep_stamp_elapsed: stamp " + std::to_string(i) + " was not recorded (ep_stamp)");
+    }
   }
-  auto rc = Runtime::synchronize(counters.stamps[1]);
+  // Both: stamp 0 may be on another stream than stamp 1.
+  auto rc = Runtime::synchronize(counters.stamps[0]);
+  if (rc == Runtime::kOk) rc = Runtime::synchronize(counters.stamps[1]);
   float ms = 0;
   if (rc == Runtime::kOk) rc = Runtime::elapsed_ms(&ms, counters.stamps[0], counters.stamps[1]);
   if (rc != Runtime::kOk) return Runtime::fail(rc, "timing the ep_stamp events");
-  *ns = static_cast<uint64_t>(static_cast<double>(ms) * 1e6);
+  *ns = ms > 0 ? static_cast<uint64_t>(static_cast<double>(ms) * 1e6) : 0;  // 1 before 0: none
   return 0;
 }
 

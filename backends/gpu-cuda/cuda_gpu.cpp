@@ -511,7 +511,7 @@ int cuda_ep_stamp(void* backend, int device, uint32_t slot) {
 
 int cuda_ep_stamp_elapsed(void* backend, int device, uint64_t* ns) {
   CudaBackend* b = as_backend(backend);
-  if (!b->ep_counters->valid(device) || select_device(b, device) != 0) return -ENODEV;
+  if (int rc = select_device(b, device); rc != 0) return rc;  // says why
   return courier::device::ep_stamp_elapsed_ns<CudaEvents>(*b->ep_counters, device, ns);
 }
 

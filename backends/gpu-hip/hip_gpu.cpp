@@ -184,12 +184,33 @@ int hip_host_free_mapped(void*, void* host_ptr) {
   return rc == hipSuccess ? 0 : fail(rc, "hipHostFree");
 }
 
+// hipPointerAttribute_t's memory type: `memoryType` before ROCm 6,
+// `type` from ROCm 6 on.
+template <class Attributes>
+hipMemoryType memory_type(const Attributes& attributes) {
+  if constexpr (requires { attributes.type; }) {
+    return attributes.type;
+  } else {
+    return attributes.memoryType;
+  }
+}
+
 int hip_memcpy(void* backend, void* dst, const void* src, size_t bytes) {
   if (bytes == 0) return 0;
   if (dst == nullptr || src == nullptr) return fail(-EINVAL, "memcpy: NULL pointer");
   hipError_t rc = hipMemcpy(dst, src, bytes, hipMemcpyDefault);
-  int device = 0;  // the current one: a synchronous copy waits for it
-  if (hipGetDevice(&device) == hipSuccess) as_backend(backend)->ep_counters->waited(device);
+  // The wait counts on the device that owns the memory (dst's, else src's).
+  int device = -1;
+  for (const void* p : {static_cast<const void*>(dst), src}) {
+    hipPointerAttribute_t attributes{};
+    if (hipPointerGetAttributes(&attributes, p) != hipSuccess) {
+      (void)hipGetLastError();  // host memory: not HIP's
+    } else if (device < 0 && memory_type(attributes) == hipMemoryTypeDevice) {
+      device = attributes.device;
+    }
+  }
+  if (device < 0 && hipGetDevice(&device) != hipSuccess) device = -1;
+  as_backend(backend)->ep_counters->waited(device);
   return rc == hipSuccess ? 0 : fail(rc, "hipMemcpy(" + std::to_string(bytes) + " bytes)");
 }
 
@@ -220,17 +241,6 @@ int hip_ipc_import(void* backend, int device, const courier_gpu_ipc_handle_v1* h
 int hip_ipc_close(void*, void* ptr) {
   hipError_t rc = hipIpcCloseMemHandle(ptr);
   return rc == hipSuccess ? 0 : fail(rc, "hipIpcCloseMemHandle");
-}
-
-// hipPointerAttribute_t's memory type: `memoryType` before ROCm 6,
-// `type` from ROCm 6 on.
-template <class Attributes>
-hipMemoryType memory_type(const Attributes& attributes) {
-  if constexpr (requires { attributes.type; }) {
-    return attributes.type;
-  } else {
-    return attributes.memoryType;
-  }
 }
 
 std::string hex(uintptr_t address) {
@@ -395,7 +405,7 @@ int hip_ep_stamp(void* backend, int device, uint32_t slot) {
 
 int hip_ep_stamp_elapsed(void* backend, int device, uint64_t* ns) {
   HipBackend* b = as_backend(backend);
-  if (!b->ep_counters->valid(device) || select_device(b, device) != 0) return -ENODEV;
+  if (int rc = select_device(b, device); rc != 0) return rc;  // says why
   return courier::device::ep_stamp_elapsed_ns<HipEvents>(*b->ep_counters, device, ns);
 }
 

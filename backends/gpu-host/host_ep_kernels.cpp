@@ -67,8 +67,10 @@ int run_proxy(const Job* job, const char* name, const EpOptions& options, uint32
   launch.fn = proxy_kernel;
   launch.arg = &arg;
   const uint64_t start = timed ? device::now_ns() : 0;
-  if (options.launches != nullptr) options.launches->fetch_add(1, std::memory_order_relaxed);
   const int rc = launch_host_kernel(launch, error);
+  if (rc == 0 && options.launches != nullptr) {
+    options.launches->fetch_add(1, std::memory_order_relaxed);
+  }
   if (timed) {  // the name without its "ep_proxy_"
     constexpr std::string_view kPrefix = "ep_proxy_";
     std::string_view label(name);

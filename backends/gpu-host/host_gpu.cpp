@@ -177,6 +177,7 @@ int host_free_mapped(void* backend, void* host_ptr) {
 
 int host_memcpy(void* backend, void* dst, const void* src, size_t bytes) {
   if (bytes > 0 && (dst == nullptr || src == nullptr)) return fail(-EINVAL, "memcpy: NULL");
+  if (bytes == 0) return 0;
   std::memmove(dst, src, bytes);
   as_host(backend).host_waits.fetch_add(1, std::memory_order_relaxed);  // a synchronous copy
   return 0;
@@ -222,12 +223,14 @@ int host_run_command_lists(void*, courier_gpu_command_lists_v1* job) {
 }
 
 int host_run_ep_layout(void* backend, const courier_gpu_ep_layout_v1* job) {
-  // A kernel, and a wait for it as the GPU backends count (they wait for it).
-  as_host(backend).launches.fetch_add(1, std::memory_order_relaxed);
-  as_host(backend).host_waits.fetch_add(1, std::memory_order_relaxed);
   std::string error;
   int rc = courier::host_gpu::run_ep_layout(job, &error);
-  if (rc != 0) g_last_error = error;
+  if (rc != 0) {
+    g_last_error = error;
+  } else if (job->num_tokens > 0) {  // a kernel, and a wait for it, as the GPU backends count
+    as_host(backend).launches.fetch_add(1, std::memory_order_relaxed);
+    as_host(backend).host_waits.fetch_add(1, std::memory_order_relaxed);
+  }
   return rc;
 }
 
@@ -271,7 +274,9 @@ int host_ep_copy(void*, int device, void* dst, const void* src, size_t bytes) {
 
 int host_ep_counters(void* backend, int device, courier_gpu_ep_counters_v1* out) {
   if (device != 0) return fail(-ENODEV, "device " + std::to_string(device) + " does not exist");
-  if (out == nullptr || out->struct_size < sizeof *out) {
+  // The fields of minor 12 (written only within out->struct_size).
+  constexpr size_t kMinor12 = offsetof(courier_gpu_ep_counters_v1, host_waits) + sizeof(uint64_t);
+  if (out == nullptr || out->struct_size < kMinor12) {
     return fail(-EINVAL, "ep_counters: out is NULL or its struct_size is too small");
   }
   const HostBackend& b = as_host(backend);
@@ -297,7 +302,11 @@ int host_ep_stamp_elapsed(void* backend, int device, uint64_t* ns) {
   const HostBackend& b = as_host(backend);
   const uint64_t from = b.stamps[0].load(std::memory_order_relaxed);
   const uint64_t to = b.stamps[1].load(std::memory_order_relaxed);
-  *ns = to > from ? to - from : 0;
+  if (from == 0 || to == 0) {
+    return fail(-EINVAL, std::string("ep_stamp_elapsed: stamp ") + (from == 0 ? "0" : "1") +
+                             " was not recorded (ep_stamp)");
+  }
+  *ns = to > from ? to - from : 0;  // 1 before 0: none
   return 0;
 }
 

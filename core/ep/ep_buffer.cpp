@@ -289,12 +289,15 @@ namespace {
 
 // The minor-12 entries (benchmarks' figures), or a clear refusal.
 void require_counters(const GpuBackend& gpu, const char* call) {
-  if (!gpu.has_minor12()) {
+  if (gpu.has_minor12()) return;
+  if (gpu.plugin().abi_minor >= 12) {
     fail(
-        "ep::Buffer::{}: GPU backend '{}' ({}) speaks GPU ABI 1.{}, older than ep_counters "
-        "(1.12)",
+        "ep::Buffer::{}: GPU backend '{}' ({}) speaks GPU ABI 1.{} but does not set "
+        "ep_counters, ep_stamp and ep_stamp_elapsed",
         call, gpu.plugin().name, gpu.plugin().path, gpu.plugin().abi_minor);
   }
+  fail("ep::Buffer::{}: GPU backend '{}' ({}) speaks GPU ABI 1.{}, older than ep_counters (1.12)",
+       call, gpu.plugin().name, gpu.plugin().path, gpu.plugin().abi_minor);
 }
 
 }  // namespace
@@ -314,6 +317,7 @@ void Buffer::gpu_stamp(uint32_t slot) {
   Impl& s = *impl_;
   require_counters(s.gpu, "gpu_stamp");
   if (slot > 1) fail("ep::Buffer::gpu_stamp: slot {} is not 0 or 1", slot);
+  s.select_stream();  // this Buffer's stream, as its calls use
   if (s.gpu.ops()->ep_stamp(s.gpu.handle(), s.device, slot) != 0) {
     fail("ep::Buffer::gpu_stamp: GPU backend '{}': {}", s.gpu.plugin().name, s.gpu.last_error());
   }

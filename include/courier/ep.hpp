@@ -302,8 +302,12 @@ class Buffer {
   // (courier-bench ep): kernels launched and host waits on this Buffer's
   // device so far (every Buffer on the device counts in them), and the GPU
   // time between two stamps on the Buffer's stream (gpu_stamp(0), the calls,
-  // gpu_stamp(1), then gpu_elapsed_us() waits for stamp 1). Local. Throws
-  // naming the GPU backend where its plugin predates GPU ABI 1.12.
+  // gpu_stamp(1), then gpu_elapsed_us() waits for stamp 1). The two stamps
+  // are the device's, shared by its Buffers: stamp from one thread. A call
+  // that waits on the host leaves its stream idle, so stamps around it time
+  // the host too (GPU time needs calls that return once queued: set_stream).
+  // Local. Throws naming the GPU backend where its plugin predates GPU ABI
+  // 1.12.
   struct GpuCounters {
     uint64_t kernel_launches = 0;
     uint64_t host_waits = 0;

@@ -171,9 +171,13 @@ struct Series {
   std::string phase, path;
   std::vector<double> us;
   double bytes = 0;
-  Context::CopyStats copies;              // summed over the timed calls
-  std::vector<double> gpu_us;             // Courier's calls where the plugin counts
-  uint64_t launches = 0, host_waits = 0;  // summed over the timed calls
+  Context::CopyStats copies;  // summed over the timed calls
+  // Courier's calls where the plugin counts: how many, their kernels and
+  // host waits summed, and the GPU times of those that did not wait on the
+  // host (stamps around a call that waits time the host too).
+  uint32_t counted = 0;
+  uint64_t launches = 0, host_waits = 0;
+  std::vector<double> gpu_us;
 };
 
 Series series(std::string phase, std::string path, double bytes) {
@@ -186,9 +190,10 @@ Series series(std::string phase, std::string path, double bytes) {
 
 void add(Series& s, const GpuCost& cost, bool counted) {
   if (!counted) return;
-  s.gpu_us.push_back(cost.gpu_us);
+  ++s.counted;
   s.launches += cost.launches;
   s.host_waits += cost.host_waits;
+  if (cost.host_waits == 0) s.gpu_us.push_back(cost.gpu_us);
 }
 
 EpRow summarize(const EpOptions& o, uint32_t tokens, Series s) {
@@ -205,12 +210,15 @@ EpRow summarize(const EpOptions& o, uint32_t tokens, Series s) {
   row.gbytes_per_s = s.bytes / (row.median_us * 1e3);
   row.host_copies = static_cast<double>(s.copies.calls) / static_cast<double>(s.us.size());
   row.host_bytes = static_cast<double>(s.copies.bytes) / static_cast<double>(s.us.size());
+  if (s.counted > 0) {
+    row.counted = true;
+    row.launches = static_cast<double>(s.launches) / s.counted;
+    row.host_waits = static_cast<double>(s.host_waits) / s.counted;
+  }
   if (!s.gpu_us.empty()) {
     std::sort(s.gpu_us.begin(), s.gpu_us.end());
-    row.counted = true;
+    row.gpu_timed = true;
     row.gpu_median_us = s.gpu_us[s.gpu_us.size() / 2];
-    row.launches = static_cast<double>(s.launches) / static_cast<double>(s.gpu_us.size());
-    row.host_waits = static_cast<double>(s.host_waits) / static_cast<double>(s.gpu_us.size());
   }
   return row;
 }

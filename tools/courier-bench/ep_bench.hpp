@@ -50,10 +50,12 @@ struct EpRow {
   // Per call: synchronous host copies (Context::copy) and their bytes.
   double host_copies = 0, host_bytes = 0;
   // Courier's calls, where the GPU plugin counts (GPU ABI 1.12; `counted`):
-  // the median GPU time from a stamp on the Buffer's stream before the call
-  // to one after it (gaps between kernels included), and per call the
-  // kernels launched and the host's waits for the device.
-  bool counted = false;
+  // per call the kernels launched and the host's waits for the device; and
+  // (`gpu_timed`) the median GPU time from a stamp on the Buffer's stream
+  // before the call to one after it (gaps between kernels included), over
+  // the calls that did not wait on the host (the stamps around one that
+  // does time the host too).
+  bool counted = false, gpu_timed = false;
   double gpu_median_us = 0;
   double launches = 0, host_waits = 0;
 };

@@ -98,9 +98,10 @@ constexpr const char* kUsage =
     "           as one WRITE each through Courier's raw transport path (pushed with\n"
     "           Context::run_device_commands, waited for), without packing, signals or\n"
     "           receive waits: the EP time above it is the cost of dispatch/combine.\n"
-    "           Where the GPU plugin counts (GPU ABI 1.12): 'gpu us', the median GPU time\n"
-    "           from a stamp before the call to one after it on the Buffer's stream, and\n"
-    "           per call the kernels launched and the host's waits for the device.\n"
+    "           Where the GPU plugin counts (GPU ABI 1.12): per call the kernels launched\n"
+    "           and the host's waits for the device, and 'gpu us', the median GPU time\n"
+    "           from a stamp before the call to one after it on the Buffer's stream, over\n"
+    "           the calls that did not wait on the host ('-' if none).\n"
     "           --stream caller: the kernels go to the runtime's default stream\n"
     "           (set_stream), low-latency calls return once queued, and each call is\n"
     "           timed until Buffer::synchronize after it returns (not counted in waits).\n"
@@ -662,10 +663,11 @@ int run_ep(int argc, char** argv) {
             "\"host_bytes_per_call\":{:.0f}{}}}\n",
             r.mode, r.phase, r.path, provider, r.tokens, o.hidden, o.topk, o.experts, ranks,
             r.iters, r.bytes, r.median_us, r.p99_us, r.gbytes_per_s, r.host_copies, r.host_bytes,
-            r.counted ? fmt::format(",\"gpu_median_us\":{:.3f},\"launches_per_call\":{:.2f},"
-                                    "\"host_waits_per_call\":{:.2f}",
-                                    r.gpu_median_us, r.launches, r.host_waits)
-                      : std::string());
+            (r.counted ? fmt::format(",\"launches_per_call\":{:.2f},\"host_waits_per_call\":{:.2f}",
+                                     r.launches, r.host_waits)
+                       : std::string()) +
+                (r.gpu_timed ? fmt::format(",\"gpu_median_us\":{:.3f}", r.gpu_median_us)
+                             : std::string()));
       } else {
         const bool raw = r.path == "raw-write";  // its copies are not counted
         fmt::print(
@@ -674,7 +676,7 @@ int run_ep(int argc, char** argv) {
             "ep", r.mode, r.phase, r.path, r.tokens, o.hidden, o.topk, o.experts, ranks, r.iters,
             r.median_us, r.p99_us, r.gbytes_per_s, raw ? "-" : fmt::format("{:.1f}", r.host_copies),
             raw ? "-" : fmt::format("{:.0f}", r.host_bytes),
-            r.counted ? fmt::format("{:.1f}", r.gpu_median_us) : "-",
+            r.gpu_timed ? fmt::format("{:.1f}", r.gpu_median_us) : "-",
             r.counted ? fmt::format("{:.1f}", r.launches) : "-",
             r.counted ? fmt::format("{:.1f}", r.host_waits) : "-");
       }

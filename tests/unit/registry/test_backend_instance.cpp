@@ -312,10 +312,12 @@ TEST_CASE("gpu-host counts the host waits it is asked for and stamps its clock (
   CHECK(after.host_waits == before.host_waits + 2);        // the sync and the synchronous copy
   CHECK(after.kernel_launches == before.kernel_launches);  // neither is a kernel
 
+  uint64_t ns = 0;
+  CHECK(ops.ep_stamp_elapsed(b, 0, &ns) == -EINVAL);  // nothing stamped yet
+  CHECK(gpu->last_error() == "ep_stamp_elapsed: stamp 0 was not recorded (ep_stamp)");
   REQUIRE(ops.ep_stamp(b, 0, 0) == COURIER_OK);
   std::this_thread::sleep_for(std::chrono::milliseconds(2));
   REQUIRE(ops.ep_stamp(b, 0, 1) == COURIER_OK);
-  uint64_t ns = 0;
   REQUIRE(ops.ep_stamp_elapsed(b, 0, &ns) == COURIER_OK);
   CHECK(ns >= 2'000'000);
 
