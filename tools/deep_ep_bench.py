@@ -120,54 +120,59 @@ def parse_args(argv: List[str]) -> argparse.Namespace:
 # ---------------------------------------------------------------- native-call timing
 
 
-class NativeClock:
-    """Accumulates the time spent inside native (extension) calls, through two nested
-    wrappers per callable (see the module's docstring): `inner` the native time (with
-    the steps between the inner wrapper's clock reads), `outer` that plus one wrapper's
-    whole cost. Nested native calls (a native call that calls back into Python that
-    calls another) count once."""
+class TimerLayer:
+    """One layer of timing wrappers: the seconds inside the calls it wrapped and how many
+    there were. Nested native calls (a native call that calls back into Python that calls
+    another) count once."""
+
+    __slots__ = ("seconds", "calls", "depth")
 
     def __init__(self) -> None:
-        self.inner = 0.0
-        self.outer = 0.0
-        self.calls = 0
-        self._inner_depth = 0
-        self._outer_depth = 0
+        self.seconds, self.calls, self.depth = 0.0, 0, 0
 
-    def timed(self, fn: Callable) -> Callable:
-        clock = self
+    def wrap(self, fn: Callable) -> Callable:
+        layer = self
 
-        def inner(*args, **kwargs):
-            clock._inner_depth += 1
+        def wrapper(*args, **kwargs):
+            layer.depth += 1
             start = time.perf_counter()
             try:
                 return fn(*args, **kwargs)
             finally:
                 end = time.perf_counter()
-                clock._inner_depth -= 1
-                if clock._inner_depth == 0:
-                    clock.inner += end - start
+                layer.depth -= 1
+                if layer.depth == 0:
+                    layer.seconds += end - start
+                    layer.calls += 1
 
-        def outer(*args, **kwargs):  # the same steps as inner, so the same cost
-            clock._outer_depth += 1
-            start = time.perf_counter()
-            try:
-                return inner(*args, **kwargs)
-            finally:
-                end = time.perf_counter()
-                clock._outer_depth -= 1
-                if clock._outer_depth == 0:
-                    clock.outer += end - start
-                    clock.calls += 1
+        return wrapper
 
-        outer.__wrapped__ = fn  # type: ignore[attr-defined]
-        return outer
+    def take(self) -> "tuple[float, int]":
+        taken = (self.seconds, self.calls)
+        self.seconds, self.calls = 0.0, 0
+        return taken
+
+
+class NativeClock:
+    """The time spent inside native (extension) calls, through two nested wrappers per
+    callable, one per layer and made alike, so they cost alike (see the module's
+    docstring): the inner layer's seconds are the native time (with the steps between its
+    wrapper's clock reads), the outer layer's that plus one wrapper's whole cost."""
+
+    def __init__(self) -> None:
+        self.inner = TimerLayer()
+        self.outer = TimerLayer()
+
+    def timed(self, fn: Callable) -> Callable:
+        wrapper = self.outer.wrap(self.inner.wrap(fn))
+        wrapper.__wrapped__ = fn  # type: ignore[attr-defined]
+        return wrapper
 
     def take(self) -> "tuple[float, float, int]":
         """(native seconds, native plus one wrapper's cost, calls) since the last take."""
-        taken = (self.inner, self.outer, self.calls)
-        self.inner, self.outer, self.calls = 0.0, 0.0, 0
-        return taken
+        inner, _ = self.inner.take()
+        outer, calls = self.outer.take()
+        return inner, outer, calls
 
 
 # Kinds of callables that are an extension class's instance methods (nanobind, pybind11,
