@@ -6,6 +6,7 @@
 #include "cuda_ep_kernels.hpp"
 #include "cuda_status.hpp"
 #include "gpu/ep/direct_kernels.hpp"
+#include "gpu/ep/direct_launch.hpp"
 #include "gpu/ep/layout.hpp"
 #include "gpu/ep/proxy_jobs.hpp"
 #include "gpu/ep/proxy_launch.hpp"
@@ -137,37 +138,55 @@ int ep_ht_dispatch(const courier_gpu_ep_ht_dispatch_v1* job, cudaStream_t stream
   return launched("the EP high-throughput dispatch kernel");
 }
 
+// The device's multiprocessors (launch shapes, direct_launch.hpp).
+uint32_t multiprocessors(int device) {
+  int sms = 0;
+  if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
+    cudaGetLastError();  // not sticky: the launch shape falls back to one block
+    return 1;
+  }
+  return static_cast<uint32_t>(sms);
+}
+
 int ep_ll_dispatch(const courier_gpu_ep_ll_dispatch_v1* job_in, cudaStream_t stream) {
-  courier_gpu_ep_ll_dispatch_v1 full;
-  if (!device::ep::complete_job(job_in, &full)) {
+  courier_gpu_ep_ll_dispatch_v1 job;
+  courier_gpu_ep_ll_receive_v1 receive{};
+  if (!device::ep::complete_job(job_in, &job)) {
     return fail(-EINVAL, "ep_ll_dispatch: job is NULL or its struct_size too small");
   }
-  const courier_gpu_ep_ll_dispatch_v1* job = &full;
-  // A block per rank (its release flag), then one per (token, k) pair.
-  const uint32_t blocks = job->num_ranks + job->tokens * job->topk;
-  device::ep::direct::dispatch<<<blocks, kRowThreads, 0, stream>>>(*job, {}, false);
+  uint32_t halves = device::ep::kSendHalf;
+  if ((job.fuse & COURIER_GPU_EP_FUSE_RECEIVE) != 0) {
+    if (!device::ep::complete_job(job.receive, &receive)) {
+      return fail(-EINVAL,
+                  "ep_ll_dispatch: FUSE_RECEIVE without a receive job of enough struct_size");
+    }
+    halves |= device::ep::kReceiveHalf;
+  }
+  const uint32_t blocks = device::ep::ll_dispatch_blocks(job, receive, multiprocessors(job.device));
+  device::ep::direct::dispatch<<<blocks, device::ep::kLlThreads, 0, stream>>>(job, receive, halves);
   return launched("the EP low-latency dispatch kernel");
 }
 
 int ep_ll_receive(const courier_gpu_ep_ll_receive_v1* job_in, cudaStream_t stream) {
-  courier_gpu_ep_ll_receive_v1 full;
-  if (!device::ep::complete_job(job_in, &full)) {
+  courier_gpu_ep_ll_receive_v1 job;
+  if (!device::ep::complete_job(job_in, &job)) {
     return fail(-EINVAL, "ep_ll_receive: job is NULL or its struct_size too small");
   }
-  const courier_gpu_ep_ll_receive_v1* job = &full;
-  const uint32_t blocks = job->local_experts == 0 ? 1 : job->local_experts;
-  device::ep::direct::dispatch<<<blocks, kRowThreads, 0, stream>>>({}, *job, true);
+  const uint32_t blocks = device::ep::ll_receive_blocks(job, multiprocessors(job.device));
+  device::ep::direct::dispatch<<<blocks, device::ep::kLlThreads, 0, stream>>>(
+      {}, job, device::ep::kReceiveHalf);
   return launched("the EP low-latency receive kernel");
 }
 
-int ep_combine_send(const courier_gpu_ep_combine_send_v1* job, cudaStream_t stream) {
-  if (too_small(job)) {
+int ep_combine_send(const courier_gpu_ep_combine_send_v1* job_in, cudaStream_t stream) {
+  courier_gpu_ep_combine_send_v1 job;
+  if (!device::ep::complete_job(job_in, &job)) {
     return fail(-EINVAL, "ep_combine_send: job is NULL or its struct_size too small");
   }
-  const uint64_t rows = (job->mode & COURIER_GPU_EP_ROUTE_MASK) == COURIER_GPU_EP_ROUTE_RANKS
-                            ? job->rows
-                            : uint64_t{job->local_experts} * job->rows_per_expert;
-  device::ep::direct::combine<<<row_blocks(rows), kRowThreads, 0, stream>>>(*job, {}, false);
+  const uint64_t rows = (job.mode & COURIER_GPU_EP_ROUTE_MASK) == COURIER_GPU_EP_ROUTE_RANKS
+                            ? job.rows
+                            : uint64_t{job.local_experts} * job.rows_per_expert;
+  device::ep::direct::combine<<<row_blocks(rows), kRowThreads, 0, stream>>>(job, {}, false);
   return launched("the EP combine send kernel");
 }
 

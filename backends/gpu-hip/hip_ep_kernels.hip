@@ -4,6 +4,7 @@
 #include <string>
 
 #include "gpu/ep/direct_kernels.hpp"
+#include "gpu/ep/direct_launch.hpp"
 #include "gpu/ep/layout.hpp"
 #include "gpu/ep/proxy_jobs.hpp"
 #include "gpu/ep/proxy_launch.hpp"
@@ -142,40 +143,56 @@ int ep_ht_dispatch(const courier_gpu_ep_ht_dispatch_v1* job, hipStream_t stream)
   return launched("the EP high-throughput dispatch kernel");
 }
 
+// The device's multiprocessors (launch shapes, direct_launch.hpp).
+uint32_t multiprocessors(int device) {
+  int sms = 0;
+  if (hipDeviceGetAttribute(&sms, hipDeviceAttributeMultiprocessorCount, device) != hipSuccess) {
+    (void)hipGetLastError();  // not sticky: the launch shape falls back to one block
+    return 1;
+  }
+  return static_cast<uint32_t>(sms);
+}
+
 int ep_ll_dispatch(const courier_gpu_ep_ll_dispatch_v1* job_in, hipStream_t stream) {
-  courier_gpu_ep_ll_dispatch_v1 full;
-  if (!device::ep::complete_job(job_in, &full)) {
+  courier_gpu_ep_ll_dispatch_v1 job;
+  courier_gpu_ep_ll_receive_v1 receive{};
+  if (!device::ep::complete_job(job_in, &job)) {
     return fail(-EINVAL, "ep_ll_dispatch: job is NULL or its struct_size too small");
   }
-  const courier_gpu_ep_ll_dispatch_v1* job = &full;
-  // A block per rank (its release flag), then one per (token, k) pair.
-  const uint32_t blocks = job->num_ranks + job->tokens * job->topk;
-  hipLaunchKernelGGL(device::ep::direct::dispatch, dim3(blocks), dim3(kRowThreads), 0, stream, *job,
-                     courier_gpu_ep_ll_receive_v1{}, false);
+  uint32_t halves = device::ep::kSendHalf;
+  if ((job.fuse & COURIER_GPU_EP_FUSE_RECEIVE) != 0) {
+    if (!device::ep::complete_job(job.receive, &receive)) {
+      return fail(-EINVAL, "ep_ll_dispatch: FUSE_RECEIVE without a receive job of enough struct_size");
+    }
+    halves |= device::ep::kReceiveHalf;
+  }
+  const uint32_t blocks = device::ep::ll_dispatch_blocks(job, receive, multiprocessors(job.device));
+  hipLaunchKernelGGL(device::ep::direct::dispatch, dim3(blocks), dim3(device::ep::kLlThreads), 0,
+                     stream, job, receive, halves);
   return launched("the EP low-latency dispatch kernel");
 }
 
 int ep_ll_receive(const courier_gpu_ep_ll_receive_v1* job_in, hipStream_t stream) {
-  courier_gpu_ep_ll_receive_v1 full;
-  if (!device::ep::complete_job(job_in, &full)) {
+  courier_gpu_ep_ll_receive_v1 job;
+  if (!device::ep::complete_job(job_in, &job)) {
     return fail(-EINVAL, "ep_ll_receive: job is NULL or its struct_size too small");
   }
-  const courier_gpu_ep_ll_receive_v1* job = &full;
-  const uint32_t blocks = job->local_experts == 0 ? 1 : job->local_experts;
-  hipLaunchKernelGGL(device::ep::direct::dispatch, dim3(blocks), dim3(kRowThreads), 0, stream,
-                     courier_gpu_ep_ll_dispatch_v1{}, *job, true);
+  const uint32_t blocks = device::ep::ll_receive_blocks(job, multiprocessors(job.device));
+  hipLaunchKernelGGL(device::ep::direct::dispatch, dim3(blocks), dim3(device::ep::kLlThreads), 0,
+                     stream, courier_gpu_ep_ll_dispatch_v1{}, job, device::ep::kReceiveHalf);
   return launched("the EP low-latency receive kernel");
 }
 
-int ep_combine_send(const courier_gpu_ep_combine_send_v1* job, hipStream_t stream) {
-  if (too_small(job)) {
+int ep_combine_send(const courier_gpu_ep_combine_send_v1* job_in, hipStream_t stream) {
+  courier_gpu_ep_combine_send_v1 job;
+  if (!device::ep::complete_job(job_in, &job)) {
     return fail(-EINVAL, "ep_combine_send: job is NULL or its struct_size too small");
   }
-  const uint64_t rows = (job->mode & COURIER_GPU_EP_ROUTE_MASK) == COURIER_GPU_EP_ROUTE_RANKS
-                            ? job->rows
-                            : uint64_t{job->local_experts} * job->rows_per_expert;
+  const uint64_t rows = (job.mode & COURIER_GPU_EP_ROUTE_MASK) == COURIER_GPU_EP_ROUTE_RANKS
+                            ? job.rows
+                            : uint64_t{job.local_experts} * job.rows_per_expert;
   hipLaunchKernelGGL(device::ep::direct::combine, dim3(row_blocks(rows)), dim3(kRowThreads), 0, stream,
-                     *job, courier_gpu_ep_reduce_v1{}, false);
+                     job, courier_gpu_ep_reduce_v1{}, false);
   return launched("the EP combine send kernel");
 }
 

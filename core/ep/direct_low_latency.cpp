@@ -57,6 +57,7 @@ LlDirectLayout::LlDirectLayout(uint32_t ranks, uint32_t experts, uint32_t max_to
   flags = take(3ull * 2 * ranks * 8);
   staging = take(record_bytes);
   done = take(4);
+  done_send = take(4);
   total = at;
 }
 
@@ -69,6 +70,7 @@ DirectLowLatency::DirectLowLatency(Context& ctx, const BufferOptions& options, D
       layout_(ranks_, options.num_experts, options.max_tokens_per_rank, options.hidden,
               options.element_bytes, options.max_topk),
       windows_(ctx, layout_.total),
+      fused_((windows_.caps() & COURIER_GPU_CAP_EP_FUSED) != 0),
       combined_x_{
           ctx.alloc(uint64_t{options.max_tokens_per_rank} * options.hidden * options.element_bytes),
           ctx.alloc(uint64_t{options.max_tokens_per_rank} * options.hidden *
@@ -112,21 +114,38 @@ LowLatencyDispatchResult DirectLowLatency::dispatch(const LlInputs& in, bool ret
   const uint64_t epoch = call / 2 + 1;
   const uint32_t L = layout_.local_experts;
   windows_.clear_status();
+  auto* slots = reinterpret_cast<int32_t*>(windows_.at(layout_.slots[parity]));
 
-  courier_gpu_ep_route_v1 route{};
-  route.struct_size = sizeof route;
-  route.device = windows_.device();
-  route.mode = COURIER_GPU_EP_ROUTE_EXPERTS;
-  route.tokens = in.tokens;
-  route.topk = in.topk;
-  route.num_experts = layout_.experts;
-  route.num_ranks = ranks_;
-  route.topk_idx = in.idx;
-  route.slots = reinterpret_cast<int32_t*>(windows_.at(layout_.slots[parity]));
-  route.record = reinterpret_cast<uint32_t*>(windows_.at(layout_.staging));
-  route.bad_index = windows_.bad_index_device();
-  route.status = windows_.status_device();
-  windows_.check(windows_.ops()->ep_route(windows_.backend(), &route), "routing the tokens");
+  // Where the outputs go: the caller's tensors, or the window.
+  Outputs& out = out_[parity];
+  const bool caller = in.out_x != nullptr;
+  out.x = caller ? in.out_x : windows_.at(layout_.x[parity]);
+  out.scales = caller ? in.out_scales : windows_.at(layout_.scales[parity]);
+  out.count =
+      caller ? in.out_count : reinterpret_cast<int32_t*>(windows_.at(layout_.count[parity]));
+  out.src = caller ? in.out_src : reinterpret_cast<int32_t*>(windows_.at(layout_.src[parity]));
+  out.range =
+      caller ? in.out_range : reinterpret_cast<int64_t*>(windows_.at(layout_.range[parity]));
+  out.scales_layout = scales_layout_bits(in.fp8, in.scales_layout);
+  call_fp8_[parity] = in.fp8;
+  call_row_bytes_[parity] = in.fp8 ? in.hidden : in.hidden * (in.x_dtype.bits / 8);
+
+  if (!fused_) {
+    courier_gpu_ep_route_v1 route{};
+    route.struct_size = sizeof route;
+    route.device = windows_.device();
+    route.mode = COURIER_GPU_EP_ROUTE_EXPERTS;
+    route.tokens = in.tokens;
+    route.topk = in.topk;
+    route.num_experts = layout_.experts;
+    route.num_ranks = ranks_;
+    route.topk_idx = in.idx;
+    route.slots = slots;
+    route.record = reinterpret_cast<uint32_t*>(windows_.at(layout_.staging));
+    route.bad_index = windows_.bad_index_device();
+    route.status = windows_.status_device();
+    windows_.check(windows_.ops()->ep_route(windows_.backend(), &route), "routing the tokens");
+  }
 
   // The rows go straight into the destinations' staging blocks (no round
   // of counts first); the counts follow with the data flag.
@@ -145,7 +164,7 @@ LowLatencyDispatchResult DirectLowLatency::dispatch(const LlInputs& in, bool ret
   job.max_tokens = layout_.max_tokens;
   job.x = in.x;
   job.topk_idx = in.idx;
-  job.slots = route.slots;
+  job.slots = slots;
   job.x_off = layout_.staging_x[parity];
   job.scales_off = layout_.staging_scales[parity];
   job.src_off = layout_.staging_src[parity];
@@ -156,28 +175,33 @@ LowLatencyDispatchResult DirectLowLatency::dispatch(const LlInputs& in, bool ret
   job.status = windows_.status_device();
   job.peers = windows_.peers();
   job.epoch_word = epoch_word(kData, call);
-  windows_.check(windows_.ops()->ep_ll_dispatch(windows_.backend(), &job), "sending the rows");
   const uint64_t record_off = layout_.records[parity] + rank_ * layout_.record_bytes;
-  if (return_recv_hook) {
+  courier_gpu_ep_ll_receive_v1 fused_receive{};
+  if (fused_) {
+    // One launch routes, stores, counts and signals, and (without a hook)
+    // receives.
+    job.fuse = COURIER_GPU_EP_FUSE_ROUTE | COURIER_GPU_EP_FUSE_SIGNAL;
+    job.route_slots = slots;
+    job.bad_index = windows_.bad_index_device();
+    job.record_off = record_off;
+    job.flag_off = layout_.flag(kData, parity, rank_);
+    job.epoch = epoch;
+    job.done = reinterpret_cast<uint32_t*>(windows_.at(layout_.done_send));
+    if (!return_recv_hook) {
+      fused_receive = receive_job(call, true);
+      job.fuse |= COURIER_GPU_EP_FUSE_RECEIVE;
+      job.receive = &fused_receive;
+    }
+  }
+  windows_.check(windows_.ops()->ep_ll_dispatch(windows_.backend(), &job), "sending the rows");
+  if (!fused_ && return_recv_hook) {
     windows_.signal(windows_.at(layout_.staging), layout_.record_bytes, record_off,
                     layout_.flag(kData, parity, rank_), epoch, epoch_word(kData, call));
-  } else {
+  } else if (!fused_) {
     windows_.signal_and_wait(windows_.at(layout_.staging), layout_.record_bytes, record_off,
                              layout_.flag(kData, parity, rank_), layout_.flag(kData, parity, 0),
                              epoch, epoch_word(kData, call));
   }
-
-  // Where the outputs go: the caller's tensors, or the window.
-  Outputs& out = out_[parity];
-  const bool caller = in.out_x != nullptr;
-  out.x = caller ? in.out_x : windows_.at(layout_.x[parity]);
-  out.scales = caller ? in.out_scales : windows_.at(layout_.scales[parity]);
-  out.count =
-      caller ? in.out_count : reinterpret_cast<int32_t*>(windows_.at(layout_.count[parity]));
-  out.src = caller ? in.out_src : reinterpret_cast<int32_t*>(windows_.at(layout_.src[parity]));
-  out.range =
-      caller ? in.out_range : reinterpret_cast<int64_t*>(windows_.at(layout_.range[parity]));
-  out.scales_layout = scales_layout_bits(in.fp8, in.scales_layout);
 
   LowLatencyDispatchResult result;
   describe_ll_outputs(result, {out.x, out.scales, out.count, out.src, out.range}, device_, L,
@@ -190,20 +214,19 @@ LowLatencyDispatchResult DirectLowLatency::dispatch(const LlInputs& in, bool ret
   handle.dtype_bits = in.x_dtype.bits;
   handle.call = call;
   handle.layout_range = in.out_range;
-  call_fp8_[parity] = in.fp8;
-  call_row_bytes_[parity] = in.fp8 ? in.hidden : in.hidden * (in.x_dtype.bits / 8);
   if (return_recv_hook) {  // run once (LowLatency::dispatch sees to it)
     result.recv_hook = [this, call] { receive(call, false); };
+  } else if (fused_) {
+    windows_.sync("low_latency_dispatch");
   } else {
     receive(call, true);
   }
   return result;
 }
 
-void DirectLowLatency::receive(uint64_t call, bool waited) {
+courier_gpu_ep_ll_receive_v1 DirectLowLatency::receive_job(uint64_t call, bool wait) const {
   const uint32_t parity = call & 1;
   const uint64_t epoch = call / 2 + 1;
-  if (!waited) windows_.wait(layout_.flag(kData, parity, 0), epoch, epoch_word(kData, call));
   const Outputs& out = out_[parity];
   courier_gpu_ep_ll_receive_v1 job{};
   job.struct_size = sizeof job;
@@ -233,6 +256,17 @@ void DirectLowLatency::receive(uint64_t call, bool waited) {
   job.epoch = epoch;
   job.status = windows_.status_device();
   job.peers = windows_.peers();
+  if (wait) job.wait = windows_.wait_job(layout_.flag(kData, parity, 0), epoch, job.epoch_word);
+  return job;
+}
+
+void DirectLowLatency::receive(uint64_t call, bool waited) {
+  const uint32_t parity = call & 1;
+  const uint64_t epoch = call / 2 + 1;
+  // Fused launches: the receive kernel waits for the flags itself.
+  if (!waited && !fused_)
+    windows_.wait(layout_.flag(kData, parity, 0), epoch, epoch_word(kData, call));
+  const courier_gpu_ep_ll_receive_v1 job = receive_job(call, !waited && fused_);
   windows_.check(windows_.ops()->ep_ll_receive(windows_.backend(), &job), "packing the rows");
   windows_.sync("low_latency_dispatch");
 }
@@ -264,9 +298,17 @@ CombineResult DirectLowLatency::combine(const std::byte* x, const float* topk_we
   send.out_off = layout_.combine[parity];
   send.status = windows_.status_device();
   send.peers = windows_.peers();
+  if (fused_) {  // the send kernel signals, the reduce kernel waits
+    send.flag_off = layout_.flag(kCombine, parity, rank_);
+    send.epoch = epoch;
+    send.epoch_word = epoch_word(kCombine, call);
+    send.done = reinterpret_cast<uint32_t*>(windows_.at(layout_.done_send));
+  }
   windows_.check(windows_.ops()->ep_combine_send(windows_.backend(), &send), "sending rows back");
-  windows_.signal_and_wait(nullptr, 0, 0, layout_.flag(kCombine, parity, rank_),
-                           layout_.flag(kCombine, parity, 0), epoch, epoch_word(kCombine, call));
+  if (!fused_) {
+    windows_.signal_and_wait(nullptr, 0, 0, layout_.flag(kCombine, parity, rank_),
+                             layout_.flag(kCombine, parity, 0), epoch, epoch_word(kCombine, call));
+  }
 
   courier_gpu_ep_reduce_v1 reduce{};
   reduce.struct_size = sizeof reduce;
@@ -282,6 +324,10 @@ CombineResult DirectLowLatency::combine(const std::byte* x, const float* topk_we
   reduce.out = out != nullptr ? out : combined_x_[parity].data();
   reduce.status = windows_.status_device();
   reduce.epoch_word = epoch_word(kCombine, call);
+  if (fused_) {
+    reduce.wait = windows_.wait_job(layout_.flag(kCombine, parity, 0), epoch, reduce.epoch_word);
+    reduce.done = reinterpret_cast<uint32_t*>(windows_.at(layout_.done));
+  }
   windows_.check(windows_.ops()->ep_reduce(windows_.backend(), &reduce), "summing the rows");
   windows_.sync("low_latency_combine");
   CombineResult result;

@@ -3,7 +3,9 @@
 // straight into the destination's staging block of (expert, source rank)
 // (quantized to FP8 on the way with use_fp8), and the per-expert counts
 // follow with the data flag. The receive half (wait for the flags, pack
-// each expert's blocks from row 0) is separable: recv_hook.
+// each expert's blocks from row 0) is separable: recv_hook. Where the GPU
+// backend fuses launches (GPU ABI 1.13), a dispatch is one launch (two
+// with a hook) and a combine two, with no host step between them.
 #pragma once
 
 #include <cstdint>
@@ -47,9 +49,10 @@ struct LlDirectLayout {
   // The outputs, packed per expert from row 0 by the receive half.
   uint64_t x[2], scales[2], src[2], k[2], count[2], range[2];
   uint64_t slots[2], combine[2];
-  uint64_t flags;    // [phase: data, combine, release][parity][rank] u64
-  uint64_t staging;  // this rank's record
-  uint64_t done;     // the receive kernel's count of finished blocks
+  uint64_t flags;      // [phase: data, combine, release][parity][rank] u64
+  uint64_t staging;    // this rank's record
+  uint64_t done;       // the receive and reduce kernels' count of finished blocks
+  uint64_t done_send;  // the send kernels' (fused launches)
   uint64_t total;
 
   uint64_t flag(uint32_t phase, uint32_t parity, uint32_t rank) const {
@@ -79,6 +82,8 @@ class DirectLowLatency {
   // The receive half of dispatch `call`; `waited`: its data flags were
   // already waited for.
   void receive(uint64_t call, bool waited);
+  // Its job; with `wait` (fused launches) it waits for the data flags itself.
+  courier_gpu_ep_ll_receive_v1 receive_job(uint64_t call, bool wait) const;
 
   Context& ctx_;
   BufferOptions options_;
@@ -86,6 +91,7 @@ class DirectLowLatency {
   uint32_t rank_, ranks_;
   LlDirectLayout layout_;
   PeerWindows windows_;
+  bool fused_;                  // the GPU backend fuses launches (COURIER_GPU_CAP_EP_FUSED)
   DeviceBuffer combined_x_[2];  // per combine parity: a result stays until the combine after next
   bool call_fp8_[2] = {false, false};  // per parity: how the rows travel
   uint32_t call_row_bytes_[2] = {0, 0};

@@ -47,6 +47,7 @@ class PeerWindows {
   const courier_gpu_plugin_v1* ops() const { return gpu_.ops(); }
   void* backend() const { return gpu_.handle(); }
   uint64_t timeout_ns() const { return timeout_ns_; }
+  uint32_t caps() const;  // the GPU backend's COURIER_GPU_CAP_*
 
   // The status word and the first bad topk index, as the kernels see them.
   uint32_t* status_device() const { return status_.device(); }
@@ -69,6 +70,9 @@ class PeerWindows {
   // Enqueues ep_wait for the ranks' flags at local offset first_flag (one
   // u64 per rank) to reach `epoch` (or *epoch_word + 1).
   void wait(uint64_t first_flag, uint64_t epoch, const uint64_t* epoch_word = nullptr) const;
+  // The job of that wait (for the kernels that wait themselves, GPU ABI 1.13).
+  courier_gpu_ep_wait_v1 wait_job(uint64_t first_flag, uint64_t epoch,
+                                  const uint64_t* epoch_word) const;
 
   // Throws "<what>: <backend's reason>" when rc is not 0.
   void check(int rc, const char* what) const;
@@ -87,9 +91,6 @@ class PeerWindows {
   void throw_if_broken() const { status_.throw_if_broken(); }
 
  private:
-  courier_gpu_ep_wait_v1 wait_job(uint64_t first_flag, uint64_t epoch,
-                                  const uint64_t* epoch_word) const;
-
   Context& ctx_;
   const GpuBackend& gpu_;
   int device_;

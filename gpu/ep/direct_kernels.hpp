@@ -32,6 +32,55 @@ __device__ __forceinline__ float group_max(float v) {
   return v;
 }
 
+// The largest of v over 16 consecutive lanes (a 128-channel FP8 block
+// when each lane holds 8 channels). Every lane of the warp calls it.
+__device__ __forceinline__ float lanes16_max(float v) {
+  for (int mask = 8; mask > 0; mask /= 2) {
+#if defined(__CUDA_ARCH__)
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, mask, 16));
+#else
+    v = fmaxf(v, __shfl_xor(v, mask, 16));
+#endif
+  }
+  return v;
+}
+
+// How many lanes of the calling thread's warp (wavefront) pass `p`; every
+// lane calls it. warp_leader: the lane that adds the count up.
+__device__ __forceinline__ uint32_t warp_count(bool p) {
+#if defined(__CUDA_ARCH__)
+  return static_cast<uint32_t>(__popc(__ballot_sync(0xffffffffu, p)));
+#else
+  return static_cast<uint32_t>(__popcll(__ballot(p)));
+#endif
+}
+__device__ __forceinline__ bool warp_leader() {
+#if defined(__CUDA_ARCH__)
+  return threadIdx.x % 32 == 0;
+#else
+  return threadIdx.x % warpSize == 0;
+#endif
+}
+
+// The end of a block's part of a launch whose last block does more: true
+// in every thread of the block that arrived last at *done (then left at
+// 0). What the other blocks stored is visible to it (a release/acquire
+// chain at device scope, which a later system-scope release extends).
+__device__ __forceinline__ bool last_block(uint32_t* done) {
+  __shared__ bool last;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence();
+    last = atomicAdd(done, 1u) == gridDim.x - 1;
+    if (last) {
+      __threadfence();
+      *done = 0;  // every block has added: the next launch starts from 0
+    }
+  }
+  __syncthreads();
+  return last;
+}
+
 __device__ __forceinline__ uint32_t status_of(const uint32_t* status) {
   return *const_cast<const volatile uint32_t*>(status);
 }
@@ -324,131 +373,254 @@ __device__ __forceinline__ bool wait_released(const uint64_t* flag, uint64_t wan
   }
 }
 
-// ---- ep_ll_dispatch: blocks [0, num_ranks) wait for the ranks' release
-// flags (so that the signal after this kernel may write their records);
-// then a block per (token, k) pair; FP8 with a group per block of 128
-// channels (many in flight: the loop is latency-bound).
-__device__ __forceinline__ void ll_dispatch_half(const courier_gpu_ep_ll_dispatch_v1& job) {
-  __shared__ uint32_t failed;
-  const uint32_t R = job.num_ranks, K = job.topk, E = job.num_experts, L = E / R;
-  // What they stored for the calls before is read (minor 10: from the word).
-  const uint64_t released = job.epoch_word != nullptr ? *job.epoch_word : job.released_epoch;
-  if (blockIdx.x < R) {
-    if (threadIdx.x == 0) {
-      wait_released(job.released + blockIdx.x, released, job.timeout_ns, job.status, blockIdx.x);
+inline constexpr uint32_t kMaxTopk = 32;  // direct_misfit: a lane per expert of a token
+
+// Token t of a low-latency dispatch: its experts (-1 where none, or where
+// the index is out of range: then, with FUSE_ROUTE, the status says so)
+// and each one's slot, the (t', k') before it in token order with the same
+// expert (FUSE_ROUTE), else the slots ep_route wrote.
+__device__ __forceinline__ void ll_token_slots(const courier_gpu_ep_ll_dispatch_v1& job, uint32_t t,
+                                               int32_t* expert, int32_t* slot, uint32_t* before) {
+  const uint32_t K = job.topk, E = job.num_experts;
+  const bool route = (job.fuse & COURIER_GPU_EP_FUSE_ROUTE) != 0;
+  if (threadIdx.x < K) {
+    const uint32_t k = threadIdx.x;
+    const int64_t e = job.topk_idx[uint64_t{t} * K + k];
+    if (route && (e < -1 || e >= static_cast<int64_t>(E))) {
+      device::compare_exchange(job.bad_index, 0, (uint64_t{t} + 1) << 32 | k);
+      set_status(job.status, COURIER_GPU_EP_STATUS_BAD_INDEX);
     }
-    return;
-  }
-  const uint32_t item = blockIdx.x - R;
-  const int64_t e = job.topk_idx[item];
-  if (e < 0 || e >= static_cast<int64_t>(E)) return;
-  const uint32_t d = static_cast<uint32_t>(e) / L, l = static_cast<uint32_t>(e) % L;
-  if (threadIdx.x == 0) {
-    failed = status_of(job.status);
-    if (failed == 0 && !wait_released(job.released + d, released, job.timeout_ns, job.status, d)) {
-      failed = 1;
-    }
+    expert[k] = e >= 0 && e < static_cast<int64_t>(E) ? static_cast<int32_t>(e) : -1;
+    before[k] = 0;
   }
   __syncthreads();
-  if (failed != 0) return;
-  const uint32_t lane = threadIdx.x % kGroup, group = threadIdx.x / kGroup;
-  const uint32_t groups = blockDim.x / kGroup;
-  const uint32_t t = item / K, k = item % K;
-  const uint32_t elem = job.x_dtype_bits / 8;
-  const uint64_t out_row_bytes = job.fp8 != 0 ? job.hidden : uint64_t{job.hidden} * elem;
-  const uint32_t scale_cols = job.hidden / kFp8Channels;
-  const uint64_t row =
-      (uint64_t{l} * R + job.rank) * job.max_tokens + static_cast<uint32_t>(job.slots[item]);
-  const void* x = static_cast<const std::byte*>(job.x) + uint64_t{t} * job.hidden * elem;
-  std::byte* out = window(job.peers, d, job.x_off + row * out_row_bytes);
-  if (job.fp8 == 0) {
-    group_copy(out, x, out_row_bytes, threadIdx.x, blockDim.x);
-  } else {
-    float* scales =
-        reinterpret_cast<float*>(window(job.peers, d, job.scales_off)) + row * scale_cols;
-    for (uint32_t b = group; b < scale_cols; b += groups) {
-      float v[4];
-      load4(x, job.x_dtype_bits, uint64_t{b} * kFp8Channels + lane * 4, v);
-      float amax = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
-      amax = group_max(amax);
-      const float scale = fp8_scale(amax, (job.fp8 & COURIER_GPU_EP_FP8_POW2_SCALES) != 0);
-      uint32_t packed = 0;
-      for (int i = 0; i < 4; ++i) packed |= uint32_t{float_to_e4m3(v[i] / scale)} << (8 * i);
-      *reinterpret_cast<uint32_t*>(out + uint64_t{b} * kFp8Channels + lane * 4) = packed;
-      if (lane == 0) scales[b] = scale;
+  if (route) {
+    const uint32_t n = t * K;  // the pairs of the tokens before t
+    for (uint32_t base = 0; base < n; base += blockDim.x) {
+      const uint32_t i = base + threadIdx.x;
+      const int64_t v = i < n ? job.topk_idx[i] : -1;
+      for (uint32_t k = 0; k < K; ++k) {
+        const uint32_t c = warp_count(v >= 0 && v == expert[k]);
+        if (c != 0 && warp_leader()) atomicAdd(&before[k], c);
+      }
     }
+    __syncthreads();
   }
-  if (threadIdx.x == 0) {
-    reinterpret_cast<int32_t*>(window(job.peers, d, job.src_off))[row] = static_cast<int32_t>(t);
-    reinterpret_cast<int32_t*>(window(job.peers, d, job.k_off))[row] = static_cast<int32_t>(k);
+  if (threadIdx.x < K) {
+    const uint32_t k = threadIdx.x;
+    int32_t s = -1;
+    if (route && expert[k] >= 0) {
+      s = static_cast<int32_t>(before[k]);
+      for (uint32_t j = 0; j < k; ++j) s += expert[j] == expert[k] ? 1 : 0;
+    } else if (!route && expert[k] >= 0) {
+      s = job.slots[uint64_t{t} * K + k];
+    }
+    slot[k] = s;
+    if (route) job.route_slots[uint64_t{t} * K + k] = s;
   }
-  __threadfence_system();
+  __syncthreads();
 }
 
-// ---- ep_ll_receive: a block per local expert packs its staging blocks;
-// the last block to finish raises the release flags.
+// Token t to each of its experts' staging blocks: quantized once (FP8, a
+// lane per 8 channels, 16 lanes per scale) and stored K times.
+__device__ __forceinline__ void ll_store_token(const courier_gpu_ep_ll_dispatch_v1& job, uint32_t t,
+                                               const int32_t* expert, const int32_t* slot) {
+  const uint32_t R = job.num_ranks, K = job.topk, L = job.num_experts / R;
+  const uint32_t elem = job.x_dtype_bits / 8;
+  const uint64_t out_row_bytes = job.fp8 != 0 ? job.hidden : uint64_t{job.hidden} * elem;
+  const std::byte* x = static_cast<const std::byte*>(job.x) + uint64_t{t} * job.hidden * elem;
+  auto row_of = [&](uint32_t k) {
+    const uint32_t e = static_cast<uint32_t>(expert[k]);
+    return (uint64_t{e % L} * R + job.rank) * job.max_tokens + static_cast<uint32_t>(slot[k]);
+  };
+  auto rank_of = [&](uint32_t k) { return static_cast<uint32_t>(expert[k]) / L; };
+  if (job.fp8 != 0) {
+    const uint32_t scale_cols = job.hidden / kFp8Channels;
+    const bool pow2 = (job.fp8 & COURIER_GPU_EP_FP8_POW2_SCALES) != 0;
+    // The loop is the same for every lane of a warp (the shuffles need all).
+    for (uint32_t base = 0; base < job.hidden; base += blockDim.x * 8) {
+      const uint32_t c = base + threadIdx.x * 8;
+      const bool in = c < job.hidden;
+      float v[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      if (in) {
+        load4(x, job.x_dtype_bits, c, v);
+        load4(x, job.x_dtype_bits, c + 4, v + 4);
+      }
+      float amax = 0.0f;
+      for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(v[i]));
+      amax = lanes16_max(amax);
+      if (!in) continue;
+      const float scale = fp8_scale(amax, pow2);
+      uint2 packed{0, 0};
+      for (int i = 0; i < 4; ++i) packed.x |= uint32_t{float_to_e4m3(v[i] / scale)} << (8 * i);
+      for (int i = 0; i < 4; ++i) packed.y |= uint32_t{float_to_e4m3(v[4 + i] / scale)} << (8 * i);
+      for (uint32_t k = 0; k < K; ++k) {
+        if (expert[k] < 0) continue;
+        const uint64_t row = row_of(k);
+        *reinterpret_cast<uint2*>(
+            window(job.peers, rank_of(k), job.x_off + row * out_row_bytes + c)) = packed;
+        if (threadIdx.x % 16 == 0) {
+          reinterpret_cast<float*>(window(
+              job.peers, rank_of(k), job.scales_off))[row * scale_cols + c / kFp8Channels] = scale;
+        }
+      }
+    }
+  } else if (((reinterpret_cast<uintptr_t>(x) | out_row_bytes | job.x_off) & 15u) == 0) {
+    const auto* in = reinterpret_cast<const int4*>(x);
+    for (uint64_t i = threadIdx.x; i < out_row_bytes / 16; i += blockDim.x) {
+      const int4 v = in[i];
+      for (uint32_t k = 0; k < K; ++k) {
+        if (expert[k] < 0) continue;
+        reinterpret_cast<int4*>(
+            window(job.peers, rank_of(k), job.x_off + row_of(k) * out_row_bytes))[i] = v;
+      }
+    }
+  } else {
+    for (uint32_t k = 0; k < K; ++k) {
+      if (expert[k] < 0) continue;
+      group_copy(window(job.peers, rank_of(k), job.x_off + row_of(k) * out_row_bytes), x,
+                 out_row_bytes, threadIdx.x, blockDim.x);
+    }
+  }
+  if (threadIdx.x < K && expert[threadIdx.x] >= 0) {
+    const uint32_t k = threadIdx.x;
+    const uint64_t row = row_of(k);
+    reinterpret_cast<int32_t*>(window(job.peers, rank_of(k), job.src_off))[row] =
+        static_cast<int32_t>(t);
+    reinterpret_cast<int32_t*>(window(job.peers, rank_of(k), job.k_off))[row] =
+        static_cast<int32_t>(k);
+  }
+}
+
+// FUSE_SIGNAL, by the last block: the count per expert (a shared histogram,
+// kHistogram experts at a time) into the window of the expert's rank, then
+// this rank's data flag everywhere.
+__device__ __forceinline__ void ll_signal_counts(const courier_gpu_ep_ll_dispatch_v1& job) {
+  constexpr uint32_t kHistogram = 1024;
+  __shared__ uint32_t histogram[kHistogram];
+  const uint32_t R = job.num_ranks, E = job.num_experts, L = E / R;
+  const uint32_t pairs = job.tokens * job.topk;
+  for (uint32_t first = 0; first < E; first += kHistogram) {
+    for (uint32_t i = threadIdx.x; i < kHistogram; i += blockDim.x) histogram[i] = 0;
+    __syncthreads();
+    for (uint32_t i = threadIdx.x; i < pairs; i += blockDim.x) {
+      const int64_t e = job.topk_idx[i];
+      if (e >= static_cast<int64_t>(first) && e < static_cast<int64_t>(E) &&
+          e < static_cast<int64_t>(first) + kHistogram) {
+        atomicAdd(&histogram[e - first], 1u);
+      }
+    }
+    __syncthreads();
+    for (uint32_t e = first + threadIdx.x; e < E && e < first + kHistogram; e += blockDim.x) {
+      reinterpret_cast<uint32_t*>(window(job.peers, e / L, job.record_off))[e] =
+          histogram[e - first];
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) __threadfence_system();
+  __syncthreads();
+  if (threadIdx.x < R) {
+    const uint64_t refused = status_of(job.status) != 0 ? COURIER_GPU_EP_REFUSED_FLAG : 0;
+    device::store_release(reinterpret_cast<uint64_t*>(window(job.peers, threadIdx.x, job.flag_off)),
+                          epoch_of(job.epoch_word, job.epoch) | refused);
+  }
+}
+
+// ---- ep_ll_dispatch: a block per token at a time (its experts' slots,
+// the row quantized once and stored to each); first each block waits for
+// the ranks' release flags (what it stored two calls ago was read). With
+// FUSE_SIGNAL the last block to finish counts and signals.
+__device__ __forceinline__ void ll_send(const courier_gpu_ep_ll_dispatch_v1& job) {
+  __shared__ int32_t expert[kMaxTopk];
+  __shared__ int32_t slot[kMaxTopk];
+  __shared__ uint32_t before[kMaxTopk];
+  __shared__ uint32_t failed;
+  const uint64_t released = job.epoch_word != nullptr ? *job.epoch_word : job.released_epoch;
+  if (threadIdx.x < job.num_ranks) {
+    wait_released(job.released + threadIdx.x, released, job.timeout_ns, job.status, threadIdx.x);
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) failed = status_of(job.status);
+  __syncthreads();
+  for (uint32_t t = blockIdx.x; t < job.tokens; t += gridDim.x) {
+    ll_token_slots(job, t, expert, slot, before);
+    if (failed == 0) ll_store_token(job, t, expert, slot);
+    __syncthreads();  // expert and slot are the next token's
+  }
+  if ((job.fuse & COURIER_GPU_EP_FUSE_SIGNAL) == 0) {
+    __threadfence_system();  // an ep_signal follows
+    return;
+  }
+  if (last_block(job.done)) ll_signal_counts(job);
+}
+
+// ---- ep_ll_receive: (with wait.flags, each block first waits for the
+// ranks' data flags) a block per local expert at a time packs its staging
+// blocks; the last block to finish raises the release flags.
 __device__ __forceinline__ void ll_receive_half(const courier_gpu_ep_ll_receive_v1& job) {
   __shared__ uint32_t begin[COURIER_GPU_EP_MAX_RANKS + 1];
   __shared__ uint32_t failed;
-  __shared__ bool last;
-  const uint32_t R = job.num_ranks, l = blockIdx.x;
-  const uint32_t e = job.rank * job.local_experts + l;
-  if (threadIdx.x == 0) {
-    failed = status_of(job.status);
-    uint32_t sum = 0;
-    for (uint32_t s = 0; s < R; ++s) {
-      begin[s] = sum;
-      const uint32_t count = job.records[uint64_t{s} * job.num_experts + e];
-      job.range[uint64_t{l} * R + s] = static_cast<int64_t>(uint64_t{sum} << 32 | count);
-      sum += count;
-    }
-    begin[R] = sum;
-    job.count[l] = static_cast<int32_t>(sum);
+  const uint32_t R = job.num_ranks;
+  // Read before any block can finish the call (the last one moves it on).
+  const uint64_t epoch = epoch_of(job.epoch_word, job.epoch);
+  if (job.wait.flags != nullptr) {
+    if (threadIdx.x < job.wait.num_ranks) wait_for(job.wait, threadIdx.x);
+    __syncthreads();
   }
-  __syncthreads();
-  if (failed == 0) {
-    const uint32_t lane = threadIdx.x % kGroup;
-    const uint32_t groups = blockDim.x / kGroup, group = threadIdx.x / kGroup;
-    const uint64_t rows_per_expert = uint64_t{R} * job.max_tokens;
-    for (uint32_t i = group; i < begin[R]; i += groups) {
-      uint32_t s = 0;
-      while (s + 1 < R && i >= begin[s + 1]) ++s;
-      const uint64_t from = (uint64_t{l} * R + s) * job.max_tokens + (i - begin[s]);
-      const uint64_t to = l * rows_per_expert + i;
-      group_copy(static_cast<std::byte*>(job.x) + to * job.row_bytes,
-                 static_cast<const std::byte*>(job.staging_x) + from * job.row_bytes, job.row_bytes,
-                 lane, kGroup);
-      if (job.scale_cols > 0 && job.scales_layout != 0) {
-        store_scales(job.scales, job.scales_layout, job.scale_cols, rows_per_expert, l, i,
-                     job.staging_scales + from * job.scale_cols, lane, kGroup);
-      } else if (job.scale_cols > 0) {
-        group_copy(job.scales + to * job.scale_cols, job.staging_scales + from * job.scale_cols,
-                   job.scale_cols * 4ull, lane, kGroup);
+  for (uint32_t l = blockIdx.x; l < job.local_experts; l += gridDim.x) {
+    const uint32_t e = job.rank * job.local_experts + l;
+    if (threadIdx.x == 0) {
+      failed = status_of(job.status);
+      uint32_t sum = 0;
+      for (uint32_t s = 0; s < R; ++s) {
+        begin[s] = sum;
+        const uint32_t count = job.records[uint64_t{s} * job.num_experts + e];
+        job.range[uint64_t{l} * R + s] = static_cast<int64_t>(uint64_t{sum} << 32 | count);
+        sum += count;
       }
-      if (lane == 0) {
-        job.src[to] = job.staging_src[from];
-        job.k[to] = job.staging_k[from];
+      begin[R] = sum;
+      job.count[l] = static_cast<int32_t>(sum);
+    }
+    __syncthreads();
+    if (failed == 0) {
+      const uint32_t lane = threadIdx.x % kGroup;
+      const uint32_t groups = blockDim.x / kGroup, group = threadIdx.x / kGroup;
+      const uint64_t rows_per_expert = uint64_t{R} * job.max_tokens;
+      for (uint32_t i = group; i < begin[R]; i += groups) {
+        uint32_t s = 0;
+        while (s + 1 < R && i >= begin[s + 1]) ++s;
+        const uint64_t from = (uint64_t{l} * R + s) * job.max_tokens + (i - begin[s]);
+        const uint64_t to = l * rows_per_expert + i;
+        group_copy(static_cast<std::byte*>(job.x) + to * job.row_bytes,
+                   static_cast<const std::byte*>(job.staging_x) + from * job.row_bytes,
+                   job.row_bytes, lane, kGroup);
+        if (job.scale_cols > 0 && job.scales_layout != 0) {
+          store_scales(job.scales, job.scales_layout, job.scale_cols, rows_per_expert, l, i,
+                       job.staging_scales + from * job.scale_cols, lane, kGroup);
+        } else if (job.scale_cols > 0) {
+          group_copy(job.scales + to * job.scale_cols, job.staging_scales + from * job.scale_cols,
+                     job.scale_cols * 4ull, lane, kGroup);
+        }
+        if (lane == 0) {
+          job.src[to] = job.staging_src[from];
+          job.k[to] = job.staging_k[from];
+        }
       }
     }
+    __syncthreads();  // begin is the next expert's
   }
   // Every block's reads of the staging are done before the release.
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    __threadfence();
-    last = atomicAdd(job.done, 1u) == gridDim.x - 1;
-  }
-  __syncthreads();
-  if (!last) return;
+  if (!last_block(job.done)) return;
   __threadfence_system();
-  const uint64_t epoch = epoch_of(job.epoch_word, job.epoch);
   if (threadIdx.x < R) {
     device::store_release(
         reinterpret_cast<uint64_t*>(window(job.peers, threadIdx.x, job.release_off)), epoch);
   }
-  __syncthreads();  // every thread read the word
   if (threadIdx.x == 0) {
-    *job.done = 0;
     if (job.epoch_word != nullptr) *job.epoch_word = epoch;  // this call is finished
+    if (job.wait.flags != nullptr && job.wait.status_host != nullptr) {
+      *const_cast<volatile uint32_t*>(job.wait.status_host) = status_of(job.status);
+    }
   }
 }
 
@@ -457,7 +629,7 @@ __device__ __forceinline__ void combine_send_half(const courier_gpu_ep_combine_s
   __shared__ uint32_t failed;
   if (threadIdx.x == 0) failed = status_of(job.status);
   __syncthreads();
-  if (failed != 0) return;
+  if (failed != 0) return;  // (the signal after it has its own barriers)
   const uint32_t lane = threadIdx.x % kGroup;
   const uint32_t groups = gridDim.x * (blockDim.x / kGroup);
   const uint32_t first = blockIdx.x * (blockDim.x / kGroup) + threadIdx.x / kGroup;
@@ -494,18 +666,29 @@ __device__ __forceinline__ void combine_send_half(const courier_gpu_ep_combine_s
       }
     }
   }
-  __threadfence_system();
+}
+
+// ep_combine_send: the rows, then (with `done`) the last block raises this
+// rank's flags; without, an ep_signal follows.
+__device__ __forceinline__ void combine_send_signal(const courier_gpu_ep_combine_send_v1& job) {
+  combine_send_half(job);
+  if (job.done == nullptr) {
+    __threadfence_system();
+    return;
+  }
+  if (!last_block(job.done)) return;
+  if (threadIdx.x == 0) __threadfence_system();
+  __syncthreads();
+  if (threadIdx.x < job.num_ranks) {
+    const uint64_t refused = status_of(job.status) != 0 ? COURIER_GPU_EP_REFUSED_FLAG : 0;
+    device::store_release(reinterpret_cast<uint64_t*>(window(job.peers, threadIdx.x, job.flag_off)),
+                          epoch_of(job.epoch_word, job.epoch) | refused);
+  }
 }
 
 // ---- ep_reduce: a block per token; each thread 4 channels at a time, the
 // terms' loads issued before they are summed.
-__device__ __forceinline__ void reduce_half(const courier_gpu_ep_reduce_v1& job) {
-  __shared__ uint32_t failed;
-  // The combine's last job: its call is finished (no block here reads the word).
-  if (job.epoch_word != nullptr && blockIdx.x == 0 && threadIdx.x == 0) *job.epoch_word += 1;
-  if (threadIdx.x == 0) failed = status_of(job.status);
-  __syncthreads();
-  if (failed != 0) return;
+__device__ __forceinline__ void reduce_rows(const courier_gpu_ep_reduce_v1& job) {
   constexpr uint32_t kBatch = 8;
   const uint32_t elem = job.dtype_bits / 8;
   const uint64_t row_bytes = uint64_t{job.hidden} * elem;
@@ -560,26 +743,46 @@ __device__ __forceinline__ void reduce_half(const courier_gpu_ep_reduce_v1& job)
   }
 }
 
+// With wait.flags, every block first waits for the ranks' combine flags and
+// the last one finishes the call.
+__device__ __forceinline__ void reduce_half(const courier_gpu_ep_reduce_v1& job) {
+  __shared__ uint32_t failed;
+  if (job.wait.flags != nullptr) {
+    if (threadIdx.x < job.wait.num_ranks) wait_for(job.wait, threadIdx.x);
+  } else if (job.epoch_word != nullptr && blockIdx.x == 0 && threadIdx.x == 0) {
+    *job.epoch_word += 1;  // the combine's last job: no block here reads the word
+  }
+  if (threadIdx.x == 0) failed = status_of(job.status);
+  __syncthreads();
+  if (failed == 0) reduce_rows(job);
+  if (job.wait.flags == nullptr || !last_block(job.done)) return;
+  if (threadIdx.x == 0) {  // the call is finished: the blocks read the word before
+    if (job.epoch_word != nullptr) *job.epoch_word += 1;
+    if (job.wait.status_host != nullptr) {
+      *const_cast<volatile uint32_t*>(job.wait.status_host) = status_of(job.status);
+    }
+  }
+}
+
 // Low-latency dispatch's two halves are one kernel named `dispatch`, and
-// combine's (also high-throughput's) one named `combine`, a half per launch
-// (`receive` says which): profilers, the field's tests among them, look for
-// one kernel of each name, launched once per half. (The proxy path's are
+// combine's (also high-throughput's) one named `combine`: profilers, the
+// field's tests among them, look for one kernel of each name. `dispatch`
+// runs the send half, the receive half or (FUSE_RECEIVE, blocks resident
+// together) both; `combine` one half per launch. (The proxy path's are
 // ep::proxy::dispatch and ep::proxy::combine.)
+inline constexpr uint32_t kSendHalf = 1, kReceiveHalf = 2;
 namespace direct {
 __global__ void dispatch(courier_gpu_ep_ll_dispatch_v1 send, courier_gpu_ep_ll_receive_v1 received,
-                         bool receive) {
-  if (receive) {
-    ll_receive_half(received);
-  } else {
-    ll_dispatch_half(send);
-  }
+                         uint32_t halves) {
+  if ((halves & kSendHalf) != 0) ll_send(send);
+  if ((halves & kReceiveHalf) != 0) ll_receive_half(received);
 }
 __global__ void combine(courier_gpu_ep_combine_send_v1 send, courier_gpu_ep_reduce_v1 reduce,
                         bool receive) {
   if (receive) {
     reduce_half(reduce);
   } else {
-    combine_send_half(send);
+    combine_send_signal(send);
   }
 }
 }  // namespace direct

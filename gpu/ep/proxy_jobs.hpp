@@ -48,7 +48,8 @@ constexpr size_t min_job_size<courier_gpu_ep_proxy_reduce_v1>() {
   return offsetof(courier_gpu_ep_proxy_reduce_v1, wait_cost);  // minor 8
 }
 
-// The direct path's jobs that gained epoch words in minor 10.
+// The direct path's jobs that gained epoch words in minor 10 (and their
+// fused launches' fields in minor 13).
 template <>
 constexpr size_t min_job_size<courier_gpu_ep_wait_v1>() {
   return offsetof(courier_gpu_ep_wait_v1, epoch_word);  // minor 2
@@ -69,6 +70,11 @@ constexpr size_t min_job_size<courier_gpu_ep_ll_receive_v1>() {
 template <>
 constexpr size_t min_job_size<courier_gpu_ep_reduce_v1>() {
   return offsetof(courier_gpu_ep_reduce_v1, epoch_word);  // minor 2
+}
+// And the one that gained its fused signal in minor 13.
+template <>
+constexpr size_t min_job_size<courier_gpu_ep_combine_send_v1>() {
+  return offsetof(courier_gpu_ep_combine_send_v1, flag_off);  // minor 2
 }
 
 // *out = `job`, the fields past its struct_size zero; false when job is

@@ -16,7 +16,7 @@ extern "C" {
 #endif
 
 #define COURIER_GPU_ABI_MAJOR 1
-#define COURIER_GPU_ABI_MINOR 12
+#define COURIER_GPU_ABI_MINOR 13
 #define COURIER_GPU_SYMBOL_V1 "courier_gpu_backend_v1"
 
 /* Capability bits (courier_gpu_props_v1.caps). */
@@ -37,6 +37,9 @@ extern "C" {
 #define COURIER_GPU_CAP_EP_FP8_POW2 (1u << 9)
 /* Minor 5: the combine jobs' `mode` takes COURIER_GPU_EP_COMBINE_LOGFMT. */
 #define COURIER_GPU_CAP_EP_LOGFMT (1u << 10)
+/* Minor 13: the direct path's jobs take their minor-13 fields (fused
+ * launches: "Fused launches", below). */
+#define COURIER_GPU_CAP_EP_FUSED (1u << 11)
 
 /* Bits of the low-latency dispatches' `fp8` field. QUANTIZE: send e4m3 with
  * one float scale per 128 channels, scale = amax / 448 (1 for an all-zero
@@ -342,6 +345,23 @@ typedef struct courier_gpu_ep_ht_dispatch_v1 {
  * Before storing into d's staging, waits until released[d] (this device's
  * memory; the REFUSED_FLAG bit ignored) reaches released_epoch: d has
  * finished reading what this rank stored there two calls ago. */
+/* Fused launches (minor 13, COURIER_GPU_CAP_EP_FUSED): the low-latency
+ * calls in as few launches as DeepEP's, no host step between them.
+ * ep_ll_dispatch's `fuse` bits: ROUTE: the launch also does ep_route
+ * EXPERTS (slots into route_slots, bad indices flagged); SIGNAL: after the
+ * last block stored its rows, it stores this rank's count per expert e
+ * into rank e / L's window at record_off + 4 e, then does what ep_signal
+ * does with the flag at flag_off; RECEIVE: the launch then does the
+ * receive half (*receive, its wait set), so its blocks wait for the
+ * others' flags: the backend launches no more blocks than can be resident
+ * together. ep_ll_receive and ep_reduce with wait.flags wait themselves
+ * (no ep_wait before them), ep_combine_send with `done` signals itself (no
+ * ep_signal after it). A low-latency dispatch is one launch (two with a
+ * receive hook), a combine two. */
+#define COURIER_GPU_EP_FUSE_ROUTE (1u << 0)
+#define COURIER_GPU_EP_FUSE_SIGNAL (1u << 1)
+#define COURIER_GPU_EP_FUSE_RECEIVE (1u << 2)
+
 typedef struct courier_gpu_ep_ll_dispatch_v1 {
   uint32_t struct_size;
   int32_t device;
@@ -360,6 +380,18 @@ typedef struct courier_gpu_ep_ll_dispatch_v1 {
   courier_gpu_ep_peers_v1 peers;
   /* ---- minor 10 ---- */
   const uint64_t* epoch_word; /* not NULL: released_epoch is *epoch_word */
+  /* ---- minor 13 (COURIER_GPU_CAP_EP_FUSED; "Fused launches" below) ---- */
+  uint32_t fuse; /* COURIER_GPU_EP_FUSE_*: what the launch does besides storing rows */
+  uint32_t reserved13;
+  int32_t* route_slots; /* FUSE_ROUTE: the slots, written (ep_route EXPERTS); `slots` unused */
+  uint64_t* bad_index;  /* FUSE_ROUTE: as ep_route's */
+  uint64_t record_off;  /* FUSE_SIGNAL: where this rank's counts per expert go (u32 [E]) */
+  uint64_t flag_off;    /* FUSE_SIGNAL: this rank's data flag in every window */
+  uint64_t epoch;       /* FUSE_SIGNAL: the flags' epoch (epoch_word: *epoch_word + 1) */
+  uint32_t* done;       /* FUSE_SIGNAL: a u32 in device memory, 0 before, left at 0 */
+  /* FUSE_RECEIVE: the receive half, run by the same launch once every
+   * rank's data flag arrived (its wait.flags set); read during the call. */
+  const struct courier_gpu_ep_ll_receive_v1* receive;
 } courier_gpu_ep_ll_dispatch_v1;
 
 /* Low-latency dispatch, receive half (after the ranks' data flags): per
@@ -397,6 +429,10 @@ typedef struct courier_gpu_ep_ll_receive_v1 {
   uint64_t* epoch_word;   /* not NULL: release to *epoch_word + 1, then add 1 to it */
   uint32_t scales_layout; /* COURIER_GPU_EP_SCALES_* (as the proxy path's receive) */
   uint32_t reserved10;
+  /* ---- minor 13 ---- */
+  /* wait.flags not NULL: every block first waits as ep_wait does for the
+   * ranks' data flags; the last block mirrors *status to wait.status_host. */
+  courier_gpu_ep_wait_v1 wait;
 } courier_gpu_ep_ll_receive_v1;
 
 /* Combine's send half: rows of x go back to the ranks they came from.
@@ -424,6 +460,15 @@ typedef struct courier_gpu_ep_combine_send_v1 {
   uint64_t out_off;
   uint32_t* status;
   courier_gpu_ep_peers_v1 peers;
+  /* ---- minor 13 ---- */
+  /* done not NULL: once every block stored its rows, the last raises this
+   * rank's flag at flag_off in every window to epoch (epoch_word: to
+   * *epoch_word + 1), with REFUSED_FLAG when *status is set: what ep_signal
+   * without a record does. *done: a u32 in device memory, 0, left at 0. */
+  uint64_t flag_off;
+  uint64_t epoch;
+  const uint64_t* epoch_word;
+  uint32_t* done;
 } courier_gpu_ep_combine_send_v1;
 
 /* Combine's reduce: out[t] = sum over j < terms with slots[t][j] >= 0 of
@@ -442,6 +487,13 @@ typedef struct courier_gpu_ep_reduce_v1 {
   uint32_t* status;
   /* ---- minor 10 ---- */
   uint64_t* epoch_word; /* not NULL: one thread adds 1 to it (the combine's last job) */
+  /* ---- minor 13 ---- */
+  /* wait.flags not NULL: every block first waits as ep_wait does for the
+   * ranks' combine flags; then the last block (done: a u32 in device
+   * memory, 0, left at 0) adds 1 to *epoch_word and mirrors *status to
+   * wait.status_host. */
+  courier_gpu_ep_wait_v1 wait;
+  uint32_t* done;
 } courier_gpu_ep_reduce_v1;
 
 /* ---- Minor 3: expert parallelism through the proxies (docs/ep.md, "Proxy

@@ -1,0 +1,33 @@
+// Launch shapes of the EP direct path's kernels (direct_kernels.hpp), for
+// the device compilers' backends (gpu-cuda, gpu-hip): each asks its
+// runtime for the multiprocessor count and launches what these say.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+#include "courier/abi/gpu_v1.h"
+
+namespace courier::device::ep {
+
+// Threads of a low-latency dispatch block: a token's 7168 FP8 channels in
+// two steps of 8 per thread; the receive's 16 groups of 32 lanes.
+inline constexpr uint32_t kLlThreads = 512;
+
+// A block per token at a time; with FUSE_RECEIVE also a block per local
+// expert at a time, and no more blocks than the multiprocessors (`sms`),
+// so that every block is resident while blocks wait for the last one's
+// signal (one 512-thread block fits any SM).
+inline uint32_t ll_dispatch_blocks(const courier_gpu_ep_ll_dispatch_v1& send,
+                                   const courier_gpu_ep_ll_receive_v1& receive, uint32_t sms) {
+  const bool fused = (send.fuse & COURIER_GPU_EP_FUSE_RECEIVE) != 0;
+  const uint32_t want = std::max({send.tokens, fused ? receive.local_experts : 0u, 1u});
+  return std::min(want, std::max(sms, 1u) * (fused ? 1u : 2u));
+}
+
+// A block per local expert at a time.
+inline uint32_t ll_receive_blocks(const courier_gpu_ep_ll_receive_v1& job, uint32_t sms) {
+  return std::min(std::max(job.local_experts, 1u), std::max(sms, 1u) * 4u);
+}
+
+}  // namespace courier::device::ep
