@@ -121,6 +121,35 @@ __device__ __forceinline__ void group_zero(void* dst, uint64_t n, uint32_t lane,
   for (uint64_t i = lane; i < n; i += lanes) static_cast<uint8_t*>(dst)[i] = 0;
 }
 
+// Rows [0, n) of a block's work, each row_bytes (a multiple of 16), row i
+// from src_row[i] to dst_row[i] (16-byte aligned, the pointers in shared
+// memory): the whole block's threads on the 16-byte vectors of all the rows
+// at once, four loads in flight per thread (a group per row leaves most
+// lanes idle when the rows are few).
+__device__ __forceinline__ void block_copy_rows(uint64_t row_bytes, uint32_t n,
+                                                const std::byte* const* src_row,
+                                                std::byte* const* dst_row) {
+  const uint32_t per_row = static_cast<uint32_t>(row_bytes / 16);
+  const uint32_t total = n * per_row;
+  auto from = [&](uint32_t v) {
+    return reinterpret_cast<const int4*>(src_row[v / per_row]) + v % per_row;
+  };
+  auto to = [&](uint32_t v) { return reinterpret_cast<int4*>(dst_row[v / per_row]) + v % per_row; };
+  const uint32_t step = blockDim.x;
+  uint32_t v = threadIdx.x;
+  for (; v + 3 * step < total; v += 4 * step) {
+    const int4 a = *from(v), b = *from(v + step), c = *from(v + 2 * step), d = *from(v + 3 * step);
+    *to(v) = a;
+    *to(v + step) = b;
+    *to(v + 2 * step) = c;
+    *to(v + 3 * step) = d;
+  }
+  for (; v < total; v += step) *to(v) = *from(v);
+}
+
+// Rows a block handles at a time in block_copy_rows (shared row numbers).
+inline constexpr uint32_t kBlockRows = 512;
+
 // Exclusive prefix sum of `value` over the block's threads (blockDim.x <=
 // 1024); *total gets the block's sum. Every thread must call it.
 __device__ __forceinline__ uint32_t block_exclusive_scan(uint32_t value, uint32_t* total) {
@@ -560,6 +589,8 @@ __device__ __forceinline__ void ll_send(const courier_gpu_ep_ll_dispatch_v1& job
 __device__ __forceinline__ void ll_receive_half(const courier_gpu_ep_ll_receive_v1& job) {
   __shared__ uint32_t begin[COURIER_GPU_EP_MAX_RANKS + 1];
   __shared__ uint32_t failed;
+  __shared__ const std::byte* from_row[kBlockRows];
+  __shared__ std::byte* to_row[kBlockRows];
   const uint32_t R = job.num_ranks;
   // Read before any block can finish the call (the last one moves it on).
   const uint64_t epoch = epoch_of(job.epoch_word, job.epoch);
@@ -586,14 +617,34 @@ __device__ __forceinline__ void ll_receive_half(const courier_gpu_ep_ll_receive_
       const uint32_t lane = threadIdx.x % kGroup;
       const uint32_t groups = blockDim.x / kGroup, group = threadIdx.x / kGroup;
       const uint64_t rows_per_expert = uint64_t{R} * job.max_tokens;
+      const bool vectors = ((job.row_bytes | reinterpret_cast<uintptr_t>(job.x) |
+                             reinterpret_cast<uintptr_t>(job.staging_x)) &
+                            15u) == 0;
+      // The values: the whole block on the expert's rows, kBlockRows at a time.
+      for (uint32_t chunk = 0; vectors && chunk < begin[R]; chunk += kBlockRows) {
+        const uint32_t n = begin[R] - chunk < kBlockRows ? begin[R] - chunk : kBlockRows;
+        for (uint32_t r = threadIdx.x; r < n; r += blockDim.x) {
+          const uint32_t i = chunk + r;
+          uint32_t s = 0;
+          while (s + 1 < R && i >= begin[s + 1]) ++s;
+          const uint64_t from = (uint64_t{l} * R + s) * job.max_tokens + (i - begin[s]);
+          from_row[r] = static_cast<const std::byte*>(job.staging_x) + from * job.row_bytes;
+          to_row[r] = static_cast<std::byte*>(job.x) + (l * rows_per_expert + i) * job.row_bytes;
+        }
+        __syncthreads();
+        block_copy_rows(job.row_bytes, n, from_row, to_row);
+        __syncthreads();
+      }
       for (uint32_t i = group; i < begin[R]; i += groups) {
         uint32_t s = 0;
         while (s + 1 < R && i >= begin[s + 1]) ++s;
         const uint64_t from = (uint64_t{l} * R + s) * job.max_tokens + (i - begin[s]);
         const uint64_t to = l * rows_per_expert + i;
-        group_copy(static_cast<std::byte*>(job.x) + to * job.row_bytes,
-                   static_cast<const std::byte*>(job.staging_x) + from * job.row_bytes,
-                   job.row_bytes, lane, kGroup);
+        if (!vectors) {
+          group_copy(static_cast<std::byte*>(job.x) + to * job.row_bytes,
+                     static_cast<const std::byte*>(job.staging_x) + from * job.row_bytes,
+                     job.row_bytes, lane, kGroup);
+        }
         if (job.scale_cols > 0 && job.scales_layout != 0) {
           store_scales(job.scales, job.scales_layout, job.scale_cols, rows_per_expert, l, i,
                        job.staging_scales + from * job.scale_cols, lane, kGroup);
@@ -648,21 +699,50 @@ __device__ __forceinline__ void combine_send_half(const courier_gpu_ep_combine_s
                  x + uint64_t{i} * job.row_bytes, job.row_bytes, lane, kGroup);
     }
   } else {
-    const uint32_t rows = job.local_experts * job.rows_per_expert;
-    for (uint32_t i = first; i < rows; i += groups) {
-      const uint32_t l = i / job.rows_per_expert, j = i % job.rows_per_expert;
-      if (j >= static_cast<uint32_t>(job.count[l])) continue;
-      uint32_t s = 0;
-      for (; s + 1 < job.num_ranks; ++s) {
-        const uint64_t range = static_cast<uint64_t>(job.range[uint64_t{l} * job.num_ranks + s]);
-        if (j < (range >> 32) + (range & 0xFFFFFFFFu)) break;
+    // A block per local expert at a time: the rows it received go back.
+    __shared__ uint32_t begin[COURIER_GPU_EP_MAX_RANKS + 1];
+    __shared__ const std::byte* from_row[kBlockRows];
+    __shared__ std::byte* to_row[kBlockRows];
+    const uint32_t R = job.num_ranks;
+    const bool vectors =
+        !logfmt && ((job.row_bytes | reinterpret_cast<uintptr_t>(x) | job.out_off) & 15u) == 0;
+    for (uint32_t l = blockIdx.x; l < job.local_experts; l += gridDim.x) {
+      if (threadIdx.x <= R) {
+        begin[threadIdx.x] =
+            threadIdx.x < R
+                ? static_cast<uint32_t>(
+                      static_cast<uint64_t>(job.range[uint64_t{l} * R + threadIdx.x]) >> 32)
+                : static_cast<uint32_t>(job.count[l]);
       }
-      const uint64_t slot = uint64_t(job.src[i]) * job.topk + static_cast<uint32_t>(job.k[i]);
-      std::byte* to = window(job.peers, s, job.out_off + slot * slot_bytes);
-      if (logfmt) {
-        logfmt_encode_row(to, x + uint64_t{i} * job.row_bytes, hidden, lane, kGroup);
-      } else {
-        group_copy(to, x + uint64_t{i} * job.row_bytes, job.row_bytes, lane, kGroup);
+      __syncthreads();
+      const uint32_t rows = begin[R];
+      auto rank_of = [&](uint32_t j) {
+        uint32_t s = 0;
+        while (s + 1 < R && j >= begin[s + 1]) ++s;
+        return s;
+      };
+      for (uint32_t chunk = 0; chunk < rows; chunk += kBlockRows) {
+        const uint32_t n = rows - chunk < kBlockRows ? rows - chunk : kBlockRows;
+        for (uint32_t r = threadIdx.x; r < n; r += blockDim.x) {
+          const uint32_t j = chunk + r;
+          const uint64_t i = uint64_t{l} * job.rows_per_expert + j;
+          const uint64_t slot = uint64_t(job.src[i]) * job.topk + static_cast<uint32_t>(job.k[i]);
+          from_row[r] = x + i * job.row_bytes;
+          to_row[r] = window(job.peers, rank_of(j), job.out_off + slot * slot_bytes);
+        }
+        __syncthreads();
+        if (vectors) {
+          block_copy_rows(job.row_bytes, n, from_row, to_row);
+        } else {
+          for (uint32_t r = threadIdx.x / kGroup; r < n; r += blockDim.x / kGroup) {
+            if (logfmt) {
+              logfmt_encode_row(to_row[r], from_row[r], hidden, lane, kGroup);
+            } else {
+              group_copy(to_row[r], from_row[r], job.row_bytes, lane, kGroup);
+            }
+          }
+        }
+        __syncthreads();
       }
     }
   }
@@ -686,60 +766,86 @@ __device__ __forceinline__ void combine_send_signal(const courier_gpu_ep_combine
   }
 }
 
-// ---- ep_reduce: a block per token; each thread 4 channels at a time, the
-// terms' loads issued before they are summed.
+// ---- ep_reduce: a block per token; each thread 8 channels at a time, the
+// token's slots and weights read once into shared memory, the terms' loads
+// issued before they are summed.
 __device__ __forceinline__ void reduce_rows(const courier_gpu_ep_reduce_v1& job) {
+  constexpr uint32_t kMaxTerms =
+      COURIER_GPU_EP_MAX_RANKS;  // RANKS: a term per rank; EXPERTS: top-k
   constexpr uint32_t kBatch = 8;
+  __shared__ int32_t term_row[kMaxTerms];  // -1: no term
+  __shared__ float term_weight[kMaxTerms];
   const uint32_t elem = job.dtype_bits / 8;
   const uint64_t row_bytes = uint64_t{job.hidden} * elem;
   // LogFMT (minor 5): the rows are slots to decode (bfloat16 out).
   const bool logfmt = (job.mode & COURIER_GPU_EP_COMBINE_LOGFMT) != 0;
   const uint64_t slot_bytes = logfmt ? COURIER_GPU_EP_LOGFMT_SLOT_BYTES(job.hidden) : row_bytes;
   const bool by_rank = (job.mode & COURIER_GPU_EP_ROUTE_MASK) == COURIER_GPU_EP_ROUTE_RANKS;
+  const auto* rows = static_cast<const std::byte*>(job.rows);
   for (uint32_t t = blockIdx.x; t < job.tokens; t += gridDim.x) {
-    for (uint32_t c = threadIdx.x * 4; c < job.hidden; c += blockDim.x * 4) {
-      float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (uint32_t j = threadIdx.x; j < job.terms; j += blockDim.x) {
+      const int32_t slot = job.slots[uint64_t{t} * job.terms + j];
+      int32_t r = -1;
+      float w = 0.0f;
+      if (slot >= 0 && by_rank) {
+        r = static_cast<int32_t>(j * job.rows_per_term + static_cast<uint32_t>(slot));
+        w = 1.0f;
+      } else if (slot >= 0) {
+        r = static_cast<int32_t>(t * job.terms + j);
+        w = job.weights[uint64_t{t} * job.terms + j];
+      }
+      term_row[j] = r;
+      term_weight[j] = w;
+    }
+    __syncthreads();
+    for (uint32_t c = threadIdx.x * 8; c < job.hidden; c += blockDim.x * 8) {
+      float sum[8] = {0, 0, 0, 0, 0, 0, 0, 0};
       for (uint32_t first = 0; first < job.terms; first += kBatch) {
-        float v[kBatch][4];
-        float w[kBatch];
+        float v[kBatch][8];
 #pragma unroll
         for (uint32_t b = 0; b < kBatch; ++b) {
           const uint32_t j = first + b;
-          const int32_t slot = j < job.terms ? job.slots[uint64_t{t} * job.terms + j] : -1;
-          w[b] = 0.0f;
-          v[b][0] = v[b][1] = v[b][2] = v[b][3] = 0.0f;
-          if (slot < 0) continue;
-          uint64_t r = 0;
-          if (by_rank) {
-            r = uint64_t{j} * job.rows_per_term + static_cast<uint32_t>(slot);
-            w[b] = 1.0f;
-          } else {
-            r = uint64_t{t} * job.terms + j;
-            w[b] = job.weights[uint64_t{t} * job.terms + j];
-          }
-          const std::byte* row = static_cast<const std::byte*>(job.rows) + r * slot_bytes;
+          const int32_t r = j < job.terms ? term_row[j] : -1;
+          for (int i = 0; i < 8; ++i) v[b][i] = 0.0f;
+          if (r < 0) continue;
+          const std::byte* row = rows + uint64_t(r) * slot_bytes;
           if (logfmt) {
             logfmt_load4(row, job.hidden, c, v[b]);
+            logfmt_load4(row, job.hidden, c + 4, v[b] + 4);
+          } else if (job.dtype_bits == 16) {
+            const uint4 w =
+                *reinterpret_cast<const uint4*>(reinterpret_cast<const uint16_t*>(row) + c);
+            const uint32_t words[4] = {w.x, w.y, w.z, w.w};
+            for (int i = 0; i < 4; ++i) {
+              v[b][2 * i] = bf16_to_float(static_cast<uint16_t>(words[i] & 0xFFFFu));
+              v[b][2 * i + 1] = bf16_to_float(static_cast<uint16_t>(words[i] >> 16));
+            }
           } else {
-            load4(row, job.dtype_bits, c, v[b]);
+            load4(row, 32, c, v[b]);
+            load4(row, 32, c + 4, v[b] + 4);
           }
         }
 #pragma unroll
         for (uint32_t b = 0; b < kBatch; ++b) {
-          for (int i = 0; i < 4; ++i) sum[i] += w[b] * v[b][i];
+          const float w = first + b < job.terms ? term_weight[first + b] : 0.0f;
+          for (int i = 0; i < 8; ++i) sum[i] += w * v[b][i];
         }
       }
       std::byte* out = static_cast<std::byte*>(job.out) + uint64_t{t} * row_bytes;
       if (job.dtype_bits == 16) {
-        uint2 packed;
+        uint4 packed;
         packed.x = uint32_t{float_to_bf16(sum[0])} | uint32_t{float_to_bf16(sum[1])} << 16;
         packed.y = uint32_t{float_to_bf16(sum[2])} | uint32_t{float_to_bf16(sum[3])} << 16;
-        *reinterpret_cast<uint2*>(reinterpret_cast<uint16_t*>(out) + c) = packed;
+        packed.z = uint32_t{float_to_bf16(sum[4])} | uint32_t{float_to_bf16(sum[5])} << 16;
+        packed.w = uint32_t{float_to_bf16(sum[6])} | uint32_t{float_to_bf16(sum[7])} << 16;
+        *reinterpret_cast<uint4*>(reinterpret_cast<uint16_t*>(out) + c) = packed;
       } else {
-        *reinterpret_cast<float4*>(reinterpret_cast<float*>(out) + c) =
-            make_float4(sum[0], sum[1], sum[2], sum[3]);
+        auto* o = reinterpret_cast<float4*>(reinterpret_cast<float*>(out) + c);
+        o[0] = make_float4(sum[0], sum[1], sum[2], sum[3]);
+        o[1] = make_float4(sum[4], sum[5], sum[6], sum[7]);
       }
     }
+    __syncthreads();  // term_row is the next token's
   }
 }
 
