@@ -197,7 +197,8 @@ int ep_reduce(const courier_gpu_ep_reduce_v1* job_in, cudaStream_t stream) {
   }
   const courier_gpu_ep_reduce_v1* job = &full;
   const uint32_t blocks = job->tokens == 0 ? 1 : job->tokens < 4096 ? job->tokens : 4096;
-  device::ep::direct::combine<<<blocks, device::ep::kLlThreads, 0, stream>>>({}, *job, true);
+  const uint32_t threads = device::ep::reduce_threads(*job, multiprocessors(job->device));
+  device::ep::direct::combine<<<blocks, threads, 0, stream>>>({}, *job, true);
   return launched("the EP reduce kernel");
 }
 

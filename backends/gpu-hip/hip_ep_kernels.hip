@@ -203,7 +203,8 @@ int ep_reduce(const courier_gpu_ep_reduce_v1* job_in, hipStream_t stream) {
   }
   const courier_gpu_ep_reduce_v1* job = &full;
   const uint32_t blocks = job->tokens == 0 ? 1 : job->tokens < 4096 ? job->tokens : 4096;
-  hipLaunchKernelGGL(device::ep::direct::combine, dim3(blocks), dim3(device::ep::kLlThreads), 0, stream,
+  const uint32_t threads = device::ep::reduce_threads(*job, multiprocessors(job->device));
+  hipLaunchKernelGGL(device::ep::direct::combine, dim3(blocks), dim3(threads), 0, stream,
                      courier_gpu_ep_combine_send_v1{}, *job, true);
   return launched("the EP reduce kernel");
 }

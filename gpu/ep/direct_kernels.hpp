@@ -591,6 +591,8 @@ __device__ __forceinline__ void ll_receive_half(const courier_gpu_ep_ll_receive_
   __shared__ uint32_t failed;
   __shared__ const std::byte* from_row[kBlockRows];
   __shared__ std::byte* to_row[kBlockRows];
+  __shared__ const std::byte* from_scales[kBlockRows];
+  __shared__ std::byte* to_scales[kBlockRows];
   const uint32_t R = job.num_ranks;
   // Read before any block can finish the call (the last one moves it on).
   const uint64_t epoch = epoch_of(job.epoch_word, job.epoch);
@@ -620,7 +622,14 @@ __device__ __forceinline__ void ll_receive_half(const courier_gpu_ep_ll_receive_
       const bool vectors = ((job.row_bytes | reinterpret_cast<uintptr_t>(job.x) |
                              reinterpret_cast<uintptr_t>(job.staging_x)) &
                             15u) == 0;
-      // The values: the whole block on the expert's rows, kBlockRows at a time.
+      const uint64_t scale_bytes = job.scale_cols * 4ull;
+      // Plain scales are rows too (with a layout, store_scales below).
+      const bool plain_scales = vectors && job.scale_cols > 0 && job.scales_layout == 0 &&
+                                ((scale_bytes | reinterpret_cast<uintptr_t>(job.scales) |
+                                  reinterpret_cast<uintptr_t>(job.staging_scales)) &
+                                 15u) == 0;
+      // The whole block on the expert's rows, kBlockRows at a time: each
+      // row's source and k on the way.
       for (uint32_t chunk = 0; vectors && chunk < begin[R]; chunk += kBlockRows) {
         const uint32_t n = begin[R] - chunk < kBlockRows ? begin[R] - chunk : kBlockRows;
         for (uint32_t r = threadIdx.x; r < n; r += blockDim.x) {
@@ -628,14 +637,24 @@ __device__ __forceinline__ void ll_receive_half(const courier_gpu_ep_ll_receive_
           uint32_t s = 0;
           while (s + 1 < R && i >= begin[s + 1]) ++s;
           const uint64_t from = (uint64_t{l} * R + s) * job.max_tokens + (i - begin[s]);
+          const uint64_t to = l * rows_per_expert + i;
           from_row[r] = static_cast<const std::byte*>(job.staging_x) + from * job.row_bytes;
-          to_row[r] = static_cast<std::byte*>(job.x) + (l * rows_per_expert + i) * job.row_bytes;
+          to_row[r] = static_cast<std::byte*>(job.x) + to * job.row_bytes;
+          if (plain_scales) {
+            from_scales[r] =
+                reinterpret_cast<const std::byte*>(job.staging_scales) + from * scale_bytes;
+            to_scales[r] = reinterpret_cast<std::byte*>(job.scales) + to * scale_bytes;
+          }
+          job.src[to] = job.staging_src[from];
+          job.k[to] = job.staging_k[from];
         }
         __syncthreads();
         block_copy_rows(job.row_bytes, n, from_row, to_row);
+        if (plain_scales) block_copy_rows(scale_bytes, n, from_scales, to_scales);
         __syncthreads();
       }
-      for (uint32_t i = group; i < begin[R]; i += groups) {
+      for (uint32_t i = group; i < begin[R] && !(vectors && (plain_scales || job.scale_cols == 0));
+           i += groups) {
         uint32_t s = 0;
         while (s + 1 < R && i >= begin[s + 1]) ++s;
         const uint64_t from = (uint64_t{l} * R + s) * job.max_tokens + (i - begin[s]);
@@ -644,17 +663,17 @@ __device__ __forceinline__ void ll_receive_half(const courier_gpu_ep_ll_receive_
           group_copy(static_cast<std::byte*>(job.x) + to * job.row_bytes,
                      static_cast<const std::byte*>(job.staging_x) + from * job.row_bytes,
                      job.row_bytes, lane, kGroup);
+          if (lane == 0) {
+            job.src[to] = job.staging_src[from];
+            job.k[to] = job.staging_k[from];
+          }
         }
         if (job.scale_cols > 0 && job.scales_layout != 0) {
           store_scales(job.scales, job.scales_layout, job.scale_cols, rows_per_expert, l, i,
                        job.staging_scales + from * job.scale_cols, lane, kGroup);
         } else if (job.scale_cols > 0) {
           group_copy(job.scales + to * job.scale_cols, job.staging_scales + from * job.scale_cols,
-                     job.scale_cols * 4ull, lane, kGroup);
-        }
-        if (lane == 0) {
-          job.src[to] = job.staging_src[from];
-          job.k[to] = job.staging_k[from];
+                     scale_bytes, lane, kGroup);
         }
       }
     }
@@ -771,8 +790,8 @@ __device__ __forceinline__ void combine_send_signal(const courier_gpu_ep_combine
 // issued before they are summed.
 __device__ __forceinline__ void reduce_rows(const courier_gpu_ep_reduce_v1& job) {
   constexpr uint32_t kMaxTerms =
-      COURIER_GPU_EP_MAX_RANKS;  // RANKS: a term per rank; EXPERTS: top-k
-  constexpr uint32_t kBatch = 8;
+      COURIER_GPU_EP_MAX_RANKS;            // RANKS: a term per rank; EXPERTS: top-k
+  constexpr uint32_t kBatch = 4;           // 32 values in flight per thread (registers: occupancy)
   __shared__ int32_t term_row[kMaxTerms];  // -1: no term
   __shared__ float term_weight[kMaxTerms];
   const uint32_t elem = job.dtype_bits / 8;

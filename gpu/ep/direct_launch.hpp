@@ -30,4 +30,12 @@ inline uint32_t ll_receive_blocks(const courier_gpu_ep_ll_receive_v1& job, uint3
   return std::min(std::max(job.local_experts, 1u), std::max(sms, 1u) * 4u);
 }
 
+// The reduce: a block per token at a time, 8 channels per thread. Few
+// tokens (low-latency): wide blocks, one per SM; many (high-throughput):
+// narrower ones, several resident per SM (a thread keeps 32 values in
+// registers).
+inline uint32_t reduce_threads(const courier_gpu_ep_reduce_v1& job, uint32_t sms) {
+  return job.tokens <= 2 * std::max(sms, 1u) ? kLlThreads : 256u;
+}
+
 }  // namespace courier::device::ep
