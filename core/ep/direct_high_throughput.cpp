@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "core/check.hpp"
+#include "core/context_internals.hpp"
 #include "core/ep/element_types.hpp"
 
 namespace courier::ep {
@@ -48,6 +49,7 @@ HtDirectLayout::HtDirectLayout(uint32_t ranks, uint32_t max_tokens, uint32_t row
   staging = take(record_bytes);
   plan = take(4ull * (ranks + 1) + rows * 4);
   in_rank = take(rows);
+  done = take(8);
   total = at;
 }
 
@@ -62,8 +64,19 @@ DirectHighThroughput::DirectHighThroughput(Context& ctx, const BufferOptions& op
               options.hidden, options.max_topk,
               options.num_experts > 0 ? options.num_experts : kDefaultMaxExperts),
       windows_(ctx, layout_.total),
+      fused_((windows_.caps() & COURIER_GPU_CAP_EP_FUSED) != 0),
       combined_x_{ctx.alloc(uint64_t{options.max_tokens_per_rank} * layout_.row_bytes),
-                  ctx.alloc(uint64_t{options.max_tokens_per_rank} * layout_.row_bytes)} {}
+                  ctx.alloc(uint64_t{options.max_tokens_per_rank} * layout_.row_bytes)},
+      readback_(
+          ContextInternals::gpu(ctx),
+          uint64_t{ranks_} * layout_.record_bytes + 4ull * options.max_tokens_per_rank * ranks_,
+          "mapping the dispatch readback area"),
+      plan_host_{MappedHostMemory(ContextInternals::gpu(ctx),
+                                  4ull * (ranks_ + 1) + 4ull * options.max_tokens_per_rank * ranks_,
+                                  "mapping the combine plan"),
+                 MappedHostMemory(ContextInternals::gpu(ctx),
+                                  4ull * (ranks_ + 1) + 4ull * options.max_tokens_per_rank * ranks_,
+                                  "mapping the combine plan")} {}
 
 void DirectHighThroughput::refuse(uint32_t phase, uint64_t call, const std::string& why) {
   const uint32_t parity = call & 1;
@@ -124,9 +137,17 @@ DispatchResult DirectHighThroughput::dispatch(const HtInputs& in, const Dispatch
                            layout_.records[parity] + rank_ * layout_.record_bytes,
                            layout_.flag(kNotify, parity, rank_), layout_.flag(kNotify, parity, 0),
                            epoch);
+  // The records and the slots to the readback area, then the one wait for
+  // them: the host shapes the outputs by the counts.
+  const uint64_t record_bytes = uint64_t{ranks_} * layout_.record_bytes;
+  auto* readback = static_cast<std::byte*>(readback_.host());
+  windows_.copy(readback, windows_.at(layout_.records[parity]), record_bytes,
+                "reading the counts back");
+  windows_.copy(readback + record_bytes, route.slots, uint64_t{in.tokens} * ranks_ * 4,
+                "reading the slots back");
   windows_.sync("dispatch");
   std::vector<uint32_t> records(uint64_t{ranks_} * layout_.record_words);
-  ctx_.copy(records.data(), windows_.at(layout_.records[parity]), records.size() * 4);
+  std::memcpy(records.data(), readback, records.size() * 4);
 
   DispatchHandle handle;
   handle.num_tokens = in.tokens;
@@ -194,7 +215,7 @@ DispatchResult DirectHighThroughput::dispatch(const HtInputs& in, const Dispatch
                            layout_.flag(kData, parity, 0), epoch);
   // While the rows travel: the handle's copy of the slots.
   handle.send_index.resize(uint64_t{in.tokens} * ranks_);
-  ctx_.copy(handle.send_index.data(), route.slots, handle.send_index.size() * 4);
+  std::memcpy(handle.send_index.data(), readback + record_bytes, handle.send_index.size() * 4);
   windows_.sync("dispatch");
 
   const auto n = static_cast<int64_t>(rows_out);
@@ -220,11 +241,17 @@ CombineResult DirectHighThroughput::combine(const std::byte* x, const DLDataType
   windows_.clear_status();
   // The plan from the handle: where each source's rows begin in x, and
   // which row of each rank holds each token.
-  std::vector<int32_t> plan(ranks_ + 1 + handle.send_index.size());
+  // Written into this parity's mapped area and copied on the EP stream (no
+  // host wait), once the copy queued from it two combines ago is done.
+  if (plan_waits_[parity] == windows_.host_waits_made()) windows_.synchronize();
+  auto* plan = static_cast<int32_t*>(plan_host_[parity].host());
+  plan[0] = 0;
   for (uint32_t s = 0; s < ranks_; ++s)
     plan[s + 1] = plan[s] + static_cast<int32_t>(handle.recv_counts[s]);
-  std::copy(handle.send_index.begin(), handle.send_index.end(), plan.begin() + ranks_ + 1);
-  ctx_.copy(windows_.at(layout_.plan), plan.data(), plan.size() * 4);
+  std::copy(handle.send_index.begin(), handle.send_index.end(), plan + ranks_ + 1);
+  windows_.copy(windows_.at(layout_.plan), plan, (ranks_ + 1 + handle.send_index.size()) * 4,
+                "copying the combine plan");
+  plan_waits_[parity] = windows_.host_waits_made();
   const auto* begins = reinterpret_cast<const int32_t*>(windows_.at(layout_.plan));
 
   courier_gpu_ep_combine_send_v1 send{};
@@ -241,9 +268,17 @@ CombineResult DirectHighThroughput::combine(const std::byte* x, const DLDataType
   send.out_off = layout_.combine[parity];
   send.status = windows_.status_device();
   send.peers = windows_.peers();
+  auto* done = reinterpret_cast<uint32_t*>(windows_.at(layout_.done));
+  if (fused_) {  // the send kernel signals, the reduce kernel waits
+    send.flag_off = layout_.flag(kCombine, parity, rank_);
+    send.epoch = epoch;
+    send.done = done;
+  }
   windows_.check(windows_.ops()->ep_combine_send(windows_.backend(), &send), "sending rows back");
-  windows_.signal_and_wait(nullptr, 0, 0, layout_.flag(kCombine, parity, rank_),
-                           layout_.flag(kCombine, parity, 0), epoch);
+  if (!fused_) {
+    windows_.signal_and_wait(nullptr, 0, 0, layout_.flag(kCombine, parity, rank_),
+                             layout_.flag(kCombine, parity, 0), epoch);
+  }
 
   courier_gpu_ep_reduce_v1 reduce{};
   reduce.struct_size = sizeof reduce;
@@ -258,6 +293,10 @@ CombineResult DirectHighThroughput::combine(const std::byte* x, const DLDataType
   reduce.rows = windows_.at(layout_.combine[parity]);
   reduce.out = combined_x_[call & 1].data();
   reduce.status = windows_.status_device();
+  if (fused_) {
+    reduce.wait = windows_.wait_job(layout_.flag(kCombine, parity, 0), epoch, nullptr);
+    reduce.done = done + 1;
+  }
   windows_.check(windows_.ops()->ep_reduce(windows_.backend(), &reduce), "summing the rows");
   windows_.sync("combine");
   CombineResult result;

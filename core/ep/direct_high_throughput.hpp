@@ -2,7 +2,9 @@
 // "Direct path"): the GPU kernels of the backend's ep_* entry points store
 // rows straight into the peers' windows, so a dispatch is two rounds: the
 // counts (every rank learns where its rows land at every peer), then the
-// rows, each announced by a flag per rank.
+// rows, each announced by a flag per rank. The host waits once per
+// dispatch, for the counts (to shape the outputs), and, on the Buffer's
+// own stream, at the end of a call.
 #pragma once
 
 #include <cstdint>
@@ -10,6 +12,7 @@
 #include <vector>
 
 #include "core/ep/call_admission.hpp"
+#include "core/ep/mapped_host_memory.hpp"
 #include "core/ep/peer_windows.hpp"
 #include "courier/ep.hpp"
 
@@ -48,6 +51,7 @@ struct HtDirectLayout {
   // combine plan (begins [ranks + 1], then send_index [max_tokens][ranks]),
   // is_token_in_rank of a cached dispatch.
   uint64_t slots, staging, plan, in_rank;
+  uint64_t done;  // the fused combine's block counters (send, reduce), u32 each
   uint64_t total;
 
   uint64_t flag(uint32_t phase, uint32_t parity, uint32_t rank) const {
@@ -73,7 +77,16 @@ class DirectHighThroughput {
   uint32_t rank_, ranks_;
   HtDirectLayout layout_;
   PeerWindows windows_;
+  bool fused_;                  // the GPU backend fuses launches (COURIER_GPU_CAP_EP_FUSED)
   DeviceBuffer combined_x_[2];  // per combine parity, as the dispatch outputs
+  // What the host reads after a dispatch's first round (every rank's
+  // record, then this rank's slots), copied there on the EP stream.
+  MappedHostMemory readback_;
+  // The combine plan per combine parity, copied from here to the window's
+  // on the EP stream; plan_waits_: host_waits_made() when it was last
+  // queued (a host wait since: its copy is done, the area may be rewritten).
+  MappedHostMemory plan_host_[2];
+  uint64_t plan_waits_[2] = {~0ull, ~0ull};
 };
 
 }  // namespace courier::ep

@@ -99,16 +99,29 @@ PeerWindows::~PeerWindows() {
   for (void* p : imported_) ops()->ipc_close(backend(), p);
 }
 
+void PeerWindows::wait_stream(const char* what) {
+  check(ops()->ep_sync(backend(), device_), what);
+  ++waits_;
+}
+
 void PeerWindows::set_refused() {
   // Kernels of an earlier call (a recv hook's) may still run: they must not
   // see this call's refusal.
-  check(ops()->ep_sync(backend(), device_), "finishing the previous call");
+  wait_stream("finishing the previous call");
   status_.set_refused(rank_);
 }
 
 void PeerWindows::clear_status() {
-  status_.clear(
-      [this] { check(ops()->ep_sync(backend(), device_), "finishing the previous call"); });
+  status_.clear([this] { wait_stream("finishing the previous call"); });
+}
+
+void PeerWindows::copy(void* dst, const void* src, uint64_t bytes, const char* what) const {
+  if (bytes == 0) return;
+  if (!gpu_.has_minor11()) {
+    ctx_.copy(dst, src, bytes);
+    return;
+  }
+  check(ops()->ep_copy(backend(), device_, dst, src, bytes), what);
 }
 
 namespace {
@@ -184,12 +197,12 @@ void PeerWindows::sync(const char* what) {
     status_.defer(what);
     return;
   }
-  check(ops()->ep_sync(backend(), device_), what);
+  wait_stream(what);
   status_.raise_if_failed(what);
 }
 
 void PeerWindows::synchronize() {
-  status_.synchronize([this] { check(ops()->ep_sync(backend(), device_), "synchronizing"); });
+  status_.synchronize([this] { wait_stream("synchronizing"); });
 }
 
 }  // namespace courier::ep

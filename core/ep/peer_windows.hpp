@@ -74,6 +74,13 @@ class PeerWindows {
   courier_gpu_ep_wait_v1 wait_job(uint64_t first_flag, uint64_t epoch,
                                   const uint64_t* epoch_word) const;
 
+  // Enqueues a copy of `bytes` on the EP stream (GPU ABI 1.11 ep_copy; with
+  // a plugin of an older minor, a synchronous copy).
+  void copy(void* dst, const void* src, uint64_t bytes, const char* what) const;
+  // How many times the host waited for the EP stream through this (what
+  // was queued before such a wait is done).
+  uint64_t host_waits_made() const { return waits_; }
+
   // Throws "<what>: <backend's reason>" when rc is not 0.
   void check(int rc, const char* what) const;
   // The end of a call: waits for the EP stream and throws naming the rank
@@ -91,6 +98,9 @@ class PeerWindows {
   void throw_if_broken() const { status_.throw_if_broken(); }
 
  private:
+  // ep_sync, counted (host_waits_made).
+  void wait_stream(const char* what);
+
   Context& ctx_;
   const GpuBackend& gpu_;
   int device_;
@@ -100,6 +110,7 @@ class PeerWindows {
   courier_gpu_ep_peers_v1 peers_{};
   std::vector<void*> imported_;
   EpStatus status_;
+  uint64_t waits_ = 0;
 };
 
 }  // namespace courier::ep

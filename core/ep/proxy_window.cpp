@@ -35,24 +35,6 @@ const GpuBackend& proxy_capable(const Context& ctx) {
 
 }  // namespace
 
-MappedHostMemory::MappedHostMemory(const GpuBackend& gpu, uint64_t bytes, const char* what)
-    : gpu_(&gpu) {
-  if (gpu.ops()->host_alloc_mapped(gpu.handle(), bytes, &host_, &device_) != 0) {
-    host_ = nullptr;
-    fail("ep::Buffer: {} ({} bytes): {}", what, bytes, gpu.last_error());
-  }
-}
-
-MappedHostMemory::~MappedHostMemory() {
-  if (host_ != nullptr) gpu_->ops()->host_free_mapped(gpu_->handle(), host_);
-}
-
-void MappedHostMemory::swap(MappedHostMemory& other) noexcept {
-  std::swap(gpu_, other.gpu_);
-  std::swap(host_, other.host_);
-  std::swap(device_, other.device_);
-}
-
 ProxyWindow::ProxyWindow(Context& ctx, uint64_t bytes, uint64_t control_bytes,
                          uint32_t record_words, uint64_t readback_bytes)
     : ctx_(ctx),

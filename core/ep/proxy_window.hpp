@@ -15,33 +15,11 @@
 
 #include "core/backend_instance.hpp"
 #include "core/ep/ep_status.hpp"
+#include "core/ep/mapped_host_memory.hpp"
 #include "courier/abi/gpu_v1.h"
 #include "courier/context.hpp"
 
 namespace courier::ep {
-
-// Host memory the GPU backend maps into the device's address space,
-// given back when this goes.
-class MappedHostMemory {
- public:
-  MappedHostMemory() = default;
-  // Throws "ep::Buffer: <what>: <backend's reason>".
-  MappedHostMemory(const GpuBackend& gpu, uint64_t bytes, const char* what);
-  ~MappedHostMemory();
-  MappedHostMemory(MappedHostMemory&& other) noexcept { swap(other); }
-  MappedHostMemory& operator=(MappedHostMemory&& other) noexcept {
-    swap(other);
-    return *this;
-  }
-  void* host() const { return host_; }
-  void* device() const { return device_; }
-
- private:
-  void swap(MappedHostMemory& other) noexcept;
-  const GpuBackend* gpu_ = nullptr;
-  void* host_ = nullptr;
-  void* device_ = nullptr;
-};
 
 class ProxyWindow {
  public:
