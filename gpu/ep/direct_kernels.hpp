@@ -412,6 +412,9 @@ __device__ __forceinline__ void ll_token_slots(const courier_gpu_ep_ll_dispatch_
                                                int32_t* expert, int32_t* slot, uint32_t* before) {
   const uint32_t K = job.topk, E = job.num_experts;
   const bool route = (job.fuse & COURIER_GPU_EP_FUSE_ROUTE) != 0;
+  const uint32_t n = route ? t * K : 0;  // the pairs of the tokens before t
+  // The first of them, loaded with the token's own (one round trip).
+  const int64_t first_v = threadIdx.x < n ? job.topk_idx[threadIdx.x] : -1;
   if (threadIdx.x < K) {
     const uint32_t k = threadIdx.x;
     const int64_t e = job.topk_idx[uint64_t{t} * K + k];
@@ -424,10 +427,9 @@ __device__ __forceinline__ void ll_token_slots(const courier_gpu_ep_ll_dispatch_
   }
   __syncthreads();
   if (route) {
-    const uint32_t n = t * K;  // the pairs of the tokens before t
     for (uint32_t base = 0; base < n; base += blockDim.x) {
       const uint32_t i = base + threadIdx.x;
-      const int64_t v = i < n ? job.topk_idx[i] : -1;
+      const int64_t v = base == 0 ? first_v : i < n ? job.topk_idx[i] : -1;
       for (uint32_t k = 0; k < K; ++k) {
         const uint32_t c = warp_count(v >= 0 && v == expert[k]);
         if (c != 0 && warp_leader()) atomicAdd(&before[k], c);
@@ -450,39 +452,78 @@ __device__ __forceinline__ void ll_token_slots(const courier_gpu_ep_ll_dispatch_
   __syncthreads();
 }
 
-// Token t to each of its experts' staging blocks: quantized once (FP8, a
-// lane per 8 channels, 16 lanes per scale) and stored K times.
-__device__ __forceinline__ void ll_store_token(const courier_gpu_ep_ll_dispatch_v1& job, uint32_t t,
-                                               const int32_t* expert, const int32_t* slot) {
-  const uint32_t R = job.num_ranks, K = job.topk, L = job.num_experts / R;
+// A token's row in passes over its channels: a thread holds kChunks
+// pieces of 8 channels (16 bytes without FP8), loaded before they are
+// used, so that the first pass's loads overlap the slots' computation.
+inline constexpr uint32_t kChunks = 2;
+struct RowPass {
+  float v[kChunks][8];  // FP8: the values
+  int4 w[kChunks];      // otherwise: 16-byte vectors
+};
+
+// Whether the row moves as 16-byte vectors (else a group copy per expert).
+__device__ __forceinline__ bool ll_row_vectors(const courier_gpu_ep_ll_dispatch_v1& job) {
+  const uint64_t row_bytes = uint64_t{job.hidden} * (job.x_dtype_bits / 8);
+  return job.fp8 != 0 || ((reinterpret_cast<uintptr_t>(job.x) | row_bytes | job.x_off) & 15u) == 0;
+}
+// Bytes (FP8: channels) of a pass.
+__device__ __forceinline__ uint32_t ll_pass_span(const courier_gpu_ep_ll_dispatch_v1& job) {
+  return blockDim.x * kChunks * (job.fp8 != 0 ? 8u : 16u);
+}
+
+__device__ __forceinline__ void ll_load_pass(const courier_gpu_ep_ll_dispatch_v1& job, uint32_t t,
+                                             uint32_t base, RowPass* p) {
   const uint32_t elem = job.x_dtype_bits / 8;
-  const uint64_t out_row_bytes = job.fp8 != 0 ? job.hidden : uint64_t{job.hidden} * elem;
   const std::byte* x = static_cast<const std::byte*>(job.x) + uint64_t{t} * job.hidden * elem;
+#pragma unroll
+  for (uint32_t q = 0; q < kChunks; ++q) {
+    if (job.fp8 != 0) {
+      const uint32_t c = base + (q * blockDim.x + threadIdx.x) * 8;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) p->v[q][i] = 0.0f;
+      if (c < job.hidden) {
+        load4(x, job.x_dtype_bits, c, p->v[q]);
+        load4(x, job.x_dtype_bits, c + 4, p->v[q] + 4);
+      }
+    } else {
+      const uint64_t at = base + uint64_t{q * blockDim.x + threadIdx.x} * 16;
+      if (at < uint64_t{job.hidden} * elem) p->w[q] = *reinterpret_cast<const int4*>(x + at);
+    }
+  }
+}
+
+// Stores a pass (ll_load_pass's) to each of the token's experts' staging
+// blocks: quantized once (FP8: 16 lanes per scale) and stored K times.
+__device__ __forceinline__ void ll_store_pass(const courier_gpu_ep_ll_dispatch_v1& job,
+                                              uint32_t base, const RowPass& p,
+                                              const int32_t* expert, const int32_t* slot) {
+  const uint32_t R = job.num_ranks, K = job.topk, L = job.num_experts / R;
+  const uint64_t out_row_bytes =
+      job.fp8 != 0 ? job.hidden : uint64_t{job.hidden} * (job.x_dtype_bits / 8);
   auto row_of = [&](uint32_t k) {
     const uint32_t e = static_cast<uint32_t>(expert[k]);
     return (uint64_t{e % L} * R + job.rank) * job.max_tokens + static_cast<uint32_t>(slot[k]);
   };
   auto rank_of = [&](uint32_t k) { return static_cast<uint32_t>(expert[k]) / L; };
-  if (job.fp8 != 0) {
-    const uint32_t scale_cols = job.hidden / kFp8Channels;
-    const bool pow2 = (job.fp8 & COURIER_GPU_EP_FP8_POW2_SCALES) != 0;
-    // The loop is the same for every lane of a warp (the shuffles need all).
-    for (uint32_t base = 0; base < job.hidden; base += blockDim.x * 8) {
-      const uint32_t c = base + threadIdx.x * 8;
-      const bool in = c < job.hidden;
-      float v[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-      if (in) {
-        load4(x, job.x_dtype_bits, c, v);
-        load4(x, job.x_dtype_bits, c + 4, v + 4);
-      }
+#pragma unroll
+  for (uint32_t q = 0; q < kChunks; ++q) {
+    if (job.fp8 != 0) {
+      const uint32_t scale_cols = job.hidden / kFp8Channels;
+      const bool pow2 = (job.fp8 & COURIER_GPU_EP_FP8_POW2_SCALES) != 0;
+      const uint32_t c = base + (q * blockDim.x + threadIdx.x) * 8;
       float amax = 0.0f;
-      for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(v[i]));
-      amax = lanes16_max(amax);
-      if (!in) continue;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(p.v[q][i]));
+      amax = lanes16_max(amax);  // every lane of the warp (the shuffles need all)
+      if (c >= job.hidden) continue;
       const float scale = fp8_scale(amax, pow2);
       uint2 packed{0, 0};
-      for (int i = 0; i < 4; ++i) packed.x |= uint32_t{float_to_e4m3(v[i] / scale)} << (8 * i);
-      for (int i = 0; i < 4; ++i) packed.y |= uint32_t{float_to_e4m3(v[4 + i] / scale)} << (8 * i);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) packed.x |= uint32_t{float_to_e4m3(p.v[q][i] / scale)} << (8 * i);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        packed.y |= uint32_t{float_to_e4m3(p.v[q][4 + i] / scale)} << (8 * i);
+      }
       for (uint32_t k = 0; k < K; ++k) {
         if (expert[k] < 0) continue;
         const uint64_t row = row_of(k);
@@ -493,18 +534,40 @@ __device__ __forceinline__ void ll_store_token(const courier_gpu_ep_ll_dispatch_
               job.peers, rank_of(k), job.scales_off))[row * scale_cols + c / kFp8Channels] = scale;
         }
       }
-    }
-  } else if (((reinterpret_cast<uintptr_t>(x) | out_row_bytes | job.x_off) & 15u) == 0) {
-    const auto* in = reinterpret_cast<const int4*>(x);
-    for (uint64_t i = threadIdx.x; i < out_row_bytes / 16; i += blockDim.x) {
-      const int4 v = in[i];
+    } else {
+      const uint64_t at = base + uint64_t{q * blockDim.x + threadIdx.x} * 16;
+      if (at >= out_row_bytes) continue;
       for (uint32_t k = 0; k < K; ++k) {
         if (expert[k] < 0) continue;
-        reinterpret_cast<int4*>(
-            window(job.peers, rank_of(k), job.x_off + row_of(k) * out_row_bytes))[i] = v;
+        *reinterpret_cast<int4*>(
+            window(job.peers, rank_of(k), job.x_off + row_of(k) * out_row_bytes + at)) = p.w[q];
       }
     }
+  }
+}
+
+// The rest of token t after its first pass (stored by the caller), its
+// source and k: to each of its experts' staging blocks.
+__device__ __forceinline__ void ll_store_rest(const courier_gpu_ep_ll_dispatch_v1& job, uint32_t t,
+                                              const int32_t* expert, const int32_t* slot) {
+  const uint32_t R = job.num_ranks, K = job.topk, L = job.num_experts / R;
+  const uint32_t elem = job.x_dtype_bits / 8;
+  const uint64_t out_row_bytes = job.fp8 != 0 ? job.hidden : uint64_t{job.hidden} * elem;
+  auto row_of = [&](uint32_t k) {
+    const uint32_t e = static_cast<uint32_t>(expert[k]);
+    return (uint64_t{e % L} * R + job.rank) * job.max_tokens + static_cast<uint32_t>(slot[k]);
+  };
+  auto rank_of = [&](uint32_t k) { return static_cast<uint32_t>(expert[k]) / L; };
+  if (ll_row_vectors(job)) {
+    const uint32_t span = ll_pass_span(job);
+    const uint64_t end = job.fp8 != 0 ? job.hidden : out_row_bytes;
+    for (uint64_t base = span; base < end; base += span) {
+      RowPass p;
+      ll_load_pass(job, t, static_cast<uint32_t>(base), &p);
+      ll_store_pass(job, static_cast<uint32_t>(base), p, expert, slot);
+    }
   } else {
+    const std::byte* x = static_cast<const std::byte*>(job.x) + uint64_t{t} * job.hidden * elem;
     for (uint32_t k = 0; k < K; ++k) {
       if (expert[k] < 0) continue;
       group_copy(window(job.peers, rank_of(k), job.x_off + row_of(k) * out_row_bytes), x,
@@ -571,9 +634,15 @@ __device__ __forceinline__ void ll_send(const courier_gpu_ep_ll_dispatch_v1& job
   __syncthreads();
   if (threadIdx.x == 0) failed = status_of(job.status);
   __syncthreads();
+  const bool vectors = ll_row_vectors(job);
   for (uint32_t t = blockIdx.x; t < job.tokens; t += gridDim.x) {
+    RowPass first;  // loaded while the slots are found
+    if (vectors && failed == 0) ll_load_pass(job, t, 0, &first);
     ll_token_slots(job, t, expert, slot, before);
-    if (failed == 0) ll_store_token(job, t, expert, slot);
+    if (failed == 0) {
+      if (vectors) ll_store_pass(job, 0, first, expert, slot);
+      ll_store_rest(job, t, expert, slot);
+    }
     __syncthreads();  // expert and slot are the next token's
   }
   if ((job.fuse & COURIER_GPU_EP_FUSE_SIGNAL) == 0) {
@@ -584,60 +653,91 @@ __device__ __forceinline__ void ll_send(const courier_gpu_ep_ll_dispatch_v1& job
 }
 
 // ---- ep_ll_receive: (with wait.flags, each block first waits for the
-// ranks' data flags) a block per local expert at a time packs its staging
-// blocks; the last block to finish raises the release flags.
+// ranks' data flags) a block takes its local experts (l = block, block +
+// grid, ...) kPassExperts at a time and packs their staging blocks with
+// one block-wide copy of all their rows (the experts one after another
+// would cost a chain of memory round trips each); the last block to finish
+// raises the release flags.
+inline constexpr uint32_t kPassExperts = 8;
+
 __device__ __forceinline__ void ll_receive_half(const courier_gpu_ep_ll_receive_v1& job) {
-  __shared__ uint32_t begin[COURIER_GPU_EP_MAX_RANKS + 1];
+  __shared__ uint32_t begin[kPassExperts][COURIER_GPU_EP_MAX_RANKS + 1];  // per rank, then total
+  __shared__ uint32_t row_begin[kPassExperts + 1];  // the pass's rows per expert, cumulative
   __shared__ uint32_t failed;
   __shared__ const std::byte* from_row[kBlockRows];
   __shared__ std::byte* to_row[kBlockRows];
   __shared__ const std::byte* from_scales[kBlockRows];
   __shared__ std::byte* to_scales[kBlockRows];
-  const uint32_t R = job.num_ranks;
+  const uint32_t R = job.num_ranks, L = job.local_experts;
+  const uint64_t rows_per_expert = uint64_t{R} * job.max_tokens;
   // Read before any block can finish the call (the last one moves it on).
   const uint64_t epoch = epoch_of(job.epoch_word, job.epoch);
   if (job.wait.flags != nullptr) {
     if (threadIdx.x < job.wait.num_ranks) wait_for(job.wait, threadIdx.x);
     __syncthreads();
   }
-  for (uint32_t l = blockIdx.x; l < job.local_experts; l += gridDim.x) {
-    const uint32_t e = job.rank * job.local_experts + l;
-    if (threadIdx.x == 0) {
-      failed = status_of(job.status);
+  const uint64_t scale_bytes = job.scale_cols * 4ull;
+  const bool vectors = ((job.row_bytes | reinterpret_cast<uintptr_t>(job.x) |
+                         reinterpret_cast<uintptr_t>(job.staging_x)) &
+                        15u) == 0;
+  // Plain scales are rows too (with a layout, store_scales below).
+  const bool plain_scales = vectors && job.scale_cols > 0 && job.scales_layout == 0 &&
+                            ((scale_bytes | reinterpret_cast<uintptr_t>(job.scales) |
+                              reinterpret_cast<uintptr_t>(job.staging_scales)) &
+                             15u) == 0;
+  const uint32_t lane = threadIdx.x % kGroup;
+  const uint32_t groups = blockDim.x / kGroup, group = threadIdx.x / kGroup;
+  for (uint32_t first = blockIdx.x; first < L; first += gridDim.x * kPassExperts) {
+    auto expert_l = [&](uint32_t i) { return first + i * gridDim.x; };
+    uint32_t n = 0;  // the pass's experts
+    while (n < kPassExperts && expert_l(n) < L) ++n;
+    // Every (expert, rank) count at once, then each expert's ranges.
+    for (uint32_t x = threadIdx.x; x < n * R; x += blockDim.x) {
+      const uint32_t i = x / R, s = x % R;
+      begin[i][s] = job.records[uint64_t{s} * job.num_experts + job.rank * L + expert_l(i)];
+    }
+    if (threadIdx.x == 0) failed = status_of(job.status);
+    __syncthreads();
+    if (threadIdx.x < n) {
+      const uint32_t i = threadIdx.x, l = expert_l(i);
       uint32_t sum = 0;
       for (uint32_t s = 0; s < R; ++s) {
-        begin[s] = sum;
-        const uint32_t count = job.records[uint64_t{s} * job.num_experts + e];
+        const uint32_t count = begin[i][s];
+        begin[i][s] = sum;
         job.range[uint64_t{l} * R + s] = static_cast<int64_t>(uint64_t{sum} << 32 | count);
         sum += count;
       }
-      begin[R] = sum;
+      begin[i][R] = sum;
       job.count[l] = static_cast<int32_t>(sum);
     }
     __syncthreads();
+    if (threadIdx.x == 0) {
+      row_begin[0] = 0;
+      for (uint32_t i = 0; i < n; ++i) row_begin[i + 1] = row_begin[i] + begin[i][R];
+    }
+    __syncthreads();
+    const uint32_t rows = row_begin[n];
+    // Row j of the pass: expert i (l), its row `within` of the expert, and
+    // where it was staged (from) and goes (to).
+    auto locate = [&](uint32_t j, uint32_t* l, uint32_t* within, uint64_t* from, uint64_t* to) {
+      uint32_t i = 0;
+      while (i + 1 < n && j >= row_begin[i + 1]) ++i;
+      *l = expert_l(i);
+      *within = j - row_begin[i];
+      uint32_t s = 0;
+      while (s + 1 < R && *within >= begin[i][s + 1]) ++s;
+      *from = (uint64_t{*l} * R + s) * job.max_tokens + (*within - begin[i][s]);
+      *to = *l * rows_per_expert + *within;
+    };
     if (failed == 0) {
-      const uint32_t lane = threadIdx.x % kGroup;
-      const uint32_t groups = blockDim.x / kGroup, group = threadIdx.x / kGroup;
-      const uint64_t rows_per_expert = uint64_t{R} * job.max_tokens;
-      const bool vectors = ((job.row_bytes | reinterpret_cast<uintptr_t>(job.x) |
-                             reinterpret_cast<uintptr_t>(job.staging_x)) &
-                            15u) == 0;
-      const uint64_t scale_bytes = job.scale_cols * 4ull;
-      // Plain scales are rows too (with a layout, store_scales below).
-      const bool plain_scales = vectors && job.scale_cols > 0 && job.scales_layout == 0 &&
-                                ((scale_bytes | reinterpret_cast<uintptr_t>(job.scales) |
-                                  reinterpret_cast<uintptr_t>(job.staging_scales)) &
-                                 15u) == 0;
-      // The whole block on the expert's rows, kBlockRows at a time: each
+      // The whole block on the pass's rows, kBlockRows at a time: each
       // row's source and k on the way.
-      for (uint32_t chunk = 0; vectors && chunk < begin[R]; chunk += kBlockRows) {
-        const uint32_t n = begin[R] - chunk < kBlockRows ? begin[R] - chunk : kBlockRows;
-        for (uint32_t r = threadIdx.x; r < n; r += blockDim.x) {
-          const uint32_t i = chunk + r;
-          uint32_t s = 0;
-          while (s + 1 < R && i >= begin[s + 1]) ++s;
-          const uint64_t from = (uint64_t{l} * R + s) * job.max_tokens + (i - begin[s]);
-          const uint64_t to = l * rows_per_expert + i;
+      for (uint32_t chunk = 0; vectors && chunk < rows; chunk += kBlockRows) {
+        const uint32_t m = rows - chunk < kBlockRows ? rows - chunk : kBlockRows;
+        for (uint32_t r = threadIdx.x; r < m; r += blockDim.x) {
+          uint32_t l = 0, within = 0;
+          uint64_t from = 0, to = 0;
+          locate(chunk + r, &l, &within, &from, &to);
           from_row[r] = static_cast<const std::byte*>(job.staging_x) + from * job.row_bytes;
           to_row[r] = static_cast<std::byte*>(job.x) + to * job.row_bytes;
           if (plain_scales) {
@@ -649,16 +749,16 @@ __device__ __forceinline__ void ll_receive_half(const courier_gpu_ep_ll_receive_
           job.k[to] = job.staging_k[from];
         }
         __syncthreads();
-        block_copy_rows(job.row_bytes, n, from_row, to_row);
-        if (plain_scales) block_copy_rows(scale_bytes, n, from_scales, to_scales);
+        block_copy_rows(job.row_bytes, m, from_row, to_row);
+        if (plain_scales) block_copy_rows(scale_bytes, m, from_scales, to_scales);
         __syncthreads();
       }
-      for (uint32_t i = group; i < begin[R] && !(vectors && (plain_scales || job.scale_cols == 0));
-           i += groups) {
-        uint32_t s = 0;
-        while (s + 1 < R && i >= begin[s + 1]) ++s;
-        const uint64_t from = (uint64_t{l} * R + s) * job.max_tokens + (i - begin[s]);
-        const uint64_t to = l * rows_per_expert + i;
+      // What the block-wide copies did not do: a group per row.
+      const bool rest = !vectors || (job.scale_cols > 0 && !plain_scales);
+      for (uint32_t j = group; rest && j < rows; j += groups) {
+        uint32_t l = 0, within = 0;
+        uint64_t from = 0, to = 0;
+        locate(j, &l, &within, &from, &to);
         if (!vectors) {
           group_copy(static_cast<std::byte*>(job.x) + to * job.row_bytes,
                      static_cast<const std::byte*>(job.staging_x) + from * job.row_bytes,
@@ -669,7 +769,7 @@ __device__ __forceinline__ void ll_receive_half(const courier_gpu_ep_ll_receive_
           }
         }
         if (job.scale_cols > 0 && job.scales_layout != 0) {
-          store_scales(job.scales, job.scales_layout, job.scale_cols, rows_per_expert, l, i,
+          store_scales(job.scales, job.scales_layout, job.scale_cols, rows_per_expert, l, within,
                        job.staging_scales + from * job.scale_cols, lane, kGroup);
         } else if (job.scale_cols > 0) {
           group_copy(job.scales + to * job.scale_cols, job.staging_scales + from * job.scale_cols,
@@ -677,7 +777,7 @@ __device__ __forceinline__ void ll_receive_half(const courier_gpu_ep_ll_receive_
         }
       }
     }
-    __syncthreads();  // begin is the next expert's
+    __syncthreads();  // the shared arrays are the next pass's
   }
   // Every block's reads of the staging are done before the release.
   if (!last_block(job.done)) return;
@@ -718,42 +818,54 @@ __device__ __forceinline__ void combine_send_half(const courier_gpu_ep_combine_s
                  x + uint64_t{i} * job.row_bytes, job.row_bytes, lane, kGroup);
     }
   } else {
-    // A block per local expert at a time: the rows it received go back.
-    __shared__ uint32_t begin[COURIER_GPU_EP_MAX_RANKS + 1];
+    // A block takes its local experts kPassExperts at a time (as the
+    // receive did): all the rows they received go back in one block-wide
+    // copy.
+    __shared__ uint32_t begin[kPassExperts][COURIER_GPU_EP_MAX_RANKS + 1];  // per rank, then total
+    __shared__ uint32_t row_begin[kPassExperts + 1];
     __shared__ const std::byte* from_row[kBlockRows];
     __shared__ std::byte* to_row[kBlockRows];
-    const uint32_t R = job.num_ranks;
+    const uint32_t R = job.num_ranks, L = job.local_experts;
     const bool vectors =
         !logfmt && ((job.row_bytes | reinterpret_cast<uintptr_t>(x) | job.out_off) & 15u) == 0;
-    for (uint32_t l = blockIdx.x; l < job.local_experts; l += gridDim.x) {
-      if (threadIdx.x <= R) {
-        begin[threadIdx.x] =
-            threadIdx.x < R
-                ? static_cast<uint32_t>(
-                      static_cast<uint64_t>(job.range[uint64_t{l} * R + threadIdx.x]) >> 32)
+    for (uint32_t pass = blockIdx.x; pass < L; pass += gridDim.x * kPassExperts) {
+      auto expert_l = [&](uint32_t i) { return pass + i * gridDim.x; };
+      uint32_t n = 0;  // the pass's experts
+      while (n < kPassExperts && expert_l(n) < L) ++n;
+      for (uint32_t v = threadIdx.x; v < n * (R + 1); v += blockDim.x) {
+        const uint32_t i = v / (R + 1), s = v % (R + 1), l = expert_l(i);
+        begin[i][s] =
+            s < R
+                ? static_cast<uint32_t>(static_cast<uint64_t>(job.range[uint64_t{l} * R + s]) >> 32)
                 : static_cast<uint32_t>(job.count[l]);
       }
       __syncthreads();
-      const uint32_t rows = begin[R];
-      auto rank_of = [&](uint32_t j) {
-        uint32_t s = 0;
-        while (s + 1 < R && j >= begin[s + 1]) ++s;
-        return s;
-      };
+      if (threadIdx.x == 0) {
+        row_begin[0] = 0;
+        for (uint32_t i = 0; i < n; ++i) row_begin[i + 1] = row_begin[i] + begin[i][R];
+      }
+      __syncthreads();
+      const uint32_t rows = row_begin[n];
       for (uint32_t chunk = 0; chunk < rows; chunk += kBlockRows) {
-        const uint32_t n = rows - chunk < kBlockRows ? rows - chunk : kBlockRows;
-        for (uint32_t r = threadIdx.x; r < n; r += blockDim.x) {
+        const uint32_t m = rows - chunk < kBlockRows ? rows - chunk : kBlockRows;
+        for (uint32_t r = threadIdx.x; r < m; r += blockDim.x) {
           const uint32_t j = chunk + r;
-          const uint64_t i = uint64_t{l} * job.rows_per_expert + j;
-          const uint64_t slot = uint64_t(job.src[i]) * job.topk + static_cast<uint32_t>(job.k[i]);
-          from_row[r] = x + i * job.row_bytes;
-          to_row[r] = window(job.peers, rank_of(j), job.out_off + slot * slot_bytes);
+          uint32_t i = 0;
+          while (i + 1 < n && j >= row_begin[i + 1]) ++i;
+          const uint32_t within = j - row_begin[i];
+          uint32_t s = 0;
+          while (s + 1 < R && within >= begin[i][s + 1]) ++s;
+          const uint64_t row = uint64_t{expert_l(i)} * job.rows_per_expert + within;
+          const uint64_t slot =
+              uint64_t(job.src[row]) * job.topk + static_cast<uint32_t>(job.k[row]);
+          from_row[r] = x + row * job.row_bytes;
+          to_row[r] = window(job.peers, s, job.out_off + slot * slot_bytes);
         }
         __syncthreads();
         if (vectors) {
-          block_copy_rows(job.row_bytes, n, from_row, to_row);
+          block_copy_rows(job.row_bytes, m, from_row, to_row);
         } else {
-          for (uint32_t r = threadIdx.x / kGroup; r < n; r += blockDim.x / kGroup) {
+          for (uint32_t r = threadIdx.x / kGroup; r < m; r += blockDim.x / kGroup) {
             if (logfmt) {
               logfmt_encode_row(to_row[r], from_row[r], hidden, lane, kGroup);
             } else {
@@ -763,6 +875,7 @@ __device__ __forceinline__ void combine_send_half(const courier_gpu_ep_combine_s
         }
         __syncthreads();
       }
+      __syncthreads();  // the shared arrays are the next pass's
     }
   }
 }
@@ -896,14 +1009,17 @@ __device__ __forceinline__ void reduce_half(const courier_gpu_ep_reduce_v1& job)
 // together) both; `combine` one half per launch. (The proxy path's are
 // ep::proxy::dispatch and ep::proxy::combine.)
 inline constexpr uint32_t kSendHalf = 1, kReceiveHalf = 2;
+// The most threads a block of these kernels has (registers are sized for it).
+inline constexpr uint32_t kMaxBlockThreads = 512;
 namespace direct {
-__global__ void dispatch(courier_gpu_ep_ll_dispatch_v1 send, courier_gpu_ep_ll_receive_v1 received,
-                         uint32_t halves) {
+__global__ void __launch_bounds__(kMaxBlockThreads)
+    dispatch(courier_gpu_ep_ll_dispatch_v1 send, courier_gpu_ep_ll_receive_v1 received,
+             uint32_t halves) {
   if ((halves & kSendHalf) != 0) ll_send(send);
   if ((halves & kReceiveHalf) != 0) ll_receive_half(received);
 }
-__global__ void combine(courier_gpu_ep_combine_send_v1 send, courier_gpu_ep_reduce_v1 reduce,
-                        bool receive) {
+__global__ void __launch_bounds__(kMaxBlockThreads)
+    combine(courier_gpu_ep_combine_send_v1 send, courier_gpu_ep_reduce_v1 reduce, bool receive) {
   if (receive) {
     reduce_half(reduce);
   } else {

@@ -7,12 +7,14 @@
 #include <cstdint>
 
 #include "courier/abi/gpu_v1.h"
+#include "gpu/ep/direct_kernels.hpp"
 
 namespace courier::device::ep {
 
 // Threads of a low-latency dispatch block: a token's 7168 FP8 channels in
 // two steps of 8 per thread; the receive's 16 groups of 32 lanes.
 inline constexpr uint32_t kLlThreads = 512;
+static_assert(kLlThreads <= kMaxBlockThreads, "the kernels' launch bounds");
 
 // A block per token at a time; with FUSE_RECEIVE also a block per local
 // expert at a time, and no more blocks than the multiprocessors (`sms`),
