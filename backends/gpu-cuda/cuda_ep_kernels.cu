@@ -101,7 +101,7 @@ int make_ep_stream(int device, cudaStream_t* stream) {
   return rc == cudaSuccess ? 0 : fail(rc, "cudaStreamCreate (EP stream)");
 }
 
-int ep_route(const courier_gpu_ep_route_v1* job, cudaStream_t stream) {
+int ep_route(const courier_gpu_ep_route_v1* job, cudaStream_t stream, EpTimeline&) {
   if (too_small(job)) return fail(-EINVAL, "ep_route: job is NULL or its struct_size too small");
   const bool by_rank = job->mode == COURIER_GPU_EP_ROUTE_RANKS;
   const uint32_t blocks = (by_rank ? job->num_ranks : job->num_experts) +
@@ -110,7 +110,7 @@ int ep_route(const courier_gpu_ep_route_v1* job, cudaStream_t stream) {
   return launched("the EP route kernel");
 }
 
-int ep_signal(const courier_gpu_ep_signal_v1* job_in, cudaStream_t stream) {
+int ep_signal(const courier_gpu_ep_signal_v1* job_in, cudaStream_t stream, EpTimeline&) {
   courier_gpu_ep_signal_v1 job;
   if (!device::ep::complete_job(job_in, &job)) {
     return fail(-EINVAL, "ep_signal: job is NULL or its struct_size too small");
@@ -120,7 +120,7 @@ int ep_signal(const courier_gpu_ep_signal_v1* job_in, cudaStream_t stream) {
   return launched("the EP signal kernel");
 }
 
-int ep_wait(const courier_gpu_ep_wait_v1* job_in, cudaStream_t stream) {
+int ep_wait(const courier_gpu_ep_wait_v1* job_in, cudaStream_t stream, EpTimeline&) {
   courier_gpu_ep_wait_v1 job;
   if (!device::ep::complete_job(job_in, &job)) {
     return fail(-EINVAL, "ep_wait: job is NULL or its struct_size too small");
@@ -129,7 +129,7 @@ int ep_wait(const courier_gpu_ep_wait_v1* job_in, cudaStream_t stream) {
   return launched("the EP wait kernel");
 }
 
-int ep_ht_dispatch(const courier_gpu_ep_ht_dispatch_v1* job, cudaStream_t stream) {
+int ep_ht_dispatch(const courier_gpu_ep_ht_dispatch_v1* job, cudaStream_t stream, EpTimeline&) {
   if (too_small(job)) {
     return fail(-EINVAL, "ep_ht_dispatch: job is NULL or its struct_size too small");
   }
@@ -148,7 +148,8 @@ uint32_t multiprocessors(int device) {
   return static_cast<uint32_t>(sms);
 }
 
-int ep_ll_dispatch(const courier_gpu_ep_ll_dispatch_v1* job_in, cudaStream_t stream) {
+int ep_ll_dispatch(const courier_gpu_ep_ll_dispatch_v1* job_in, cudaStream_t stream,
+                   EpTimeline& timeline) {
   courier_gpu_ep_ll_dispatch_v1 job;
   courier_gpu_ep_ll_receive_v1 receive{};
   if (!device::ep::complete_job(job_in, &job)) {
@@ -163,22 +164,27 @@ int ep_ll_dispatch(const courier_gpu_ep_ll_dispatch_v1* job_in, cudaStream_t str
     halves |= device::ep::kReceiveHalf;
   }
   const uint32_t blocks = device::ep::ll_dispatch_blocks(job, receive, multiprocessors(job.device));
-  device::ep::direct::dispatch<<<blocks, device::ep::kLlThreads, 0, stream>>>(job, receive, halves);
+  uint64_t* stamps = timeline.stamps("ll_dispatch", blocks);
+  device::ep::direct::dispatch<<<blocks, device::ep::kLlThreads, 0, stream>>>(job, receive, halves,
+                                                                              stamps);
   return launched("the EP low-latency dispatch kernel");
 }
 
-int ep_ll_receive(const courier_gpu_ep_ll_receive_v1* job_in, cudaStream_t stream) {
+int ep_ll_receive(const courier_gpu_ep_ll_receive_v1* job_in, cudaStream_t stream,
+                  EpTimeline& timeline) {
   courier_gpu_ep_ll_receive_v1 job;
   if (!device::ep::complete_job(job_in, &job)) {
     return fail(-EINVAL, "ep_ll_receive: job is NULL or its struct_size too small");
   }
   const uint32_t blocks = device::ep::ll_receive_blocks(job, multiprocessors(job.device));
+  uint64_t* stamps = timeline.stamps("ll_receive", blocks);
   device::ep::direct::dispatch<<<blocks, device::ep::kLlThreads, 0, stream>>>(
-      {}, job, device::ep::kReceiveHalf);
+      {}, job, device::ep::kReceiveHalf, stamps);
   return launched("the EP low-latency receive kernel");
 }
 
-int ep_combine_send(const courier_gpu_ep_combine_send_v1* job_in, cudaStream_t stream) {
+int ep_combine_send(const courier_gpu_ep_combine_send_v1* job_in, cudaStream_t stream,
+                    EpTimeline& timeline) {
   courier_gpu_ep_combine_send_v1 job;
   if (!device::ep::complete_job(job_in, &job)) {
     return fail(-EINVAL, "ep_combine_send: job is NULL or its struct_size too small");
@@ -186,11 +192,12 @@ int ep_combine_send(const courier_gpu_ep_combine_send_v1* job_in, cudaStream_t s
   const uint64_t rows = (job.mode & COURIER_GPU_EP_ROUTE_MASK) == COURIER_GPU_EP_ROUTE_RANKS
                             ? job.rows
                             : uint64_t{job.local_experts} * job.rows_per_expert;
-  device::ep::direct::combine<<<row_blocks(rows), kRowThreads, 0, stream>>>(job, {}, false);
+  uint64_t* stamps = timeline.stamps("combine_send", row_blocks(rows));
+  device::ep::direct::combine<<<row_blocks(rows), kRowThreads, 0, stream>>>(job, {}, false, stamps);
   return launched("the EP combine send kernel");
 }
 
-int ep_reduce(const courier_gpu_ep_reduce_v1* job_in, cudaStream_t stream) {
+int ep_reduce(const courier_gpu_ep_reduce_v1* job_in, cudaStream_t stream, EpTimeline& timeline) {
   courier_gpu_ep_reduce_v1 full;
   if (!device::ep::complete_job(job_in, &full)) {
     return fail(-EINVAL, "ep_reduce: job is NULL or its struct_size too small");
@@ -198,7 +205,8 @@ int ep_reduce(const courier_gpu_ep_reduce_v1* job_in, cudaStream_t stream) {
   const courier_gpu_ep_reduce_v1* job = &full;
   const uint32_t blocks = job->tokens == 0 ? 1 : job->tokens < 4096 ? job->tokens : 4096;
   const uint32_t threads = device::ep::reduce_threads(*job, multiprocessors(job->device));
-  device::ep::direct::combine<<<blocks, threads, 0, stream>>>({}, *job, true);
+  uint64_t* stamps = timeline.stamps("reduce", blocks);
+  device::ep::direct::combine<<<blocks, threads, 0, stream>>>({}, *job, true, stamps);
   return launched("the EP reduce kernel");
 }
 

@@ -12,16 +12,21 @@ namespace courier::cuda_gpu {
 int run_ep_layout(const courier_gpu_ep_layout_v1* job);
 
 // The direct path (GPU ABI minor 2): a stream per device with the kernels
-// loaded, and one enqueue function per entry point.
+// loaded, and one enqueue function per entry point; the timeline gives the
+// kernels that record stamps (gpu/ep/stamps.hpp) where to put them.
 int make_ep_stream(int device, cudaStream_t* stream);
-int ep_route(const courier_gpu_ep_route_v1* job, cudaStream_t stream);
-int ep_signal(const courier_gpu_ep_signal_v1* job, cudaStream_t stream);
-int ep_wait(const courier_gpu_ep_wait_v1* job, cudaStream_t stream);
-int ep_ht_dispatch(const courier_gpu_ep_ht_dispatch_v1* job, cudaStream_t stream);
-int ep_ll_dispatch(const courier_gpu_ep_ll_dispatch_v1* job, cudaStream_t stream);
-int ep_ll_receive(const courier_gpu_ep_ll_receive_v1* job, cudaStream_t stream);
-int ep_combine_send(const courier_gpu_ep_combine_send_v1* job, cudaStream_t stream);
-int ep_reduce(const courier_gpu_ep_reduce_v1* job, cudaStream_t stream);
+int ep_route(const courier_gpu_ep_route_v1* job, cudaStream_t stream, EpTimeline& timeline);
+int ep_signal(const courier_gpu_ep_signal_v1* job, cudaStream_t stream, EpTimeline& timeline);
+int ep_wait(const courier_gpu_ep_wait_v1* job, cudaStream_t stream, EpTimeline& timeline);
+int ep_ht_dispatch(const courier_gpu_ep_ht_dispatch_v1* job, cudaStream_t stream,
+                   EpTimeline& timeline);
+int ep_ll_dispatch(const courier_gpu_ep_ll_dispatch_v1* job, cudaStream_t stream,
+                   EpTimeline& timeline);
+int ep_ll_receive(const courier_gpu_ep_ll_receive_v1* job, cudaStream_t stream,
+                  EpTimeline& timeline);
+int ep_combine_send(const courier_gpu_ep_combine_send_v1* job, cudaStream_t stream,
+                    EpTimeline& timeline);
+int ep_reduce(const courier_gpu_ep_reduce_v1* job, cudaStream_t stream, EpTimeline& timeline);
 
 // The proxy path (GPU ABI minor 3): one enqueue per job type (instantiated
 // for the seven courier_gpu_ep_proxy_*_v1 jobs); `name` labels its kernels

@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
+
+#include "gpu/ep/stamps.hpp"
 
 namespace courier::cuda_gpu {
 
@@ -10,6 +13,35 @@ EpTimeline::~EpTimeline() {
   if (!text.empty()) std::fputs(text.c_str(), stderr);
   for (auto& [label, e] : open_) free_.push_back(e);
   for (cudaEvent_t e : free_) cudaEventDestroy(e);
+  if (stamp_area_ != nullptr) cudaFreeHost(stamp_area_);
+}
+
+void EpTimeline::add(const std::string& label, float us) {
+  if (!us_.count(label)) order_.push_back(label);
+  us_[label].push_back(us);
+}
+
+uint64_t* EpTimeline::stamps(const char* kernel, uint32_t blocks) {
+  if (!on_) return nullptr;
+  std::lock_guard<std::mutex> guard(lock_);
+  const size_t words = size_t{blocks} * device::ep::kStampPoints;
+  if (stamp_area_ == nullptr) {
+    void* area = nullptr;
+    // Portable and mapped: any device's kernels write it, the host reads it.
+    if (cudaHostAlloc(&area, kStampWords * 8, cudaHostAllocMapped | cudaHostAllocPortable) !=
+        cudaSuccess) {
+      cudaGetLastError();
+      on_ = false;  // no room for stamps: the timeline goes without them
+      return nullptr;
+    }
+    stamp_area_ = static_cast<uint64_t*>(area);
+  }
+  if (stamp_used_ + words > kStampWords) return nullptr;
+  uint64_t* at = stamp_area_ + stamp_used_;
+  std::memset(at, 0, words * 8);  // unused since the last synced()
+  stamped_.push_back({kernel, stamp_used_, blocks});
+  stamp_used_ += words;
+  return at;  // unified addressing: the device uses the host pointer
 }
 
 cudaEvent_t EpTimeline::event() {
@@ -43,21 +75,40 @@ void EpTimeline::mark(cudaStream_t stream, const std::string& label) {
 void EpTimeline::synced() {
   if (!on_) return;
   std::lock_guard<std::mutex> guard(lock_);
+  // The stamps: per step, from the first block's start to the last block's
+  // passing it.
+  for (const Stamped& k : stamped_) {
+    const uint64_t* at = stamp_area_ + k.offset;
+    uint64_t start = 0;
+    for (uint32_t b = 0; b < k.blocks; ++b) {
+      const uint64_t t = at[uint64_t{b} * device::ep::kStampPoints + device::ep::kStampStart];
+      if (t != 0 && (start == 0 || t < start)) start = t;
+    }
+    for (uint32_t p = 1; start != 0 && p < device::ep::kStampPoints; ++p) {
+      uint64_t last = 0;
+      for (uint32_t b = 0; b < k.blocks; ++b) {
+        last = std::max(last, at[uint64_t{b} * device::ep::kStampPoints + p]);
+      }
+      if (last >= start) {
+        add(k.kernel + "@" + device::ep::kStampNames[p],
+            static_cast<float>(last - start) / 1000.0f);
+      }
+    }
+  }
+  stamped_.clear();
+  stamp_used_ = 0;
   if (open_.size() < 2) return;
   std::string call;
   for (size_t i = 1; i < open_.size(); ++i) {
     float ms = 0;
     if (cudaEventElapsedTime(&ms, open_[i - 1].second, open_[i].second) != cudaSuccess) continue;
     const std::string& label = open_[i].first;
-    if (!us_.count(label)) order_.push_back(label);
-    us_[label].push_back(ms * 1000.0f);
+    add(label, ms * 1000.0f);
     if (label.find('.') == std::string::npos) call += (call.empty() ? "" : "+") + label;
   }
   float ms = 0;
   if (cudaEventElapsedTime(&ms, open_.front().second, open_.back().second) == cudaSuccess) {
-    const std::string label = "call " + call;
-    if (!us_.count(label)) order_.push_back(label);
-    us_[label].push_back(ms * 1000.0f);
+    add("call " + call, ms * 1000.0f);
   }
   for (auto& [label, e] : open_) free_.push_back(e);
   open_.clear();
@@ -66,7 +117,9 @@ void EpTimeline::synced() {
 std::string EpTimeline::summary() const {
   std::lock_guard<std::mutex> guard(lock_);
   if (order_.empty()) return {};
-  std::string text = "gpu-cuda EP timeline (COURIER_CUDA_EP_TIMELINE=1), GPU time per kernel:\n";
+  std::string text =
+      "gpu-cuda EP timeline (COURIER_CUDA_EP_TIMELINE=1), GPU time per kernel (and per step, "
+      "<kernel>@<step>):\n";
   for (const std::string& label : order_) {
     std::vector<float> v = us_.at(label);
     std::sort(v.begin(), v.end());

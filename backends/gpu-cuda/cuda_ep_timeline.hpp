@@ -2,8 +2,11 @@
 // kernel (and the wait kernel before it) is followed by a CUDA event on the
 // EP stream; when the host waits for the stream (ep_sync), the time between
 // consecutive events is added to the later event's label, and the whole
-// call (first kernel to last) to the call's. The backend prints the medians
-// to stderr when it is unloaded. Off (the default), nothing is recorded.
+// call (first kernel to last) to the call's. The direct path's kernels also
+// record the device clock in each block at their steps (gpu/ep/stamps.hpp):
+// "<kernel>@<step>" is the time from the first block's start to the last
+// block's passing that step. The backend prints the medians to stderr when
+// it is unloaded. Off (the default), nothing is recorded.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -30,11 +33,26 @@ class EpTimeline {
   void mark(cudaStream_t stream, const std::string& label);
   // The stream was synchronized: the open call's times are read.
   void synced();
+  // Where a direct kernel of `blocks` blocks labelled `kernel` records its
+  // stamps (mapped host memory, zeroed), read at the next synced(); NULL
+  // when off, or when the area is full until then.
+  uint64_t* stamps(const char* kernel, uint32_t blocks);
   // The medians so far, one line per label (empty when off or unused).
   std::string summary() const;
 
  private:
   cudaEvent_t event();
+  void add(const std::string& label, float us);  // lock_ held
+
+  struct Stamped {
+    std::string kernel;
+    size_t offset;  // into stamp_area_, in u64
+    uint32_t blocks;
+  };
+  static constexpr size_t kStampWords = size_t{1} << 19;  // 4 MiB
+  uint64_t* stamp_area_ = nullptr;                        // mapped host memory, on first use
+  size_t stamp_used_ = 0;
+  std::vector<Stamped> stamped_;
 
   bool on_ = false;
   mutable std::mutex lock_;

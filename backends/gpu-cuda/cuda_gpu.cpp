@@ -455,17 +455,26 @@ int cuda_ep_copy(void* backend, int device, void* dst, const void* src, size_t b
   return rc == cudaSuccess ? 0 : fail(rc, "copying on the EP stream (ep_copy)");
 }
 
-// One entry point per EP kernel: the job's device's EP stream.
-template <class Job, int (*Enqueue)(const Job*, cudaStream_t)>
+// One entry point per EP kernel: the job's device's EP stream, the kernel
+// in the timeline under `Name`.
+template <class Job, int (*Enqueue)(const Job*, cudaStream_t, courier::cuda_gpu::EpTimeline&),
+          const char* Name>
 int enqueue_ep(void* backend, const Job* job) {
   if (job == nullptr) return fail(-EINVAL, "EP kernel: job is NULL");
   bool ok = false;
   cudaStream_t stream = ep_stream(backend, job->device, &ok);
   if (!ok) return -EIO;
-  const int rc = Enqueue(job, stream);
+  courier::cuda_gpu::EpTimeline& timeline = as_backend(backend)->timeline;
+  timeline.begin(stream);
+  const int rc = Enqueue(job, stream, timeline);
+  timeline.mark(stream, Name);
   if (rc == 0) as_backend(backend)->ep_counters->launched(job->device, 1);  // one kernel each
   return rc;
 }
+constexpr char kRoute[] = "route", kSignal[] = "signal", kWait[] = "wait",
+               kHtDispatchDirect[] = "ht_dispatch", kLlDispatchDirect[] = "ll_dispatch",
+               kLlReceiveDirect[] = "ll_receive", kCombineSend[] = "combine_send",
+               kReduceDirect[] = "reduce";
 
 // A proxy-path job on the device's EP stream, its kernels in the timeline.
 template <class Job, const char* Name>
@@ -545,14 +554,14 @@ const courier_gpu_plugin_v1 kPlugin = {
     cuda_run_fifo_round_trips,
     cuda_run_command_lists,
     cuda_run_ep_layout,
-    enqueue_ep<courier_gpu_ep_route_v1, courier::cuda_gpu::ep_route>,
-    enqueue_ep<courier_gpu_ep_signal_v1, courier::cuda_gpu::ep_signal>,
-    enqueue_ep<courier_gpu_ep_wait_v1, courier::cuda_gpu::ep_wait>,
-    enqueue_ep<courier_gpu_ep_ht_dispatch_v1, courier::cuda_gpu::ep_ht_dispatch>,
-    enqueue_ep<courier_gpu_ep_ll_dispatch_v1, courier::cuda_gpu::ep_ll_dispatch>,
-    enqueue_ep<courier_gpu_ep_ll_receive_v1, courier::cuda_gpu::ep_ll_receive>,
-    enqueue_ep<courier_gpu_ep_combine_send_v1, courier::cuda_gpu::ep_combine_send>,
-    enqueue_ep<courier_gpu_ep_reduce_v1, courier::cuda_gpu::ep_reduce>,
+    enqueue_ep<courier_gpu_ep_route_v1, courier::cuda_gpu::ep_route, kRoute>,
+    enqueue_ep<courier_gpu_ep_signal_v1, courier::cuda_gpu::ep_signal, kSignal>,
+    enqueue_ep<courier_gpu_ep_wait_v1, courier::cuda_gpu::ep_wait, kWait>,
+    enqueue_ep<courier_gpu_ep_ht_dispatch_v1, courier::cuda_gpu::ep_ht_dispatch, kHtDispatchDirect>,
+    enqueue_ep<courier_gpu_ep_ll_dispatch_v1, courier::cuda_gpu::ep_ll_dispatch, kLlDispatchDirect>,
+    enqueue_ep<courier_gpu_ep_ll_receive_v1, courier::cuda_gpu::ep_ll_receive, kLlReceiveDirect>,
+    enqueue_ep<courier_gpu_ep_combine_send_v1, courier::cuda_gpu::ep_combine_send, kCombineSend>,
+    enqueue_ep<courier_gpu_ep_reduce_v1, courier::cuda_gpu::ep_reduce, kReduceDirect>,
     cuda_ep_sync,
     enqueue_proxy<courier_gpu_ep_proxy_refuse_v1, kRefuse>,
     enqueue_proxy<courier_gpu_ep_proxy_ht_dispatch_v1, kHtDispatch>,

@@ -168,7 +168,7 @@ int ep_ll_dispatch(const courier_gpu_ep_ll_dispatch_v1* job_in, hipStream_t stre
   }
   const uint32_t blocks = device::ep::ll_dispatch_blocks(job, receive, multiprocessors(job.device));
   hipLaunchKernelGGL(device::ep::direct::dispatch, dim3(blocks), dim3(device::ep::kLlThreads), 0,
-                     stream, job, receive, halves);
+                     stream, job, receive, halves, nullptr);
   return launched("the EP low-latency dispatch kernel");
 }
 
@@ -179,7 +179,8 @@ int ep_ll_receive(const courier_gpu_ep_ll_receive_v1* job_in, hipStream_t stream
   }
   const uint32_t blocks = device::ep::ll_receive_blocks(job, multiprocessors(job.device));
   hipLaunchKernelGGL(device::ep::direct::dispatch, dim3(blocks), dim3(device::ep::kLlThreads), 0,
-                     stream, courier_gpu_ep_ll_dispatch_v1{}, job, device::ep::kReceiveHalf);
+                     stream, courier_gpu_ep_ll_dispatch_v1{}, job, device::ep::kReceiveHalf,
+                     nullptr);
   return launched("the EP low-latency receive kernel");
 }
 
@@ -192,7 +193,7 @@ int ep_combine_send(const courier_gpu_ep_combine_send_v1* job_in, hipStream_t st
                             ? job.rows
                             : uint64_t{job.local_experts} * job.rows_per_expert;
   hipLaunchKernelGGL(device::ep::direct::combine, dim3(row_blocks(rows)), dim3(kRowThreads), 0, stream,
-                     job, courier_gpu_ep_reduce_v1{}, false);
+                     job, courier_gpu_ep_reduce_v1{}, false, nullptr);
   return launched("the EP combine send kernel");
 }
 
@@ -205,7 +206,7 @@ int ep_reduce(const courier_gpu_ep_reduce_v1* job_in, hipStream_t stream) {
   const uint32_t blocks = job->tokens == 0 ? 1 : job->tokens < 4096 ? job->tokens : 4096;
   const uint32_t threads = device::ep::reduce_threads(*job, multiprocessors(job->device));
   hipLaunchKernelGGL(device::ep::direct::combine, dim3(blocks), dim3(threads), 0, stream,
-                     courier_gpu_ep_combine_send_v1{}, *job, true);
+                     courier_gpu_ep_combine_send_v1{}, *job, true, nullptr);
   return launched("the EP reduce kernel");
 }
 

@@ -16,6 +16,7 @@
 #include "gpu/ep/element_codec.hpp"
 #include "gpu/ep/kernel_thread.hpp"
 #include "gpu/ep/logfmt.hpp"
+#include "gpu/ep/stamps.hpp"
 
 namespace courier::device::ep {
 
@@ -79,6 +80,13 @@ __device__ __forceinline__ bool last_block(uint32_t* done) {
   }
   __syncthreads();
   return last;
+}
+
+// The device clock at `point` of this block, when the launch has stamps.
+__device__ __forceinline__ void stamp(uint64_t* stamps, uint32_t point) {
+  if (stamps != nullptr && threadIdx.x == 0) {
+    stamps[uint64_t{blockIdx.x} * kStampPoints + point] = device::now_ns();
+  }
 }
 
 __device__ __forceinline__ uint32_t status_of(const uint32_t* status) {
@@ -622,16 +630,19 @@ __device__ __forceinline__ void ll_signal_counts(const courier_gpu_ep_ll_dispatc
 // the row quantized once and stored to each); first each block waits for
 // the ranks' release flags (what it stored two calls ago was read). With
 // FUSE_SIGNAL the last block to finish counts and signals.
-__device__ __forceinline__ void ll_send(const courier_gpu_ep_ll_dispatch_v1& job) {
+__device__ __forceinline__ void ll_send(const courier_gpu_ep_ll_dispatch_v1& job,
+                                        uint64_t* stamps) {
   __shared__ int32_t expert[kMaxTopk];
   __shared__ int32_t slot[kMaxTopk];
   __shared__ uint32_t before[kMaxTopk];
   __shared__ uint32_t failed;
+  stamp(stamps, kStampStart);
   const uint64_t released = job.epoch_word != nullptr ? *job.epoch_word : job.released_epoch;
   if (threadIdx.x < job.num_ranks) {
     wait_released(job.released + threadIdx.x, released, job.timeout_ns, job.status, threadIdx.x);
   }
   __syncthreads();
+  stamp(stamps, kStampReleased);
   if (threadIdx.x == 0) failed = status_of(job.status);
   __syncthreads();
   const bool vectors = ll_row_vectors(job);
@@ -645,11 +656,15 @@ __device__ __forceinline__ void ll_send(const courier_gpu_ep_ll_dispatch_v1& job
     }
     __syncthreads();  // expert and slot are the next token's
   }
+  stamp(stamps, kStampSent);
   if ((job.fuse & COURIER_GPU_EP_FUSE_SIGNAL) == 0) {
     __threadfence_system();  // an ep_signal follows
     return;
   }
-  if (last_block(job.done)) ll_signal_counts(job);
+  if (last_block(job.done)) {
+    ll_signal_counts(job);
+    stamp(stamps, kStampSignalled);
+  }
 }
 
 // ---- ep_ll_receive: (with wait.flags, each block first waits for the
@@ -660,7 +675,8 @@ __device__ __forceinline__ void ll_send(const courier_gpu_ep_ll_dispatch_v1& job
 // raises the release flags.
 inline constexpr uint32_t kPassExperts = 8;
 
-__device__ __forceinline__ void ll_receive_half(const courier_gpu_ep_ll_receive_v1& job) {
+__device__ __forceinline__ void ll_receive_half(const courier_gpu_ep_ll_receive_v1& job,
+                                                uint64_t* stamps) {
   __shared__ uint32_t begin[kPassExperts][COURIER_GPU_EP_MAX_RANKS + 1];  // per rank, then total
   __shared__ uint32_t row_begin[kPassExperts + 1];  // the pass's rows per expert, cumulative
   __shared__ uint32_t failed;
@@ -676,6 +692,7 @@ __device__ __forceinline__ void ll_receive_half(const courier_gpu_ep_ll_receive_
     if (threadIdx.x < job.wait.num_ranks) wait_for(job.wait, threadIdx.x);
     __syncthreads();
   }
+  stamp(stamps, kStampFlagsSeen);
   const uint64_t scale_bytes = job.scale_cols * 4ull;
   const bool vectors = ((job.row_bytes | reinterpret_cast<uintptr_t>(job.x) |
                          reinterpret_cast<uintptr_t>(job.staging_x)) &
@@ -779,6 +796,7 @@ __device__ __forceinline__ void ll_receive_half(const courier_gpu_ep_ll_receive_
     }
     __syncthreads();  // the shared arrays are the next pass's
   }
+  stamp(stamps, kStampMoved);
   // Every block's reads of the staging are done before the release.
   if (!last_block(job.done)) return;
   __threadfence_system();
@@ -792,6 +810,7 @@ __device__ __forceinline__ void ll_receive_half(const courier_gpu_ep_ll_receive_
       *const_cast<volatile uint32_t*>(job.wait.status_host) = status_of(job.status);
     }
   }
+  stamp(stamps, kStampFinished);
 }
 
 // ---- ep_combine_send: a group per row, back to the rank it came from.
@@ -882,8 +901,11 @@ __device__ __forceinline__ void combine_send_half(const courier_gpu_ep_combine_s
 
 // ep_combine_send: the rows, then (with `done`) the last block raises this
 // rank's flags; without, an ep_signal follows.
-__device__ __forceinline__ void combine_send_signal(const courier_gpu_ep_combine_send_v1& job) {
+__device__ __forceinline__ void combine_send_signal(const courier_gpu_ep_combine_send_v1& job,
+                                                    uint64_t* stamps) {
+  stamp(stamps, kStampStart);
   combine_send_half(job);
+  stamp(stamps, kStampSent);
   if (job.done == nullptr) {
     __threadfence_system();
     return;
@@ -896,6 +918,7 @@ __device__ __forceinline__ void combine_send_signal(const courier_gpu_ep_combine
     device::store_release(reinterpret_cast<uint64_t*>(window(job.peers, threadIdx.x, job.flag_off)),
                           epoch_of(job.epoch_word, job.epoch) | refused);
   }
+  stamp(stamps, kStampSignalled);
 }
 
 // ---- ep_reduce: a block per token; each thread 8 channels at a time, the
@@ -983,8 +1006,9 @@ __device__ __forceinline__ void reduce_rows(const courier_gpu_ep_reduce_v1& job)
 
 // With wait.flags, every block first waits for the ranks' combine flags and
 // the last one finishes the call.
-__device__ __forceinline__ void reduce_half(const courier_gpu_ep_reduce_v1& job) {
+__device__ __forceinline__ void reduce_half(const courier_gpu_ep_reduce_v1& job, uint64_t* stamps) {
   __shared__ uint32_t failed;
+  stamp(stamps, kStampStart);
   if (job.wait.flags != nullptr) {
     if (threadIdx.x < job.wait.num_ranks) wait_for(job.wait, threadIdx.x);
   } else if (job.epoch_word != nullptr && blockIdx.x == 0 && threadIdx.x == 0) {
@@ -992,7 +1016,9 @@ __device__ __forceinline__ void reduce_half(const courier_gpu_ep_reduce_v1& job)
   }
   if (threadIdx.x == 0) failed = status_of(job.status);
   __syncthreads();
+  stamp(stamps, kStampFlagsSeen);
   if (failed == 0) reduce_rows(job);
+  stamp(stamps, kStampMoved);
   if (job.wait.flags == nullptr || !last_block(job.done)) return;
   if (threadIdx.x == 0) {  // the call is finished: the blocks read the word before
     if (job.epoch_word != nullptr) *job.epoch_word += 1;
@@ -1000,6 +1026,7 @@ __device__ __forceinline__ void reduce_half(const courier_gpu_ep_reduce_v1& job)
       *const_cast<volatile uint32_t*>(job.wait.status_host) = status_of(job.status);
     }
   }
+  stamp(stamps, kStampFinished);
 }
 
 // Low-latency dispatch's two halves are one kernel named `dispatch`, and
@@ -1012,18 +1039,21 @@ inline constexpr uint32_t kSendHalf = 1, kReceiveHalf = 2;
 // The most threads a block of these kernels has (registers are sized for it).
 inline constexpr uint32_t kMaxBlockThreads = 512;
 namespace direct {
+// `stamps`: NULL, or where each block records the device clock at the
+// points it passes (gpu/ep/stamps.hpp; gpu-cuda's COURIER_CUDA_EP_TIMELINE).
 __global__ void __launch_bounds__(kMaxBlockThreads)
     dispatch(courier_gpu_ep_ll_dispatch_v1 send, courier_gpu_ep_ll_receive_v1 received,
-             uint32_t halves) {
-  if ((halves & kSendHalf) != 0) ll_send(send);
-  if ((halves & kReceiveHalf) != 0) ll_receive_half(received);
+             uint32_t halves, uint64_t* stamps) {
+  if ((halves & kSendHalf) != 0) ll_send(send, stamps);
+  if ((halves & kReceiveHalf) != 0) ll_receive_half(received, stamps);
 }
 __global__ void __launch_bounds__(kMaxBlockThreads)
-    combine(courier_gpu_ep_combine_send_v1 send, courier_gpu_ep_reduce_v1 reduce, bool receive) {
+    combine(courier_gpu_ep_combine_send_v1 send, courier_gpu_ep_reduce_v1 reduce, bool receive,
+            uint64_t* stamps) {
   if (receive) {
-    reduce_half(reduce);
+    reduce_half(reduce, stamps);
   } else {
-    combine_send_signal(send);
+    combine_send_signal(send, stamps);
   }
 }
 }  // namespace direct
