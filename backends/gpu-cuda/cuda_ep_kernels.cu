@@ -164,7 +164,7 @@ int ep_ll_dispatch(const courier_gpu_ep_ll_dispatch_v1* job_in, cudaStream_t str
     halves |= device::ep::kReceiveHalf;
   }
   const uint32_t blocks = device::ep::ll_dispatch_blocks(job, receive, multiprocessors(job.device));
-  uint64_t* stamps = timeline.stamps("ll_dispatch", blocks);
+  uint64_t* stamps = timeline.stamps(stream, "ll_dispatch", blocks);
   device::ep::direct::dispatch<<<blocks, device::ep::kLlThreads, 0, stream>>>(job, receive, halves,
                                                                               stamps);
   return launched("the EP low-latency dispatch kernel");
@@ -177,7 +177,7 @@ int ep_ll_receive(const courier_gpu_ep_ll_receive_v1* job_in, cudaStream_t strea
     return fail(-EINVAL, "ep_ll_receive: job is NULL or its struct_size too small");
   }
   const uint32_t blocks = device::ep::ll_receive_blocks(job, multiprocessors(job.device));
-  uint64_t* stamps = timeline.stamps("ll_receive", blocks);
+  uint64_t* stamps = timeline.stamps(stream, "ll_receive", blocks);
   device::ep::direct::dispatch<<<blocks, device::ep::kLlThreads, 0, stream>>>(
       {}, job, device::ep::kReceiveHalf, stamps);
   return launched("the EP low-latency receive kernel");
@@ -192,7 +192,7 @@ int ep_combine_send(const courier_gpu_ep_combine_send_v1* job_in, cudaStream_t s
   const uint64_t rows = (job.mode & COURIER_GPU_EP_ROUTE_MASK) == COURIER_GPU_EP_ROUTE_RANKS
                             ? job.rows
                             : uint64_t{job.local_experts} * job.rows_per_expert;
-  uint64_t* stamps = timeline.stamps("combine_send", row_blocks(rows));
+  uint64_t* stamps = timeline.stamps(stream, "combine_send", row_blocks(rows));
   device::ep::direct::combine<<<row_blocks(rows), kRowThreads, 0, stream>>>(job, {}, false, stamps);
   return launched("the EP combine send kernel");
 }
@@ -205,7 +205,7 @@ int ep_reduce(const courier_gpu_ep_reduce_v1* job_in, cudaStream_t stream, EpTim
   const courier_gpu_ep_reduce_v1* job = &full;
   const uint32_t blocks = job->tokens == 0 ? 1 : job->tokens < 4096 ? job->tokens : 4096;
   const uint32_t threads = device::ep::reduce_threads(*job, multiprocessors(job->device));
-  uint64_t* stamps = timeline.stamps("reduce", blocks);
+  uint64_t* stamps = timeline.stamps(stream, "reduce", blocks);
   device::ep::direct::combine<<<blocks, threads, 0, stream>>>({}, *job, true, stamps);
   return launched("the EP reduce kernel");
 }

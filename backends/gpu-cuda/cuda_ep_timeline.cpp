@@ -21,21 +21,27 @@ void EpTimeline::add(const std::string& label, float us) {
   us_[label].push_back(us);
 }
 
-uint64_t* EpTimeline::stamps(const char* kernel, uint32_t blocks) {
-  if (!on_) return nullptr;
+void EpTimeline::enable() {
+  on_ = true;
+  void* area = nullptr;
+  // Portable and mapped: any device's kernels write it, the host reads it.
+  if (cudaHostAlloc(&area, kStampWords * 8, cudaHostAllocMapped | cudaHostAllocPortable) !=
+      cudaSuccess) {
+    cudaGetLastError();  // not sticky: the events go on without stamps
+    return;
+  }
+  stamp_area_ = static_cast<uint64_t*>(area);
+}
+
+uint64_t* EpTimeline::stamps(cudaStream_t stream, const char* kernel, uint32_t blocks) {
+  if (!on_ || stamp_area_ == nullptr) return nullptr;
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream, &capture) != cudaSuccess ||
+      capture != cudaStreamCaptureStatusNone) {
+    return nullptr;
+  }
   std::lock_guard<std::mutex> guard(lock_);
   const size_t words = size_t{blocks} * device::ep::kStampPoints;
-  if (stamp_area_ == nullptr) {
-    void* area = nullptr;
-    // Portable and mapped: any device's kernels write it, the host reads it.
-    if (cudaHostAlloc(&area, kStampWords * 8, cudaHostAllocMapped | cudaHostAllocPortable) !=
-        cudaSuccess) {
-      cudaGetLastError();
-      on_ = false;  // no room for stamps: the timeline goes without them
-      return nullptr;
-    }
-    stamp_area_ = static_cast<uint64_t*>(area);
-  }
   if (stamp_used_ + words > kStampWords) return nullptr;
   uint64_t* at = stamp_area_ + stamp_used_;
   std::memset(at, 0, words * 8);  // unused since the last synced()

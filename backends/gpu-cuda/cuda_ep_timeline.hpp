@@ -25,7 +25,9 @@ class EpTimeline {
   EpTimeline(const EpTimeline&) = delete;
   EpTimeline& operator=(const EpTimeline&) = delete;
 
-  void enable() { on_ = true; }
+  // At initialization, before any EP call: also maps the stamp area (no
+  // stamps, only events, when that fails).
+  void enable();
   bool on() const { return on_; }
   // Before a job's first kernel: starts the call if none is open.
   void begin(cudaStream_t stream);
@@ -33,10 +35,12 @@ class EpTimeline {
   void mark(cudaStream_t stream, const std::string& label);
   // The stream was synchronized: the open call's times are read.
   void synced();
-  // Where a direct kernel of `blocks` blocks labelled `kernel` records its
-  // stamps (mapped host memory, zeroed), read at the next synced(); NULL
-  // when off, or when the area is full until then.
-  uint64_t* stamps(const char* kernel, uint32_t blocks);
+  // Where a direct kernel of `blocks` blocks labelled `kernel`, launched on
+  // `stream`, records its stamps (mapped host memory, zeroed), read at the
+  // next synced(); NULL when off, while the stream is being captured (a
+  // replayed graph would stamp an area given to later kernels), or when the
+  // area is full until then. One area: one device per process.
+  uint64_t* stamps(cudaStream_t stream, const char* kernel, uint32_t blocks);
   // The medians so far, one line per label (empty when off or unused).
   std::string summary() const;
 
@@ -50,7 +54,7 @@ class EpTimeline {
     uint32_t blocks;
   };
   static constexpr size_t kStampWords = size_t{1} << 19;  // 4 MiB
-  uint64_t* stamp_area_ = nullptr;                        // mapped host memory, on first use
+  uint64_t* stamp_area_ = nullptr;                        // mapped host memory, from enable()
   size_t stamp_used_ = 0;
   std::vector<Stamped> stamped_;
 

@@ -636,7 +636,6 @@ __device__ __forceinline__ void ll_send(const courier_gpu_ep_ll_dispatch_v1& job
   __shared__ int32_t slot[kMaxTopk];
   __shared__ uint32_t before[kMaxTopk];
   __shared__ uint32_t failed;
-  stamp(stamps, kStampStart);
   const uint64_t released = job.epoch_word != nullptr ? *job.epoch_word : job.released_epoch;
   if (threadIdx.x < job.num_ranks) {
     wait_released(job.released + threadIdx.x, released, job.timeout_ns, job.status, threadIdx.x);
@@ -675,6 +674,38 @@ __device__ __forceinline__ void ll_send(const courier_gpu_ep_ll_dispatch_v1& job
 // raises the release flags.
 inline constexpr uint32_t kPassExperts = 8;
 
+// A pass of a block's local experts: expert i is l = first + i * gridDim.x;
+// how many there are (at most kPassExperts, below L).
+__device__ __forceinline__ uint32_t pass_experts(uint32_t first, uint32_t L) {
+  uint32_t n = 0;
+  while (n < kPassExperts && first + n * gridDim.x < L) ++n;
+  return n;
+}
+// The pass's rows end to end: row_begin[i] is where expert i's begin[i][R]
+// rows start; returns the total. Every thread calls it.
+__device__ __forceinline__ uint32_t pass_rows(const uint32_t (*begin)[COURIER_GPU_EP_MAX_RANKS + 1],
+                                              uint32_t n, uint32_t R, uint32_t* row_begin) {
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    row_begin[0] = 0;
+    for (uint32_t i = 0; i < n; ++i) row_begin[i + 1] = row_begin[i] + begin[i][R];
+  }
+  __syncthreads();
+  return row_begin[n];
+}
+// Row j of a pass: its expert i, its row within the expert, and the rank
+// whose rows hold it (begin[i][s] <= within < begin[i][s + 1]).
+__device__ __forceinline__ void pass_locate(uint32_t j, uint32_t n, const uint32_t* row_begin,
+                                            const uint32_t (*begin)[COURIER_GPU_EP_MAX_RANKS + 1],
+                                            uint32_t R, uint32_t* i, uint32_t* within,
+                                            uint32_t* s) {
+  *i = 0;
+  while (*i + 1 < n && j >= row_begin[*i + 1]) ++*i;
+  *within = j - row_begin[*i];
+  *s = 0;
+  while (*s + 1 < R && *within >= begin[*i][*s + 1]) ++*s;
+}
+
 __device__ __forceinline__ void ll_receive_half(const courier_gpu_ep_ll_receive_v1& job,
                                                 uint64_t* stamps) {
   __shared__ uint32_t begin[kPassExperts][COURIER_GPU_EP_MAX_RANKS + 1];  // per rank, then total
@@ -706,8 +737,7 @@ __device__ __forceinline__ void ll_receive_half(const courier_gpu_ep_ll_receive_
   const uint32_t groups = blockDim.x / kGroup, group = threadIdx.x / kGroup;
   for (uint32_t first = blockIdx.x; first < L; first += gridDim.x * kPassExperts) {
     auto expert_l = [&](uint32_t i) { return first + i * gridDim.x; };
-    uint32_t n = 0;  // the pass's experts
-    while (n < kPassExperts && expert_l(n) < L) ++n;
+    const uint32_t n = pass_experts(first, L);
     // Every (expert, rank) count at once, then each expert's ranges.
     for (uint32_t x = threadIdx.x; x < n * R; x += blockDim.x) {
       const uint32_t i = x / R, s = x % R;
@@ -727,22 +757,13 @@ __device__ __forceinline__ void ll_receive_half(const courier_gpu_ep_ll_receive_
       begin[i][R] = sum;
       job.count[l] = static_cast<int32_t>(sum);
     }
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      row_begin[0] = 0;
-      for (uint32_t i = 0; i < n; ++i) row_begin[i + 1] = row_begin[i] + begin[i][R];
-    }
-    __syncthreads();
-    const uint32_t rows = row_begin[n];
-    // Row j of the pass: expert i (l), its row `within` of the expert, and
+    const uint32_t rows = pass_rows(begin, n, R, row_begin);
+    // Row j of the pass: its expert l, its row `within` of the expert, and
     // where it was staged (from) and goes (to).
     auto locate = [&](uint32_t j, uint32_t* l, uint32_t* within, uint64_t* from, uint64_t* to) {
-      uint32_t i = 0;
-      while (i + 1 < n && j >= row_begin[i + 1]) ++i;
+      uint32_t i = 0, s = 0;
+      pass_locate(j, n, row_begin, begin, R, &i, within, &s);
       *l = expert_l(i);
-      *within = j - row_begin[i];
-      uint32_t s = 0;
-      while (s + 1 < R && *within >= begin[i][s + 1]) ++s;
       *from = (uint64_t{*l} * R + s) * job.max_tokens + (*within - begin[i][s]);
       *to = *l * rows_per_expert + *within;
     };
@@ -849,8 +870,7 @@ __device__ __forceinline__ void combine_send_half(const courier_gpu_ep_combine_s
         !logfmt && ((job.row_bytes | reinterpret_cast<uintptr_t>(x) | job.out_off) & 15u) == 0;
     for (uint32_t pass = blockIdx.x; pass < L; pass += gridDim.x * kPassExperts) {
       auto expert_l = [&](uint32_t i) { return pass + i * gridDim.x; };
-      uint32_t n = 0;  // the pass's experts
-      while (n < kPassExperts && expert_l(n) < L) ++n;
+      const uint32_t n = pass_experts(pass, L);
       for (uint32_t v = threadIdx.x; v < n * (R + 1); v += blockDim.x) {
         const uint32_t i = v / (R + 1), s = v % (R + 1), l = expert_l(i);
         begin[i][s] =
@@ -858,22 +878,12 @@ __device__ __forceinline__ void combine_send_half(const courier_gpu_ep_combine_s
                 ? static_cast<uint32_t>(static_cast<uint64_t>(job.range[uint64_t{l} * R + s]) >> 32)
                 : static_cast<uint32_t>(job.count[l]);
       }
-      __syncthreads();
-      if (threadIdx.x == 0) {
-        row_begin[0] = 0;
-        for (uint32_t i = 0; i < n; ++i) row_begin[i + 1] = row_begin[i] + begin[i][R];
-      }
-      __syncthreads();
-      const uint32_t rows = row_begin[n];
+      const uint32_t rows = pass_rows(begin, n, R, row_begin);
       for (uint32_t chunk = 0; chunk < rows; chunk += kBlockRows) {
         const uint32_t m = rows - chunk < kBlockRows ? rows - chunk : kBlockRows;
         for (uint32_t r = threadIdx.x; r < m; r += blockDim.x) {
-          const uint32_t j = chunk + r;
-          uint32_t i = 0;
-          while (i + 1 < n && j >= row_begin[i + 1]) ++i;
-          const uint32_t within = j - row_begin[i];
-          uint32_t s = 0;
-          while (s + 1 < R && within >= begin[i][s + 1]) ++s;
+          uint32_t i = 0, within = 0, s = 0;
+          pass_locate(chunk + r, n, row_begin, begin, R, &i, &within, &s);
           const uint64_t row = uint64_t{expert_l(i)} * job.rows_per_expert + within;
           const uint64_t slot =
               uint64_t(job.src[row]) * job.topk + static_cast<uint32_t>(job.k[row]);
@@ -1041,13 +1051,14 @@ inline constexpr uint32_t kMaxBlockThreads = 512;
 namespace direct {
 // `stamps`: NULL, or where each block records the device clock at the
 // points it passes (gpu/ep/stamps.hpp; gpu-cuda's COURIER_CUDA_EP_TIMELINE).
-__global__ void __launch_bounds__(kMaxBlockThreads)
+__global__ void __launch_bounds__(kMaxBlockThreads, 1)
     dispatch(courier_gpu_ep_ll_dispatch_v1 send, courier_gpu_ep_ll_receive_v1 received,
              uint32_t halves, uint64_t* stamps) {
+  stamp(stamps, kStampStart);
   if ((halves & kSendHalf) != 0) ll_send(send, stamps);
   if ((halves & kReceiveHalf) != 0) ll_receive_half(received, stamps);
 }
-__global__ void __launch_bounds__(kMaxBlockThreads)
+__global__ void __launch_bounds__(kMaxBlockThreads, 1)
     combine(courier_gpu_ep_combine_send_v1 send, courier_gpu_ep_reduce_v1 reduce, bool receive,
             uint64_t* stamps) {
   if (receive) {

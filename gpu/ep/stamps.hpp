@@ -10,13 +10,13 @@
 namespace courier::device::ep {
 
 enum StampPoint : uint32_t {
-  kStampStart,       // the block began
-  kStampReleased,    // the destinations' release flags seen (low-latency send)
-  kStampSent,        // the block's rows stored
-  kStampSignalled,   // the last block raised the flags
-  kStampFlagsSeen,   // every rank's flag seen (a receive or a reduce)
-  kStampMoved,       // the block's rows packed or summed
-  kStampFinished,    // the last block finished the call
+  kStampStart,      // the block began
+  kStampReleased,   // the destinations' release flags seen (low-latency send)
+  kStampSent,       // the block's rows stored
+  kStampSignalled,  // the last block raised the flags
+  kStampFlagsSeen,  // every rank's flag seen (a receive or a reduce)
+  kStampMoved,      // the block's rows packed or summed
+  kStampFinished,   // the last block finished the call
   kStampPoints
 };
 
