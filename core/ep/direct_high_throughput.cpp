@@ -269,10 +269,15 @@ CombineResult DirectHighThroughput::combine(const std::byte* x, const DLDataType
   send.status = windows_.status_device();
   send.peers = windows_.peers();
   auto* done = reinterpret_cast<uint32_t*>(windows_.at(layout_.done));
+  // This rank's own rows stay where they are: the reduce reads them in x
+  // (16-byte loads: where x allows them).
+  const std::byte* own_rows = x + uint64_t(plan[rank_]) * layout_.row_bytes;
+  const bool keep_own = fused_ && (reinterpret_cast<uintptr_t>(own_rows) & 15u) == 0;
   if (fused_) {  // the send kernel signals, the reduce kernel waits
     send.flag_off = layout_.flag(kCombine, parity, rank_);
     send.epoch = epoch;
     send.done = done;
+    send.skip_self = keep_own ? 1 : 0;
   }
   windows_.check(windows_.ops()->ep_combine_send(windows_.backend(), &send), "sending rows back");
   if (!fused_) {
@@ -296,6 +301,10 @@ CombineResult DirectHighThroughput::combine(const std::byte* x, const DLDataType
   if (fused_) {
     reduce.wait = windows_.wait_job(layout_.flag(kCombine, parity, 0), epoch, nullptr);
     reduce.done = done + 1;
+    if (keep_own) {
+      reduce.local_rows = own_rows;
+      reduce.local_term = rank_;
+    }
   }
   windows_.check(windows_.ops()->ep_reduce(windows_.backend(), &reduce), "summing the rows");
   windows_.sync("combine");

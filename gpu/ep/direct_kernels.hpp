@@ -853,6 +853,7 @@ __device__ __forceinline__ void combine_send_half(const courier_gpu_ep_combine_s
     for (uint32_t i = first; i < job.rows; i += groups) {
       uint32_t s = 0;
       while (s + 1 < job.num_ranks && i >= static_cast<uint32_t>(job.begins[s + 1])) ++s;
+      if (job.skip_self != 0 && s == job.rank) continue;  // the reduce reads it in x
       const uint64_t slot = uint64_t{job.rank} * job.rows_per_rank + i - job.begins[s];
       group_copy(window(job.peers, s, job.out_off + slot * job.row_bytes),
                  x + uint64_t{i} * job.row_bytes, job.row_bytes, lane, kGroup);
@@ -936,9 +937,9 @@ __device__ __forceinline__ void combine_send_signal(const courier_gpu_ep_combine
 // issued before they are summed.
 __device__ __forceinline__ void reduce_rows(const courier_gpu_ep_reduce_v1& job) {
   constexpr uint32_t kMaxTerms =
-      COURIER_GPU_EP_MAX_RANKS;            // RANKS: a term per rank; EXPERTS: top-k
-  constexpr uint32_t kBatch = 4;           // 32 values in flight per thread (registers: occupancy)
-  __shared__ int32_t term_row[kMaxTerms];  // -1: no term
+      COURIER_GPU_EP_MAX_RANKS;   // RANKS: a term per rank; EXPERTS: top-k
+  constexpr uint32_t kBatch = 4;  // 32 values in flight per thread (registers: occupancy)
+  __shared__ const std::byte* term_row[kMaxTerms];  // NULL: no term
   __shared__ float term_weight[kMaxTerms];
   const uint32_t elem = job.dtype_bits / 8;
   const uint64_t row_bytes = uint64_t{job.hidden} * elem;
@@ -950,16 +951,19 @@ __device__ __forceinline__ void reduce_rows(const courier_gpu_ep_reduce_v1& job)
   for (uint32_t t = blockIdx.x; t < job.tokens; t += gridDim.x) {
     for (uint32_t j = threadIdx.x; j < job.terms; j += blockDim.x) {
       const int32_t slot = job.slots[uint64_t{t} * job.terms + j];
-      int32_t r = -1;
+      const std::byte* row = nullptr;
       float w = 0.0f;
-      if (slot >= 0 && by_rank) {
-        r = static_cast<int32_t>(j * job.rows_per_term + static_cast<uint32_t>(slot));
+      if (slot >= 0 && by_rank && job.local_rows != nullptr && j == job.local_term) {
+        row = static_cast<const std::byte*>(job.local_rows) + uint64_t(slot) * row_bytes;
+        w = 1.0f;
+      } else if (slot >= 0 && by_rank) {
+        row = rows + (uint64_t{j} * job.rows_per_term + static_cast<uint32_t>(slot)) * slot_bytes;
         w = 1.0f;
       } else if (slot >= 0) {
-        r = static_cast<int32_t>(t * job.terms + j);
+        row = rows + (uint64_t{t} * job.terms + j) * slot_bytes;
         w = job.weights[uint64_t{t} * job.terms + j];
       }
-      term_row[j] = r;
+      term_row[j] = row;
       term_weight[j] = w;
     }
     __syncthreads();
@@ -970,10 +974,9 @@ __device__ __forceinline__ void reduce_rows(const courier_gpu_ep_reduce_v1& job)
 #pragma unroll
         for (uint32_t b = 0; b < kBatch; ++b) {
           const uint32_t j = first + b;
-          const int32_t r = j < job.terms ? term_row[j] : -1;
+          const std::byte* row = j < job.terms ? term_row[j] : nullptr;
           for (int i = 0; i < 8; ++i) v[b][i] = 0.0f;
-          if (r < 0) continue;
-          const std::byte* row = rows + uint64_t(r) * slot_bytes;
+          if (row == nullptr) continue;
           if (logfmt) {
             logfmt_load4(row, job.hidden, c, v[b]);
             logfmt_load4(row, job.hidden, c + 4, v[b] + 4);

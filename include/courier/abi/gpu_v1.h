@@ -469,6 +469,10 @@ typedef struct courier_gpu_ep_combine_send_v1 {
   uint64_t epoch;
   const uint64_t* epoch_word;
   uint32_t* done;
+  /* RANKS: not 0: the rows that came from this rank stay in x (the
+   * reduce reads them there: its local_rows), none is stored. */
+  uint32_t skip_self;
+  uint32_t reserved13;
 } courier_gpu_ep_combine_send_v1;
 
 /* Combine's reduce: out[t] = sum over j < terms with slots[t][j] >= 0 of
@@ -494,6 +498,12 @@ typedef struct courier_gpu_ep_reduce_v1 {
    * wait.status_host. */
   courier_gpu_ep_wait_v1 wait;
   uint32_t* done;
+  /* RANKS: not NULL: term local_term's rows are read here (row
+   * slots[t][local_term], rows of row_bytes: this rank's own rows, left in
+   * the combine's x by skip_self) instead of in `rows`. */
+  const void* local_rows;
+  uint32_t local_term;
+  uint32_t reserved13;
 } courier_gpu_ep_reduce_v1;
 
 /* ---- Minor 3: expert parallelism through the proxies (docs/ep.md, "Proxy
