@@ -64,7 +64,6 @@ DirectHighThroughput::DirectHighThroughput(Context& ctx, const BufferOptions& op
               options.hidden, options.max_topk,
               options.num_experts > 0 ? options.num_experts : kDefaultMaxExperts),
       windows_(ctx, layout_.total),
-      fused_((windows_.caps() & COURIER_GPU_CAP_EP_FUSED) != 0),
       combined_x_{ctx.alloc(uint64_t{options.max_tokens_per_rank} * layout_.row_bytes),
                   ctx.alloc(uint64_t{options.max_tokens_per_rank} * layout_.row_bytes)},
       readback_(
@@ -272,15 +271,15 @@ CombineResult DirectHighThroughput::combine(const std::byte* x, const DLDataType
   // This rank's own rows stay where they are: the reduce reads them in x
   // (16-byte loads: where x allows them).
   const std::byte* own_rows = x + uint64_t(plan[rank_]) * layout_.row_bytes;
-  const bool keep_own = fused_ && (reinterpret_cast<uintptr_t>(own_rows) & 15u) == 0;
-  if (fused_) {  // the send kernel signals, the reduce kernel waits
+  const bool keep_own = windows_.fuses() && (reinterpret_cast<uintptr_t>(own_rows) & 15u) == 0;
+  if (windows_.fuses()) {  // the send kernel signals, the reduce kernel waits
     send.flag_off = layout_.flag(kCombine, parity, rank_);
     send.epoch = epoch;
     send.done = done;
     send.skip_self = keep_own ? 1 : 0;
   }
   windows_.check(windows_.ops()->ep_combine_send(windows_.backend(), &send), "sending rows back");
-  if (!fused_) {
+  if (!windows_.fuses()) {
     windows_.signal_and_wait(nullptr, 0, 0, layout_.flag(kCombine, parity, rank_),
                              layout_.flag(kCombine, parity, 0), epoch);
   }
@@ -298,7 +297,7 @@ CombineResult DirectHighThroughput::combine(const std::byte* x, const DLDataType
   reduce.rows = windows_.at(layout_.combine[parity]);
   reduce.out = combined_x_[call & 1].data();
   reduce.status = windows_.status_device();
-  if (fused_) {
+  if (windows_.fuses()) {
     reduce.wait = windows_.wait_job(layout_.flag(kCombine, parity, 0), epoch, nullptr);
     reduce.done = done + 1;
     if (keep_own) {

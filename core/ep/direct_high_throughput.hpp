@@ -77,7 +77,6 @@ class DirectHighThroughput {
   uint32_t rank_, ranks_;
   HtDirectLayout layout_;
   PeerWindows windows_;
-  bool fused_;                  // the GPU backend fuses launches (COURIER_GPU_CAP_EP_FUSED)
   DeviceBuffer combined_x_[2];  // per combine parity, as the dispatch outputs
   // What the host reads after a dispatch's first round (every rank's
   // record, then this rank's slots), copied there on the EP stream.

@@ -70,7 +70,6 @@ DirectLowLatency::DirectLowLatency(Context& ctx, const BufferOptions& options, D
       layout_(ranks_, options.num_experts, options.max_tokens_per_rank, options.hidden,
               options.element_bytes, options.max_topk),
       windows_(ctx, layout_.total),
-      fused_((windows_.caps() & COURIER_GPU_CAP_EP_FUSED) != 0),
       combined_x_{
           ctx.alloc(uint64_t{options.max_tokens_per_rank} * options.hidden * options.element_bytes),
           ctx.alloc(uint64_t{options.max_tokens_per_rank} * options.hidden *
@@ -130,7 +129,7 @@ LowLatencyDispatchResult DirectLowLatency::dispatch(const LlInputs& in, bool ret
   call_fp8_[parity] = in.fp8;
   call_row_bytes_[parity] = in.fp8 ? in.hidden : in.hidden * (in.x_dtype.bits / 8);
 
-  if (!fused_) {
+  if (!windows_.fuses()) {
     courier_gpu_ep_route_v1 route{};
     route.struct_size = sizeof route;
     route.device = windows_.device();
@@ -177,7 +176,7 @@ LowLatencyDispatchResult DirectLowLatency::dispatch(const LlInputs& in, bool ret
   job.epoch_word = epoch_word(kData, call);
   const uint64_t record_off = layout_.records[parity] + rank_ * layout_.record_bytes;
   courier_gpu_ep_ll_receive_v1 fused_receive{};
-  if (fused_) {
+  if (windows_.fuses()) {
     // One launch routes, stores, counts and signals, and (without a hook)
     // receives.
     job.fuse = COURIER_GPU_EP_FUSE_ROUTE | COURIER_GPU_EP_FUSE_SIGNAL;
@@ -194,10 +193,10 @@ LowLatencyDispatchResult DirectLowLatency::dispatch(const LlInputs& in, bool ret
     }
   }
   windows_.check(windows_.ops()->ep_ll_dispatch(windows_.backend(), &job), "sending the rows");
-  if (!fused_ && return_recv_hook) {
+  if (!windows_.fuses() && return_recv_hook) {
     windows_.signal(windows_.at(layout_.staging), layout_.record_bytes, record_off,
                     layout_.flag(kData, parity, rank_), epoch, epoch_word(kData, call));
-  } else if (!fused_) {
+  } else if (!windows_.fuses()) {
     windows_.signal_and_wait(windows_.at(layout_.staging), layout_.record_bytes, record_off,
                              layout_.flag(kData, parity, rank_), layout_.flag(kData, parity, 0),
                              epoch, epoch_word(kData, call));
@@ -216,7 +215,7 @@ LowLatencyDispatchResult DirectLowLatency::dispatch(const LlInputs& in, bool ret
   handle.layout_range = in.out_range;
   if (return_recv_hook) {  // run once (LowLatency::dispatch sees to it)
     result.recv_hook = [this, call] { receive(call, false); };
-  } else if (fused_) {
+  } else if (windows_.fuses()) {
     windows_.sync("low_latency_dispatch");
   } else {
     receive(call, true);
@@ -264,9 +263,9 @@ void DirectLowLatency::receive(uint64_t call, bool waited) {
   const uint32_t parity = call & 1;
   const uint64_t epoch = call / 2 + 1;
   // Fused launches: the receive kernel waits for the flags itself.
-  if (!waited && !fused_)
+  if (!waited && !windows_.fuses())
     windows_.wait(layout_.flag(kData, parity, 0), epoch, epoch_word(kData, call));
-  const courier_gpu_ep_ll_receive_v1 job = receive_job(call, !waited && fused_);
+  const courier_gpu_ep_ll_receive_v1 job = receive_job(call, !waited && windows_.fuses());
   windows_.check(windows_.ops()->ep_ll_receive(windows_.backend(), &job), "packing the rows");
   windows_.sync("low_latency_dispatch");
 }
@@ -298,14 +297,14 @@ CombineResult DirectLowLatency::combine(const std::byte* x, const float* topk_we
   send.out_off = layout_.combine[parity];
   send.status = windows_.status_device();
   send.peers = windows_.peers();
-  if (fused_) {  // the send kernel signals, the reduce kernel waits
+  if (windows_.fuses()) {  // the send kernel signals, the reduce kernel waits
     send.flag_off = layout_.flag(kCombine, parity, rank_);
     send.epoch = epoch;
     send.epoch_word = epoch_word(kCombine, call);
     send.done = reinterpret_cast<uint32_t*>(windows_.at(layout_.done_send));
   }
   windows_.check(windows_.ops()->ep_combine_send(windows_.backend(), &send), "sending rows back");
-  if (!fused_) {
+  if (!windows_.fuses()) {
     windows_.signal_and_wait(nullptr, 0, 0, layout_.flag(kCombine, parity, rank_),
                              layout_.flag(kCombine, parity, 0), epoch, epoch_word(kCombine, call));
   }
@@ -324,7 +323,7 @@ CombineResult DirectLowLatency::combine(const std::byte* x, const float* topk_we
   reduce.out = out != nullptr ? out : combined_x_[parity].data();
   reduce.status = windows_.status_device();
   reduce.epoch_word = epoch_word(kCombine, call);
-  if (fused_) {
+  if (windows_.fuses()) {
     reduce.wait = windows_.wait_job(layout_.flag(kCombine, parity, 0), epoch, reduce.epoch_word);
     reduce.done = reinterpret_cast<uint32_t*>(windows_.at(layout_.done));
   }

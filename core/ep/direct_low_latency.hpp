@@ -91,7 +91,6 @@ class DirectLowLatency {
   uint32_t rank_, ranks_;
   LlDirectLayout layout_;
   PeerWindows windows_;
-  bool fused_;                  // the GPU backend fuses launches (COURIER_GPU_CAP_EP_FUSED)
   DeviceBuffer combined_x_[2];  // per combine parity: a result stays until the combine after next
   bool call_fp8_[2] = {false, false};  // per parity: how the rows travel
   uint32_t call_row_bytes_[2] = {0, 0};

@@ -186,7 +186,7 @@ void PeerWindows::wait(uint64_t first_flag, uint64_t epoch, const uint64_t* epoc
   check(ops()->ep_wait(backend(), &job), "waiting for the peers");
 }
 
-uint32_t PeerWindows::caps() const { return gpu_.props().caps; }
+bool PeerWindows::fuses() const { return (gpu_.props().caps & COURIER_GPU_CAP_EP_FUSED) != 0; }
 
 void PeerWindows::check(int rc, const char* what) const {
   if (rc != 0) fail("ep::Buffer: {}: {}", what, gpu_.last_error());

@@ -47,7 +47,8 @@ class PeerWindows {
   const courier_gpu_plugin_v1* ops() const { return gpu_.ops(); }
   void* backend() const { return gpu_.handle(); }
   uint64_t timeout_ns() const { return timeout_ns_; }
-  uint32_t caps() const;  // the GPU backend's COURIER_GPU_CAP_*
+  // Whether the GPU backend fuses launches (COURIER_GPU_CAP_EP_FUSED, GPU ABI 1.13).
+  bool fuses() const;
 
   // The status word and the first bad topk index, as the kernels see them.
   uint32_t* status_device() const { return status_.device(); }

@@ -479,6 +479,15 @@ __device__ __forceinline__ uint32_t ll_pass_span(const courier_gpu_ep_ll_dispatc
   return blockDim.x * kChunks * (job.fp8 != 0 ? 8u : 16u);
 }
 
+// The staging row at expert e's rank of a pair with slot `slot`: block
+// (e's local index, this rank), row slot.
+__device__ __forceinline__ uint64_t ll_staging_row(const courier_gpu_ep_ll_dispatch_v1& job,
+                                                   int32_t e, int32_t slot) {
+  const uint32_t R = job.num_ranks, L = job.num_experts / R;
+  return (uint64_t{static_cast<uint32_t>(e) % L} * R + job.rank) * job.max_tokens +
+         static_cast<uint32_t>(slot);
+}
+
 __device__ __forceinline__ void ll_load_pass(const courier_gpu_ep_ll_dispatch_v1& job, uint32_t t,
                                              uint32_t base, RowPass* p) {
   const uint32_t elem = job.x_dtype_bits / 8;
@@ -508,10 +517,7 @@ __device__ __forceinline__ void ll_store_pass(const courier_gpu_ep_ll_dispatch_v
   const uint32_t R = job.num_ranks, K = job.topk, L = job.num_experts / R;
   const uint64_t out_row_bytes =
       job.fp8 != 0 ? job.hidden : uint64_t{job.hidden} * (job.x_dtype_bits / 8);
-  auto row_of = [&](uint32_t k) {
-    const uint32_t e = static_cast<uint32_t>(expert[k]);
-    return (uint64_t{e % L} * R + job.rank) * job.max_tokens + static_cast<uint32_t>(slot[k]);
-  };
+  auto row_of = [&](uint32_t k) { return ll_staging_row(job, expert[k], slot[k]); };
   auto rank_of = [&](uint32_t k) { return static_cast<uint32_t>(expert[k]) / L; };
 #pragma unroll
   for (uint32_t q = 0; q < kChunks; ++q) {
@@ -561,10 +567,7 @@ __device__ __forceinline__ void ll_store_rest(const courier_gpu_ep_ll_dispatch_v
   const uint32_t R = job.num_ranks, K = job.topk, L = job.num_experts / R;
   const uint32_t elem = job.x_dtype_bits / 8;
   const uint64_t out_row_bytes = job.fp8 != 0 ? job.hidden : uint64_t{job.hidden} * elem;
-  auto row_of = [&](uint32_t k) {
-    const uint32_t e = static_cast<uint32_t>(expert[k]);
-    return (uint64_t{e % L} * R + job.rank) * job.max_tokens + static_cast<uint32_t>(slot[k]);
-  };
+  auto row_of = [&](uint32_t k) { return ll_staging_row(job, expert[k], slot[k]); };
   auto rank_of = [&](uint32_t k) { return static_cast<uint32_t>(expert[k]) / L; };
   if (ll_row_vectors(job)) {
     const uint32_t span = ll_pass_span(job);
