@@ -192,8 +192,10 @@ int ep_combine_send(const courier_gpu_ep_combine_send_v1* job_in, cudaStream_t s
   const uint64_t rows = (job.mode & COURIER_GPU_EP_ROUTE_MASK) == COURIER_GPU_EP_ROUTE_RANKS
                             ? job.rows
                             : uint64_t{job.local_experts} * job.rows_per_expert;
-  uint64_t* stamps = timeline.stamps(stream, "combine_send", row_blocks(rows));
-  device::ep::direct::combine<<<row_blocks(rows), kRowThreads, 0, stream>>>(job, {}, false, stamps);
+  const uint32_t blocks =
+      device::ep::combine_send_blocks(job, row_blocks(rows), multiprocessors(job.device));
+  uint64_t* stamps = timeline.stamps(stream, "combine_send", blocks);
+  device::ep::direct::combine<<<blocks, kRowThreads, 0, stream>>>(job, {}, false, stamps);
   return launched("the EP combine send kernel");
 }
 

@@ -82,22 +82,34 @@ void EpTimeline::synced() {
   if (!on_) return;
   std::lock_guard<std::mutex> guard(lock_);
   // The stamps: per step, from the first block's start to the last block's
-  // passing it.
+  // passing it; and the median block's time from its own start to the step
+  // (what a block spends, apart from the blocks' staggered starts).
   for (const Stamped& k : stamped_) {
     const uint64_t* at = stamp_area_ + k.offset;
-    uint64_t start = 0;
+    auto at_point = [&](uint32_t b, uint32_t p) {
+      return at[uint64_t{b} * device::ep::kStampPoints + p];
+    };
+    uint64_t start = 0, last_start = 0;
     for (uint32_t b = 0; b < k.blocks; ++b) {
-      const uint64_t t = at[uint64_t{b} * device::ep::kStampPoints + device::ep::kStampStart];
+      const uint64_t t = at_point(b, device::ep::kStampStart);
       if (t != 0 && (start == 0 || t < start)) start = t;
+      last_start = std::max(last_start, t);
     }
+    if (start != 0) add(k.kernel + "@start", static_cast<float>(last_start - start) / 1000.0f);
+    std::vector<uint64_t> own;
     for (uint32_t p = 1; start != 0 && p < device::ep::kStampPoints; ++p) {
       uint64_t last = 0;
+      own.clear();
       for (uint32_t b = 0; b < k.blocks; ++b) {
-        last = std::max(last, at[uint64_t{b} * device::ep::kStampPoints + p]);
+        const uint64_t t = at_point(b, p), began = at_point(b, device::ep::kStampStart);
+        last = std::max(last, t);
+        if (t != 0 && began != 0 && t >= began) own.push_back(t - began);
       }
       if (last >= start) {
-        add(k.kernel + "@" + device::ep::kStampNames[p],
-            static_cast<float>(last - start) / 1000.0f);
+        const std::string name = k.kernel + "@" + device::ep::kStampNames[p];
+        add(name, static_cast<float>(last - start) / 1000.0f);
+        std::nth_element(own.begin(), own.begin() + own.size() / 2, own.end());
+        add(name + " (block)", static_cast<float>(own[own.size() / 2]) / 1000.0f);
       }
     }
   }

@@ -192,8 +192,10 @@ int ep_combine_send(const courier_gpu_ep_combine_send_v1* job_in, hipStream_t st
   const uint64_t rows = (job.mode & COURIER_GPU_EP_ROUTE_MASK) == COURIER_GPU_EP_ROUTE_RANKS
                             ? job.rows
                             : uint64_t{job.local_experts} * job.rows_per_expert;
-  hipLaunchKernelGGL(device::ep::direct::combine, dim3(row_blocks(rows)), dim3(kRowThreads), 0, stream,
-                     job, courier_gpu_ep_reduce_v1{}, false, nullptr);
+  const uint32_t blocks =
+      device::ep::combine_send_blocks(job, row_blocks(rows), multiprocessors(job.device));
+  hipLaunchKernelGGL(device::ep::direct::combine, dim3(blocks), dim3(kRowThreads), 0, stream, job,
+                     courier_gpu_ep_reduce_v1{}, false, nullptr);
   return launched("the EP combine send kernel");
 }
 

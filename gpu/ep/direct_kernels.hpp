@@ -129,30 +129,55 @@ __device__ __forceinline__ void group_zero(void* dst, uint64_t n, uint32_t lane,
   for (uint64_t i = lane; i < n; i += lanes) static_cast<uint8_t*>(dst)[i] = 0;
 }
 
-// Rows [0, n) of a block's work, each row_bytes (a multiple of 16), row i
-// from src_row[i] to dst_row[i] (16-byte aligned, the pointers in shared
-// memory): the whole block's threads on the 16-byte vectors of all the rows
-// at once, four loads in flight per thread (a group per row leaves most
-// lanes idle when the rows are few).
-__device__ __forceinline__ void block_copy_rows(uint64_t row_bytes, uint32_t n,
-                                                const std::byte* const* src_row,
-                                                std::byte* const* dst_row) {
-  const uint32_t per_row = static_cast<uint32_t>(row_bytes / 16);
-  const uint32_t total = n * per_row;
-  auto from = [&](uint32_t v) {
-    return reinterpret_cast<const int4*>(src_row[v / per_row]) + v % per_row;
+// Rows [0, n) of a block's work as one list of 16-byte vectors: row r's
+// a_bytes from a_src[r] to a_dst[r], then (b_bytes > 0, a second part such
+// as the row's scales) b_bytes from b_src[r] to b_dst[r]; all multiples of
+// 16 and 16-byte aligned, the pointers in shared memory. The whole block's
+// threads on all the rows at once, kCopyAhead loads in flight per thread
+// before their stores (a group per row leaves most lanes idle when the
+// rows are few, and one load at a time pays a memory round trip each).
+inline constexpr uint32_t kCopyAhead = 8;
+__device__ __forceinline__ void block_copy_rows(uint32_t n, uint64_t a_bytes,
+                                                const std::byte* const* a_src,
+                                                std::byte* const* a_dst, uint64_t b_bytes = 0,
+                                                const std::byte* const* b_src = nullptr,
+                                                std::byte* const* b_dst = nullptr) {
+  const uint32_t a = static_cast<uint32_t>(a_bytes / 16),
+                 per = a + static_cast<uint32_t>(b_bytes / 16);
+  if (per == 0) return;
+  const uint32_t total = n * per, step = blockDim.x;
+  const uint32_t step_rows = step / per, step_rest = step % per;
+  // Vector v is (row r, vector o of the row); each thread walks its
+  // vectors by `step` without dividing again.
+  uint32_t r = threadIdx.x / per, o = threadIdx.x % per;
+  auto from = [&](uint32_t row, uint32_t i) {
+    return i < a ? reinterpret_cast<const int4*>(a_src[row]) + i
+                 : reinterpret_cast<const int4*>(b_src[row]) + (i - a);
   };
-  auto to = [&](uint32_t v) { return reinterpret_cast<int4*>(dst_row[v / per_row]) + v % per_row; };
-  const uint32_t step = blockDim.x;
-  uint32_t v = threadIdx.x;
-  for (; v + 3 * step < total; v += 4 * step) {
-    const int4 a = *from(v), b = *from(v + step), c = *from(v + 2 * step), d = *from(v + 3 * step);
-    *to(v) = a;
-    *to(v + step) = b;
-    *to(v + 2 * step) = c;
-    *to(v + 3 * step) = d;
+  auto to = [&](uint32_t row, uint32_t i) {
+    return i < a ? reinterpret_cast<int4*>(a_dst[row]) + i
+                 : reinterpret_cast<int4*>(b_dst[row]) + (i - a);
+  };
+  for (uint32_t v = threadIdx.x; v < total; v += kCopyAhead * step) {
+    int4 value[kCopyAhead];
+    uint32_t row[kCopyAhead], i[kCopyAhead];
+#pragma unroll
+    for (uint32_t q = 0; q < kCopyAhead; ++q) {
+      row[q] = r;
+      i[q] = o;
+      if (v + q * step < total) value[q] = *from(r, o);
+      r += step_rows;
+      o += step_rest;
+      if (o >= per) {
+        o -= per;
+        ++r;
+      }
+    }
+#pragma unroll
+    for (uint32_t q = 0; q < kCopyAhead; ++q) {
+      if (v + q * step < total) *to(row[q], i[q]) = value[q];
+    }
   }
-  for (; v < total; v += step) *to(v) = *from(v);
 }
 
 // Rows a block handles at a time in block_copy_rows (shared row numbers).
@@ -412,17 +437,46 @@ __device__ __forceinline__ bool wait_released(const uint64_t* flag, uint64_t wan
 
 inline constexpr uint32_t kMaxTopk = 32;  // direct_misfit: a lane per expert of a token
 
+// Where a token's row goes: for each k, its staging row and scales at the
+// expert's rank (NULL where the token does not go there), found once per
+// token so that the stores only add the channel offset.
+struct TokenDests {
+  std::byte* row[kMaxTopk];
+  float* scales[kMaxTopk];
+};
+
+// The pairs before a token that each thread loads at once when counting
+// the token's slots (one memory round trip for up to kScanAhead * blockDim
+// pairs).
+inline constexpr uint32_t kScanAhead = 4;
+
+// The staging row at expert e's rank of a pair with slot `slot`: block
+// (e's local index, this rank), row slot.
+__device__ __forceinline__ uint64_t ll_staging_row(const courier_gpu_ep_ll_dispatch_v1& job,
+                                                   int32_t e, int32_t slot) {
+  const uint32_t R = job.num_ranks, L = job.num_experts / R;
+  return (uint64_t{static_cast<uint32_t>(e) % L} * R + job.rank) * job.max_tokens +
+         static_cast<uint32_t>(slot);
+}
+
 // Token t of a low-latency dispatch: its experts (-1 where none, or where
-// the index is out of range: then, with FUSE_ROUTE, the status says so)
-// and each one's slot, the (t', k') before it in token order with the same
-// expert (FUSE_ROUTE), else the slots ep_route wrote.
+// the index is out of range: then, with FUSE_ROUTE, the status says so),
+// each one's slot, the (t', k') before it in token order with the same
+// expert (FUSE_ROUTE), else the slots ep_route wrote, and where its row
+// goes. Nothing is stored at the destinations.
 __device__ __forceinline__ void ll_token_slots(const courier_gpu_ep_ll_dispatch_v1& job, uint32_t t,
-                                               int32_t* expert, int32_t* slot, uint32_t* before) {
-  const uint32_t K = job.topk, E = job.num_experts;
+                                               int32_t* expert, int32_t* slot, uint32_t* before,
+                                               TokenDests* dests) {
+  const uint32_t K = job.topk, E = job.num_experts, L = E / job.num_ranks;
   const bool route = (job.fuse & COURIER_GPU_EP_FUSE_ROUTE) != 0;
   const uint32_t n = route ? t * K : 0;  // the pairs of the tokens before t
   // The first of them, loaded with the token's own (one round trip).
-  const int64_t first_v = threadIdx.x < n ? job.topk_idx[threadIdx.x] : -1;
+  int64_t ahead[kScanAhead];
+#pragma unroll
+  for (uint32_t q = 0; q < kScanAhead; ++q) {
+    const uint32_t i = q * blockDim.x + threadIdx.x;
+    ahead[q] = i < n ? job.topk_idx[i] : -1;
+  }
   if (threadIdx.x < K) {
     const uint32_t k = threadIdx.x;
     const int64_t e = job.topk_idx[uint64_t{t} * K + k];
@@ -435,13 +489,19 @@ __device__ __forceinline__ void ll_token_slots(const courier_gpu_ep_ll_dispatch_
   }
   __syncthreads();
   if (route) {
-    for (uint32_t base = 0; base < n; base += blockDim.x) {
-      const uint32_t i = base + threadIdx.x;
-      const int64_t v = base == 0 ? first_v : i < n ? job.topk_idx[i] : -1;
+    auto count = [&](int64_t v) {
       for (uint32_t k = 0; k < K; ++k) {
         const uint32_t c = warp_count(v >= 0 && v == expert[k]);
         if (c != 0 && warp_leader()) atomicAdd(&before[k], c);
       }
+    };
+#pragma unroll
+    for (uint32_t q = 0; q < kScanAhead; ++q) {
+      if (q * blockDim.x < n) count(ahead[q]);
+    }
+    for (uint32_t base = kScanAhead * blockDim.x; base < n; base += blockDim.x) {
+      const uint32_t i = base + threadIdx.x;
+      count(i < n ? job.topk_idx[i] : -1);
     }
     __syncthreads();
   }
@@ -456,6 +516,19 @@ __device__ __forceinline__ void ll_token_slots(const courier_gpu_ep_ll_dispatch_
     }
     slot[k] = s;
     if (route) job.route_slots[uint64_t{t} * K + k] = s;
+    dests->row[k] = nullptr;
+    dests->scales[k] = nullptr;
+    if (expert[k] >= 0) {
+      const uint32_t to = static_cast<uint32_t>(expert[k]) / L;
+      const uint64_t row = ll_staging_row(job, expert[k], s);
+      const uint64_t row_bytes =
+          job.fp8 != 0 ? job.hidden : uint64_t{job.hidden} * (job.x_dtype_bits / 8);
+      dests->row[k] = window(job.peers, to, job.x_off + row * row_bytes);
+      if (job.fp8 != 0) {
+        dests->scales[k] = reinterpret_cast<float*>(window(job.peers, to, job.scales_off)) +
+                           row * (job.hidden / kFp8Channels);
+      }
+    }
   }
   __syncthreads();
 }
@@ -479,15 +552,6 @@ __device__ __forceinline__ uint32_t ll_pass_span(const courier_gpu_ep_ll_dispatc
   return blockDim.x * kChunks * (job.fp8 != 0 ? 8u : 16u);
 }
 
-// The staging row at expert e's rank of a pair with slot `slot`: block
-// (e's local index, this rank), row slot.
-__device__ __forceinline__ uint64_t ll_staging_row(const courier_gpu_ep_ll_dispatch_v1& job,
-                                                   int32_t e, int32_t slot) {
-  const uint32_t R = job.num_ranks, L = job.num_experts / R;
-  return (uint64_t{static_cast<uint32_t>(e) % L} * R + job.rank) * job.max_tokens +
-         static_cast<uint32_t>(slot);
-}
-
 __device__ __forceinline__ void ll_load_pass(const courier_gpu_ep_ll_dispatch_v1& job, uint32_t t,
                                              uint32_t base, RowPass* p) {
   const uint32_t elem = job.x_dtype_bits / 8;
@@ -509,20 +573,17 @@ __device__ __forceinline__ void ll_load_pass(const courier_gpu_ep_ll_dispatch_v1
   }
 }
 
-// Stores a pass (ll_load_pass's) to each of the token's experts' staging
-// blocks: quantized once (FP8: 16 lanes per scale) and stored K times.
+// Stores a pass (ll_load_pass's) to each of the token's destinations:
+// quantized once (FP8: 16 lanes per scale) and stored K times.
 __device__ __forceinline__ void ll_store_pass(const courier_gpu_ep_ll_dispatch_v1& job,
                                               uint32_t base, const RowPass& p,
-                                              const int32_t* expert, const int32_t* slot) {
-  const uint32_t R = job.num_ranks, K = job.topk, L = job.num_experts / R;
+                                              const TokenDests& dests) {
+  const uint32_t K = job.topk;
   const uint64_t out_row_bytes =
       job.fp8 != 0 ? job.hidden : uint64_t{job.hidden} * (job.x_dtype_bits / 8);
-  auto row_of = [&](uint32_t k) { return ll_staging_row(job, expert[k], slot[k]); };
-  auto rank_of = [&](uint32_t k) { return static_cast<uint32_t>(expert[k]) / L; };
 #pragma unroll
   for (uint32_t q = 0; q < kChunks; ++q) {
     if (job.fp8 != 0) {
-      const uint32_t scale_cols = job.hidden / kFp8Channels;
       const bool pow2 = (job.fp8 & COURIER_GPU_EP_FP8_POW2_SCALES) != 0;
       const uint32_t c = base + (q * blockDim.x + threadIdx.x) * 8;
       float amax = 0.0f;
@@ -538,60 +599,52 @@ __device__ __forceinline__ void ll_store_pass(const courier_gpu_ep_ll_dispatch_v
       for (int i = 0; i < 4; ++i) {
         packed.y |= uint32_t{float_to_e4m3(p.v[q][4 + i] / scale)} << (8 * i);
       }
+      const bool scale_lane = threadIdx.x % 16 == 0;
       for (uint32_t k = 0; k < K; ++k) {
-        if (expert[k] < 0) continue;
-        const uint64_t row = row_of(k);
-        *reinterpret_cast<uint2*>(
-            window(job.peers, rank_of(k), job.x_off + row * out_row_bytes + c)) = packed;
-        if (threadIdx.x % 16 == 0) {
-          reinterpret_cast<float*>(window(
-              job.peers, rank_of(k), job.scales_off))[row * scale_cols + c / kFp8Channels] = scale;
-        }
+        std::byte* row = dests.row[k];
+        if (row == nullptr) continue;
+        *reinterpret_cast<uint2*>(row + c) = packed;
+        if (scale_lane) dests.scales[k][c / kFp8Channels] = scale;
       }
     } else {
       const uint64_t at = base + uint64_t{q * blockDim.x + threadIdx.x} * 16;
       if (at >= out_row_bytes) continue;
       for (uint32_t k = 0; k < K; ++k) {
-        if (expert[k] < 0) continue;
-        *reinterpret_cast<int4*>(
-            window(job.peers, rank_of(k), job.x_off + row_of(k) * out_row_bytes + at)) = p.w[q];
+        std::byte* row = dests.row[k];
+        if (row != nullptr) *reinterpret_cast<int4*>(row + at) = p.w[q];
       }
     }
   }
 }
 
 // The rest of token t after its first pass (stored by the caller), its
-// source and k: to each of its experts' staging blocks.
+// source and k: to each of its destinations.
 __device__ __forceinline__ void ll_store_rest(const courier_gpu_ep_ll_dispatch_v1& job, uint32_t t,
-                                              const int32_t* expert, const int32_t* slot) {
+                                              const int32_t* expert, const int32_t* slot,
+                                              const TokenDests& dests) {
   const uint32_t R = job.num_ranks, K = job.topk, L = job.num_experts / R;
   const uint32_t elem = job.x_dtype_bits / 8;
   const uint64_t out_row_bytes = job.fp8 != 0 ? job.hidden : uint64_t{job.hidden} * elem;
-  auto row_of = [&](uint32_t k) { return ll_staging_row(job, expert[k], slot[k]); };
-  auto rank_of = [&](uint32_t k) { return static_cast<uint32_t>(expert[k]) / L; };
   if (ll_row_vectors(job)) {
     const uint32_t span = ll_pass_span(job);
     const uint64_t end = job.fp8 != 0 ? job.hidden : out_row_bytes;
     for (uint64_t base = span; base < end; base += span) {
       RowPass p;
       ll_load_pass(job, t, static_cast<uint32_t>(base), &p);
-      ll_store_pass(job, static_cast<uint32_t>(base), p, expert, slot);
+      ll_store_pass(job, static_cast<uint32_t>(base), p, dests);
     }
   } else {
     const std::byte* x = static_cast<const std::byte*>(job.x) + uint64_t{t} * job.hidden * elem;
     for (uint32_t k = 0; k < K; ++k) {
-      if (expert[k] < 0) continue;
-      group_copy(window(job.peers, rank_of(k), job.x_off + row_of(k) * out_row_bytes), x,
-                 out_row_bytes, threadIdx.x, blockDim.x);
+      if (dests.row[k] != nullptr)
+        group_copy(dests.row[k], x, out_row_bytes, threadIdx.x, blockDim.x);
     }
   }
   if (threadIdx.x < K && expert[threadIdx.x] >= 0) {
-    const uint32_t k = threadIdx.x;
-    const uint64_t row = row_of(k);
-    reinterpret_cast<int32_t*>(window(job.peers, rank_of(k), job.src_off))[row] =
-        static_cast<int32_t>(t);
-    reinterpret_cast<int32_t*>(window(job.peers, rank_of(k), job.k_off))[row] =
-        static_cast<int32_t>(k);
+    const uint32_t k = threadIdx.x, to = static_cast<uint32_t>(expert[k]) / L;
+    const uint64_t row = ll_staging_row(job, expert[k], slot[k]);
+    reinterpret_cast<int32_t*>(window(job.peers, to, job.src_off))[row] = static_cast<int32_t>(t);
+    reinterpret_cast<int32_t*>(window(job.peers, to, job.k_off))[row] = static_cast<int32_t>(k);
   }
 }
 
@@ -638,26 +691,38 @@ __device__ __forceinline__ void ll_send(const courier_gpu_ep_ll_dispatch_v1& job
   __shared__ int32_t expert[kMaxTopk];
   __shared__ int32_t slot[kMaxTopk];
   __shared__ uint32_t before[kMaxTopk];
+  __shared__ TokenDests dests;
   __shared__ uint32_t failed;
   const uint64_t released = job.epoch_word != nullptr ? *job.epoch_word : job.released_epoch;
-  if (threadIdx.x < job.num_ranks) {
-    wait_released(job.released + threadIdx.x, released, job.timeout_ns, job.status, threadIdx.x);
-  }
-  __syncthreads();
-  stamp(stamps, kStampReleased);
   if (threadIdx.x == 0) failed = status_of(job.status);
+  // The ranks' release flags, waited for once, before the first store (the
+  // first token's loads and slots go first, so their memory round trips
+  // overlap the wait); a wait that timed out stores nothing.
+  bool waited = false;
+  auto wait_release = [&] {
+    if (threadIdx.x < job.num_ranks && !wait_released(job.released + threadIdx.x, released,
+                                                      job.timeout_ns, job.status, threadIdx.x)) {
+      failed = 1;
+    }
+    __syncthreads();
+    stamp(stamps, kStampReleased);
+    waited = true;
+  };
   __syncthreads();
   const bool vectors = ll_row_vectors(job);
   for (uint32_t t = blockIdx.x; t < job.tokens; t += gridDim.x) {
     RowPass first;  // loaded while the slots are found
     if (vectors && failed == 0) ll_load_pass(job, t, 0, &first);
-    ll_token_slots(job, t, expert, slot, before);
+    ll_token_slots(job, t, expert, slot, before, &dests);
+    if (t == blockIdx.x) stamp(stamps, kStampRouted);
+    if (!waited) wait_release();
     if (failed == 0) {
-      if (vectors) ll_store_pass(job, 0, first, expert, slot);
-      ll_store_rest(job, t, expert, slot);
+      if (vectors) ll_store_pass(job, 0, first, dests);
+      ll_store_rest(job, t, expert, slot, dests);
     }
-    __syncthreads();  // expert and slot are the next token's
+    __syncthreads();  // expert, slot and dests are the next token's
   }
+  if (!waited) wait_release();  // the last block stores the counts
   stamp(stamps, kStampSent);
   if ((job.fuse & COURIER_GPU_EP_FUSE_SIGNAL) == 0) {
     __threadfence_system();  // an ep_signal follows
@@ -790,8 +855,8 @@ __device__ __forceinline__ void ll_receive_half(const courier_gpu_ep_ll_receive_
           job.k[to] = job.staging_k[from];
         }
         __syncthreads();
-        block_copy_rows(job.row_bytes, m, from_row, to_row);
-        if (plain_scales) block_copy_rows(scale_bytes, m, from_scales, to_scales);
+        block_copy_rows(m, job.row_bytes, from_row, to_row, plain_scales ? scale_bytes : 0,
+                        from_scales, to_scales);
         __syncthreads();
       }
       // What the block-wide copies did not do: a group per row.
@@ -896,7 +961,7 @@ __device__ __forceinline__ void combine_send_half(const courier_gpu_ep_combine_s
         }
         __syncthreads();
         if (vectors) {
-          block_copy_rows(job.row_bytes, m, from_row, to_row);
+          block_copy_rows(m, job.row_bytes, from_row, to_row);
         } else {
           for (uint32_t r = threadIdx.x / kGroup; r < m; r += blockDim.x / kGroup) {
             if (logfmt) {
@@ -935,6 +1000,67 @@ __device__ __forceinline__ void combine_send_signal(const courier_gpu_ep_combine
   stamp(stamps, kStampSignalled);
 }
 
+// A bfloat16 token of `terms` rows (term_row[j], NULL: none, weighted by
+// term_weight[j]) summed into `out`: each thread 8 channels of `per_step`
+// pieces at a time, the loads of all their terms (at most kReduceAhead)
+// issued before any is summed, so a token costs one memory round trip per
+// step rather than one per term and piece.
+inline constexpr uint32_t kReduceAhead = 16;
+__device__ __forceinline__ void reduce_token_bf16(uint32_t hidden, uint32_t terms,
+                                                  const std::byte* const* term_row,
+                                                  const float* term_weight, std::byte* out) {
+  const uint32_t per_step = kReduceAhead / terms;  // pieces (of 8 channels) per step
+  const uint32_t stride = blockDim.x * 8;          // channels between a thread's pieces
+  for (uint32_t c0 = threadIdx.x * 8; c0 < hidden; c0 += per_step * stride) {
+    uint4 raw[kReduceAhead];
+    // (piece g, term j) of load q, counted along without dividing.
+    uint32_t g = 0, j = 0;
+#pragma unroll
+    for (uint32_t q = 0; q < kReduceAhead; ++q) {
+      const uint32_t c = c0 + g * stride;
+      raw[q] = make_uint4(0, 0, 0, 0);
+      if (g < per_step && c < hidden && term_row[j] != nullptr) {
+        raw[q] =
+            *reinterpret_cast<const uint4*>(reinterpret_cast<const uint16_t*>(term_row[j]) + c);
+      }
+      if (++j == terms) {
+        j = 0;
+        ++g;
+      }
+    }
+    float sum[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    g = 0;
+    j = 0;
+#pragma unroll
+    for (uint32_t q = 0; q < kReduceAhead; ++q) {
+      if (g < per_step) {
+        const float w = term_row[j] != nullptr ? term_weight[j] : 0.0f;
+        const uint32_t words[4] = {raw[q].x, raw[q].y, raw[q].z, raw[q].w};
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          sum[2 * i] += w * bf16_to_float(static_cast<uint16_t>(words[i] & 0xFFFFu));
+          sum[2 * i + 1] += w * bf16_to_float(static_cast<uint16_t>(words[i] >> 16));
+        }
+      }
+      if (++j == terms) {
+        const uint32_t c = c0 + g * stride;
+        if (g < per_step && c < hidden) {
+          uint4 packed;
+          packed.x = uint32_t{float_to_bf16(sum[0])} | uint32_t{float_to_bf16(sum[1])} << 16;
+          packed.y = uint32_t{float_to_bf16(sum[2])} | uint32_t{float_to_bf16(sum[3])} << 16;
+          packed.z = uint32_t{float_to_bf16(sum[4])} | uint32_t{float_to_bf16(sum[5])} << 16;
+          packed.w = uint32_t{float_to_bf16(sum[6])} | uint32_t{float_to_bf16(sum[7])} << 16;
+          *reinterpret_cast<uint4*>(reinterpret_cast<uint16_t*>(out) + c) = packed;
+        }
+#pragma unroll
+        for (int i = 0; i < 8; ++i) sum[i] = 0.0f;
+        j = 0;
+        ++g;
+      }
+    }
+  }
+}
+
 // ---- ep_reduce: a block per token; each thread 8 channels at a time, the
 // token's slots and weights read once into shared memory, the terms' loads
 // issued before they are summed.
@@ -970,6 +1096,12 @@ __device__ __forceinline__ void reduce_rows(const courier_gpu_ep_reduce_v1& job)
       term_weight[j] = w;
     }
     __syncthreads();
+    std::byte* out = static_cast<std::byte*>(job.out) + uint64_t{t} * row_bytes;
+    if (!logfmt && job.dtype_bits == 16 && job.terms > 0 && job.terms <= kReduceAhead) {
+      reduce_token_bf16(job.hidden, job.terms, term_row, term_weight, out);
+      __syncthreads();  // term_row is the next token's
+      continue;
+    }
     for (uint32_t c = threadIdx.x * 8; c < job.hidden; c += blockDim.x * 8) {
       float sum[8] = {0, 0, 0, 0, 0, 0, 0, 0};
       for (uint32_t first = 0; first < job.terms; first += kBatch) {
@@ -1002,7 +1134,6 @@ __device__ __forceinline__ void reduce_rows(const courier_gpu_ep_reduce_v1& job)
           for (int i = 0; i < 8; ++i) sum[i] += w * v[b][i];
         }
       }
-      std::byte* out = static_cast<std::byte*>(job.out) + uint64_t{t} * row_bytes;
       if (job.dtype_bits == 16) {
         uint4 packed;
         packed.x = uint32_t{float_to_bf16(sum[0])} | uint32_t{float_to_bf16(sum[1])} << 16;

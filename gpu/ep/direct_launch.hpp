@@ -32,6 +32,16 @@ inline uint32_t ll_receive_blocks(const courier_gpu_ep_ll_receive_v1& job, uint3
   return std::min(std::max(job.local_experts, 1u), std::max(sms, 1u) * 4u);
 }
 
+// The combine's send: by rank, `row_blocks` (a group of lanes per row);
+// by expert, a block per local expert at a time and no more blocks than
+// the multiprocessors (one wave: blocks beyond it would start only when
+// the first ones end).
+inline uint32_t combine_send_blocks(const courier_gpu_ep_combine_send_v1& job, uint32_t row_blocks,
+                                    uint32_t sms) {
+  if ((job.mode & COURIER_GPU_EP_ROUTE_MASK) == COURIER_GPU_EP_ROUTE_RANKS) return row_blocks;
+  return std::min(std::max(job.local_experts, 1u), std::max(sms, 1u));
+}
+
 // The reduce: a block per token at a time, 8 channels per thread. Few
 // tokens (low-latency): wide blocks, one per SM; many (high-throughput):
 // narrower ones, several resident per SM (a thread keeps 32 values in

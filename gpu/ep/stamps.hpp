@@ -12,6 +12,7 @@ namespace courier::device::ep {
 enum StampPoint : uint32_t {
   kStampStart,      // the block began
   kStampReleased,   // the destinations' release flags seen (low-latency send)
+  kStampRouted,     // the block's first token's slots known (low-latency send)
   kStampSent,       // the block's rows stored
   kStampSignalled,  // the last block raised the flags
   kStampFlagsSeen,  // every rank's flag seen (a receive or a reduce)
@@ -21,6 +22,6 @@ enum StampPoint : uint32_t {
 };
 
 inline constexpr const char* kStampNames[kStampPoints] = {
-    "start", "released", "sent", "signalled", "flags_seen", "moved", "finished"};
+    "start", "released", "routed", "sent", "signalled", "flags_seen", "moved", "finished"};
 
 }  // namespace courier::device::ep
