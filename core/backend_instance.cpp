@@ -203,6 +203,8 @@ GpuBackend::GpuBackend(const GpuPlugin& plugin, const HostServices& host) : plug
   if (plugin_.abi_minor < 5) props_.caps &= ~COURIER_GPU_CAP_EP_LOGFMT;
   // Fused direct-path launches came with minor 13 (fields, no new entry).
   if (plugin_.abi_minor < 13) props_.caps &= ~COURIER_GPU_CAP_EP_FUSED;
+  // A low-latency combine's own rows left in place came with minor 14 (fields).
+  if (plugin_.abi_minor < 14) props_.caps &= ~COURIER_GPU_CAP_EP_LOCAL_ROWS;
   // Choosing the EP stream came with minor 9.
   const size_t needed9 = offsetof(courier_gpu_plugin_v1, ep_set_stream) + sizeof ops->ep_set_stream;
   has_minor9_ = has_minor3_ && plugin_.abi_minor >= 9 && ops->header.struct_size >= needed9 &&

@@ -54,6 +54,7 @@ constexpr BitName kGpuCaps[] = {
     {COURIER_GPU_CAP_EP_FP8_POW2, "ep_fp8_pow2"},
     {COURIER_GPU_CAP_EP_LOGFMT, "ep_logfmt"},
     {COURIER_GPU_CAP_EP_FUSED, "ep_fused"},
+    {COURIER_GPU_CAP_EP_LOCAL_ROWS, "ep_local_rows"},
 };
 
 constexpr BitName kMemoryKinds[] = {

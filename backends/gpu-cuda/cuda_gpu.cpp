@@ -195,7 +195,8 @@ int cuda_query(void* backend, courier_gpu_props_v1* props) {
     props->caps = COURIER_GPU_CAP_MAPPED_HOST | COURIER_GPU_CAP_IPC | COURIER_GPU_CAP_FIFO_KERNELS |
                   COURIER_GPU_CAP_GRAPHS | COURIER_GPU_CAP_EP_KERNELS | COURIER_GPU_CAP_EP_DIRECT |
                   COURIER_GPU_CAP_EP_PROXY | COURIER_GPU_CAP_EP_FP8_POW2 |
-                  COURIER_GPU_CAP_EP_LOGFMT | COURIER_GPU_CAP_EP_FUSED;
+                  COURIER_GPU_CAP_EP_LOGFMT | COURIER_GPU_CAP_EP_FUSED |
+                  COURIER_GPU_CAP_EP_LOCAL_ROWS;
     if (b->dmabuf[static_cast<size_t>(b->default_device)]) props->caps |= COURIER_GPU_CAP_DMABUF;
   }
   std::snprintf(props->device_name, sizeof props->device_name, "%s", b->device_name.c_str());

@@ -51,6 +51,7 @@ LlDirectLayout::LlDirectLayout(uint32_t ranks, uint32_t experts, uint32_t max_to
     count[p] = take(4ull * local_experts);
     range[p] = take(8ull * local_experts * ranks);
     slots[p] = take(4ull * max_tokens * max_topk);
+    self_rows[p] = take(4ull * max_tokens * max_topk);
     // Room for a LogFMT slot per row (row_bytes + row_bytes / 64, docs/ep.md).
     combine[p] = take(uint64_t{max_tokens} * max_topk * (row_bytes + row_bytes / 64));
   }
@@ -128,6 +129,7 @@ LowLatencyDispatchResult DirectLowLatency::dispatch(const LlInputs& in, bool ret
   out.scales_layout = scales_layout_bits(in.fp8, in.scales_layout);
   call_fp8_[parity] = in.fp8;
   call_row_bytes_[parity] = in.fp8 ? in.hidden : in.hidden * (in.x_dtype.bits / 8);
+  call_topk_[parity] = in.topk;
 
   if (!windows_.fuses()) {
     courier_gpu_ep_route_v1 route{};
@@ -174,6 +176,9 @@ LowLatencyDispatchResult DirectLowLatency::dispatch(const LlInputs& in, bool ret
   job.status = windows_.status_device();
   job.peers = windows_.peers();
   job.epoch_word = epoch_word(kData, call);
+  if (windows_.local_rows()) {
+    job.self_rows = reinterpret_cast<int32_t*>(windows_.at(layout_.self_rows[parity]));
+  }
   const uint64_t record_off = layout_.records[parity] + rank_ * layout_.record_bytes;
   courier_gpu_ep_ll_receive_v1 fused_receive{};
   if (windows_.fuses()) {
@@ -256,6 +261,10 @@ courier_gpu_ep_ll_receive_v1 DirectLowLatency::receive_job(uint64_t call, bool w
   job.status = windows_.status_device();
   job.peers = windows_.peers();
   if (wait) job.wait = windows_.wait_job(layout_.flag(kData, parity, 0), epoch, job.epoch_word);
+  if (windows_.local_rows()) {
+    job.self_rows = reinterpret_cast<int32_t*>(windows_.at(layout_.self_rows[parity]));
+    job.topk = call_topk_[parity];
+  }
   return job;
 }
 
@@ -297,6 +306,10 @@ CombineResult DirectLowLatency::combine(const std::byte* x, const float* topk_we
   send.out_off = layout_.combine[parity];
   send.status = windows_.status_device();
   send.peers = windows_.peers();
+  // This rank's own rows stay in x, where its reduce reads them (LogFMT
+  // sends them all: the reduce decodes every term alike).
+  const bool keep_own = windows_.local_rows() && !logfmt;
+  send.skip_self = keep_own ? 1 : 0;
   if (windows_.fuses()) {  // the send kernel signals, the reduce kernel waits
     send.flag_off = layout_.flag(kCombine, parity, rank_);
     send.epoch = epoch;
@@ -323,6 +336,10 @@ CombineResult DirectLowLatency::combine(const std::byte* x, const float* topk_we
   reduce.out = out != nullptr ? out : combined_x_[parity].data();
   reduce.status = windows_.status_device();
   reduce.epoch_word = epoch_word(kCombine, call);
+  if (keep_own) {
+    reduce.local_rows = x;
+    reduce.local_index = reinterpret_cast<const int32_t*>(windows_.at(layout_.self_rows[from]));
+  }
   if (windows_.fuses()) {
     reduce.wait = windows_.wait_job(layout_.flag(kCombine, parity, 0), epoch, reduce.epoch_word);
     reduce.done = reinterpret_cast<uint32_t*>(windows_.at(layout_.done));

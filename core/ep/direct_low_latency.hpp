@@ -49,6 +49,9 @@ struct LlDirectLayout {
   // The outputs, packed per expert from row 0 by the receive half.
   uint64_t x[2], scales[2], src[2], k[2], count[2], range[2];
   uint64_t slots[2], combine[2];
+  // Per (token, k): the row in x of a pair this rank sent itself, else -1
+  // (with local rows, GPU ABI 1.14: the combine leaves those rows in x).
+  uint64_t self_rows[2];
   uint64_t flags;      // [phase: data, combine, release][parity][rank] u64
   uint64_t staging;    // this rank's record
   uint64_t done;       // the receive and reduce kernels' count of finished blocks
@@ -94,6 +97,7 @@ class DirectLowLatency {
   DeviceBuffer combined_x_[2];  // per combine parity: a result stays until the combine after next
   bool call_fp8_[2] = {false, false};  // per parity: how the rows travel
   uint32_t call_row_bytes_[2] = {0, 0};
+  uint32_t call_topk_[2] = {0, 0};
   // Per parity: where the dispatch's outputs go (the window or the
   // caller's tensors) and how its scales are laid out.
   struct Outputs {

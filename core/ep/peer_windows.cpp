@@ -187,6 +187,9 @@ void PeerWindows::wait(uint64_t first_flag, uint64_t epoch, const uint64_t* epoc
 }
 
 bool PeerWindows::fuses() const { return (gpu_.props().caps & COURIER_GPU_CAP_EP_FUSED) != 0; }
+bool PeerWindows::local_rows() const {
+  return (gpu_.props().caps & COURIER_GPU_CAP_EP_LOCAL_ROWS) != 0;
+}
 
 void PeerWindows::check(int rc, const char* what) const {
   if (rc != 0) fail("ep::Buffer: {}: {}", what, gpu_.last_error());

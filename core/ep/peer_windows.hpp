@@ -49,6 +49,9 @@ class PeerWindows {
   uint64_t timeout_ns() const { return timeout_ns_; }
   // Whether the GPU backend fuses launches (COURIER_GPU_CAP_EP_FUSED, GPU ABI 1.13).
   bool fuses() const;
+  // Whether a low-latency combine may leave this rank's own rows in place
+  // (COURIER_GPU_CAP_EP_LOCAL_ROWS, GPU ABI 1.14).
+  bool local_rows() const;
 
   // The status word and the first bad topk index, as the kernels see them.
   uint32_t* status_device() const { return status_.device(); }

@@ -132,7 +132,8 @@ __device__ __forceinline__ void group_zero(void* dst, uint64_t n, uint32_t lane,
 // Rows [0, n) of a block's work as one list of 16-byte vectors: row r's
 // a_bytes from a_src[r] to a_dst[r], then (b_bytes > 0, a second part such
 // as the row's scales) b_bytes from b_src[r] to b_dst[r]; all multiples of
-// 16 and 16-byte aligned, the pointers in shared memory. The whole block's
+// 16 and 16-byte aligned, the pointers in shared memory; a row whose a_dst
+// is NULL is skipped. The whole block's
 // threads on all the rows at once, kCopyAhead loads in flight per thread
 // before their stores (a group per row leaves most lanes idle when the
 // rows are few, and one load at a time pays a memory round trip each).
@@ -165,7 +166,7 @@ __device__ __forceinline__ void block_copy_rows(uint32_t n, uint64_t a_bytes,
     for (uint32_t q = 0; q < kCopyAhead; ++q) {
       row[q] = r;
       i[q] = o;
-      if (v + q * step < total) value[q] = *from(r, o);
+      if (v + q * step < total && a_dst[r] != nullptr) value[q] = *from(r, o);
       r += step_rows;
       o += step_rest;
       if (o >= per) {
@@ -175,7 +176,7 @@ __device__ __forceinline__ void block_copy_rows(uint32_t n, uint64_t a_bytes,
     }
 #pragma unroll
     for (uint32_t q = 0; q < kCopyAhead; ++q) {
-      if (v + q * step < total) *to(row[q], i[q]) = value[q];
+      if (v + q * step < total && a_dst[row[q]] != nullptr) *to(row[q], i[q]) = value[q];
     }
   }
 }
@@ -516,6 +517,9 @@ __device__ __forceinline__ void ll_token_slots(const courier_gpu_ep_ll_dispatch_
     }
     slot[k] = s;
     if (route) job.route_slots[uint64_t{t} * K + k] = s;
+    if (job.self_rows != nullptr && (expert[k] < 0 || expert[k] / L != job.rank)) {
+      job.self_rows[uint64_t{t} * K + k] = -1;  // (the receive writes this rank's own)
+    }
     dests->row[k] = nullptr;
     dests->scales[k] = nullptr;
     if (expert[k] >= 0) {
@@ -834,6 +838,16 @@ __device__ __forceinline__ void ll_receive_half(const courier_gpu_ep_ll_receive_
       *l = expert_l(i);
       *from = (uint64_t{*l} * R + s) * job.max_tokens + (*within - begin[i][s]);
       *to = *l * rows_per_expert + *within;
+      return s;
+    };
+    // A row's source and k, and (self_rows) where a row of this rank's own landed.
+    auto move_source = [&](uint32_t s, uint64_t from, uint64_t to) {
+      const int32_t t = job.staging_src[from], k = job.staging_k[from];
+      job.src[to] = t;
+      job.k[to] = k;
+      if (job.self_rows != nullptr && s == job.rank) {
+        job.self_rows[uint64_t(t) * job.topk + static_cast<uint32_t>(k)] = static_cast<int32_t>(to);
+      }
     };
     if (failed == 0) {
       // The whole block on the pass's rows, kBlockRows at a time: each
@@ -843,7 +857,7 @@ __device__ __forceinline__ void ll_receive_half(const courier_gpu_ep_ll_receive_
         for (uint32_t r = threadIdx.x; r < m; r += blockDim.x) {
           uint32_t l = 0, within = 0;
           uint64_t from = 0, to = 0;
-          locate(chunk + r, &l, &within, &from, &to);
+          const uint32_t s = locate(chunk + r, &l, &within, &from, &to);
           from_row[r] = static_cast<const std::byte*>(job.staging_x) + from * job.row_bytes;
           to_row[r] = static_cast<std::byte*>(job.x) + to * job.row_bytes;
           if (plain_scales) {
@@ -851,8 +865,7 @@ __device__ __forceinline__ void ll_receive_half(const courier_gpu_ep_ll_receive_
                 reinterpret_cast<const std::byte*>(job.staging_scales) + from * scale_bytes;
             to_scales[r] = reinterpret_cast<std::byte*>(job.scales) + to * scale_bytes;
           }
-          job.src[to] = job.staging_src[from];
-          job.k[to] = job.staging_k[from];
+          move_source(s, from, to);
         }
         __syncthreads();
         block_copy_rows(m, job.row_bytes, from_row, to_row, plain_scales ? scale_bytes : 0,
@@ -864,15 +877,12 @@ __device__ __forceinline__ void ll_receive_half(const courier_gpu_ep_ll_receive_
       for (uint32_t j = group; rest && j < rows; j += groups) {
         uint32_t l = 0, within = 0;
         uint64_t from = 0, to = 0;
-        locate(j, &l, &within, &from, &to);
+        const uint32_t s = locate(j, &l, &within, &from, &to);
         if (!vectors) {
           group_copy(static_cast<std::byte*>(job.x) + to * job.row_bytes,
                      static_cast<const std::byte*>(job.staging_x) + from * job.row_bytes,
                      job.row_bytes, lane, kGroup);
-          if (lane == 0) {
-            job.src[to] = job.staging_src[from];
-            job.k[to] = job.staging_k[from];
-          }
+          if (lane == 0) move_source(s, from, to);
         }
         if (job.scale_cols > 0 && job.scales_layout != 0) {
           store_scales(job.scales, job.scales_layout, job.scale_cols, rows_per_expert, l, within,
@@ -957,13 +967,17 @@ __device__ __forceinline__ void combine_send_half(const courier_gpu_ep_combine_s
           const uint64_t slot =
               uint64_t(job.src[row]) * job.topk + static_cast<uint32_t>(job.k[row]);
           from_row[r] = x + row * job.row_bytes;
-          to_row[r] = window(job.peers, s, job.out_off + slot * slot_bytes);
+          // skip_self: the reduce reads this rank's own rows in x.
+          to_row[r] = job.skip_self != 0 && s == job.rank
+                          ? nullptr
+                          : window(job.peers, s, job.out_off + slot * slot_bytes);
         }
         __syncthreads();
         if (vectors) {
           block_copy_rows(m, job.row_bytes, from_row, to_row);
         } else {
           for (uint32_t r = threadIdx.x / kGroup; r < m; r += blockDim.x / kGroup) {
+            if (to_row[r] == nullptr) continue;
             if (logfmt) {
               logfmt_encode_row(to_row[r], from_row[r], hidden, lane, kGroup);
             } else {
@@ -1089,7 +1103,12 @@ __device__ __forceinline__ void reduce_rows(const courier_gpu_ep_reduce_v1& job)
         row = rows + (uint64_t{j} * job.rows_per_term + static_cast<uint32_t>(slot)) * slot_bytes;
         w = 1.0f;
       } else if (slot >= 0) {
-        row = rows + (uint64_t{t} * job.terms + j) * slot_bytes;
+        const int32_t local = job.local_rows != nullptr && job.local_index != nullptr && !logfmt
+                                  ? job.local_index[uint64_t{t} * job.terms + j]
+                                  : -1;
+        row = local >= 0
+                  ? static_cast<const std::byte*>(job.local_rows) + uint64_t(local) * row_bytes
+                  : rows + (uint64_t{t} * job.terms + j) * slot_bytes;
         w = job.weights[uint64_t{t} * job.terms + j];
       }
       term_row[j] = row;

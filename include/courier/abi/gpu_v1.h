@@ -16,7 +16,7 @@ extern "C" {
 #endif
 
 #define COURIER_GPU_ABI_MAJOR 1
-#define COURIER_GPU_ABI_MINOR 13
+#define COURIER_GPU_ABI_MINOR 14
 #define COURIER_GPU_SYMBOL_V1 "courier_gpu_backend_v1"
 
 /* Capability bits (courier_gpu_props_v1.caps). */
@@ -40,6 +40,9 @@ extern "C" {
 /* Minor 13: the direct path's jobs take their minor-13 fields (fused
  * launches: "Fused launches", below). */
 #define COURIER_GPU_CAP_EP_FUSED (1u << 11)
+/* Minor 14: a low-latency combine's own rows stay in place ("Local rows",
+ * below). */
+#define COURIER_GPU_CAP_EP_LOCAL_ROWS (1u << 12)
 
 /* Bits of the low-latency dispatches' `fp8` field. QUANTIZE: send e4m3 with
  * one float scale per 128 channels, scale = amax / 448 (1 for an all-zero
@@ -361,6 +364,12 @@ typedef struct courier_gpu_ep_ht_dispatch_v1 {
 #define COURIER_GPU_EP_FUSE_ROUTE (1u << 0)
 #define COURIER_GPU_EP_FUSE_SIGNAL (1u << 1)
 #define COURIER_GPU_EP_FUSE_RECEIVE (1u << 2)
+/* Local rows (minor 14, COURIER_GPU_CAP_EP_LOCAL_ROWS): a low-latency
+ * combine leaves the rows a rank dispatched to itself in its x and its
+ * reduce reads them there, as high-throughput's skip_self does: the
+ * dispatch records where each such row landed (ep_ll_dispatch and
+ * ep_ll_receive self_rows), ep_combine_send EXPERTS skips them (skip_self)
+ * and ep_reduce EXPERTS reads them (local_rows, local_index). */
 
 typedef struct courier_gpu_ep_ll_dispatch_v1 {
   uint32_t struct_size;
@@ -392,6 +401,10 @@ typedef struct courier_gpu_ep_ll_dispatch_v1 {
   /* FUSE_RECEIVE: the receive half, run by the same launch once every
    * rank's data flag arrived (its wait.flags set); read during the call. */
   const struct courier_gpu_ep_ll_receive_v1* receive;
+  /* ---- minor 14 (COURIER_GPU_CAP_EP_LOCAL_ROWS; "Local rows" below) ---- */
+  /* not NULL: self_rows[t][k] = -1 for each pair whose expert is not one
+   * of this rank's (or none); the receive half writes the others. */
+  int32_t* self_rows;
 } courier_gpu_ep_ll_dispatch_v1;
 
 /* Low-latency dispatch, receive half (after the ranks' data flags): per
@@ -433,6 +446,13 @@ typedef struct courier_gpu_ep_ll_receive_v1 {
   /* wait.flags not NULL: every block first waits as ep_wait does for the
    * ranks' data flags; the last block mirrors *status to wait.status_host. */
   courier_gpu_ep_wait_v1 wait;
+  /* ---- minor 14 (COURIER_GPU_CAP_EP_LOCAL_ROWS) ---- */
+  /* not NULL: for each row packed from this rank's own staging, with
+   * source token t and k, self_rows[t][k] (topk per token) = its row in x
+   * (l * num_ranks * max_tokens + j). */
+  int32_t* self_rows;
+  uint32_t topk;
+  uint32_t reserved14;
 } courier_gpu_ep_ll_receive_v1;
 
 /* Combine's send half: rows of x go back to the ranks they came from.
@@ -469,8 +489,9 @@ typedef struct courier_gpu_ep_combine_send_v1 {
   uint64_t epoch;
   const uint64_t* epoch_word;
   uint32_t* done;
-  /* RANKS: not 0: the rows that came from this rank stay in x (the
-   * reduce reads them there: its local_rows), none is stored. */
+  /* RANKS (and EXPERTS, minor 14): not 0: the rows that came from this
+   * rank stay in x (the reduce reads them there: its local_rows), none is
+   * stored. */
   uint32_t skip_self;
   uint32_t reserved13;
 } courier_gpu_ep_combine_send_v1;
@@ -504,6 +525,12 @@ typedef struct courier_gpu_ep_reduce_v1 {
   const void* local_rows;
   uint32_t local_term;
   uint32_t reserved13;
+  /* ---- minor 14 (COURIER_GPU_CAP_EP_LOCAL_ROWS) ---- */
+  /* EXPERTS, with local_rows: term j of token t with local_index[t][j] >= 0
+   * is read in local_rows at that row (row_bytes = hidden x dtype) instead
+   * of in rows: this rank's own rows, left in the combine's x by
+   * skip_self (the dispatch's self_rows). */
+  const int32_t* local_index;
 } courier_gpu_ep_reduce_v1;
 
 /* ---- Minor 3: expert parallelism through the proxies (docs/ep.md, "Proxy
