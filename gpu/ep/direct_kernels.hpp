@@ -33,14 +33,14 @@ __device__ __forceinline__ float group_max(float v) {
   return v;
 }
 
-// The largest of v over 16 consecutive lanes (a 128-channel FP8 block
-// when each lane holds 8 channels). Every lane of the warp calls it.
-__device__ __forceinline__ float lanes16_max(float v) {
-  for (int mask = 8; mask > 0; mask /= 2) {
+// The largest of v over 8 consecutive lanes (a 128-channel FP8 block
+// when each lane holds 16 channels). Every lane of the warp calls it.
+__device__ __forceinline__ float lanes8_max(float v) {
+  for (int mask = 4; mask > 0; mask /= 2) {
 #if defined(__CUDA_ARCH__)
-    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, mask, 16));
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, mask, 8));
 #else
-    v = fmaxf(v, __shfl_xor(v, mask, 16));
+    v = fmaxf(v, __shfl_xor(v, mask, 8));
 #endif
   }
   return v;
@@ -537,13 +537,16 @@ __device__ __forceinline__ void ll_token_slots(const courier_gpu_ep_ll_dispatch_
   __syncthreads();
 }
 
-// A token's row in passes over its channels: a thread holds kChunks
-// pieces of 8 channels (16 bytes without FP8), loaded before they are
-// used, so that the first pass's loads overlap the slots' computation.
+// A token's row in passes over its channels, loaded before it is used, so
+// that the first pass's loads overlap the slots' computation. FP8: a
+// thread holds 16 channels (8 lanes quantize a 128-channel block; the
+// codes go out as one 16-byte store per destination); otherwise kChunks
+// 16-byte vectors.
 inline constexpr uint32_t kChunks = 2;
+inline constexpr uint32_t kFp8Lanes = kFp8Channels / 16;  // lanes per FP8 block
 struct RowPass {
-  float v[kChunks][8];  // FP8: the values
-  int4 w[kChunks];      // otherwise: 16-byte vectors
+  float v[16];      // FP8: the values
+  int4 w[kChunks];  // otherwise: 16-byte vectors
 };
 
 // Whether the row moves as 16-byte vectors (else a group copy per expert).
@@ -553,70 +556,67 @@ __device__ __forceinline__ bool ll_row_vectors(const courier_gpu_ep_ll_dispatch_
 }
 // Bytes (FP8: channels) of a pass.
 __device__ __forceinline__ uint32_t ll_pass_span(const courier_gpu_ep_ll_dispatch_v1& job) {
-  return blockDim.x * kChunks * (job.fp8 != 0 ? 8u : 16u);
+  return blockDim.x * (job.fp8 != 0 ? 16u : kChunks * 16u);
 }
 
 __device__ __forceinline__ void ll_load_pass(const courier_gpu_ep_ll_dispatch_v1& job, uint32_t t,
                                              uint32_t base, RowPass* p) {
   const uint32_t elem = job.x_dtype_bits / 8;
   const std::byte* x = static_cast<const std::byte*>(job.x) + uint64_t{t} * job.hidden * elem;
+  if (job.fp8 != 0) {
+    const uint32_t c = base + threadIdx.x * 16;
+#pragma unroll
+    for (int i = 0; i < 16; ++i) p->v[i] = 0.0f;
+    if (c < job.hidden) {
+#pragma unroll
+      for (int i = 0; i < 16; i += 4) load4(x, job.x_dtype_bits, c + i, p->v + i);
+    }
+    return;
+  }
 #pragma unroll
   for (uint32_t q = 0; q < kChunks; ++q) {
-    if (job.fp8 != 0) {
-      const uint32_t c = base + (q * blockDim.x + threadIdx.x) * 8;
-#pragma unroll
-      for (int i = 0; i < 8; ++i) p->v[q][i] = 0.0f;
-      if (c < job.hidden) {
-        load4(x, job.x_dtype_bits, c, p->v[q]);
-        load4(x, job.x_dtype_bits, c + 4, p->v[q] + 4);
-      }
-    } else {
-      const uint64_t at = base + uint64_t{q * blockDim.x + threadIdx.x} * 16;
-      if (at < uint64_t{job.hidden} * elem) p->w[q] = *reinterpret_cast<const int4*>(x + at);
-    }
+    const uint64_t at = base + uint64_t{q * blockDim.x + threadIdx.x} * 16;
+    if (at < uint64_t{job.hidden} * elem) p->w[q] = *reinterpret_cast<const int4*>(x + at);
   }
 }
 
 // Stores a pass (ll_load_pass's) to each of the token's destinations:
-// quantized once (FP8: 16 lanes per scale) and stored K times.
+// quantized once (FP8: kFp8Lanes lanes per scale) and stored K times.
 __device__ __forceinline__ void ll_store_pass(const courier_gpu_ep_ll_dispatch_v1& job,
                                               uint32_t base, const RowPass& p,
                                               const TokenDests& dests) {
   const uint32_t K = job.topk;
-  const uint64_t out_row_bytes =
-      job.fp8 != 0 ? job.hidden : uint64_t{job.hidden} * (job.x_dtype_bits / 8);
+  if (job.fp8 != 0) {
+    const bool pow2 = (job.fp8 & COURIER_GPU_EP_FP8_POW2_SCALES) != 0;
+    const uint32_t c = base + threadIdx.x * 16;
+    float amax = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 16; ++i) amax = fmaxf(amax, fabsf(p.v[i]));
+    amax = lanes8_max(amax);  // every lane of the warp (the shuffles need all)
+    if (c >= job.hidden) return;
+    const float scale = fp8_scale(amax, pow2);
+    uint32_t word[4] = {0, 0, 0, 0};
+#pragma unroll
+    for (int i = 0; i < 16; ++i)
+      word[i / 4] |= uint32_t{float_to_e4m3(p.v[i] / scale)} << (8 * (i % 4));
+    const uint4 packed{word[0], word[1], word[2], word[3]};
+    const bool scale_lane = threadIdx.x % kFp8Lanes == 0;
+    for (uint32_t k = 0; k < K; ++k) {
+      std::byte* row = dests.row[k];
+      if (row == nullptr) continue;
+      *reinterpret_cast<uint4*>(row + c) = packed;
+      if (scale_lane) dests.scales[k][c / kFp8Channels] = scale;
+    }
+    return;
+  }
+  const uint64_t out_row_bytes = uint64_t{job.hidden} * (job.x_dtype_bits / 8);
 #pragma unroll
   for (uint32_t q = 0; q < kChunks; ++q) {
-    if (job.fp8 != 0) {
-      const bool pow2 = (job.fp8 & COURIER_GPU_EP_FP8_POW2_SCALES) != 0;
-      const uint32_t c = base + (q * blockDim.x + threadIdx.x) * 8;
-      float amax = 0.0f;
-#pragma unroll
-      for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(p.v[q][i]));
-      amax = lanes16_max(amax);  // every lane of the warp (the shuffles need all)
-      if (c >= job.hidden) continue;
-      const float scale = fp8_scale(amax, pow2);
-      uint2 packed{0, 0};
-#pragma unroll
-      for (int i = 0; i < 4; ++i) packed.x |= uint32_t{float_to_e4m3(p.v[q][i] / scale)} << (8 * i);
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        packed.y |= uint32_t{float_to_e4m3(p.v[q][4 + i] / scale)} << (8 * i);
-      }
-      const bool scale_lane = threadIdx.x % 16 == 0;
-      for (uint32_t k = 0; k < K; ++k) {
-        std::byte* row = dests.row[k];
-        if (row == nullptr) continue;
-        *reinterpret_cast<uint2*>(row + c) = packed;
-        if (scale_lane) dests.scales[k][c / kFp8Channels] = scale;
-      }
-    } else {
-      const uint64_t at = base + uint64_t{q * blockDim.x + threadIdx.x} * 16;
-      if (at >= out_row_bytes) continue;
-      for (uint32_t k = 0; k < K; ++k) {
-        std::byte* row = dests.row[k];
-        if (row != nullptr) *reinterpret_cast<int4*>(row + at) = p.w[q];
-      }
+    const uint64_t at = base + uint64_t{q * blockDim.x + threadIdx.x} * 16;
+    if (at >= out_row_bytes) continue;
+    for (uint32_t k = 0; k < K; ++k) {
+      std::byte* row = dests.row[k];
+      if (row != nullptr) *reinterpret_cast<int4*>(row + at) = p.w[q];
     }
   }
 }
@@ -655,12 +655,17 @@ __device__ __forceinline__ void ll_store_rest(const courier_gpu_ep_ll_dispatch_v
 // FUSE_SIGNAL, by the last block: the count per expert (a shared histogram,
 // kHistogram experts at a time) into the window of the expert's rank, then
 // this rank's data flag everywhere.
-__device__ __forceinline__ void ll_signal_counts(const courier_gpu_ep_ll_dispatch_v1& job) {
-  constexpr uint32_t kHistogram = 1024;
-  __shared__ uint32_t histogram[kHistogram];
+// `histogram`: kHistogram u32 of shared memory; `counted`: it already
+// holds every expert's count (ll_send counted early).
+inline constexpr uint32_t kHistogram = 1024;
+__device__ __forceinline__ void ll_signal_counts(const courier_gpu_ep_ll_dispatch_v1& job,
+                                                 uint32_t* histogram, bool counted) {
   const uint32_t R = job.num_ranks, E = job.num_experts, L = E / R;
   const uint32_t pairs = job.tokens * job.topk;
-  for (uint32_t first = 0; first < E; first += kHistogram) {
+  for (uint32_t e = threadIdx.x; counted && e < E; e += blockDim.x) {
+    reinterpret_cast<uint32_t*>(window(job.peers, e / L, job.record_off))[e] = histogram[e];
+  }
+  for (uint32_t first = 0; !counted && first < E; first += kHistogram) {
     for (uint32_t i = threadIdx.x; i < kHistogram; i += blockDim.x) histogram[i] = 0;
     __syncthreads();
     for (uint32_t i = threadIdx.x; i < pairs; i += blockDim.x) {
@@ -697,6 +702,32 @@ __device__ __forceinline__ void ll_send(const courier_gpu_ep_ll_dispatch_v1& job
   __shared__ uint32_t before[kMaxTopk];
   __shared__ TokenDests dests;
   __shared__ uint32_t failed;
+  // FUSE_SIGNAL: every block counts the pairs per expert while its rows go
+  // out (the loads issued before the stores, added up after them), so the
+  // last block has the counts when it arrives.
+  __shared__ uint32_t histogram[kHistogram];
+  constexpr uint32_t kCountAhead = 4;  // pairs per thread
+  const uint32_t E = job.num_experts, pairs = job.tokens * job.topk;
+  const bool count_early = (job.fuse & COURIER_GPU_EP_FUSE_SIGNAL) != 0 && E <= kHistogram &&
+                           pairs <= kCountAhead * blockDim.x;
+  for (uint32_t e = threadIdx.x; count_early && e < E; e += blockDim.x) histogram[e] = 0;
+  int32_t ahead[kCountAhead];
+  bool to_count = count_early;
+  auto load_counts = [&] {
+#pragma unroll
+    for (uint32_t q = 0; q < kCountAhead; ++q) {
+      const uint32_t i = q * blockDim.x + threadIdx.x;
+      const int64_t e = i < pairs ? job.topk_idx[i] : -1;
+      ahead[q] = e >= 0 && e < static_cast<int64_t>(E) ? static_cast<int32_t>(e) : -1;
+    }
+  };
+  auto add_counts = [&] {
+#pragma unroll
+    for (uint32_t q = 0; q < kCountAhead; ++q) {
+      if (ahead[q] >= 0) atomicAdd(&histogram[ahead[q]], 1u);
+    }
+    to_count = false;
+  };
   const uint64_t released = job.epoch_word != nullptr ? *job.epoch_word : job.released_epoch;
   if (threadIdx.x == 0) failed = status_of(job.status);
   // The ranks' release flags, waited for once, before the first store (the
@@ -719,12 +750,18 @@ __device__ __forceinline__ void ll_send(const courier_gpu_ep_ll_dispatch_v1& job
     if (vectors && failed == 0) ll_load_pass(job, t, 0, &first);
     ll_token_slots(job, t, expert, slot, before, &dests);
     if (t == blockIdx.x) stamp(stamps, kStampRouted);
+    if (to_count) load_counts();
     if (!waited) wait_release();
     if (failed == 0) {
       if (vectors) ll_store_pass(job, 0, first, dests);
       ll_store_rest(job, t, expert, slot, dests);
     }
+    if (to_count) add_counts();
     __syncthreads();  // expert, slot and dests are the next token's
+  }
+  if (to_count) {  // a block without a token
+    load_counts();
+    add_counts();
   }
   if (!waited) wait_release();  // the last block stores the counts
   stamp(stamps, kStampSent);
@@ -733,7 +770,7 @@ __device__ __forceinline__ void ll_send(const courier_gpu_ep_ll_dispatch_v1& job
     return;
   }
   if (last_block(job.done)) {
-    ll_signal_counts(job);
+    ll_signal_counts(job, histogram, count_early);
     stamp(stamps, kStampSignalled);
   }
 }
