@@ -224,6 +224,10 @@ GpuBackend::GpuBackend(const GpuPlugin& plugin, const HostServices& host) : plug
   has_minor12_ = has_minor11_ && plugin_.abi_minor >= 12 && ops->header.struct_size >= needed12 &&
                  ops->ep_counters != nullptr && ops->ep_stamp != nullptr &&
                  ops->ep_stamp_elapsed != nullptr;
+  // Holding the EP stream came with minor 14 (for benchmarks' GPU times).
+  const size_t needed14 = offsetof(courier_gpu_plugin_v1, ep_hold) + sizeof ops->ep_hold;
+  has_minor14_ = has_minor12_ && plugin_.abi_minor >= 14 && ops->header.struct_size >= needed14 &&
+                 ops->ep_hold != nullptr;
 }
 
 GpuBackend::~GpuBackend() { plugin_.ops->fini(handle_); }

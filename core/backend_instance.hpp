@@ -98,6 +98,8 @@ class GpuBackend {
   bool has_minor11() const { return has_minor11_; }
   // ep_counters, ep_stamp, ep_stamp_elapsed (benchmarks' figures).
   bool has_minor12() const { return has_minor12_; }
+  // ep_hold (minor 14: a spin on the EP stream, so stamps time the GPU alone).
+  bool has_minor14() const { return has_minor14_; }
   // Exports [addr, addr + len) of this backend's device memory as a dmabuf,
   // with the contract of courier_host_services_v1.dmabuf_export. When the
   // status is not COURIER_OK, *why says what refused it (this backend
@@ -116,6 +118,7 @@ class GpuBackend {
   bool has_minor10_ = false;
   bool has_minor11_ = false;
   bool has_minor12_ = false;
+  bool has_minor14_ = false;
 };
 
 // Tries every choice of `spec` in order and returns the first that

@@ -27,6 +27,9 @@ int ep_ll_receive(const courier_gpu_ep_ll_receive_v1* job, cudaStream_t stream,
 int ep_combine_send(const courier_gpu_ep_combine_send_v1* job, cudaStream_t stream,
                     EpTimeline& timeline);
 int ep_reduce(const courier_gpu_ep_reduce_v1* job, cudaStream_t stream, EpTimeline& timeline);
+// ep_hold (GPU ABI minor 14): a one-thread kernel that spins for
+// `microseconds`, so benchmarks' stamps behind it time the GPU alone.
+int ep_hold(uint32_t microseconds, cudaStream_t stream);
 
 // The proxy path (GPU ABI minor 3): one enqueue per job type (instantiated
 // for the seven courier_gpu_ep_proxy_*_v1 jobs); `name` labels its kernels

@@ -525,6 +525,15 @@ int cuda_ep_stamp_elapsed(void* backend, int device, uint64_t* ns) {
   return courier::device::ep_stamp_elapsed_ns<CudaEvents>(*b->ep_counters, device, ns);
 }
 
+// A spin on the EP stream (benchmarks: the stamps behind it time the GPU
+// alone); not one of the EP calls' kernels, so not counted.
+int cuda_ep_hold(void* backend, int device, uint32_t microseconds) {
+  bool ok = false;
+  cudaStream_t stream = ep_stream(backend, device, &ok);
+  if (!ok) return -EIO;
+  return courier::cuda_gpu::ep_hold(microseconds, stream);
+}
+
 constexpr courier_knob_v1 kKnobs[] = {
     {"COURIER_CUDA_EP_TIMELINE", "0", "0|1",
      "1: time every EP proxy-path kernel with CUDA events and print the medians per kernel and "
@@ -577,6 +586,7 @@ const courier_gpu_plugin_v1 kPlugin = {
     cuda_ep_counters,
     cuda_ep_stamp,
     cuda_ep_stamp_elapsed,
+    cuda_ep_hold,
 };
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <cerrno>
 #include <string>
 
+#include "gpu/device_atomics.hpp"
 #include "gpu/ep/direct_kernels.hpp"
 #include "gpu/ep/direct_launch.hpp"
 #include "gpu/ep/layout.hpp"
@@ -19,6 +20,14 @@ __global__ void layout_kernel(courier_gpu_ep_layout_v1 job) {
   for (uint32_t t = blockIdx.x * blockDim.x + threadIdx.x; t < job.num_tokens;
        t += gridDim.x * blockDim.x) {
     device::layout_token(job, t);
+  }
+}
+
+// ep_hold's kernel: one thread that spins until `ns` have passed on the
+// GPU's clock, holding what is queued behind it on its stream.
+__global__ void hold_kernel(uint64_t ns) {
+  const uint64_t start = device::now_ns();
+  while (device::now_ns() - start < ns) {
   }
 }
 
@@ -58,6 +67,7 @@ hipError_t load_direct_kernels() {
       reinterpret_cast<const void*>(device::ep::ht_dispatch_kernel),
       reinterpret_cast<const void*>(device::ep::direct::dispatch),
       reinterpret_cast<const void*>(device::ep::direct::combine),
+      reinterpret_cast<const void*>(hold_kernel),
   };
   for (const void* kernel : kernels) {
     const hipError_t rc = hipFuncGetAttributes(&attributes, kernel);
@@ -100,6 +110,11 @@ int make_ep_stream(int device, hipStream_t* stream) {
   if (rc != hipSuccess) return fail(rc, "loading the EP direct kernels");
   rc = hipStreamCreateWithFlags(stream, hipStreamNonBlocking);
   return rc == hipSuccess ? 0 : fail(rc, "hipStreamCreate (EP stream)");
+}
+
+int ep_hold(uint32_t microseconds, hipStream_t stream) {
+  hipLaunchKernelGGL(hold_kernel, dim3(1), dim3(1), 0, stream, uint64_t{microseconds} * 1000);
+  return launched("the EP hold kernel");
 }
 
 int ep_route(const courier_gpu_ep_route_v1* job, hipStream_t stream) {

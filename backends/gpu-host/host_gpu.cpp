@@ -310,6 +310,13 @@ int host_ep_stamp_elapsed(void* backend, int device, uint64_t* ns) {
   return 0;
 }
 
+// Kernels run before their entries return: there is no stream to hold, and
+// the stamps (the host's clock at the entry) have no launch to leave out.
+int host_ep_hold(void*, int device, uint32_t) {
+  if (device != 0) return fail(-ENODEV, "device " + std::to_string(device) + " does not exist");
+  return 0;
+}
+
 template <class Job, int (*Run)(const Job*, const courier::host_gpu::EpOptions&, std::string*)>
 int host_ep_proxy(void* backend, const Job* job) {
   std::string error;
@@ -366,6 +373,7 @@ const courier_gpu_plugin_v1 kPlugin = {
     host_ep_counters,
     host_ep_stamp,
     host_ep_stamp_elapsed,
+    host_ep_hold,
 };
 
 }  // namespace

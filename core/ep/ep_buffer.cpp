@@ -336,6 +336,29 @@ double Buffer::gpu_elapsed_us() {
 
 bool Buffer::can_count() const { return impl_->gpu.has_minor12(); }
 
+void Buffer::gpu_hold(uint32_t microseconds) {
+  Impl& s = *impl_;
+  if (!s.gpu.has_minor14()) {
+    const GpuPlugin& p = s.gpu.plugin();
+    if (p.abi_minor >= 14) {
+      fail(
+          "ep::Buffer::gpu_hold: GPU backend '{}' ({}) speaks GPU ABI 1.{} but does not set "
+          "ep_hold (or an entry of an earlier minor)",
+          p.name, p.path, p.abi_minor);
+    }
+    fail(
+        "ep::Buffer::gpu_hold: GPU backend '{}' ({}) speaks GPU ABI 1.{}, older than ep_hold "
+        "(1.14)",
+        p.name, p.path, p.abi_minor);
+  }
+  s.select_stream();  // this Buffer's stream, as its calls use
+  if (s.gpu.ops()->ep_hold(s.gpu.handle(), s.device, microseconds) != 0) {
+    fail("ep::Buffer::gpu_hold: GPU backend '{}': {}", s.gpu.plugin().name, s.gpu.last_error());
+  }
+}
+
+bool Buffer::can_hold() const { return impl_->gpu.has_minor14(); }
+
 void Buffer::use_own_stream() {
   Impl& s = *impl_;
   // Calls wait again; what earlier calls on the caller's stream found

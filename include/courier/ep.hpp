@@ -317,6 +317,16 @@ class Buffer {
   double gpu_elapsed_us();
   // Whether the three above can succeed: a GPU plugin that speaks GPU ABI 1.12.
   bool can_count() const;
+  // Queues on the Buffer's stream a GPU spin of `microseconds` and returns at
+  // once. Put before gpu_stamp(0), it keeps the stream busy while the host
+  // queues the calls, so the stamps time the GPU alone, not the host's time
+  // to launch the first kernel (an idle stream starts the clock at once).
+  // gpu-host, whose kernels run before their calls return, does nothing.
+  // Not counted in gpu_counters. Local. Throws naming the GPU backend where
+  // its plugin predates GPU ABI 1.14.
+  void gpu_hold(uint32_t microseconds);
+  // Whether gpu_hold can succeed: a GPU plugin that speaks GPU ABI 1.14.
+  bool can_hold() const;
 
   int num_ranks() const;
   int rank() const;

@@ -324,6 +324,25 @@ TEST_CASE("ep_counters and ep_stamp: host waits counted, GPU time between two st
   CHECK(gpu.ops().ep_counters(gpu.handle(), 0, nullptr) == -EINVAL);
   for (void* p : {dst, src}) CHECK(gpu.ops().mem_free(gpu.handle(), 0, p) == 0);
 }
+
+TEST_CASE("ep_hold: a spin on the EP stream, in the stamps behind it, not counted as a kernel") {
+  Gpu gpu;
+  REQUIRE(gpu.backend->has_minor14());  // gpu-cuda speaks GPU ABI 1.14
+  REQUIRE(gpu.ops().ep_hold(gpu.handle(), 0, 10) == 0);
+  REQUIRE(gpu.ops().ep_sync(gpu.handle(), 0) == 0);
+  courier_gpu_ep_counters_v1 before{}, after{};
+  before.struct_size = after.struct_size = sizeof before;
+  REQUIRE(gpu.ops().ep_counters(gpu.handle(), 0, &before) == 0);
+  REQUIRE(gpu.ops().ep_stamp(gpu.handle(), 0, 0) == 0);
+  REQUIRE(gpu.ops().ep_hold(gpu.handle(), 0, 1000) == 0);
+  REQUIRE(gpu.ops().ep_stamp(gpu.handle(), 0, 1) == 0);
+  uint64_t ns = 0;
+  REQUIRE(gpu.ops().ep_stamp_elapsed(gpu.handle(), 0, &ns) == 0);
+  CHECK(ns >= 900'000);  // the 1 ms spin, give or take the clocks' steps
+  REQUIRE(gpu.ops().ep_counters(gpu.handle(), 0, &after) == 0);
+  CHECK(after.kernel_launches == before.kernel_launches);
+  CHECK(after.host_waits == before.host_waits);
+}
 #endif
 
 TEST_CASE("a device that does not exist is named in the error") {

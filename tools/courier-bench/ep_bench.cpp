@@ -188,12 +188,19 @@ Series series(std::string phase, std::string path, double bytes) {
   return s;
 }
 
-void add(Series& s, const GpuCost& cost, bool counted) {
+// The GPU time of a call that did not wait on the host (stamps around one
+// that waits time the host too).
+void add_gpu_time(Series& s, const GpuCost& cost) {
+  if (cost.host_waits == 0) s.gpu_us.push_back(cost.gpu_us);
+}
+
+// `held`: the GPU times come from the held pass (held_courier) instead.
+void add(Series& s, const GpuCost& cost, bool counted, bool held) {
   if (!counted) return;
   ++s.counted;
   s.launches += cost.launches;
   s.host_waits += cost.host_waits;
-  if (cost.host_waits == 0) s.gpu_us.push_back(cost.gpu_us);
+  if (!held) add_gpu_time(s, cost);
 }
 
 EpRow summarize(const EpOptions& o, uint32_t tokens, Series s) {
@@ -242,7 +249,10 @@ double timed(Context& ctx, F&& call, Context::CopyStats* copies = nullptr) {
 
 // timed() for a call of `buffer`, with what it cost the GPU backend in
 // *cost where the plugin counts: stamps on the Buffer's stream around the
-// call (outside the host's timing) and the counters before and after.
+// call (outside the host's timing) and the counters before and after. The
+// stream is idle at the first stamp, so that GPU time includes the host's
+// time to launch the call's first kernel: where the plugin can hold the
+// stream, held_courier times the GPU instead.
 // With the caller's stream (EpOptions::caller_stream) the time runs until
 // the call's work is done (Buffer::synchronize after it); the counts are
 // the call's own (read before that synchronize, which the timing asked
@@ -279,6 +289,30 @@ double timed_courier(Context& ctx, ep::Buffer& buffer, bool caller_stream, F&& c
   copies->calls += now.calls - copied.calls;
   copies->bytes += now.bytes - copied.bytes;
   return us;
+}
+
+// How long held_courier holds the stream before a call: longer than any
+// call's host time, so the call is all queued when the hold ends.
+constexpr uint32_t kHoldUs = 300;
+
+// A call of `buffer` for its GPU time alone, after the timed iterations
+// where the plugin can hold the stream (Buffer::can_hold): the stream held
+// while the host queues the call between the stamps, so cost->gpu_us is the
+// GPU's own time (kernels and the gaps between them) without the host's time
+// to prepare and launch the first kernel, which an idle stream would count.
+// cost->host_waits says whether the call waited on the host (the stamps
+// then time the host too). The wall times come from timed_courier alone.
+template <class F>
+void held_courier(Context& ctx, ep::Buffer& buffer, bool caller_stream, F&& call, GpuCost* cost) {
+  ctx.barrier();
+  const uint64_t waits = buffer.gpu_counters().host_waits;
+  buffer.gpu_hold(kHoldUs);
+  buffer.gpu_stamp(0);
+  call();
+  buffer.gpu_stamp(1);
+  cost->host_waits = buffer.gpu_counters().host_waits - waits;
+  if (caller_stream) buffer.synchronize();
+  cost->gpu_us = buffer.gpu_elapsed_us();
 }
 
 // Whether a rank's rows to itself go through the NIC backend too
@@ -351,9 +385,21 @@ void bench_ht(Context& ctx, const EpOptions& o, const Setup& s, RawWrites& raw,
       cr.us.push_back(tcr);
       add(d.copies, dc);
       add(c.copies, cc);
-      add(d, dg, buffer.can_count());
-      add(c, cg, buffer.can_count());
+      add(d, dg, buffer.can_count(), buffer.can_hold());
+      add(c, cg, buffer.can_count(), buffer.can_hold());
       c.bytes = cr.bytes = total(combine_to);
+    }
+    // The GPU times, each call with the stream held (held_courier).
+    for (uint32_t i = 0; buffer.can_hold() && i < o.iters; ++i) {
+      ep::DispatchResult got;
+      GpuCost dg, cg;
+      held_courier(
+          ctx, buffer, o.caller_stream, [&] { got = buffer.dispatch(args); }, &dg);
+      y.set_rows(got.recv_x.tensor().shape[0]);
+      held_courier(
+          ctx, buffer, o.caller_stream, [&] { buffer.combine(*y.view(), got.handle); }, &cg);
+      add_gpu_time(d, dg);
+      add_gpu_time(c, cg);
     }
     for (Series* series : {&d, &dr, &c, &cr}) rows.push_back(summarize(o, tokens, *series));
   }
@@ -422,9 +468,22 @@ void bench_ll(Context& ctx, const EpOptions& o, const Setup& s, RawWrites& raw,
       cr.us.push_back(tcr);
       add(d.copies, dc);
       add(c.copies, cc);
-      add(d, dg, buffer.can_count());
-      add(c, cg, buffer.can_count());
+      add(d, dg, buffer.can_count(), buffer.can_hold());
+      add(c, cg, buffer.can_count(), buffer.can_hold());
       c.bytes = cr.bytes = total(combine_to);
+    }
+    // The GPU times, each call with the stream held (held_courier).
+    for (uint32_t i = 0; buffer.can_hold() && i < o.iters; ++i) {
+      ep::LowLatencyDispatchResult got;
+      GpuCost dg, cg;
+      held_courier(
+          ctx, buffer, o.caller_stream, [&] { got = buffer.low_latency_dispatch(args); }, &dg);
+      held_courier(
+          ctx, buffer, o.caller_stream,
+          [&] { buffer.low_latency_combine(*y.view(), *idx.view(), *weights.view(), got.handle); },
+          &cg);
+      add_gpu_time(d, dg);
+      add_gpu_time(c, cg);
     }
     for (Series* series : {&d, &dr, &c, &cr}) rows.push_back(summarize(o, tokens, *series));
   }

@@ -983,6 +983,16 @@ typedef struct courier_gpu_plugin_v1 {
   int (*ep_counters)(void* backend, int device, courier_gpu_ep_counters_v1* out);
   int (*ep_stamp)(void* backend, int device, uint32_t slot);
   int (*ep_stamp_elapsed)(void* backend, int device, uint64_t* ns);
+
+  /* ---- minor 14 (read only when header.struct_size covers it) ----
+   * Enqueues on the EP stream of `device`, behind what is queued there, a
+   * kernel that spins for `microseconds`, and returns at once. Benchmarks
+   * put it before ep_stamp slot 0, so that the host queues the call while
+   * the GPU is still held and the stamps then time the GPU alone (not the
+   * host's time to launch the call's first kernel). It is not counted in
+   * ep_counters' kernel_launches. A backend whose kernels run before its
+   * entries return (gpu-host) does nothing and returns 0. */
+  int (*ep_hold)(void* backend, int device, uint32_t microseconds);
 } courier_gpu_plugin_v1;
 
 typedef const courier_gpu_plugin_v1* (*courier_gpu_backend_v1_fn)(void);

@@ -332,6 +332,29 @@ TEST_CASE("gpu-host counts the host waits it is asked for and stamps its clock (
   CHECK(ops.ep_stamp_elapsed(b, 0, nullptr) == -EINVAL);
 }
 
+TEST_CASE("gpu-host has ep_hold and it does nothing (GPU ABI 1.14)") {
+  CapturedLog log;
+  Registry registry(kRealPluginDir, log.logger());
+  HostServices host(log.logger(), FakeEnv().lookup());
+  std::unique_ptr<GpuBackend> gpu = open_gpu_backend(registry, "host", host, log.logger());
+  REQUIRE(gpu);
+  REQUIRE(gpu->has_minor14());
+  const courier_gpu_plugin_v1& ops = *gpu->ops();
+  void* b = gpu->handle();
+  courier_gpu_ep_counters_v1 before{}, after{};
+  before.struct_size = after.struct_size = sizeof before;
+  REQUIRE(ops.ep_counters(b, 0, &before) == COURIER_OK);
+  // Kernels run before their entries return: no stream to hold.
+  const auto start = std::chrono::steady_clock::now();
+  CHECK(ops.ep_hold(b, 0, 1'000'000) == COURIER_OK);
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::milliseconds(500));
+  REQUIRE(ops.ep_counters(b, 0, &after) == COURIER_OK);
+  CHECK(after.kernel_launches == before.kernel_launches);
+  CHECK(after.host_waits == before.host_waits);
+  CHECK(ops.ep_hold(b, 1, 10) == -ENODEV);
+  CHECK(gpu->last_error() == "device 1 does not exist");
+}
+
 TEST_CASE("capability names, with unknown bits shown by number") {
   CHECK(nic_capability_names(0).empty());
   CHECK(nic_capability_names(COURIER_NIC_CAP_RMA_WRITE | COURIER_NIC_CAP_IMM_SOURCE | (1u << 20)) ==
