@@ -66,7 +66,9 @@ cudaError_t load_direct_kernels() {
       reinterpret_cast<const void*>(device::ep::wait_kernel),
       reinterpret_cast<const void*>(device::ep::ht_dispatch_kernel),
       reinterpret_cast<const void*>(device::ep::direct::dispatch),
-      reinterpret_cast<const void*>(device::ep::direct::combine),
+      reinterpret_cast<const void*>(device::ep::direct::combine<device::ep::kCombineSend>),
+      reinterpret_cast<const void*>(device::ep::direct::combine<device::ep::kWideReduceAhead>),
+      reinterpret_cast<const void*>(device::ep::direct::combine<device::ep::kNarrowReduceAhead>),
       reinterpret_cast<const void*>(hold_kernel),
   };
   for (const void* kernel : kernels) {
@@ -210,7 +212,8 @@ int ep_combine_send(const courier_gpu_ep_combine_send_v1* job_in, cudaStream_t s
   const uint32_t blocks =
       device::ep::combine_send_blocks(job, row_blocks(rows), multiprocessors(job.device));
   uint64_t* stamps = timeline.stamps(stream, "combine_send", blocks);
-  device::ep::direct::combine<<<blocks, kRowThreads, 0, stream>>>(job, {}, false, stamps);
+  device::ep::direct::combine<device::ep::kCombineSend>
+      <<<blocks, kRowThreads, 0, stream>>>(job, {}, stamps);
   return launched("the EP combine send kernel");
 }
 
@@ -223,7 +226,13 @@ int ep_reduce(const courier_gpu_ep_reduce_v1* job_in, cudaStream_t stream, EpTim
   const uint32_t blocks = job->tokens == 0 ? 1 : job->tokens < 4096 ? job->tokens : 4096;
   const uint32_t threads = device::ep::reduce_threads(*job, multiprocessors(job->device));
   uint64_t* stamps = timeline.stamps(stream, "reduce", blocks);
-  device::ep::direct::combine<<<blocks, threads, 0, stream>>>({}, *job, true, stamps);
+  if (device::ep::wide_reduce(threads)) {
+    device::ep::direct::combine<device::ep::kWideReduceAhead>
+        <<<blocks, threads, 0, stream>>>({}, *job, stamps);
+  } else {
+    device::ep::direct::combine<device::ep::kNarrowReduceAhead>
+        <<<blocks, threads, 0, stream>>>({}, *job, stamps);
+  }
   return launched("the EP reduce kernel");
 }
 

@@ -66,7 +66,9 @@ hipError_t load_direct_kernels() {
       reinterpret_cast<const void*>(device::ep::wait_kernel),
       reinterpret_cast<const void*>(device::ep::ht_dispatch_kernel),
       reinterpret_cast<const void*>(device::ep::direct::dispatch),
-      reinterpret_cast<const void*>(device::ep::direct::combine),
+      reinterpret_cast<const void*>(device::ep::direct::combine<device::ep::kCombineSend>),
+      reinterpret_cast<const void*>(device::ep::direct::combine<device::ep::kWideReduceAhead>),
+      reinterpret_cast<const void*>(device::ep::direct::combine<device::ep::kNarrowReduceAhead>),
       reinterpret_cast<const void*>(hold_kernel),
   };
   for (const void* kernel : kernels) {
@@ -209,8 +211,8 @@ int ep_combine_send(const courier_gpu_ep_combine_send_v1* job_in, hipStream_t st
                             : uint64_t{job.local_experts} * job.rows_per_expert;
   const uint32_t blocks =
       device::ep::combine_send_blocks(job, row_blocks(rows), multiprocessors(job.device));
-  hipLaunchKernelGGL(device::ep::direct::combine, dim3(blocks), dim3(kRowThreads), 0, stream, job,
-                     courier_gpu_ep_reduce_v1{}, false, nullptr);
+  hipLaunchKernelGGL(device::ep::direct::combine<device::ep::kCombineSend>, dim3(blocks),
+                     dim3(kRowThreads), 0, stream, job, courier_gpu_ep_reduce_v1{}, nullptr);
   return launched("the EP combine send kernel");
 }
 
@@ -222,8 +224,13 @@ int ep_reduce(const courier_gpu_ep_reduce_v1* job_in, hipStream_t stream) {
   const courier_gpu_ep_reduce_v1* job = &full;
   const uint32_t blocks = job->tokens == 0 ? 1 : job->tokens < 4096 ? job->tokens : 4096;
   const uint32_t threads = device::ep::reduce_threads(*job, multiprocessors(job->device));
-  hipLaunchKernelGGL(device::ep::direct::combine, dim3(blocks), dim3(threads), 0, stream,
-                     courier_gpu_ep_combine_send_v1{}, *job, true, nullptr);
+  if (device::ep::wide_reduce(threads)) {
+    hipLaunchKernelGGL(device::ep::direct::combine<device::ep::kWideReduceAhead>, dim3(blocks),
+                       dim3(threads), 0, stream, courier_gpu_ep_combine_send_v1{}, *job, nullptr);
+  } else {
+    hipLaunchKernelGGL(device::ep::direct::combine<device::ep::kNarrowReduceAhead>, dim3(blocks),
+                       dim3(threads), 0, stream, courier_gpu_ep_combine_send_v1{}, *job, nullptr);
+  }
   return launched("the EP reduce kernel");
 }
 

@@ -665,6 +665,9 @@ __device__ __forceinline__ void ll_signal_counts(const courier_gpu_ep_ll_dispatc
   for (uint32_t e = threadIdx.x; counted && e < E; e += blockDim.x) {
     reinterpret_cast<uint32_t*>(window(job.peers, e / L, job.record_off))[e] = histogram[e];
   }
+  // Every thread's records before thread 0's system fence below (as the
+  // loop below ends each round), so that the fence orders them all.
+  if (counted) __syncthreads();
   for (uint32_t first = 0; !counted && first < E; first += kHistogram) {
     for (uint32_t i = threadIdx.x; i < kHistogram; i += blockDim.x) histogram[i] = 0;
     __syncthreads();
@@ -1053,21 +1056,22 @@ __device__ __forceinline__ void combine_send_signal(const courier_gpu_ep_combine
 
 // A bfloat16 token of `terms` rows (term_row[j], NULL: none, weighted by
 // term_weight[j]) summed into `out`: each thread 8 channels of `per_step`
-// pieces at a time, the loads of all their terms (at most kReduceAhead)
-// issued before any is summed, so a token costs one memory round trip per
-// step rather than one per term and piece.
-inline constexpr uint32_t kReduceAhead = 16;
+// pieces at a time, the loads of all their terms (at most kAhead) issued
+// before any is summed, so a token costs one memory round trip per step
+// rather than one per term and piece. (kAhead sets the registers, hence
+// how many blocks an SM holds: direct_launch.hpp picks it per launch.)
+template <uint32_t kAhead>
 __device__ __forceinline__ void reduce_token_bf16(uint32_t hidden, uint32_t terms,
                                                   const std::byte* const* term_row,
                                                   const float* term_weight, std::byte* out) {
-  const uint32_t per_step = kReduceAhead / terms;  // pieces (of 8 channels) per step
-  const uint32_t stride = blockDim.x * 8;          // channels between a thread's pieces
+  const uint32_t per_step = kAhead / terms;  // pieces (of 8 channels) per step
+  const uint32_t stride = blockDim.x * 8;    // channels between a thread's pieces
   for (uint32_t c0 = threadIdx.x * 8; c0 < hidden; c0 += per_step * stride) {
-    uint4 raw[kReduceAhead];
+    uint4 raw[kAhead];
     // (piece g, term j) of load q, counted along without dividing.
     uint32_t g = 0, j = 0;
 #pragma unroll
-    for (uint32_t q = 0; q < kReduceAhead; ++q) {
+    for (uint32_t q = 0; q < kAhead; ++q) {
       const uint32_t c = c0 + g * stride;
       raw[q] = make_uint4(0, 0, 0, 0);
       if (g < per_step && c < hidden && term_row[j] != nullptr) {
@@ -1083,7 +1087,7 @@ __device__ __forceinline__ void reduce_token_bf16(uint32_t hidden, uint32_t term
     g = 0;
     j = 0;
 #pragma unroll
-    for (uint32_t q = 0; q < kReduceAhead; ++q) {
+    for (uint32_t q = 0; q < kAhead; ++q) {
       if (g < per_step) {
         const float w = term_row[j] != nullptr ? term_weight[j] : 0.0f;
         const uint32_t words[4] = {raw[q].x, raw[q].y, raw[q].z, raw[q].w};
@@ -1115,6 +1119,7 @@ __device__ __forceinline__ void reduce_token_bf16(uint32_t hidden, uint32_t term
 // ---- ep_reduce: a block per token; each thread 8 channels at a time, the
 // token's slots and weights read once into shared memory, the terms' loads
 // issued before they are summed.
+template <uint32_t kAhead>
 __device__ __forceinline__ void reduce_rows(const courier_gpu_ep_reduce_v1& job) {
   constexpr uint32_t kMaxTerms =
       COURIER_GPU_EP_MAX_RANKS;   // RANKS: a term per rank; EXPERTS: top-k
@@ -1153,8 +1158,8 @@ __device__ __forceinline__ void reduce_rows(const courier_gpu_ep_reduce_v1& job)
     }
     __syncthreads();
     std::byte* out = static_cast<std::byte*>(job.out) + uint64_t{t} * row_bytes;
-    if (!logfmt && job.dtype_bits == 16 && job.terms > 0 && job.terms <= kReduceAhead) {
-      reduce_token_bf16(job.hidden, job.terms, term_row, term_weight, out);
+    if (!logfmt && job.dtype_bits == 16 && job.terms > 0 && job.terms <= kAhead) {
+      reduce_token_bf16<kAhead>(job.hidden, job.terms, term_row, term_weight, out);
       __syncthreads();  // term_row is the next token's
       continue;
     }
@@ -1209,6 +1214,7 @@ __device__ __forceinline__ void reduce_rows(const courier_gpu_ep_reduce_v1& job)
 
 // With wait.flags, every block first waits for the ranks' combine flags and
 // the last one finishes the call.
+template <uint32_t kAhead>
 __device__ __forceinline__ void reduce_half(const courier_gpu_ep_reduce_v1& job, uint64_t* stamps) {
   __shared__ uint32_t failed;
   stamp(stamps, kStampStart);
@@ -1220,7 +1226,7 @@ __device__ __forceinline__ void reduce_half(const courier_gpu_ep_reduce_v1& job,
   if (threadIdx.x == 0) failed = status_of(job.status);
   __syncthreads();
   stamp(stamps, kStampFlagsSeen);
-  if (failed == 0) reduce_rows(job);
+  if (failed == 0) reduce_rows<kAhead>(job);
   stamp(stamps, kStampMoved);
   if (job.wait.flags == nullptr || !last_block(job.done)) return;
   if (threadIdx.x == 0) {  // the call is finished: the blocks read the word before
@@ -1251,13 +1257,17 @@ __global__ void __launch_bounds__(kMaxBlockThreads, 1)
   if ((halves & kSendHalf) != 0) ll_send(send, stamps);
   if ((halves & kReceiveHalf) != 0) ll_receive_half(received, stamps);
 }
+// kReduceAhead 0: the send half; otherwise the reduce half with that many
+// loads in flight per thread (reduce_token_bf16). One instance per half, so
+// that each has only its own registers.
+template <uint32_t kReduceAhead>
 __global__ void __launch_bounds__(kMaxBlockThreads, 1)
-    combine(courier_gpu_ep_combine_send_v1 send, courier_gpu_ep_reduce_v1 reduce, bool receive,
+    combine(courier_gpu_ep_combine_send_v1 send, courier_gpu_ep_reduce_v1 reduce,
             uint64_t* stamps) {
-  if (receive) {
-    reduce_half(reduce, stamps);
-  } else {
+  if constexpr (kReduceAhead == 0) {
     combine_send_signal(send, stamps);
+  } else {
+    reduce_half<kReduceAhead>(reduce, stamps);
   }
 }
 }  // namespace direct

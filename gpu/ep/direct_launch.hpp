@@ -11,8 +11,8 @@
 
 namespace courier::device::ep {
 
-// Threads of a low-latency dispatch block: a token's 7168 FP8 channels in
-// two steps of 8 per thread; the receive's 16 groups of 32 lanes.
+// Threads of a low-latency dispatch block: a token's 7168 FP8 channels at
+// 16 per thread in one pass; the receive's 16 groups of 32 lanes.
 inline constexpr uint32_t kLlThreads = 512;
 static_assert(kLlThreads <= kMaxBlockThreads, "the kernels' launch bounds");
 
@@ -49,5 +49,13 @@ inline uint32_t combine_send_blocks(const courier_gpu_ep_combine_send_v1& job, u
 inline uint32_t reduce_threads(const courier_gpu_ep_reduce_v1& job, uint32_t sms) {
   return job.tokens <= 2 * std::max(sms, 1u) ? kLlThreads : 256u;
 }
+
+// The reduce's loads in flight per thread, which its registers follow (the
+// `combine` kernel's instance): wide blocks take a low-latency token's 8
+// terms of two pieces in one memory round trip; narrow ones keep three
+// blocks per SM.
+inline constexpr uint32_t kWideReduceAhead = 16, kNarrowReduceAhead = 4;
+inline constexpr uint32_t kCombineSend = 0;  // the combine kernel's send instance
+inline bool wide_reduce(uint32_t threads) { return threads == kLlThreads; }
 
 }  // namespace courier::device::ep
