@@ -205,7 +205,7 @@ __device__ __forceinline__ uint32_t block_exclusive_scan(uint32_t value, uint32_
 
 // ---- ep_route: one block per group (and, in RANKS mode with topk_idx, one
 // per expert count); tokens in order, each thread a contiguous run of them.
-__global__ void route_kernel(courier_gpu_ep_route_v1 job) {
+__global__ void __launch_bounds__(1024) route_kernel(courier_gpu_ep_route_v1 job) {
   const uint32_t T = job.tokens, K = job.topk, R = job.num_ranks, E = job.num_experts;
   const bool by_rank = job.mode == COURIER_GPU_EP_ROUTE_RANKS;
   const uint32_t groups = by_rank ? R : E;
@@ -214,39 +214,55 @@ __global__ void route_kernel(courier_gpu_ep_route_v1 job) {
   const uint32_t first = threadIdx.x * per_thread;
   const uint32_t last = first + per_thread < T ? first + per_thread : T;
   auto expert_of = [&](uint32_t t, uint32_t k) { return job.topk_idx[uint64_t{t} * K + k]; };
-
+  // Every pair p = t * K + k of the call, the block's threads on
+  // consecutive pairs (coalesced), each(e, p) with kRouteAhead loads in
+  // flight per thread (a memory round trip per batch, not per pair).
+  constexpr uint32_t kRouteAhead = 8;
+  const uint64_t pairs = uint64_t{T} * K;
+  auto each_pair = [&](auto&& each) {
+    for (uint64_t p0 = threadIdx.x; p0 < pairs; p0 += uint64_t{kRouteAhead} * blockDim.x) {
+      int64_t v[kRouteAhead];
+#pragma unroll
+      for (uint32_t q = 0; q < kRouteAhead; ++q) {
+        const uint64_t p = p0 + uint64_t{q} * blockDim.x;
+        v[q] = p < pairs ? job.topk_idx[p] : -1;
+      }
+#pragma unroll
+      for (uint32_t q = 0; q < kRouteAhead; ++q) {
+        const uint64_t p = p0 + uint64_t{q} * blockDim.x;
+        if (p < pairs) each(v[q], p);
+      }
+    }
+  };
   if (by_rank && job.topk_idx == nullptr && group == 0) {  // no experts known: zero counts
     for (uint32_t e = threadIdx.x; e < E; e += blockDim.x) job.record[R + e] = 0;
   }
   if (group >= groups) {  // RANKS mode: tokens per expert (a token once per expert)
     const uint32_t e = group - groups;
     uint32_t count = 0;
-    for (uint32_t t = first; t < last; ++t) {
-      for (uint32_t k = 0; k < K; ++k) {
-        if (expert_of(t, k) == static_cast<int64_t>(e)) {
-          ++count;
-          break;
-        }
+    each_pair([&](int64_t v, uint64_t p) {
+      if (v != static_cast<int64_t>(e)) return;
+      // Once per token: only the token's first k holding e counts (rare:
+      // the loads below are for the few pairs that hold e).
+      const uint64_t t = p / K;
+      for (uint64_t q = t * K; q < p; ++q) {
+        if (job.topk_idx[q] == static_cast<int64_t>(e)) return;
       }
-    }
+      ++count;
+    });
     uint32_t total = 0;
     block_exclusive_scan(count, &total);
     if (threadIdx.x == 0) job.record[R + e] = total;
     return;
   }
   if (group == 0 && job.topk_idx != nullptr) {  // one block checks the indices
-    for (uint32_t t = first; t < last; ++t) {
-      for (uint32_t k = 0; k < K; ++k) {
-        const int64_t e = expert_of(t, k);
-        if (e < -1 || e >= static_cast<int64_t>(E)) {
-          device::compare_exchange(job.bad_index, 0, (uint64_t{t} + 1) << 32 | k);
-          set_status(job.status, COURIER_GPU_EP_STATUS_BAD_INDEX);
-        }
-        if (!by_rank && (e < 0 || e >= static_cast<int64_t>(E))) {
-          job.slots[uint64_t{t} * K + k] = -1;
-        }
+    each_pair([&](int64_t e, uint64_t p) {
+      if (e < -1 || e >= static_cast<int64_t>(E)) {
+        device::compare_exchange(job.bad_index, 0, (p / K + 1) << 32 | p % K);
+        set_status(job.status, COURIER_GPU_EP_STATUS_BAD_INDEX);
       }
-    }
+      if (!by_rank && (e < 0 || e >= static_cast<int64_t>(E))) job.slots[p] = -1;
+    });
   }
   // Items of this group per thread, then each item's slot.
   uint32_t count = 0;
@@ -779,12 +795,15 @@ __device__ __forceinline__ void ll_send(const courier_gpu_ep_ll_dispatch_v1& job
 }
 
 // ---- ep_ll_receive: (with wait.flags, each block first waits for the
-// ranks' data flags) a block takes its local experts (l = block, block +
-// grid, ...) kPassExperts at a time and packs their staging blocks with
-// one block-wide copy of all their rows (the experts one after another
-// would cost a chain of memory round trips each); the last block to finish
-// raises the release flags.
+// ranks' data flags) with at most kBalancedPairs (local expert, source
+// rank) pairs, every block reads all their counts, and packs an equal
+// share of all the rows with block-wide copies; with more, a block takes
+// its local experts (l = block, block + grid, ...) kPassExperts at a time
+// and packs their staging blocks with one block-wide copy of all their
+// rows (the experts one after another would cost a chain of memory round
+// trips each). The last block to finish raises the release flags.
 inline constexpr uint32_t kPassExperts = 8;
+inline constexpr uint32_t kBalancedPairs = 2048;
 
 // A pass of a block's local experts: expert i is l = first + i * gridDim.x;
 // how many there are (at most kPassExperts, below L).
@@ -847,7 +866,117 @@ __device__ __forceinline__ void ll_receive_half(const courier_gpu_ep_ll_receive_
                              15u) == 0;
   const uint32_t lane = threadIdx.x % kGroup;
   const uint32_t groups = blockDim.x / kGroup, group = threadIdx.x / kGroup;
-  for (uint32_t first = blockIdx.x; first < L; first += gridDim.x * kPassExperts) {
+  // A row's source and k, and (self_rows) where a row of this rank's own landed.
+  auto move_source = [&](uint32_t s, uint64_t from, uint64_t to) {
+    const int32_t t = job.staging_src[from], k = job.staging_k[from];
+    job.src[to] = t;
+    job.k[to] = k;
+    if (job.self_rows != nullptr && s == job.rank) {
+      job.self_rows[uint64_t(t) * job.topk + static_cast<uint32_t>(k)] = static_cast<int32_t>(to);
+    }
+  };
+  // Rows [lo, hi) of a numbering that locate(j, &l, &within, &from, &to)
+  // maps to expert l, its row `within`, where it was staged (from) and
+  // where it goes (to), returning the rank it came from: the whole block
+  // on them, kBlockRows at a time, each row's source and k on the way.
+  auto move_rows = [&](uint32_t lo, uint32_t hi, auto&& locate) {
+    for (uint32_t chunk = lo; vectors && chunk < hi; chunk += kBlockRows) {
+      const uint32_t m = hi - chunk < kBlockRows ? hi - chunk : kBlockRows;
+      for (uint32_t r = threadIdx.x; r < m; r += blockDim.x) {
+        uint32_t l = 0, within = 0;
+        uint64_t from = 0, to = 0;
+        const uint32_t s = locate(chunk + r, &l, &within, &from, &to);
+        from_row[r] = static_cast<const std::byte*>(job.staging_x) + from * job.row_bytes;
+        to_row[r] = static_cast<std::byte*>(job.x) + to * job.row_bytes;
+        if (plain_scales) {
+          from_scales[r] =
+              reinterpret_cast<const std::byte*>(job.staging_scales) + from * scale_bytes;
+          to_scales[r] = reinterpret_cast<std::byte*>(job.scales) + to * scale_bytes;
+        }
+        move_source(s, from, to);
+      }
+      __syncthreads();
+      block_copy_rows(m, job.row_bytes, from_row, to_row, plain_scales ? scale_bytes : 0,
+                      from_scales, to_scales);
+      __syncthreads();
+    }
+    // What the block-wide copies did not do: a group per row.
+    const bool rest = !vectors || (job.scale_cols > 0 && !plain_scales);
+    for (uint32_t j = lo + group; rest && j < hi; j += groups) {
+      uint32_t l = 0, within = 0;
+      uint64_t from = 0, to = 0;
+      const uint32_t s = locate(j, &l, &within, &from, &to);
+      if (!vectors) {
+        group_copy(static_cast<std::byte*>(job.x) + to * job.row_bytes,
+                   static_cast<const std::byte*>(job.staging_x) + from * job.row_bytes,
+                   job.row_bytes, lane, kGroup);
+        if (lane == 0) move_source(s, from, to);
+      }
+      if (job.scale_cols > 0 && job.scales_layout != 0) {
+        store_scales(job.scales, job.scales_layout, job.scale_cols, rows_per_expert, l, within,
+                     job.staging_scales + from * job.scale_cols, lane, kGroup);
+      } else if (job.scale_cols > 0) {
+        group_copy(job.scales + to * job.scale_cols, job.staging_scales + from * job.scale_cols,
+                   scale_bytes, lane, kGroup);
+      }
+    }
+  };
+  const uint32_t P = L * R;  // (expert, source rank) pairs
+  if (P <= kBalancedPairs) {
+    // Every block reads all the pairs' counts and their prefix sums, then
+    // takes an equal share of all the rows (experts hold different numbers
+    // of rows: a block per expert would wait for the fullest).
+    __shared__ uint32_t pair_begin[kBalancedPairs + 1];
+    for (uint32_t p = threadIdx.x; p < P; p += blockDim.x) {
+      pair_begin[p] = job.records[uint64_t{p % R} * job.num_experts + job.rank * L + p / R];
+    }
+    if (threadIdx.x == 0) failed = status_of(job.status);
+    __syncthreads();
+    const uint32_t per = (P + blockDim.x - 1) / blockDim.x;
+    const uint32_t run = threadIdx.x * per < P ? threadIdx.x * per : P;
+    const uint32_t run_end = run + per < P ? run + per : P;
+    uint32_t sum = 0;
+    for (uint32_t p = run; p < run_end; ++p) sum += pair_begin[p];
+    uint32_t total = 0;
+    uint32_t at = block_exclusive_scan(sum, &total);  // (its barriers order the reads above)
+    for (uint32_t p = run; p < run_end; ++p) {
+      const uint32_t count = pair_begin[p];
+      pair_begin[p] = at;
+      at += count;
+    }
+    if (threadIdx.x == 0) pair_begin[P] = total;
+    __syncthreads();
+    // The outputs' counts and ranges, spread over the blocks.
+    for (uint64_t p = uint64_t{blockIdx.x} * blockDim.x + threadIdx.x; p < P;
+         p += uint64_t{gridDim.x} * blockDim.x) {
+      const uint32_t l = static_cast<uint32_t>(p) / R, first = pair_begin[l * R];
+      const uint32_t begin_p = pair_begin[p] - first, count = pair_begin[p + 1] - pair_begin[p];
+      job.range[p] = static_cast<int64_t>(uint64_t{begin_p} << 32 | count);
+      if (p % R == 0) job.count[l] = static_cast<int32_t>(pair_begin[(l + 1) * R] - first);
+    }
+    auto locate = [&](uint32_t j, uint32_t* l, uint32_t* within, uint64_t* from, uint64_t* to) {
+      uint32_t lo = 0, hi = P;  // the last pair whose rows begin at or before j
+      while (hi - lo > 1) {
+        const uint32_t mid = (lo + hi) / 2;
+        if (pair_begin[mid] <= j) {
+          lo = mid;
+        } else {
+          hi = mid;
+        }
+      }
+      const uint32_t p = lo, in_pair = j - pair_begin[p];
+      *l = p / R;
+      *within = pair_begin[p] - pair_begin[*l * R] + in_pair;
+      *from = uint64_t{p} * job.max_tokens + in_pair;
+      *to = *l * rows_per_expert + *within;
+      return p % R;
+    };
+    const uint32_t lo = static_cast<uint32_t>(uint64_t{total} * blockIdx.x / gridDim.x);
+    const uint32_t hi = static_cast<uint32_t>(uint64_t{total} * (blockIdx.x + 1) / gridDim.x);
+    if (failed == 0) move_rows(lo, hi, locate);
+  }
+  for (uint32_t first = blockIdx.x; P > kBalancedPairs && first < L;
+       first += gridDim.x * kPassExperts) {
     auto expert_l = [&](uint32_t i) { return first + i * gridDim.x; };
     const uint32_t n = pass_experts(first, L);
     // Every (expert, rank) count at once, then each expert's ranges.
@@ -870,8 +999,7 @@ __device__ __forceinline__ void ll_receive_half(const courier_gpu_ep_ll_receive_
       job.count[l] = static_cast<int32_t>(sum);
     }
     const uint32_t rows = pass_rows(begin, n, R, row_begin);
-    // Row j of the pass: its expert l, its row `within` of the expert, and
-    // where it was staged (from) and goes (to).
+    // Row j of the pass.
     auto locate = [&](uint32_t j, uint32_t* l, uint32_t* within, uint64_t* from, uint64_t* to) {
       uint32_t i = 0, s = 0;
       pass_locate(j, n, row_begin, begin, R, &i, within, &s);
@@ -880,59 +1008,7 @@ __device__ __forceinline__ void ll_receive_half(const courier_gpu_ep_ll_receive_
       *to = *l * rows_per_expert + *within;
       return s;
     };
-    // A row's source and k, and (self_rows) where a row of this rank's own landed.
-    auto move_source = [&](uint32_t s, uint64_t from, uint64_t to) {
-      const int32_t t = job.staging_src[from], k = job.staging_k[from];
-      job.src[to] = t;
-      job.k[to] = k;
-      if (job.self_rows != nullptr && s == job.rank) {
-        job.self_rows[uint64_t(t) * job.topk + static_cast<uint32_t>(k)] = static_cast<int32_t>(to);
-      }
-    };
-    if (failed == 0) {
-      // The whole block on the pass's rows, kBlockRows at a time: each
-      // row's source and k on the way.
-      for (uint32_t chunk = 0; vectors && chunk < rows; chunk += kBlockRows) {
-        const uint32_t m = rows - chunk < kBlockRows ? rows - chunk : kBlockRows;
-        for (uint32_t r = threadIdx.x; r < m; r += blockDim.x) {
-          uint32_t l = 0, within = 0;
-          uint64_t from = 0, to = 0;
-          const uint32_t s = locate(chunk + r, &l, &within, &from, &to);
-          from_row[r] = static_cast<const std::byte*>(job.staging_x) + from * job.row_bytes;
-          to_row[r] = static_cast<std::byte*>(job.x) + to * job.row_bytes;
-          if (plain_scales) {
-            from_scales[r] =
-                reinterpret_cast<const std::byte*>(job.staging_scales) + from * scale_bytes;
-            to_scales[r] = reinterpret_cast<std::byte*>(job.scales) + to * scale_bytes;
-          }
-          move_source(s, from, to);
-        }
-        __syncthreads();
-        block_copy_rows(m, job.row_bytes, from_row, to_row, plain_scales ? scale_bytes : 0,
-                        from_scales, to_scales);
-        __syncthreads();
-      }
-      // What the block-wide copies did not do: a group per row.
-      const bool rest = !vectors || (job.scale_cols > 0 && !plain_scales);
-      for (uint32_t j = group; rest && j < rows; j += groups) {
-        uint32_t l = 0, within = 0;
-        uint64_t from = 0, to = 0;
-        const uint32_t s = locate(j, &l, &within, &from, &to);
-        if (!vectors) {
-          group_copy(static_cast<std::byte*>(job.x) + to * job.row_bytes,
-                     static_cast<const std::byte*>(job.staging_x) + from * job.row_bytes,
-                     job.row_bytes, lane, kGroup);
-          if (lane == 0) move_source(s, from, to);
-        }
-        if (job.scale_cols > 0 && job.scales_layout != 0) {
-          store_scales(job.scales, job.scales_layout, job.scale_cols, rows_per_expert, l, within,
-                       job.staging_scales + from * job.scale_cols, lane, kGroup);
-        } else if (job.scale_cols > 0) {
-          group_copy(job.scales + to * job.scale_cols, job.staging_scales + from * job.scale_cols,
-                     scale_bytes, lane, kGroup);
-        }
-      }
-    }
+    if (failed == 0) move_rows(0, rows, locate);
     __syncthreads();  // the shared arrays are the next pass's
   }
   stamp(stamps, kStampMoved);
