@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Courier's GPU checks on a host with one GPU, in one go: builds with CUDA
 # and the Python module, runs the tests labelled "gpu", ep_check with one
-# rank on both EP transports (the proxy path over nic-ce with loopback), the
-# torch tests of tests/python/gpu with one rank on both transports, and,
+# rank on both EP transports (the proxy path over nic-ce with loopback) and
+# with two ranks sharing the GPU (correctness only: the GPU time-slices
+# between the two processes, so their timings mean nothing), the torch tests of tests/python/gpu with one rank on both transports, and,
 # when DEEPEP_TESTS names a folder holding DeepEP's own tests/*.py (with
 # their utils.py), those through a two-line package `deep_ep` that resolves
 # to courier.deep_ep (made under $OUT, not in the repository). Prints a
@@ -13,8 +14,8 @@
 #   DEEPEP_TESTS=/path/to/DeepEP/tests STEPS=deepep tests/gpu/one_gpu.sh
 #   STEPS=bench tests/gpu/one_gpu.sh   # tools/deep_ep_bench.py, both transports
 # Knobs: BUILD (build-gpu), OUT ($BUILD/one-gpu), PYTHON (python3, the one
-# with torch), STEPS (ctest ep torch deepep bench; the build always runs;
-# default: all but bench),
+# with torch), STEPS (ctest ep ep2 torch deepep bench; the build always
+# runs; default: all but bench; none: only the build),
 # SHAPES for the torch tests (small|standard|all, default small), TIMEOUT_S
 # per step (900), DEPS: a folder with include/ (dlpack, doctest) and
 # lib/cmake/doctest for a host without Debian's packages (build-deps).
@@ -23,7 +24,7 @@ cd "$(dirname "$0")/../.."
 BUILD=${BUILD:-build-gpu}
 OUT=${OUT:-$BUILD/one-gpu}
 PYTHON=${PYTHON:-python3}
-STEPS=${STEPS:-ctest ep torch deepep}
+STEPS=${STEPS:-ctest ep ep2 torch deepep}
 SHAPES=${SHAPES:-small}
 TIMEOUT_S=${TIMEOUT_S:-900}
 DEPS=${DEPS:-build-deps}
@@ -84,6 +85,12 @@ if wants ep; then
   step ep-check-direct env COURIER_EP_TRANSPORT=direct $run1 "$BUILD/tests/ep_check"
   step ep-check-proxy env COURIER_EP_TRANSPORT=proxy COURIER_EP_LOOPBACK=1 \
     COURIER_NIC_BACKEND=ce CUDA_MODULE_LOADING=EAGER $run1 "$BUILD/tests/ep_check"
+fi
+if wants ep2; then  # two ranks, both on the one GPU (the local rank modulo the GPUs)
+  run2="$BUILD/bin/courier-run --timeout $TIMEOUT_S -n 2"
+  step ep2-check-direct env COURIER_EP_TRANSPORT=direct $run2 "$BUILD/tests/ep_check"
+  step ep2-check-proxy env COURIER_EP_TRANSPORT=proxy COURIER_NIC_BACKEND=ce \
+    CUDA_MODULE_LOADING=EAGER $run2 "$BUILD/tests/ep_check"
 fi
 
 # One rank through torchrun; the process group is Courier's bootstrap.
