@@ -974,6 +974,7 @@ __device__ __forceinline__ void ll_receive_half(const courier_gpu_ep_ll_receive_
     const uint32_t lo = static_cast<uint32_t>(uint64_t{total} * blockIdx.x / gridDim.x);
     const uint32_t hi = static_cast<uint32_t>(uint64_t{total} * (blockIdx.x + 1) / gridDim.x);
     if (failed == 0) move_rows(lo, hi, locate);
+    __syncthreads();  // the block's rows are packed (kStampMoved), as after a pass below
   }
   for (uint32_t first = blockIdx.x; P > kBalancedPairs && first < L;
        first += gridDim.x * kPassExperts) {

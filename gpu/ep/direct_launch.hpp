@@ -16,20 +16,27 @@ namespace courier::device::ep {
 inline constexpr uint32_t kLlThreads = 512;
 static_assert(kLlThreads <= kMaxBlockThreads, "the kernels' launch bounds");
 
-// A block per token at a time; with FUSE_RECEIVE also a block per local
-// expert at a time, and no more blocks than the multiprocessors (`sms`),
+// The blocks the receive half can use: with its rows shared out evenly
+// (kBalancedPairs), one per SM; otherwise one per local expert.
+inline uint32_t ll_receive_want(const courier_gpu_ep_ll_receive_v1& job, uint32_t sms) {
+  const uint64_t pairs = uint64_t{job.local_experts} * job.num_ranks;
+  return std::max(pairs <= kBalancedPairs ? sms : job.local_experts, 1u);
+}
+
+// A block per token at a time; with FUSE_RECEIVE also the receive's
+// blocks (ll_receive_want), and no more blocks than the multiprocessors (`sms`),
 // so that every block is resident while blocks wait for the last one's
 // signal (one 512-thread block fits any SM).
 inline uint32_t ll_dispatch_blocks(const courier_gpu_ep_ll_dispatch_v1& send,
                                    const courier_gpu_ep_ll_receive_v1& receive, uint32_t sms) {
   const bool fused = (send.fuse & COURIER_GPU_EP_FUSE_RECEIVE) != 0;
-  const uint32_t want = std::max({send.tokens, fused ? receive.local_experts : 0u, 1u});
+  const uint32_t want = std::max({send.tokens, fused ? ll_receive_want(receive, sms) : 0u, 1u});
   return std::min(want, std::max(sms, 1u) * (fused ? 1u : 2u));
 }
 
-// A block per local expert at a time.
+// The receive launched alone (a receive hook's launch).
 inline uint32_t ll_receive_blocks(const courier_gpu_ep_ll_receive_v1& job, uint32_t sms) {
-  return std::min(std::max(job.local_experts, 1u), std::max(sms, 1u) * 4u);
+  return std::min(ll_receive_want(job, sms), std::max(sms, 1u) * 4u);
 }
 
 // The combine's send: by rank, `row_blocks` (a group of lanes per row);
