@@ -77,7 +77,8 @@ DirectHighThroughput::DirectHighThroughput(Context& ctx, const BufferOptions& op
                                   4ull * (ranks_ + 1) + 4ull * options.max_tokens_per_rank * ranks_,
                                   "mapping the combine plan")} {}
 
-void DirectHighThroughput::refuse(uint32_t phase, uint64_t call, const std::string& why) {
+void DirectHighThroughput::refuse(uint32_t phase, uint64_t call, const std::string& why,
+                                  bool peers_wait) {
   const uint32_t parity = call & 1;
   const uint64_t epoch = call / 2 + 1;
   try {
@@ -90,6 +91,7 @@ void DirectHighThroughput::refuse(uint32_t phase, uint64_t call, const std::stri
   } catch (const Error&) {
     // The refusal itself is the error worth reporting.
   }
+  if (!peers_wait && !windows_.host_waits()) windows_.break_with(why);
   windows_.throw_if_broken();  // an earlier call that did not wait failed
   throw CallRefused(why);
 }
@@ -103,7 +105,8 @@ DispatchResult DirectHighThroughput::dispatch(const HtInputs& in, const Dispatch
     refuse(0, call,
            fmt::format("ep::Buffer::dispatch: {} experts, more than the {} this Buffer counts "
                        "(BufferOptions::num_experts)",
-                       experts, layout_.max_experts));
+                       experts, layout_.max_experts),
+           /*peers_wait=*/true);
   }
   const bool fp8 = in.dtype == DType::fp8_e4m3;
   const bool with_topk = in.with_topk;
@@ -144,7 +147,7 @@ DispatchResult DirectHighThroughput::dispatch(const HtInputs& in, const Dispatch
                 "reading the counts back");
   windows_.copy(readback + record_bytes, route.slots, uint64_t{in.tokens} * ranks_ * 4,
                 "reading the slots back");
-  windows_.sync("dispatch");
+  windows_.wait_now("dispatch");
   std::vector<uint32_t> records(uint64_t{ranks_} * layout_.record_words);
   std::memcpy(records.data(), readback, records.size() * 4);
 
@@ -172,7 +175,8 @@ DispatchResult DirectHighThroughput::dispatch(const HtInputs& in, const Dispatch
         refuse(0, call,
                fmt::format("ep::Buffer::dispatch: rank {} sends {} rows where the cached handle "
                            "expects {}: the ranks did not all reuse the same layout",
-                           s, handle.recv_counts[s], args.cached_handle->recv_counts[s]));
+                           s, handle.recv_counts[s], args.cached_handle->recv_counts[s]),
+               /*peers_wait=*/false);
       }
     }
   }
@@ -181,7 +185,8 @@ DispatchResult DirectHighThroughput::dispatch(const HtInputs& in, const Dispatch
   if (received > rows_out) {
     refuse(0, call,
            fmt::format("ep::Buffer::dispatch: {} rows arrive, more than num_worst_tokens {}",
-                       received, rows_out));
+                       received, rows_out),
+           /*peers_wait=*/false);
   }
 
   // Round 2: the rows, straight into every destination's outputs.
