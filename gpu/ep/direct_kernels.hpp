@@ -355,7 +355,9 @@ __global__ void signal_kernel(courier_gpu_ep_signal_v1 job) {
 }
 
 // ---- ep_ht_dispatch: a group per token; it writes the token to each of its ranks.
-__global__ void ht_dispatch_kernel(courier_gpu_ep_ht_dispatch_v1 job) {
+// Two 512-thread blocks per SM (registers within 64), so that 4096 tokens
+// at 16 per block are one wave rather than two.
+__global__ void __launch_bounds__(512, 2) ht_dispatch_kernel(courier_gpu_ep_ht_dispatch_v1 job) {
   __shared__ uint32_t begin[COURIER_GPU_EP_MAX_RANKS];
   __shared__ uint32_t received;
   __shared__ uint32_t failed;
