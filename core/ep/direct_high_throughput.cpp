@@ -77,8 +77,7 @@ DirectHighThroughput::DirectHighThroughput(Context& ctx, const BufferOptions& op
                                   4ull * (ranks_ + 1) + 4ull * options.max_tokens_per_rank * ranks_,
                                   "mapping the combine plan")} {}
 
-void DirectHighThroughput::refuse(uint32_t phase, uint64_t call, const std::string& why,
-                                  bool peers_wait) {
+void DirectHighThroughput::refuse(uint32_t phase, uint64_t call, const std::string& why) {
   const uint32_t parity = call & 1;
   const uint64_t epoch = call / 2 + 1;
   try {
@@ -91,7 +90,6 @@ void DirectHighThroughput::refuse(uint32_t phase, uint64_t call, const std::stri
   } catch (const Error&) {
     // The refusal itself is the error worth reporting.
   }
-  if (!peers_wait && !windows_.host_waits()) windows_.break_with(why);
   windows_.throw_if_broken();  // an earlier call that did not wait failed
   throw CallRefused(why);
 }
@@ -105,8 +103,7 @@ DispatchResult DirectHighThroughput::dispatch(const HtInputs& in, const Dispatch
     refuse(0, call,
            fmt::format("ep::Buffer::dispatch: {} experts, more than the {} this Buffer counts "
                        "(BufferOptions::num_experts)",
-                       experts, layout_.max_experts),
-           /*peers_wait=*/true);
+                       experts, layout_.max_experts));
   }
   const bool fp8 = in.dtype == DType::fp8_e4m3;
   const bool with_topk = in.with_topk;
@@ -147,7 +144,7 @@ DispatchResult DirectHighThroughput::dispatch(const HtInputs& in, const Dispatch
                 "reading the counts back");
   windows_.copy(readback + record_bytes, route.slots, uint64_t{in.tokens} * ranks_ * 4,
                 "reading the slots back");
-  windows_.wait_now("dispatch");
+  windows_.sync("dispatch");
   std::vector<uint32_t> records(uint64_t{ranks_} * layout_.record_words);
   std::memcpy(records.data(), readback, records.size() * 4);
 
@@ -175,8 +172,7 @@ DispatchResult DirectHighThroughput::dispatch(const HtInputs& in, const Dispatch
         refuse(0, call,
                fmt::format("ep::Buffer::dispatch: rank {} sends {} rows where the cached handle "
                            "expects {}: the ranks did not all reuse the same layout",
-                           s, handle.recv_counts[s], args.cached_handle->recv_counts[s]),
-               /*peers_wait=*/false);
+                           s, handle.recv_counts[s], args.cached_handle->recv_counts[s]));
       }
     }
   }
@@ -185,8 +181,7 @@ DispatchResult DirectHighThroughput::dispatch(const HtInputs& in, const Dispatch
   if (received > rows_out) {
     refuse(0, call,
            fmt::format("ep::Buffer::dispatch: {} rows arrive, more than num_worst_tokens {}",
-                       received, rows_out),
-           /*peers_wait=*/false);
+                       received, rows_out));
   }
 
   // Round 2: the rows, straight into every destination's outputs.

@@ -68,15 +68,7 @@ class DirectHighThroughput {
                         uint64_t call);
   // Fails call `call` of `phase` (0 dispatch, 1 combine) on every rank:
   // raises this rank's flags marked refused, then throws `why`.
-  // `peers_wait`: the peers learn it before their call returns (a dispatch
-  // refused before the counts are read: every rank waits for those);
-  // otherwise, where calls do not wait, this rank's Buffer breaks too
-  // (EpStatus::break_with), as the peers find out only later.
-  [[noreturn]] void refuse(uint32_t phase, uint64_t call, const std::string& why, bool peers_wait);
-  // false: calls return once queued (Buffer::set_stream), but for the
-  // dispatch's one wait for the received counts, which shape its outputs.
-  void set_host_waits(bool waits) { windows_.set_host_waits(waits); }
-  void synchronize() { windows_.synchronize(); }
+  [[noreturn]] void refuse(uint32_t phase, uint64_t call, const std::string& why);
 
  private:
   Context& ctx_;

@@ -134,7 +134,7 @@ void HighThroughput::refuse(uint32_t phase, const std::string& why, bool deferre
   // The peers are about to wait for this rank's signal of this call: give
   // them one that says "refused", so they fail at once instead of hanging.
   const uint64_t call = calls_[phase]++;
-  if (direct_) direct_->refuse(phase, call, why, /*peers_wait=*/phase == 0);
+  if (direct_) direct_->refuse(phase, call, why);
   proxy_->refuse(phase, call, why, deferred);
 }
 

@@ -30,15 +30,12 @@ class HighThroughput {
   DispatchResult dispatch(const DispatchArgs& args);
   bool direct() const { return direct_ != nullptr; }
   CombineResult combine(const DLTensor& x, const DispatchHandle& handle);
-  // false (Buffer::set_stream): the direct path's calls return once
-  // queued, but for a dispatch's wait for the received counts; the proxy
-  // path's dispatches with num_worst_tokens and combines of their handles.
+  // false: dispatches with num_worst_tokens, and combines of their
+  // handles, return once queued (the proxy path; Buffer::set_stream).
   void set_host_waits(bool waits) {
-    if (direct_) direct_->set_host_waits(waits);
     if (proxy_) proxy_->set_host_waits(waits);
   }
   void synchronize() {
-    if (direct_) direct_->synchronize();
     if (proxy_) proxy_->synchronize();
   }
   // Whether the call would not wait on the host (so it can be captured).

@@ -204,11 +204,6 @@ void PeerWindows::sync(const char* what) {
   status_.raise_if_failed(what);
 }
 
-void PeerWindows::wait_now(const char* what) {
-  wait_stream(what);
-  status_.raise_if_failed(what);
-}
-
 void PeerWindows::synchronize() {
   status_.synchronize([this] { wait_stream("synchronizing"); });
 }

@@ -92,10 +92,6 @@ class PeerWindows {
   // last ep_wait); or, where calls do not wait (set_host_waits(false)),
   // leaves that to the next call or synchronize().
   void sync(const char* what);
-  // A wait the call needs whether or not calls wait (the host reads what
-  // the kernels left, such as the received counts): waits for the EP
-  // stream and throws what the kernels found, as sync does when calls wait.
-  void wait_now(const char* what);
   // Waits for the calls queued so far; throws what those that did not wait
   // found.
   void synchronize();
