@@ -115,9 +115,12 @@ void PeerWindows::clear_status() {
   status_.clear([this] { wait_stream("finishing the previous call"); });
 }
 
-void PeerWindows::copy(void* dst, const void* src, uint64_t bytes, const char* what) const {
+void PeerWindows::copy(void* dst, const void* src, uint64_t bytes, const char* what) {
   if (bytes == 0) return;
   if (!gpu_.has_minor11()) {
+    // The synchronous copy does not follow the EP stream: the kernels
+    // queued there may still write `src` or read `dst`.
+    wait_stream(what);
     ctx_.copy(dst, src, bytes);
     return;
   }

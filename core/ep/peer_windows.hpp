@@ -79,8 +79,8 @@ class PeerWindows {
                                   const uint64_t* epoch_word) const;
 
   // Enqueues a copy of `bytes` on the EP stream (GPU ABI 1.11 ep_copy; with
-  // a plugin of an older minor, a synchronous copy).
-  void copy(void* dst, const void* src, uint64_t bytes, const char* what) const;
+  // a plugin of an older minor, a synchronous copy after a wait for it).
+  void copy(void* dst, const void* src, uint64_t bytes, const char* what);
   // How many times the host waited for the EP stream through this (what
   // was queued before such a wait is done).
   uint64_t host_waits_made() const { return waits_; }
