@@ -39,38 +39,17 @@
 #include "core/bootstrap/bootstrap.hpp"
 #include "courier/context.hpp"
 #include "gpu/fifo_push.hpp"
+#include "tests/support/check_harness.hpp"
 
 namespace {
 
 using courier::PushStatus;
 using courier::TransferCmd;
+using courier::test::CaseLog;
+using courier::test::Checks;
+using courier::test::Outcome;
+using courier::test::Verdict;
 using Clock = std::chrono::steady_clock;
-
-enum class Verdict { pass, fail, skip };
-
-struct Outcome {
-  Verdict verdict = Verdict::pass;
-  std::string detail;
-};
-
-// Collects the first few failed checks of a case.
-class Checks {
- public:
-  void expect(bool ok, const std::string& what) {
-    if (ok) return;
-    if (failed_ < 3) messages_ += (failed_ == 0 ? "" : "; ") + what;
-    ++failed_;
-  }
-  bool ok() const { return failed_ == 0; }
-  Outcome outcome(const std::string& pass_detail) const {
-    if (ok()) return {Verdict::pass, pass_detail};
-    return {Verdict::fail, fmt::format("{} failed check(s): {}", failed_, messages_)};
-  }
-
- private:
-  uint64_t failed_ = 0;
-  std::string messages_;
-};
 
 // Window 0 ("data"): world inbound areas, one per sender, then world
 // outbound areas, one per receiver (a WRITE names one window for both ends).
@@ -339,26 +318,15 @@ class Suite {
     fmt::print(
         "semantics: {} passed, {} failed, {} skipped ({} mode), NIC backend {}, ADD_U64 {}, "
         "ADD_U32 {}\n",
-        passed_, failed_, skipped_, mode(), ctx_.nic_backend(), ctx_.atomic_stats().add_u64,
-        ctx_.atomic_stats().add_u32);
-    return failed_ == 0 ? 0 : 1;
+        log_.passed(), log_.failed(), log_.skipped(), mode(), ctx_.nic_backend(),
+        ctx_.atomic_stats().add_u64, ctx_.atomic_stats().add_u32);
+    return log_.failed() == 0 ? 0 : 1;
   }
 
  private:
   void run_case(const std::string& name, const std::function<Outcome()>& body) {
-    Outcome o;
     acc_.reset();
-    try {
-      o = body();
-    } catch (const std::exception& e) {
-      o = {Verdict::fail, std::string("exception: ") + e.what()};
-    }
-    const char* tag = o.verdict == Verdict::pass   ? "PASS"
-                      : o.verdict == Verdict::fail ? "FAIL"
-                                                   : "SKIP";
-    (o.verdict == Verdict::pass ? passed_ : o.verdict == Verdict::fail ? failed_ : skipped_) += 1;
-    fmt::print("[{}] {}: {}\n", tag, name, o.detail);
-    std::fflush(stdout);
+    log_.record(name, courier::test::run_catching(body));
   }
 
   const char* mode() const { return acc_.device_commands() ? "device-commands" : "host-kernels"; }
@@ -889,7 +857,7 @@ class Suite {
   uint32_t me_, world_, nch_ = 0;
   DeviceAccess acc_;
   courier::DeviceBuffer data_, counters_, wta_;
-  int passed_ = 0, failed_ = 0, skipped_ = 0;
+  CaseLog log_;
 };
 
 }  // namespace

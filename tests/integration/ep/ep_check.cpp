@@ -64,8 +64,19 @@
 
 #include "courier/context.hpp"
 #include "courier/ep.hpp"
+#include "tests/support/bfloat16.hpp"
+#include "tests/support/check_harness.hpp"
 
 namespace {
+
+using courier::test::CaseLog;
+using courier::test::Checks;
+using courier::test::expect_error;
+using courier::test::from_bf16;
+using courier::test::Outcome;
+using courier::test::round_bf16;
+using courier::test::to_bf16;
+constexpr auto kRefusal = courier::test::ErrorKind::refusal;
 
 // A tensor in the Buffer's memory, with its DLPack view.
 class Tensor {
@@ -120,28 +131,6 @@ courier::ep::DispatchArgs topk_dispatch(Tensor& x, Tensor& idx, Tensor& weights,
   return args;
 }
 
-struct Outcome {
-  bool pass = true;
-  std::string detail;
-};
-
-class Checks {
- public:
-  void expect(bool ok, const std::string& what) {
-    if (ok) return;
-    if (failed_ < 3) text_ += (failed_ == 0 ? "" : "; ") + what;
-    ++failed_;
-  }
-  Outcome outcome(std::string pass_detail) const {
-    if (failed_ == 0) return {true, std::move(pass_detail)};
-    return {false, fmt::format("{} failed check(s): {}", failed_, text_)};
-  }
-
- private:
-  int failed_ = 0;
-  std::string text_;
-};
-
 // Random top-k choices: distinct experts per token, about one in eight -1.
 std::vector<int64_t> random_topk(std::mt19937_64& rng, int tokens, int topk, int experts) {
   std::vector<int64_t> idx(static_cast<size_t>(tokens) * topk);
@@ -195,24 +184,6 @@ Outcome check_layout(courier::Context& ctx, courier::ep::Buffer& buffer) {
   return c.outcome(fmt::format("{} tokens, top-{}, {} experts: {} token-rank pairs, counts exact",
                                tokens, topk, experts, sent));
 }
-
-// Runs `call`, which must throw courier::Error containing `needle`: a
-// courier::CallRefused when `refusal` (a collective call every rank refused
-// together), a plain courier::Error otherwise.
-void expect_error(Checks& c, const std::string& what, const std::string& needle,
-                  const std::function<void()>& call, bool refusal = false) {
-  try {
-    call();
-    c.expect(false, what + ": no error");
-  } catch (const courier::Error& e) {
-    c.expect(std::string(e.what()).find(needle) != std::string::npos,
-             what + ": the error '" + e.what() + "' lacks '" + needle + "'");
-    const bool refused = dynamic_cast<const courier::CallRefused*>(&e) != nullptr;
-    c.expect(refused == refusal, what + (refusal ? ": not a courier::CallRefused"
-                                                 : ": a courier::CallRefused from a local call"));
-  }
-}
-constexpr bool kRefusal = true;
 
 Outcome check_layout_errors(courier::Context& ctx, courier::ep::Buffer& buffer) {
   const int ranks = buffer.num_ranks();
@@ -325,18 +296,6 @@ Inputs inputs_of(const Shape& shape, int rank, int hidden, int topk, int experts
     }
   }
   return in;
-}
-
-uint16_t to_bf16(float f) {  // exact for the small integers used here
-  uint32_t bits;
-  std::memcpy(&bits, &f, 4);
-  return static_cast<uint16_t>(bits >> 16);
-}
-float from_bf16(uint16_t v) {
-  uint32_t bits = uint32_t{v} << 16;
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
 }
 
 // Rows of floats as the tensor's dtype and back.
@@ -779,12 +738,7 @@ Outcome check_ht_fp8(courier::Context& ctx, const Shape& shape) {
   for (size_t i = 0; i < y.size(); ++i) y[i] = dequantized[i] * local_sum[i / hidden];
   Tensor y_tensor(ctx, dev, DLDataType{kDLBfloat, 16, 1}, {received, hidden});
   std::vector<uint16_t> y_bf16(y.size());
-  for (size_t i = 0; i < y.size(); ++i) {
-    uint32_t bits;
-    std::memcpy(&bits, &y[i], 4);
-    bits += 0x7FFF + ((bits >> 16) & 1);  // round to nearest even
-    y_bf16[i] = static_cast<uint16_t>(bits >> 16);
-  }
+  for (size_t i = 0; i < y.size(); ++i) y_bf16[i] = to_bf16(y[i]);
   y_tensor.set(y_bf16);
   courier::ep::CombineResult combined = buffer.combine(*y_tensor.view(), got.handle);
   const int wrong =
@@ -1076,15 +1030,6 @@ Outcome check_ht_errors(courier::Context& ctx) {
 
 // Low-latency bad input: an expert index out of range on rank 1 fails every
 // rank; the calls after it (both halves of the double buffer) work.
-// A bfloat16 value rounded to nearest even (its float), for inputs that are
-// not small integers.
-float round_bf16(float f) {
-  uint32_t bits;
-  std::memcpy(&bits, &f, 4);
-  bits += 0x7FFF + ((bits >> 16) & 1);
-  return from_bf16(static_cast<uint16_t>(bits >> 16));
-}
-
 // DeepEP's calc_diff (tests/utils.py): 1 - 2 sum(x y) / sum(x^2 + y^2) over
 // x + 1 and y + 1, in double.
 double calc_diff(const std::vector<double>& x, const std::vector<double>& y) {
@@ -1400,7 +1345,7 @@ Outcome check_ll_caller_outputs(courier::Context& ctx, const Shape& shape, bool 
         buffer.low_latency_dispatch(args);
         buffer.synchronize();
       },
-      !on_stream);
+      on_stream ? courier::test::ErrorKind::local : kRefusal);
   return c.outcome(fmt::format(
       "{}row_major, column_major and ue8m0 scales ({} per row) into the caller's tensors equal "
       "the Buffer's; combine into out equal; a wrong out refused on every rank",
@@ -1732,15 +1677,12 @@ int main(int argc, char** argv) {
                            return check_ll_caller_outputs(ctx, s, on_stream);
                          });
     }
-    int passed = 0, failed = 0;
-    for (const auto& [name, run] : cases) {
-      Outcome o = run();
-      fmt::print("[{}] {}: {}\n", o.pass ? "PASS" : "FAIL", name, o.detail);
-      (o.pass ? passed : failed)++;
-    }
+    CaseLog log;
+    for (const auto& [name, run] : cases) log.record(name, run());
     ctx.barrier();
-    fmt::print("ep: {} passed, {} failed (transport {})\n", passed, failed, buffer.transport());
-    return failed == 0 ? 0 : 1;
+    fmt::print("ep: {} passed, {} failed (transport {})\n", log.passed(), log.failed(),
+               buffer.transport());
+    return log.failed() == 0 ? 0 : 1;
   } catch (const courier::Error& e) {
     fmt::print(stderr, "ep_check: {}\n", e.what());
     return 1;
