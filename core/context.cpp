@@ -24,10 +24,10 @@
 #include "core/proxy/proxy_thread.hpp"
 #include "core/proxy/ringing_transport.hpp"
 #include "core/registry.hpp"
+#include "core/semantics/semantic_transport.hpp"
 #include "core/semantics/shared_segment.hpp"
 #include "core/topology_choice.hpp"
 #include "gpu/channel_descriptor.hpp"
-#include "gpu/fifo_push.hpp"
 
 namespace courier {
 
@@ -166,6 +166,9 @@ struct Context::Impl {
   std::vector<std::unique_ptr<ProxyTransport>> transports;
   SemanticsOptions semantics;  // how atomics are done; world size set later
   std::vector<std::unique_ptr<ProxyThread>> proxies;
+  // Each proxy thread's semantics layer, the top of its transport stack
+  // (owned by the thread; touched only in tasks it runs).
+  std::vector<SemanticTransport*> semantic_layers;
   std::array<bool, kUserWindows> window_used{};  // user window ids in use
   struct Source {
     const void* base = nullptr;
@@ -284,9 +287,9 @@ struct Context::Impl {
     log.error("context", "rank {} is gone or failed; failing all {} channels of this rank: {}",
               rank, channels.size(), reason);
     for (auto& channel : channels) {
-      device::mark_channel_fatal(channel->control, static_cast<uint64_t>(rank),
-                                 ChannelErrorCode::peer_failed);
-      device::futex_wake_all(&channel->control->completed);  // blocked producers re-check
+      mark_channel_fatal(*channel->control, static_cast<uint64_t>(rank),
+                         ChannelErrorCode::peer_failed);
+      wake_producers(*channel->control);  // blocked producers re-check
     }
   }
 
@@ -463,7 +466,7 @@ struct Context::Impl {
             endpoints[i]->register_window(window, regions[i].base, regions[i].bytes, mem_kind);
         mine[i].bytes = regions[i].bytes;
         if (window < kUserWindows) {
-          proxies[i]->semantics().set_local_window(window, regions[i].base, regions[i].bytes);
+          semantic_layers[i]->set_local_window(window, regions[i].base, regions[i].bytes);
         }
       });
     }
@@ -638,14 +641,16 @@ struct Context::Impl {
   }
 
   void start_proxies() {
+    SemanticsOptions layer = semantics;
+    layer.rank = static_cast<uint32_t>(bootstrap->rank());
+    layer.world_size = static_cast<uint32_t>(bootstrap->size());
+    layer.barrier = &barrier_topology;
+    layer.malform = config.faults.malform;
+    layer.fault_seed = config.faults.seed;
+    layer.channels = static_cast<uint32_t>(channels.size());
+    layer.job_failure = &job_failure;
     ProxyOptions options;
-    options.semantics = semantics;
-    options.semantics.rank = static_cast<uint32_t>(bootstrap->rank());
-    options.semantics.world_size = static_cast<uint32_t>(bootstrap->size());
-    options.semantics.barrier = &barrier_topology;
-    options.semantics.malform = config.faults.malform;
-    options.semantics.fault_seed = config.faults.seed;
-    options.semantics.channels = static_cast<uint32_t>(channels.size());
+    options.world_size = layer.world_size;
     options.poll_batch = config.drain_batch;
     // A visit takes what a channel can hold in flight: a kernel's burst
     // reaches the transport whole, which may merge it (nic-ce turns a
@@ -685,12 +690,19 @@ struct Context::Impl {
       if (sleeps) {
         transports.back() = std::make_unique<RingingTransport>(std::move(transports.back()), peers);
       }
+      AtomicMailbox* mailbox = nullptr;
       if (uses(AtomicStrategyKind::imm)) {
         mailboxes.push_back(std::make_unique<AtomicMailbox>(bootstrap->size()));
-        options.mailbox = mailboxes.back().get();
+        mailbox = mailboxes.back().get();
       }
-      options.semantics.barrier_staging = barrier_staging[i].get();
-      options.semantics.barrier_landing = barrier_landing[i].get();
+      layer.barrier_staging = barrier_staging[i].get();
+      layer.barrier_landing = barrier_landing[i].get();
+      // The semantics layer goes on top of the thread's failure watch.
+      options.upper_layers = [this, layer, mailbox](ProxyTransport& below) {
+        auto top = std::make_unique<SemanticTransport>(below, layer, mailbox, log);
+        semantic_layers.push_back(top.get());
+        return top;
+      };
       proxies.push_back(std::make_unique<ProxyThread>(i, *transports[i], mine, options, log));
     }
     for (auto& proxy : proxies) proxy->start();
@@ -790,7 +802,7 @@ void Context::deregister_window(uint32_t window) {
     try {
       s.proxies[i]->run([&] {
         s.endpoints[i]->deregister_window(window);
-        s.proxies[i]->semantics().set_local_window(window, nullptr, 0);
+        s.semantic_layers[i]->set_local_window(window, nullptr, 0);
       });
     } catch (const ProxyUnresponsive& e) {
       // The thread did not take the task in time (a dead rank can keep a
@@ -988,9 +1000,10 @@ Context::AtomicStats Context::atomic_stats() const {
   AtomicStats total;
   total.add_u64 = to_string(impl_->semantics.add_u64);
   total.add_u32 = to_string(impl_->semantics.add_u32);
-  for (const auto& proxy : impl_->proxies) {
+  for (size_t i = 0; i < impl_->proxies.size(); ++i) {
     SemanticsStats s;
-    proxy->run([&] { s = proxy->semantics().stats(); });  // owned by the proxy thread
+    // Owned by the proxy thread.
+    impl_->proxies[i]->run([&] { s = impl_->semantic_layers[i]->stats(); });
     total.atomics_applied += s.atomics_applied;
     total.atomics_rejected += s.atomics_rejected;
     total.duplicates += s.duplicates;

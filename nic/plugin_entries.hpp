@@ -1,13 +1,15 @@
 // The C entry points of Courier's own NIC plugins (courier/abi/nic_v1.h),
-// written once for both plugin families: nic/ofi (nic-ofi, nic-efa) and
-// nic/verbs (nic-cx7, nic-bnxt). Each entry turns the opaque handles back
-// into the family's C++ objects and calls them; nothing C++, exceptions
-// included, crosses back into the core (nic::guarded).
+// written once for every plugin family: nic/ofi (nic-ofi, nic-efa),
+// nic/verbs (nic-cx7, nic-bnxt) and nic-ce. Each entry turns the opaque
+// handles back into the family's C++ objects and calls them; nothing C++,
+// exceptions included, crosses back into the core (nic::guarded).
 //
 // A family describes itself with a struct `F`:
 //   F::Traits        what a plugin file declares (name, ...)
 //   F::Backend       static create(traits, host, &unique_ptr), query(props),
-//                    open_endpoint(attr, &unique_ptr<Endpoint>), describe()
+//                    open_endpoint(attr, &unique_ptr<Endpoint>), and
+//                    optionally describe(): without it the plugin has no
+//                    describe entry (the ABI's "nothing to add")
 //   F::Endpoint      name, connect, register_memory, registered_regions,
 //                    deregister_memory, post_write, poll, post_atomic
 //   F::MemoryRegion  owner(): the endpoint it was registered on
@@ -19,15 +21,23 @@
 #include <courier/abi/nic_v1.h>
 
 #include <cerrno>
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <utility>
 
 #include "nic/describe_report.hpp"
 #include "nic/entry_guard.hpp"
 
 namespace courier::nic {
+
+// A backend with a device report of its own (NIC ABI 1.2 describe).
+template <class Backend>
+concept DescribesDevice = requires(const Backend& backend) {
+  { backend.describe() } -> std::convertible_to<std::string>;
+};
 
 template <class F>
 struct PluginEntries {
@@ -175,7 +185,11 @@ constexpr courier_nic_plugin_v1 make_plugin_struct(const char* description,
   plugin.post_write = &E::post_write;
   plugin.poll = &E::poll;
   plugin.post_atomic = atomics ? &E::post_atomic : nullptr;
-  plugin.describe = &E::describe;
+  if constexpr (DescribesDevice<typename F::Backend>) {
+    plugin.describe = &E::describe;
+  } else {
+    plugin.describe = nullptr;
+  }
   return plugin;
 }
 

@@ -23,7 +23,7 @@ std::string describe(const AtomicRequest& a) {
 
 FaultInjectingTransport::FaultInjectingTransport(ProxyTransport& inner, const FaultSpec& spec,
                                                  uint32_t thread_index, Logger* log, NanoClock now)
-    : inner_(inner),
+    : TransportDecorator(inner),
       spec_(spec),
       thread_index_(thread_index),
       log_(log),
@@ -33,8 +33,7 @@ FaultInjectingTransport::FaultInjectingTransport(ProxyTransport& inner, const Fa
 FaultInjectingTransport::FaultInjectingTransport(std::unique_ptr<ProxyTransport> inner,
                                                  const FaultSpec& spec, uint32_t thread_index,
                                                  Logger* log, NanoClock now)
-    : owned_(std::move(inner)),
-      inner_(*owned_),
+    : TransportDecorator(std::move(inner)),
       spec_(spec),
       thread_index_(thread_index),
       log_(log),

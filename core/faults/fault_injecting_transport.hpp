@@ -19,6 +19,7 @@
 #include "core/proxy/failed_posts.hpp"
 #include "core/proxy/proxy_transport.hpp"
 #include "core/proxy/retrying_transport.hpp"
+#include "core/proxy/transport_decorator.hpp"
 
 namespace courier {
 
@@ -31,7 +32,7 @@ struct FaultStats {
   uint64_t duplicated = 0;  // RX_IMM completions delivered twice
 };
 
-class FaultInjectingTransport final : public ProxyTransport {
+class FaultInjectingTransport final : public TransportDecorator {
  public:
   // A held-back post goes to the inner transport at the latest this long
   // after it was made, when no later post to its peer released it earlier.
@@ -53,8 +54,6 @@ class FaultInjectingTransport final : public ProxyTransport {
   // Without ORDERED_WRITES when posts are reordered: the core then orders at
   // the receiver, which is what makes the injected reordering legal.
   uint32_t caps() const override;
-  uint32_t atomic_ops() const override { return inner_.atomic_ops(); }
-  uint32_t atomic_native() const override { return inner_.atomic_native(); }
   int post_write(const WriteRequest& write, uint64_t cookie, std::string* error) override;
   int post_atomic(const AtomicRequest& atomic, uint64_t cookie, std::string* error) override;
   int poll(courier_nic_completion_v1* out, uint32_t max) override;
@@ -85,8 +84,6 @@ class FaultInjectingTransport final : public ProxyTransport {
   void release_held(int64_t peer, uint64_t now);
   bool chance(double probability);
 
-  std::unique_ptr<ProxyTransport> owned_;
-  ProxyTransport& inner_;
   FaultSpec spec_;
   uint32_t thread_index_;
   Logger* log_;

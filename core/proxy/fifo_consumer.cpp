@@ -1,9 +1,13 @@
 #include "core/proxy/fifo_consumer.hpp"
 
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <atomic>
+#include <climits>
 
 #include "core/check.hpp"
-#include "gpu/device_atomics.hpp"
 
 namespace courier {
 
@@ -39,9 +43,24 @@ void publish_completed(FifoControl& control, uint64_t completed) {
   uint64_t waiting_for = wake.load();
   while (waiting_for != 0 && completed >= waiting_for) {
     if (wake.compare_exchange_weak(waiting_for, 0)) {
-      device::futex_wake_all(&control.completed);
+      wake_producers(control);
       return;
     }
+  }
+}
+
+void wake_producers(FifoControl& control) {
+  // The futex word is the low half of `completed` (little-endian), as the
+  // producers' wait has it.
+  syscall(SYS_futex, reinterpret_cast<const uint32_t*>(&control.completed), FUTEX_WAKE_PRIVATE,
+          INT_MAX, nullptr, nullptr, 0);
+}
+
+void mark_channel_fatal(FifoControl& control, uint64_t ticket, ChannelErrorCode code) {
+  std::atomic_ref<uint64_t> error(control.error);
+  uint64_t seen = error.load(std::memory_order_relaxed);
+  while (!is_fatal_channel_error(seen)) {
+    if (error.compare_exchange_weak(seen, encode_channel_error(ticket, code))) return;
   }
 }
 

@@ -32,8 +32,14 @@ class FifoConsumer {
 };
 
 // Makes `completed` visible to the producers and wakes those blocked until
-// it reached their target (CPU producers, see gpu/device_atomics.hpp).
+// it reached their target (CPU producers block on the low half of
+// `completed`, FifoControl::wake_at).
 void publish_completed(FifoControl& control, uint64_t completed);
+// Wakes every producer blocked on the channel, whatever it waits for.
+void wake_producers(FifoControl& control);
+// Records a fatal error on the channel, replacing an earlier non-fatal one
+// (a fatal error must be seen by every waiter; the first fatal one stays).
+void mark_channel_fatal(FifoControl& control, uint64_t ticket, ChannelErrorCode code);
 
 // Which tickets of a channel have completed, out of order; exposes the
 // in-order prefix the producers see as control->completed.

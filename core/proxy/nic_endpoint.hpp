@@ -55,7 +55,9 @@ class NicEndpoint final : public ProxyTransport {
     uint64_t bytes = 0;
   };
   // Checks [offset, +length) against the local and the remote window; false
-  // with *error set when it does not fit.
+  // with *error set when it does not fit. The peer is the caller's to check
+  // (the semantics layer above does, once per command; debug builds check
+  // it here too).
   bool check_range(const char* what, uint32_t peer, uint32_t local_window, uint64_t local_offset,
                    uint32_t remote_window, uint64_t remote_offset, uint64_t length,
                    std::string* error) const;

@@ -8,9 +8,7 @@
 #include <cerrno>
 #include <chrono>
 
-#include "core/semantics/imm_codec.hpp"
 #include "courier/error.hpp"
-#include "gpu/fifo_push.hpp"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -25,20 +23,16 @@ constexpr uint32_t kRetryHoldoffSteps = 16;
 // Full completion batches one step reads before it moves on.
 constexpr uint32_t kMaxPollBatchesPerStep = 64;
 
-constexpr uint64_t kTicketBits = ProxyThread::kTicketBits;
-constexpr uint64_t kTicketMask = ProxyThread::kTicketMask;
 constexpr uint32_t kMaxGroup = ProxyThread::kMaxGroup;
 
-// The full ticket of a cookie: it lies within one ring depth above the
-// channel's completion prefix.
-uint64_t ticket_of(uint64_t prefix, uint64_t cookie) {
-  return prefix + (((cookie & kTicketMask) - prefix) & kTicketMask);
-}
+// The proxy's clock (stall reports, last completions).
+uint64_t now_ns() { return JobFailure::now_ns(); }
 
-// ProxyChannel::target entries (ProxyThread::pack_target).
-uint32_t target_peer(uint32_t target) { return target >> 16; }
-uint32_t target_count(uint32_t target) { return (target >> 1) & kMaxGroup; }
-bool target_is_write(uint32_t target) { return (target & 1) != 0; }
+// The TransferCmd carries a 32-bit two's-complement addend; widen it.
+uint64_t widen_operand(AtomicOp op, uint32_t operand) {
+  if (op == AtomicOp::add_u32) return operand;
+  return static_cast<uint64_t>(static_cast<int64_t>(static_cast<int32_t>(operand)));
+}
 
 // What WRITEs merged into one share: op, flags, window and rank (word0 below
 // the sequence number).
@@ -95,15 +89,16 @@ ProxyThread::ProxyThread(uint32_t index, ProxyTransport& transport,
                          std::vector<ProxyChannel*> channels, const ProxyOptions& options,
                          Logger& log)
     : index_(index),
-      transport_(transport, options.job_failure),
+      watched_(transport, options.job_failure),
+      upper_(options.upper_layers ? options.upper_layers(watched_) : nullptr),
+      transport_(upper_ ? *upper_ : static_cast<ProxyTransport&>(watched_)),
       channels_(std::move(channels)),
       options_(options),
       log_(log),
       batch_(options.dequeue_batch),
       completions_(options.poll_batch),
       backoff_(options.may_sleep),
-      semantics_(transport_, options.semantics, options.mailbox, log),
-      last_completion_ns_(options.semantics.world_size, 0) {
+      last_completion_ns_(options.world_size, 0) {
   for (uint32_t i = 0; i < channels_.size(); ++i) channels_[i]->thread_slot = i;
 }
 
@@ -191,7 +186,7 @@ bool ProxyThread::still_unresponsive() const {
 ProxyUnresponsive ProxyThread::give_up_on(const char* what, uint64_t waited_ns,
                                           uint64_t turns_at_start) {
   const uint64_t turns = turns_.load(std::memory_order_relaxed);
-  const WatchedTransport::Activity activity = transport_.activity();
+  const WatchedTransport::Activity activity = watched_.activity();
   const JobFailure* failure = options_.job_failure;
   const std::string bound = failure != nullptr && failure->tripped()
                                 ? "the bound once " + failure->summary()
@@ -304,9 +299,9 @@ void ProxyThread::loop() {
         backoff_.reset();
         idle_since_ns_ = 0;
       } else {
-        backoff_.idle(outstanding_ > 0 || !pending_.empty() || semantics_.busy());
+        backoff_.idle(outstanding_ > 0 || !pending_.empty() || transport_.busy());
         if (may_block) {
-          const uint64_t now = device::now_ns();
+          const uint64_t now = now_ns();
           if (idle_since_ns_ == 0) {
             idle_since_ns_ = now;
           } else if (now - idle_since_ns_ >= options_.sleep_after_ns && sleep_if_idle()) {
@@ -320,9 +315,9 @@ void ProxyThread::loop() {
     log_.error("proxy", "proxy thread {} stopped: {}", index_, e.what());
     // Producers of these channels would otherwise wait for COURIER_TIMEOUT_S.
     for (ProxyChannel* channel : channels_) {
-      device::mark_channel_fatal(channel->control, channel->consumer.next_ticket(),
-                                 ChannelErrorCode::proxy_failed);
-      device::futex_wake_all(&channel->control->completed);  // blocked producers re-check
+      mark_channel_fatal(*channel->control, channel->consumer.next_ticket(),
+                         ChannelErrorCode::proxy_failed);
+      wake_producers(*channel->control);  // blocked producers re-check
     }
     std::lock_guard lock(mutex_);
     fatal_ = e.what();
@@ -340,7 +335,7 @@ void ProxyThread::loop() {
 }
 
 bool ProxyThread::quiescent() const {
-  if (outstanding_ != 0 || !pending_.empty() || semantics_.busy() || has_tasks_.load()) {
+  if (outstanding_ != 0 || !pending_.empty() || transport_.busy() || has_tasks_.load()) {
     return false;
   }
   for (const ProxyChannel* c : channels_) {
@@ -387,7 +382,7 @@ void ProxyThread::check_stall(bool idle_step) {
   // completion prefix did not move for the timeout, whatever the thread's
   // other channels do.
   if (!idle_step && ++stall_polls_ % 1024 != 0) return;
-  const uint64_t now = device::now_ns();
+  const uint64_t now = now_ns();
   bool newly_stalled = false;
   for (ProxyChannel* c : channels_) {
     const uint64_t prefix = c->tracker.prefix();
@@ -435,8 +430,9 @@ std::string ProxyThread::stall_report(uint64_t now, uint32_t* suspect_out) const
   // Channels held back by a posted command that never completed weigh more
   // than those held back by a refused post: a full transport can be the
   // doing of any stuck peer, a missing completion points at its own.
-  std::vector<uint64_t> blocking(semantics_.world_size(), 0);
-  std::vector<uint64_t> blocking_posted(semantics_.world_size(), 0);
+  const uint32_t world = options_.world_size;
+  std::vector<uint64_t> blocking(world, 0);
+  std::vector<uint64_t> blocking_posted(world, 0);
   for (const ProxyChannel* c : channels_) {
     const uint64_t tail = c->consumer.next_ticket();
     const uint64_t completed = c->tracker.prefix();
@@ -452,7 +448,8 @@ std::string ProxyThread::stall_report(uint64_t now, uint32_t* suspect_out) const
                           completed);
       continue;
     }
-    uint32_t peer = target_peer(c->target[completed & c->target_mask]);
+    uint32_t peer = UINT32_MAX;
+    (void)transport_.peer_of(cookie::of_command(c->thread_slot, completed), &peer);
     bool posted = true;
     for (const PendingPost& p : pending_) {
       if (p.channel == c && completed >= p.ticket + p.done && completed < p.ticket + p.count) {
@@ -460,8 +457,10 @@ std::string ProxyThread::stall_report(uint64_t now, uint32_t* suspect_out) const
         posted = false;
       }
     }
-    text += fmt::format("; oldest incomplete: command {} for rank {} ({})", completed, peer,
-                        posted ? "posted, no completion" : "refused by the transport");
+    text += fmt::format(
+        "; oldest incomplete: command {} for {} ({})", completed,
+        peer == UINT32_MAX ? std::string("an unknown rank") : fmt::format("rank {}", peer),
+        posted ? "posted, no completion" : "refused by the transport");
     if (peer < blocking.size()) {
       ++blocking[peer];
       if (posted) ++blocking_posted[peer];
@@ -469,7 +468,7 @@ std::string ProxyThread::stall_report(uint64_t now, uint32_t* suspect_out) const
   }
   // Commands the transport refused count against their peer: a peer that
   // stopped making room is the likeliest cause of a stall.
-  std::vector<uint64_t> refused(semantics_.world_size(), 0);
+  std::vector<uint64_t> refused(world, 0);
   for (const PendingPost& p : pending_) {
     if (p.cmd.dst_rank() < refused.size()) refused[p.cmd.dst_rank()] += p.count - p.done;
   }
@@ -485,12 +484,14 @@ std::string ProxyThread::stall_report(uint64_t now, uint32_t* suspect_out) const
   uint64_t suspect_silent_since = 0;
   uint64_t suspect_weight = 0;
   uint64_t suspect_outstanding = 0;
-  for (uint32_t peer = 0; peer < semantics_.world_size(); ++peer) {
-    const uint32_t writes = semantics_.writes_in_flight_to(peer);
-    const uint32_t atomics = semantics_.atomics_awaiting_answer_from(peer);
-    const uint32_t held = semantics_.atomics_held_from(peer);
-    if (writes + atomics + held + refused[peer] == 0 && semantics_.next_seq_to(peer) == 0 &&
-        semantics_.expected_from(peer) == 0) {
+  for (uint32_t peer = 0; peer < world; ++peer) {
+    PeerActivity activity;
+    (void)transport_.peer_activity(peer, &activity);
+    const uint32_t writes = activity.writes_in_flight;
+    const uint32_t atomics = activity.atomics_awaiting_answer;
+    const uint32_t held = activity.atomics_held;
+    if (writes + atomics + held + refused[peer] == 0 && activity.next_seq_to == 0 &&
+        activity.expected_from == 0) {
       continue;
     }
     const uint64_t last = peer < last_completion_ns_.size() ? last_completion_ns_[peer] : 0;
@@ -498,8 +499,8 @@ std::string ProxyThread::stall_report(uint64_t now, uint32_t* suspect_out) const
         "\n  rank {}: {} writes and {} atomics outstanding to it, {} commands for it refused "
         "by the transport; last sequence number sent to it: {}, seen from it in order: {}; {} "
         "of its atomics held back here; {}",
-        peer, writes, atomics, refused[peer], seq_text(semantics_.next_seq_to(peer)),
-        seq_text(semantics_.expected_from(peer)), held,
+        peer, writes, atomics, refused[peer], seq_text(activity.next_seq_to),
+        seq_text(activity.expected_from), held,
         last == 0
             ? std::string("no completion from it yet")
             : fmt::format("last completion {:.1f} s ago", static_cast<double>(now - last) / 1e9));
@@ -528,16 +529,9 @@ std::string ProxyThread::stall_report(uint64_t now, uint32_t* suspect_out) const
 
 bool ProxyThread::step() {
   bool worked = run_pending_tasks();
-  if (!failed_ && transport_.failed()) worked |= enter_failed_mode();
+  if (!failed_ && watched_.failed()) worked |= enter_failed_mode();
   worked |= poll_completions();
-  if (failed_) {
-    // The semantics layer's progress is posting (answers, barrier
-    // messages, retries): nothing more goes out.
-    worked |= fail_new_commands();
-  } else {
-    worked |= semantics_.progress();
-    worked |= dequeue_and_post();
-  }
+  worked |= failed_ ? fail_new_commands() : dequeue_and_post();
   publish();
   return worked;
 }
@@ -554,13 +548,15 @@ bool ProxyThread::enter_failed_mode() {
     }
   }
   pending_.clear();
-  // BARRIERs waiting for other ranks, and the commands behind them.
+  // BARRIERs waiting for other ranks, and the commands behind them (a
+  // BARRIER the transport has completes from there, cancelled).
   for (ProxyChannel* channel : channels_) {
-    for (const auto& [cmd, ticket] : channel->held) {
-      fail_command(*channel, ticket, ChannelErrorCode::post_failed, failed_why_);
+    for (size_t i = channel->barrier_posted ? 1 : 0; i < channel->held.size(); ++i) {
+      fail_command(*channel, channel->held[i].second, ChannelErrorCode::post_failed, failed_why_);
       ++failed;
     }
     channel->held.clear();
+    channel->barrier_posted = false;
   }
   log_.warn("proxy",
             "proxy thread {}: {}; posting nothing more ({} commands refused or held so far fail "
@@ -654,14 +650,11 @@ bool ProxyThread::dequeue_and_post() {
         i += count;
         continue;
       }
-      if (!channel->held.empty() ||
-          (cmd.op() == CmdOp::barrier && !try_barrier(*channel, cmd, ticket))) {
+      // A BARRIER holds the channel's later commands until it completed.
+      if (!channel->held.empty() || cmd.op() == CmdOp::barrier) {
         channel->held.push_back({cmd, ticket});
+        if (channel->held.size() == 1) advance_held(*channel);  // it may start at once
         direct = false;
-        ++i;
-        continue;
-      }
-      if (cmd.op() == CmdOp::barrier) {  // completed by try_barrier
         ++i;
         continue;
       }
@@ -682,27 +675,41 @@ bool ProxyThread::dequeue_and_post() {
   return worked;
 }
 
-bool ProxyThread::try_barrier(ProxyChannel& channel, const TransferCmd& cmd, uint64_t ticket) {
-  // A BARRIER starts once the channel's earlier commands completed.
-  if (channel.tracker.prefix() != ticket) return false;
-  std::string error;
-  const int rc = semantics_.advance_barrier(channel.id, cmd, &error);
-  if (rc == -EAGAIN) return false;
-  if (rc == COURIER_OK) {
-    channel.tracker.complete(ticket);
-  } else {
+bool ProxyThread::advance_held(ProxyChannel& channel) {
+  const auto [barrier, ticket] = channel.held.front();
+  if (!channel.barrier_posted) {
+    // A BARRIER starts once the channel's earlier commands completed.
+    if (channel.tracker.prefix() != ticket) return false;
+    const uint32_t scope = barrier.flags();
+    int rc = -EINVAL;
+    if (scope == kBarrierWorld || scope == kBarrierRail) {
+      BarrierRequest request;
+      request.channel = channel.id;
+      request.scope =
+          scope == kBarrierRail ? BarrierRequest::Scope::rail : BarrierRequest::Scope::world;
+      request.epoch = barrier.word1;
+      rc = transport_.post_barrier(request, cookie::of_command(channel.thread_slot, ticket),
+                                   &error_);
+    } else {
+      error_ = fmt::format("BARRIER with unknown scope {}", scope);
+    }
+    if (rc == -EAGAIN || rc == -EBUSY) return false;
+    if (rc == COURIER_OK) {
+      ++outstanding_;
+      channel.tickets[ticket & channel.tickets_mask] = 1;
+      channel.barrier_posted = true;
+      return true;
+    }
     fail_command(
         channel, ticket,
         rc == -ENOTSUP ? ChannelErrorCode::unsupported : ChannelErrorCode::completion_failed,
-        error);
+        error_);
+    error_.clear();
+  } else if (channel.tracker.prefix() <= ticket) {
+    return false;  // its completion has not come yet
   }
-  return true;
-}
-
-bool ProxyThread::advance_held(ProxyChannel& channel) {
-  auto& [barrier, ticket] = channel.held.front();
-  if (!try_barrier(channel, barrier, ticket)) return false;
   channel.held.pop_front();
+  channel.barrier_posted = false;
   // Hand the commands that waited behind it on, up to the next BARRIER.
   while (!channel.held.empty() && channel.held.front().first.op() != CmdOp::barrier) {
     pending_.push_back(
@@ -734,8 +741,8 @@ uint32_t ProxyThread::coalesce(ProxyChannel& channel, uint64_t ticket, const Tra
     length += next.length();
   }
   if (count == 1) return 1;
-  const size_t mask = channel.target.size() - 1;
-  for (uint32_t k = 0; k < count; ++k) channel.target[(ticket + k) & mask] = cmds[k].length();
+  const size_t mask = channel.tickets_mask;
+  for (uint32_t k = 0; k < count; ++k) channel.tickets[(ticket + k) & mask] = cmds[k].length();
   *merged = with_length(head, length);
   return count;
 }
@@ -743,13 +750,13 @@ uint32_t ProxyThread::coalesce(ProxyChannel& channel, uint64_t ticket, const Tra
 bool ProxyThread::post(PendingPost& p) {
   ProxyChannel& channel = *p.channel;
   if (p.count == 1) return post_one(channel, p.cmd, p.ticket);
-  const size_t mask = channel.target.size() - 1;
+  const size_t mask = channel.tickets_mask;
   if (!p.split) {
-    const int rc = semantics_.post_write(channel.id, p.cmd,
-                                         make_cookie(channel.thread_slot, p.ticket), &error_);
+    const int rc = transport_.post_write(
+        write_of(channel, p.cmd), cookie::of_command(channel.thread_slot, p.ticket), &error_);
     if (rc == COURIER_OK) {
       ++outstanding_;
-      channel.target[p.ticket & mask] = pack_target(p.cmd.dst_rank(), p.count, true);
+      channel.tickets[p.ticket & mask] = p.count;
       channel.coalesced.store(channel.coalesced.load(std::memory_order_relaxed) + p.count - 1,
                               std::memory_order_relaxed);  // the only writer
       return true;
@@ -766,7 +773,7 @@ bool ProxyThread::post(PendingPost& p) {
   }
   while (p.done < p.count) {
     const uint64_t ticket = p.ticket + p.done;
-    const uint32_t length = channel.target[ticket & mask];
+    const uint32_t length = channel.tickets[ticket & mask];
     TransferCmd member = with_length(p.cmd, length);
     member.word1 =
         ((p.cmd.dst_offset() + p.done_bytes) << 32) | (p.cmd.src_offset() + p.done_bytes);
@@ -789,29 +796,41 @@ bool ProxyThread::post_refused(ProxyChannel& channel, uint64_t ticket, int rc) {
 // Returns false when the transport is full (-EAGAIN) and the command must be
 // retried; true when it was posted, completed or failed.
 bool ProxyThread::post_one(ProxyChannel& channel, const TransferCmd& cmd, uint64_t ticket) {
-  const uint64_t cookie = make_cookie(channel.thread_slot, ticket);
   switch (cmd.op()) {
     case CmdOp::write:
       return post_write(channel, cmd, ticket);
     case CmdOp::atomic: {
-      bool completes_later = false;
-      const int rc = semantics_.post_atomic(channel.id, cmd, cookie, &completes_later, &error_);
-      if (rc == COURIER_OK) {
-        if (!completes_later) {
-          ++outstanding_;
-          channel.target[ticket & channel.target_mask] = pack_target(cmd.dst_rank(), 1, false);
-        }
+      const auto op = static_cast<AtomicOp>(cmd.flags());
+      if (op != AtomicOp::add_u64 && op != AtomicOp::add_u32) {
+        fail_command(channel, ticket, ChannelErrorCode::post_failed,
+                     fmt::format("unknown atomic op {}", cmd.flags()));
         return true;
       }
-      return post_refused(channel, ticket, rc);
+      AtomicRequest atomic;
+      atomic.peer = cmd.dst_rank();
+      atomic.window = cmd.window();
+      atomic.offset = cmd.dst_offset();
+      atomic.op = op == AtomicOp::add_u64 ? COURIER_NIC_ATOMIC_ADD_U64 : COURIER_NIC_ATOMIC_ADD_U32;
+      atomic.operand = widen_operand(op, cmd.operand());
+      atomic.result_window = cmd.window();  // non-fetching: no result is written
+      atomic.channel = channel.id;
+      const int rc =
+          transport_.post_atomic(atomic, cookie::of_command(channel.thread_slot, ticket), &error_);
+      if (rc != COURIER_OK) return post_refused(channel, ticket, rc);
+      ++outstanding_;
+      channel.tickets[ticket & channel.tickets_mask] = 1;
+      return true;
     }
     case CmdOp::drain:
       // Completion is a prefix: the DRAIN ticket becomes visible as complete
       // only after every earlier ticket of the channel completed.
       channel.tracker.complete(ticket);
       return true;
-    case CmdOp::barrier:  // handled by dequeue_and_post (try_barrier), never pending
-      return try_barrier(channel, cmd, ticket);
+    case CmdOp::barrier:  // held by dequeue_and_post (advance_held), never pending
+      throw Error(
+          fmt::format("proxy thread {}: BARRIER {} of channel {} was to be posted as a "
+                      "plain command",
+                      index_, ticket, channel.id));
     default:
       fail_command(channel, ticket, ChannelErrorCode::bad_command,
                    "unknown op " + std::to_string(static_cast<int>(cmd.op())));
@@ -833,9 +852,8 @@ void ProxyThread::fail_command(ProxyChannel& channel, uint64_t ticket, ChannelEr
 }
 
 void ProxyThread::complete(uint64_t cookie, uint32_t count, int status, const std::string& why) {
-  const uint32_t local_index = static_cast<uint32_t>(cookie >> kTicketBits);
-  ProxyChannel& channel = *channels_.at(local_index);
-  const uint64_t ticket = ticket_of(channel.tracker.prefix(), cookie);
+  ProxyChannel& channel = *channels_.at(cookie::channel_slot(cookie));
+  const uint64_t ticket = cookie::ticket(cookie, channel.tracker.prefix());
   for (uint32_t k = 0; k < count; ++k) {
     if (status != COURIER_OK) {
       fail_command(channel, ticket + k, ChannelErrorCode::completion_failed, why);
@@ -863,8 +881,8 @@ bool ProxyThread::poll_completions() {
     for (int i = 0; i < n; ++i) {
       const courier_nic_completion_v1& c = completions_[i];
       if (c.kind == COURIER_NIC_COMP_RX_IMM) {
-        if (c.status == COURIER_OK) {
-          if (semantics_.on_rx_imm(c)) imm_received_.fetch_add(1, std::memory_order_relaxed);
+        if (c.status == COURIER_OK) {  // a user notification (the semantics layer keeps its own)
+          imm_received_.fetch_add(1, std::memory_order_relaxed);
         } else {
           imm_failed_.fetch_add(1, std::memory_order_relaxed);
           log_.error("proxy", "proxy thread {}: an incoming write from rank {} failed ({}): {}",
@@ -872,11 +890,7 @@ bool ProxyThread::poll_completions() {
         }
         continue;
       }
-      if ((c.cookie >> kTicketBits) == ProxySemantics::kInternalSlot) {
-        semantics_.on_internal_tx(c);
-        continue;
-      }
-      const uint64_t slot = c.cookie >> kTicketBits;
+      const uint32_t slot = cookie::channel_slot(c.cookie);
       if (slot >= channel_count) {
         throw Error(fmt::format(
             "proxy thread {}: the transport completed cookie {:#x}, which names no channel of "
@@ -884,19 +898,18 @@ bool ProxyThread::poll_completions() {
             index_, c.cookie));
       }
       ProxyChannel& channel = *channels_[slot];
-      const uint32_t target = channel.target[c.cookie & channel.target_mask];
-      const uint32_t peer = target_peer(target);
-      semantics_.on_user_tx(peer, target_is_write(target));
+      const uint32_t tickets = channel.tickets[c.cookie & channel.tickets_mask];
+      const uint32_t peer = c.peer;  // where a layer knows it (the semantics layer does)
       if (peer < peer_count) {
-        if (batch_now == 0) batch_now = device::now_ns();  // one clock read per batch
+        if (batch_now == 0) batch_now = now_ns();  // one clock read per batch
         last_completion_ns_[peer] = batch_now;
       }
       --outstanding_;
       // At least one ticket: a stale or duplicated completion then fails the
       // tracker's check instead of passing unnoticed.
-      const uint32_t count = std::max<uint32_t>(target_count(target), 1);
+      const uint32_t count = std::max<uint32_t>(tickets, 1);
       if (c.status == COURIER_OK) {  // the common case, without a message
-        const uint64_t ticket = ticket_of(channel.tracker.prefix(), c.cookie);
+        const uint64_t ticket = cookie::ticket(c.cookie, channel.tracker.prefix());
         channel.tracker.complete(ticket);
         for (uint32_t k = 1; k < count; ++k) channel.tracker.complete(ticket + k);
       } else {
@@ -918,7 +931,7 @@ bool ProxyThread::poll_completions() {
         uint32_t suspect = peer;
         if (report && c.status == -ETIMEDOUT) {
           uint32_t stuck = UINT32_MAX;
-          (void)stall_report(device::now_ns(), &stuck);
+          (void)stall_report(now_ns(), &stuck);
           if (stuck != UINT32_MAX) suspect = stuck;
         }
         complete(c.cookie, count, c.status, why);
@@ -936,12 +949,6 @@ bool ProxyThread::poll_completions() {
     worked |= n > 0;
     if (static_cast<uint32_t>(n) < options_.poll_batch) break;
   }
-  // Commands the semantics layer finished (emulated atomics answered).
-  for (const UserCompletion& done : semantics_.completions()) {
-    complete(done.cookie, 1, done.status, done.error);
-    worked = true;
-  }
-  semantics_.completions().clear();
   return worked;
 }
 

@@ -19,12 +19,12 @@
 #include <vector>
 
 #include "core/log.hpp"
+#include "core/proxy/cookie_codec.hpp"
 #include "core/proxy/doorbell.hpp"
 #include "core/proxy/fifo_consumer.hpp"
 #include "core/proxy/job_failure.hpp"
 #include "core/proxy/proxy_transport.hpp"
 #include "core/proxy/watched_transport.hpp"
-#include "core/semantics/proxy_semantics.hpp"
 #include "courier/device_channel.hpp"
 #include "courier/error.hpp"
 
@@ -37,27 +37,28 @@ struct ProxyChannel {
         consumer(slots, depth, id),
         tracker(depth),
         control(control),
-        target(depth),
-        target_mask(depth - 1) {}
+        tickets(depth),
+        tickets_mask(depth - 1) {}
 
   uint32_t id;
   FifoConsumer consumer;
   CompletionTracker tracker;
   FifoControl* control;
   uint64_t published = 0;    // last value stored to control->completed
-  uint32_t thread_slot = 0;  // index among its proxy thread's channels (cookie)
+  uint32_t thread_slot = 0;  // index among its proxy thread's channels (cookie_codec.hpp)
   std::atomic<uint64_t> commands{0};
   std::atomic<uint64_t> errors{0};
   std::atomic<uint64_t> coalesced{0};  // commands merged into another's write
-  // Per ring slot of a posted operation's (first) ticket: what its TX
-  // completion stands for, (peer << 16) | (tickets << 1) | is_write (see
-  // pack_target). While a merged group is not posted yet, the slots of its
-  // members hold their lengths, so it can be split again.
-  std::vector<uint32_t> target;
-  uint32_t target_mask;  // target.size() - 1, kept: the per-command paths index with it
+  // Per ring slot of a posted operation's (first) ticket: the tickets its
+  // TX completion completes (more than one for merged WRITEs). While a
+  // merged group is not posted yet, the slots of its members hold their
+  // lengths, so it can be split again.
+  std::vector<uint32_t> tickets;
+  uint32_t tickets_mask;  // tickets.size() - 1, kept: the per-command paths index with it
   // A BARRIER still waiting for other ranks, then the commands taken from
   // the FIFO after it (ticket order); other channels go on meanwhile.
   std::deque<std::pair<TransferCmd, uint64_t>> held;
+  bool barrier_posted = false;  // held.front(), a BARRIER, went to the transport
   // Hang diagnostics (proxy thread only): the prefix last seen, since when.
   uint64_t stall_prefix = 0;
   uint64_t stall_since_ns = 0;
@@ -88,10 +89,13 @@ struct ProxyOptions {
   Doorbell doorbell;
   // CPU the thread is pinned to, or -1 to leave placement to the kernel.
   int cpu = -1;
-  // Ordering and atomics (the world size and strategies), and the mailbox
-  // for emulated atomics (null when none are emulated).
-  SemanticsOptions semantics;
-  AtomicMailbox* mailbox = nullptr;
+  // Ranks of the job (the stall report's per-rank lines).
+  uint32_t world_size = 1;
+  // The layers the thread drives above its failure watch (WatchedTransport,
+  // over the transport it is given): the Context puts the semantics layer
+  // there (core/semantics/semantic_transport.hpp). Unset: the thread drives
+  // the watched transport itself.
+  std::function<std::unique_ptr<ProxyTransport>(ProxyTransport& below)> upper_layers;
   // Work outstanding without any progress for this long: the thread prints
   // a diagnostic dump (COURIER_TIMEOUT_S); 0 = never.
   uint64_t stall_timeout_ns = 0;
@@ -148,19 +152,8 @@ class IdleBackoff {
 
 class ProxyThread {
  public:
-  // Cookies of user commands (docs/wire-formats.md, "Completion cookies"):
-  // the channel's index among this thread's channels, then the ticket.
-  static constexpr uint64_t kTicketBits = 48;
-  static constexpr uint64_t kTicketMask = (uint64_t{1} << kTicketBits) - 1;
-  static uint64_t make_cookie(uint32_t channel_slot, uint64_t ticket) {
-    return (uint64_t{channel_slot} << kTicketBits) | (ticket & kTicketMask);
-  }
-  // ProxyChannel::target entries: the peer, the tickets the operation
-  // carries (more than one for merged WRITEs) and whether it is a write.
+  // WRITEs merged into one transport write at most.
   static constexpr uint32_t kMaxGroup = 0x7fff;
-  static uint32_t pack_target(uint32_t peer, uint32_t count, bool is_write) {
-    return (peer << 16) | (count << 1) | (is_write ? 1u : 0u);
-  }
 
   ProxyThread(uint32_t index, ProxyTransport& transport, std::vector<ProxyChannel*> channels,
               const ProxyOptions& options, Logger& log);
@@ -200,9 +193,6 @@ class ProxyThread {
   uint64_t imm_failed() const { return imm_failed_.load(std::memory_order_relaxed); }
   // Set when the thread stopped on an unrecoverable error.
   std::string fatal_error() const;
-  // The semantics layer; only touch it from tasks run() executes (or before
-  // start()).
-  ProxySemantics& semantics() { return semantics_; }
 
  private:
   // One transport operation to make: a command, or a merged group of
@@ -243,19 +233,32 @@ class ProxyThread {
   bool post_one(ProxyChannel& channel, const TransferCmd& cmd, uint64_t ticket);
   // One WRITE (the per-command path, inline); same returns as post().
   bool post_write(ProxyChannel& channel, const TransferCmd& cmd, uint64_t ticket) {
-    const int rc =
-        semantics_.post_write(channel.id, cmd, make_cookie(channel.thread_slot, ticket), &error_);
+    const int rc = transport_.post_write(write_of(channel, cmd),
+                                         cookie::of_command(channel.thread_slot, ticket), &error_);
     if (rc != COURIER_OK) return post_refused(channel, ticket, rc);
     ++outstanding_;
-    channel.target[ticket & channel.target_mask] = pack_target(cmd.dst_rank(), 1, true);
+    channel.tickets[ticket & channel.tickets_mask] = 1;
     return true;
+  }
+  // What a WRITE command asks of the transport.
+  static WriteRequest write_of(const ProxyChannel& channel, const TransferCmd& cmd) {
+    WriteRequest write;
+    write.peer = cmd.dst_rank();
+    write.dst_window = cmd.window();
+    write.src_window = cmd.source() == 0 ? cmd.window() : kFirstSourceWindow + cmd.source() - 1;
+    write.src_offset = cmd.src_offset();
+    write.dst_offset = cmd.dst_offset();
+    write.length = cmd.length();
+    write.channel = channel.id;
+    write.notify = (cmd.flags() & kCmdFlagImm) != 0;
+    return write;
   }
   // A post that did not go through: false for -EAGAIN/-EBUSY (offer it
   // again), otherwise the command fails with error_; true.
   bool post_refused(ProxyChannel& channel, uint64_t ticket, int rc);
-  // Advances a BARRIER; true once it completed (or failed).
-  bool try_barrier(ProxyChannel& channel, const TransferCmd& cmd, uint64_t ticket);
-  // Advances the BARRIER heading channel.held; true when it completed.
+  // Posts the BARRIER heading channel.held once the channel's earlier
+  // commands completed, and hands the commands behind it on once it
+  // completed; true when something moved.
   bool advance_held(ProxyChannel& channel);
   bool poll_completions();
   void fail_command(ProxyChannel& channel, uint64_t ticket, ChannelErrorCode code,
@@ -283,9 +286,11 @@ class ProxyThread {
   bool still_unresponsive() const;
 
   uint32_t index_;
-  // Every transport call of this thread and its semantics layer goes
-  // through it (refused once the job failed; recorded for diagnostics).
-  WatchedTransport transport_;
+  // Every call into the transport below the upper layers goes through it
+  // (refused once the job failed; recorded for diagnostics).
+  WatchedTransport watched_;
+  std::unique_ptr<ProxyTransport> upper_;  // ProxyOptions::upper_layers over watched_
+  ProxyTransport& transport_;              // the top: *upper_, or watched_
   std::vector<ProxyChannel*> channels_;
   ProxyOptions options_;
   Logger& log_;
@@ -299,7 +304,6 @@ class ProxyThread {
   // arrived meanwhile (see dequeue_and_post).
   uint32_t retry_holdoff_ = 0;
   IdleBackoff backoff_;
-  ProxySemantics semantics_;
   // Per peer: when a completion of ours for it last arrived (device::now_ns,
   // 0 = never), for the stall report's suspect.
   std::vector<uint64_t> last_completion_ns_;

@@ -1,8 +1,11 @@
-// What a proxy thread drives: one NIC endpoint's data movement between
-// registered windows, and the completions that come back. The real
-// implementation is NicEndpoint (a NIC backend's endpoint plus the window
-// tables); decorators (fault injection, retries) wrap it, and benchmarks and
-// tests plug in their own to measure or check the proxy alone.
+// What a proxy thread drives: data movement between registered windows,
+// and the completions that come back. A stack of layers with one interface
+// (docs/architecture.md, "One WRITE, end to end"): at the bottom NicEndpoint
+// (a NIC backend's endpoint plus the window tables), decorators above it
+// (fault injection, retries, doorbells, the job-failure watch), and on top
+// the semantics layer (core/semantics/semantic_transport.hpp), which
+// restores ordering and atomics and owns the immediate data. Benchmarks and
+// tests plug in their own layers to measure or check the proxy alone.
 #pragma once
 
 #include <cerrno>
@@ -31,8 +34,16 @@ struct WriteRequest {
   uint64_t src_offset = 0;
   uint64_t dst_offset = 0;
   uint64_t length = 0;
-  bool with_imm = false;  // deliver `imm` to the peer's poll() once the data landed
-  uint32_t imm = 0;       // 32 bits: docs/wire-formats.md, "Immediate data"
+  // For the semantics layer (the top of the stack): the FIFO channel the
+  // command came from, and whether the peer's proxy reports a user
+  // notification once the data landed (TransferCmd flag IMM).
+  uint32_t channel = 0;
+  bool notify = false;
+  // For the layers below it: 32 bits of immediate data delivered to the
+  // peer's poll() once the data landed (docs/wire-formats.md, "Immediate
+  // data"); only the semantics layer sets them.
+  bool with_imm = false;
+  uint32_t imm = 0;
 };
 
 // One transport atomic (COURIER_NIC_ATOMIC_* op) on the peer's window; the old
@@ -46,6 +57,26 @@ struct AtomicRequest {
   uint64_t compare = 0;
   uint32_t result_window = 0;
   uint64_t result_offset = 0;
+  uint32_t channel = 0;  // the FIFO channel the command came from (diagnostics)
+};
+
+// A FIFO channel's BARRIER (docs/semantics.md, "BARRIER"): completes once
+// every rank of the scope posted the same epoch on that channel.
+struct BarrierRequest {
+  enum class Scope : uint8_t { world = 0, rail = 1 };
+  uint32_t channel = 0;
+  Scope scope = Scope::world;
+  uint64_t epoch = 0;
+};
+
+// What a layer knows about its traffic with one peer, for hang diagnostics
+// (ProxyThread's stall report).
+struct PeerActivity {
+  uint32_t writes_in_flight = 0;         // writes posted to it, not completed
+  uint32_t atomics_awaiting_answer = 0;  // emulated atomics sent to it, unanswered
+  uint32_t atomics_held = 0;             // its atomics held back here (earlier writes missing)
+  uint16_t next_seq_to = 0;              // next stream sequence number to send it
+  uint16_t expected_from = 0;            // lowest sequence number not yet seen from it
 };
 
 class ProxyTransport {
@@ -63,19 +94,36 @@ class ProxyTransport {
   // Start one operation. Return COURIER_OK, -EAGAIN (transport full: poll,
   // then retry the same request), -EBUSY (a transient failure: retry later,
   // with back-off) or another negative status, in which case *error says
-  // what was wrong. A TX completion with `cookie` follows every COURIER_OK.
+  // what was wrong. A TX completion with `cookie` follows every COURIER_OK
+  // (an emulated atomic's once it was answered, a barrier's once every rank
+  // arrived).
   virtual int post_write(const WriteRequest& write, uint64_t cookie, std::string* error) = 0;
   virtual int post_atomic(const AtomicRequest&, uint64_t, std::string* error) {
     *error = "this transport carries out no atomics";
     return -EOPNOTSUPP;
   }
+  virtual int post_barrier(const BarrierRequest&, uint64_t, std::string* error) {
+    *error = "BARRIER needs the barrier set-up of a Context";
+    return -ENOTSUP;
+  }
 
   // Reaps up to `max` completions (TX completions carry the cookie given to
-  // the post). Returns the count or a negative status.
+  // the post, and the peer where the layer knows it; RX_IMM completions that
+  // reach the proxy are user notifications). Returns the count or a negative
+  // status.
   virtual int poll(courier_nic_completion_v1* out, uint32_t max) = 0;
 
   // Text of the last failure reported by poll (for logs).
   virtual std::string last_error() const = 0;
+
+  // Work of the layer's own in flight (answers, barrier messages, atomics
+  // held for peers): the caller must keep polling.
+  virtual bool busy() const { return false; }
+
+  // Hang diagnostics: the traffic with `peer` (false when no layer keeps
+  // such accounting), and the peer a posted operation is for.
+  virtual bool peer_activity(uint32_t, PeerActivity*) const { return false; }
+  virtual bool peer_of(uint64_t, uint32_t*) const { return false; }
 };
 
 }  // namespace courier

@@ -29,11 +29,11 @@ std::string describe(const AtomicRequest& a) {
 
 RetryingTransport::RetryingTransport(ProxyTransport& inner, const RetryPolicy& policy,
                                      NanoClock now)
-    : inner_(inner), policy_(policy), now_(std::move(now)) {}
+    : TransportDecorator(inner), policy_(policy), now_(std::move(now)) {}
 
 RetryingTransport::RetryingTransport(std::unique_ptr<ProxyTransport> inner,
                                      const RetryPolicy& policy, NanoClock now)
-    : owned_(std::move(inner)), inner_(*owned_), policy_(policy), now_(std::move(now)) {}
+    : TransportDecorator(std::move(inner)), policy_(policy), now_(std::move(now)) {}
 
 int RetryingTransport::post_write(const WriteRequest& write, uint64_t cookie, std::string* error) {
   if (held_ == 0) {

@@ -19,6 +19,7 @@
 #include "core/proxy/failed_posts.hpp"
 #include "core/proxy/job_failure.hpp"
 #include "core/proxy/proxy_transport.hpp"
+#include "core/proxy/transport_decorator.hpp"
 
 namespace courier {
 
@@ -35,16 +36,13 @@ struct RetryPolicy {
   uint32_t max_held = 4096;
 };
 
-class RetryingTransport final : public ProxyTransport {
+class RetryingTransport final : public TransportDecorator {
  public:
   RetryingTransport(ProxyTransport& inner, const RetryPolicy& policy, NanoClock now = steady_nanos);
   // Owns `inner` (a decorator built for it).
   RetryingTransport(std::unique_ptr<ProxyTransport> inner, const RetryPolicy& policy,
                     NanoClock now = steady_nanos);
 
-  uint32_t caps() const override { return inner_.caps(); }
-  uint32_t atomic_ops() const override { return inner_.atomic_ops(); }
-  uint32_t atomic_native() const override { return inner_.atomic_native(); }
   int post_write(const WriteRequest& write, uint64_t cookie, std::string* error) override;
   int post_atomic(const AtomicRequest& atomic, uint64_t cookie, std::string* error) override;
   // Re-posts what is due, then returns one failed request (alone, so that
@@ -83,8 +81,6 @@ class RetryingTransport final : public ProxyTransport {
   void cancel_all();
   uint64_t delay_after(uint32_t attempts) const;
 
-  std::unique_ptr<ProxyTransport> owned_;
-  ProxyTransport& inner_;
   RetryPolicy policy_;
   NanoClock now_;
   const JobFailure* failure_ = nullptr;

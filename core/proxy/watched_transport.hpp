@@ -18,11 +18,11 @@
 #include <string>
 
 #include "core/proxy/job_failure.hpp"
-#include "core/proxy/proxy_transport.hpp"
+#include "core/proxy/transport_decorator.hpp"
 
 namespace courier {
 
-class WatchedTransport final : public ProxyTransport {
+class WatchedTransport final : public TransportDecorator {
  public:
   enum class Call : uint32_t { none = 0, post_write = 1, post_atomic = 2, poll = 3 };
   struct Activity {
@@ -32,11 +32,7 @@ class WatchedTransport final : public ProxyTransport {
 
   // `failure` may be null: nothing is ever refused then.
   WatchedTransport(ProxyTransport& inner, const JobFailure* failure)
-      : inner_(inner), failure_(failure) {}
-
-  uint32_t caps() const override { return inner_.caps(); }
-  uint32_t atomic_ops() const override { return inner_.atomic_ops(); }
-  uint32_t atomic_native() const override { return inner_.atomic_native(); }
+      : TransportDecorator(inner), failure_(failure) {}
 
   int post_write(const WriteRequest& write, uint64_t cookie, std::string* error) override {
     if (failed()) return refuse(write.peer, error);
@@ -55,7 +51,6 @@ class WatchedTransport final : public ProxyTransport {
     Inside inside(*this, Call::poll, 0);
     return inner_.poll(out, max);
   }
-  std::string last_error() const override { return inner_.last_error(); }
 
   bool failed() const { return failure_ != nullptr && failure_->tripped(); }
 
@@ -99,7 +94,6 @@ class WatchedTransport final : public ProxyTransport {
     return kCancelledByFailure;
   }
 
-  ProxyTransport& inner_;
   const JobFailure* failure_;
   std::atomic<uint64_t> call_{0};
 };

@@ -6,6 +6,8 @@
 #include <atomic>
 #include <cerrno>
 
+#include "core/proxy/cookie_codec.hpp"
+
 namespace courier {
 
 namespace {
@@ -98,8 +100,7 @@ bool BarrierEngine::send(uint32_t peer, ControlKind kind, uint32_t channel, uint
   write.with_imm = true;
   write.imm = encode_barrier_imm(kind, channel, generation);
   std::string error;
-  // Internal cookie: bits 48-63 all set, kind 3 (see proxy_semantics.cpp).
-  const uint64_t cookie = (uint64_t{0xffff} << 48) | (uint64_t{3} << 40);
+  const uint64_t cookie = cookie::of_internal(cookie::SemanticKind::barrier, peer, 0);
   return transport_.post_write(write, cookie, &error) == COURIER_OK;
 }
 

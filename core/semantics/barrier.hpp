@@ -55,7 +55,7 @@ inline constexpr uint32_t kBarrierStagingWindow = kFirstInternalWindow + 5;
 
 class BarrierEngine {
  public:
-  enum class Scope : uint8_t { world = 0, rail = 1 };
+  using Scope = BarrierRequest::Scope;
   enum class Step { waiting, done, failed };
 
   // `staging` and `landing`: this thread's kBarrierStagingWindow and

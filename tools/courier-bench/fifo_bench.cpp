@@ -12,6 +12,7 @@
 #include "core/log.hpp"
 #include "core/proxy/fifo_consumer.hpp"
 #include "core/proxy/proxy_thread.hpp"
+#include "core/semantics/semantic_transport.hpp"
 #include "gpu/fifo_push.hpp"
 
 namespace courier::bench {
@@ -150,7 +151,13 @@ double run_proxy(const FifoBenchOptions& o) {
   ProxyChannel channel(0, ring.slots.data(), ring.control.get(), o.depth);
   CompletingSink sink(o.max_inflight);
   ProxyOptions options;
-  options.semantics.world_size = 2;  // the commands write to rank 1
+  options.world_size = 2;  // the commands write to rank 1
+  // As a Context stacks it: the semantics layer over the thread's transport.
+  SemanticsOptions semantics;
+  semantics.world_size = options.world_size;
+  options.upper_layers = [&](ProxyTransport& below) {
+    return std::make_unique<SemanticTransport>(below, semantics, nullptr, log);
+  };
   // As a Context would run it (these commands never merge: all write offset 0).
   options.coalesce_bytes = Config::load(process_env(), /*need_job=*/false).coalesce_bytes;
   ProxyThread proxy(0, sink, {&channel}, options, log);

@@ -18,6 +18,7 @@
 #include "core/proxy/fifo_consumer.hpp"
 #include "core/proxy/proxy_thread.hpp"
 #include "core/registry.hpp"
+#include "core/semantics/semantic_transport.hpp"
 #include "courier/context.hpp"
 #include "courier/error.hpp"
 #include "gpu/fifo_selftest.hpp"
@@ -238,7 +239,13 @@ class ProxyConsumers final : public Consumers {
       std::vector<ProxyChannel*> mine;
       for (uint32_t c = t; c < rings.size(); c += threads) mine.push_back(channels_[c].get());
       ProxyOptions options;
-      options.semantics.world_size = kDstRank + 1;  // the commands' peer must exist
+      options.world_size = kDstRank + 1;  // the commands' peer must exist
+      // As a Context stacks it: the semantics layer over the thread's transport.
+      options.upper_layers = [&log, world = options.world_size](ProxyTransport& below) {
+        SemanticsOptions semantics;
+        semantics.world_size = world;
+        return std::make_unique<SemanticTransport>(below, semantics, nullptr, log);
+      };
       proxies_.push_back(std::make_unique<ProxyThread>(t, *sinks_.back(), mine, options, log));
     }
     for (auto& proxy : proxies_) proxy->start();

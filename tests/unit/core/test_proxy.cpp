@@ -16,6 +16,7 @@
 #include "core/semantics/imm_codec.hpp"
 #include "courier/error.hpp"
 #include "gpu/fifo_push.hpp"
+#include "semantic_stack.hpp"
 #include "test_ring.hpp"
 
 using namespace courier;
@@ -241,11 +242,13 @@ TEST_CASE("a BARRIER waiting for another rank holds back only its own channel") 
   topology.segment = reinterpret_cast<std::byte*>(segment.data());
   std::vector<uint64_t> staging(2 * 2), landing(2 * 2);
   ProxyOptions options;
-  options.semantics.world_size = 2;
-  options.semantics.barrier = &topology;
-  options.semantics.barrier_staging = staging.data();
-  options.semantics.barrier_landing = landing.data();
-  options.semantics.channels = 2;
+  SemanticsOptions semantics;  // the BARRIER is the semantics layer's
+  semantics.world_size = 2;
+  semantics.barrier = &topology;
+  semantics.barrier_staging = staging.data();
+  semantics.barrier_landing = landing.data();
+  semantics.channels = 2;
+  courier::testing::stack_semantics(options, semantics, fx.log);
   std::vector<ProxyChannel*> mine = {fx.proxy_channels[0].get(), fx.proxy_channels[1].get()};
   ProxyThread proxy(0, transport, mine, options, fx.log);
 

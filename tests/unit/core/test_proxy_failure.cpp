@@ -24,6 +24,7 @@
 #include "core/proxy/proxy_thread.hpp"
 #include "core/proxy/watched_transport.hpp"
 #include "gpu/fifo_push.hpp"
+#include "semantic_stack.hpp"
 #include "test_ring.hpp"
 
 using namespace courier;
@@ -93,7 +94,10 @@ struct Fixture {
                                                               rings.back()->control.get(), 64));
     }
     options.poll_batch = 4;
-    options.semantics.world_size = 4;
+    SemanticsOptions semantics;
+    semantics.world_size = 4;
+    semantics.job_failure = &failure;
+    courier::testing::stack_semantics(options, semantics, log);
     options.job_failure = &failure;
   }
   std::unique_ptr<ProxyThread> make_proxy(ProxyTransport& transport) {
@@ -166,7 +170,7 @@ TEST_CASE("a thread whose posts to one peer are refused forever still takes task
 }
 
 TEST_CASE("once the job failed, the semantics layer's posts are refused too") {
-  // WatchedTransport sits between the proxy (and its semantics layer) and
+  // WatchedTransport sits between the semantics layer (the proxy's top) and
   // the transport chain.
   DeadPeerTransport inner;
   JobFailure failure;

@@ -1,11 +1,14 @@
-// ProxySemantics between two ranks in one process, over a loopback transport
+// The semantics layer (SemanticTransport) between two ranks in one process,
+// over a loopback transport
 // that copies bytes between the ranks' windows and can hold deliveries back
 // (reordering) and deliver immediate data twice (duplicates): emulated
 // atomics are applied once, only after every earlier write landed, malformed
 // requests are refused without touching memory, and transport atomics wait
-// for earlier writes on an unordered transport.
+// for earlier writes on an unordered transport; the caller's cookies come
+// back with the peer, and only user notifications reach the caller.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <array>
 #include <cstring>
 #include <deque>
@@ -14,7 +17,7 @@
 #include <random>
 #include <vector>
 
-#include "core/semantics/proxy_semantics.hpp"
+#include "core/semantics/semantic_transport.hpp"
 
 using namespace courier;
 
@@ -123,38 +126,34 @@ struct TwoRanks {
     o.world_size = 2;
     o.add_u64 = o.add_u32 = strategy;
     o.rank = 0;
-    s0 = std::make_unique<ProxySemantics>(t0, o, &mem0.mailbox, log);
+    s0 = std::make_unique<SemanticTransport>(t0, o, &mem0.mailbox, log);
     o.rank = 1;
-    s1 = std::make_unique<ProxySemantics>(t1, o, &mem1.mailbox, log);
+    s1 = std::make_unique<SemanticTransport>(t1, o, &mem1.mailbox, log);
     for (auto [s, m] : {std::pair{s0.get(), &mem0}, std::pair{s1.get(), &mem1}}) {
       s->set_local_window(0, m->payload.data(), m->payload.size());
       s->set_local_window(1, m->counters.data(), m->counters.size() * sizeof(uint64_t));
     }
   }
-  // Delivers everything and hands the completions to the semantics layers,
-  // the way a proxy thread's poll loop does. Returns completed user cookies.
-  std::vector<UserCompletion> pump() {
-    std::vector<UserCompletion> done;
+  // Delivers everything and polls both semantics layers, the way a proxy
+  // thread's poll loop does (one completion at a time, so that the checker
+  // runs after each). Returns what reached the callers.
+  std::vector<courier_nic_completion_v1> pump() {
+    std::vector<courier_nic_completion_v1> done;
     for (int round = 0; round < 8; ++round) {
       net.deliver_all();
-      for (auto [t, s] : {std::pair{&t0, s0.get()}, std::pair{&t1, s1.get()}}) {
-        courier_nic_completion_v1 c[16];
-        int n;
-        while ((n = t->poll(c, 16)) > 0) {
-          for (int i = 0; i < n; ++i) {
-            if (c[i].kind == COURIER_NIC_COMP_RX_IMM) {
-              s->on_rx_imm(c[i]);
-              if (on_receive) on_receive();
-            } else if ((c[i].cookie >> 48) == ProxySemantics::kInternalSlot) {
-              s->on_internal_tx(c[i]);
-            } else {
-              s->on_user_tx(1, true);
-            }
-          }
+      for (uint32_t rank : {0u, 1u}) {
+        SemanticTransport* s = rank == 0 ? s0.get() : s1.get();
+        // A poll that consumed only the layer's own traffic returns 0 with
+        // more waiting: go on while the rank's completion queue has some.
+        courier_nic_completion_v1 c;
+        for (;;) {
+          const int n = s->poll(&c, 1);
+          REQUIRE(n >= 0);
+          if (n == 0 && net.cq[rank].empty()) break;
+          if (n == 0) continue;
+          done.push_back(c);
+          if (on_receive) on_receive();
         }
-        s->progress();
-        for (UserCompletion& u : s->completions()) done.push_back(u);
-        s->completions().clear();
       }
     }
     return done;
@@ -163,26 +162,29 @@ struct TwoRanks {
   Network net;
   RankMemory mem0, mem1;
   LoopbackTransport t0, t1;
-  std::unique_ptr<ProxySemantics> s0, s1;
+  std::unique_ptr<SemanticTransport> s0, s1;
   std::function<void()> on_receive;
 };
 
-TransferCmd write_block(uint32_t block) {
-  WriteCmdArgs a;
-  a.dst_rank = 1;
-  a.window = 0;
-  a.src_offset = block * kBlock;
-  a.dst_offset = block * kBlock;
-  a.length = kBlock;
-  TransferCmd cmd;
-  REQUIRE(encode_write(a, &cmd) == CmdStatus::ok);
-  return cmd;
+WriteRequest write_block(uint32_t block, bool notify = false) {
+  WriteRequest w;
+  w.peer = 1;
+  w.src_window = w.dst_window = 0;
+  w.src_offset = w.dst_offset = block * kBlock;
+  w.length = kBlock;
+  w.notify = notify;
+  return w;
 }
 
-TransferCmd add_counter(uint32_t value, AtomicOp op = AtomicOp::add_u64) {
-  TransferCmd cmd;
-  REQUIRE(encode_atomic(1, 1, kCounter, op, value, &cmd) == CmdStatus::ok);
-  return cmd;
+AtomicRequest add_counter(uint64_t value, uint32_t op = COURIER_NIC_ATOMIC_ADD_U64,
+                          uint64_t offset = kCounter, uint32_t peer = 1) {
+  AtomicRequest a;
+  a.peer = peer;
+  a.window = a.result_window = 1;
+  a.offset = offset;
+  a.op = op;
+  a.operand = value;
+  return a;
 }
 
 }  // namespace
@@ -210,10 +212,8 @@ TEST_CASE("emulated atomics: applied once, only after every earlier write, under
     uint32_t atomics = 0;
     for (uint32_t b = 0; b < kBlocks; ++b) {
       std::string error;
-      REQUIRE(r.s0->post_write(0, write_block(b), ++cookie, &error) == COURIER_OK);
-      bool later = false;
-      REQUIRE(r.s0->post_atomic(0, add_counter(1), ++cookie, &later, &error) == COURIER_OK);
-      CHECK(later);
+      REQUIRE(r.s0->post_write(write_block(b), ++cookie, &error) == COURIER_OK);
+      REQUIRE(r.s0->post_atomic(add_counter(1), ++cookie, &error) == COURIER_OK);
       ++atomics;
       if (b % 16 == 15) r.pump();  // let answers free the request slots
     }
@@ -234,16 +234,19 @@ TEST_CASE(
   TwoRanks r(true, AtomicStrategyKind::imm);
   r.mem1.counters[2] = 0x00000005'ffffffffull;  // a 32-bit add must not carry into the high half
   std::string error;
-  bool later = false;
-  TransferCmd add32;
-  REQUIRE(encode_atomic(1, 1, 16, AtomicOp::add_u32, 1, &add32) == CmdStatus::ok);
-  REQUIRE(r.s0->post_atomic(0, add32, 41, &later, &error) == COURIER_OK);
-  REQUIRE(r.s0->post_atomic(0, add_counter(static_cast<uint32_t>(-3)), 42, &later, &error) ==
+  REQUIRE(r.s0->post_atomic(add_counter(1, COURIER_NIC_ATOMIC_ADD_U32, 16), 41, &error) ==
           COURIER_OK);
-  std::vector<UserCompletion> done = r.pump();
+  REQUIRE(r.s0->post_atomic(add_counter(static_cast<uint64_t>(-3)), 42, &error) == COURIER_OK);
+  // Only the two answers reach the caller: with its cookies, from rank 1.
+  std::vector<courier_nic_completion_v1> done = r.pump();
   REQUIRE(done.size() == 2);
-  CHECK(done[0].status == COURIER_OK);
-  CHECK(done[1].status == COURIER_OK);
+  for (const courier_nic_completion_v1& c : done) {
+    CHECK(c.kind == COURIER_NIC_COMP_TX);
+    CHECK(c.status == COURIER_OK);
+    CHECK(c.peer == 1);
+  }
+  CHECK(((done[0].cookie == 41 && done[1].cookie == 42) ||
+         (done[0].cookie == 42 && done[1].cookie == 41)));
   CHECK(r.mem1.counters[2] == 0x00000005'00000000ull);
   CHECK(r.mem1.counters[1] == static_cast<uint64_t>(-3));
 }
@@ -274,20 +277,21 @@ TEST_CASE("emulated atomics: malformed requests are rejected, counted and never 
     rx.kind = COURIER_NIC_COMP_RX_IMM;
     rx.peer = 0;
     rx.imm = encode_atomic_imm(3, seq++);
-    r.s1->on_rx_imm(rx);
+    r.net.cq[1].push_back(rx);
+    r.pump();
   }
   // A record whose check word does not match its notification.
   r.mem1.mailbox.request_in(0, 4) = {COURIER_NIC_ATOMIC_ADD_U64, 0, 1, 0, 8, 1, 0, 12345};
   courier_nic_completion_v1 rx{};
   rx.kind = COURIER_NIC_COMP_RX_IMM;
   rx.imm = encode_atomic_imm(4, seq++);
-  r.s1->on_rx_imm(rx);
+  r.net.cq[1].push_back(rx);
+  r.pump();
   CHECK(r.s1->stats().atomics_rejected == bad.size() + 1);
   CHECK(r.s1->stats().atomics_applied == 0);
   CHECK(r.mem1.counters == before);
   CHECK(r.mem1.payload == payload_before);
   // Every rejection was answered (rank 0 had no such requests: dropped as stale there).
-  r.pump();
   CHECK(r.t1.writes == bad.size() + 1);
 }
 
@@ -296,16 +300,14 @@ TEST_CASE("transport atomics wait for earlier writes only on an unordered transp
     CAPTURE(ordered);
     TwoRanks r(ordered, AtomicStrategyKind::hw);
     std::string error;
-    REQUIRE(r.s0->post_write(0, write_block(0), 1, &error) == COURIER_OK);
-    bool later = true;
-    const int rc = r.s0->post_atomic(0, add_counter(1), 2, &later, &error);
-    CHECK_FALSE(later);
+    REQUIRE(r.s0->post_write(write_block(0), 1, &error) == COURIER_OK);
+    const int rc = r.s0->post_atomic(add_counter(1), 2, &error);
     if (ordered) {
       CHECK(rc == COURIER_OK);
     } else {
       CHECK(rc == -EAGAIN);  // the write is still in flight
       r.pump();              // its completion arrives
-      CHECK(r.s0->post_atomic(0, add_counter(1), 2, &later, &error) == COURIER_OK);
+      CHECK(r.s0->post_atomic(add_counter(1), 2, &error) == COURIER_OK);
       CHECK(r.s0->stats().fenced == 1);
     }
     CHECK(r.t0.atomics == 1);
@@ -315,13 +317,56 @@ TEST_CASE("transport atomics wait for earlier writes only on an unordered transp
 TEST_CASE("an op without a strategy, or to a rank outside the job, is refused with a reason") {
   TwoRanks r(true, AtomicStrategyKind::none);
   std::string error;
-  bool later = false;
-  CHECK(r.s0->post_atomic(0, add_counter(1), 1, &later, &error) == -ENOTSUP);
+  CHECK(r.s0->post_atomic(add_counter(1), 1, &error) == -ENOTSUP);
   CHECK(error.find("COURIER_ATOMICS") != std::string::npos);
-  TransferCmd far;
-  REQUIRE(encode_atomic(7, 1, 0, AtomicOp::add_u64, 1, &far) == CmdStatus::ok);
-  CHECK(r.s0->post_atomic(0, far, 2, &later, &error) == -EINVAL);
+  CHECK(r.s0->post_atomic(add_counter(1, COURIER_NIC_ATOMIC_ADD_U64, 0, 7), 2, &error) == -EINVAL);
   CHECK(error.find("rank 7") != std::string::npos);
+  WriteRequest far = write_block(0);
+  far.peer = 9;
+  error.clear();
+  CHECK(r.s0->post_write(far, 3, &error) == -EINVAL);
+  CHECK(error.find("rank 9") != std::string::npos);
+  CHECK(r.t0.writes == 0);  // nothing reached the transport below
+  // No barrier set-up: a BARRIER is refused, naming why.
+  error.clear();
+  CHECK(r.s0->post_barrier(BarrierRequest{}, 4, &error) == -ENOTSUP);
+  CHECK(error.find("BARRIER") != std::string::npos);
+}
+
+TEST_CASE("the caller's cookies come back with the peer; only user notifications reach it") {
+  TwoRanks r(false, AtomicStrategyKind::imm);  // unordered: every write is sequenced
+  std::string error;
+  const uint64_t big = (uint64_t{0xabcd} << 48) | 12345;  // any 64 bits: the layer keeps them
+  REQUIRE(r.s0->post_write(write_block(0), big, &error) == COURIER_OK);
+  REQUIRE(r.s0->post_write(write_block(1, /*notify=*/true), big + 1, &error) == COURIER_OK);
+  PeerActivity a;
+  REQUIRE(r.s0->peer_activity(1, &a));
+  CHECK(a.writes_in_flight == 2);
+  CHECK(a.next_seq_to == 2);
+  uint32_t peer = 0;
+  CHECK(r.s0->peer_of(big + 1, &peer));
+  CHECK(peer == 1);
+  CHECK_FALSE(r.s0->peer_of(99, &peer));
+  // Both writes carried immediate data on the wire (sequence numbers); one
+  // of them a notification.
+  std::vector<courier_nic_completion_v1> done = r.pump();
+  std::vector<uint64_t> tx;
+  uint32_t notifications = 0;
+  for (const courier_nic_completion_v1& c : done) {
+    if (c.kind == COURIER_NIC_COMP_TX) {
+      tx.push_back(c.cookie);
+      CHECK(c.peer == 1);
+    } else {
+      ++notifications;
+      CHECK(c.peer == 0);  // rank 1 heard from rank 0
+    }
+  }
+  std::sort(tx.begin(), tx.end());
+  CHECK(tx == std::vector<uint64_t>{big, big + 1});
+  CHECK(notifications == 1);
+  REQUIRE(r.s0->peer_activity(1, &a));
+  CHECK(a.writes_in_flight == 0);
+  CHECK_FALSE(r.s0->busy());
 }
 
 TEST_CASE("barrier topology: hosts, leaders, local indices and rails") {
