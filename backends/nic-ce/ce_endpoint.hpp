@@ -24,21 +24,32 @@
 // on a peer's stream, new copies wait and gather (a copy costs the stream
 // several microseconds whatever its size, so fewer, larger ones win; the
 // stream never idles meanwhile).
+//
+// The endpoint's code, by responsibility:
+//   ce_endpoint.cpp          opening and closing, the endpoint's own streams
+//   ce_endpoint_connect.cpp  its name, and the peers' segments (ep_connect)
+//   ce_registration.cpp      regions published in the segment, peers' read
+//   ce_write.cpp             post_write, in its steps
+//   ce_atomics.cpp           post_atomic, and an atomic's old value
+//   ce_peer_queue.cpp        poll: moving each peer's operations on
+//   ce_copy_batch.cpp        copies gathered into batches
+//   ce_inbox.cpp             the messages peers left in this endpoint's inbox
 #pragma once
 
 #include <courier/abi/nic_v1.h>
 #include <cuda_runtime_api.h>
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
-#include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
+#include "ce_ipc_mappings.hpp"
 #include "ce_segment.hpp"
+#include "ce_trace.hpp"
 
 namespace courier::nic_ce {
 
@@ -51,53 +62,17 @@ struct EndpointName {
 
 class Endpoint;
 
-// The process's mappings of peers' GPU allocations, by IPC handle. CUDA maps
-// an allocation once per process, so every endpoint of the backend shares
-// them; they are closed when the backend goes away.
-class IpcMappings {
- public:
-  IpcMappings() = default;
-  ~IpcMappings();
-  IpcMappings(const IpcMappings&) = delete;
-  IpcMappings& operator=(const IpcMappings&) = delete;
-  // The allocation's base in this process, mapped on `device` on first use,
-  // for the registration (owner segment, slot, generation) that names it.
-  int open(int device, const uint8_t (&handle)[64], const SegmentLayout* owner, uint32_t slot,
-           uint32_t generation, std::byte** base, std::string* why);
-  // An endpoint that mapped `owner`'s segment is going away: its
-  // registrations no longer count as users (the mappings stay for others).
-  void forget_owner(const SegmentLayout* owner);
-  // Closes the mappings whose registrations were all withdrawn: the owner
-  // may have freed the memory, and CUDA refuses to map a new allocation
-  // there next to the stale mapping. Closing synchronizes the device, so
-  // this runs on the control path only (mr_register).
-  void sweep();
-
- private:
-  struct User {
-    const SegmentLayout* owner;
-    uint32_t slot;
-    uint32_t generation;
-    bool operator==(const User&) const = default;
-  };
-  struct Mapping {
-    std::byte* base;
-    std::vector<User> users;
-  };
-  void close_withdrawn();
-
-  std::mutex mutex_;
-  std::map<std::string, Mapping> mapped_;
-};
-
-// A registered local region (the mr handle).
+// A registered local region (the mr handle). The handle owns it; the
+// endpoint's table names it until it is deregistered.
 struct LocalRegion {
-  Endpoint* owner;
+  Endpoint* endpoint;  // the one it was registered on
   uint32_t slot;
   uint32_t generation;
   uint32_t mem_kind;
   std::byte* address;
   uint64_t length;
+
+  Endpoint* owner() const { return endpoint; }  // what mr_deregister dispatches on
 };
 
 struct EndpointOptions {
@@ -115,7 +90,7 @@ struct EndpointOptions {
 
 class Endpoint {
  public:
-  // Returns 0 or -errno with last_error() set.
+  // Every int-returning call returns 0 or -errno with last_error() set.
   static int open(const EndpointOptions& options, std::unique_ptr<Endpoint>* out);
   ~Endpoint();
   Endpoint(const Endpoint&) = delete;
@@ -123,9 +98,11 @@ class Endpoint {
 
   int name(void* buf, size_t* len) const;
   int connect(uint32_t num_peers, const void* names, size_t stride);
-  int register_region(void* address, size_t length, uint32_t mem_kind, LocalRegion** mr,
-                      courier_nic_rkey_v1* rkey);
-  int deregister(LocalRegion* mr);
+  int register_memory(void* address, size_t length, uint32_t mem_kind,
+                      std::unique_ptr<LocalRegion>* out, courier_nic_rkey_v1* rkey);
+  // Withdraws and frees `region` (registered here).
+  int deregister_memory(LocalRegion* region);
+  uint32_t registered_regions() const { return registered_; }
   int post_write(const courier_nic_write_v1& write);
   int post_atomic(const courier_nic_atomic_v1& atomic);
   int poll(courier_nic_completion_v1* out, uint32_t max);
@@ -182,33 +159,59 @@ class Endpoint {
   };
 
   explicit Endpoint(const EndpointOptions& options) : options_(options) {}
+
+  // ce_endpoint.cpp
+  int ensure_stream(Peer& peer);
+  cudaError_t copy_now(void* dst, const void* src, size_t bytes);
+
+  // ce_registration.cpp
   int read_registration(const Peer& peer, uint64_t key, RemoteRegion* out, std::string* why) const;
   // The address of [offset] of a peer's GPU region in this process.
   int map_remote(Peer& peer, const RemoteRegion& region, uint64_t offset, std::byte** out,
                  std::string* why);
   int check_local(const LocalRegion* mr, uint64_t offset, uint64_t length, const char* what) const;
-  int ensure_stream(Peer& peer);
-  cudaError_t copy_now(void* dst, const void* src, size_t bytes);
+
+  // ce_write.cpp: post_write's steps.
+  int check_write(const courier_nic_write_v1& write, const LocalRegion** local) const;
+  // The remote region `write` lands in, checked against its range; false
+  // with *why set when it does not.
+  bool find_write_target(const Peer& peer, const courier_nic_write_v1& write, RemoteRegion* region,
+                         std::string* why) const;
+  Message imm_message(const courier_nic_write_v1& write) const;
+  // A GPU-memory target: one copy, started by poll().
+  int queue_device_write(Peer& peer, const courier_nic_write_v1& write, const RemoteRegion& region,
+                         const std::byte* src, bool device_source);
+  // A host-memory target: the bytes in inbox messages, the last one reporting.
+  int queue_host_write(Peer& peer, const courier_nic_write_v1& write, const std::byte* src,
+                       uint32_t source_kind);
   // Queues an operation that failed before it started: its error
   // completion comes in order with the others.
   void queue_failed(Peer& peer, uint64_t cookie, int status);
-  int launch(Peer& peer, Op& op);
+
+  // ce_atomics.cpp
   void finish_atomic(Op& op);
-  // A launched operation's outcome: status 0 moves it on (to its message, or
-  // done), anything else fails it.
-  void finish_launched(Op& op, int status);
-  // advance() = complete_launched, deliver_messages, launch_deferred.
+
+  // ce_peer_queue.cpp: advance() = complete_launched, deliver_messages,
+  // launch_deferred.
   void advance(Peer& peer);
   void complete_launched(Peer& peer);
   void deliver_messages(Peer& peer);
   void launch_deferred(Peer& peer);
+  int launch(Peer& peer, Op& op);
+  int record_event(Peer& peer, Op& op);
+  // A launched operation's outcome: status 0 moves it on (to its message, or
+  // done), anything else fails it.
+  void finish_launched(Op& op, int status);
+
+  // ce_copy_batch.cpp
   // The copies of batch_ as batch_dst_/src_/bytes_, contiguous pieces
   // merged; false when their ranges meet (they must then run in post order).
   bool plan_batch();
   // Starts the gathered copies as one batch with an event on the last.
   void flush_batch(Peer& peer);
   cudaError_t submit_batch(Peer& peer);
-  int record_event(Peer& peer, Op& op);
+
+  // ce_inbox.cpp
   uint32_t drain_inbox(courier_nic_completion_v1* out, uint32_t max);
   void apply_host_write(const Message& message);
 
@@ -217,7 +220,9 @@ class Endpoint {
   int32_t rank_ = -1;  // this endpoint's index in the connect() table
   std::vector<Peer> peers_;
   uint32_t generation_ = 0;
-  std::vector<std::unique_ptr<LocalRegion>> regions_;
+  // The registered regions by registration slot (the handles own them).
+  std::array<LocalRegion*, kRegistrationSlots> regions_{};
+  uint32_t registered_ = 0;
   uint64_t consume_position_ = 0;
   uint32_t in_flight_ = 0;  // reported operations queued
   std::vector<cudaEvent_t> free_events_;
@@ -237,25 +242,8 @@ class Endpoint {
   uint64_t copies_merged_ = 0;
   size_t batch_copies_ = 0;    // copies the last submit_batch issued
   uint64_t last_post_ns_ = 0;  // when the last copy was queued (linger_ns)
-  // COURIER_CE_TRACE: counts, and a ring of the last launches (when, how
-  // many writes in how many copies, when the stream finished them).
-  struct TraceEntry {
-    uint64_t launched_ns, completed_ns;
-    uint32_t writes, copies;
-    uint64_t bytes;
-    uint64_t first_posted_ns, last_posted_ns;  // when its writes were posted
-    uint64_t submit_ns;                        // when submitting it began
-  };
-  void trace_launch(Op& op, uint32_t writes, uint32_t copies, uint64_t bytes,
-                    uint64_t first_posted_ns, uint64_t last_posted_ns, uint64_t submit_ns);
-  void trace_complete(const Op& op);
-  void print_trace() const;
-  std::vector<TraceEntry> trace_;
-  uint64_t trace_next_ = 0, trace_writes_ = 0, trace_copies_ = 0, trace_launches_ = 0;
-  // Time inside post_write and inside advance() (a peer's operations moved
-  // on), summed, with the number of calls.
-  uint64_t trace_post_ns_ = 0, trace_posts_ = 0, trace_advance_ns_ = 0, trace_advances_ = 0;
-  std::vector<Op*> waiting_;  // complete_launched's scratch
+  LaunchTrace trace_;          // COURIER_CE_TRACE
+  std::vector<Op*> waiting_;   // complete_launched's scratch
 };
 
 }  // namespace courier::nic_ce

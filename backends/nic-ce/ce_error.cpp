@@ -1,6 +1,8 @@
 #include "ce_error.hpp"
 
 #include <cerrno>
+#include <cstdarg>
+#include <cstdio>
 #include <utility>
 
 namespace courier::nic_ce {
@@ -14,6 +16,15 @@ int set_error(int status, std::string message) {
   return status;
 }
 
+int set_errorf(int status, const char* format, ...) {
+  char text[1024];
+  va_list args;
+  va_start(args, format);
+  std::vsnprintf(text, sizeof text, format, args);
+  va_end(args);
+  return set_error(status, text);
+}
+
 int set_cuda_error(cudaError_t error, const std::string& what) {
   int status = -EIO;
   if (error == cudaErrorMemoryAllocation) status = -ENOMEM;
@@ -23,6 +34,6 @@ int set_cuda_error(cudaError_t error, const std::string& what) {
                    what + ": " + cudaGetErrorString(error) + " (" + cudaGetErrorName(error) + ")");
 }
 
-const char* last_error() { return t_last_error.c_str(); }
+const std::string& last_error() { return t_last_error; }
 
 }  // namespace courier::nic_ce
