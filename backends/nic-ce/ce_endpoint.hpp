@@ -90,7 +90,8 @@ struct EndpointOptions {
 
 class Endpoint {
  public:
-  // Every int-returning call returns 0 or -errno with last_error() set.
+  // The calls return 0 or -errno with last_error() set, as the ABI's entries
+  // do (poll: the completions it wrote; -EAGAIN: full, poll and retry).
   static int open(const EndpointOptions& options, std::unique_ptr<Endpoint>* out);
   ~Endpoint();
   Endpoint(const Endpoint&) = delete;
