@@ -10,6 +10,7 @@ COURIER_PACKAGES=(
   openmpi-bin libopenmpi-dev
   hipcc libamdhip64-dev
   iproute2 util-linux  # the two-host test bed (tests/integration/hosts): ip, unshare, nsenter
+  graphviz  # courier-info --topology --svg draws with its dot program
 )
 
 missing=()

@@ -13,7 +13,7 @@ namespace {
 
 constexpr std::string_view kUsage =
     R"(Usage: courier-info [--json] [--help]
-       courier-info --topology [--json] [--svg FILE]
+       courier-info --topology [--json] [--dot FILE] [--svg FILE]
 
 Lists what Courier finds on this machine:
   - the plugin directories searched (COURIER_BACKEND_PATH first, then the
@@ -33,30 +33,34 @@ COURIER_NICS, COURIER_NIC_BACKEND or COURIER_PROXY_CPUS are marked.
 Options:
   --json       print the same as one JSON object
   --topology   report the topology and the GPU-to-NIC pairing
-  --svg FILE   with --topology: also draw the machine and the pairs into FILE
+  --dot FILE   with --topology: also write the machine and the pairs as a
+               Graphviz graph (DOT) into FILE
+  --svg FILE   with --topology: also draw that graph into FILE as SVG, with
+               Graphviz's dot program (apt-get install graphviz)
   --help       print this text
 
 A bad value is reported as an error line and everything else is still listed.
-The exit status is 0 whenever the report was printed, 2 for a bad option.
+The exit status is 0 whenever the report was printed, 2 for a bad option;
+with --topology, 1 when the machine, a knob or the picture cannot be made.
 )";
 
 }  // namespace
 
 int main(int argc, char** argv) {
   bool json = false, topology = false;
-  std::string svg;
+  std::string dot, svg;
   for (int i = 1; i < argc; ++i) {
     std::string_view arg = argv[i];
     if (arg == "--json") {
       json = true;
     } else if (arg == "--topology") {
       topology = true;
-    } else if (arg == "--svg") {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "courier-info: --svg needs a file name\n");
+    } else if (arg == "--dot" || arg == "--svg") {
+      if (i + 1 >= argc || argv[i + 1][0] == '\0') {
+        std::fprintf(stderr, "courier-info: %s needs a file name\n", argv[i]);
         return 2;
       }
-      svg = argv[++i];
+      (arg == "--dot" ? dot : svg) = argv[++i];
     } else if (arg == "--help" || arg == "-h") {
       std::fwrite(kUsage.data(), 1, kUsage.size(), stdout);
       return 0;
@@ -67,11 +71,12 @@ int main(int argc, char** argv) {
     }
   }
 
-  if (!svg.empty() && !topology) {
-    std::fprintf(stderr, "courier-info: --svg goes with --topology\n");
+  if ((!dot.empty() || !svg.empty()) && !topology) {
+    std::fprintf(stderr, "courier-info: %s goes with --topology\n",
+                 dot.empty() ? "--svg" : "--dot");
     return 2;
   }
-  if (topology) return courier::info::run_topology({json, svg});
+  if (topology) return courier::info::run_topology({json, dot, svg});
 
   // The tool's own log level: COURIER_LOG_LEVEL when valid (a bad value is
   // reported in the Configuration section, not here).

@@ -8,10 +8,11 @@
 #include "core/config.hpp"
 #include "core/topology_choice.hpp"
 #include "courier/error.hpp"
+#include "graphviz.hpp"
 #include "json_writer.hpp"
 #include "topology/discovery.hpp"
 #include "topology/pairing.hpp"
-#include "topology_svg.hpp"
+#include "topology_dot.hpp"
 
 namespace courier::info {
 
@@ -138,6 +139,13 @@ std::string render_json(const Machine& m, const Plan& plan, const Config& config
   return out;
 }
 
+void write_file(std::string_view option, const std::string& path, const std::string& text) {
+  std::ofstream file(path, std::ios::binary);
+  file << text;
+  file.close();
+  if (!file) throw Error(fmt::format("{} {}: cannot write the file", option, path));
+}
+
 }  // namespace
 
 int run_topology(const TopologyOptions& options) {
@@ -147,14 +155,20 @@ int run_topology(const TopologyOptions& options) {
     const Plan plan = topology::plan(m, topology_policy(config));
     const std::string out =
         options.json ? render_json(m, plan, config) : render_text(m, plan, config);
-    std::fwrite(out.data(), 1, out.size(), stdout);
+    // The picture is made before anything is written, so that a missing
+    // Graphviz leaves no half of the output behind.
+    std::string graph, svg;
+    if (!options.dot_path.empty() || !options.svg_path.empty()) graph = render_dot(m, plan);
     if (!options.svg_path.empty()) {
-      std::ofstream svg(options.svg_path);
-      svg << render_svg(m, plan);
-      if (!svg) {
-        throw Error(fmt::format("--svg {}: cannot write the file", options.svg_path));
+      try {
+        svg = render_with_graphviz(graph, "svg");
+      } catch (const Error& e) {
+        throw Error(fmt::format("--svg {}: {}", options.svg_path, e.what()));
       }
     }
+    std::fwrite(out.data(), 1, out.size(), stdout);
+    if (!options.dot_path.empty()) write_file("--dot", options.dot_path, graph);
+    if (!options.svg_path.empty()) write_file("--svg", options.svg_path, svg);
     return std::fflush(stdout) == 0 ? 0 : 1;
   } catch (const Error& e) {
     std::fprintf(stderr, "courier-info: %s\n", e.what());
