@@ -86,6 +86,57 @@ struct Abi<courier_gpu_plugin_v1> {
 
 #undef COURIER_REQUIRED_ENTRY
 
+// The claim flags this core knows (nic_v1.h, minor 3).
+constexpr uint32_t kKnownClaimFlags = COURIER_NIC_CLAIM_FALLBACK;
+
+// Whether the struct has the claims fields (NIC ABI 1.3).
+bool has_claims(const courier_nic_plugin_v1& ops) {
+  constexpr size_t needed =
+      offsetof(courier_nic_plugin_v1, num_claims) + sizeof(courier_nic_plugin_v1::num_claims);
+  return ops.header.abi_minor >= 3 && ops.header.struct_size >= needed;
+}
+
+// Why the device claims of a NIC plugin are malformed, or "" when they are
+// fine (courier_nic_claim_v1's rules). A claim with flags of a later minor
+// than this core's is not this core's to judge: it is skipped.
+std::string claims_error(const courier_nic_plugin_v1& ops) {
+  if (!has_claims(ops) || ops.num_claims == 0) return {};
+  if (ops.claims == nullptr) {
+    return fmt::format("declares {} device claims but its claims table is NULL", ops.num_claims);
+  }
+  const bool newer = ops.header.abi_minor > COURIER_NIC_ABI_MINOR;
+  for (uint32_t i = 0; i < ops.num_claims; ++i) {
+    const courier_nic_claim_v1& claim = ops.claims[i];
+    const bool names_device = (claim.driver != nullptr && claim.driver[0] != '\0') ||
+                              claim.pci_vendor != 0 || claim.pci_device != 0;
+    if ((claim.flags & ~kKnownClaimFlags) != 0) {
+      if (newer) continue;
+      return fmt::format("device claim #{} has unknown flags 0x{:x}", i,
+                         claim.flags & ~kKnownClaimFlags);
+    }
+    if ((claim.flags & COURIER_NIC_CLAIM_FALLBACK) != 0) {
+      if (names_device) {
+        return fmt::format(
+            "device claim #{} is COURIER_NIC_CLAIM_FALLBACK but names a device (a fallback "
+            "serves what no claim names)",
+            i);
+      }
+      continue;
+    }
+    if (claim.pci_device != 0 && claim.pci_vendor == 0) {
+      return fmt::format("device claim #{} gives PCI device {:04x} without its PCI vendor", i,
+                         claim.pci_device);
+    }
+    if (!names_device) {
+      return fmt::format(
+          "device claim #{} names no device (set driver, pci_vendor, or "
+          "COURIER_NIC_CLAIM_FALLBACK)",
+          i);
+    }
+  }
+  return {};
+}
+
 // Highest major we look for when the v1 symbol is missing. The search only
 // makes the message precise ("built for a newer Courier" instead of "not a
 // plugin"); any number of future majors would be handled the same way.
@@ -163,6 +214,9 @@ std::optional<typename Abi<Ops>::Plugin> load(const std::string& path,
   for (uint32_t i = 0; i < ops->num_knobs; ++i) {
     if (ops->knobs[i].name == nullptr) return reject(fmt::format("knob #{} has no name", i));
   }
+  if constexpr (A::kind == PluginKind::nic) {
+    if (std::string why = claims_error(*ops); !why.empty()) return reject(std::move(why));
+  }
   if (header.name == nullptr || header.name[0] == '\0') {
     return reject("its struct has no name (header.name is NULL or empty)");
   }
@@ -206,6 +260,16 @@ std::optional<NicPlugin> load_nic_plugin(const std::string& path, std::string_vi
 std::optional<GpuPlugin> load_gpu_plugin(const std::string& path, std::string_view expected_name,
                                          PluginCandidate& candidate) {
   return load<courier_gpu_plugin_v1>(path, expected_name, candidate);
+}
+
+std::vector<courier_nic_claim_v1> nic_claims(const NicPlugin& plugin) {
+  std::vector<courier_nic_claim_v1> claims;
+  const courier_nic_plugin_v1& ops = *plugin.ops;
+  if (!has_claims(ops) || ops.claims == nullptr) return claims;
+  for (uint32_t i = 0; i < ops.num_claims; ++i) {
+    if ((ops.claims[i].flags & ~kKnownClaimFlags) == 0) claims.push_back(ops.claims[i]);
+  }
+  return claims;
 }
 
 }  // namespace courier

@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "core/registry.hpp"
 
@@ -30,5 +31,10 @@ std::optional<NicPlugin> load_nic_plugin(const std::string& path, std::string_vi
                                          PluginCandidate& candidate);
 std::optional<GpuPlugin> load_gpu_plugin(const std::string& path, std::string_view expected_name,
                                          PluginCandidate& candidate);
+
+// The devices a loaded NIC plugin claims (NIC ABI 1.3; empty before), as
+// the loader checked them: claims with flag bits of a later minor than this
+// core's are left out.
+std::vector<courier_nic_claim_v1> nic_claims(const NicPlugin& plugin);
 
 }  // namespace courier

@@ -5,6 +5,7 @@
 // this NIC under deep queues. The code is nic/verbs.
 #include <courier/abi/nic_v1.h>
 
+#include "nic/plugin_claims.hpp"
 #include "nic/verbs/verbs_plugin_entries.hpp"
 
 namespace courier::nic_bnxt {
@@ -31,10 +32,20 @@ constexpr auto kKnobs = entries::make_knobs(
     "bytes of writes in flight per peer before posting waits (conservative by default: deep "
     "queues cause transport retries on this NIC); 0: no limit");
 
-const courier_nic_plugin_v1 kPlugin = entries::make_nic_plugin<kTraits>(
-    "Broadcom NetXtreme/Thor (bnxt_re) over verbs RC queue pairs: on-demand paging, capped "
-    "in-flight bytes",
-    kKnobs);
+// The devices it drives (topology tries it first for them): those the
+// bnxt_re driver names (bnxt_re0), and any of Broadcom's PCI vendor ID
+// (only RDMA devices are matched against claims).
+constexpr courier_nic_claim_v1 kClaims[] = {
+    {.driver = "bnxt_re", .pci_vendor = 0, .pci_device = 0, .flags = 0},
+    {.driver = nullptr, .pci_vendor = 0x14e4, .pci_device = 0, .flags = 0},
+};
+
+const courier_nic_plugin_v1 kPlugin = nic::with_claims(
+    entries::make_nic_plugin<kTraits>(
+        "Broadcom NetXtreme/Thor (bnxt_re) over verbs RC queue pairs: on-demand paging, capped "
+        "in-flight bytes",
+        kKnobs),
+    kClaims);
 
 }  // namespace
 }  // namespace courier::nic_bnxt

@@ -12,6 +12,7 @@
 
 #include "nic/ofi/ofi_backend.hpp"
 #include "nic/ofi/ofi_plugin_entries.hpp"
+#include "nic/plugin_claims.hpp"
 
 namespace courier::nic_efa {
 namespace {
@@ -53,7 +54,17 @@ constexpr courier_knob_v1 kKnobs[] = {
      "topology paired with this rank's GPU, else the provider's first"},
 };
 
-constexpr courier_nic_plugin_v1 kPlugin = ofi::make_nic_plugin<kTraits>(kKnobs);
+// The devices it drives (topology tries it first for them): Amazon's PCI
+// vendor ID, which is how EFA devices are known under the names rdma-core
+// gives them after their PCI path (rdmap16s27), and those the efa driver
+// names itself (efa_0).
+constexpr courier_nic_claim_v1 kClaims[] = {
+    {.driver = "efa", .pci_vendor = 0, .pci_device = 0, .flags = 0},
+    {.driver = nullptr, .pci_vendor = 0x1d0f, .pci_device = 0, .flags = 0},
+};
+
+constexpr courier_nic_plugin_v1 kPlugin =
+    nic::with_claims(ofi::make_nic_plugin<kTraits>(kKnobs), kClaims);
 
 }  // namespace
 }  // namespace courier::nic_efa

@@ -14,6 +14,7 @@
 
 #include "nic/ofi/ofi_backend.hpp"
 #include "nic/ofi/ofi_plugin_entries.hpp"
+#include "nic/plugin_claims.hpp"
 
 namespace courier::nic_ofi {
 namespace {
@@ -109,8 +110,14 @@ constexpr courier_nic_plugin_v1 with_interface_init(courier_nic_plugin_v1 plugin
   return plugin;
 }
 
+// No device of its own: the fallback, for RDMA devices no backend claims
+// and machines without one (shm within a host, tcp across hosts).
+constexpr courier_nic_claim_v1 kClaims[] = {
+    {.driver = nullptr, .pci_vendor = 0, .pci_device = 0, .flags = COURIER_NIC_CLAIM_FALLBACK},
+};
+
 constexpr courier_nic_plugin_v1 kPlugin =
-    with_interface_init(ofi::make_nic_plugin<kTraits>(kKnobs));
+    nic::with_claims(with_interface_init(ofi::make_nic_plugin<kTraits>(kKnobs)), kClaims);
 
 }  // namespace
 }  // namespace courier::nic_ofi

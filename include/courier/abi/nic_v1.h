@@ -28,7 +28,9 @@ extern "C" {
 /* Minor 1 added atomics: the COURIER_NIC_ATOMIC_* bits, caps_with_atomics,
  * COURIER_NIC_EP_ATOMICS, courier_nic_atomic_v1 and post_atomic. */
 /* Minor 2 added describe. */
-#define COURIER_NIC_ABI_MINOR 2
+/* Minor 3 added device claims: courier_nic_claim_v1, COURIER_NIC_CLAIM_*,
+ * claims and num_claims. */
+#define COURIER_NIC_ABI_MINOR 3
 #define COURIER_NIC_SYMBOL_V1 "courier_nic_backend_v1"
 
 /* Capability bits (courier_nic_props_v1.caps). */
@@ -185,6 +187,39 @@ typedef struct courier_nic_completion_v1 {
   uint64_t length; /* RX_IMM: bytes written by that write, or 0 when the backend cannot tell */
 } courier_nic_completion_v1;
 
+/* Claim flags (courier_nic_claim_v1.flags, minor 3). */
+/* The backend for what no plugin claims: RDMA devices without a claim, and
+ * machines without an RDMA device (a transport that needs no particular NIC,
+ * such as libfabric over tcp). A fallback claim names no device. */
+#define COURIER_NIC_CLAIM_FALLBACK (1u << 0)
+
+/* A kind of device the backend drives (minor 3), so that topology tries it
+ * first for the GPUs paired with such a device: a vendor's backend is chosen
+ * for its NIC without Courier knowing its name. A claim matches an RDMA
+ * device when every criterion it sets matches; an unset one matches any:
+ *   driver      the name the kernel driver gives its RDMA devices, without
+ *               the index ("mlx5" for mlx5_0, "bnxt_re" for bnxt_re3);
+ *               NULL or "": any. Devices renamed after their PCI path by
+ *               rdma-core (rdmap16s27, rocep59s0f0) carry no driver name:
+ *               claim them by PCI ID too;
+ *   pci_vendor  the PCI vendor ID (0x15b3); 0: any;
+ *   pci_device  the PCI device ID (0x1021); 0: any; only with pci_vendor.
+ * A claim sets at least one criterion, or is COURIER_NIC_CLAIM_FALLBACK and
+ * sets none; anything else makes the registry reject the plugin. When
+ * several backends claim one device the most specific claim wins: the PCI
+ * device ID weighs most, then the driver, then the vendor ({vendor, device}
+ * beats {driver, vendor}, which beats {driver}, which beats {vendor}); a tie
+ * goes to the backend whose name sorts first. COURIER_NIC_BACKEND overrides
+ * all of it. */
+typedef struct courier_nic_claim_v1 {
+  const char* driver;
+  uint16_t pci_vendor;
+  uint16_t pci_device;
+  /* COURIER_NIC_CLAIM_* of the plugin's minor; a core skips a claim with
+   * bits of a later minor than its own. */
+  uint32_t flags;
+} courier_nic_claim_v1;
+
 typedef struct courier_nic_plugin_v1 {
   courier_plugin_header header;
   const char* description;
@@ -233,6 +268,13 @@ typedef struct courier_nic_plugin_v1 {
    * truncated to fit *len bytes; *len is set to the bytes the whole report
    * needs (NUL included). NULL when the backend has nothing to add. */
   int (*describe)(void* backend, char* buf, size_t* len);
+
+  /* Minor 3. The devices this backend drives (see courier_nic_claim_v1);
+   * NULL and 0 when it claims none (it is then chosen only by name, or
+   * when no claimed backend initializes). */
+  const courier_nic_claim_v1* claims;
+  uint32_t num_claims;
+  uint32_t reserved3;
 } courier_nic_plugin_v1;
 
 typedef const courier_nic_plugin_v1* (*courier_nic_backend_v1_fn)(void);

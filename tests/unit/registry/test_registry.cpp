@@ -361,5 +361,77 @@ TEST_CASE("^a,b excludes names") {
   }
 }
 
+const NicPlugin* find_nic(const Registry& registry, std::string_view name) {
+  for (const NicPlugin& plugin : registry.nic_plugins()) {
+    if (plugin.name == name) return &plugin;
+  }
+  return nullptr;
+}
+
+std::vector<std::string> claim_drivers(const std::vector<courier_nic_claim_v1>& claims) {
+  std::vector<std::string> drivers;
+  for (const courier_nic_claim_v1& claim : claims) {
+    drivers.emplace_back(claim.driver != nullptr ? claim.driver : "");
+  }
+  return drivers;
+}
+
+TEST_CASE("device claims (NIC ABI 1.3): read up to the plugin's minor, malformed ones rejected") {
+  CapturedLog log;
+  const std::string dir = kTestPluginDir + "/claims";
+  Registry registry(dir, log.logger());
+
+  const NicPlugin* claims = find_nic(registry, "claims");
+  REQUIRE(claims != nullptr);
+  const std::vector<courier_nic_claim_v1> read = nic_claims(*claims);
+  REQUIRE(read.size() == 3);
+  CHECK(std::string(read[0].driver) == "vendor_nic");
+  CHECK(read[1].driver == nullptr);
+  CHECK(read[1].pci_vendor == 0x5e1e);
+  CHECK(read[1].pci_device == 0x0001);
+  CHECK(read[2].flags == COURIER_NIC_CLAIM_FALLBACK);
+
+  // Built against 1.2: loads and claims nothing, whatever follows its struct.
+  const NicPlugin* minor2 = find_nic(registry, "minor2");
+  REQUIRE(minor2 != nullptr);
+  CHECK(minor2->abi_minor == 2);
+  CHECK(nic_claims(*minor2).empty());
+
+  // A later minor's flag: that claim is skipped, the others read.
+  const NicPlugin* newer = find_nic(registry, "newer");
+  REQUIRE(newer != nullptr);
+  CHECK(claim_drivers(nic_claims(*newer)) == std::vector<std::string>{"newer_nic"});
+
+  const std::vector<std::pair<std::string, std::string>> rejected = {
+      {"libcourier-nic-nodevice.so",
+       "device claim #1 names no device (set driver, pci_vendor, or COURIER_NIC_CLAIM_FALLBACK)"},
+      {"libcourier-nic-novendor.so",
+       "device claim #0 gives PCI device 1021 without its PCI vendor"},
+      {"libcourier-nic-badfallback.so",
+       "device claim #0 is COURIER_NIC_CLAIM_FALLBACK but names a device (a fallback serves what "
+       "no claim names)"},
+      {"libcourier-nic-badflags.so", "device claim #0 has unknown flags 0x80"},
+      {"libcourier-nic-nulltable.so", "declares 2 device claims but its claims table is NULL"},
+  };
+  for (const auto& [file, reason] : rejected) {
+    CAPTURE(file);
+    const PluginCandidate* candidate = find_candidate(registry, canonical(dir + "/" + file));
+    REQUIRE(candidate != nullptr);
+    CHECK_FALSE(candidate->usable);
+    CHECK(candidate->reason == reason);
+  }
+
+  // Courier's own plugins say what they drive (those this build made).
+  if (const NicPlugin* ofi = find_nic(registry, "ofi")) {
+    const std::vector<courier_nic_claim_v1> ofi_claims = nic_claims(*ofi);
+    REQUIRE(ofi_claims.size() == 1);
+    CHECK(ofi_claims[0].flags == COURIER_NIC_CLAIM_FALLBACK);
+  }
+  if (const NicPlugin* cx7 = find_nic(registry, "cx7")) {
+    CHECK(claim_drivers(nic_claims(*cx7)) == std::vector<std::string>{"mlx5", ""});
+    CHECK(nic_claims(*cx7)[1].pci_vendor == 0x15b3);
+  }
+}
+
 }  // namespace
 }  // namespace courier::test
