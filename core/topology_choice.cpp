@@ -9,6 +9,8 @@
 
 #include "core/check.hpp"
 #include "core/cpu_placement.hpp"
+#include "core/log.hpp"
+#include "core/plugin_loader.hpp"
 #include "topology/discovery.hpp"
 #include "topology/pairing.hpp"
 
@@ -24,6 +26,32 @@ std::vector<int32_t> intersect(const std::vector<int32_t>& a, const std::vector<
 
 }  // namespace
 
+std::vector<topology::BackendClaims> nic_backend_claims(const std::vector<NicPlugin>& plugins) {
+  std::vector<topology::BackendClaims> all;
+  for (const NicPlugin& plugin : plugins) {
+    topology::BackendClaims mine;
+    mine.backend = plugin.name;
+    for (const courier_nic_claim_v1& claim : nic_claims(plugin)) {
+      if ((claim.flags & COURIER_NIC_CLAIM_FALLBACK) != 0) {
+        mine.fallback = true;
+        continue;
+      }
+      mine.devices.push_back(
+          {claim.driver != nullptr ? claim.driver : "", claim.pci_vendor, claim.pci_device});
+    }
+    all.push_back(std::move(mine));
+  }
+  return all;
+}
+
+std::vector<topology::BackendClaims> nic_backend_claims(const Config& config) {
+  // The registry of the caller said everything about these files already:
+  // this scan only reads the claims, quietly.
+  Logger quiet(LogLevel::error);
+  const Registry registry(config.backend_path, quiet);
+  return nic_backend_claims(registry.nic_plugins());
+}
+
 topology::Policy topology_policy(const Config& config) {
   topology::Policy policy;
   policy.selection = config.nic_selection;
@@ -34,6 +62,12 @@ topology::Policy topology_policy(const Config& config) {
 }
 
 TopologyChoice choose_from_topology(const Config& config, int device, bool device_memory) {
+  return choose_from_topology(config, nic_backend_claims(config), device, device_memory);
+}
+
+TopologyChoice choose_from_topology(const Config& config,
+                                    const std::vector<topology::BackendClaims>& claims, int device,
+                                    bool device_memory) {
   TopologyChoice choice;
   const std::vector<int32_t> allowed = allowed_cpus();
   // The machine and its plan, when topology can tell anything. This machine
@@ -49,7 +83,7 @@ TopologyChoice choose_from_topology(const Config& config, int device, bool devic
   }
   if (machine) {
     try {
-      plan = topology::plan(*machine, topology_policy(config));
+      plan = topology::plan(*machine, topology_policy(config), claims);
     } catch (const Error&) {
       // Without hwloc no NIC is known, so COURIER_NICS is left to the NIC backend.
       if (machine->from_hwloc) throw;
@@ -81,7 +115,7 @@ TopologyChoice choose_from_topology(const Config& config, int device, bool devic
     choice.proxy_why = "the default split among the host's ranks";
   }
 
-  // The NIC backend: the paired NIC's driver decides (a rank without a GPU
+  // The NIC backend: the one claiming the paired NIC (a rank without a GPU
   // topology sees takes the machine's first NIC).
   if (plan && !machine->nics.empty()) {
     int nic = -1;
@@ -98,11 +132,15 @@ TopologyChoice choose_from_topology(const Config& config, int device, bool devic
         choice.nics.push_back(machine->nics[static_cast<size_t>(paired)].name);
       }
     }
-    const topology::Nic& n = machine->nics[static_cast<size_t>(nic >= 0 ? nic : 0)];
-    choice.nic_backend = topology::backend_for_driver(n.driver);
-    choice.nic_why = fmt::format("{} ({}), {}", n.name, n.driver,
-                                 mine != nullptr ? fmt::format("GPU {}'s NIC", device)
-                                                 : std::string("the first RDMA NIC to use"));
+    const size_t index = static_cast<size_t>(nic >= 0 ? nic : 0);
+    const topology::Nic& n = machine->nics[index];
+    const topology::NicBackend& claimed = plan->nic_backends[index];
+    choice.nic_backend = claimed.backend;
+    choice.nic_why =
+        fmt::format("{} ({}), {}; {}", n.name, n.driver.empty() ? "PCI " + n.pci_id() : n.driver,
+                    mine != nullptr ? fmt::format("GPU {}'s NIC", device)
+                                    : std::string("the first RDMA NIC to use"),
+                    claimed.why);
   }
   return choice;
 }

@@ -5,8 +5,8 @@
 // GPU (its NUMA node's allowed CPUs, shared with the node's other GPUs);
 // else the default split of the allowed CPUs among the host's ranks
 // (core/cpu_placement.hpp). NIC backend: unless COURIER_NIC_BACKEND names
-// one, the backend for the driver of the NIC paired with this rank's GPU
-// (mlx5 -> cx7, ...) is tried first.
+// one, the backend claiming the NIC paired with this rank's GPU (the device
+// claims of the NIC plugins found, NIC ABI 1.3) is tried first.
 #pragma once
 
 #include <cstdint>
@@ -14,6 +14,8 @@
 #include <vector>
 
 #include "core/config.hpp"
+#include "core/registry.hpp"
+#include "topology/claims.hpp"
 #include "topology/pairing.hpp"
 
 namespace courier {
@@ -31,9 +33,23 @@ struct TopologyChoice {
 // courier-info --topology both plan with.
 topology::Policy topology_policy(const Config& config);
 
-// `device` is this rank's GPU index (PCI bus-id order), `device_memory`
-// whether the GPU backend has real devices (not host memory). Throws
-// courier::Error when COURIER_PROXY_CPUS leaves no CPU this process may use.
+// What the usable NIC plugins claim, as topology takes it: per plugin its
+// name, the devices it claims and whether it is the fallback.
+std::vector<topology::BackendClaims> nic_backend_claims(const std::vector<NicPlugin>& plugins);
+// The same for the NIC plugins of COURIER_BACKEND_PATH and the install's
+// plugin directory, scanned afresh (for a caller without a Registry).
+std::vector<topology::BackendClaims> nic_backend_claims(const Config& config);
+
+// `claims`: nic_backend_claims() of the registry the NIC backend will be
+// opened from. `device` is this rank's GPU index (PCI bus-id order),
+// `device_memory` whether the GPU backend has real devices (not host
+// memory). Throws courier::Error when COURIER_PROXY_CPUS leaves no CPU this
+// process may use.
+TopologyChoice choose_from_topology(const Config& config,
+                                    const std::vector<topology::BackendClaims>& claims, int device,
+                                    bool device_memory);
+// As above with nic_backend_claims(config): a second scan of the plugin
+// directories. A caller holding a Registry passes its claims instead.
 TopologyChoice choose_from_topology(const Config& config, int device, bool device_memory);
 
 }  // namespace courier

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <iterator>
 #include <memory>
+#include <regex>
 
 #include "courier/error.hpp"
 #include "topology/discovery.hpp"
@@ -18,7 +19,7 @@ namespace courier::topology {
 
 namespace {
 
-constexpr unsigned kNvidia = 0x10de, kAmd = 0x1002, kIntel = 0x8086, kAmazon = 0x1d0f;
+constexpr unsigned kNvidia = 0x10de, kAmd = 0x1002, kIntel = 0x8086;
 
 using Topology = std::unique_ptr<hwloc_topology, decltype(&hwloc_topology_destroy)>;
 
@@ -36,8 +37,15 @@ std::string vendor_name(unsigned vendor) {
   return fmt::format("{:04x}", vendor);
 }
 
-// The RDMA device's driver family: its name without the trailing index.
+// The RDMA device's driver family: its name without the trailing index
+// (nic_0 -> nic). rdma-core may rename a device after where it sits
+// (rdma_rename: ib, roce, iw or rdma, then p<bus>s<slot>[f<function>],
+// o<index> or x<MAC>): such a name says nothing of the driver, so "" (the
+// PCI IDs still identify the device).
 std::string driver_of(const std::string& name) {
+  static const std::regex kRenamed(
+      "(ib|roce|iw|rdma)(P[0-9]+)?(p[0-9]+s[0-9]+(f[0-9]+)?|o[0-9]+|x[0-9a-f]{12})");
+  if (std::regex_match(name, kRenamed)) return {};
   size_t end = name.size();
   while (end > 0 && std::isdigit(static_cast<unsigned char>(name[end - 1]))) --end;
   while (end > 0 && name[end - 1] == '_') --end;
@@ -114,9 +122,16 @@ class Walker {
     const bool gpu_vendor = p.vendor_id == kNvidia || p.vendor_id == kAmd;
     const int numa = numa_of(topo_, obj);
     if (!rdma.empty()) {
-      const std::string driver = p.vendor_id == kAmazon ? "efa" : driver_of(rdma);
       const int node = add(TreeNode::Kind::nic, parent, rdma, numa);
-      m_.nics.push_back({rdma, driver, pci, numa, node});
+      Nic nic;
+      nic.name = rdma;
+      nic.driver = driver_of(rdma);
+      nic.pci = pci;
+      nic.pci_vendor = p.vendor_id;
+      nic.pci_device = p.device_id;
+      nic.numa = numa;
+      nic.node = node;
+      m_.nics.push_back(nic);
       return node;
     }
     if ((gpu_vendor && (base_class == 0x03 || base_class == 0x12)) || !compute.empty()) {
@@ -150,7 +165,7 @@ std::vector<int32_t> affinity() {
   return cpus;
 }
 
-// "mlx5_2" < "mlx5_10", "rdmap72s0" < "rdmap100s0".
+// "nic_2" < "nic_10", "rdmap72s0" < "rdmap100s0".
 bool natural_less(const std::string& a, const std::string& b) {
   size_t i = 0, j = 0;
   while (i < a.size() && j < b.size()) {
@@ -246,7 +261,7 @@ Machine discover(const std::string& xml_path) {
   for (size_t i = 0; i < m.gpus.size(); ++i) {
     if (m.gpus[i].name.empty()) m.gpus[i].name = fmt::format("gpu{}", i);
   }
-  // NICs by name, numbers compared as numbers (mlx5_2 before mlx5_10).
+  // NICs by name, numbers compared as numbers (nic_2 before nic_10).
   std::stable_sort(m.nics.begin(), m.nics.end(),
                    [](const Nic& a, const Nic& b) { return natural_less(a.name, b.name); });
   return m;

@@ -14,6 +14,10 @@ bool PciAddress::operator<(const PciAddress& o) const {
   return std::tie(domain, bus, device, function) < std::tie(o.domain, o.bus, o.device, o.function);
 }
 
+std::string Nic::pci_id() const {
+  return pci_vendor == 0 ? "-" : fmt::format("{:04x}:{:04x}", pci_vendor, pci_device);
+}
+
 std::string cpu_list_text(const std::vector<int32_t>& cpus) {
   std::string out;
   for (size_t i = 0; i < cpus.size();) {

@@ -36,11 +36,15 @@ struct Gpu {
 };
 
 struct Nic {
-  std::string name;    // the RDMA device: mlx5_0, efa_3, bnxt_re1, ...
-  std::string driver;  // the name without its index: mlx5, efa, bnxt_re
+  std::string name;  // the RDMA device (OpenFabrics OS device): nic_0, rdmap16s27, ...
+  // The name without its index (nic for nic_0); "" when the name says
+  // nothing of the driver (rdma-core's names after the PCI path: rdmap16s27).
+  std::string driver;
   PciAddress pci;
+  uint16_t pci_vendor = 0, pci_device = 0;  // 0 when unknown
   int numa = -1;
   int node = -1;
+  std::string pci_id() const;  // "15b3:1021", or "-" when unknown
 };
 
 struct NumaNode {

@@ -24,13 +24,6 @@ const char* to_string(NicSelection selection) {
   return "?";
 }
 
-std::string backend_for_driver(const std::string& driver) {
-  if (driver == "mlx5") return "cx7";
-  if (driver == "efa") return "efa";
-  if (driver == "bnxt_re") return "bnxt";
-  return "ofi";
-}
-
 namespace {
 
 struct Candidate {
@@ -178,7 +171,7 @@ void place_proxies(const Machine& m, const Policy& policy, Plan& plan) {
 
 }  // namespace
 
-Plan plan(const Machine& m, const Policy& policy) {
+Plan plan(const Machine& m, const Policy& policy, const std::vector<BackendClaims>& claims) {
   Plan result;
   result.selection = policy.selection;
   // The NICs to choose from: all, or those COURIER_NICS names, in its order.
@@ -221,25 +214,43 @@ Plan plan(const Machine& m, const Policy& policy) {
         break;
     }
   }
-  // The backend: forced, or from the NICs' driver.
-  const std::string no_rdma = policy.multi_host ? "ofi (tcp)" : "ofi (shm)";
+  // The backend: forced, or the one claiming the (first) NIC; without a
+  // NIC, the fallback.
+  for (const Nic& nic : m.nics) result.nic_backends.push_back(backend_for(nic, claims));
+  const std::string fallback = fallback_backend(claims);
+  const NicBackend no_nic{fallback, fallback.empty()
+                                        ? "no RDMA NIC, and no backend is the fallback"
+                                        : fmt::format("no RDMA NIC: {}, the fallback", fallback)};
+  auto choose = [&](const std::vector<int>& paired, std::string& backend, std::string& why) {
+    if (!policy.nic_backend.empty()) {
+      backend = policy.nic_backend;
+      why = "COURIER_NIC_BACKEND";
+      return;
+    }
+    const NicBackend& chosen =
+        paired.empty() ? no_nic : result.nic_backends[static_cast<size_t>(paired.front())];
+    backend = chosen.backend;
+    why = chosen.why;
+  };
   result.backend_forced = !policy.nic_backend.empty();
-  result.backend = result.backend_forced ? policy.nic_backend
-                   : nics.empty()        ? no_rdma
-                                         : backend_for_driver(m.nics[nics.front()].driver);
+  choose(nics, result.backend, result.backend_why);
   for (GpuPlan& p : result.gpus) {
     p.distances.clear();
     for (int n : p.nics) p.distances.push_back(m.distance(m.gpus[p.gpu].node, m.nics[n].node));
     p.backend_forced = result.backend_forced;
-    p.backend = result.backend_forced ? policy.nic_backend
-                : p.nics.empty()      ? no_rdma
-                                      : backend_for_driver(m.nics[p.nics.front()].driver);
+    choose(p.nics, p.backend, p.backend_why);
     if (p.nics.empty() && !nics.empty()) p.note = "no NIC left for it";
   }
   if (nics.empty()) {
-    result.notes.push_back(m.nics.empty()
-                               ? "no RDMA NIC: traffic goes through libfabric (" + no_rdma + ")"
-                               : "COURIER_NICS left no NIC");
+    result.notes.push_back(m.nics.empty() ? no_nic.why : "COURIER_NICS left no NIC");
+  }
+  for (size_t n = 0; n < m.nics.size(); ++n) {
+    if (result.nic_backends[n].backend.empty() && !result.backend_forced) {
+      result.notes.push_back(
+          fmt::format("{} ({}, PCI {}): {}; every usable backend is tried by name", m.nics[n].name,
+                      m.nics[n].driver.empty() ? "driver unknown" : m.nics[n].driver,
+                      m.nics[n].pci_id(), result.nic_backends[n].why));
+    }
   }
   if (!m.from_hwloc) {
     result.notes.push_back(

@@ -1,12 +1,14 @@
 // What Courier does with a machine (docs/topology.md): the NIC(s) each GPU
-// uses, the NIC backend, and the cores of each GPU's proxy threads; every
-// choice explained, and overridable.
+// uses, the NIC backend (the one claiming that NIC, topology/claims.hpp),
+// and the cores of each GPU's proxy threads; every choice explained, and
+// overridable.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "topology/claims.hpp"
 #include "topology/machine.hpp"
 
 namespace courier::topology {
@@ -20,14 +22,14 @@ struct Policy {
   std::vector<std::string> nics;    // COURIER_NICS: only these, in this order (empty: all)
   std::string nic_backend;          // COURIER_NIC_BACKEND as given ("" : choose)
   std::vector<int32_t> proxy_cpus;  // COURIER_PROXY_CPUS (empty: choose)
-  bool multi_host = false;          // ofi over tcp instead of shm when no RDMA NIC
 };
 
 struct GpuPlan {
   int gpu = -1;                 // index into Machine::gpus
   std::vector<int> nics;        // indices into Machine::nics
   std::vector<int> distances;   // PCIe hops to each
-  std::string backend;          // the NIC backend for this GPU's traffic
+  std::string backend;          // the NIC backend for this GPU's traffic ("": none claims it)
+  std::string backend_why;      // which claim chose it
   bool backend_forced = false;  // COURIER_NIC_BACKEND said so
   bool nics_forced = false;     // COURIER_NICS limited the choice
   std::vector<int32_t> proxy_cpus;
@@ -38,17 +40,17 @@ struct GpuPlan {
 struct Plan {
   NicSelection selection = NicSelection::automatic;
   std::vector<GpuPlan> gpus;
-  std::string backend;  // for a process without a GPU (and the default)
+  std::string backend;  // for a process without a GPU (the first NIC's), and overall
+  std::string backend_why;
   bool backend_forced = false;
+  std::vector<NicBackend> nic_backends;  // per Machine::nics: the backend claiming it
   std::vector<std::string> notes;
 };
 
-// The NIC backend Courier picks for an RDMA device's driver (mlx5 -> cx7,
-// efa -> efa, bnxt_re -> bnxt); "ofi" for anything else.
-std::string backend_for_driver(const std::string& driver);
-
-// Pairs every GPU of `m` with NICs and cores under `policy`. Throws
-// courier::Error when COURIER_NICS names a device the machine lacks.
-Plan plan(const Machine& m, const Policy& policy);
+// Pairs every GPU of `m` with NICs and cores under `policy`; each NIC's
+// backend is the one whose claim on it is the most specific (`claims`: what
+// the NIC plugins at hand declare). Throws courier::Error when COURIER_NICS
+// names a device the machine lacks.
+Plan plan(const Machine& m, const Policy& policy, const std::vector<BackendClaims>& claims);
 
 }  // namespace courier::topology

@@ -4,10 +4,11 @@ careful engineer would pick (tests/topology/expected_pairs.json).
 
     check_topology.py COURIER_INFO FIXTURE_DIR NAME [--expect KEY=VALUE ...]
 
-Without --expect: the pairs, distances, NUMA nodes, backend and proxy CPUs of
-fixture NAME must equal the expected ones exactly. With --expect (for runs
-with overrides in the environment): each KEY=VALUE must hold in the JSON,
-KEY a dotted path (gpus.2.nics, backend_forced, ...) and VALUE JSON.
+Without --expect: the pairs, distances, NUMA nodes, backend (and each GPU's
+backend, where given) and proxy CPUs of fixture NAME must equal the expected
+ones exactly. With --expect (for runs with overrides in the environment):
+each KEY=VALUE must hold in the JSON, KEY a dotted path (gpus.2.nics,
+backend_forced, ...) and VALUE JSON.
 Exit 0 when everything holds; otherwise every difference is printed.
 """
 import json
@@ -46,7 +47,11 @@ def compare_expected(got, want):
     for i, (g, w) in enumerate(zip(got["gpus"], want["gpus"])):
         have = {"nics": g["nics"], "distances": g["distances"], "numa": g["numa"],
                 "proxy_cpus": cpu_text(g["proxy_cpus"])}
-        for key in ("nics", "distances", "numa", "proxy_cpus"):
+        keys = ["nics", "distances", "numa", "proxy_cpus"]
+        if "backend" in w:  # the GPU's own, where its NIC's differs from the first
+            have["backend"] = g["backend"]
+            keys.append("backend")
+        for key in keys:
             if have[key] != w[key]:
                 errors.append(f"GPU {i}: {key} {have[key]!r}, expected {w[key]!r}")
         if "note" in w and w["note"] not in (g.get("note") or ""):

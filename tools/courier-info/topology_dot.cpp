@@ -424,23 +424,25 @@ class Graph {
     return fmt::format(
         "{}nic{} [label={}, {}, tooltip={}];\n", std::string(static_cast<size_t>(indent), ' '), n,
         stack(lines), look,
-        quoted(fmt::format("{}: driver {}, PCI {}, NUMA {}, backend {}; {}", nic.name,
+        quoted(fmt::format("{}: driver {}, PCI {} ({}), NUMA {}, backend {}; {}", nic.name,
                            nic.driver.empty() ? "unknown" : nic.driver, nic.pci.text(),
-                           numa_text(nic.numa), nic_backend(n),
+                           nic.pci_id(), numa_text(nic.numa), nic_backend(n),
                            users.empty() ? "no GPU uses it"
                                          : fmt::format("used by GPU {}", fmt::join(users, ",")))));
   }
 
   // The backend this NIC's traffic goes through: that of the GPU(s) using
-  // it, else the forced one, else the one its driver gets.
+  // it, else the forced one, else the one claiming it ("-": none does).
   std::string nic_backend(int n) const {
     const std::vector<int>& users = users_[static_cast<size_t>(n)];
     for (const GpuPlan& p : plan_.gpus) {
-      if (!users.empty() && p.gpu == users.front()) return p.backend;
+      if (!users.empty() && p.gpu == users.front()) return p.backend.empty() ? "-" : p.backend;
     }
-    return plan_.backend_forced
-               ? plan_.backend
-               : topology::backend_for_driver(m_.nics[static_cast<size_t>(n)].driver);
+    if (plan_.backend_forced) return plan_.backend;
+    const size_t i = static_cast<size_t>(n);
+    return i < plan_.nic_backends.size() && !plan_.nic_backends[i].backend.empty()
+               ? plan_.nic_backends[i].backend
+               : "-";
   }
 
   // A GPU or NIC node of the tree that Machine::gpus / nics do not list.

@@ -31,8 +31,8 @@ std::string render_text(const Machine& m, const Plan& plan, const Config& config
                      config.nics.empty() ? ""
                                          : fmt::format(" among COURIER_NICS={} (forced)",
                                                        fmt::join(config.nics, ",")));
-  out += fmt::format("NIC backend: {}{}\n", plan.backend,
-                     plan.backend_forced ? " (forced by COURIER_NIC_BACKEND)" : "");
+  out += fmt::format("NIC backend: {} ({})\n", plan.backend.empty() ? "none" : plan.backend,
+                     plan.backend_forced ? "forced by COURIER_NIC_BACKEND" : plan.backend_why);
   out += fmt::format("Allowed CPUs: {}\n\n", cpu_text(m.allowed_cpus));
   const char* row = "{:<4} {:<8} {:<13} {:<5} {:<22} {:<9} {:<10} {}\n";
   out += fmt::format(fmt::runtime(row), "GPU", "NAME", "PCI", "NUMA", "NIC(S)", "DISTANCE",
@@ -54,9 +54,12 @@ std::string render_text(const Machine& m, const Plan& plan, const Config& config
   if (plan.gpus.empty()) out += "(no GPU)\n";
   if (plan.backend_forced) out += "* forced by COURIER_NIC_BACKEND\n";
   out += fmt::format("\nRDMA NICs: {}\n", m.nics.empty() ? "none" : "");
-  for (const topology::Nic& n : m.nics) {
-    out += fmt::format("  {:<10} {:<8} {}  NUMA {}\n", n.name, n.driver, n.pci.text(),
-                       numa_text(n.numa));
+  for (size_t i = 0; i < m.nics.size(); ++i) {
+    const topology::Nic& n = m.nics[i];
+    const topology::NicBackend& b = plan.nic_backends[i];
+    out += fmt::format("  {:<14} {:<12} {:<9} {}  NUMA {}  {} ({})\n", n.name,
+                       n.driver.empty() ? "-" : n.driver, n.pci_id(), n.pci.text(),
+                       numa_text(n.numa), b.backend.empty() ? "-" : b.backend, b.why);
   }
   for (const std::string& note : plan.notes) out += fmt::format("note: {}\n", note);
   return out;
@@ -71,6 +74,7 @@ std::string render_json(const Machine& m, const Plan& plan, const Config& config
   w.field("selection", topology::to_string(plan.selection));
   w.field_list("nics_forced", config.nics);
   w.field("backend", plan.backend);
+  w.field("backend_why", plan.backend_why);
   w.field_bool("backend_forced", plan.backend_forced);
   w.field("allowed_cpus", cpu_text(m.allowed_cpus));
   w.key("numa");
@@ -106,6 +110,7 @@ std::string render_json(const Machine& m, const Plan& plan, const Config& config
     w.end_array();
     w.field_bool("nics_forced", p.nics_forced);
     w.field("backend", p.backend);
+    w.field("backend_why", p.backend_why);
     w.field_bool("backend_forced", p.backend_forced);
     w.key("proxy_cpus");
     w.begin_array();
@@ -118,11 +123,14 @@ std::string render_json(const Machine& m, const Plan& plan, const Config& config
   w.end_array();
   w.key("rdma_nics");
   w.begin_array();
-  for (const topology::Nic& n : m.nics) {
+  for (size_t i = 0; i < m.nics.size(); ++i) {
+    const topology::Nic& n = m.nics[i];
     w.begin_object();
     w.field("name", n.name);
     w.field("driver", n.driver);
-    w.field("backend", topology::backend_for_driver(n.driver));
+    w.field("pci_id", n.pci_id());
+    w.field("backend", plan.nic_backends[i].backend);
+    w.field("backend_why", plan.nic_backends[i].why);
     w.field("pci", n.pci.text());
     w.key("numa");
     if (n.numa < 0) {
@@ -152,7 +160,7 @@ int run_topology(const TopologyOptions& options) {
   try {
     const Config config = Config::load(process_env(), false);
     const Machine m = topology::discover(config.topology_xml);
-    const Plan plan = topology::plan(m, topology_policy(config));
+    const Plan plan = topology::plan(m, topology_policy(config), nic_backend_claims(config));
     const std::string out =
         options.json ? render_json(m, plan, config) : render_text(m, plan, config);
     // The picture is made before anything is written, so that a missing

@@ -10,6 +10,7 @@
 
 namespace {
 
+using courier::topology::BackendClaims;
 using courier::topology::Gpu;
 using courier::topology::Machine;
 using courier::topology::Nic;
@@ -47,13 +48,26 @@ Machine machine(int switches, int gpus, int nics) {
       }
       for (int i = 0; i < nics; ++i, ++nic) {
         m.tree.push_back({TreeNode::Kind::nic, sw, "nic", p});
-        m.nics.push_back(
-            {"mlx5_" + std::to_string(nic), "mlx5", {}, p, static_cast<int>(m.tree.size()) - 1});
+        Nic n;
+        n.name = "mlx5_" + std::to_string(nic);
+        n.driver = "mlx5";
+        n.pci_vendor = 0x15b3;
+        n.pci_device = 0x1021;
+        n.numa = p;
+        n.node = static_cast<int>(m.tree.size()) - 1;
+        m.nics.push_back(n);
       }
     }
   }
   return m;
 }
+
+// What two plugins of a test claim: "rdma" the machine's NICs, "net" the
+// rest.
+const std::vector<BackendClaims> kClaims = {
+    {"rdma", {{"mlx5", 0, 0}}, false},
+    {"net", {}, true},
+};
 
 std::vector<std::string> nics_of(const Machine& m, const courier::topology::GpuPlan& p) {
   std::vector<std::string> names;
@@ -65,12 +79,12 @@ std::vector<std::string> nics_of(const Machine& m, const courier::topology::GpuP
 
 TEST_CASE("auto pairs each GPU with the NIC behind its switch and splits its node's CPUs") {
   const Machine m = machine(2, 1, 1);  // 4 GPUs, 4 NICs
-  const auto plan = courier::topology::plan(m, {});
+  const auto plan = courier::topology::plan(m, {}, kClaims);
   REQUIRE(plan.gpus.size() == 4);
   for (size_t g = 0; g < 4; ++g) {
     CHECK(nics_of(m, plan.gpus[g]) == std::vector<std::string>{"mlx5_" + std::to_string(g)});
     CHECK(plan.gpus[g].distances == std::vector<int>{2});
-    CHECK(plan.gpus[g].backend == "cx7");
+    CHECK(plan.gpus[g].backend == "rdma");
   }
   CHECK(plan.gpus[0].proxy_cpus == std::vector<int32_t>{0, 1, 2, 3});
   CHECK(plan.gpus[1].proxy_cpus == std::vector<int32_t>{4, 5, 6, 7});
@@ -79,14 +93,14 @@ TEST_CASE("auto pairs each GPU with the NIC behind its switch and splits its nod
 
 TEST_CASE("auto gives each GPU several NICs when NICs outnumber GPUs") {
   const Machine m = machine(1, 1, 2);  // 2 GPUs, 4 NICs
-  const auto plan = courier::topology::plan(m, {});
+  const auto plan = courier::topology::plan(m, {}, kClaims);
   CHECK(nics_of(m, plan.gpus[0]) == std::vector<std::string>{"mlx5_0", "mlx5_1"});
   CHECK(nics_of(m, plan.gpus[1]) == std::vector<std::string>{"mlx5_2", "mlx5_3"});
 }
 
 TEST_CASE("auto shares a NIC between no more GPUs than needed") {
   const Machine m = machine(1, 2, 1);  // 4 GPUs, 2 NICs: each NIC serves the 2 behind it
-  const auto plan = courier::topology::plan(m, {});
+  const auto plan = courier::topology::plan(m, {}, kClaims);
   CHECK(nics_of(m, plan.gpus[0]) == std::vector<std::string>{"mlx5_0"});
   CHECK(nics_of(m, plan.gpus[1]) == std::vector<std::string>{"mlx5_0"});
   CHECK(nics_of(m, plan.gpus[2]) == std::vector<std::string>{"mlx5_1"});
@@ -98,14 +112,14 @@ TEST_CASE("round-robin ignores distance; numa stays on the node") {
   courier::topology::Policy rr;
   rr.selection = NicSelection::round_robin;
   rr.nics = {"mlx5_3", "mlx5_2", "mlx5_1", "mlx5_0"};
-  const auto plan = courier::topology::plan(m, rr);
+  const auto plan = courier::topology::plan(m, rr, kClaims);
   CHECK(nics_of(m, plan.gpus[0]) == std::vector<std::string>{"mlx5_3"});
   CHECK(plan.gpus[0].distances.front() > 2);
   CHECK(plan.gpus[0].nics_forced);
 
   courier::topology::Policy numa;
   numa.selection = NicSelection::numa;
-  const auto by_numa = courier::topology::plan(m, numa);
+  const auto by_numa = courier::topology::plan(m, numa, kClaims);
   for (size_t g = 0; g < 4; ++g) {
     const int nic = by_numa.gpus[g].nics.front();
     CHECK(m.nics[static_cast<size_t>(nic)].numa == m.gpus[g].numa);
@@ -117,7 +131,7 @@ TEST_CASE("forced backend and CPUs are used and marked") {
   courier::topology::Policy policy;
   policy.nic_backend = "ofi";
   policy.proxy_cpus = {3, 4};
-  const auto plan = courier::topology::plan(m, policy);
+  const auto plan = courier::topology::plan(m, policy, kClaims);
   CHECK(plan.backend == "ofi");
   CHECK(plan.backend_forced);
   CHECK(plan.gpus[1].backend_forced);
@@ -130,7 +144,7 @@ TEST_CASE("COURIER_NICS naming a missing device is an error listing the machine'
   courier::topology::Policy policy;
   policy.nics = {"mlx5_9"};
   try {
-    courier::topology::plan(m, policy);
+    courier::topology::plan(m, policy, kClaims);
     FAIL("no error");
   } catch (const courier::Error& e) {
     const std::string what = e.what();
@@ -142,7 +156,7 @@ TEST_CASE("COURIER_NICS naming a missing device is an error listing the machine'
 TEST_CASE("a GPU whose NUMA node has no allowed CPU shares the allowed ones, with a note") {
   Machine m = machine(1, 1, 1);
   m.allowed_cpus = {0, 1, 2, 3, 4, 5, 6, 7};  // NUMA 0 only
-  const auto plan = courier::topology::plan(m, {});
+  const auto plan = courier::topology::plan(m, {}, kClaims);
   CHECK(plan.gpus[0].proxy_cpus == std::vector<int32_t>{0, 1, 2, 3, 4, 5, 6, 7});
   CHECK(plan.gpus[1].proxy_cpus == std::vector<int32_t>{0, 1, 2, 3, 4, 5, 6, 7});
   CHECK(plan.gpus[1].note.find("no CPU of its NUMA node 1") != std::string::npos);
