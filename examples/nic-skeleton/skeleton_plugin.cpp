@@ -161,6 +161,18 @@ const courier_knob_v1 kKnobs[] = {
      "send and receive buffer of each stream in bytes, 0 for the system's default"},
 };
 
+// The devices this backend drives (ABI 1.3), so that topology chooses it
+// for the GPUs paired with one, with no change to Courier: the name the
+// kernel driver gives its RDMA devices without the index (skeleton_nic0 ->
+// "skeleton_nic"), and the PCI vendor and device IDs (also how a device is
+// known under a name rdma-core derived from its PCI path). Both are made up
+// here: put your NIC's. The recorded machine
+// tests/topology/fixtures/vendor-nic.xml has such a device.
+constexpr courier_nic_claim_v1 kClaims[] = {
+    {.driver = "skeleton_nic", .pci_vendor = 0, .pci_device = 0, .flags = 0},
+    {.driver = nullptr, .pci_vendor = 0x5e1e, .pci_device = 0x0001, .flags = 0},
+};
+
 // Built field by field from an all-NULL struct: an entry a later ABI minor
 // adds stays NULL ("absent") when this file is compiled against newer
 // headers, and the core reads nothing beyond header.struct_size.
@@ -188,6 +200,10 @@ constexpr courier_nic_plugin_v1 make_plugin() {
   plugin.poll = plugin_poll;
   // ABI 1.1: post_atomic stays NULL: no atomics (atomic_ops == 0), the core
   // emulates them over immediate data and the conformance suite skips them.
+  // ABI 1.2: describe stays NULL: nothing to add to courier-info's report.
+  // ABI 1.3: the devices it claims.
+  plugin.claims = kClaims;
+  plugin.num_claims = sizeof kClaims / sizeof kClaims[0];
   return plugin;
 }
 

@@ -7,8 +7,11 @@
 #   3. with COURIER_BACKEND_PATH pointing at the skeleton's build:
 #      a. courier-info lists the skeleton as usable and initialised, and
 #         searches the moved prefix's plugin directory;
-#      b. courier-conformance --backend skeleton: "N passed, 0 failed";
-#      c. courier-semantics-check and the program run over the skeleton
+#      b. courier-info --topology on a recorded machine with a NIC only the
+#         skeleton claims (tests/topology/fixtures/vendor-nic.xml) picks the
+#         skeleton for that NIC's GPU and Courier's own backend for the other;
+#      c. courier-conformance --backend skeleton: "N passed, 0 failed";
+#      d. courier-semantics-check and the program run over the skeleton
 #         (COURIER_NIC_BACKEND=skeleton) under courier-run, 3 and 2 ranks.
 #
 #   skeleton_install_test.sh CMAKE SOURCE_DIR BUILD_DIR WORK_DIR [CONFIGURE_ARGS...]
@@ -24,6 +27,7 @@ fi
 cmake=$1 source=$2 build=$3 work=$4
 shift 4
 configure_args=("$@")
+python=${PYTHON:-python3}
 
 # Only what each step sets below may steer the backends.
 unset COURIER_BACKEND_PATH COURIER_NIC_BACKEND COURIER_GPU_BACKEND
@@ -94,7 +98,18 @@ init=$(awk -v heading="  nic skeleton (" '
 [[ $init =~ ^\ +init\ +ok$ ]] ||
   fail "courier-info did not initialise the skeleton: '${init:-no init line}' (see $info)"
 
-# 3b. The conformance suite, through the installed program's name lookup.
+# 3b. Topology chooses the skeleton by its device claims (NIC ABI 1.3) for
+# the GPU paired with its NIC, with nothing about it in Courier; the other
+# GPU keeps the installed backend claiming its ConnectX (when this build
+# has it).
+topology_check=("$python" "$source/tests/topology/check_topology.py" "$prefix/bin/courier-info"
+  "$source/tests/topology/fixtures" vendor-nic)
+if [ ! -f "$prefix/lib/courier/libcourier-nic-cx7.so" ]; then
+  topology_check+=(--expect 'gpus.0.backend="skeleton"' 'gpus.0.nics=["skeleton_nic0"]')
+fi
+step topology "${topology_check[@]}"
+
+# 3c. The conformance suite, through the installed program's name lookup.
 step courier-conformance "$prefix/bin/courier-conformance" --backend skeleton
 conformance=$work/courier-conformance.log
 grep -Fq "courier-conformance: backend skeleton ($plugin)" "$conformance" ||
@@ -102,7 +117,7 @@ grep -Fq "courier-conformance: backend skeleton ($plugin)" "$conformance" ||
 grep -Eq "^[0-9]+ passed, 0 failed" "$conformance" ||
   fail "courier-conformance has no 'N passed, 0 failed' line (see $conformance)"
 
-# 3c. Context-level: the semantics check (3 ranks) and the program built
+# 3d. Context-level: the semantics check (3 ranks) and the program built
 # above (2 ranks), over the skeleton.
 export COURIER_NIC_BACKEND=skeleton COURIER_PROXY_THREADS=1 COURIER_CHANNELS=4
 step semantics "$prefix/bin/courier-run" --timeout 120 -n 3 "$prefix/bin/courier-semantics-check"
