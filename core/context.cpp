@@ -6,19 +6,22 @@
 #include <array>
 #include <atomic>
 #include <cstring>
-#include <fstream>
 #include <map>
 #include <mutex>
 #include <optional>
-#include <random>
 
+#include "core/atomic_policy.hpp"
 #include "core/backend_instance.hpp"
 #include "core/bootstrap/job_bootstrap.hpp"
 #include "core/check.hpp"
 #include "core/config.hpp"
 #include "core/context_internals.hpp"
 #include "core/cpu_placement.hpp"
+#include "core/device_choice.hpp"
 #include "core/faults/transport_chain.hpp"
+#include "core/fifo_channels.hpp"
+#include "core/host_discovery.hpp"
+#include "core/job_shape.hpp"
 #include "core/proxy/job_failure.hpp"
 #include "core/proxy/nic_endpoint.hpp"
 #include "core/proxy/proxy_thread.hpp"
@@ -33,9 +36,6 @@ namespace courier {
 
 namespace {
 
-// Device memory per FIFO channel: the ticket counter, then (one cache line
-// on) the producers' cached copy of `completed`.
-constexpr size_t kHeadStride = 128;
 // The longest an idle proxy thread blocks before it polls again: bounds the
 // wait of the first commands from a kernel nobody rang for (docs/
 // fifo-and-proxy.md, "Idle proxies").
@@ -46,20 +46,6 @@ constexpr uint64_t kMaxProxySleepNs = 20'000'000;
 constexpr uint64_t kAfterFailureWaitNs = 2'000'000'000;
 // Producers wait this much longer than COURIER_TIMEOUT_S (see channel()).
 constexpr uint64_t kProducerGraceS = 1;
-constexpr size_t kCompletedCacheOffset = 64;
-
-template <class T>
-std::span<const std::byte> bytes_of(const T& value) {
-  return std::as_bytes(std::span<const T, 1>(&value, 1));
-}
-
-// What every rank must agree on before endpoints are paired.
-struct JobShape {
-  uint32_t proxy_threads;
-  uint32_t ep_name_bytes;
-  uint8_t atomics[2];  // AtomicStrategyKind of ADD_U64, ADD_U32
-  char nic_backend[32];
-};
 
 EnvLookup with_overrides(const ContextOptions& options) {
   std::map<std::string, std::string, std::less<>> overrides(options.env.begin(), options.env.end());
@@ -72,54 +58,6 @@ EnvLookup with_overrides(const ContextOptions& options) {
   };
 }
 
-std::string describe_channel_error(uint64_t word) {
-  if (word == 0) return "";
-  uint64_t ticket = (word >> 8) - 1;
-  const char* what = "unknown error";
-  switch (static_cast<ChannelErrorCode>(word & 0xff)) {
-    case ChannelErrorCode::post_failed:
-      what = "the transport refused it";
-      break;
-    case ChannelErrorCode::completion_failed:
-      what = "the transport reported an error";
-      break;
-    case ChannelErrorCode::unsupported:
-      what = "its operation is not supported yet";
-      break;
-    case ChannelErrorCode::bad_command:
-      what = "it is not a valid command";
-      break;
-    case ChannelErrorCode::proxy_failed:
-      return fmt::format(
-          "the proxy thread serving this channel stopped at command {} "
-          "(details in the log)",
-          ticket);
-    case ChannelErrorCode::producer_timed_out:
-      return fmt::format(
-          "a producer timed out waiting for room with command {} reserved; "
-          "the channel cannot progress any more",
-          ticket);
-    case ChannelErrorCode::peer_failed:  // the upper bits hold the rank
-      return fmt::format("rank {} is gone: {} (details in the log)", ticket,
-                         to_string(ChannelErrorCode::peer_failed));
-    case ChannelErrorCode::none:
-      break;
-  }
-  return fmt::format("command {} failed: {} (details in the log)", ticket, what);
-}
-
-// Frees GPU-backend memory when its owner goes away (RAII even when the
-// Context's constructor fails half-way).
-struct MappedHostFree {
-  const GpuBackend* gpu;
-  void operator()(void* ptr) const { gpu->ops()->host_free_mapped(gpu->handle(), ptr); }
-};
-struct DeviceFree {
-  const GpuBackend* gpu;
-  int device;
-  void operator()(void* ptr) const { gpu->ops()->mem_free(gpu->handle(), device, ptr); }
-};
-
 }  // namespace
 
 struct Context::Impl {
@@ -131,19 +69,13 @@ struct Context::Impl {
   Registry registry;
   HostServices host;
   std::unique_ptr<GpuBackend> gpu;
-  int device = 0;  // this rank's GPU (choose_device)
+  int device = 0;  // this rank's GPU (core/device_choice.hpp)
   std::unique_ptr<NicBackend> nic;
   std::shared_ptr<Bootstrap> bootstrap;
 
-  // FIFO memory: slots and control blocks in mapped host memory, heads in
-  // device memory. Members are destroyed in reverse order: proxies stop
+  // The FIFO channels. Members are destroyed in reverse order: proxies stop
   // before endpoints close, before the memory they use is freed.
-  std::unique_ptr<void, MappedHostFree> ring_host{nullptr, {nullptr}};
-  void* ring_device = nullptr;
-  std::unique_ptr<void, DeviceFree> heads{nullptr, {nullptr, 0}};
-  size_t ring_stride = 0;
-
-  std::vector<std::unique_ptr<ProxyChannel>> channels;
+  FifoChannels channels;
   // Memory the endpoints register outlives them (declared before them).
   // Emulated-atomic mailboxes, one per proxy thread (COURIER_ATOMICS=imm).
   std::vector<std::unique_ptr<AtomicMailbox>> mailboxes;
@@ -164,7 +96,7 @@ struct Context::Impl {
   std::vector<std::unique_ptr<NicEndpoint>> endpoints;
   // What each proxy thread drives: retries (and injected faults) over its endpoint.
   std::vector<std::unique_ptr<ProxyTransport>> transports;
-  SemanticsOptions semantics;  // how atomics are done; world size set later
+  AtomicStrategies atomics;  // how each atomic op is carried out
   std::vector<std::unique_ptr<ProxyThread>> proxies;
   // Each proxy thread's semantics layer, the top of its transport stack
   // (owned by the thread; touched only in tasks it runs).
@@ -212,8 +144,9 @@ struct Context::Impl {
            gpu->props().no_device_reason,
            rejected.empty() ? "" : fmt::format(" (GPU plugin files rejected: {})", rejected));
     }
-    choose_device();
-    topology = choose_from_topology(config, device, gpu->props().mem_kind != COURIER_MEM_HOST);
+    device = choose_gpu_device(config, *gpu);
+    topology = choose_from_topology(config, nic_backend_claims(registry.nic_plugins()), device,
+                                    gpu->props().mem_kind != COURIER_MEM_HOST);
     if (config.nic_backend.empty() && !topology.nic_backend.empty()) {
       log.info("context", "topology: NIC backend {} first ({})", topology.nic_backend,
                topology.nic_why);
@@ -238,12 +171,13 @@ struct Context::Impl {
                "the target",
                nic->plugin().name);
     }
-    choose_atomic_strategies();
+    atomics = choose_atomic_strategies(config, *nic, log);
     bootstrap = options.bootstrap ? options.bootstrap
                                   : std::shared_ptr<Bootstrap>(join_job(
                                         config.job, static_cast<int>(config.timeout_s), log));
-    check_job_shape();
-    allocate_channels();
+    check_job_shape(*bootstrap,
+                    {nic->plugin().name, nic->props().max_ep_name, config.proxy_threads, atomics});
+    channels = FifoChannels(*gpu, device, config.channels, config.fifo_depth);
     setup_barriers();
     check_nic_reach();
     open_endpoints();
@@ -286,7 +220,8 @@ struct Context::Impl {
     job_failure.trip(rank, reason);
     log.error("context", "rank {} is gone or failed; failing all {} channels of this rank: {}",
               rank, channels.size(), reason);
-    for (auto& channel : channels) {
+    for (size_t c = 0; c < channels.size(); ++c) {
+      ProxyChannel* channel = &channels[c];
       mark_channel_fatal(*channel->control, static_cast<uint64_t>(rank),
                          ChannelErrorCode::peer_failed);
       wake_producers(*channel->control);  // blocked producers re-check
@@ -305,94 +240,6 @@ struct Context::Impl {
     on_peer_failure(peer >= 0 ? peer : bootstrap->rank(), message);
   }
 
-  void check_job_shape() {
-    JobShape mine{};
-    mine.proxy_threads = config.proxy_threads;
-    mine.ep_name_bytes = nic->props().max_ep_name;
-    mine.atomics[0] = static_cast<uint8_t>(semantics.add_u64);
-    mine.atomics[1] = static_cast<uint8_t>(semantics.add_u32);
-    std::snprintf(mine.nic_backend, sizeof mine.nic_backend, "%s", nic->plugin().name.c_str());
-    std::vector<std::byte> all = bootstrap->allgather(bytes_of(mine));
-    for (int r = 0; r < bootstrap->size(); ++r) {
-      JobShape theirs;
-      std::memcpy(&theirs, all.data() + r * sizeof(JobShape), sizeof(JobShape));
-      if (std::strncmp(theirs.nic_backend, mine.nic_backend, sizeof mine.nic_backend) != 0) {
-        fail(
-            "rank {} uses NIC backend '{}' but rank {} uses '{}': every rank must use the same "
-            "(set COURIER_NIC_BACKEND)",
-            r, theirs.nic_backend, bootstrap->rank(), mine.nic_backend);
-      }
-      if (theirs.proxy_threads != mine.proxy_threads) {
-        fail(
-            "rank {} runs COURIER_PROXY_THREADS={} but rank {} runs {}: the value must be equal "
-            "on every rank (proxy thread i talks to thread i of each peer)",
-            r, theirs.proxy_threads, bootstrap->rank(), mine.proxy_threads);
-      }
-      if (std::memcmp(theirs.atomics, mine.atomics, sizeof mine.atomics) != 0) {
-        fail(
-            "rank {} carries out ADD_U64/ADD_U32 by {}/{} but rank {} by {}/{}: set the same "
-            "COURIER_ATOMICS on every rank",
-            r, to_string(static_cast<AtomicStrategyKind>(theirs.atomics[0])),
-            to_string(static_cast<AtomicStrategyKind>(theirs.atomics[1])), bootstrap->rank(),
-            to_string(semantics.add_u64), to_string(semantics.add_u32));
-      }
-      if (theirs.ep_name_bytes != mine.ep_name_bytes) {
-        fail("rank {} has {}-byte endpoint names but rank {} has {}: mismatched NIC backends", r,
-             theirs.ep_name_bytes, bootstrap->rank(), mine.ep_name_bytes);
-      }
-    }
-  }
-
-  // The GPU of this rank: COURIER_GPU_DEVICE, or the local rank modulo the
-  // number of devices (one GPU per rank on a multi-GPU host).
-  void choose_device() {
-    const uint32_t count = gpu->props().device_count;
-    if (config.gpu_device == Config::kAutoGpuDevice) {
-      device = static_cast<int>(static_cast<uint32_t>(config.job.local_rank) % count);
-    } else if (config.gpu_device >= count) {
-      fail("COURIER_GPU_DEVICE={} is invalid: GPU backend '{}' has {} device(s)", config.gpu_device,
-           gpu->plugin().name, count);
-    } else {
-      device = static_cast<int>(config.gpu_device);
-    }
-  }
-
-  void allocate_channels() {
-    const uint32_t n = config.channels;
-    const uint32_t depth = config.fifo_depth;
-    ring_stride = depth * sizeof(TransferCmd) + sizeof(FifoControl);
-    const courier_gpu_plugin_v1* ops = gpu->ops();
-    void* host_ptr = nullptr;
-    if (ops->host_alloc_mapped(gpu->handle(), ring_stride * n, &host_ptr, &ring_device) != 0) {
-      fail("GPU backend '{}': allocating {} bytes of mapped FIFO memory failed: {}",
-           gpu->plugin().name, ring_stride * n, gpu->last_error());
-    }
-    ring_host = {host_ptr, MappedHostFree{gpu.get()}};
-    std::memset(host_ptr, 0, ring_stride * n);
-    // Per channel: the ticket counter, then the producers' cached copy of
-    // `completed`, each on its own cache line.
-    const size_t head_stride = kHeadStride;
-    void* heads_ptr = nullptr;
-    if (ops->mem_alloc(gpu->handle(), device, head_stride * n, &heads_ptr) != 0) {
-      fail("GPU backend '{}': allocating FIFO heads failed: {}", gpu->plugin().name,
-           gpu->last_error());
-    }
-    heads = {heads_ptr, DeviceFree{gpu.get(), device}};
-    std::vector<std::byte> zeros(head_stride * n);
-    ops->memcpy_sync(gpu->handle(), heads_ptr, zeros.data(), zeros.size());
-    for (uint32_t c = 0; c < n; ++c) {
-      auto* base = static_cast<std::byte*>(host_ptr) + c * ring_stride;
-      auto* slots = reinterpret_cast<TransferCmd*>(base);
-      auto* control = reinterpret_cast<FifoControl*>(base + depth * sizeof(TransferCmd));
-      channels.push_back(std::make_unique<ProxyChannel>(c, slots, control, depth));
-      // Heads in host memory (gpu-host) can be shown in hang diagnostics.
-      if (gpu->props().mem_kind == COURIER_MEM_HOST) {
-        channels.back()->head =
-            reinterpret_cast<const uint64_t*>(static_cast<std::byte*>(heads_ptr) + c * head_stride);
-      }
-    }
-  }
-
   void open_endpoints() {
     const uint32_t threads = config.proxy_threads;
     const uint32_t channels_per_thread = (config.channels + threads - 1) / threads;
@@ -403,7 +250,7 @@ struct Context::Impl {
     attr.tx_depth =
         config.nic_window != 0 ? config.nic_window : config.max_inflight * channels_per_thread;
     attr.rx_depth = 4096;
-    if (uses(AtomicStrategyKind::hw)) attr.flags |= COURIER_NIC_EP_ATOMICS;
+    if (atomics.uses(AtomicStrategyKind::hw)) attr.flags |= COURIER_NIC_EP_ATOMICS;
     // Derived (COURIER_NIC_WINDOW unset), the window is a wish: a backend
     // whose queues are smaller (libfabric shm takes 1024) gets the largest
     // power-of-two share it accepts, down to 64, and the log says so. The
@@ -482,54 +329,10 @@ struct Context::Impl {
     }
   }
 
-  // How each atomic op is carried out (COURIER_ATOMICS and the NIC's
-  // capabilities); docs/semantics.md. Every rank computes the same from the
-  // same configuration; check_job_shape() makes sure.
-  void choose_atomic_strategies() {
-    const courier_nic_props_v1& props = nic->props();
-    const bool imm_possible = (props.caps & COURIER_NIC_CAP_WRITE_IMM) != 0 &&
-                              (props.caps & COURIER_NIC_CAP_IMM_SOURCE) != 0 &&
-                              props.imm_bytes >= 4;
-    auto choose = [&](uint32_t op) {
-      const bool offered = (props.atomic_ops & op) != 0;
-      const bool native = (props.atomic_native & op) != 0;
-      switch (config.atomics) {
-        case AtomicsMode::hw:
-        case AtomicsMode::provider:
-          if (!offered) {
-            fail("COURIER_ATOMICS={} but NIC backend '{}' ({}) carries out no {}; use imm or auto",
-                 to_string(config.atomics), nic->plugin().name, props.device,
-                 courier_nic_atomic_name(op));
-          }
-          return AtomicStrategyKind::hw;
-        case AtomicsMode::imm:
-          if (!imm_possible) {
-            fail(
-                "COURIER_ATOMICS=imm but NIC backend '{}' ({}) cannot carry 4 bytes of "
-                "immediate data with the sender's identity; use hw or auto",
-                nic->plugin().name, props.device);
-          }
-          return AtomicStrategyKind::imm;
-        case AtomicsMode::automatic:
-          if (native) return AtomicStrategyKind::hw;
-          if (imm_possible) return AtomicStrategyKind::imm;
-          return offered ? AtomicStrategyKind::hw : AtomicStrategyKind::none;
-      }
-      return AtomicStrategyKind::none;
-    };
-    semantics.add_u64 = choose(COURIER_NIC_ATOMIC_ADD_U64);
-    semantics.add_u32 = choose(COURIER_NIC_ATOMIC_ADD_U32);
-    log.info("context", "atomics: ADD_U64 by {}, ADD_U32 by {} (COURIER_ATOMICS={})",
-             to_string(semantics.add_u64), to_string(semantics.add_u32), to_string(config.atomics));
-  }
-  bool uses(AtomicStrategyKind kind) const {
-    return semantics.add_u64 == kind || semantics.add_u32 == kind;
-  }
-
   // Emulated atomics need a mailbox per proxy endpoint, registered like a
   // window on every rank.
   void register_mailboxes() {
-    if (!uses(AtomicStrategyKind::imm)) return;
+    if (!atomics.uses(AtomicStrategyKind::imm)) return;
     for (uint32_t window = kRequestMailboxWindow; window <= kReplyStagingWindow; ++window) {
       std::vector<Region> regions;
       for (auto& mailbox : mailboxes)
@@ -541,31 +344,8 @@ struct Context::Impl {
   // Which ranks share this host (hostname and boot id), the host's shared
   // segment for the node-local phase, and the message slots of each thread.
   void setup_barriers() {
-    char host[256] = {};
-    ::gethostname(host, sizeof host - 1);
-    std::string boot_id;
-    std::ifstream("/proc/sys/kernel/random/boot_id") >> boot_id;
-    // Rank 0's random job id names the segments: unique per job and host.
-    struct Mine {
-      char key[240];
-      uint64_t job_id;
-    } mine{};
-    std::string key = std::string(host) + "/" + boot_id;
-    if (config.ranks_per_host != 0) {  // simulated hosts: blocks of consecutive ranks
-      key = fmt::format("simulated-host-{}", bootstrap->rank() / config.ranks_per_host);
-    }
-    std::memcpy(mine.key, key.data(), std::min(key.size(), sizeof mine.key - 1));
-    mine.job_id = std::random_device{}() * 0x100000001ull ^ static_cast<uint64_t>(::getpid());
-    std::vector<std::byte> all = bootstrap->allgather(bytes_of(mine));
-    std::vector<std::string> keys;
-    uint64_t job_id = 0;
-    for (int r = 0; r < bootstrap->size(); ++r) {
-      Mine theirs;
-      std::memcpy(&theirs, all.data() + r * sizeof(Mine), sizeof(Mine));
-      theirs.key[sizeof theirs.key - 1] = '\0';
-      keys.emplace_back(theirs.key);
-      if (r == 0) job_id = theirs.job_id;
-    }
+    const HostMap hosts = discover_hosts(*bootstrap, config);
+    const std::vector<std::string>& keys = hosts.keys;
     barrier_topology = make_barrier_topology(static_cast<uint32_t>(bootstrap->rank()), keys);
     BarrierTopology& t = barrier_topology;
     {
@@ -577,15 +357,11 @@ struct Context::Impl {
       log.info("context",
                "hosts: {} ({}); this host '{}' has ranks {} (local index {} of {}, "
                "host leader {}); host leaders {}",
-               t.host_leaders.size(),
-               config.ranks_per_host != 0
-                   ? fmt::format("COURIER_RANKS_PER_HOST={}", config.ranks_per_host)
-                   : std::string("by hostname and boot id"),
-               config.ranks_per_host != 0 ? key : std::string(host), fmt::join(host_ranks, ","),
+               t.host_leaders.size(), hosts.how, hosts.this_host, fmt::join(host_ranks, ","),
                t.local_index, t.local_size, t.host_leader, fmt::join(t.host_leaders, ","));
     }
     t.block_bytes = barrier_block_bytes(t.local_size);
-    const std::string name = fmt::format("/courier-{:016x}-{}", job_id, t.host_leader);
+    const std::string name = host_segment_name(hosts, t.host_leader);
     // The host's ranks' doorbells follow the barrier blocks.
     const size_t doorbells_at = (t.block_bytes * channels.size() + alignof(DoorbellWord) - 1) /
                                 alignof(DoorbellWord) * alignof(DoorbellWord);
@@ -641,7 +417,9 @@ struct Context::Impl {
   }
 
   void start_proxies() {
-    SemanticsOptions layer = semantics;
+    SemanticsOptions layer;
+    layer.add_u64 = atomics.add_u64;
+    layer.add_u32 = atomics.add_u32;
     layer.rank = static_cast<uint32_t>(bootstrap->rank());
     layer.world_size = static_cast<uint32_t>(bootstrap->size());
     layer.barrier = &barrier_topology;
@@ -685,13 +463,13 @@ struct Context::Impl {
     for (uint32_t i = 0; i < threads; ++i) {
       if (!rank_cpus.empty()) options.cpu = rank_cpus[i % rank_cpus.size()];
       std::vector<ProxyChannel*> mine;
-      for (uint32_t c = i; c < channels.size(); c += threads) mine.push_back(channels[c].get());
+      for (uint32_t c = i; c < channels.size(); c += threads) mine.push_back(&channels[c]);
       transports.push_back(make_transport_chain(*endpoints[i], config, i, log, &job_failure));
       if (sleeps) {
         transports.back() = std::make_unique<RingingTransport>(std::move(transports.back()), peers);
       }
       AtomicMailbox* mailbox = nullptr;
-      if (uses(AtomicStrategyKind::imm)) {
+      if (atomics.uses(AtomicStrategyKind::imm)) {
         mailboxes.push_back(std::make_unique<AtomicMailbox>(bootstrap->size()));
         mailbox = mailboxes.back().get();
       }
@@ -865,27 +643,20 @@ DeviceChannel Context::channel(uint32_t index) const {
   if (index >= s.channels.size()) {
     fail("channel {} does not exist: COURIER_CHANNELS={}", index, s.channels.size());
   }
-  auto* device_base = static_cast<std::byte*>(s.ring_device) + index * s.ring_stride;
-  DeviceChannel ch;
-  ch.slots = reinterpret_cast<TransferCmd*>(device_base);
-  ch.control =
-      reinterpret_cast<FifoControl*>(device_base + s.config.fifo_depth * sizeof(TransferCmd));
-  auto* heads = static_cast<std::byte*>(s.heads.get()) + index * kHeadStride;
-  ch.head = reinterpret_cast<uint64_t*>(heads);
-  ch.completed_cache = reinterpret_cast<uint64_t*>(heads + kCompletedCacheOffset);
-  ch.depth_mask = s.config.fifo_depth - 1;
-  ch.max_inflight = s.config.max_inflight;
-  ch.channel_id = index;
   // A second longer than the proxy's own stall bound: when a peer stops
   // answering, the proxy's diagnosis (the channel failed, naming the rank)
   // reaches the producer before the producer gives up on its own, with a
   // bare "timed out".
-  ch.timeout_ns = (uint64_t{s.config.timeout_s} + kProducerGraceS) * 1000000000ull;
-  return ch;
+  return s.channels.device_channel(
+      index, s.config.max_inflight,
+      (uint64_t{s.config.timeout_s} + kProducerGraceS) * 1000000000ull);
 }
 
 ChannelStats Context::channel_stats(uint32_t index) const {
-  const ProxyChannel& channel = *impl_->channels.at(index);
+  if (index >= impl_->channels.size()) {
+    fail("channel {} does not exist: COURIER_CHANNELS={}", index, impl_->channels.size());
+  }
+  const ProxyChannel& channel = impl_->channels[index];
   ChannelStats stats;
   stats.commands = channel.commands.load();
   stats.errors = channel.errors.load();
@@ -998,8 +769,8 @@ uint64_t Context::imm_received() const {
 
 Context::AtomicStats Context::atomic_stats() const {
   AtomicStats total;
-  total.add_u64 = to_string(impl_->semantics.add_u64);
-  total.add_u32 = to_string(impl_->semantics.add_u32);
+  total.add_u64 = to_string(impl_->atomics.add_u64);
+  total.add_u32 = to_string(impl_->atomics.add_u32);
   for (size_t i = 0; i < impl_->proxies.size(); ++i) {
     SemanticsStats s;
     // Owned by the proxy thread.

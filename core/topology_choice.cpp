@@ -61,10 +61,6 @@ topology::Policy topology_policy(const Config& config) {
   return policy;
 }
 
-TopologyChoice choose_from_topology(const Config& config, int device, bool device_memory) {
-  return choose_from_topology(config, nic_backend_claims(config), device, device_memory);
-}
-
 TopologyChoice choose_from_topology(const Config& config,
                                     const std::vector<topology::BackendClaims>& claims, int device,
                                     bool device_memory) {

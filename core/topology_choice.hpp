@@ -48,8 +48,5 @@ std::vector<topology::BackendClaims> nic_backend_claims(const Config& config);
 TopologyChoice choose_from_topology(const Config& config,
                                     const std::vector<topology::BackendClaims>& claims, int device,
                                     bool device_memory);
-// As above with nic_backend_claims(config): a second scan of the plugin
-// directories. A caller holding a Registry passes its claims instead.
-TopologyChoice choose_from_topology(const Config& config, int device, bool device_memory);
 
 }  // namespace courier
