@@ -136,7 +136,7 @@ class ProxyUnresponsive : public Error {
 };
 
 // Sleeps more the longer a proxy finds nothing to do, so that several busy
-// processes on a 2-core machine still make progress; any work resets it.
+// processes sharing a few cores still make progress; any work resets it.
 class IdleBackoff {
  public:
   explicit IdleBackoff(bool may_sleep) : may_sleep_(may_sleep) {}
