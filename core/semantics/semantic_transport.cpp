@@ -261,15 +261,34 @@ int SemanticTransport::poll(courier_nic_completion_v1* out, uint32_t max) {
 
 void SemanticTransport::finish_flight(courier_nic_completion_v1& c) {
   const uint32_t index = cookie::user_index(c.cookie);
-  if (index >= flights_.size() || !flights_[index].live) {
+  if (index > flight_mask_ || !flights_[index].live) [[unlikely]] {
     throw Error(fmt::format(
         "the transport completed cookie {:#x}, which names no operation in flight", c.cookie));
   }
-  const Flight& f = flights_[index];
-  if (f.is_write && peers_[f.peer].writes_in_flight > 0) --peers_[f.peer].writes_in_flight;
+  Flight& f = flights_[index];
+  if (f.is_write) {
+    uint32_t& writes = peers_[f.peer].writes_in_flight;
+    if (writes > 0) --writes;
+  }
   c.cookie = f.cookie;
   c.peer = f.peer;
-  end_flight(index);
+  f.live = false;
+}
+
+uint32_t SemanticTransport::free_flight() {
+  for (uint32_t i = 0; i <= flight_mask_; ++i) {
+    const uint32_t index = (next_flight_ + i) & flight_mask_;
+    if (!flights_[index].live) {
+      next_flight_ = index + 1;
+      return index;
+    }
+  }
+  // Every slot in flight: twice as many (the live ones keep their index).
+  const uint32_t size = flight_mask_ + 1;
+  flights_.resize(size * 2);
+  flight_mask_ = size * 2 - 1;
+  next_flight_ = size + 1;
+  return size;
 }
 
 int SemanticTransport::take_finished(courier_nic_completion_v1* out, uint32_t max,

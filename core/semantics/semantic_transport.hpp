@@ -132,6 +132,7 @@ class SemanticTransport final : public TransportDecorator {
     bool is_write = false;
     bool live = false;
   };
+  static constexpr uint32_t kFirstFlights = 1024;
   struct SlotOwner {
     bool busy = false;
     uint16_t seq = 0;
@@ -163,22 +164,18 @@ class SemanticTransport final : public TransportDecorator {
     uint32_t free_hint = 0;
   };
 
+  // The table is a ring indexed by a running count: a slot is free again
+  // long before the count comes round, unless completions lag far behind
+  // (then the next free slot, or a table twice as large).
   uint32_t begin_flight(uint64_t cookie, uint32_t peer, bool is_write) {
-    uint32_t index;
-    if (free_flights_.empty()) {
-      index = static_cast<uint32_t>(flights_.size());
-      flights_.emplace_back();
-    } else {
-      index = free_flights_.back();
-      free_flights_.pop_back();
-    }
+    uint32_t index = next_flight_++ & flight_mask_;
+    if (flights_[index].live) [[unlikely]]
+      index = free_flight();
     flights_[index] = {cookie, peer, is_write, true};
     return index;
   }
-  void end_flight(uint32_t index) {
-    flights_[index].live = false;
-    free_flights_.push_back(index);
-  }
+  void end_flight(uint32_t index) { flights_[index].live = false; }
+  uint32_t free_flight();
   // A TX completion of a caller's post: back to the caller's cookie.
   void finish_flight(courier_nic_completion_v1& c);
   // A command finished here (an answered atomic, a barrier): handed up by
@@ -218,8 +215,9 @@ class SemanticTransport final : public TransportDecorator {
     uint64_t bytes = 0;
   };
   std::vector<LocalWindow> windows_;
-  std::vector<Flight> flights_;
-  std::vector<uint32_t> free_flights_;
+  std::vector<Flight> flights_ = std::vector<Flight>(kFirstFlights);
+  uint32_t flight_mask_ = kFirstFlights - 1;  // flights_.size() - 1
+  uint32_t next_flight_ = 0;
   std::deque<PendingAnswer> answers_;  // answers waiting for room on the transport
   std::vector<PendingBarrier> barriers_;
   uint64_t internal_in_flight_ = 0;

@@ -22,11 +22,10 @@ AFTER_BUILD=${AFTER_BUILD:-build}
 ROUNDS=${ROUNDS:-5}
 targets=(courier-bench courier-run courier-nic-ofi courier-gpu-host)
 
-build() {  # build SRC DIR
-  cmake -S "$1" -B "$2" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >"$2.configure.log" 2>&1 ||
-    { tail -20 "$2.configure.log"; exit 1; }
-  cmake --build "$2" -j "$(nproc)" --target "${targets[@]}" >"$2.build.log" 2>&1 ||
-    { grep -E "error|FAILED" -A5 "$2.build.log" | head -40; exit 1; }
+build() {  # build SRC DIR (logs in DIR)
+  cmake -S "$1" -B "$2" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >"$2/before_after.log" 2>&1 &&
+    cmake --build "$2" -j "$(nproc)" --target "${targets[@]}" >>"$2/before_after.log" 2>&1 ||
+    { grep -E "error|FAILED|Error" -A5 "$2/before_after.log" | head -40; exit 1; }
 }
 
 before_src=$BEFORE_SRC

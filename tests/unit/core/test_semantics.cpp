@@ -384,3 +384,25 @@ TEST_CASE("barrier topology: hosts, leaders, local indices and rails") {
   CHECK(alone.local_size == 1);
   CHECK(alone.rail == std::vector<uint32_t>{0, 1, 5});
 }
+
+TEST_CASE("more posts in flight than the table's first size: every cookie comes back once") {
+  TwoRanks r(true, AtomicStrategyKind::none);
+  std::string error;
+  constexpr uint64_t kPosts = 3000;  // beyond the table's first 1024 slots
+  for (uint64_t i = 0; i < kPosts; ++i) {
+    REQUIRE(r.s0->post_write(write_block(static_cast<uint32_t>(i % kBlocks)), 1000 + i, &error) ==
+            COURIER_OK);
+  }
+  PeerActivity a;
+  REQUIRE(r.s0->peer_activity(1, &a));
+  CHECK(a.writes_in_flight == kPosts);
+  std::vector<uint64_t> cookies;
+  for (const courier_nic_completion_v1& c : r.pump()) {
+    if (c.kind == COURIER_NIC_COMP_TX) cookies.push_back(c.cookie);
+  }
+  std::sort(cookies.begin(), cookies.end());
+  REQUIRE(cookies.size() == kPosts);
+  for (uint64_t i = 0; i < kPosts; ++i) CHECK(cookies[i] == 1000 + i);
+  REQUIRE(r.s0->peer_activity(1, &a));
+  CHECK(a.writes_in_flight == 0);
+}
