@@ -16,7 +16,7 @@ extern "C" {
 #endif
 
 #define COURIER_GPU_ABI_MAJOR 1
-#define COURIER_GPU_ABI_MINOR 14
+#define COURIER_GPU_ABI_MINOR 15
 #define COURIER_GPU_SYMBOL_V1 "courier_gpu_backend_v1"
 
 /* Capability bits (courier_gpu_props_v1.caps). */
@@ -863,6 +863,101 @@ typedef struct courier_gpu_ep_counters_v1 {
   uint64_t host_waits;
 } courier_gpu_ep_counters_v1;
 
+/* ---- Minor 15: the table in parts (docs/plugin-abi.md, "GPU ABI 1.15").
+ * The entries come in three parts, each a struct of its own that starts
+ * with its struct_size (sizeof the part as the plugin was built), and that
+ * a plugin points to from the end of courier_gpu_plugin_v1 or leaves NULL:
+ *
+ *   runtime   what every GPU backend has: device memory, mapped host
+ *             memory, synchronous copies, host kernels, IPC, dmabuf.
+ *             Required from minor 15: the registry rejects a plugin of
+ *             minor 15 or later without it.
+ *   selftest  the self-test and benchmark kernels that drive FIFO channels
+ *             from device code (COURIER_GPU_CAP_FIFO_KERNELS).
+ *   ep        expert parallelism: the layout kernel, the direct and proxy
+ *             paths' kernels, and what acts on a device's EP stream (its
+ *             choice, sync, capture query, copies, counters, stamps, hold).
+ *
+ * The rules:
+ *  - A core of minor 15 or later calls a plugin of minor 15 or later only
+ *    through its parts, reading each only up to its struct_size: an entry
+ *    past it or NULL is absent, and so is every capability that needs it
+ *    (the core clears those bits). For a plugin of an older minor the core
+ *    builds the parts itself from the flat fields of courier_gpu_plugin_v1,
+ *    by the rules of each minor, so the rest of the core sees parts alone.
+ *  - A plugin of minor 15 still fills the flat fields, with the same
+ *    functions as its parts: a core older than 1.15 reads only those (and
+ *    every core requires the 1.0 entries).
+ *  - Entries added after minor 15 are appended to a part, whose struct_size
+ *    grows; courier_gpu_plugin_v1 gains no more entries.
+ * Each entry keeps the contract of the flat field of the same name. */
+typedef struct courier_gpu_runtime_part_v1 {
+  uint32_t struct_size;
+  uint32_t reserved;
+  /* ABI 1.0's: required in this part too. */
+  int (*mem_alloc)(void* backend, int device, size_t bytes, void** ptr);
+  int (*mem_free)(void* backend, int device, void* ptr);
+  int (*host_alloc_mapped)(void* backend, size_t bytes, void** host_ptr, void** device_ptr);
+  int (*host_free_mapped)(void* backend, void* host_ptr);
+  int (*memcpy_sync)(void* backend, void* dst, const void* src, size_t bytes);
+  int (*launch_host_kernel)(void* backend, const courier_host_kernel_launch_v1* launch);
+  /* COURIER_GPU_CAP_IPC: all three. */
+  int (*ipc_export)(void* backend, void* ptr, courier_gpu_ipc_handle_v1* handle);
+  int (*ipc_import)(void* backend, int device, const courier_gpu_ipc_handle_v1* handle, void** ptr);
+  int (*ipc_close)(void* backend, void* ptr);
+  /* COURIER_GPU_CAP_DMABUF. */
+  int (*dmabuf_export)(void* backend, void* ptr, size_t bytes, int* fd, uint64_t* offset);
+} courier_gpu_runtime_part_v1;
+
+typedef struct courier_gpu_selftest_part_v1 {
+  uint32_t struct_size;
+  uint32_t reserved;
+  /* COURIER_GPU_CAP_FIFO_KERNELS: all three. */
+  int (*run_fifo_producers)(void* backend, courier_gpu_fifo_producers_v1* job);
+  int (*run_fifo_round_trips)(void* backend, courier_gpu_fifo_round_trips_v1* job);
+  int (*run_command_lists)(void* backend, courier_gpu_command_lists_v1* job);
+} courier_gpu_selftest_part_v1;
+
+typedef struct courier_gpu_ep_part_v1 {
+  uint32_t struct_size;
+  uint32_t reserved;
+  /* COURIER_GPU_CAP_EP_KERNELS. */
+  int (*run_ep_layout)(void* backend, const courier_gpu_ep_layout_v1* job);
+  /* COURIER_GPU_CAP_EP_DIRECT: these eight and ep_sync. */
+  int (*ep_route)(void* backend, const courier_gpu_ep_route_v1* job);
+  int (*ep_signal)(void* backend, const courier_gpu_ep_signal_v1* job);
+  int (*ep_wait)(void* backend, const courier_gpu_ep_wait_v1* job);
+  int (*ep_ht_dispatch)(void* backend, const courier_gpu_ep_ht_dispatch_v1* job);
+  int (*ep_ll_dispatch)(void* backend, const courier_gpu_ep_ll_dispatch_v1* job);
+  int (*ep_ll_receive)(void* backend, const courier_gpu_ep_ll_receive_v1* job);
+  int (*ep_combine_send)(void* backend, const courier_gpu_ep_combine_send_v1* job);
+  int (*ep_reduce)(void* backend, const courier_gpu_ep_reduce_v1* job);
+  int (*ep_sync)(void* backend, int device);
+  /* COURIER_GPU_CAP_EP_PROXY: these seven and ep_sync. */
+  int (*ep_proxy_refuse)(void* backend, const courier_gpu_ep_proxy_refuse_v1* job);
+  int (*ep_proxy_ht_dispatch)(void* backend, const courier_gpu_ep_proxy_ht_dispatch_v1* job);
+  int (*ep_proxy_ht_receive)(void* backend, const courier_gpu_ep_proxy_ht_receive_v1* job);
+  int (*ep_proxy_ll_dispatch)(void* backend, const courier_gpu_ep_proxy_ll_dispatch_v1* job);
+  int (*ep_proxy_ll_receive)(void* backend, const courier_gpu_ep_proxy_ll_receive_v1* job);
+  int (*ep_proxy_combine)(void* backend, const courier_gpu_ep_proxy_combine_v1* job);
+  int (*ep_proxy_reduce)(void* backend, const courier_gpu_ep_proxy_reduce_v1* job);
+  /* Each on its own (no capability bit): set, or NULL when absent. */
+  int (*ep_set_stream)(void* backend, int device, int caller, void* stream);
+  int (*ep_stream_capturing)(void* backend, int device, int* capturing);
+  int (*ep_copy)(void* backend, int device, void* dst, const void* src, size_t bytes);
+  /* These three together. */
+  int (*ep_counters)(void* backend, int device, courier_gpu_ep_counters_v1* out);
+  int (*ep_stamp)(void* backend, int device, uint32_t slot);
+  int (*ep_stamp_elapsed)(void* backend, int device, uint64_t* ns);
+  int (*ep_hold)(void* backend, int device, uint32_t microseconds);
+} courier_gpu_ep_part_v1;
+
+/* True when `part` (a pointer to a part of type `type`, or NULL) is there,
+ * long enough to carry `field`, and the entry is set. */
+#define COURIER_GPU_PART_HAS(type, part, field)                                              \
+  ((part) != NULL && (part)->struct_size >= offsetof(type, field) + sizeof((part)->field) && \
+   (part)->field != NULL)
+
 typedef struct courier_gpu_plugin_v1 {
   courier_plugin_header header;
   const char* description;
@@ -993,6 +1088,13 @@ typedef struct courier_gpu_plugin_v1 {
    * ep_counters' kernel_launches. A backend whose kernels run before its
    * entries return (gpu-host) does nothing and returns 0. */
   int (*ep_hold)(void* backend, int device, uint32_t microseconds);
+
+  /* ---- minor 15 (read only when header.struct_size covers them) ----
+   * The parts (above): a core of minor 15 or later calls the plugin through
+   * these alone. runtime is required; NULL selftest or ep: absent. */
+  const courier_gpu_runtime_part_v1* runtime;
+  const courier_gpu_selftest_part_v1* selftest;
+  const courier_gpu_ep_part_v1* ep;
 } courier_gpu_plugin_v1;
 
 typedef const courier_gpu_plugin_v1* (*courier_gpu_backend_v1_fn)(void);
