@@ -27,6 +27,7 @@
 #include "cuda_status.hpp"
 #include "gpu/ep_counters.hpp"
 #include "gpu/ep_streams.hpp"
+#include "gpu/plugin_table.hpp"
 
 namespace {
 
@@ -540,16 +541,9 @@ constexpr courier_knob_v1 kKnobs[] = {
      "per call to stderr when the backend unloads (for tuning; adds an event per kernel)"},
 };
 
-const courier_gpu_plugin_v1 kPlugin = {
-    {sizeof(courier_gpu_plugin_v1), COURIER_GPU_ABI_MAJOR, COURIER_GPU_ABI_MINOR, "cuda"},
-    "NVIDIA GPUs through the CUDA runtime (driver loaded on first use)",
-    kKnobs,
-    sizeof kKnobs / sizeof kKnobs[0],
+constexpr courier_gpu_runtime_part_v1 kRuntime = {
+    sizeof(courier_gpu_runtime_part_v1),
     0,
-    cuda_init,
-    cuda_fini,
-    cuda_last_error,
-    cuda_query,
     cuda_mem_alloc,
     cuda_mem_free,
     cuda_host_alloc_mapped,
@@ -560,9 +554,19 @@ const courier_gpu_plugin_v1 kPlugin = {
     cuda_ipc_import,
     cuda_ipc_close,
     cuda_dmabuf_export,
+};
+
+constexpr courier_gpu_selftest_part_v1 kSelftest = {
+    sizeof(courier_gpu_selftest_part_v1),
+    0,
     cuda_run_fifo_producers,
     cuda_run_fifo_round_trips,
     cuda_run_command_lists,
+};
+
+constexpr courier_gpu_ep_part_v1 kEp = {
+    sizeof(courier_gpu_ep_part_v1),
+    0,
     cuda_run_ep_layout,
     enqueue_ep<courier_gpu_ep_route_v1, courier::cuda_gpu::ep_route, kRoute>,
     enqueue_ep<courier_gpu_ep_signal_v1, courier::cuda_gpu::ep_signal, kSignal>,
@@ -588,6 +592,11 @@ const courier_gpu_plugin_v1 kPlugin = {
     cuda_ep_stamp_elapsed,
     cuda_ep_hold,
 };
+
+constexpr courier_gpu_plugin_v1 kPlugin = courier::device::plugin_table(
+    {"cuda", "NVIDIA GPUs through the CUDA runtime (driver loaded on first use)", kKnobs,
+     sizeof kKnobs / sizeof kKnobs[0], cuda_init, cuda_fini, cuda_last_error, cuda_query},
+    kRuntime, &kSelftest, &kEp);
 
 }  // namespace
 

@@ -21,6 +21,7 @@
 #include "courier/abi/gpu_v1.h"
 #include "gpu/ep_counters.hpp"
 #include "gpu/ep_streams.hpp"
+#include "gpu/plugin_table.hpp"
 #include "hip_ep_kernels.hpp"
 #include "hip_selftest_kernels.hpp"
 #include "hip_status.hpp"
@@ -441,16 +442,9 @@ int hip_ep_copy(void* backend, int device, void* dst, const void* src, size_t by
   return rc == hipSuccess ? 0 : fail(rc, "copying on the EP stream (ep_copy)");
 }
 
-const courier_gpu_plugin_v1 kPlugin = {
-    {sizeof(courier_gpu_plugin_v1), COURIER_GPU_ABI_MAJOR, COURIER_GPU_ABI_MINOR, "hip"},
-    "AMD GPUs through the ROCm HIP runtime",
-    nullptr,
+constexpr courier_gpu_runtime_part_v1 kRuntime = {
+    sizeof(courier_gpu_runtime_part_v1),
     0,
-    0,
-    hip_init,
-    hip_fini,
-    hip_last_error,
-    hip_query,
     hip_mem_alloc,
     hip_mem_free,
     hip_host_alloc_mapped,
@@ -461,9 +455,19 @@ const courier_gpu_plugin_v1 kPlugin = {
     hip_ipc_import,
     hip_ipc_close,
     hip_dmabuf_export,
+};
+
+constexpr courier_gpu_selftest_part_v1 kSelftest = {
+    sizeof(courier_gpu_selftest_part_v1),
+    0,
     hip_run_fifo_producers,
     hip_run_fifo_round_trips,
     hip_run_command_lists,
+};
+
+constexpr courier_gpu_ep_part_v1 kEp = {
+    sizeof(courier_gpu_ep_part_v1),
+    0,
     hip_run_ep_layout,
     enqueue_ep<courier_gpu_ep_route_v1, courier::hip_gpu::ep_route>,
     enqueue_ep<courier_gpu_ep_signal_v1, courier::hip_gpu::ep_signal>,
@@ -489,6 +493,11 @@ const courier_gpu_plugin_v1 kPlugin = {
     hip_ep_stamp_elapsed,
     hip_ep_hold,
 };
+
+constexpr courier_gpu_plugin_v1 kPlugin =
+    courier::device::plugin_table({"hip", "AMD GPUs through the ROCm HIP runtime", nullptr, 0,
+                                   hip_init, hip_fini, hip_last_error, hip_query},
+                                  kRuntime, &kSelftest, &kEp);
 
 }  // namespace
 

@@ -18,6 +18,7 @@
 #include <unordered_map>
 
 #include "courier/abi/gpu_v1.h"
+#include "gpu/plugin_table.hpp"
 #include "host_ep_kernels.hpp"
 #include "host_kernel_launch.hpp"
 #include "host_selftest_kernels.hpp"
@@ -325,16 +326,9 @@ int host_ep_proxy(void* backend, const Job* job) {
   return rc;
 }
 
-const courier_gpu_plugin_v1 kPlugin = {
-    {sizeof(courier_gpu_plugin_v1), COURIER_GPU_ABI_MAJOR, COURIER_GPU_ABI_MINOR, "host"},
-    "CPU threads standing in for a GPU (development and CI)",
-    kKnobs,
-    sizeof kKnobs / sizeof kKnobs[0],
+constexpr courier_gpu_runtime_part_v1 kRuntime = {
+    sizeof(courier_gpu_runtime_part_v1),
     0,
-    host_init,
-    host_fini,
-    host_last_error,
-    host_query,
     host_mem_alloc,
     host_mem_free,
     host_alloc_mapped,
@@ -345,9 +339,19 @@ const courier_gpu_plugin_v1 kPlugin = {
     nullptr,  // ipc_import
     nullptr,  // ipc_close
     nullptr,  // dmabuf_export: host memory is no dmabuf; the core answers -EOPNOTSUPP
+};
+
+constexpr courier_gpu_selftest_part_v1 kSelftest = {
+    sizeof(courier_gpu_selftest_part_v1),
+    0,
     host_run_fifo_producers,
     host_run_fifo_round_trips,
     host_run_command_lists,
+};
+
+constexpr courier_gpu_ep_part_v1 kEp = {
+    sizeof(courier_gpu_ep_part_v1),
+    0,
     host_run_ep_layout,
     // ep_*: no direct path (host memory is not shared across processes);
     // EP runs over the proxy path.
@@ -375,6 +379,11 @@ const courier_gpu_plugin_v1 kPlugin = {
     host_ep_stamp_elapsed,
     host_ep_hold,
 };
+
+constexpr courier_gpu_plugin_v1 kPlugin = courier::device::plugin_table(
+    {"host", "CPU threads standing in for a GPU (development and CI)", kKnobs,
+     sizeof kKnobs / sizeof kKnobs[0], host_init, host_fini, host_last_error, host_query},
+    kRuntime, &kSelftest, &kEp);
 
 }  // namespace
 

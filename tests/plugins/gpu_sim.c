@@ -126,12 +126,25 @@ static int sim_dmabuf_export(void* backend, void* ptr, size_t bytes, int* fd, ui
   return COURIER_OK;
 }
 
-/* A current-minor plugin: entries it lacks are NULL, their capabilities
- * unclaimed. */
+/* A current-minor plugin: its entries in the runtime part, and the same in
+ * the flat fields older cores read; no selftest or EP part (entries it
+ * lacks are NULL, their capabilities unclaimed). */
+static const courier_gpu_runtime_part_v1 runtime = {
+    .struct_size = sizeof(courier_gpu_runtime_part_v1),
+    .mem_alloc = sim_mem_alloc,
+    .mem_free = sim_mem_free,
+    .host_alloc_mapped = sim_host_alloc_mapped,
+    .host_free_mapped = sim_host_free_mapped,
+    .memcpy_sync = sim_memcpy_sync,
+    .launch_host_kernel = sim_launch_host_kernel,
+    .dmabuf_export = sim_dmabuf_export,
+};
+
 static const courier_gpu_plugin_v1 plugin = {
     .header = {sizeof(courier_gpu_plugin_v1), COURIER_GPU_ABI_MAJOR, COURIER_GPU_ABI_MINOR,
                SIM_GPU_NAME},
     .dmabuf_export = sim_dmabuf_export,
+    .runtime = &runtime,
 #else
 /* Built as an ABI 1.0 plugin (its struct ends before ipc_export), so the
  * tests prove that plugins older than minor 1 keep loading. */
