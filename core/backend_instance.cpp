@@ -178,82 +178,34 @@ GpuBackend::GpuBackend(const GpuPlugin& plugin, const HostServices& host) : plug
   handle_ = initialize("GPU", plugin_, host, props_);
   terminate(props_.device_name);
   terminate(props_.no_device_reason);
-  // IPC, dmabuf and the self-test kernels came with minor 1: an older
-  // plugin's struct ends before them, and its capability bits for them are
-  // not to be believed.
-  const auto* ops = plugin_.ops;
-  const size_t needed = offsetof(courier_gpu_plugin_v1, run_ep_layout) + sizeof ops->run_ep_layout;
-  has_minor1_ = plugin_.abi_minor >= 1 && ops->header.struct_size >= needed;
-  if (!has_minor1_) {
-    props_.caps &= ~(COURIER_GPU_CAP_IPC | COURIER_GPU_CAP_DMABUF | COURIER_GPU_CAP_FIFO_KERNELS |
-                     COURIER_GPU_CAP_GRAPHS | COURIER_GPU_CAP_EP_KERNELS);
-  }
-  // The EP direct path came with minor 2, the same way.
-  const size_t needed2 = offsetof(courier_gpu_plugin_v1, ep_sync) + sizeof ops->ep_sync;
-  has_minor2_ = has_minor1_ && plugin_.abi_minor >= 2 && ops->header.struct_size >= needed2;
-  if (!has_minor2_) props_.caps &= ~COURIER_GPU_CAP_EP_DIRECT;
-  // The EP proxy path came with minor 3.
-  const size_t needed3 =
-      offsetof(courier_gpu_plugin_v1, ep_proxy_reduce) + sizeof ops->ep_proxy_reduce;
-  has_minor3_ = has_minor2_ && plugin_.abi_minor >= 3 && ops->header.struct_size >= needed3;
-  if (!has_minor3_) props_.caps &= ~COURIER_GPU_CAP_EP_PROXY;
-  // Power-of-two FP8 scales came with minor 4 (a flag, no new entry).
-  if (plugin_.abi_minor < 4) props_.caps &= ~COURIER_GPU_CAP_EP_FP8_POW2;
-  // LogFMT combine came with minor 5 (a mode bit, no new entry).
-  if (plugin_.abi_minor < 5) props_.caps &= ~COURIER_GPU_CAP_EP_LOGFMT;
-  // Fused direct-path launches came with minor 13 (fields, no new entry).
-  if (plugin_.abi_minor < 13) props_.caps &= ~COURIER_GPU_CAP_EP_FUSED;
-  // A low-latency combine's own rows left in place came with minor 14 (fields).
-  if (plugin_.abi_minor < 14) props_.caps &= ~COURIER_GPU_CAP_EP_LOCAL_ROWS;
-  // Choosing the EP stream came with minor 9.
-  const size_t needed9 = offsetof(courier_gpu_plugin_v1, ep_set_stream) + sizeof ops->ep_set_stream;
-  has_minor9_ = has_minor3_ && plugin_.abi_minor >= 9 && ops->header.struct_size >= needed9 &&
-                ops->ep_set_stream != nullptr;
-  // Asking whether the EP stream is being captured came with minor 10.
-  const size_t needed10 =
-      offsetof(courier_gpu_plugin_v1, ep_stream_capturing) + sizeof ops->ep_stream_capturing;
-  has_minor10_ = has_minor9_ && plugin_.abi_minor >= 10 && ops->header.struct_size >= needed10 &&
-                 ops->ep_stream_capturing != nullptr;
-  // Copies on the EP stream came with minor 11.
-  const size_t needed11 = offsetof(courier_gpu_plugin_v1, ep_copy) + sizeof ops->ep_copy;
-  has_minor11_ = has_minor10_ && plugin_.abi_minor >= 11 && ops->header.struct_size >= needed11 &&
-                 ops->ep_copy != nullptr;
-  // EP counters and GPU timestamps came with minor 12 (for benchmarks).
-  const size_t needed12 =
-      offsetof(courier_gpu_plugin_v1, ep_stamp_elapsed) + sizeof ops->ep_stamp_elapsed;
-  has_minor12_ = has_minor11_ && plugin_.abi_minor >= 12 && ops->header.struct_size >= needed12 &&
-                 ops->ep_counters != nullptr && ops->ep_stamp != nullptr &&
-                 ops->ep_stamp_elapsed != nullptr;
-  // Holding the EP stream came with minor 14 (for benchmarks' GPU times).
-  const size_t needed14 = offsetof(courier_gpu_plugin_v1, ep_hold) + sizeof ops->ep_hold;
-  has_minor14_ = has_minor12_ && plugin_.abi_minor >= 14 && ops->header.struct_size >= needed14 &&
-                 ops->ep_hold != nullptr;
+  // From here on the core sees the plugin's parts alone; capability bits
+  // whose entries (or minor) the plugin lacks are not to be believed.
+  parts_ = gpu_parts_of(*plugin_.ops, plugin_.abi_minor, props_.caps);
+  props_.caps = parts_.caps;
 }
 
 GpuBackend::~GpuBackend() { plugin_.ops->fini(handle_); }
 
 int GpuBackend::export_dmabuf(const void* addr, size_t len, int* fd, uint64_t* offset,
                               std::string* why) const {
-  const auto* ops = plugin_.ops;
-  if (!has_minor1_) {
-    *why = fmt::format(
-        "GPU backend '{}' cannot export dmabuf: its plugin speaks GPU ABI 1.{}, "
-        "older than dmabuf_export (1.1)",
-        plugin_.name, plugin_.abi_minor);
-    return -EOPNOTSUPP;
-  }
-  if (ops->dmabuf_export == nullptr || (props_.caps & COURIER_GPU_CAP_DMABUF) == 0) {
-    *why = fmt::format(
-        "GPU backend '{}' cannot export dmabuf: it does not report the dmabuf "
-        "capability (its memory, driver or device has no dmabuf export)",
-        plugin_.name);
+  if (!supports(GpuFeature::dmabuf_export)) {
+    *why = predates(GpuFeature::dmabuf_export)
+               ? fmt::format(
+                     "GPU backend '{}' cannot export dmabuf: its plugin speaks GPU ABI 1.{}, "
+                     "older than dmabuf_export (1.{})",
+                     plugin_.name, plugin_.abi_minor, gpu_feature_minor(GpuFeature::dmabuf_export))
+               : fmt::format(
+                     "GPU backend '{}' cannot export dmabuf: it does not report the dmabuf "
+                     "capability (its memory, driver or device has no dmabuf export)",
+                     plugin_.name);
     return -EOPNOTSUPP;
   }
   // The ABI's entry predates const-correct pointers; it does not write
   // through ptr.
-  int status = ops->dmabuf_export(handle_, const_cast<void*>(addr), len, fd, offset);
+  int status = parts_.runtime.dmabuf_export(handle_, const_cast<void*>(addr), len, fd, offset);
   if (status != COURIER_OK) {
-    *why = fmt::format("GPU backend '{}': {}", plugin_.name, reason_from(ops->last_error(handle_)));
+    *why = fmt::format("GPU backend '{}': {}", plugin_.name,
+                       reason_from(plugin_.ops->last_error(handle_)));
   }
   return status;
 }
@@ -306,7 +258,7 @@ std::unique_ptr<GpuBackend> open_gpu_backend(Registry& registry, std::string_vie
   // real device is usable; a backend without devices last.
   auto preference = [&](const GpuBackend& backend) {
     if (backend.props().device_count == 0) return 2;
-    return (backend.props().caps & COURIER_GPU_CAP_HOST_KERNELS) != 0 ? 1 : 0;
+    return backend.supports(GpuFeature::host_kernels) ? 1 : 0;
   };
   std::unique_ptr<GpuBackend> best;
   // The first round always runs: with no choice left (COURIER_GPU_BACKEND

@@ -9,6 +9,8 @@
 #include <vector>
 
 #include "core/config.hpp"
+#include "core/gpu_features.hpp"
+#include "core/gpu_parts.hpp"
 #include "core/registry.hpp"
 
 namespace courier {
@@ -79,27 +81,26 @@ class GpuBackend {
   GpuBackend& operator=(const GpuBackend&) = delete;
 
   const GpuPlugin& plugin() const { return plugin_; }
-  const courier_gpu_plugin_v1* ops() const { return plugin_.ops; }
   void* handle() const { return handle_; }
+  // The plugin's properties; caps holds only the bits whose entries and
+  // minor the plugin has.
   const courier_gpu_props_v1& props() const { return props_; }
   std::string last_error() const;
-  // Whether the minor-1 entry points (ipc_*, dmabuf_export, run_fifo_*)
-  // exist; each is usable only where its capability bit is set too.
-  bool has_minor1() const { return has_minor1_; }
-  // Whether the minor-2 entry points (ep_*: the EP direct path) exist.
-  bool has_minor2() const { return has_minor2_; }
-  // Whether the minor-3 entry points (ep_proxy_*: the EP proxy path) exist.
-  bool has_minor3() const { return has_minor3_; }
-  // Whether ep_set_stream (minor 9: EP kernels on a caller's stream) exists.
-  bool has_minor9() const { return has_minor9_; }
-  // Whether ep_stream_capturing (minor 10: is the EP stream being captured) exists.
-  bool has_minor10() const { return has_minor10_; }
-  // Whether ep_copy (minor 11: a copy on the EP stream) exists.
-  bool has_minor11() const { return has_minor11_; }
-  // ep_counters, ep_stamp, ep_stamp_elapsed (benchmarks' figures).
-  bool has_minor12() const { return has_minor12_; }
-  // ep_hold (minor 14: a spin on the EP stream, so stamps time the GPU alone).
-  bool has_minor14() const { return has_minor14_; }
+  // The plugin's entries in parts (GPU ABI 1.15, core/gpu_parts.hpp), the
+  // same for every plugin minor: each part complete, an entry the plugin
+  // lacks NULL. Call an entry only where supports() says its feature is
+  // there (the runtime part's ABI 1.0 entries always are).
+  const courier_gpu_runtime_part_v1& runtime() const { return parts_.runtime; }
+  const courier_gpu_selftest_part_v1& selftest() const { return parts_.selftest; }
+  const courier_gpu_ep_part_v1& ep() const { return parts_.ep; }
+  // Whether the backend offers `feature`: its entries are there, its
+  // capability bit is set, its jobs' fields are read.
+  bool supports(GpuFeature feature) const {
+    return parts_.features.test(static_cast<size_t>(feature));
+  }
+  // Whether the plugin speaks a GPU ABI older than `feature` (for messages:
+  // "older than ep_set_stream (1.9)" rather than "does not set it").
+  bool predates(GpuFeature feature) const { return plugin_.abi_minor < gpu_feature_minor(feature); }
   // Exports [addr, addr + len) of this backend's device memory as a dmabuf,
   // with the contract of courier_host_services_v1.dmabuf_export. When the
   // status is not COURIER_OK, *why says what refused it (this backend
@@ -111,14 +112,7 @@ class GpuBackend {
   GpuPlugin plugin_;
   void* handle_ = nullptr;
   courier_gpu_props_v1 props_{};
-  bool has_minor1_ = false;
-  bool has_minor2_ = false;
-  bool has_minor3_ = false;
-  bool has_minor9_ = false;
-  bool has_minor10_ = false;
-  bool has_minor11_ = false;
-  bool has_minor12_ = false;
-  bool has_minor14_ = false;
+  GpuParts parts_;
 };
 
 // Tries every choice of `spec` in order and returns the first that

@@ -520,7 +520,7 @@ std::string Context::nic_backend() const { return impl_->nic->plugin().name; }
 
 DeviceBuffer Context::alloc(size_t bytes) const {
   void* ptr = nullptr;
-  if (impl_->gpu->ops()->mem_alloc(impl_->gpu->handle(), impl_->device, bytes, &ptr) != 0) {
+  if (impl_->gpu->runtime().mem_alloc(impl_->gpu->handle(), impl_->device, bytes, &ptr) != 0) {
     fail("GPU backend '{}': allocating {} bytes failed: {}", gpu_backend(), bytes,
          impl_->gpu->last_error());
   }
@@ -528,13 +528,13 @@ DeviceBuffer Context::alloc(size_t bytes) const {
 }
 
 void Context::free_device(void* ptr) const {
-  impl_->gpu->ops()->mem_free(impl_->gpu->handle(), impl_->device, ptr);
+  impl_->gpu->runtime().mem_free(impl_->gpu->handle(), impl_->device, ptr);
 }
 
 void Context::copy(void* dst, const void* src, size_t bytes) const {
   impl_->copies.fetch_add(1, std::memory_order_relaxed);
   impl_->copied_bytes.fetch_add(bytes, std::memory_order_relaxed);
-  if (impl_->gpu->ops()->memcpy_sync(impl_->gpu->handle(), dst, src, bytes) != 0) {
+  if (impl_->gpu->runtime().memcpy_sync(impl_->gpu->handle(), dst, src, bytes) != 0) {
     fail("GPU backend '{}': copying {} bytes failed: {}", gpu_backend(), bytes,
          impl_->gpu->last_error());
   }
@@ -670,7 +670,7 @@ ChannelStats Context::channel_stats(uint32_t index) const {
 void Context::launch_host_kernel(uint32_t grid, uint32_t block, courier_host_kernel_fn fn,
                                  void* arg) const {
   const GpuBackend& gpu = *impl_->gpu;
-  if ((gpu.props().caps & COURIER_GPU_CAP_HOST_KERNELS) == 0) {
+  if (!gpu.supports(GpuFeature::host_kernels)) {
     fail("GPU backend '{}' cannot run host kernels (no host_kernels capability)",
          gpu.plugin().name);
   }
@@ -683,7 +683,7 @@ void Context::launch_host_kernel(uint32_t grid, uint32_t block, courier_host_ker
   launch.arg = arg;
   launch.cpus = impl_->rank_cpus.data();
   launch.num_cpus = static_cast<uint32_t>(impl_->rank_cpus.size());
-  if (gpu.ops()->launch_host_kernel(gpu.handle(), &launch) != 0) {
+  if (gpu.runtime().launch_host_kernel(gpu.handle(), &launch) != 0) {
     fail("GPU backend '{}': launching {}x{} host threads failed: {}", gpu.plugin().name, grid,
          block, gpu.last_error());
   }
@@ -714,7 +714,7 @@ Context::CopyStats Context::copy_stats() const {
 
 void Context::run_device_commands(std::vector<DeviceCommandList>& lists) const {
   const GpuBackend& gpu = *impl_->gpu;
-  if (!gpu.has_minor1() || (gpu.props().caps & COURIER_GPU_CAP_FIFO_KERNELS) == 0) {
+  if (!gpu.supports(GpuFeature::fifo_kernels)) {
     fail("GPU backend '{}' cannot push commands from the device (no fifo_kernels capability)",
          gpu.plugin().name);
   }
@@ -731,7 +731,7 @@ void Context::run_device_commands(std::vector<DeviceCommandList>& lists) const {
   job.device = impl_->device;
   job.lists = c_lists.data();
   job.num_lists = static_cast<uint32_t>(c_lists.size());
-  if (gpu.ops()->run_command_lists(gpu.handle(), &job) != 0) {
+  if (gpu.selftest().run_command_lists(gpu.handle(), &job) != 0) {
     fail("GPU backend '{}': pushing {} command list(s) from the device failed: {}",
          gpu.plugin().name, lists.size(), gpu.last_error());
   }

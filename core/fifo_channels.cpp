@@ -19,9 +19,10 @@ constexpr size_t kCompletedCacheOffset = 64;
 
 FifoChannels::FifoChannels(const GpuBackend& gpu, int device, uint32_t count, uint32_t depth)
     : depth_(depth), ring_stride_(depth * sizeof(TransferCmd) + sizeof(FifoControl)) {
-  const courier_gpu_plugin_v1* ops = gpu.ops();
+  const courier_gpu_runtime_part_v1& runtime = gpu.runtime();
   void* host_ptr = nullptr;
-  if (ops->host_alloc_mapped(gpu.handle(), ring_stride_ * count, &host_ptr, &ring_device_) != 0) {
+  if (runtime.host_alloc_mapped(gpu.handle(), ring_stride_ * count, &host_ptr, &ring_device_) !=
+      0) {
     fail("GPU backend '{}': allocating {} bytes of mapped FIFO memory failed: {}",
          gpu.plugin().name, ring_stride_ * count, gpu.last_error());
   }
@@ -30,12 +31,12 @@ FifoChannels::FifoChannels(const GpuBackend& gpu, int device, uint32_t count, ui
   // Per channel: the ticket counter, then the producers' cached copy of
   // `completed`, each on its own cache line.
   void* heads_ptr = nullptr;
-  if (ops->mem_alloc(gpu.handle(), device, kHeadStride * count, &heads_ptr) != 0) {
+  if (runtime.mem_alloc(gpu.handle(), device, kHeadStride * count, &heads_ptr) != 0) {
     fail("GPU backend '{}': allocating FIFO heads failed: {}", gpu.plugin().name, gpu.last_error());
   }
   heads_ = {heads_ptr, DeviceFree{&gpu, device}};
   std::vector<std::byte> zeros(kHeadStride * count);
-  ops->memcpy_sync(gpu.handle(), heads_ptr, zeros.data(), zeros.size());
+  runtime.memcpy_sync(gpu.handle(), heads_ptr, zeros.data(), zeros.size());
   for (uint32_t c = 0; c < count; ++c) {
     auto* base = static_cast<std::byte*>(host_ptr) + c * ring_stride_;
     auto* slots = reinterpret_cast<TransferCmd*>(base);

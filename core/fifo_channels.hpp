@@ -33,12 +33,12 @@ class FifoChannels {
  private:
   struct MappedHostFree {
     const GpuBackend* gpu;
-    void operator()(void* ptr) const { gpu->ops()->host_free_mapped(gpu->handle(), ptr); }
+    void operator()(void* ptr) const { gpu->runtime().host_free_mapped(gpu->handle(), ptr); }
   };
   struct DeviceFree {
     const GpuBackend* gpu;
     int device;
-    void operator()(void* ptr) const { gpu->ops()->mem_free(gpu->handle(), device, ptr); }
+    void operator()(void* ptr) const { gpu->runtime().mem_free(gpu->handle(), device, ptr); }
   };
 
   uint32_t depth_ = 0;

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <vector>
 
+#include "core/gpu_parts.hpp"
 #include "core/plugin_library.hpp"
 
 namespace courier {
@@ -53,6 +54,7 @@ struct Abi<courier_nic_plugin_v1> {
       COURIER_REQUIRED_ENTRY(Ops, mr_register), COURIER_REQUIRED_ENTRY(Ops, mr_deregister),
       COURIER_REQUIRED_ENTRY(Ops, post_write),  COURIER_REQUIRED_ENTRY(Ops, poll),
   };
+  static std::optional<std::string> check_parts(const Ops&) { return std::nullopt; }
 };
 
 template <>
@@ -81,6 +83,44 @@ struct Abi<courier_gpu_plugin_v1> {
       COURIER_REQUIRED_ENTRY(Ops, host_free_mapped),
       COURIER_REQUIRED_ENTRY(Ops, memcpy_sync),
       COURIER_REQUIRED_ENTRY(Ops, launch_host_kernel),
+  };
+
+  // GPU ABI 1.15: a plugin of that minor or later is called through its
+  // parts, so its runtime part must be there with every 1.0 entry.
+  static std::optional<std::string> check_parts(const Ops& ops) {
+    if (ops.header.abi_minor < kGpuPartsMinor) return std::nullopt;
+    using Runtime = courier_gpu_runtime_part_v1;
+    constexpr size_t table_size = offsetof(Ops, runtime) + sizeof(Ops::runtime);
+    if (ops.header.struct_size < table_size) {
+      return fmt::format(
+          "speaks GPU ABI 1.{} but its struct_size {} ends before the runtime part ({} bytes "
+          "needed)",
+          ops.header.abi_minor, ops.header.struct_size, table_size);
+    }
+    if (ops.runtime == nullptr) {
+      return fmt::format("speaks GPU ABI 1.{} but its runtime part is NULL (required from 1.{})",
+                         ops.header.abi_minor, kGpuPartsMinor);
+    }
+    constexpr size_t runtime_size =
+        offsetof(Runtime, launch_host_kernel) + sizeof(Runtime::launch_host_kernel);
+    if (ops.runtime->struct_size < runtime_size) {
+      return fmt::format("its runtime part's struct_size {} is shorter than the {} bytes it needs",
+                         ops.runtime->struct_size, runtime_size);
+    }
+    for (const RequiredEntry<Runtime>& required : runtime_entries) {
+      if (!required.present(*ops.runtime)) {
+        return fmt::format("required entry 'runtime.{}' is NULL", required.name);
+      }
+    }
+    return std::nullopt;
+  }
+  static constexpr std::array runtime_entries = {
+      COURIER_REQUIRED_ENTRY(courier_gpu_runtime_part_v1, mem_alloc),
+      COURIER_REQUIRED_ENTRY(courier_gpu_runtime_part_v1, mem_free),
+      COURIER_REQUIRED_ENTRY(courier_gpu_runtime_part_v1, host_alloc_mapped),
+      COURIER_REQUIRED_ENTRY(courier_gpu_runtime_part_v1, host_free_mapped),
+      COURIER_REQUIRED_ENTRY(courier_gpu_runtime_part_v1, memcpy_sync),
+      COURIER_REQUIRED_ENTRY(courier_gpu_runtime_part_v1, launch_host_kernel),
   };
 };
 
@@ -208,6 +248,7 @@ std::optional<typename Abi<Ops>::Plugin> load(const std::string& path,
       return reject(fmt::format("required entry '{}' is NULL", required.name));
     }
   }
+  if (std::optional<std::string> reason = A::check_parts(*ops)) return reject(std::move(*reason));
   if (ops->num_knobs > 0 && ops->knobs == nullptr) {
     return reject(fmt::format("declares {} knobs but its knobs table is NULL", ops->num_knobs));
   }

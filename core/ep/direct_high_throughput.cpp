@@ -86,7 +86,7 @@ void DirectHighThroughput::refuse(uint32_t phase, uint64_t call, const std::stri
          phase == 0 ? std::vector<uint32_t>{kNotify, kData} : std::vector<uint32_t>{kCombine}) {
       windows_.signal(nullptr, 0, 0, layout_.flag(p, parity, rank_), epoch);
     }
-    windows_.check(windows_.ops()->ep_sync(windows_.backend(), windows_.device()), "refusing");
+    windows_.check(windows_.ep().ep_sync(windows_.backend(), windows_.device()), "refusing");
   } catch (const Error&) {
     // The refusal itself is the error worth reporting.
   }
@@ -131,7 +131,7 @@ DispatchResult DirectHighThroughput::dispatch(const HtInputs& in, const Dispatch
   route.record = reinterpret_cast<uint32_t*>(windows_.at(layout_.staging));
   route.bad_index = windows_.bad_index_device();
   route.status = windows_.status_device();
-  windows_.check(windows_.ops()->ep_route(windows_.backend(), &route), "routing the tokens");
+  windows_.check(windows_.ep().ep_route(windows_.backend(), &route), "routing the tokens");
   windows_.signal_and_wait(windows_.at(layout_.staging), layout_.record_bytes,
                            layout_.records[parity] + rank_ * layout_.record_bytes,
                            layout_.flag(kNotify, parity, rank_), layout_.flag(kNotify, parity, 0),
@@ -209,7 +209,7 @@ DispatchResult DirectHighThroughput::dispatch(const HtInputs& in, const Dispatch
   job.weights_off = layout_.recv_weights[parity];
   job.status = windows_.status_device();
   job.peers = windows_.peers();
-  windows_.check(windows_.ops()->ep_ht_dispatch(windows_.backend(), &job), "sending the rows");
+  windows_.check(windows_.ep().ep_ht_dispatch(windows_.backend(), &job), "sending the rows");
   windows_.signal_and_wait(nullptr, 0, 0, layout_.flag(kData, parity, rank_),
                            layout_.flag(kData, parity, 0), epoch);
   // While the rows travel: the handle's copy of the slots.
@@ -278,7 +278,7 @@ CombineResult DirectHighThroughput::combine(const std::byte* x, const DLDataType
     send.done = done;
     send.skip_self = keep_own ? 1 : 0;
   }
-  windows_.check(windows_.ops()->ep_combine_send(windows_.backend(), &send), "sending rows back");
+  windows_.check(windows_.ep().ep_combine_send(windows_.backend(), &send), "sending rows back");
   if (!windows_.fuses()) {
     windows_.signal_and_wait(nullptr, 0, 0, layout_.flag(kCombine, parity, rank_),
                              layout_.flag(kCombine, parity, 0), epoch);
@@ -305,7 +305,7 @@ CombineResult DirectHighThroughput::combine(const std::byte* x, const DLDataType
       reduce.local_term = rank_;
     }
   }
-  windows_.check(windows_.ops()->ep_reduce(windows_.backend(), &reduce), "summing the rows");
+  windows_.check(windows_.ep().ep_reduce(windows_.backend(), &reduce), "summing the rows");
   windows_.sync("combine");
   CombineResult result;
   result.combined_x = TensorView(combined_x_[call & 1].data(), device_, dtype,

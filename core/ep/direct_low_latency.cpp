@@ -98,7 +98,7 @@ void DirectLowLatency::refuse(uint32_t phase, uint64_t call, const std::string& 
       windows_.signal(nullptr, 0, 0, layout_.flag(p, parity, rank_), call / 2 + 1,
                       epoch_word(phase, call));
     }
-    windows_.check(windows_.ops()->ep_sync(windows_.backend(), windows_.device()), "refusing");
+    windows_.check(windows_.ep().ep_sync(windows_.backend(), windows_.device()), "refusing");
     finish_refused(phase, call);
   } catch (const Error&) {
     // The refusal itself is the error worth reporting.
@@ -145,7 +145,7 @@ LowLatencyDispatchResult DirectLowLatency::dispatch(const LlInputs& in, bool ret
     route.record = reinterpret_cast<uint32_t*>(windows_.at(layout_.staging));
     route.bad_index = windows_.bad_index_device();
     route.status = windows_.status_device();
-    windows_.check(windows_.ops()->ep_route(windows_.backend(), &route), "routing the tokens");
+    windows_.check(windows_.ep().ep_route(windows_.backend(), &route), "routing the tokens");
   }
 
   // The rows go straight into the destinations' staging blocks (no round
@@ -197,7 +197,7 @@ LowLatencyDispatchResult DirectLowLatency::dispatch(const LlInputs& in, bool ret
       job.receive = &fused_receive;
     }
   }
-  windows_.check(windows_.ops()->ep_ll_dispatch(windows_.backend(), &job), "sending the rows");
+  windows_.check(windows_.ep().ep_ll_dispatch(windows_.backend(), &job), "sending the rows");
   if (!windows_.fuses() && return_recv_hook) {
     windows_.signal(windows_.at(layout_.staging), layout_.record_bytes, record_off,
                     layout_.flag(kData, parity, rank_), epoch, epoch_word(kData, call));
@@ -275,7 +275,7 @@ void DirectLowLatency::receive(uint64_t call, bool waited) {
   if (!waited && !windows_.fuses())
     windows_.wait(layout_.flag(kData, parity, 0), epoch, epoch_word(kData, call));
   const courier_gpu_ep_ll_receive_v1 job = receive_job(call, !waited && windows_.fuses());
-  windows_.check(windows_.ops()->ep_ll_receive(windows_.backend(), &job), "packing the rows");
+  windows_.check(windows_.ep().ep_ll_receive(windows_.backend(), &job), "packing the rows");
   windows_.sync("low_latency_dispatch");
 }
 
@@ -316,7 +316,7 @@ CombineResult DirectLowLatency::combine(const std::byte* x, const float* topk_we
     send.epoch_word = epoch_word(kCombine, call);
     send.done = reinterpret_cast<uint32_t*>(windows_.at(layout_.done_send));
   }
-  windows_.check(windows_.ops()->ep_combine_send(windows_.backend(), &send), "sending rows back");
+  windows_.check(windows_.ep().ep_combine_send(windows_.backend(), &send), "sending rows back");
   if (!windows_.fuses()) {
     windows_.signal_and_wait(nullptr, 0, 0, layout_.flag(kCombine, parity, rank_),
                              layout_.flag(kCombine, parity, 0), epoch, epoch_word(kCombine, call));
@@ -344,7 +344,7 @@ CombineResult DirectLowLatency::combine(const std::byte* x, const float* topk_we
     reduce.wait = windows_.wait_job(layout_.flag(kCombine, parity, 0), epoch, reduce.epoch_word);
     reduce.done = reinterpret_cast<uint32_t*>(windows_.at(layout_.done));
   }
-  windows_.check(windows_.ops()->ep_reduce(windows_.backend(), &reduce), "summing the rows");
+  windows_.check(windows_.ep().ep_reduce(windows_.backend(), &reduce), "summing the rows");
   windows_.sync("low_latency_combine");
   CombineResult result;
   result.combined_x = TensorView(reduce.out, device_,

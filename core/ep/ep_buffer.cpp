@@ -26,7 +26,7 @@ struct Buffer::Impl {
         device_type(device_type_of(gpu.props().mem_kind)),
         options(opts),
         scratch(context.alloc(64)) {
-    if (!gpu.has_minor1() || (gpu.props().caps & COURIER_GPU_CAP_EP_KERNELS) == 0) {
+    if (!gpu.supports(GpuFeature::ep_layout)) {
       fail("GPU backend '{}' has no expert-parallel kernels (capability ep_kernels)",
            gpu.plugin().name);
     }
@@ -45,8 +45,8 @@ struct Buffer::Impl {
   // The caller's stream may go once the Buffer does, before the windows'
   // teardown syncs: back to the backend's own (every call has finished).
   ~Impl() {
-    if (caller_stream && gpu.has_minor9())
-      (void)gpu.ops()->ep_set_stream(gpu.handle(), device, 0, nullptr);
+    if (caller_stream && gpu.supports(GpuFeature::ep_set_stream))
+      (void)gpu.ep().ep_set_stream(gpu.handle(), device, 0, nullptr);
   }
   Impl(const Impl&) = delete;
   Impl& operator=(const Impl&) = delete;
@@ -74,8 +74,8 @@ struct Buffer::Impl {
   // Before a call's kernels: the device's EP stream is this Buffer's choice
   // (another Buffer on the device may have chosen another since).
   void select_stream() const {
-    if (!gpu.has_minor9()) return;  // only the backend's own stream
-    if (gpu.ops()->ep_set_stream(gpu.handle(), device, caller_stream ? 1 : 0, stream) != 0) {
+    if (!gpu.supports(GpuFeature::ep_set_stream)) return;  // only the backend's own stream
+    if (gpu.ep().ep_set_stream(gpu.handle(), device, caller_stream ? 1 : 0, stream) != 0) {
       fail("ep::Buffer: GPU backend '{}' cannot run EP kernels on {}: {}", gpu.plugin().name,
            caller_stream ? "the caller's stream" : "its own stream", gpu.last_error());
     }
@@ -85,9 +85,9 @@ struct Buffer::Impl {
   // captured into a graph and the call cannot be (`why`: what it does on
   // the host between its kernels). After select_stream.
   void refuse_capture(const char* call, const char* why) const {
-    if (!gpu.has_minor10()) return;  // an older plugin cannot say
+    if (!gpu.supports(GpuFeature::ep_capture_query)) return;  // an older plugin cannot say
     int capturing = 0;
-    if (gpu.ops()->ep_stream_capturing(gpu.handle(), device, &capturing) != 0) {
+    if (gpu.ep().ep_stream_capturing(gpu.handle(), device, &capturing) != 0) {
       fail("ep::Buffer::{}: GPU backend '{}' cannot say whether its stream is being captured: {}",
            call, gpu.plugin().name, gpu.last_error());
     }
@@ -237,8 +237,8 @@ void Buffer::copy_result(const DLTensor& from, const DLTensor& to) {
   void* dst = static_cast<std::byte*>(to.data) + to.byte_offset;
   const void* src = static_cast<const std::byte*>(from.data) + from.byte_offset;
   s.select_stream();
-  if (s.gpu.has_minor11()) {
-    if (s.gpu.ops()->ep_copy(s.gpu.handle(), s.device, dst, src, bytes) != 0) {
+  if (s.gpu.supports(GpuFeature::ep_copy)) {
+    if (s.gpu.ep().ep_copy(s.gpu.handle(), s.device, dst, src, bytes) != 0) {
       fail("ep::Buffer::copy_result: GPU backend '{}' cannot copy {} bytes: {}",
            s.gpu.plugin().name, bytes, s.gpu.last_error());
     }
@@ -249,21 +249,29 @@ void Buffer::copy_result(const DLTensor& from, const DLTensor& to) {
                    "waits for the stream on the host (a GPU plugin older than GPU ABI 1.11 has no "
                    "ep_copy)");
   synchronize();
-  if (s.gpu.ops()->memcpy_sync(s.gpu.handle(), dst, src, bytes) != 0) {
+  if (s.gpu.runtime().memcpy_sync(s.gpu.handle(), dst, src, bytes) != 0) {
     fail("ep::Buffer::copy_result: GPU backend '{}' cannot copy {} bytes: {}", s.gpu.plugin().name,
          bytes, s.gpu.last_error());
   }
 }
 
-bool Buffer::can_copy_result() const { return impl_->gpu.has_minor11(); }
+bool Buffer::can_copy_result() const { return impl_->gpu.supports(GpuFeature::ep_copy); }
 
 void Buffer::set_stream(void* stream) {
   Impl& s = *impl_;
-  if (!s.gpu.has_minor9()) {
+  if (!s.gpu.supports(GpuFeature::ep_set_stream)) {
+    const GpuPlugin& p = s.gpu.plugin();
+    if (!s.gpu.predates(GpuFeature::ep_set_stream)) {
+      fail(
+          "ep::Buffer::set_stream: GPU backend '{}' ({}) speaks GPU ABI 1.{} but does not set "
+          "ep_set_stream (or an entry of an earlier minor): its EP kernels run on its own stream "
+          "only",
+          p.name, p.path, p.abi_minor);
+    }
     fail(
         "ep::Buffer::set_stream: GPU backend '{}' ({}) speaks GPU ABI 1.{}, older than "
-        "ep_set_stream (1.9): its EP kernels run on its own stream only",
-        s.gpu.plugin().name, s.gpu.plugin().path, s.gpu.plugin().abi_minor);
+        "ep_set_stream (1.{}): its EP kernels run on its own stream only",
+        p.name, p.path, p.abi_minor, gpu_feature_minor(GpuFeature::ep_set_stream));
   }
   const bool was = s.caller_stream;
   void* const before = s.stream;
@@ -283,21 +291,22 @@ void Buffer::set_stream(void* stream) {
   if (s.high_throughput) s.high_throughput->set_host_waits(false);
 }
 
-bool Buffer::can_set_stream() const { return impl_->gpu.has_minor9(); }
+bool Buffer::can_set_stream() const { return impl_->gpu.supports(GpuFeature::ep_set_stream); }
 
 namespace {
 
-// The minor-12 entries (benchmarks' figures), or a clear refusal.
+// The counters and stamps (benchmarks' figures), or a clear refusal.
 void require_counters(const GpuBackend& gpu, const char* call) {
-  if (gpu.has_minor12()) return;
-  if (gpu.plugin().abi_minor >= 12) {
+  if (gpu.supports(GpuFeature::ep_counters)) return;
+  if (!gpu.predates(GpuFeature::ep_counters)) {
     fail(
         "ep::Buffer::{}: GPU backend '{}' ({}) speaks GPU ABI 1.{} but does not set "
         "ep_counters, ep_stamp and ep_stamp_elapsed",
         call, gpu.plugin().name, gpu.plugin().path, gpu.plugin().abi_minor);
   }
-  fail("ep::Buffer::{}: GPU backend '{}' ({}) speaks GPU ABI 1.{}, older than ep_counters (1.12)",
-       call, gpu.plugin().name, gpu.plugin().path, gpu.plugin().abi_minor);
+  fail("ep::Buffer::{}: GPU backend '{}' ({}) speaks GPU ABI 1.{}, older than ep_counters (1.{})",
+       call, gpu.plugin().name, gpu.plugin().path, gpu.plugin().abi_minor,
+       gpu_feature_minor(GpuFeature::ep_counters));
 }
 
 }  // namespace
@@ -307,7 +316,7 @@ Buffer::GpuCounters Buffer::gpu_counters() const {
   require_counters(s.gpu, "gpu_counters");
   courier_gpu_ep_counters_v1 counters{};
   counters.struct_size = sizeof counters;
-  if (s.gpu.ops()->ep_counters(s.gpu.handle(), s.device, &counters) != 0) {
+  if (s.gpu.ep().ep_counters(s.gpu.handle(), s.device, &counters) != 0) {
     fail("ep::Buffer::gpu_counters: GPU backend '{}': {}", s.gpu.plugin().name, s.gpu.last_error());
   }
   return {counters.kernel_launches, counters.host_waits};
@@ -318,7 +327,7 @@ void Buffer::gpu_stamp(uint32_t slot) {
   require_counters(s.gpu, "gpu_stamp");
   if (slot > 1) fail("ep::Buffer::gpu_stamp: slot {} is not 0 or 1", slot);
   s.select_stream();  // this Buffer's stream, as its calls use
-  if (s.gpu.ops()->ep_stamp(s.gpu.handle(), s.device, slot) != 0) {
+  if (s.gpu.ep().ep_stamp(s.gpu.handle(), s.device, slot) != 0) {
     fail("ep::Buffer::gpu_stamp: GPU backend '{}': {}", s.gpu.plugin().name, s.gpu.last_error());
   }
 }
@@ -327,20 +336,20 @@ double Buffer::gpu_elapsed_us() {
   Impl& s = *impl_;
   require_counters(s.gpu, "gpu_elapsed_us");
   uint64_t ns = 0;
-  if (s.gpu.ops()->ep_stamp_elapsed(s.gpu.handle(), s.device, &ns) != 0) {
+  if (s.gpu.ep().ep_stamp_elapsed(s.gpu.handle(), s.device, &ns) != 0) {
     fail("ep::Buffer::gpu_elapsed_us: GPU backend '{}': {}", s.gpu.plugin().name,
          s.gpu.last_error());
   }
   return static_cast<double>(ns) / 1e3;
 }
 
-bool Buffer::can_count() const { return impl_->gpu.has_minor12(); }
+bool Buffer::can_count() const { return impl_->gpu.supports(GpuFeature::ep_counters); }
 
 void Buffer::gpu_hold(uint32_t microseconds) {
   Impl& s = *impl_;
-  if (!s.gpu.has_minor14()) {
+  if (!s.gpu.supports(GpuFeature::ep_hold)) {
     const GpuPlugin& p = s.gpu.plugin();
-    if (p.abi_minor >= 14) {
+    if (!s.gpu.predates(GpuFeature::ep_hold)) {
       fail(
           "ep::Buffer::gpu_hold: GPU backend '{}' ({}) speaks GPU ABI 1.{} but does not set "
           "ep_hold (or an entry of an earlier minor)",
@@ -348,16 +357,16 @@ void Buffer::gpu_hold(uint32_t microseconds) {
     }
     fail(
         "ep::Buffer::gpu_hold: GPU backend '{}' ({}) speaks GPU ABI 1.{}, older than ep_hold "
-        "(1.14)",
-        p.name, p.path, p.abi_minor);
+        "(1.{})",
+        p.name, p.path, p.abi_minor, gpu_feature_minor(GpuFeature::ep_hold));
   }
   s.select_stream();  // this Buffer's stream, as its calls use
-  if (s.gpu.ops()->ep_hold(s.gpu.handle(), s.device, microseconds) != 0) {
+  if (s.gpu.ep().ep_hold(s.gpu.handle(), s.device, microseconds) != 0) {
     fail("ep::Buffer::gpu_hold: GPU backend '{}': {}", s.gpu.plugin().name, s.gpu.last_error());
   }
 }
 
-bool Buffer::can_hold() const { return impl_->gpu.has_minor14(); }
+bool Buffer::can_hold() const { return impl_->gpu.supports(GpuFeature::ep_hold); }
 
 void Buffer::use_own_stream() {
   Impl& s = *impl_;
@@ -383,8 +392,7 @@ void Buffer::synchronize() {
     s.low_latency->synchronize();
   } else if (s.high_throughput) {
     s.high_throughput->synchronize();
-  } else if (s.gpu.ops()->ep_sync != nullptr &&
-             s.gpu.ops()->ep_sync(s.gpu.handle(), s.device) != 0) {
+  } else if (s.gpu.ep().ep_sync != nullptr && s.gpu.ep().ep_sync(s.gpu.handle(), s.device) != 0) {
     fail("ep::Buffer::synchronize: GPU backend '{}': {}", s.gpu.plugin().name, s.gpu.last_error());
   }
 }
@@ -445,7 +453,7 @@ void Buffer::get_dispatch_layout(const DLTensor& topk_idx, int num_experts,
   job.num_tokens_per_expert = per_expert;
   job.is_token_in_rank = in_rank;
   job.first_invalid = static_cast<uint64_t*>(s.scratch.data());
-  if (s.gpu.ops()->run_ep_layout(s.gpu.handle(), &job) != 0) {
+  if (s.gpu.ep().run_ep_layout(s.gpu.handle(), &job) != 0) {
     fail("get_dispatch_layout: GPU backend '{}' failed: {}", s.gpu.plugin().name,
          s.gpu.last_error());
   }

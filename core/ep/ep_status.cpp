@@ -10,7 +10,7 @@ namespace courier::ep {
 
 EpStatus::EpStatus(Context& ctx, const GpuBackend& gpu, uint64_t timeout_ns)
     : ctx_(ctx), gpu_(gpu), timeout_ns_(timeout_ns), status_(ctx.alloc(16)) {
-  if (gpu_.ops()->host_alloc_mapped(gpu_.handle(), 64, &mirror_host_, &mirror_device_) != 0) {
+  if (gpu_.runtime().host_alloc_mapped(gpu_.handle(), 64, &mirror_host_, &mirror_device_) != 0) {
     fail("ep::Buffer: mapping the EP status mirror: {}", gpu_.last_error());
   }
   std::memset(mirror_host_, 0, 64);
@@ -18,7 +18,7 @@ EpStatus::EpStatus(Context& ctx, const GpuBackend& gpu, uint64_t timeout_ns)
   ctx_.copy(status_.data(), zeros, sizeof zeros);
 }
 
-EpStatus::~EpStatus() { gpu_.ops()->host_free_mapped(gpu_.handle(), mirror_host_); }
+EpStatus::~EpStatus() { gpu_.runtime().host_free_mapped(gpu_.handle(), mirror_host_); }
 
 void EpStatus::zero() {
   const uint64_t zeros[2] = {0, 0};

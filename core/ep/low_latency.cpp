@@ -15,8 +15,7 @@ LowLatency::LowLatency(Context& ctx, const BufferOptions& options, DLDevice devi
       device_(device),
       ranks_(static_cast<uint32_t>(ctx.world_size())),
       local_experts_(options.num_experts / ranks_),
-      gpu_caps_(ContextInternals::gpu(ctx).props().caps),
-      gpu_minor_(ContextInternals::gpu(ctx).plugin().abi_minor),
+      gpu_(ContextInternals::gpu(ctx)),
       admission_(ctx) {
   check_options(options, ranks_);
   if (PeerWindows::usable(ctx, direct_misfit(options))) {
@@ -50,7 +49,7 @@ LowLatency::Inputs LowLatency::validate(const LowLatencyDispatchArgs& args) cons
   if (args.round_scale && !args.use_fp8) {
     fail("ep::Buffer::low_latency_dispatch: round_scale rounds FP8 scales; it needs use_fp8");
   }
-  if (args.round_scale && (gpu_caps_ & COURIER_GPU_CAP_EP_FP8_POW2) == 0) {
+  if (args.round_scale && !gpu_.supports(GpuFeature::ep_fp8_pow2)) {
     fail(
         "ep::Buffer::low_latency_dispatch: round_scale needs a GPU backend with the ep_fp8_pow2 "
         "capability (GPU ABI 1.4); this one has not");
@@ -108,9 +107,9 @@ void LowLatency::take_outputs(const LowLatencyDispatchArgs& args, Inputs& in) co
     if (args.scales_layout == ScalesLayout::ue8m0 && !in.round_scale) {
       fail("{}: scales_layout ue8m0 holds powers of two only; it needs round_scale", kCall);
     }
-    if (gpu_minor_ < 10) {
-      fail("{}: scales_layout {} needs a GPU plugin of ABI 1.10 or later; this one speaks 1.{}",
-           kCall, name, gpu_minor_);
+    if (!gpu_.supports(GpuFeature::ep_scales_layout)) {
+      fail("{}: scales_layout {} needs a GPU plugin of ABI 1.{} or later; this one speaks 1.{}",
+           kCall, name, gpu_feature_minor(GpuFeature::ep_scales_layout), gpu_.plugin().abi_minor);
     }
   }
   const LowLatencyOutputs& out = args.out;
@@ -246,7 +245,7 @@ CombineResult LowLatency::combine(const DLTensor& x_tensor, const DLTensor& topk
                          {t, handle.hidden}, device_.device_type);
     }
     if (options.use_logfmt) {
-      if ((gpu_caps_ & COURIER_GPU_CAP_EP_LOGFMT) == 0) {
+      if (!gpu_.supports(GpuFeature::ep_logfmt)) {
         fail(
             "ep::Buffer::low_latency_combine: use_logfmt needs a GPU backend with the ep_logfmt "
             "capability (GPU ABI 1.5); this one has not");

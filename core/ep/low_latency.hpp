@@ -50,8 +50,7 @@ class LowLatency {
   BufferOptions options_;
   DLDevice device_;
   uint32_t ranks_, local_experts_;
-  uint32_t gpu_caps_;   // COURIER_GPU_CAP_* of the GPU backend
-  uint32_t gpu_minor_;  // the GPU plugin's ABI minor
+  const GpuBackend& gpu_;  // what it supports decides what the calls may ask
   // The LowLatencyOutputs of `args`, checked, into `in` (after x and fp8).
   void take_outputs(const LowLatencyDispatchArgs& args, Inputs& in) const;
   CallAdmission admission_;

@@ -15,8 +15,7 @@ namespace {
 
 std::string why_not_direct(const Context& ctx) {
   const GpuBackend& gpu = ContextInternals::gpu(ctx);
-  const uint32_t caps = gpu.props().caps;
-  if ((caps & COURIER_GPU_CAP_EP_DIRECT) == 0 || (caps & COURIER_GPU_CAP_IPC) == 0) {
+  if (!gpu.supports(GpuFeature::ep_direct) || !gpu.supports(GpuFeature::ipc)) {
     return fmt::format(
         "GPU backend '{}' cannot store into peers' memory (capabilities ep_direct "
         "and ipc)",
@@ -66,7 +65,7 @@ PeerWindows::PeerWindows(Context& ctx, uint64_t bytes)
       status_(ctx, gpu_, timeout_ns_) {
   local_ = ctx.alloc(bytes);  // zeroed by the backend
   courier_gpu_ipc_handle_v1 mine{};
-  check(ops()->ipc_export(backend(), local_.data(), &mine), "exporting the EP window");
+  check(gpu_.runtime().ipc_export(backend(), local_.data(), &mine), "exporting the EP window");
   std::vector<std::byte> all = ctx.bootstrap().allgather(
       std::as_bytes(std::span<const courier_gpu_ipc_handle_v1, 1>(&mine, 1)));
   for (uint32_t r = 0; r < ranks_; ++r) {
@@ -77,10 +76,10 @@ PeerWindows::PeerWindows(Context& ctx, uint64_t bytes)
     courier_gpu_ipc_handle_v1 theirs;
     std::memcpy(&theirs, all.data() + r * sizeof theirs, sizeof theirs);
     void* mapped = nullptr;
-    const int rc = ops()->ipc_import(backend(), device_, &theirs, &mapped);
+    const int rc = gpu_.runtime().ipc_import(backend(), device_, &theirs, &mapped);
     if (rc != 0) {
       const std::string reason = gpu_.last_error();
-      for (void* p : imported_) ops()->ipc_close(backend(), p);
+      for (void* p : imported_) gpu_.runtime().ipc_close(backend(), p);
       fail("ep::Buffer: mapping rank {}'s EP window on GPU {}: {}", r, device_, reason);
     }
     imported_.push_back(mapped);
@@ -96,11 +95,11 @@ PeerWindows::~PeerWindows() {
   } catch (const Error&) {
     // A rank that is gone cannot store any more either.
   }
-  for (void* p : imported_) ops()->ipc_close(backend(), p);
+  for (void* p : imported_) gpu_.runtime().ipc_close(backend(), p);
 }
 
 void PeerWindows::wait_stream(const char* what) {
-  check(ops()->ep_sync(backend(), device_), what);
+  check(ep().ep_sync(backend(), device_), what);
   ++waits_;
 }
 
@@ -117,14 +116,14 @@ void PeerWindows::clear_status() {
 
 void PeerWindows::copy(void* dst, const void* src, uint64_t bytes, const char* what) {
   if (bytes == 0) return;
-  if (!gpu_.has_minor11()) {
+  if (!gpu_.supports(GpuFeature::ep_copy)) {
     // The synchronous copy does not follow the EP stream: the kernels
     // queued there may still write `src` or read `dst`.
     wait_stream(what);
     ctx_.copy(dst, src, bytes);
     return;
   }
-  check(ops()->ep_copy(backend(), device_, dst, src, bytes), what);
+  check(ep().ep_copy(backend(), device_, dst, src, bytes), what);
 }
 
 namespace {
@@ -169,7 +168,7 @@ void PeerWindows::signal(const void* src, uint64_t bytes, uint64_t record_off, u
   job.status = status_device();
   job.peers = peers_;
   job.epoch_word = epoch_word;
-  check(ops()->ep_signal(backend(), &job), "signalling the peers");
+  check(ep().ep_signal(backend(), &job), "signalling the peers");
 }
 
 void PeerWindows::signal_and_wait(const void* src, uint64_t bytes, uint64_t record_off,
@@ -181,18 +180,16 @@ void PeerWindows::signal_and_wait(const void* src, uint64_t bytes, uint64_t reco
   job.peers = peers_;
   job.epoch_word = epoch_word;
   job.wait = wait_job(first_flag, epoch, epoch_word);
-  check(ops()->ep_signal(backend(), &job), "signalling and waiting for the peers");
+  check(ep().ep_signal(backend(), &job), "signalling and waiting for the peers");
 }
 
 void PeerWindows::wait(uint64_t first_flag, uint64_t epoch, const uint64_t* epoch_word) const {
   const courier_gpu_ep_wait_v1 job = wait_job(first_flag, epoch, epoch_word);
-  check(ops()->ep_wait(backend(), &job), "waiting for the peers");
+  check(ep().ep_wait(backend(), &job), "waiting for the peers");
 }
 
-bool PeerWindows::fuses() const { return (gpu_.props().caps & COURIER_GPU_CAP_EP_FUSED) != 0; }
-bool PeerWindows::local_rows() const {
-  return (gpu_.props().caps & COURIER_GPU_CAP_EP_LOCAL_ROWS) != 0;
-}
+bool PeerWindows::fuses() const { return gpu_.supports(GpuFeature::ep_fused); }
+bool PeerWindows::local_rows() const { return gpu_.supports(GpuFeature::ep_local_rows); }
 
 void PeerWindows::check(int rc, const char* what) const {
   if (rc != 0) fail("ep::Buffer: {}: {}", what, gpu_.last_error());

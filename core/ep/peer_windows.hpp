@@ -44,7 +44,8 @@ class PeerWindows {
   std::byte* at(uint64_t offset) const { return static_cast<std::byte*>(local_.data()) + offset; }
   const courier_gpu_ep_peers_v1& peers() const { return peers_; }
   int device() const { return device_; }
-  const courier_gpu_plugin_v1* ops() const { return gpu_.ops(); }
+  // The GPU backend's EP entries (what the direct path launches).
+  const courier_gpu_ep_part_v1& ep() const { return gpu_.ep(); }
   void* backend() const { return gpu_.handle(); }
   uint64_t timeout_ns() const { return timeout_ns_; }
   // Whether the GPU backend fuses launches (COURIER_GPU_CAP_EP_FUSED, GPU ABI 1.13).

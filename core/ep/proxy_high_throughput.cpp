@@ -26,15 +26,15 @@ uint64_t target_of(uint64_t call) { return (call / 2 + 1) * uint64_t{COURIER_GPU
 // Context source slots of the tensors sent in place.
 constexpr uint32_t kDispatchX = 0, kCombineX = 1;
 
-// GPU ABI 1.8: sources, readback and plan in the high-throughput jobs.
-bool speaks_minor8(const Context& ctx) {
-  return ContextInternals::gpu(ctx).plugin().abi_minor >= 8;
+// Sources, readback and plan in the high-throughput jobs (GPU ABI 1.8).
+bool has_sources(const Context& ctx) {
+  return ContextInternals::gpu(ctx).supports(GpuFeature::ep_proxy_sources);
 }
 
 bool can_send_in_place(const Context& ctx) {
   return ContextInternals::config(ctx).ep_send_in_place &&
          (ContextInternals::nic(ctx).props().caps & COURIER_NIC_CAP_CHEAP_REGISTRATION) != 0 &&
-         speaks_minor8(ctx);
+         has_sources(ctx);
 }
 
 }  // namespace
@@ -105,7 +105,7 @@ ProxyHighThroughput::ProxyHighThroughput(Context& ctx, const BufferOptions& opti
       // The readback area (a plugin of minor 8 fills it): the counts'
       // records, then the slots.
       window_(ctx, layout_.total, layout_.control_bytes, layout_.record_words,
-              speaks_minor8(ctx)
+              has_sources(ctx)
                   ? 4ull * ranks_ * (layout_.record_words + uint64_t{options.max_tokens_per_rank})
                   : 0),
       send_in_place_(can_send_in_place(ctx)) {
@@ -169,7 +169,7 @@ void ProxyHighThroughput::refuse(uint32_t phase, uint64_t call, const std::strin
       job.record_off = record;
       job.signal_off = signal;
       job.epoch = word;
-      window_.check(window_.ops()->ep_proxy_refuse(window_.backend(), &job), "refusing");
+      window_.check(window_.ep().ep_proxy_refuse(window_.backend(), &job), "refusing");
     };
     window_.wake_proxies();  // the kernels push commands
     refuse_step(layout_.staging, layout_.records[phase][call & 1], layout_.signals[phase][call & 1],
@@ -180,7 +180,7 @@ void ProxyHighThroughput::refuse(uint32_t phase, uint64_t call, const std::strin
       refuse_step(layout_.rows_staging, layout_.rows_records[call & 1],
                   layout_.rows_signals[call & 1], epoch(phase, call));
     }
-    window_.check(window_.ops()->ep_sync(window_.backend(), window_.device()), "refusing");
+    window_.check(window_.ep().ep_sync(window_.backend(), window_.device()), "refusing");
   } catch (const Error&) {
     // The refusal itself is the error worth reporting.
   }
@@ -264,7 +264,7 @@ DispatchResult ProxyHighThroughput::dispatch(const HtInputs& in, const DispatchA
   send.epoch = epoch(kDispatch, call);
   sends_settled_ = false;  // until this call's wait for them returned
   window_.wake_proxies();  // the kernels push commands
-  window_.check(window_.ops()->ep_proxy_ht_dispatch(window_.backend(), &send), "sending the rows");
+  window_.check(window_.ep().ep_proxy_ht_dispatch(window_.backend(), &send), "sending the rows");
 
   courier_gpu_ep_proxy_ht_receive_v1 receive{};
   receive.struct_size = sizeof receive;
@@ -299,7 +299,7 @@ DispatchResult ProxyHighThroughput::dispatch(const HtInputs& in, const DispatchA
   receive.topk_idx = static_cast<int64_t*>(recv_topk_idx_[parity].data());
   receive.topk_weights = static_cast<float*>(recv_topk_weights_[parity].data());
   receive.epoch = epoch(kDispatch, call);
-  window_.check(window_.ops()->ep_proxy_ht_receive(window_.backend(), &receive),
+  window_.check(window_.ep().ep_proxy_ht_receive(window_.backend(), &receive),
                 "receiving the rows");
   window_.sync("dispatch", {in.idx, in.topk, experts}, defer);
   if (defer) return deferred_dispatch(in, args, call);
@@ -478,7 +478,7 @@ CombineResult ProxyHighThroughput::combine(const std::byte* x, const DLDataType&
   send.signal_off = layout_.signals[kCombine][parity];
   send.epoch = epoch(kCombine, call);
   window_.wake_proxies();  // the kernel pushes commands
-  window_.check(window_.ops()->ep_proxy_combine(window_.backend(), &send), "sending rows back");
+  window_.check(window_.ep().ep_proxy_combine(window_.backend(), &send), "sending rows back");
 
   courier_gpu_ep_proxy_reduce_v1 reduce{};
   reduce.struct_size = sizeof reduce;
@@ -498,7 +498,7 @@ CombineResult ProxyHighThroughput::combine(const std::byte* x, const DLDataType&
   reduce.out = combined_x_[parity].data();
   reduce.wait_sends = send.x_source != 0 ? 1 : 0;  // the WRITEs read x
   reduce.epoch = epoch(kCombine, call);
-  window_.check(window_.ops()->ep_proxy_reduce(window_.backend(), &reduce), "summing the rows");
+  window_.check(window_.ep().ep_proxy_reduce(window_.backend(), &reduce), "summing the rows");
   window_.sync("combine", {}, defer);
   sends_settled_ = !defer && reduce.wait_sends != 0;
   source_busy_[kCombineX] = false;

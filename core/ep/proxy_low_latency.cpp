@@ -108,8 +108,8 @@ void ProxyLowLatency::refuse(uint32_t phase, uint64_t call, const std::string& w
     job.release_target = (call / 2) * uint64_t{COURIER_GPU_EP_SIGNAL_STEP};
     job.epoch = epoch(phase, call);
     window_.wake_proxies();  // the kernel pushes commands
-    window_.check(window_.ops()->ep_proxy_refuse(window_.backend(), &job), "refusing");
-    window_.check(window_.ops()->ep_sync(window_.backend(), window_.device()), "refusing");
+    window_.check(window_.ep().ep_proxy_refuse(window_.backend(), &job), "refusing");
+    window_.check(window_.ep().ep_sync(window_.backend(), window_.device()), "refusing");
   } catch (const Error&) {
     // The refusal itself is the error worth reporting.
   }
@@ -165,7 +165,7 @@ LowLatencyDispatchResult ProxyLowLatency::dispatch(const LlInputs& in, bool retu
   job.release_target = (call / 2) * uint64_t{COURIER_GPU_EP_SIGNAL_STEP};
   job.epoch = epoch(kDispatch, call);
   window_.wake_proxies();  // the kernel pushes commands
-  window_.check(window_.ops()->ep_proxy_ll_dispatch(window_.backend(), &job), "sending the rows");
+  window_.check(window_.ep().ep_proxy_ll_dispatch(window_.backend(), &job), "sending the rows");
 
   LowLatencyDispatchResult result;
   describe_ll_outputs(result, {out.x_at, out.scales_at, out.count_at, out.src_at, out.range_at},
@@ -212,7 +212,7 @@ void ProxyLowLatency::receive(uint64_t call, int64_t* wait_cost) {
   job.scales_layout = out.scales_layout;
   job.wait_cost = wait_cost;
   job.epoch = epoch(kDispatch, call);
-  window_.check(window_.ops()->ep_proxy_ll_receive(window_.backend(), &job), "packing the rows");
+  window_.check(window_.ep().ep_proxy_ll_receive(window_.backend(), &job), "packing the rows");
   window_.sync("low_latency_dispatch", out.indices);
 }
 
@@ -242,7 +242,7 @@ CombineResult ProxyLowLatency::combine(const std::byte* x, const int64_t* topk_i
   send.signal_off = layout_.signals[kCombine][parity];
   send.epoch = epoch(kCombine, call);
   window_.wake_proxies();  // the kernel pushes commands
-  window_.check(window_.ops()->ep_proxy_combine(window_.backend(), &send), "sending rows back");
+  window_.check(window_.ep().ep_proxy_combine(window_.backend(), &send), "sending rows back");
 
   courier_gpu_ep_proxy_reduce_v1 reduce{};
   reduce.struct_size = sizeof reduce;
@@ -265,7 +265,7 @@ CombineResult ProxyLowLatency::combine(const std::byte* x, const int64_t* topk_i
   reduce.out = out != nullptr ? out : combined_x_[parity].data();
   reduce.wait_cost = wait_cost;
   reduce.epoch = epoch(kCombine, call);
-  window_.check(window_.ops()->ep_proxy_reduce(window_.backend(), &reduce), "summing the rows");
+  window_.check(window_.ep().ep_proxy_reduce(window_.backend(), &reduce), "summing the rows");
   window_.sync("low_latency_combine");
   CombineResult result;
   result.combined_x = TensorView(reduce.out, device_,

@@ -16,7 +16,7 @@ namespace {
 
 const GpuBackend& proxy_capable(const Context& ctx) {
   const GpuBackend& gpu = ContextInternals::gpu(ctx);
-  if (!gpu.has_minor3() || (gpu.props().caps & COURIER_GPU_CAP_EP_PROXY) == 0) {
+  if (!gpu.supports(GpuFeature::ep_proxy)) {
     fail(
         "ep::Buffer: GPU backend '{}' has no EP proxy kernels (capability ep_proxy, GPU ABI "
         "1.3), and the proxy path needs them",
@@ -24,7 +24,7 @@ const GpuBackend& proxy_capable(const Context& ctx) {
   }
   // Minor 7 changed what the high-throughput jobs mean (counts first): an
   // older plugin would take the larger jobs and do the old thing.
-  if (gpu.plugin().abi_minor < 7) {
+  if (!gpu.supports(GpuFeature::ep_counts_first)) {
     fail(
         "ep::Buffer: GPU backend '{}' ({}) speaks GPU ABI 1.{}; the proxy path needs 1.7 or "
         "later (rebuild the plugin against this Courier)",
@@ -107,7 +107,7 @@ ProxyWindow::ProxyWindow(Context& ctx, uint64_t bytes, uint64_t control_bytes,
 }
 
 void ProxyWindow::settle_sends() {
-  check(ops()->ep_sync(backend(), device_), "finishing the last call");
+  check(ep().ep_sync(backend(), device_), "finishing the last call");
   std::vector<DeviceCommandList> drains(num_channels_);
   for (uint32_t c = 0; c < num_channels_; ++c) {
     drains[c].channel = c;
@@ -160,13 +160,13 @@ courier_gpu_ep_proxy_v1 ProxyWindow::fifo() const {
 }
 
 void ProxyWindow::clear_status() {
-  status_.clear([this] { check(ops()->ep_sync(backend(), device_), "finishing the last call"); });
+  status_.clear([this] { check(ep().ep_sync(backend(), device_), "finishing the last call"); });
 }
 
 void ProxyWindow::set_refused() {
   // Kernels of an earlier call (a recv hook's) may still run: they must not
   // see this call's refusal.
-  check(ops()->ep_sync(backend(), device_), "finishing the last call");
+  check(ep().ep_sync(backend(), device_), "finishing the last call");
   status_.set_refused(rank_);
 }
 
@@ -179,12 +179,12 @@ void ProxyWindow::sync(const char* what, const EpIndices& indices, bool may_defe
     status_.defer(what);
     return;
   }
-  check(ops()->ep_sync(backend(), device_), what);
+  check(ep().ep_sync(backend(), device_), what);
   status_.raise_if_failed(what, indices);
 }
 
 void ProxyWindow::synchronize() {
-  status_.synchronize([this] { check(ops()->ep_sync(backend(), device_), "synchronizing"); });
+  status_.synchronize([this] { check(ep().ep_sync(backend(), device_), "synchronizing"); });
 }
 
 }  // namespace courier::ep

@@ -49,7 +49,8 @@ class ProxyWindow {
   bool control_in_host_memory() const { return control_mapped_.host() != nullptr; }
   uint64_t record_bytes() const { return uint64_t{record_words_} * 4; }
   int device() const { return device_; }
-  const courier_gpu_plugin_v1* ops() const { return gpu_.ops(); }
+  // The GPU backend's EP entries (what the proxy path launches).
+  const courier_gpu_ep_part_v1& ep() const { return gpu_.ep(); }
   // Before a kernel that pushes: the proxies may sleep (Context::wake_proxies).
   void wake_proxies() const { ctx_.wake_proxies(); }
   void* backend() const { return gpu_.handle(); }

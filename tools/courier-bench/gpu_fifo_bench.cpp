@@ -49,12 +49,13 @@ struct OpenGpu {
     if (props.device_count == 0) {
       fail("GPU backend '{}' found no device: {}", gpu->plugin().name, props.no_device_reason);
     }
-    if (!gpu->has_minor1() || (props.caps & COURIER_GPU_CAP_FIFO_KERNELS) == 0) {
+    if (!gpu->supports(GpuFeature::fifo_kernels)) {
       fail("GPU backend '{}' has no FIFO self-test kernels (capability fifo_kernels)",
            gpu->plugin().name);
     }
   }
-  const courier_gpu_plugin_v1& ops() const { return *gpu->ops(); }
+  const courier_gpu_runtime_part_v1& runtime() const { return gpu->runtime(); }
+  const courier_gpu_selftest_part_v1& selftest() const { return gpu->selftest(); }
   void check(int rc, const char* what) const {
     if (rc != 0)
       fail("GPU backend '{}': {} failed: {}", gpu->plugin().name, what, gpu->last_error());
@@ -75,17 +76,17 @@ class GpuAllocation {
   GpuAllocation(const OpenGpu& gpu, size_t bytes, bool mapped_host)
       : gpu_(gpu), bytes_(bytes), mapped_(mapped_host) {
     if (mapped_) {
-      gpu.check(gpu.ops().host_alloc_mapped(gpu.gpu->handle(), bytes, &host_, &device_),
+      gpu.check(gpu.runtime().host_alloc_mapped(gpu.gpu->handle(), bytes, &host_, &device_),
                 "host_alloc_mapped");
     } else {
-      gpu.check(gpu.ops().mem_alloc(gpu.gpu->handle(), 0, bytes, &device_), "mem_alloc");
+      gpu.check(gpu.runtime().mem_alloc(gpu.gpu->handle(), 0, bytes, &device_), "mem_alloc");
     }
   }
   ~GpuAllocation() {
     if (mapped_) {
-      gpu_.ops().host_free_mapped(gpu_.gpu->handle(), host_);
+      gpu_.runtime().host_free_mapped(gpu_.gpu->handle(), host_);
     } else {
-      gpu_.ops().mem_free(gpu_.gpu->handle(), 0, device_);
+      gpu_.runtime().mem_free(gpu_.gpu->handle(), 0, device_);
     }
   }
   GpuAllocation(const GpuAllocation&) = delete;
@@ -105,7 +106,7 @@ class GpuAllocation {
       std::memset(host_, 0, bytes_);
     } else {
       std::vector<std::byte> zeros(bytes_);
-      gpu_.check(gpu_.ops().memcpy_sync(gpu_.gpu->handle(), device_, zeros.data(), bytes_),
+      gpu_.check(gpu_.runtime().memcpy_sync(gpu_.gpu->handle(), device_, zeros.data(), bytes_),
                  "memcpy_sync");
     }
   }
@@ -359,7 +360,7 @@ class Runner {
     job.dst_rank = kDstRank;
     job.use_graph = o_.graph ? 1 : 0;
     auto start = Clock::now();
-    gpu_.check(gpu_.ops().run_fifo_producers(gpu_.gpu->handle(), &job), "run_fifo_producers");
+    gpu_.check(gpu_.selftest().run_fifo_producers(gpu_.gpu->handle(), &job), "run_fifo_producers");
     if (job.push_status != 0) {
       fail("the producer kernel could not push: {}",
            to_string(static_cast<PushStatus>(job.push_status)));
@@ -417,7 +418,7 @@ class Runner {
       job.pong = flags.device<uint64_t>(128);
       job.samples = samples.device<uint64_t>();
       job.channel.timeout_ns = kTimeoutNs;
-      int rc = gpu_.ops().run_fifo_round_trips(gpu_.gpu->handle(), &job);
+      int rc = gpu_.selftest().run_fifo_round_trips(gpu_.gpu->handle(), &job);
       stop.store(true);
       echo.join();
       gpu_.check(rc, "run_fifo_round_trips (flag)");
@@ -433,7 +434,7 @@ class Runner {
       job.iterations = iterations;
       job.channel = rings_.channel(0);
       job.samples = samples.device<uint64_t>();
-      gpu_.check(gpu_.ops().run_fifo_round_trips(gpu_.gpu->handle(), &job),
+      gpu_.check(gpu_.selftest().run_fifo_round_trips(gpu_.gpu->handle(), &job),
                  "run_fifo_round_trips (command)");
       rows.push_back(latency_row("courier", job, samples));
     }
@@ -448,8 +449,8 @@ class Runner {
            to_string(static_cast<PushStatus>(job.push_status)));
     }
     std::vector<uint64_t> ns(job.iterations);
-    gpu_.check(gpu_.ops().memcpy_sync(gpu_.gpu->handle(), ns.data(), samples.device(),
-                                      ns.size() * sizeof(uint64_t)),
+    gpu_.check(gpu_.runtime().memcpy_sync(gpu_.gpu->handle(), ns.data(), samples.device(),
+                                          ns.size() * sizeof(uint64_t)),
                "memcpy_sync of the round-trip samples");
     std::sort(ns.begin(), ns.end());
     LatencyRow row;

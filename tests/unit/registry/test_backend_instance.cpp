@@ -283,11 +283,11 @@ TEST_CASE("a GPU backend initializes; open_gpu_backend prefers a device to CPU t
   CHECK(std::string(sim->props().device_name) == "sim (host memory)");
   CHECK(gpu_capability_names(sim->props().caps) == std::vector<std::string>{"mapped_host"});
   void* memory = nullptr;
-  REQUIRE(sim->ops()->mem_alloc(sim->handle(), 0, 1024, &memory) == COURIER_OK);
+  REQUIRE(sim->runtime().mem_alloc(sim->handle(), 0, 1024, &memory) == COURIER_OK);
   CHECK(reinterpret_cast<uintptr_t>(memory) % 256 == 0);
-  CHECK(sim->ops()->mem_free(sim->handle(), 0, memory) == COURIER_OK);
+  CHECK(sim->runtime().mem_free(sim->handle(), 0, memory) == COURIER_OK);
   courier_host_kernel_launch_v1 launch{};
-  CHECK(sim->ops()->launch_host_kernel(sim->handle(), &launch) == -ENOTSUP);
+  CHECK(sim->runtime().launch_host_kernel(sim->handle(), &launch) == -ENOTSUP);
   CHECK(sim->last_error() == "sim: runs no kernels (no COURIER_GPU_CAP_HOST_KERNELS)");
 }
 
@@ -297,15 +297,15 @@ TEST_CASE("gpu-host counts the host waits it is asked for and stamps its clock (
   HostServices host(log.logger(), FakeEnv().lookup());
   std::unique_ptr<GpuBackend> gpu = open_gpu_backend(registry, "host", host, log.logger());
   REQUIRE(gpu);
-  REQUIRE(gpu->has_minor12());
-  const courier_gpu_plugin_v1& ops = *gpu->ops();
+  REQUIRE(gpu->supports(GpuFeature::ep_counters));
+  const courier_gpu_ep_part_v1& ops = gpu->ep();
   void* b = gpu->handle();
   courier_gpu_ep_counters_v1 before{};
   before.struct_size = sizeof before;
   REQUIRE(ops.ep_counters(b, 0, &before) == COURIER_OK);
   REQUIRE(ops.ep_sync(b, 0) == COURIER_OK);
   char from[64] = {1}, to[64] = {};
-  REQUIRE(ops.memcpy_sync(b, to, from, sizeof from) == COURIER_OK);
+  REQUIRE(gpu->runtime().memcpy_sync(b, to, from, sizeof from) == COURIER_OK);
   courier_gpu_ep_counters_v1 after{};
   after.struct_size = sizeof after;
   REQUIRE(ops.ep_counters(b, 0, &after) == COURIER_OK);
@@ -338,8 +338,8 @@ TEST_CASE("gpu-host has ep_hold and it does nothing (GPU ABI 1.14)") {
   HostServices host(log.logger(), FakeEnv().lookup());
   std::unique_ptr<GpuBackend> gpu = open_gpu_backend(registry, "host", host, log.logger());
   REQUIRE(gpu);
-  REQUIRE(gpu->has_minor14());
-  const courier_gpu_plugin_v1& ops = *gpu->ops();
+  REQUIRE(gpu->supports(GpuFeature::ep_hold));
+  const courier_gpu_ep_part_v1& ops = gpu->ep();
   void* b = gpu->handle();
   courier_gpu_ep_counters_v1 before{}, after{};
   before.struct_size = after.struct_size = sizeof before;

@@ -25,9 +25,9 @@ const std::string kDmabufPluginDir = kTestPluginDir + "/dmabuf";
 class DeviceBuffer {
  public:
   DeviceBuffer(const GpuBackend& gpu, size_t bytes) : gpu_(gpu) {
-    REQUIRE(gpu.ops()->mem_alloc(gpu.handle(), 0, bytes, &ptr_) == COURIER_OK);
+    REQUIRE(gpu.runtime().mem_alloc(gpu.handle(), 0, bytes, &ptr_) == COURIER_OK);
   }
-  ~DeviceBuffer() { gpu_.ops()->mem_free(gpu_.handle(), 0, ptr_); }
+  ~DeviceBuffer() { gpu_.runtime().mem_free(gpu_.handle(), 0, ptr_); }
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
   char* data() const { return static_cast<char*>(ptr_); }
@@ -108,7 +108,8 @@ TEST_CASE("a GPU plugin older than dmabuf_export (ABI 1.0) still loads; export i
   std::unique_ptr<GpuBackend> gpu = open_gpu_backend(registry, "sim", host, log.logger());
   REQUIRE(gpu);
   REQUIRE(gpu->plugin().abi_minor == 0);
-  CHECK_FALSE(gpu->has_minor1());
+  CHECK_FALSE(gpu->supports(GpuFeature::dmabuf_export));
+  CHECK(gpu->predates(GpuFeature::dmabuf_export));
   host.lend_gpu(gpu.get());
   DeviceBuffer buffer(*gpu, 4096);
 
