@@ -9,12 +9,18 @@
 //             depth below it)
 //
 //   the semantics layer's, handed to the layers below it:
-//     [63:56] kind (SemanticCookie)
-//     user:          [31:0]  index of the operation in the layer's table of
-//                            posts in flight (which holds the proxy's cookie)
-//     atomic request,
-//     atomic answer: [39:24] peer   [7:0] mailbox slot
-//     barrier:       [39:24] peer
+//     [63] = 0: a caller's WRITE, with the caller's cookie as it is (a plain
+//               write on an ordered transport: the layer keeps nothing for
+//               it; the proxy's cookies fit up to 32768 channels a thread)
+//     [63] = 1: [62:56] kind (SemanticKind)
+//       user:          [31:0]  index of the operation in the layer's table
+//                              of posts in flight (which holds the caller's
+//                              cookie and peer): atomics, writes with
+//                              immediate data or on unordered transports,
+//                              and caller cookies with bit 63 set
+//       atomic request,
+//       atomic answer: [55:32] peer   [7:0] mailbox slot
+//       barrier:       [55:32] peer
 #pragma once
 
 #include <cstdint>
@@ -37,17 +43,27 @@ constexpr uint64_t ticket(uint64_t cookie, uint64_t prefix) {
 }
 
 // The semantics layer's cookies.
-enum class SemanticKind : uint8_t { user = 0, request = 1, answer = 2, barrier = 3 };
+enum class SemanticKind : uint8_t { write = 0, user = 1, request = 2, answer = 3, barrier = 4 };
 
-constexpr SemanticKind kind(uint64_t cookie) { return static_cast<SemanticKind>(cookie >> 56); }
-constexpr uint64_t of_user_post(uint32_t index) { return index; }
+inline constexpr uint64_t kInternal = uint64_t{1} << 63;
+
+constexpr SemanticKind kind(uint64_t cookie) {
+  return (cookie & kInternal) == 0 ? SemanticKind::write
+                                   : static_cast<SemanticKind>((cookie >> 56) & 0x7f);
+}
+// Whether a caller's cookie can go down as it is (the write form).
+constexpr bool fits_write(uint64_t caller_cookie) { return (caller_cookie & kInternal) == 0; }
+
+constexpr uint64_t of_user_post(uint32_t index) {
+  return kInternal | (uint64_t{static_cast<uint8_t>(SemanticKind::user)} << 56) | index;
+}
 constexpr uint32_t user_index(uint64_t cookie) { return static_cast<uint32_t>(cookie); }
 constexpr uint64_t of_internal(SemanticKind kind, uint32_t peer, uint32_t slot) {
-  return (uint64_t{static_cast<uint8_t>(kind)} << 56) | (uint64_t{peer & 0xffffu} << 24) |
-         (slot & 0xffu);
+  return kInternal | (uint64_t{static_cast<uint8_t>(kind)} << 56) |
+         (uint64_t{peer & 0xffffffu} << 32) | (slot & 0xffu);
 }
 constexpr uint32_t internal_peer(uint64_t cookie) {
-  return static_cast<uint32_t>((cookie >> 24) & 0xffffu);
+  return static_cast<uint32_t>((cookie >> 32) & 0xffffffu);
 }
 constexpr uint32_t internal_slot(uint64_t cookie) { return static_cast<uint32_t>(cookie & 0xffu); }
 

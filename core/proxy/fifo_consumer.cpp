@@ -12,25 +12,32 @@
 namespace courier {
 
 uint32_t FifoConsumer::poll(TransferCmd* out, uint32_t max) {
+  // In locals: the stores to `out` could alias the members as far as the
+  // compiler knows, and reloading them costs the per-command path.
+  TransferCmd* const slots = slots_;
+  const uint64_t mask = mask_;
+  uint64_t next = next_;
   uint32_t count = 0;
   while (count < max) {
-    TransferCmd& slot = slots_[next_ & mask_];
+    TransferCmd& slot = slots[next & mask];
     std::atomic_ref<uint64_t> word0(slot.word0);
-    uint64_t header = word0.load(std::memory_order_acquire);
+    const uint64_t header = word0.load(std::memory_order_acquire);
     if (header == 0) break;  // not published yet
     TransferCmd cmd;
     cmd.word0 = header;
     cmd.word1 = std::atomic_ref<uint64_t>(slot.word1).load(std::memory_order_relaxed);
-    if (cmd.seq() != (next_ & TransferCmd::kSeqMask)) {
+    if (cmd.seq() != (next & TransferCmd::kSeqMask)) [[unlikely]] {
+      next_ = next;
       fail(
           "FIFO channel {}: slot {} holds sequence number {} but ticket {} (sequence {}) was "
           "expected: the ring was overwritten or corrupted",
-          channel_id_, next_ & mask_, cmd.seq(), next_, next_ & TransferCmd::kSeqMask);
+          channel_id_, next & mask, cmd.seq(), next, next & TransferCmd::kSeqMask);
     }
     word0.store(0, std::memory_order_relaxed);  // published to producers by `completed`
     out[count++] = cmd;
-    ++next_;
+    ++next;
   }
+  next_ = next;
   return count;
 }
 

@@ -62,6 +62,10 @@ class CompletionTracker {
     complete_out_of_order(ticket);
   }
   uint64_t prefix() const { return prefix_; }
+  // Whether `ticket` (at or after the prefix) completed ahead of it.
+  bool is_done(uint64_t ticket) const {
+    return ticket < prefix_ || done_[ticket & mask_] == Mark::done;
+  }
 
  private:
   void complete_out_of_order(uint64_t ticket);

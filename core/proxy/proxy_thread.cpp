@@ -413,6 +413,33 @@ void ProxyThread::check_stall(bool idle_step) {
   }
 }
 
+// Per rank: the commands posted to it and not completed, from the channels'
+// own records (the span between each channel's completion prefix and its
+// tail, less what completed out of order, waits refused or behind a
+// BARRIER). Walks every command in flight: for the stall report only.
+std::vector<uint64_t> ProxyThread::commands_in_flight() const {
+  std::vector<uint64_t> count(options_.world_size, 0);
+  for (const ProxyChannel* c : channels_) {
+    auto waiting = [&](uint64_t ticket) {
+      for (const PendingPost& p : pending_) {
+        if (p.channel == c && ticket >= p.ticket + p.done && ticket < p.ticket + p.count) {
+          return true;
+        }
+      }
+      for (const auto& [cmd, held] : c->held) {
+        if (held == ticket) return true;  // (a BARRIER posted: no rank of its own)
+      }
+      return false;
+    };
+    for (uint64_t t = c->tracker.prefix(); t < c->consumer.next_ticket(); ++t) {
+      if (c->tracker.is_done(t) || waiting(t)) continue;
+      const uint32_t peer = c->destinations[t & c->tickets_mask];
+      if (peer < count.size()) ++count[peer];
+    }
+  }
+  return count;
+}
+
 // `*suspect` (when given): the rank most likely stuck, UINT32_MAX if none.
 std::string ProxyThread::stall_report(uint64_t now, uint32_t* suspect_out) const {
   uint64_t oldest = now;
@@ -448,8 +475,9 @@ std::string ProxyThread::stall_report(uint64_t now, uint32_t* suspect_out) const
                           completed);
       continue;
     }
-    uint32_t peer = UINT32_MAX;
-    (void)transport_.peer_of(cookie::of_command(c->thread_slot, completed), &peer);
+    // Posted (a merged write completes as a whole, so the prefix stops at
+    // the first ticket of one) or refused (below).
+    uint32_t peer = c->destinations[completed & c->tickets_mask];
     bool posted = true;
     for (const PendingPost& p : pending_) {
       if (p.channel == c && completed >= p.ticket + p.done && completed < p.ticket + p.count) {
@@ -472,6 +500,7 @@ std::string ProxyThread::stall_report(uint64_t now, uint32_t* suspect_out) const
   for (const PendingPost& p : pending_) {
     if (p.cmd.dst_rank() < refused.size()) refused[p.cmd.dst_rank()] += p.count - p.done;
   }
+  const std::vector<uint64_t> in_flight = commands_in_flight();
   auto seq_text = [](uint16_t next) {
     return next == 0 ? std::string("none") : std::to_string(next - 1);
   };
@@ -487,24 +516,24 @@ std::string ProxyThread::stall_report(uint64_t now, uint32_t* suspect_out) const
   for (uint32_t peer = 0; peer < world; ++peer) {
     PeerActivity activity;
     (void)transport_.peer_activity(peer, &activity);
-    const uint32_t writes = activity.writes_in_flight;
+    const uint64_t operations = in_flight[peer];
     const uint32_t atomics = activity.atomics_awaiting_answer;
     const uint32_t held = activity.atomics_held;
-    if (writes + atomics + held + refused[peer] == 0 && activity.next_seq_to == 0 &&
+    if (operations + held + refused[peer] == 0 && activity.next_seq_to == 0 &&
         activity.expected_from == 0) {
       continue;
     }
     const uint64_t last = peer < last_completion_ns_.size() ? last_completion_ns_[peer] : 0;
     text += fmt::format(
-        "\n  rank {}: {} writes and {} atomics outstanding to it, {} commands for it refused "
-        "by the transport; last sequence number sent to it: {}, seen from it in order: {}; {} "
-        "of its atomics held back here; {}",
-        peer, writes, atomics, refused[peer], seq_text(activity.next_seq_to),
+        "\n  rank {}: {} commands outstanding to it ({} of them emulated atomics awaiting "
+        "its answer), {} commands for it refused by the transport; last sequence number sent "
+        "to it: {}, seen from it in order: {}; {} of its atomics held back here; {}",
+        peer, operations, atomics, refused[peer], seq_text(activity.next_seq_to),
         seq_text(activity.expected_from), held,
         last == 0
             ? std::string("no completion from it yet")
             : fmt::format("last completion {:.1f} s ago", static_cast<double>(now - last) / 1e9));
-    const uint64_t outstanding = writes + atomics + refused[peer];
+    const uint64_t outstanding = operations + refused[peer];
     if (blocking[peer] + outstanding == 0) continue;  // nothing of ours waits on it
     const uint64_t weight = blocking_posted[peer] * 1'000'000 + blocking[peer] * 1'000;
     const bool quieter = suspect == UINT32_MAX || weight > suspect_weight ||
@@ -695,8 +724,7 @@ bool ProxyThread::advance_held(ProxyChannel& channel) {
     }
     if (rc == -EAGAIN || rc == -EBUSY) return false;
     if (rc == COURIER_OK) {
-      ++outstanding_;
-      channel.tickets[ticket & channel.tickets_mask] = 1;
+      posted(channel, ticket, 1, kNoPeer);
       channel.barrier_posted = true;
       return true;
     }
@@ -755,8 +783,7 @@ bool ProxyThread::post(PendingPost& p) {
     const int rc = transport_.post_write(
         write_of(channel, p.cmd), cookie::of_command(channel.thread_slot, p.ticket), &error_);
     if (rc == COURIER_OK) {
-      ++outstanding_;
-      channel.tickets[p.ticket & mask] = p.count;
+      posted(channel, p.ticket, p.count, p.cmd.dst_rank());
       channel.coalesced.store(channel.coalesced.load(std::memory_order_relaxed) + p.count - 1,
                               std::memory_order_relaxed);  // the only writer
       return true;
@@ -817,8 +844,7 @@ bool ProxyThread::post_one(ProxyChannel& channel, const TransferCmd& cmd, uint64
       const int rc =
           transport_.post_atomic(atomic, cookie::of_command(channel.thread_slot, ticket), &error_);
       if (rc != COURIER_OK) return post_refused(channel, ticket, rc);
-      ++outstanding_;
-      channel.tickets[ticket & channel.tickets_mask] = 1;
+      posted(channel, ticket, 1, atomic.peer);
       return true;
     }
     case CmdOp::drain:
@@ -898,8 +924,9 @@ bool ProxyThread::poll_completions() {
             index_, c.cookie));
       }
       ProxyChannel& channel = *channels_[slot];
-      const uint32_t tickets = channel.tickets[c.cookie & channel.tickets_mask];
-      const uint32_t peer = c.peer;  // where a layer knows it (the semantics layer does)
+      const size_t at = c.cookie & channel.tickets_mask;
+      const uint32_t tickets = channel.tickets[at];
+      const uint32_t peer = channel.destinations[at];
       if (peer < peer_count) {
         if (batch_now == 0) batch_now = now_ns();  // one clock read per batch
         last_completion_ns_[peer] = batch_now;

@@ -38,7 +38,8 @@ struct ProxyChannel {
         tracker(depth),
         control(control),
         tickets(depth),
-        tickets_mask(depth - 1) {}
+        tickets_mask(depth - 1),
+        destinations(depth) {}
 
   uint32_t id;
   FifoConsumer consumer;
@@ -55,6 +56,10 @@ struct ProxyChannel {
   // lengths, so it can be split again.
   std::vector<uint32_t> tickets;
   uint32_t tickets_mask;  // tickets.size() - 1, kept: the per-command paths index with it
+  // Per ring slot of a posted command: the rank it went to, for the stall
+  // report ("oldest incomplete: command 7 for rank 2", commands in flight
+  // and the last completion per rank).
+  std::vector<uint32_t> destinations;
   // A BARRIER still waiting for other ranks, then the commands taken from
   // the FIFO after it (ticket order); other channels go on meanwhile.
   std::deque<std::pair<TransferCmd, uint64_t>> held;
@@ -221,6 +226,8 @@ class ProxyThread {
   // `idle_step`: the last step found nothing to do.
   void check_stall(bool idle_step);
   std::string stall_report(uint64_t now, uint32_t* suspect = nullptr) const;
+  // Per rank: this thread's commands posted to it and not completed.
+  std::vector<uint64_t> commands_in_flight() const;
   bool dequeue_and_post();
   // How many of `cmds` (n > 0, the first a WRITE) go out as one write; for
   // more than one, *merged spans them and their lengths are noted in
@@ -236,10 +243,21 @@ class ProxyThread {
     const int rc = transport_.post_write(write_of(channel, cmd),
                                          cookie::of_command(channel.thread_slot, ticket), &error_);
     if (rc != COURIER_OK) return post_refused(channel, ticket, rc);
-    ++outstanding_;
-    channel.tickets[ticket & channel.tickets_mask] = 1;
+    posted(channel, ticket, 1, cmd.dst_rank());
     return true;
   }
+  // Records an operation the transport took: `count` tickets from `ticket`,
+  // for rank `peer` (kNoPeer: a BARRIER).
+  void posted(ProxyChannel& channel, uint64_t ticket, uint32_t count, uint32_t peer) {
+    ++outstanding_;
+    const size_t at = ticket & channel.tickets_mask;
+    channel.tickets[at] = count;
+    channel.destinations[at] = peer;
+    for (uint32_t k = 1; k < count; ++k) {
+      channel.destinations[(ticket + k) & channel.tickets_mask] = peer;
+    }
+  }
+  static constexpr uint32_t kNoPeer = UINT32_MAX;
   // What a WRITE command asks of the transport.
   static WriteRequest write_of(const ProxyChannel& channel, const TransferCmd& cmd) {
     WriteRequest write;

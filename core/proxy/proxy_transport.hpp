@@ -72,7 +72,6 @@ struct BarrierRequest {
 // What a layer knows about its traffic with one peer, for hang diagnostics
 // (ProxyThread's stall report).
 struct PeerActivity {
-  uint32_t writes_in_flight = 0;         // writes posted to it, not completed
   uint32_t atomics_awaiting_answer = 0;  // emulated atomics sent to it, unanswered
   uint32_t atomics_held = 0;             // its atomics held back here (earlier writes missing)
   uint16_t next_seq_to = 0;              // next stream sequence number to send it
@@ -108,9 +107,9 @@ class ProxyTransport {
   }
 
   // Reaps up to `max` completions (TX completions carry the cookie given to
-  // the post, and the peer where the layer knows it; RX_IMM completions that
-  // reach the proxy are user notifications). Returns the count or a negative
-  // status.
+  // the post; the caller keeps what else it needs to know about the post;
+  // RX_IMM completions that reach the proxy are user notifications).
+  // Returns the count or a negative status.
   virtual int poll(courier_nic_completion_v1* out, uint32_t max) = 0;
 
   // Text of the last failure reported by poll (for logs).
@@ -121,9 +120,8 @@ class ProxyTransport {
   virtual bool busy() const { return false; }
 
   // Hang diagnostics: the traffic with `peer` (false when no layer keeps
-  // such accounting), and the peer a posted operation is for.
+  // such accounting).
   virtual bool peer_activity(uint32_t, PeerActivity*) const { return false; }
-  virtual bool peer_of(uint64_t, uint32_t*) const { return false; }
 };
 
 }  // namespace courier

@@ -39,9 +39,6 @@ class TransportDecorator : public ProxyTransport {
   bool peer_activity(uint32_t peer, PeerActivity* out) const override {
     return inner_.peer_activity(peer, out);
   }
-  bool peer_of(uint64_t cookie, uint32_t* peer) const override {
-    return inner_.peer_of(cookie, peer);
-  }
 
  private:
   std::unique_ptr<ProxyTransport> owned_;  // declared first: inner_ may refer to it

@@ -45,11 +45,13 @@ void SemanticTransport::set_up() {
   ordered_ = (inner_.caps() & COURIER_NIC_CAP_ORDERED_WRITES) != 0;
   peers_.resize(options_.world_size);
   peer_count_ = options_.world_size;
+  writes_in_flight_.assign(options_.world_size, 0);
   windows_.resize(kUserWindows);
   fault_rng_.seed(options_.fault_seed ^ (uint64_t{options_.rank} << 32));
   const bool any_imm =
       options_.add_u64 == AtomicStrategyKind::imm || options_.add_u32 == AtomicStrategyKind::imm;
   tag_writes_ = any_imm && !ordered_;
+  other_writes_ = !ordered_;
   if (any_imm) {
     if (mailbox_ == nullptr) fail("emulated atomics need an atomic mailbox");
     for (Peer& peer : peers_) peer.slots.resize(kMailboxSlots);
@@ -129,6 +131,26 @@ int SemanticTransport::refuse_rank(const char* what, uint32_t peer, std::string*
   return -EINVAL;
 }
 
+int SemanticTransport::post_other_write(const WriteRequest& in, uint64_t cookie,
+                                        std::string* error) {
+  const uint32_t peer = in.peer;
+  Peer& p = peers_[peer];
+  WriteRequest write = in;
+  // Only this layer sets immediate data: what the caller put there goes.
+  const bool sequenced = in.notify || tag_writes_;
+  write.with_imm = sequenced;
+  write.imm = sequenced ? encode_write_imm(in.notify, in.channel, p.next_seq) : 0;
+  const uint32_t index = begin_flight(cookie, peer, true);
+  const int rc = inner_.post_write(write, cookie::of_user_post(index), error);
+  if (rc != COURIER_OK) {
+    end_flight(index);
+    return rc;
+  }
+  if (sequenced) ++p.next_seq;
+  ++writes_in_flight_[peer];
+  return COURIER_OK;
+}
+
 int SemanticTransport::post_atomic(const AtomicRequest& atomic, uint64_t cookie,
                                    std::string* error) {
   if (atomic.peer >= peer_count_) return refuse_rank("ATOMIC", atomic.peer, error);
@@ -147,7 +169,7 @@ int SemanticTransport::post_atomic(const AtomicRequest& atomic, uint64_t cookie,
 
 int SemanticTransport::post_hw_atomic(const AtomicRequest& atomic, uint64_t cookie,
                                       std::string* error) {
-  if (!ordered_ && peers_[atomic.peer].writes_in_flight > 0) {
+  if (!ordered_ && writes_in_flight_[atomic.peer] > 0) {
     // Write-then-atomic on an unordered transport: the earlier writes must
     // have completed (= landed, with delivery-complete) first.
     ++stats_.fenced;
@@ -244,12 +266,17 @@ int SemanticTransport::poll(courier_nic_completion_v1* out, uint32_t max) {
       if (c.status != COURIER_OK || on_rx_imm(c)) out[kept++] = c;
       continue;
     }
-    if (cookie::kind(c.cookie) != SemanticKind::user) {
+    const SemanticKind kind = cookie::kind(c.cookie);
+    if (kind == SemanticKind::write) [[likely]] {
+      // The caller's cookie as it posted it: nothing to do.
+    } else if (kind == SemanticKind::user) {
+      finish_flight(c);
+    } else {
       on_internal_tx(c);
       continue;
     }
-    finish_flight(c);
-    out[kept++] = c;
+    if (kept != static_cast<uint32_t>(i)) out[kept] = c;
+    ++kept;
   }
   // Commands finished here meanwhile, where they fit (failures wait for a
   // poll of their own, unless nothing else goes up).
@@ -261,18 +288,20 @@ int SemanticTransport::poll(courier_nic_completion_v1* out, uint32_t max) {
 
 void SemanticTransport::finish_flight(courier_nic_completion_v1& c) {
   const uint32_t index = cookie::user_index(c.cookie);
-  if (index > flight_mask_ || !flights_[index].live) [[unlikely]] {
-    throw Error(fmt::format(
-        "the transport completed cookie {:#x}, which names no operation in flight", c.cookie));
-  }
+  if (index > flight_mask_ || !flights_[index].live) [[unlikely]]
+    throw_unknown_cookie(c.cookie);
   Flight& f = flights_[index];
   if (f.is_write) {
-    uint32_t& writes = peers_[f.peer].writes_in_flight;
+    uint32_t& writes = writes_in_flight_[f.peer];
     if (writes > 0) --writes;
   }
   c.cookie = f.cookie;
-  c.peer = f.peer;
   f.live = false;
+}
+
+void SemanticTransport::throw_unknown_cookie(uint64_t cookie) const {
+  throw Error(fmt::format(
+      "the transport completed cookie {:#x}, which names no operation in flight", cookie));
 }
 
 uint32_t SemanticTransport::free_flight() {
@@ -523,30 +552,11 @@ bool SemanticTransport::busy() const {
 bool SemanticTransport::peer_activity(uint32_t peer, PeerActivity* out) const {
   if (peer >= peers_.size()) return false;
   const Peer& p = peers_[peer];
-  out->writes_in_flight = p.writes_in_flight;
   out->atomics_awaiting_answer = atomics_awaiting_answer_from(peer);
   out->atomics_held = static_cast<uint32_t>(p.held.size());
   out->next_seq_to = p.next_seq;
   out->expected_from = p.in.expected();
   return true;
-}
-
-bool SemanticTransport::peer_of(uint64_t cookie, uint32_t* peer) const {
-  for (const Flight& f : flights_) {
-    if (f.live && f.cookie == cookie) {
-      *peer = f.peer;
-      return true;
-    }
-  }
-  for (uint32_t r = 0; r < peers_.size(); ++r) {
-    for (const SlotOwner& s : peers_[r].slots) {
-      if (s.busy && s.cookie == cookie) {
-        *peer = r;
-        return true;
-      }
-    }
-  }
-  return false;
 }
 
 }  // namespace courier

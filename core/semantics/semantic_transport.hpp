@@ -17,11 +17,13 @@
 //  - the immediate data of every write (imm_codec.hpp): only this layer
 //    sets it, and only user notifications reach the caller's poll().
 //
-// It owns its cookie space towards the layers below (cookie_codec.hpp):
-// posts of the caller are kept in a table of operations in flight, which
-// also does the per-peer accounting, and their TX completions go up with
-// the caller's cookie and the peer. The peer of every post is checked here,
-// once; the ranges by the endpoint (NicEndpoint).
+// It owns its cookie space towards the layers below (cookie_codec.hpp): a
+// plain write on an ordered transport goes down with the caller's cookie
+// and needs nothing more of this layer; the caller's other posts are kept
+// in a table of operations in flight (with the per-peer count of writes
+// that write-then-atomic waits for on unordered transports), and their TX
+// completions go up with the caller's cookie. The peer of every post is
+// checked here, once; the ranges by the endpoint (NicEndpoint).
 //
 // One instance per proxy thread; only that thread calls it.
 #pragma once
@@ -89,24 +91,15 @@ class SemanticTransport final : public TransportDecorator {
   // Where user window `window` lives on this rank (for applying atomics).
   void set_local_window(uint32_t window, void* base, uint64_t bytes);
 
-  // Inline: the proxy's per-command path.
+  // Inline: the proxy's per-command path. A plain write on an ordered
+  // transport needs nothing of this layer: it goes down with the caller's
+  // cookie (cookie_codec.hpp), and its completion comes back up as it is.
   int post_write(const WriteRequest& in, uint64_t cookie, std::string* error) override {
-    const uint32_t peer = in.peer;
-    if (peer >= peer_count_) return refuse_rank("WRITE", peer, error);
-    Peer& p = peers_[peer];
-    WriteRequest write = in;
-    const bool sequenced = in.notify || tag_writes_;
-    write.with_imm = sequenced;
-    write.imm = sequenced ? encode_write_imm(in.notify, in.channel, p.next_seq) : 0;
-    const uint32_t index = begin_flight(cookie, peer, true);
-    const int rc = inner_.post_write(write, cookie::of_user_post(index), error);
-    if (rc != COURIER_OK) {
-      end_flight(index);
-      return rc;
-    }
-    if (sequenced) ++p.next_seq;
-    ++p.writes_in_flight;
-    return COURIER_OK;
+    if (in.peer >= peer_count_) [[unlikely]]
+      return refuse_rank("WRITE", in.peer, error);
+    if (in.notify | in.with_imm | other_writes_ | !cookie::fits_write(cookie)) [[unlikely]]
+      return post_other_write(in, cookie, error);
+    return inner_.post_write(in, cookie, error);
   }
   // -EAGAIN also when ordering or mailbox slots make the atomic wait.
   int post_atomic(const AtomicRequest& atomic, uint64_t cookie, std::string* error) override;
@@ -119,12 +112,15 @@ class SemanticTransport final : public TransportDecorator {
   std::string last_error() const override;
   bool busy() const override;
   bool peer_activity(uint32_t peer, PeerActivity* out) const override;
-  bool peer_of(uint64_t cookie, uint32_t* peer) const override;
 
   const SemanticsStats& stats() const { return stats_; }
 
  private:
   void set_up();  // what both constructors do
+  // Through the table: a write with immediate data (sequenced or a
+  // notification), any write on an unordered transport (counted for
+  // write-then-atomic), a caller's cookie with bit 63 set.
+  int post_other_write(const WriteRequest& in, uint64_t cookie, std::string* error);
 
   struct Flight {  // a caller's post in flight
     uint64_t cookie = 0;
@@ -156,8 +152,7 @@ class SemanticTransport final : public TransportDecorator {
     uint64_t cookie;
   };
   struct Peer {
-    uint16_t next_seq = 0;          // next stream sequence number to send
-    uint32_t writes_in_flight = 0;  // the caller's writes posted, not completed
+    uint16_t next_seq = 0;  // next stream sequence number to send
     ReceiveStream in;
     std::vector<HeldAtomic> held;  // emulated atomics waiting for earlier writes
     std::vector<SlotOwner> slots;  // request slots towards this peer
@@ -178,6 +173,7 @@ class SemanticTransport final : public TransportDecorator {
   uint32_t free_flight();
   // A TX completion of a caller's post: back to the caller's cookie.
   void finish_flight(courier_nic_completion_v1& c);
+  [[noreturn]] void throw_unknown_cookie(uint64_t cookie) const;
   // A command finished here (an answered atomic, a barrier): handed up by
   // poll(); `why` says what failed when status is not COURIER_OK.
   void finish(uint64_t cookie, uint32_t peer, int status, std::string why);
@@ -207,9 +203,14 @@ class SemanticTransport final : public TransportDecorator {
   Logger& log_;
   bool ordered_ = false;
   bool tag_writes_ = false;
+  // Every write goes through the table: unordered transports.
+  bool other_writes_ = false;
   std::vector<Peer> peers_;
-  uint32_t peer_count_ =
-      0;  // peers_.size(), for the per-command paths (no division by sizeof(Peer))
+  // For the per-command paths: peers_.size(), and per peer the caller's
+  // writes posted and not completed on an unordered transport (what its
+  // atomics wait for; dense, apart from the larger Peer).
+  uint32_t peer_count_ = 0;
+  std::vector<uint32_t> writes_in_flight_;
   struct LocalWindow {
     std::byte* base = nullptr;
     uint64_t bytes = 0;

@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "core/faults/fault_injecting_transport.hpp"
+#include "core/proxy/cookie_codec.hpp"
 #include "core/proxy/proxy_thread.hpp"
 #include "gpu/fifo_push.hpp"
 #include "semantic_stack.hpp"
@@ -369,7 +370,7 @@ TEST_CASE("concurrent channels: merged writes cover each channel's stream in ord
   uint64_t coalesced = 0;
   bool in_order = true;
   for (const Recorder::Post& p : t.posts) {
-    const auto c = static_cast<uint32_t>(p.cookie >> 48);
+    const auto c = cookie::channel_slot(p.cookie);
     REQUIRE(c < kChannels);
     if (p.write.src_offset != next[c] || p.write.dst_offset != next[c] ||
         p.write.length > 8 * kLength) {

@@ -12,6 +12,7 @@
 #include <set>
 #include <thread>
 
+#include "core/proxy/cookie_codec.hpp"
 #include "core/proxy/proxy_thread.hpp"
 #include "core/semantics/imm_codec.hpp"
 #include "courier/error.hpp"
@@ -41,9 +42,9 @@ class ScriptedTransport final : public ProxyTransport {
       return -EIO;
     }
     accepted.fetch_add(1);
-    // The cookie carries the channel's slot in the proxy (bits 48 and up).
-    posted.push_back(
-        {static_cast<uint32_t>(cookie >> 48), static_cast<uint32_t>(write.dst_offset)});
+    // The proxy's cookie names the channel (a plain write's reaches here as
+    // it is, with or without the semantics layer: cookie_codec.hpp).
+    posted.push_back({cookie::channel_slot(cookie), static_cast<uint32_t>(write.dst_offset)});
     pending.push_back(cookie);
     return COURIER_OK;
   }

@@ -333,40 +333,40 @@ TEST_CASE("an op without a strategy, or to a rank outside the job, is refused wi
   CHECK(error.find("BARRIER") != std::string::npos);
 }
 
-TEST_CASE("the caller's cookies come back with the peer; only user notifications reach it") {
-  TwoRanks r(false, AtomicStrategyKind::imm);  // unordered: every write is sequenced
-  std::string error;
-  const uint64_t big = (uint64_t{0xabcd} << 48) | 12345;  // any 64 bits: the layer keeps them
-  REQUIRE(r.s0->post_write(write_block(0), big, &error) == COURIER_OK);
-  REQUIRE(r.s0->post_write(write_block(1, /*notify=*/true), big + 1, &error) == COURIER_OK);
-  PeerActivity a;
-  REQUIRE(r.s0->peer_activity(1, &a));
-  CHECK(a.writes_in_flight == 2);
-  CHECK(a.next_seq_to == 2);
-  uint32_t peer = 0;
-  CHECK(r.s0->peer_of(big + 1, &peer));
-  CHECK(peer == 1);
-  CHECK_FALSE(r.s0->peer_of(99, &peer));
-  // Both writes carried immediate data on the wire (sequence numbers); one
-  // of them a notification.
-  std::vector<courier_nic_completion_v1> done = r.pump();
-  std::vector<uint64_t> tx;
-  uint32_t notifications = 0;
-  for (const courier_nic_completion_v1& c : done) {
-    if (c.kind == COURIER_NIC_COMP_TX) {
-      tx.push_back(c.cookie);
-      CHECK(c.peer == 1);
-    } else {
-      ++notifications;
-      CHECK(c.peer == 0);  // rank 1 heard from rank 0
+TEST_CASE("the caller's cookies come back as posted; only user notifications reach it") {
+  // Ordered: plain writes go down with the caller's cookie (no table);
+  // unordered: every write is sequenced. Cookies with bit 63 set go through
+  // the table (cookie_codec.hpp): both paths.
+  for (const bool ordered : {true, false}) {
+    CAPTURE(ordered);
+    TwoRanks r(ordered, AtomicStrategyKind::imm);
+    std::string error;
+    const uint64_t big = (uint64_t{0xabcd} << 48) | 12345;  // any 64 bits: the layer keeps them
+    const uint64_t small = 77;
+    REQUIRE(r.s0->post_write(write_block(0), big, &error) == COURIER_OK);
+    REQUIRE(r.s0->post_write(write_block(1, /*notify=*/true), big + 1, &error) == COURIER_OK);
+    REQUIRE(r.s0->post_write(write_block(2), small, &error) == COURIER_OK);
+    REQUIRE(r.s0->post_write(write_block(3, /*notify=*/true), small + 1, &error) == COURIER_OK);
+    PeerActivity a;
+    REQUIRE(r.s0->peer_activity(1, &a));
+    CHECK(a.next_seq_to == (ordered ? 2 : 4));  // sequence numbers: notifications, or all
+    // Notifications carried immediate data on the wire, one each.
+    std::vector<courier_nic_completion_v1> done = r.pump();
+    std::vector<uint64_t> tx;
+    uint32_t notifications = 0;
+    for (const courier_nic_completion_v1& c : done) {
+      if (c.kind == COURIER_NIC_COMP_TX) {
+        tx.push_back(c.cookie);
+      } else {
+        ++notifications;
+        CHECK(c.peer == 0);  // rank 1 heard from rank 0
+      }
     }
+    std::sort(tx.begin(), tx.end());
+    CHECK(tx == std::vector<uint64_t>{small, small + 1, big, big + 1});
+    CHECK(notifications == 2);
+    CHECK_FALSE(r.s0->busy());
   }
-  std::sort(tx.begin(), tx.end());
-  CHECK(tx == std::vector<uint64_t>{big, big + 1});
-  CHECK(notifications == 1);
-  REQUIRE(r.s0->peer_activity(1, &a));
-  CHECK(a.writes_in_flight == 0);
-  CHECK_FALSE(r.s0->busy());
 }
 
 TEST_CASE("barrier topology: hosts, leaders, local indices and rails") {
@@ -386,16 +386,16 @@ TEST_CASE("barrier topology: hosts, leaders, local indices and rails") {
 }
 
 TEST_CASE("more posts in flight than the table's first size: every cookie comes back once") {
-  TwoRanks r(true, AtomicStrategyKind::none);
+  // Unordered: every write goes through the table (and is counted: a
+  // transport atomic waits for them).
+  TwoRanks r(false, AtomicStrategyKind::hw);
   std::string error;
   constexpr uint64_t kPosts = 3000;  // beyond the table's first 1024 slots
   for (uint64_t i = 0; i < kPosts; ++i) {
     REQUIRE(r.s0->post_write(write_block(static_cast<uint32_t>(i % kBlocks)), 1000 + i, &error) ==
             COURIER_OK);
   }
-  PeerActivity a;
-  REQUIRE(r.s0->peer_activity(1, &a));
-  CHECK(a.writes_in_flight == kPosts);
+  CHECK(r.s0->post_atomic(add_counter(1), 1, &error) == -EAGAIN);  // the writes first
   std::vector<uint64_t> cookies;
   for (const courier_nic_completion_v1& c : r.pump()) {
     if (c.kind == COURIER_NIC_COMP_TX) cookies.push_back(c.cookie);
@@ -403,6 +403,6 @@ TEST_CASE("more posts in flight than the table's first size: every cookie comes 
   std::sort(cookies.begin(), cookies.end());
   REQUIRE(cookies.size() == kPosts);
   for (uint64_t i = 0; i < kPosts; ++i) CHECK(cookies[i] == 1000 + i);
-  REQUIRE(r.s0->peer_activity(1, &a));
-  CHECK(a.writes_in_flight == 0);
+  CHECK(r.s0->post_atomic(add_counter(1), 1, &error) == COURIER_OK);  // none left in flight
+  CHECK(r.t0.atomics == 1);
 }
