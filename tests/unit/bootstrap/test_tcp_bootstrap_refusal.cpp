@@ -3,7 +3,7 @@
 // completes.
 #include <doctest/doctest.h>
 
-#include "tests/unit/bootstrap/bootstrap_test_support.hpp"
+#include "tests/unit/bootstrap/test_support.hpp"
 
 namespace courier::test {
 namespace {

@@ -1,7 +1,7 @@
 // The TCP bootstrap doing its job: joining, allgather, barrier.
 #include <doctest/doctest.h>
 
-#include "tests/unit/bootstrap/bootstrap_test_support.hpp"
+#include "tests/unit/bootstrap/test_support.hpp"
 
 namespace courier::test {
 namespace {

@@ -5,7 +5,7 @@
 #include <future>
 #include <string>
 
-#include "tests/unit/bootstrap/bootstrap_test_support.hpp"
+#include "tests/unit/bootstrap/test_support.hpp"
 
 namespace courier::test {
 namespace {

@@ -4,7 +4,7 @@
 #include <future>
 #include <stdexcept>
 
-#include "bootstrap_test_support.hpp"
+#include "tests/unit/bootstrap/test_support.hpp"
 
 namespace courier::test {
 namespace {

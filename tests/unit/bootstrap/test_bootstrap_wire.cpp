@@ -1,10 +1,9 @@
 // The TCP bootstrap's framing, token comparison and shared error texts.
-#include "core/bootstrap/bootstrap_wire.hpp"
-
 #include <doctest/doctest.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "core/bootstrap/bootstrap_wire.hpp"
 #include "core/bootstrap/collective_messages.hpp"
 
 namespace courier {
