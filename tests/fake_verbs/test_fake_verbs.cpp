@@ -8,7 +8,7 @@
 #include <cstring>
 #include <string>
 
-#include "fake_test_support.hpp"
+#include "test_support.hpp"
 
 using namespace courier::fake_verbs::testing;
 

@@ -9,7 +9,7 @@
 #include <cstring>
 #include <functional>
 
-#include "fake_test_support.hpp"
+#include "test_support.hpp"
 
 using namespace courier::fake_verbs::testing;
 

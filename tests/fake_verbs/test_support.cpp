@@ -1,4 +1,4 @@
-#include "fake_test_support.hpp"
+#include "test_support.hpp"
 
 #include <doctest/doctest.h>
 #include <sys/mman.h>
