@@ -14,7 +14,7 @@
 #      d. courier-semantics-check and the program run over the skeleton
 #         (COURIER_NIC_BACKEND=skeleton) under courier-run, 3 and 2 ranks.
 #
-#   skeleton_install_test.sh CMAKE SOURCE_DIR BUILD_DIR WORK_DIR [CONFIGURE_ARGS...]
+#   install_nic_skeleton.sh CMAKE SOURCE_DIR BUILD_DIR WORK_DIR [CONFIGURE_ARGS...]
 #
 # WORK_DIR is emptied first and kept afterwards, logs included, for a look
 # after a failure.
