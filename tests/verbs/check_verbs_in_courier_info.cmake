@@ -6,9 +6,9 @@
 #     device's capabilities, ports and GIDs, in text and in --json.
 #
 #   cmake -DCOURIER_INFO=<exe> -DPLUGIN_DIR=<dir> -DFAKE_PLUGIN_DIR=<dir>
-#         -DCHECKS=<courier_info_checks.cmake> -P check_verbs_in_courier_info.cmake
+#         -DHELPERS=<courier_info_helpers.cmake> -P check_verbs_in_courier_info.cmake
 
-foreach(required COURIER_INFO PLUGIN_DIR FAKE_PLUGIN_DIR CHECKS)
+foreach(required COURIER_INFO PLUGIN_DIR FAKE_PLUGIN_DIR HELPERS)
   if(NOT DEFINED ${required})
     message(FATAL_ERROR "check_verbs_in_courier_info.cmake: -D${required}=... is required")
   endif()
@@ -17,7 +17,7 @@ foreach(variable COURIER_GPU_BACKEND COURIER_NIC_BACKEND COURIER_LOG_LEVEL COURI
                  COURIER_IB_GID_INDEX COURIER_TOPOLOGY_XML FAKE_VERBS_DEVICES)
   unset(ENV{${variable}})
 endforeach()
-include(${CHECKS})
+include(${HELPERS})
 
 # --- 1. the real plugins, no RDMA device ------------------------------------
 set(ENV{COURIER_BACKEND_PATH} "${PLUGIN_DIR}")

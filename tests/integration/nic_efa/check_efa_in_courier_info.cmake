@@ -4,10 +4,10 @@
 # to; with COURIER_EFA_PROVIDER=shm it initializes, and its device and a
 # warning say that this is a test stand-in, not EFA.
 #
-#   cmake -DCOURIER_INFO=<exe> -DPLUGIN_DIR=<dir> -DCHECKS=<courier_info_checks.cmake>
+#   cmake -DCOURIER_INFO=<exe> -DPLUGIN_DIR=<dir> -DHELPERS=<courier_info_helpers.cmake>
 #         -P check_efa_in_courier_info.cmake
 
-foreach(required COURIER_INFO PLUGIN_DIR CHECKS)
+foreach(required COURIER_INFO PLUGIN_DIR HELPERS)
   if(NOT DEFINED ${required})
     message(FATAL_ERROR "check_efa_in_courier_info.cmake: -D${required}=... is required")
   endif()
@@ -19,7 +19,7 @@ foreach(variable COURIER_GPU_BACKEND COURIER_NIC_BACKEND COURIER_LOG_LEVEL COURI
   unset(ENV{${variable}})
 endforeach()
 
-include(${CHECKS})
+include(${HELPERS})
 
 # --- the default provider (efa) ---------------------------------------------
 run_courier_info(text)

@@ -1,16 +1,17 @@
 # Runs courier-info against the test plugins and checks what it reports.
 #
 #   cmake -DCOURIER_INFO=<exe> -DTEST_PLUGIN_DIR=<dir> [-DEXPECT_USABLE=gpu:host,nic:ofi]
-#         [-DPYTHON=<python3>] -P check_courier_info.cmake
+#         [-DPYTHON=<python3>] -DHELPERS=<courier_info_helpers.cmake>
+#         -P check_test_plugins_in_courier_info.cmake
 #
 # EXPECT_USABLE names the real plugins this build produced; each must be
 # listed as usable beside the broken test plugins. The human output is
 # checked with regular expressions, the --json output is parsed (and, when
 # python3 is available, validated strictly by json.tool).
 
-foreach(required COURIER_INFO TEST_PLUGIN_DIR)
+foreach(required COURIER_INFO TEST_PLUGIN_DIR HELPERS)
   if(NOT DEFINED ${required})
-    message(FATAL_ERROR "check_courier_info.cmake: -D${required}=... is required")
+    message(FATAL_ERROR "check_test_plugins_in_courier_info.cmake: -D${required}=... is required")
   endif()
 endforeach()
 string(REPLACE "," ";" expect_usable "${EXPECT_USABLE}")
@@ -22,7 +23,7 @@ foreach(variable COURIER_GPU_BACKEND COURIER_NIC_BACKEND COURIER_SIM_IMM_BYTES
   unset(ENV{${variable}})
 endforeach()
 
-include(${CMAKE_CURRENT_LIST_DIR}/courier_info_checks.cmake)
+include(${HELPERS})
 
 # Each broken test plugin: file name, then (on the next line) the reason.
 # A CMake list cannot hold ';', so reasons spell it <SEMI>.

@@ -1,6 +1,6 @@
-# Helpers of the courier-info checks (check_courier_info.cmake,
-# check_gpu_plugin_no_device.cmake, the verbs and nic-efa courier-info checks),
-# included at their top level:
+# Helpers of the courier-info checks (check_*_in_courier_info.cmake in
+# tests/unit/registry, tests/verbs and tests/integration/nic_efa), included
+# at their top level through -DHELPERS=<this file>:
 #   expect(TEXT REGEX WHAT)        records WHAT in `failures` when TEXT does not match
 #   run_courier_info(OUT ARGS...)  runs ${COURIER_INFO} ARGS..., stdout into OUT; fails on exit != 0
 #   backend_block(TEXT NAME OUT)   the block of NIC backend NAME under "Backends", up to its knobs

@@ -3,11 +3,11 @@
 # without that vendor's GPU; where it finds devices, that it names them.
 #
 #   cmake -DCOURIER_INFO=<exe> -DPLUGIN_DIR=<dir> -DPLUGIN=hip [-DWARP_SIZE=64]
-#         -P check_gpu_plugin_no_device.cmake
+#         -DHELPERS=<courier_info_helpers.cmake> -P check_gpu_plugin_in_courier_info.cmake
 
-foreach(required COURIER_INFO PLUGIN_DIR PLUGIN)
+foreach(required COURIER_INFO PLUGIN_DIR PLUGIN HELPERS)
   if(NOT DEFINED ${required})
-    message(FATAL_ERROR "check_gpu_plugin_no_device.cmake: -D${required}=... is required")
+    message(FATAL_ERROR "check_gpu_plugin_in_courier_info.cmake: -D${required}=... is required")
   endif()
 endforeach()
 
@@ -16,7 +16,7 @@ foreach(variable COURIER_GPU_BACKEND COURIER_NIC_BACKEND COURIER_LOG_LEVEL)
   unset(ENV{${variable}})
 endforeach()
 
-include(${CMAKE_CURRENT_LIST_DIR}/courier_info_checks.cmake)
+include(${HELPERS})
 
 # --- human output -----------------------------------------------------------
 run_courier_info(text)
