@@ -11,34 +11,39 @@
 
 namespace courier {
 
-uint32_t FifoConsumer::poll(TransferCmd* out, uint32_t max) {
+uint32_t FifoConsumer::peek(TransferCmd* out, uint32_t max) const {
   // In locals: the stores to `out` could alias the members as far as the
   // compiler knows, and reloading them costs the per-command path.
   TransferCmd* const slots = slots_;
   const uint64_t mask = mask_;
-  uint64_t next = next_;
+  const uint64_t first = next_;
   uint32_t count = 0;
   while (count < max) {
-    TransferCmd& slot = slots[next & mask];
-    std::atomic_ref<uint64_t> word0(slot.word0);
-    const uint64_t header = word0.load(std::memory_order_acquire);
+    const uint64_t ticket = first + count;
+    TransferCmd& slot = slots[ticket & mask];
+    const uint64_t header = std::atomic_ref<uint64_t>(slot.word0).load(std::memory_order_acquire);
     if (header == 0) break;  // not published yet
     TransferCmd cmd;
     cmd.word0 = header;
     cmd.word1 = std::atomic_ref<uint64_t>(slot.word1).load(std::memory_order_relaxed);
-    if (cmd.seq() != (next & TransferCmd::kSeqMask)) [[unlikely]] {
-      next_ = next;
+    if (cmd.seq() != (ticket & TransferCmd::kSeqMask)) [[unlikely]] {
       fail(
           "FIFO channel {}: slot {} holds sequence number {} but ticket {} (sequence {}) was "
           "expected: the ring was overwritten or corrupted",
-          channel_id_, next & mask, cmd.seq(), next, next & TransferCmd::kSeqMask);
+          channel_id_, ticket & mask, cmd.seq(), ticket, ticket & TransferCmd::kSeqMask);
     }
-    word0.store(0, std::memory_order_relaxed);  // published to producers by `completed`
     out[count++] = cmd;
-    ++next;
   }
-  next_ = next;
   return count;
+}
+
+void FifoConsumer::consume(uint32_t n) {
+  for (uint32_t i = 0; i < n; ++i) {
+    // Published to the producers by `completed`, not by this store.
+    std::atomic_ref<uint64_t>(slots_[(next_ + i) & mask_].word0)
+        .store(0, std::memory_order_relaxed);
+  }
+  next_ += n;
 }
 
 void publish_completed(FifoControl& control, uint64_t completed) {

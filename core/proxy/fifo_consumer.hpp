@@ -1,8 +1,12 @@
 // The consumer side of a FIFO channel (one proxy thread per channel).
 // Reads published slots in ticket order, checks each slot's sequence number
-// and clears the slot so that its next lap can be told apart.
+// and, once the command is taken, clears the slot so that its next lap can
+// be told apart. A command the proxy cannot post yet stays in its slot (the
+// ring is the channel's only queue): the producers' room counts from the
+// completed prefix, so a slot read but not taken is never overwritten.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 
@@ -16,11 +20,25 @@ class FifoConsumer {
   FifoConsumer(TransferCmd* slots, uint32_t depth, uint32_t channel_id)
       : slots_(slots), mask_(depth - 1), channel_id_(channel_id) {}
 
-  // Copies up to `max` published commands into `out`, in ticket order; the
-  // first has ticket next_ticket() as it was before the call. Throws
+  // Copies up to `max` published commands into `out`, in ticket order,
+  // without taking them; the first has ticket next_ticket(). Throws
   // courier::Error when a slot's sequence number is not the expected one
   // (the ring was corrupted).
-  uint32_t poll(TransferCmd* out, uint32_t max);
+  uint32_t peek(TransferCmd* out, uint32_t max) const;
+  // Takes the first `n` commands peek() returned: their slots are cleared
+  // and next_ticket() moves past them.
+  void consume(uint32_t n);
+  // peek() and consume() of everything peeked.
+  uint32_t poll(TransferCmd* out, uint32_t max) {
+    const uint32_t n = peek(out, max);
+    consume(n);
+    return n;
+  }
+  // Whether the command with ticket next_ticket() is published.
+  bool ready() const {
+    return std::atomic_ref<uint64_t>(slots_[next_ & mask_].word0).load(std::memory_order_acquire) !=
+           0;
+  }
 
   uint64_t next_ticket() const { return next_; }
 

@@ -299,7 +299,7 @@ void ProxyThread::loop() {
         backoff_.reset();
         idle_since_ns_ = 0;
       } else {
-        backoff_.idle(outstanding_ > 0 || !pending_.empty() || transport_.busy());
+        backoff_.idle(outstanding_ > 0 || refused_ || transport_.busy());
         if (may_block) {
           const uint64_t now = now_ns();
           if (idle_since_ns_ == 0) {
@@ -335,11 +335,9 @@ void ProxyThread::loop() {
 }
 
 bool ProxyThread::quiescent() const {
-  if (outstanding_ != 0 || !pending_.empty() || transport_.busy() || has_tasks_.load()) {
-    return false;
-  }
+  if (outstanding_ != 0 || transport_.busy() || has_tasks_.load()) return false;
   for (const ProxyChannel* c : channels_) {
-    if (c->tracker.prefix() < c->consumer.next_ticket() || !c->held.empty()) return false;
+    if (c->tracker.prefix() < c->consumer.next_ticket() || c->consumer.ready()) return false;
   }
   return true;
 }
@@ -386,7 +384,8 @@ void ProxyThread::check_stall(bool idle_step) {
   bool newly_stalled = false;
   for (ProxyChannel* c : channels_) {
     const uint64_t prefix = c->tracker.prefix();
-    const bool idle = prefix >= c->consumer.next_ticket() && c->held.empty();
+    // Commands waiting in the ring (a full transport) count as work.
+    const bool idle = prefix >= c->consumer.next_ticket() && !c->consumer.ready();
     if (idle || prefix != c->stall_prefix || c->stall_since_ns == 0) {
       c->stall_prefix = prefix;
       c->stall_since_ns = now;
@@ -414,27 +413,36 @@ void ProxyThread::check_stall(bool idle_step) {
 }
 
 // Per rank: the commands posted to it and not completed, from the channels'
-// own records (the span between each channel's completion prefix and its
-// tail, less what completed out of order, waits refused or behind a
-// BARRIER). Walks every command in flight: for the stall report only.
+// own records (everything taken from a ring was posted or failed, so: the
+// span between each channel's completion prefix and its tail, less what
+// completed out of order; a BARRIER has no rank). Walks every command in
+// flight: for the stall report only.
 std::vector<uint64_t> ProxyThread::commands_in_flight() const {
   std::vector<uint64_t> count(options_.world_size, 0);
   for (const ProxyChannel* c : channels_) {
-    auto waiting = [&](uint64_t ticket) {
-      for (const PendingPost& p : pending_) {
-        if (p.channel == c && ticket >= p.ticket + p.done && ticket < p.ticket + p.count) {
-          return true;
-        }
-      }
-      for (const auto& [cmd, held] : c->held) {
-        if (held == ticket) return true;  // (a BARRIER posted: no rank of its own)
-      }
-      return false;
-    };
     for (uint64_t t = c->tracker.prefix(); t < c->consumer.next_ticket(); ++t) {
-      if (c->tracker.is_done(t) || waiting(t)) continue;
+      if (c->tracker.is_done(t)) continue;
       const uint32_t peer = c->destinations[t & c->tickets_mask];
       if (peer < count.size()) ++count[peer];
+    }
+  }
+  return count;
+}
+
+// Per rank: the commands waiting in the channels' rings, not yet posted
+// (behind a post the full transport refused, or a BARRIER), up to a
+// batch per channel.
+std::vector<uint64_t> ProxyThread::commands_waiting(uint64_t* total) const {
+  std::vector<uint64_t> count(options_.world_size, 0);
+  std::vector<TransferCmd> cmds(options_.dequeue_batch);
+  *total = 0;
+  for (const ProxyChannel* c : channels_) {
+    const uint32_t n = c->consumer.peek(cmds.data(), options_.dequeue_batch);
+    *total += n;
+    for (uint32_t i = 0; i < n; ++i) {
+      if (cmds[i].op() != CmdOp::barrier && cmds[i].dst_rank() < count.size()) {
+        ++count[cmds[i].dst_rank()];
+      }
     }
   }
   return count;
@@ -447,11 +455,13 @@ std::string ProxyThread::stall_report(uint64_t now, uint32_t* suspect_out) const
     if (c->stall_reported) oldest = std::min(oldest, c->stall_since_ns);
   }
   const double seconds = static_cast<double>(now - oldest) / 1e9;
+  uint64_t waiting_total = 0;
+  const std::vector<uint64_t> waiting = commands_waiting(&waiting_total);
   std::string text = fmt::format(
       "proxy thread {} made no progress for {:.1f} s (COURIER_TIMEOUT_S) with work outstanding: "
-      "{} operations posted and not completed, {} commands refused by the transport and "
-      "waiting",
-      index_, seconds, outstanding_, pending_.size());
+      "{} operations posted and not completed, {} commands waiting in the rings{}",
+      index_, seconds, outstanding_, waiting_total,
+      refused_ ? " (the transport refused the last post: full)" : "");
   // The oldest incomplete command of each channel holds its completion
   // prefix back: its peer is the first suspect.
   // Channels held back by a posted command that never completed weigh more
@@ -469,37 +479,31 @@ std::string ProxyThread::stall_report(uint64_t now, uint32_t* suspect_out) const
         "\n  channel {}: head {} (pushed), tail {} (taken by the proxy), "
         "completed {}, in flight {}",
         c->id, head, tail, completed, tail - completed);
-    if (completed >= tail) continue;
-    if (!c->held.empty() && c->held.front().second == completed) {
+    if (c->barrier_posted && c->barrier_ticket == completed) {
       text += fmt::format("; oldest incomplete: command {}, a BARRIER waiting for other ranks",
                           completed);
       continue;
     }
     // Posted (a merged write completes as a whole, so the prefix stops at
-    // the first ticket of one) or refused (below).
+    // the first ticket of one), or still in the ring.
     uint32_t peer = c->destinations[completed & c->tickets_mask];
-    bool posted = true;
-    for (const PendingPost& p : pending_) {
-      if (p.channel == c && completed >= p.ticket + p.done && completed < p.ticket + p.count) {
-        peer = p.cmd.dst_rank();
-        posted = false;
-      }
+    const bool posted = completed < tail;
+    if (!posted) {
+      TransferCmd next;
+      if (c->consumer.peek(&next, 1) == 0 || next.op() == CmdOp::barrier) continue;
+      peer = next.dst_rank();
     }
     text += fmt::format(
         "; oldest incomplete: command {} for {} ({})", completed,
         peer == UINT32_MAX ? std::string("an unknown rank") : fmt::format("rank {}", peer),
-        posted ? "posted, no completion" : "refused by the transport");
+        posted ? "posted, no completion" : "not posted: the transport is full");
     if (peer < blocking.size()) {
       ++blocking[peer];
       if (posted) ++blocking_posted[peer];
     }
   }
-  // Commands the transport refused count against their peer: a peer that
-  // stopped making room is the likeliest cause of a stall.
-  std::vector<uint64_t> refused(world, 0);
-  for (const PendingPost& p : pending_) {
-    if (p.cmd.dst_rank() < refused.size()) refused[p.cmd.dst_rank()] += p.count - p.done;
-  }
+  // Commands waiting to be posted count against their peer (below): a peer
+  // that stopped making room is the likeliest cause of a stall.
   const std::vector<uint64_t> in_flight = commands_in_flight();
   auto seq_text = [](uint16_t next) {
     return next == 0 ? std::string("none") : std::to_string(next - 1);
@@ -519,21 +523,21 @@ std::string ProxyThread::stall_report(uint64_t now, uint32_t* suspect_out) const
     const uint64_t operations = in_flight[peer];
     const uint32_t atomics = activity.atomics_awaiting_answer;
     const uint32_t held = activity.atomics_held;
-    if (operations + held + refused[peer] == 0 && activity.next_seq_to == 0 &&
+    if (operations + held + waiting[peer] == 0 && activity.next_seq_to == 0 &&
         activity.expected_from == 0) {
       continue;
     }
     const uint64_t last = peer < last_completion_ns_.size() ? last_completion_ns_[peer] : 0;
     text += fmt::format(
         "\n  rank {}: {} commands outstanding to it ({} of them emulated atomics awaiting "
-        "its answer), {} commands for it refused by the transport; last sequence number sent "
+        "its answer), {} commands for it waiting in the rings; last sequence number sent "
         "to it: {}, seen from it in order: {}; {} of its atomics held back here; {}",
-        peer, operations, atomics, refused[peer], seq_text(activity.next_seq_to),
+        peer, operations, atomics, waiting[peer], seq_text(activity.next_seq_to),
         seq_text(activity.expected_from), held,
         last == 0
             ? std::string("no completion from it yet")
             : fmt::format("last completion {:.1f} s ago", static_cast<double>(now - last) / 1e9));
-    const uint64_t outstanding = operations + refused[peer];
+    const uint64_t outstanding = operations + waiting[peer];
     if (blocking[peer] + outstanding == 0) continue;  // nothing of ours waits on it
     const uint64_t weight = blocking_posted[peer] * 1'000'000 + blocking[peer] * 1'000;
     const bool quieter = suspect == UINT32_MAX || weight > suspect_weight ||
@@ -558,40 +562,28 @@ std::string ProxyThread::stall_report(uint64_t now, uint32_t* suspect_out) const
 
 bool ProxyThread::step() {
   bool worked = run_pending_tasks();
-  if (!failed_ && watched_.failed()) worked |= enter_failed_mode();
+  if (!failed_ && watched_.failed()) {
+    enter_failed_mode();
+    worked = true;
+  }
   worked |= poll_completions();
   worked |= failed_ ? fail_new_commands() : dequeue_and_post();
   publish();
   return worked;
 }
 
-bool ProxyThread::enter_failed_mode() {
+void ProxyThread::enter_failed_mode() {
   failed_ = true;
   failed_why_ = "not posted: " + options_.job_failure->describe();
-  uint64_t failed = 0;
-  // Refused posts waiting for a retry: whatever their rank, the job is over.
-  for (PendingPost& p : pending_) {
-    for (uint32_t k = p.done; k < p.count; ++k) {
-      fail_command(*p.channel, p.ticket + k, ChannelErrorCode::post_failed, failed_why_);
-      ++failed;
-    }
-  }
-  pending_.clear();
-  // BARRIERs waiting for other ranks, and the commands behind them (a
-  // BARRIER the transport has completes from there, cancelled).
-  for (ProxyChannel* channel : channels_) {
-    for (size_t i = channel->barrier_posted ? 1 : 0; i < channel->held.size(); ++i) {
-      fail_command(*channel, channel->held[i].second, ChannelErrorCode::post_failed, failed_why_);
-      ++failed;
-    }
-    channel->held.clear();
-    channel->barrier_posted = false;
-  }
+  refused_ = false;
+  // Commands waiting in the rings (refused by a full transport, behind a
+  // BARRIER) fail from the next step on, with those still to come; a
+  // BARRIER the transport has completes from there, cancelled.
+  for (ProxyChannel* channel : channels_) channel->barrier_posted = false;
   log_.warn("proxy",
-            "proxy thread {}: {}; posting nothing more ({} commands refused or held so far fail "
-            "on their channels, and so will those taken from now on)",
-            index_, options_.job_failure->summary(), failed);
-  return failed > 0;
+            "proxy thread {}: {}; posting nothing more (commands not posted so far fail on their "
+            "channels, and so will those taken from now on)",
+            index_, options_.job_failure->summary());
 }
 
 bool ProxyThread::fail_new_commands() {
@@ -611,92 +603,75 @@ bool ProxyThread::fail_new_commands() {
 }
 
 bool ProxyThread::dequeue_and_post() {
-  // Channels held by a waiting BARRIER first: they are independent of the
-  // transport's room, and one that is released hands its held commands on.
-  bool worked = false;
-  for (ProxyChannel* channel : channels_) {
-    if (!channel->held.empty()) worked |= advance_held(*channel);
-  }
-  // Retry what the transport refused before taking anything new, so that
-  // commands of a channel are posted in ticket order. A transport that said
-  // -EAGAIN is full until one of our operations completes: retrying earlier
-  // only contends for its locks with the peer that has to make room (shm
-  // takes the target's queue lock on every attempt). So wait for a
-  // completion, or a few empty steps in case room appears another way.
-  if (!pending_.empty() && retry_holdoff_ > 0) {
+  // A transport that said -EAGAIN is full until one of our operations
+  // completes: retrying earlier only contends for its locks with the peer
+  // that has to make room (shm takes the target's queue lock on every
+  // attempt). So wait for a completion, or a few empty steps in case room
+  // appears another way. The refused command waits in its ring meanwhile,
+  // ahead of everything after it.
+  if (refused_ && retry_holdoff_ > 0) {
     --retry_holdoff_;
-    return worked;
+    return false;
   }
-  size_t retried = 0;
-  while (retried < pending_.size()) {
-    if (!post(pending_[retried])) break;
-    ++retried;
-  }
-  if (retried > 0) pending_.erase(pending_.begin(), pending_.begin() + retried);
-  if (!pending_.empty()) {
-    retry_holdoff_ = kRetryHoldoffSteps;
-    return worked || retried > 0;
-  }
-
-  worked |= retried > 0;
+  refused_ = false;
+  bool worked = false;
+  const bool merging = options_.coalesce_bytes != 0;
   for (ProxyChannel* channel : channels_) {
-    // A channel behind a waiting BARRIER takes nothing new: its later
-    // commands must follow the barrier (other channels go on).
-    if (!channel->held.empty()) continue;
-    uint64_t first = channel->consumer.next_ticket();
-    uint32_t n = channel->consumer.poll(batch_.data(), options_.dequeue_batch);
-    if (n == 0) continue;
-    worked = true;
-    // This thread is the only writer: no locked instruction needed.
-    channel->commands.store(channel->commands.load(std::memory_order_relaxed) + n,
-                            std::memory_order_relaxed);
-    // Nothing refused and no BARRIER held: WRITEs go straight to the
-    // transport (kept in a local, checked per command).
-    bool direct = true;
-    const bool merging = options_.coalesce_bytes != 0;
-    for (uint32_t i = 0; i < n;) {
-      const TransferCmd& cmd = batch_[i];
-      const uint64_t ticket = first + i;
-      if (direct && cmd.op() == CmdOp::write) {
-        // The common case, straight to the transport.
-        uint32_t count = 1;
-        TransferCmd merged;
-        if (merging && i + 1 < n && continues(cmd, batch_[i + 1])) {
-          count = coalesce(*channel, ticket, &batch_[i], n - i, &merged);
-        }
-        if (count == 1) {
-          if (!post_write(*channel, cmd, ticket)) {
-            pending_.push_back(PendingPost{channel, cmd, ticket});
-            direct = false;
-          }
-        } else {
-          PendingPost p{channel, merged, ticket, count};
-          if (!post(p)) {
-            pending_.push_back(p);
-            direct = false;
-          }
-        }
-        i += count;
-        continue;
-      }
-      // A BARRIER holds the channel's later commands until it completed.
-      if (!channel->held.empty() || cmd.op() == CmdOp::barrier) {
-        channel->held.push_back({cmd, ticket});
-        if (channel->held.size() == 1) advance_held(*channel);  // it may start at once
-        direct = false;
-        ++i;
-        continue;
-      }
-      PendingPost p{channel, cmd, ticket};
-      if (options_.coalesce_bytes != 0 && cmd.op() == CmdOp::write && i + 1 < n &&
-          continues(cmd, batch_[i + 1])) {
-        p.count = coalesce(*channel, ticket, &batch_[i], n - i, &p.cmd);
-      }
-      if (!pending_.empty() || !post(p)) pending_.push_back(p);
-      i += p.count;
-      direct = pending_.empty() && channel->held.empty();
+    if (channel->barrier_posted) {
+      // Its later commands follow the BARRIER (other channels go on).
+      if (channel->tracker.prefix() <= channel->barrier_ticket) continue;
+      channel->barrier_posted = false;
+      worked = true;
     }
-    if (!pending_.empty()) {
+    const uint64_t first = channel->consumer.next_ticket();
+    const uint32_t n = channel->consumer.peek(batch_.data(), options_.dequeue_batch);
+    uint32_t taken = 0;  // commands dealt with (posted or failed), from the first
+    while (taken < n) {
+      const TransferCmd& cmd = batch_[taken];
+      const uint64_t ticket = first + taken;
+      if (cmd.op() == CmdOp::write) {
+        // The common case, straight to the transport.
+        if (merging && taken + 1 < n && continues(cmd, batch_[taken + 1])) {
+          TransferCmd merged;
+          const uint32_t count = coalesce(&batch_[taken], n - taken, &merged);
+          if (count > 1) {
+            const uint32_t done = post_group(*channel, &batch_[taken], merged, ticket, count);
+            taken += done;
+            if (done < count) {
+              refused_ = true;
+              break;
+            }
+            continue;
+          }
+        }
+        if (!post_write(*channel, cmd, ticket)) {
+          refused_ = true;
+          break;
+        }
+        ++taken;
+        continue;
+      }
+      if (cmd.op() == CmdOp::barrier) {
+        const BarrierStart start = start_barrier(*channel, cmd, ticket);
+        if (start == BarrierStart::wait) break;
+        ++taken;
+        if (start == BarrierStart::posted) break;  // the channel waits for it
+        continue;
+      }
+      if (!post_one(*channel, cmd, ticket)) {
+        refused_ = true;
+        break;
+      }
+      ++taken;
+    }
+    if (taken > 0) {
+      channel->consumer.consume(taken);
+      // This thread is the only writer: no locked instruction needed.
+      channel->commands.store(channel->commands.load(std::memory_order_relaxed) + taken,
+                              std::memory_order_relaxed);
+      worked = true;
+    }
+    if (refused_) {
       retry_holdoff_ = kRetryHoldoffSteps;
       break;
     }
@@ -704,52 +679,37 @@ bool ProxyThread::dequeue_and_post() {
   return worked;
 }
 
-bool ProxyThread::advance_held(ProxyChannel& channel) {
-  const auto [barrier, ticket] = channel.held.front();
-  if (!channel.barrier_posted) {
-    // A BARRIER starts once the channel's earlier commands completed.
-    if (channel.tracker.prefix() != ticket) return false;
-    const uint32_t scope = barrier.flags();
-    int rc = -EINVAL;
-    if (scope == kBarrierWorld || scope == kBarrierRail) {
-      BarrierRequest request;
-      request.channel = channel.id;
-      request.scope =
-          scope == kBarrierRail ? BarrierRequest::Scope::rail : BarrierRequest::Scope::world;
-      request.epoch = barrier.word1;
-      rc = transport_.post_barrier(request, cookie::of_command(channel.thread_slot, ticket),
-                                   &error_);
-    } else {
-      error_ = fmt::format("BARRIER with unknown scope {}", scope);
-    }
-    if (rc == -EAGAIN || rc == -EBUSY) return false;
-    if (rc == COURIER_OK) {
-      posted(channel, ticket, 1, kNoPeer);
-      channel.barrier_posted = true;
-      return true;
-    }
-    fail_command(
-        channel, ticket,
-        rc == -ENOTSUP ? ChannelErrorCode::unsupported : ChannelErrorCode::completion_failed,
-        error_);
-    error_.clear();
-  } else if (channel.tracker.prefix() <= ticket) {
-    return false;  // its completion has not come yet
+ProxyThread::BarrierStart ProxyThread::start_barrier(ProxyChannel& channel,
+                                                     const TransferCmd& barrier, uint64_t ticket) {
+  // A BARRIER starts once the channel's earlier commands completed.
+  if (channel.tracker.prefix() != ticket) return BarrierStart::wait;
+  const uint32_t scope = barrier.flags();
+  int rc = -EINVAL;
+  if (scope == kBarrierWorld || scope == kBarrierRail) {
+    BarrierRequest request;
+    request.channel = channel.id;
+    request.scope =
+        scope == kBarrierRail ? BarrierRequest::Scope::rail : BarrierRequest::Scope::world;
+    request.epoch = barrier.word1;
+    rc = transport_.post_barrier(request, cookie::of_command(channel.thread_slot, ticket), &error_);
+  } else {
+    error_ = fmt::format("BARRIER with unknown scope {}", scope);
   }
-  channel.held.pop_front();
-  channel.barrier_posted = false;
-  // Hand the commands that waited behind it on, up to the next BARRIER.
-  while (!channel.held.empty() && channel.held.front().first.op() != CmdOp::barrier) {
-    pending_.push_back(
-        PendingPost{&channel, channel.held.front().first, channel.held.front().second});
-    channel.held.pop_front();
+  if (rc == -EAGAIN || rc == -EBUSY) return BarrierStart::wait;
+  if (rc == COURIER_OK) {
+    posted(channel, ticket, 1, kNoPeer);
+    channel.barrier_posted = true;
+    channel.barrier_ticket = ticket;
+    return BarrierStart::posted;
   }
-  retry_holdoff_ = 0;
-  return true;
+  fail_command(channel, ticket,
+               rc == -ENOTSUP ? ChannelErrorCode::unsupported : ChannelErrorCode::completion_failed,
+               error_);
+  error_.clear();
+  return BarrierStart::failed;
 }
 
-uint32_t ProxyThread::coalesce(ProxyChannel& channel, uint64_t ticket, const TransferCmd* cmds,
-                               uint32_t n, TransferCmd* merged) {
+uint32_t ProxyThread::coalesce(const TransferCmd* cmds, uint32_t n, TransferCmd* merged) const {
   const TransferCmd& head = cmds[0];
   // A write with immediate data is one notification per command.
   if ((head.flags() & kCmdFlagImm) != 0) return 1;
@@ -769,46 +729,30 @@ uint32_t ProxyThread::coalesce(ProxyChannel& channel, uint64_t ticket, const Tra
     length += next.length();
   }
   if (count == 1) return 1;
-  const size_t mask = channel.tickets_mask;
-  for (uint32_t k = 0; k < count; ++k) channel.tickets[(ticket + k) & mask] = cmds[k].length();
   *merged = with_length(head, length);
   return count;
 }
 
-bool ProxyThread::post(PendingPost& p) {
-  ProxyChannel& channel = *p.channel;
-  if (p.count == 1) return post_one(channel, p.cmd, p.ticket);
-  const size_t mask = channel.tickets_mask;
-  if (!p.split) {
-    const int rc = transport_.post_write(
-        write_of(channel, p.cmd), cookie::of_command(channel.thread_slot, p.ticket), &error_);
-    if (rc == COURIER_OK) {
-      posted(channel, p.ticket, p.count, p.cmd.dst_rank());
-      channel.coalesced.store(channel.coalesced.load(std::memory_order_relaxed) + p.count - 1,
-                              std::memory_order_relaxed);  // the only writer
-      return true;
-    }
-    if (rc == -EAGAIN || rc == -EBUSY) return false;
-    // Refused as a whole (one of them may lie beyond the window, say): post
-    // the commands one by one, so that each gets its own verdict.
-    log_.debug("proxy",
-               "channel {}: one write for commands {}..{} was refused ({}); posting them "
-               "one by one",
-               channel.id, p.ticket, p.ticket + p.count - 1, error_);
-    error_.clear();
-    p.split = true;
+uint32_t ProxyThread::post_group(ProxyChannel& channel, const TransferCmd* members,
+                                 const TransferCmd& merged, uint64_t ticket, uint32_t count) {
+  const int rc = transport_.post_write(write_of(channel, merged),
+                                       cookie::of_command(channel.thread_slot, ticket), &error_);
+  if (rc == COURIER_OK) {
+    posted(channel, ticket, count, merged.dst_rank());
+    channel.coalesced.store(channel.coalesced.load(std::memory_order_relaxed) + count - 1,
+                            std::memory_order_relaxed);  // the only writer
+    return count;
   }
-  while (p.done < p.count) {
-    const uint64_t ticket = p.ticket + p.done;
-    const uint32_t length = channel.tickets[ticket & mask];
-    TransferCmd member = with_length(p.cmd, length);
-    member.word1 =
-        ((p.cmd.dst_offset() + p.done_bytes) << 32) | (p.cmd.src_offset() + p.done_bytes);
-    if (!post_one(channel, member, ticket)) return false;
-    ++p.done;
-    p.done_bytes += length;
-  }
-  return true;
+  if (rc == -EAGAIN || rc == -EBUSY) return 0;
+  // Refused as a whole (one of them may lie beyond the window, say): post
+  // the commands one by one, so that each gets its own verdict.
+  log_.debug("proxy",
+             "channel {}: one write for commands {}..{} was refused ({}); posting them one by one",
+             channel.id, ticket, ticket + count - 1, error_);
+  error_.clear();
+  uint32_t done = 0;
+  while (done < count && post_one(channel, members[done], ticket + done)) ++done;
+  return done;
 }
 
 bool ProxyThread::post_refused(ProxyChannel& channel, uint64_t ticket, int rc) {
@@ -852,7 +796,7 @@ bool ProxyThread::post_one(ProxyChannel& channel, const TransferCmd& cmd, uint64
       // only after every earlier ticket of the channel completed.
       channel.tracker.complete(ticket);
       return true;
-    case CmdOp::barrier:  // held by dequeue_and_post (advance_held), never pending
+    case CmdOp::barrier:  // dequeue_and_post starts it (start_barrier), never here
       throw Error(
           fmt::format("proxy thread {}: BARRIER {} of channel {} was to be posted as a "
                       "plain command",

@@ -10,7 +10,6 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -51,19 +50,17 @@ struct ProxyChannel {
   std::atomic<uint64_t> errors{0};
   std::atomic<uint64_t> coalesced{0};  // commands merged into another's write
   // Per ring slot of a posted operation's (first) ticket: the tickets its
-  // TX completion completes (more than one for merged WRITEs). While a
-  // merged group is not posted yet, the slots of its members hold their
-  // lengths, so it can be split again.
+  // TX completion completes (more than one for merged WRITEs).
   std::vector<uint32_t> tickets;
   uint32_t tickets_mask;  // tickets.size() - 1, kept: the per-command paths index with it
   // Per ring slot of a posted command: the rank it went to, for the stall
   // report ("oldest incomplete: command 7 for rank 2", commands in flight
   // and the last completion per rank).
   std::vector<uint32_t> destinations;
-  // A BARRIER still waiting for other ranks, then the commands taken from
-  // the FIFO after it (ticket order); other channels go on meanwhile.
-  std::deque<std::pair<TransferCmd, uint64_t>> held;
-  bool barrier_posted = false;  // held.front(), a BARRIER, went to the transport
+  // A BARRIER went to the transport and has not completed: the channel's
+  // later commands wait in the ring behind it (other channels go on).
+  bool barrier_posted = false;
+  uint64_t barrier_ticket = 0;
   // Hang diagnostics (proxy thread only): the prefix last seen, since when.
   uint64_t stall_prefix = 0;
   uint64_t stall_since_ns = 0;
@@ -200,20 +197,6 @@ class ProxyThread {
   std::string fatal_error() const;
 
  private:
-  // One transport operation to make: a command, or a merged group of
-  // WRITEs (`cmd` then spans all of them).
-  struct PendingPost {
-    ProxyChannel* channel;
-    TransferCmd cmd;
-    uint64_t ticket;     // its (first) ticket
-    uint32_t count = 1;  // tickets it carries
-    // A group the transport refused as one is posted member by member:
-    // members posted so far, and their bytes.
-    bool split = false;
-    uint32_t done = 0;
-    uint64_t done_bytes = 0;
-  };
-
   void loop();
   bool step();
   // Nothing taken and not completed, refused, held or owed to a peer.
@@ -226,19 +209,25 @@ class ProxyThread {
   // `idle_step`: the last step found nothing to do.
   void check_stall(bool idle_step);
   std::string stall_report(uint64_t now, uint32_t* suspect = nullptr) const;
-  // Per rank: this thread's commands posted to it and not completed.
+  // Per rank: this thread's commands posted to it and not completed, and
+  // those waiting in the rings (*total: all of them, BARRIERs included).
   std::vector<uint64_t> commands_in_flight() const;
+  std::vector<uint64_t> commands_waiting(uint64_t* total) const;
   bool dequeue_and_post();
   // How many of `cmds` (n > 0, the first a WRITE) go out as one write; for
-  // more than one, *merged spans them and their lengths are noted in
-  // channel.target until the group is posted.
-  uint32_t coalesce(ProxyChannel& channel, uint64_t ticket, const TransferCmd* cmds, uint32_t n,
-                    TransferCmd* merged);
-  // Returns false when the transport is full (-EAGAIN): `p` must be offered
-  // again (it keeps the progress of a split group).
-  bool post(PendingPost& p);
+  // more than one, *merged spans them.
+  uint32_t coalesce(const TransferCmd* cmds, uint32_t n, TransferCmd* merged) const;
+  // Posts `count` WRITEs (`members`, from `ticket`) as one write, `merged`;
+  // a group the transport refuses as a whole (not for room) goes member by
+  // member. Returns the tickets dealt with (posted or failed): fewer than
+  // `count` when the transport is full (-EAGAIN), the rest then stays in
+  // the ring.
+  uint32_t post_group(ProxyChannel& channel, const TransferCmd* members, const TransferCmd& merged,
+                      uint64_t ticket, uint32_t count);
+  // Returns false when the transport is full (-EAGAIN): the command stays in
+  // the ring; true when it was posted, completed or failed.
   bool post_one(ProxyChannel& channel, const TransferCmd& cmd, uint64_t ticket);
-  // One WRITE (the per-command path, inline); same returns as post().
+  // One WRITE (the per-command path, inline); same returns as post_one().
   bool post_write(ProxyChannel& channel, const TransferCmd& cmd, uint64_t ticket) {
     const int rc = transport_.post_write(write_of(channel, cmd),
                                          cookie::of_command(channel.thread_slot, ticket), &error_);
@@ -274,10 +263,11 @@ class ProxyThread {
   // A post that did not go through: false for -EAGAIN/-EBUSY (offer it
   // again), otherwise the command fails with error_; true.
   bool post_refused(ProxyChannel& channel, uint64_t ticket, int rc);
-  // Posts the BARRIER heading channel.held once the channel's earlier
-  // commands completed, and hands the commands behind it on once it
-  // completed; true when something moved.
-  bool advance_held(ProxyChannel& channel);
+  // A BARRIER at the head of a channel's ring: posted once the channel's
+  // earlier commands completed (then the channel waits for its completion),
+  // failed when the transport rejects it, or left in the ring (wait).
+  enum class BarrierStart { wait, posted, failed };
+  BarrierStart start_barrier(ProxyChannel& channel, const TransferCmd& barrier, uint64_t ticket);
   bool poll_completions();
   void fail_command(ProxyChannel& channel, uint64_t ticket, ChannelErrorCode code,
                     const std::string& why);
@@ -286,9 +276,9 @@ class ProxyThread {
   void complete(uint64_t cookie, uint32_t count, int status, const std::string& why);
   void publish();
   bool run_pending_tasks();
-  // Once the job failed: fails what was refused or held and stops posting
-  // (failed_). Returns whether anything was failed.
-  bool enter_failed_mode();
+  // Once the job failed: stops posting (failed_); what waits in the rings
+  // fails from then on (fail_new_commands).
+  void enter_failed_mode();
   // In failed mode, in place of dequeue_and_post(): commands taken from now
   // on fail on their channels without reaching the transport.
   bool fail_new_commands();
@@ -316,7 +306,9 @@ class ProxyThread {
   std::vector<TransferCmd> batch_;
   std::string error_;  // why a post failed (kept empty otherwise: no string per command)
   std::vector<courier_nic_completion_v1> completions_;
-  std::vector<PendingPost> pending_;  // posts refused with -EAGAIN, retried first
+  // The transport refused a post with -EAGAIN (the command stays in its
+  // ring, retried first: see dequeue_and_post).
+  bool refused_ = false;
   uint64_t outstanding_ = 0;
   // Steps left before refused posts are retried without a completion having
   // arrived meanwhile (see dequeue_and_post).

@@ -44,6 +44,12 @@ struct WriteRequest {
   // data"); only the semantics layer sets them.
   bool with_imm = false;
   uint32_t imm = 0;
+  // Set by a layer for traffic of its own, which has no caller to refuse
+  // to (the semantics layer's answers): the retry layer keeps such a post
+  // when the transport is full (-EAGAIN) and posts it when there is room,
+  // in the peer's order (RetryingTransport). The one queue for refused
+  // posts below the proxy; the proxy's own wait in their FIFO rings.
+  bool keep_when_full = false;
 };
 
 // One transport atomic (COURIER_NIC_ATOMIC_* op) on the peer's window; the old

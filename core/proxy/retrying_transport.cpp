@@ -40,6 +40,8 @@ int RetryingTransport::post_write(const WriteRequest& write, uint64_t cookie, st
     // Nothing waits for a retry (the common case): straight through, without
     // copying the request or looking up the peer's queue.
     const int rc = inner_.post_write(write, cookie, error);
+    if (rc == -EAGAIN && write.keep_when_full) [[unlikely]]
+      return keep(Held{write, cookie, 0, 0}, write.peer);
     if (rc != -EBUSY) return rc;
     return hold(Held{write, cookie, 0, 0}, write.peer, error);
   }
@@ -67,22 +69,34 @@ uint64_t RetryingTransport::delay_after(uint32_t attempts) const {
 
 int RetryingTransport::post(std::variant<WriteRequest, AtomicRequest> request, uint32_t peer,
                             uint64_t cookie, std::string* error) {
+  const auto* write = std::get_if<WriteRequest>(&request);
+  const bool keep = write != nullptr && write->keep_when_full;
   auto queue = waiting_.find(peer);
   if (queue != waiting_.end()) {
     // Behind a request that waits for its retry: keep the peer's post order.
-    if (held_ >= policy_.max_held) return -EAGAIN;
+    if (held_ >= policy_.max_held && !keep) return -EAGAIN;
     queue->second.push_back({std::move(request), cookie, 0, 0});
     ++held_;
     return COURIER_OK;
   }
   Held held{std::move(request), cookie, 0, 0};
   int rc = post_inner(held, error);
-  if (rc != -EBUSY) return rc;  // done, full (-EAGAIN) or a hard error: the proxy handles it
+  if (rc == -EAGAIN && keep) return this->keep(std::move(held), peer);
+  if (rc != -EBUSY) return rc;  // done, full (-EAGAIN) or a hard error: the caller handles it
   return hold(std::move(held), peer, error);
 }
 
+int RetryingTransport::keep(Held held, uint32_t peer) {
+  // Full, for a poster that cannot take a refusal: kept, and posted from
+  // poll() once there is room (not a transient failure: no attempt used).
+  waiting_[peer].push_back(std::move(held));
+  ++held_;
+  return COURIER_OK;
+}
+
 int RetryingTransport::hold(Held held, uint32_t peer, std::string* error) {
-  if (held_ >= policy_.max_held) return -EAGAIN;
+  const auto* write = std::get_if<WriteRequest>(&held.request);
+  if (held_ >= policy_.max_held && (write == nullptr || !write->keep_when_full)) return -EAGAIN;
   held.attempts = 1;
   if (held.attempts > policy_.retries) {
     give_up(held, -EBUSY, *error);

@@ -5,6 +5,9 @@
 // has one waiting queue behind it, so each peer still sees post order. Once
 // the job failed (watch_failure) nothing is re-posted: what is kept
 // completes with kCancelledByFailure. docs/faults.md describes the policy.
+// It is also where a layer's own posts wait when the transport is full
+// (WriteRequest::keep_when_full): the one queue of refused posts below the
+// proxy, whose own commands wait in their FIFO rings.
 #pragma once
 
 #include <chrono>
@@ -32,7 +35,8 @@ struct RetryPolicy {
   std::chrono::nanoseconds first_delay{4'000};    // before the first re-post
   std::chrono::nanoseconds max_delay{1'000'000};  // the doubling stops here
   // Requests kept at once (waiting or queued behind one); more are refused
-  // with -EAGAIN so the proxy keeps them in its own queue.
+  // with -EAGAIN and stay in their FIFO ring (keep_when_full ones are kept
+  // all the same: they are bounded by the mailbox slots).
   uint32_t max_held = 4096;
 };
 
@@ -74,6 +78,8 @@ class RetryingTransport final : public TransportDecorator {
   // A fresh post failed transiently (-EBUSY): keep it for a retry (or give
   // up at once when no retries are allowed).
   int hold(Held held, uint32_t peer, std::string* error);
+  // A keep_when_full post refused for room (-EAGAIN): kept until there is.
+  int keep(Held held, uint32_t peer);
   // Posts the due heads of the peer queues and what waits behind them.
   void pump();
   void give_up(const Held& held, int status, const std::string& why);

@@ -249,7 +249,6 @@ int SemanticTransport::post_imm_atomic(const AtomicRequest& atomic, uint64_t coo
 
 int SemanticTransport::poll(courier_nic_completion_v1* out, uint32_t max) {
   last_.clear();
-  if (!answers_.empty()) retry_answers();
   if (!barriers_.empty()) advance_barriers();
   // A failure of this layer's own goes out alone (last_error() says why).
   if (!finished_.empty() && !finished_.front().second.empty()) {
@@ -433,8 +432,7 @@ void SemanticTransport::apply_ready(uint32_t peer) {
     p.held.erase(p.held.begin() + static_cast<std::ptrdiff_t>(i));
     uint64_t old = 0;
     const ControlKind kind = apply(peer, held.seq, held.record, &old);
-    PendingAnswer answer{peer, held.slot, held.seq, kind, old};
-    if (!answers_.empty() || !post_answer(answer)) answers_.push_back(answer);
+    post_answer(PendingAnswer{peer, held.slot, held.seq, kind, old});
   }
 }
 
@@ -472,7 +470,7 @@ ControlKind SemanticTransport::apply(uint32_t peer, uint16_t seq, const AtomicRe
   return ControlKind::atomic_applied;
 }
 
-bool SemanticTransport::post_answer(const PendingAnswer& answer) {
+void SemanticTransport::post_answer(const PendingAnswer& answer) {
   mailbox_->reply_out(answer.peer, answer.slot) = answer.old;
   WriteRequest write;
   write.peer = answer.peer;
@@ -483,19 +481,20 @@ bool SemanticTransport::post_answer(const PendingAnswer& answer) {
   write.length = sizeof(uint64_t);
   write.with_imm = true;
   write.imm = encode_reply_imm(answer.kind, answer.slot, answer.seq);
+  write.keep_when_full = true;  // no caller to refuse to: kept below while full
   std::string error;
   const int rc = inner_.post_write(
       write, cookie::of_internal(SemanticKind::answer, answer.peer, answer.slot), &error);
   if (rc == COURIER_OK) {
     ++internal_in_flight_;
-    return true;
+    return;
   }
-  if (rc == -EAGAIN || rc == -EBUSY) return false;
+  // Dropped (the requester reports a timeout): the job failed, the post was
+  // invalid, or no layer below keeps posts refused for room.
   if (rc != kCancelledByFailure) {
     log_.error("proxy", "answering rank {}'s emulated atomic failed ({}): {}", answer.peer, rc,
                error);
   }
-  return true;  // dropped: the requester reports a timeout
 }
 
 void SemanticTransport::on_answer(uint32_t peer, const DecodedImm& imm) {
@@ -522,15 +521,6 @@ void SemanticTransport::on_answer(uint32_t peer, const DecodedImm& imm) {
   --awaiting_answers_;
 }
 
-bool SemanticTransport::retry_answers() {
-  bool worked = false;
-  while (!answers_.empty() && post_answer(answers_.front())) {
-    answers_.pop_front();
-    worked = true;
-  }
-  return worked;
-}
-
 uint32_t SemanticTransport::atomics_awaiting_answer_from(uint32_t peer) const {
   const auto& slots = peers_[peer].slots;
   return static_cast<uint32_t>(
@@ -538,7 +528,7 @@ uint32_t SemanticTransport::atomics_awaiting_answer_from(uint32_t peer) const {
 }
 
 bool SemanticTransport::busy() const {
-  if (internal_in_flight_ > 0 || awaiting_answers_ > 0 || !answers_.empty() || !finished_.empty() ||
+  if (internal_in_flight_ > 0 || awaiting_answers_ > 0 || !finished_.empty() ||
       !barriers_.empty()) {
     return true;
   }

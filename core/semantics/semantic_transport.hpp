@@ -193,9 +193,9 @@ class SemanticTransport final : public TransportDecorator {
   void apply_ready(uint32_t peer);
   // Validates and applies one request; returns the answer kind and sets *old.
   ControlKind apply(uint32_t peer, uint16_t seq, const AtomicRecord& record, uint64_t* old);
-  // False when the transport had no room (kept in answers_ for later).
-  bool post_answer(const PendingAnswer& answer);
-  bool retry_answers();
+  // Posted with keep_when_full: the layer below keeps it while the
+  // transport is full.
+  void post_answer(const PendingAnswer& answer);
   uint32_t atomics_awaiting_answer_from(uint32_t peer) const;
 
   SemanticsOptions options_;
@@ -219,7 +219,6 @@ class SemanticTransport final : public TransportDecorator {
   std::vector<Flight> flights_ = std::vector<Flight>(kFirstFlights);
   uint32_t flight_mask_ = kFirstFlights - 1;  // flights_.size() - 1
   uint32_t next_flight_ = 0;
-  std::deque<PendingAnswer> answers_;  // answers waiting for room on the transport
   std::vector<PendingBarrier> barriers_;
   uint64_t internal_in_flight_ = 0;
   uint64_t awaiting_answers_ = 0;

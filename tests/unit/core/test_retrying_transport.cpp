@@ -191,6 +191,36 @@ TEST_CASE("a full transport (-EAGAIN) goes back to the proxy; a queued request w
   CHECK(t.retries_made() == 1);
 }
 
+TEST_CASE("a layer's own post refused for room is kept and posted in the peer's order") {
+  FakeClock clock;
+  ScriptedTransport inner(&clock);
+  RetryPolicy policy = policy_with(0);  // no retries: keeping is not retrying
+  policy.max_held = 1;
+  RetryingTransport t(inner, policy, clock.fn());
+  std::string error;
+  WriteRequest answer = write_to(1, 0);
+  answer.keep_when_full = true;
+  // Full: kept (no attempt used), and the peer's later posts queue behind
+  // it (a plain one only while there is room to keep it).
+  inner.script = {-EAGAIN};
+  CHECK(t.post_write(answer, 20, &error) == COURIER_OK);
+  CHECK(t.held() == 1);
+  CHECK(t.post_write(write_to(1, 64), 21, &error) == -EAGAIN);    // max_held: the caller keeps it
+  CHECK(t.post_write(answer, 22, &error) == COURIER_OK);          // kept beyond max_held
+  CHECK(t.post_write(write_to(2, 0), 30, &error) == COURIER_OK);  // another peer passes
+  CHECK(t.held() == 2);
+  inner.script = {-EAGAIN, -EAGAIN};  // still full twice, then room
+  std::vector<courier_nic_completion_v1> got = poll_until(t, clock, 3, 1000);
+  CHECK(got.size() == 3);
+  for (const courier_nic_completion_v1& c : got) CHECK(c.status == COURIER_OK);
+  CHECK(inner.accepted() == std::vector<uint64_t>{30, 20, 22});
+  CHECK(t.retries_made() == 0);
+  CHECK(t.held() == 0);
+  // A plain post refused for room still goes back to its caller.
+  inner.script = {-EAGAIN};
+  CHECK(t.post_write(write_to(1, 128), 23, &error) == -EAGAIN);
+}
+
 TEST_CASE("a hard error on a re-post fails the request with that status") {
   FakeClock clock;
   ScriptedTransport inner(&clock);
