@@ -18,13 +18,13 @@ using namespace courier::verbs;
 #define COURIER_BNXT_INFLIGHT_DEFAULT "1048576"
 
 const BackendTraits kTraits = {
-    "bnxt",
+    .name = "bnxt",
     // ibv_device_attr.vendor_id of bnxt_re devices: Broadcom's PCI vendor ID.
-    {"Broadcom NetXtreme (bnxt_re)", {0x14e4}},
-    /* prefer_odp */ true,
-    /* inflight_bytes_default */ COURIER_BNXT_INFLIGHT_DEFAULT,
-    /* latency_ns */ 2500,
-    /* bandwidth_mbps */ 50000,  // 400 Gb/s (Thor 2)
+    .family = {.label = "Broadcom NetXtreme (bnxt_re)", .vendor_ids = {0x14e4}},
+    .prefer_odp = true,
+    .inflight_bytes_default = COURIER_BNXT_INFLIGHT_DEFAULT,
+    .latency_ns = 2500,
+    .bandwidth_mbps = 50000,  // 400 Gb/s (Thor 2)
 };
 
 constexpr auto kKnobs = entries::make_knobs(

@@ -12,13 +12,13 @@ namespace {
 using namespace courier::verbs;
 
 const BackendTraits kTraits = {
-    "cx7",
+    .name = "cx7",
     // ibv_device_attr.vendor_id of ConnectX devices: Mellanox's IEEE OUI.
-    {"NVIDIA/Mellanox ConnectX", {0x02c9}},
-    /* prefer_odp */ false,  // pinning is cheap and fastest on ConnectX
-    /* inflight_bytes_default */ "0",
-    /* latency_ns */ 2000,
-    /* bandwidth_mbps */ 50000,  // 400 Gb/s
+    .family = {.label = "NVIDIA/Mellanox ConnectX", .vendor_ids = {0x02c9}},
+    .prefer_odp = false,  // pinning is cheap and fastest on ConnectX
+    .inflight_bytes_default = "0",
+    .latency_ns = 2000,
+    .bandwidth_mbps = 50000,  // 400 Gb/s
 };
 
 constexpr auto kKnobs = entries::make_knobs(

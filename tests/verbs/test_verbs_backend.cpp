@@ -23,10 +23,22 @@
 namespace courier::verbs {
 namespace {
 
-const BackendTraits kConnectX = {"cx7", {"NVIDIA/Mellanox ConnectX", {0x02c9}}, false, "0", 2000,
-                                 50000};
+const BackendTraits kConnectX = {
+    .name = "cx7",
+    .family = {.label = "NVIDIA/Mellanox ConnectX", .vendor_ids = {0x02c9}},
+    .prefer_odp = false,
+    .inflight_bytes_default = "0",
+    .latency_ns = 2000,
+    .bandwidth_mbps = 50000,
+};
 const BackendTraits kBroadcom = {
-    "bnxt", {"Broadcom NetXtreme (bnxt_re)", {0x14e4}}, true, "1048576", 2500, 50000};
+    .name = "bnxt",
+    .family = {.label = "Broadcom NetXtreme (bnxt_re)", .vendor_ids = {0x14e4}},
+    .prefer_odp = true,
+    .inflight_bytes_default = "1048576",
+    .latency_ns = 2500,
+    .bandwidth_mbps = 50000,
+};
 
 // Host services with per-test knob values and an optional dmabuf exporter.
 struct Host {
