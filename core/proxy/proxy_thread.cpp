@@ -616,7 +616,12 @@ bool ProxyThread::dequeue_and_post() {
   refused_ = false;
   bool worked = false;
   const bool merging = options_.coalesce_bytes != 0;
-  for (ProxyChannel* channel : channels_) {
+  const size_t channel_count = channels_.size();
+  for (size_t visit = 0; visit < channel_count; ++visit) {
+    // From the channel after the one last refused: a channel whose commands
+    // fill the transport every time must not starve the others.
+    const size_t index = (first_channel_ + visit) % channel_count;
+    ProxyChannel* channel = channels_[index];
     if (channel->barrier_posted) {
       // Its later commands follow the BARRIER (other channels go on).
       if (channel->tracker.prefix() <= channel->barrier_ticket) continue;
@@ -673,6 +678,7 @@ bool ProxyThread::dequeue_and_post() {
     }
     if (refused_) {
       retry_holdoff_ = kRetryHoldoffSteps;
+      first_channel_ = (index + 1) % channel_count;
       break;
     }
   }

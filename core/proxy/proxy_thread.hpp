@@ -313,6 +313,9 @@ class ProxyThread {
   // Steps left before refused posts are retried without a completion having
   // arrived meanwhile (see dequeue_and_post).
   uint32_t retry_holdoff_ = 0;
+  // The channel dequeue_and_post() visits first: the one after the channel
+  // whose post the transport last refused.
+  size_t first_channel_ = 0;
   IdleBackoff backoff_;
   // Per peer: when a completion of ours for it last arrived (device::now_ns,
   // 0 = never), for the stall report's suspect.

@@ -231,6 +231,28 @@ TEST_CASE("a refused post is retried even when no completion arrives to make roo
   CHECK(fx.rings[0]->control->completed == 2);
 }
 
+TEST_CASE("a channel that fills the transport every time does not starve the others") {
+  ProxyFixture fx(2, 256, 256);
+  ScriptedTransport transport;
+  transport.eagain_every = 2;  // full after every post
+  // Channel 0 has a long burst before the proxy starts, channel 1 one
+  // command: it must go out early, not after channel 0's burst.
+  constexpr uint32_t kBurst = 200;
+  for (uint32_t i = 0; i < kBurst; ++i) {
+    REQUIRE(device::push(fx.rings[0]->ch, write_cmd(0, i * 64, 16), nullptr) == PushStatus::ok);
+  }
+  REQUIRE(device::push(fx.rings[1]->ch, write_cmd(0, 7, 16), nullptr) == PushStatus::ok);
+  auto proxy = fx.make_proxy(transport);
+  proxy->start();
+  CHECK(device::drain(fx.rings[0]->ch) == PushStatus::ok);
+  CHECK(device::drain(fx.rings[1]->ch) == PushStatus::ok);
+  proxy->stop();
+  REQUIRE(transport.posted.size() == kBurst + 1);
+  size_t position = 0;
+  while (position < transport.posted.size() && transport.posted[position].first != 1) ++position;
+  CHECK(position < 4);  // after at most a couple of channel 0's posts
+}
+
 TEST_CASE("a BARRIER waiting for another rank holds back only its own channel") {
   ProxyFixture fx(2);
   ScriptedTransport transport;
