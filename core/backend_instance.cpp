@@ -176,6 +176,26 @@ std::string NicBackend::last_error() const { return reason_from(plugin_.ops->las
 
 GpuBackend::GpuBackend(const GpuPlugin& plugin, const HostServices& host) : plugin_(plugin) {
   handle_ = initialize("GPU", plugin_, host, props_);
+  adopt_props();
+}
+
+void GpuBackend::requery() {
+  courier_gpu_props_v1 props{};
+  props.struct_size = sizeof props;
+  const int status = plugin_.ops->query(handle_, &props);
+  if (status != COURIER_OK) {
+    fail("GPU backend '{}' ({}) failed to describe the chosen GPU: query(): {} ({})", plugin_.name,
+         plugin_.path, reason_from(plugin_.ops->last_error(handle_)), describe_status(status));
+  }
+  if (props.device_count != props_.device_count) {
+    fail("GPU backend '{}' ({}) reported {} device(s), then {} when asked again", plugin_.name,
+         plugin_.path, props_.device_count, props.device_count);
+  }
+  props_ = props;
+  adopt_props();
+}
+
+void GpuBackend::adopt_props() {
   terminate(props_.device_name);
   terminate(props_.no_device_reason);
   // From here on the core sees the plugin's parts alone; capability bits

@@ -18,10 +18,11 @@ namespace courier {
 class GpuBackend;
 
 // The courier_host_services_v1 table handed to plugins: logging through a
-// Logger, environment through an EnvLookup, aligned allocation, and dmabuf
-// export of GPU memory through the GPU backend lent with lend_gpu(). A
-// plugin may keep the table, so it must outlive every backend initialized
-// with it. Its functions may be called from any thread.
+// Logger, environment through an EnvLookup, aligned allocation, dmabuf
+// export of GPU memory through the GPU backend lent with lend_gpu(), and the
+// rank's GPU set with set_gpu_device(). A plugin may keep the table, so it
+// must outlive every backend initialized with it. Its functions may be
+// called from any thread.
 class HostServices {
  public:
   HostServices(Logger& log, EnvLookup env);
@@ -40,6 +41,9 @@ class HostServices {
   // Context lends its GPU before the NIC backend's init; `gpu` must outlive
   // every call plugins make, or be taken back with lend_gpu(nullptr).
   void lend_gpu(const GpuBackend* gpu);
+  // The GPU this rank uses (core/device_choice.hpp), which gpu_device
+  // answers from now on; before, it answers -EAGAIN. Set once per Context.
+  void set_gpu_device(uint32_t device);
 
  private:
   struct State;
@@ -85,6 +89,13 @@ class GpuBackend {
   // The plugin's properties; caps holds only the bits whose entries and
   // minor the plugin has.
   const courier_gpu_props_v1& props() const { return props_; }
+  // Asks the plugin for its properties again. The core does once it chose
+  // the rank's GPU (HostServices::set_gpu_device): a plugin's first query
+  // runs before the choice, which needs its device count, so the properties
+  // of one device (its name, dmabuf) described the device it used until
+  // then; now they describe the chosen one. Throws naming the backend when
+  // query fails or the device count changed.
+  void requery();
   std::string last_error() const;
   // The plugin's entries in parts (GPU ABI 1.15, core/gpu_parts.hpp), the
   // same for every plugin minor: each part complete, an entry the plugin
@@ -109,6 +120,10 @@ class GpuBackend {
                     std::string* why) const;
 
  private:
+  // props_ as the plugin filled it, made safe to use: texts terminated,
+  // parts_ built, capability bits without their entries cleared.
+  void adopt_props();
+
   GpuPlugin plugin_;
   void* handle_ = nullptr;
   courier_gpu_props_v1 props_{};

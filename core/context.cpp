@@ -144,7 +144,7 @@ struct Context::Impl {
            gpu->props().no_device_reason,
            rejected.empty() ? "" : fmt::format(" (GPU plugin files rejected: {})", rejected));
     }
-    device = choose_gpu_device(config, *gpu);
+    device = choose_and_announce_gpu_device(config, *gpu, host);
     topology = choose_from_topology(config, nic_backend_claims(registry.nic_plugins()), device,
                                     gpu->props().mem_kind != COURIER_MEM_HOST);
     if (config.nic_backend.empty() && !topology.nic_backend.empty()) {

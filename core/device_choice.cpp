@@ -16,4 +16,11 @@ int choose_gpu_device(const Config& config, const GpuBackend& gpu) {
   return static_cast<int>(config.gpu_device);
 }
 
+int choose_and_announce_gpu_device(const Config& config, GpuBackend& gpu, HostServices& host) {
+  const int device = choose_gpu_device(config, gpu);
+  host.set_gpu_device(static_cast<uint32_t>(device));
+  gpu.requery();
+  return device;
+}
+
 }  // namespace courier

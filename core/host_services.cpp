@@ -36,6 +36,10 @@ struct ServiceContext {
   // The GPU backend dmabuf_export asks; lent after the table was handed to
   // plugins (the GPU backend itself is initialized with it), so atomic.
   std::atomic<const GpuBackend*> gpu{nullptr};
+  // The rank's GPU gpu_device answers, kNoGpuDevice until the core chose
+  // it; set after plugins were handed the table, so atomic.
+  static constexpr int64_t kNoGpuDevice = -1;
+  std::atomic<int64_t> gpu_device{kNoGpuDevice};
 };
 
 LogLevel level_from_abi(int level) {
@@ -116,6 +120,15 @@ int host_dmabuf_export(void* ctx, const void* addr, size_t len, int* fd, uint64_
   }
 }
 
+int host_gpu_device(void* ctx, uint32_t* device) {
+  auto* state = static_cast<ServiceContext*>(ctx);
+  if (device == nullptr) return -EINVAL;
+  const int64_t chosen = state->gpu_device.load(std::memory_order_acquire);
+  if (chosen == ServiceContext::kNoGpuDevice) return -EAGAIN;
+  *device = static_cast<uint32_t>(chosen);
+  return COURIER_OK;
+}
+
 }  // namespace
 
 struct HostServices::State {
@@ -135,6 +148,7 @@ HostServices::HostServices(Logger& log, EnvLookup env)
   table.alloc = host_alloc;
   table.free = host_free;
   table.dmabuf_export = host_dmabuf_export;
+  table.gpu_device = host_gpu_device;
 }
 
 HostServices::~HostServices() = default;
@@ -152,6 +166,10 @@ void HostServices::derive(std::string name, std::string value) {
 
 void HostServices::lend_gpu(const GpuBackend* gpu) {
   state_->context.gpu.store(gpu, std::memory_order_release);
+}
+
+void HostServices::set_gpu_device(uint32_t device) {
+  state_->context.gpu_device.store(device, std::memory_order_release);
 }
 
 }  // namespace courier

@@ -12,6 +12,10 @@
  * claims COURIER_GPU_CAP_DMABUF and "exports" a range as a memfd of the
  * pages that hold it (no real dmabuf exists without a GPU driver), so the
  * tests can follow the core's host services into a GPU plugin and back.
+ *
+ * Built with SIM_GPU_DEVICES=N it reports N devices and names, as its device,
+ * the GPU the core chose for the rank (host services' gpu_device), or says
+ * none is chosen yet: the tests see when and what the core answers.
  */
 #define _GNU_SOURCE /* memfd_create */
 #include <errno.h>
@@ -28,6 +32,9 @@
 
 #ifndef SIM_GPU_NAME
 #define SIM_GPU_NAME "sim"
+#endif
+#ifndef SIM_GPU_DEVICES
+#define SIM_GPU_DEVICES 1
 #endif
 
 static _Thread_local char sim_error[256] = SIM_GPU_NAME ": no error";
@@ -51,7 +58,8 @@ static const char* sim_last_error(void* backend) {
 }
 
 static int sim_query(void* backend, courier_gpu_props_v1* props) {
-  (void)backend;
+  const courier_host_services_v1* host = backend;
+  (void)host;
   if (props->struct_size < sizeof(courier_gpu_props_v1)) {
     return sim_fail(-EINVAL, "props->struct_size is smaller than ABI 1.0's props");
   }
@@ -61,10 +69,20 @@ static int sim_query(void* backend, courier_gpu_props_v1* props) {
 #ifdef SIM_GPU_DMABUF
   props->caps |= COURIER_GPU_CAP_DMABUF;
 #endif
-  props->device_count = 1;
+  props->device_count = SIM_GPU_DEVICES;
   props->warp_size = 1;
   props->mem_kind = COURIER_MEM_HOST;
+#if SIM_GPU_DEVICES > 1
+  uint32_t device = 0;
+  if (COURIER_HOST_HAS(host, gpu_device) && host->gpu_device(host->ctx, &device) == COURIER_OK) {
+    snprintf(props->device_name, sizeof props->device_name, "%s GPU %u of %d", SIM_GPU_NAME,
+             (unsigned)device, SIM_GPU_DEVICES);
+  } else {
+    snprintf(props->device_name, sizeof props->device_name, "%s: no GPU chosen yet", SIM_GPU_NAME);
+  }
+#else
   snprintf(props->device_name, sizeof props->device_name, "%s (host memory)", SIM_GPU_NAME);
+#endif
   return COURIER_OK;
 }
 

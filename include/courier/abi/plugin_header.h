@@ -36,7 +36,13 @@ typedef struct courier_plugin_header {
 
 /* Services the core hands to a plugin in init(), so that plugins never link
  * against the core. The first four function pointers are always non-NULL; later
- * additions are tested with COURIER_HOST_HAS. */
+ * additions are tested with COURIER_HOST_HAS.
+ *
+ * Host services minors (the table carries no number: its struct_size says
+ * which additions a core has, COURIER_HOST_HAS tests them):
+ *   minor 0  log, get_env, alloc, free
+ *   minor 1  dmabuf_export
+ *   minor 2  gpu_device */
 typedef struct courier_host_services_v1 {
   uint32_t struct_size;
   uint32_t reserved;
@@ -46,8 +52,8 @@ typedef struct courier_host_services_v1 {
   const char* (*get_env)(void* ctx, const char* name);
   void* (*alloc)(void* ctx, size_t size, size_t alignment);
   void (*free)(void* ctx, void* ptr);
-  /* Added after the first release: a plugin reads it only when struct_size
-   * covers it (COURIER_HOST_HAS(host, dmabuf_export)).
+  /* Minor 1, added after the first release: a plugin reads it only when
+   * struct_size covers it (COURIER_HOST_HAS(host, dmabuf_export)).
    *
    * Exports the GPU memory [addr, addr+len) of the job's GPU backend as a
    * dmabuf: on success returns COURIER_OK with *fd a new file descriptor the
@@ -57,6 +63,20 @@ typedef struct courier_host_services_v1 {
    * not one GPU allocation. NIC backends register GPU memory through it
    * (ibv_reg_dmabuf_mr) before falling back to peer-memory registration. */
   int (*dmabuf_export)(void* ctx, const void* addr, size_t len, int* fd, uint64_t* offset);
+  /* Minor 2: a plugin reads it only when COURIER_HOST_HAS(host, gpu_device).
+   *
+   * The GPU this rank uses, chosen once by the core (COURIER_GPU_DEVICE, else
+   * the local rank modulo the GPU backend's device count): COURIER_OK with
+   * *device its index among the GPU backend's devices. -EAGAIN while no GPU
+   * is chosen: the GPU backend's init and first query run before the choice
+   * (it needs their device count), so a GPU backend asks again when it needs
+   * the device (the core queries it once more after the choice); NIC
+   * backends initialize after it and always get an answer from a Context.
+   * Services outside a Context (courier-info, tools, tests) answer -EAGAIN
+   * forever. -EINVAL for a NULL device. Plugins use this instead of reading
+   * COURIER_GPU_DEVICE, and treat an index beyond the devices their runtime
+   * sees as an error, never wrapping it. */
+  int (*gpu_device)(void* ctx, uint32_t* device);
 } courier_host_services_v1;
 
 /* True when `host` (a courier_host_services_v1*) is large enough to carry
