@@ -9,6 +9,7 @@
 #include <cuda_runtime_api.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstddef>
 #include <cstdint>
@@ -28,18 +29,18 @@
 #include "gpu/ep_counters.hpp"
 #include "gpu/ep_streams.hpp"
 #include "gpu/plugin_table.hpp"
+#include "gpu/rank_device.hpp"
 
 namespace {
 
 using courier::cuda_gpu::fail;
 
 struct CudaBackend {
+  const courier_host_services_v1* host = nullptr;
   int device_count = 0;
-  // The device of calls that name none (mapped host memory, copies between
-  // host buffers): the rank's GPU, chosen the way the core chooses it.
-  int default_device = 0;
+  // The rank's GPU once the core answered (default_device), -1 before.
+  std::atomic<int> rank_device{-1};
   std::string no_device_reason;
-  std::string device_name;
   // Per device: CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED (and the driver calls
   // below exist); the capability reports the default device's.
   std::vector<bool> dmabuf;
@@ -93,6 +94,29 @@ Fn driver_entry(const char* name, unsigned int version) {
   return reinterpret_cast<Fn>(fn);
 }
 
+// The device of calls that name none (mapped host memory, copies between
+// host buffers) and the one query describes: the rank's GPU, which the core
+// chooses and the host services answer (gpu/rank_device.hpp). It is asked
+// for here, when needed, not in init: the core chooses only after init and
+// the first query, from the device count they report (it queries again
+// once it chose). Until the core has chosen, and for ever where no Context
+// chooses (courier-info, tools and tests that open the backend alone),
+// device 0. Fails when the answer is beyond the visible devices.
+int default_device(CudaBackend* b, int* device) {
+  *device = b->rank_device.load(std::memory_order_acquire);
+  if (*device >= 0) return 0;
+  const courier::device::RankDevice rank =
+      courier::device::rank_device(b->host, b->device_count, "CUDA");
+  if (rank.status == -EAGAIN) {
+    *device = 0;
+    return 0;
+  }
+  if (rank.status != 0) return fail(rank.status, rank.error);
+  *device = rank.device;
+  b->rank_device.store(rank.device, std::memory_order_release);
+  return 0;
+}
+
 int select_device(const CudaBackend* b, int device) {
   if (device < 0 || device >= b->device_count) {
     return fail(-ENODEV, "CUDA device " + std::to_string(device) + " does not exist (" +
@@ -135,6 +159,7 @@ int cuda_init(const courier_host_services_v1* host, void** backend) {
   if (host == nullptr || backend == nullptr) return fail(-EINVAL, "init: NULL argument");
   auto* b = new (std::nothrow) CudaBackend;
   if (b == nullptr) return fail(-ENOMEM, "init: out of memory");
+  b->host = host;
   // The first runtime call loads the driver; without one it reports
   // cudaErrorInsufficientDriver or cudaErrorNoDevice, which is "no device",
   // not an init failure.
@@ -154,15 +179,6 @@ int cuda_init(const courier_host_services_v1* host, void** backend) {
                                  "' is invalid: expected 0 or 1");
       }
       b->timeline.enable();
-    }
-    const char* forced = host->get_env(host->ctx, "COURIER_GPU_DEVICE");
-    const char* local = host->get_env(host->ctx, "COURIER_LOCAL_RANK");
-    const char* choice = forced != nullptr && *forced != '\0' ? forced : local;
-    long index = choice != nullptr ? std::strtol(choice, nullptr, 10) : 0;
-    b->default_device = static_cast<int>((index < 0 ? 0 : index) % b->device_count);
-    cudaDeviceProp props{};
-    if (cudaGetDeviceProperties(&props, b->default_device) == cudaSuccess) {
-      b->device_name = props.name;
     }
     find_dmabuf_support(b);
   }
@@ -187,20 +203,29 @@ int cuda_query(void* backend, courier_gpu_props_v1* props) {
   if (props == nullptr || props->struct_size < sizeof(courier_gpu_props_v1)) {
     return fail(-EINVAL, "query: props is NULL or its struct_size is too small");
   }
-  const CudaBackend* b = as_backend(backend);
+  CudaBackend* b = as_backend(backend);
+  int device = 0;
+  if (b->device_count > 0) {
+    if (int rc = default_device(b, &device); rc != 0) return rc;
+  }
   props->device_count = static_cast<uint32_t>(b->device_count);
   props->warp_size = 32;
   props->mem_kind = COURIER_MEM_CUDA;
   props->caps = 0;
+  props->device_name[0] = '\0';
   if (b->device_count > 0) {
     props->caps = COURIER_GPU_CAP_MAPPED_HOST | COURIER_GPU_CAP_IPC | COURIER_GPU_CAP_FIFO_KERNELS |
                   COURIER_GPU_CAP_GRAPHS | COURIER_GPU_CAP_EP_KERNELS | COURIER_GPU_CAP_EP_DIRECT |
                   COURIER_GPU_CAP_EP_PROXY | COURIER_GPU_CAP_EP_FP8_POW2 |
                   COURIER_GPU_CAP_EP_LOGFMT | COURIER_GPU_CAP_EP_FUSED |
                   COURIER_GPU_CAP_EP_LOCAL_ROWS;
-    if (b->dmabuf[static_cast<size_t>(b->default_device)]) props->caps |= COURIER_GPU_CAP_DMABUF;
+    if (b->dmabuf[static_cast<size_t>(device)]) props->caps |= COURIER_GPU_CAP_DMABUF;
+    cudaDeviceProp device_props{};
+    if (cudaGetDeviceProperties(&device_props, device) == cudaSuccess) {
+      const std::string name = device_props.name;  // cut to fit below
+      std::snprintf(props->device_name, sizeof props->device_name, "%s", name.c_str());
+    }
   }
-  std::snprintf(props->device_name, sizeof props->device_name, "%s", b->device_name.c_str());
   std::snprintf(props->no_device_reason, sizeof props->no_device_reason, "%s",
                 b->no_device_reason.c_str());
   return 0;
@@ -234,9 +259,11 @@ int cuda_host_alloc_mapped(void* backend, size_t bytes, void** host_ptr, void** 
   if (host_ptr == nullptr || device_ptr == nullptr) {
     return fail(-EINVAL, "host_alloc_mapped: NULL output pointer");
   }
-  const CudaBackend* b = as_backend(backend);
+  CudaBackend* b = as_backend(backend);
   if (b->device_count == 0) return fail(-ENODEV, "no CUDA device");
-  if (int rc = select_device(b, b->default_device); rc != 0) return rc;
+  int rank_device = 0;
+  if (int rc = default_device(b, &rank_device); rc != 0) return rc;
+  if (int rc = select_device(b, rank_device); rc != 0) return rc;
   // Portable: every device of the process maps it; mapped: at the same
   // address (unified addressing), which the device pointer confirms.
   cudaError_t rc =
@@ -271,10 +298,13 @@ int cuda_memcpy(void* backend, void* dst, const void* src, size_t bytes) {
   if (bytes == 0) return 0;
   if (dst == nullptr || src == nullptr) return fail(-EINVAL, "memcpy: NULL pointer");
   // On the device that owns the memory, so no context is made elsewhere.
-  const CudaBackend* b = as_backend(backend);
+  CudaBackend* b = as_backend(backend);
   int device = device_of(dst);
   if (device < 0) device = device_of(src);
-  if (int rc = select_device(b, device >= 0 ? device : b->default_device); rc != 0) return rc;
+  if (device < 0) {
+    if (int rc = default_device(b, &device); rc != 0) return rc;
+  }
+  if (int rc = select_device(b, device); rc != 0) return rc;
   // cudaMemcpy from pageable host memory to the device returns before the
   // data lands when it is 64 KiB or less (the CUDA programming guide's
   // "asynchronous with respect to the host"), and kernels on the EP stream
@@ -282,7 +312,7 @@ int cuda_memcpy(void* backend, void* dst, const void* src, size_t bytes) {
   // bytes. memcpy_sync promises a finished copy: wait for the default stream.
   cudaError_t rc = cudaMemcpy(dst, src, bytes, cudaMemcpyDefault);
   if (rc == cudaSuccess) rc = cudaStreamSynchronize(0);
-  b->ep_counters->waited(device >= 0 ? device : b->default_device);
+  b->ep_counters->waited(device);
   return rc == cudaSuccess ? 0 : fail(rc, "cudaMemcpy(" + std::to_string(bytes) + " bytes)");
 }
 

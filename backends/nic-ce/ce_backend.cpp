@@ -11,29 +11,24 @@
 #include <mutex>
 
 #include "ce_error.hpp"
+#include "gpu/rank_device.hpp"
 
 namespace courier::nic_ce {
 
 namespace {
 
-// The GPU this process uses, chosen the way the core chooses it:
-// COURIER_GPU_DEVICE, else the local rank modulo the device count.
+// The GPU this process uses: the one the core chose, from the host
+// services (gpu/rank_device.hpp). A Context chooses before any NIC
+// backend's init, so -EAGAIN means the backend was opened outside one
+// (courier-info, tests): device 0 then.
 int choose_device(const courier_host_services_v1* host, int count, int* device) {
-  const char* forced = host->get_env(host->ctx, "COURIER_GPU_DEVICE");
-  const char* local = host->get_env(host->ctx, "COURIER_LOCAL_RANK");
-  if (forced != nullptr && *forced != '\0') {
-    char* end = nullptr;
-    long value = std::strtol(forced, &end, 10);
-    if (*end != '\0' || value < 0 || value >= count) {
-      return set_error(-EINVAL, "COURIER_GPU_DEVICE='" + std::string(forced) +
-                                    "' is not one of the " + std::to_string(count) +
-                                    " CUDA devices");
-    }
-    *device = static_cast<int>(value);
-  } else {
-    long rank = local != nullptr ? std::strtol(local, nullptr, 10) : 0;
-    *device = static_cast<int>((rank < 0 ? 0 : rank) % count);
+  const courier::device::RankDevice rank = courier::device::rank_device(host, count, "CUDA");
+  if (rank.status == -EAGAIN) {
+    *device = 0;
+    return 0;
   }
+  if (rank.status != 0) return set_error(rank.status, rank.error);
+  *device = rank.device;
   return 0;
 }
 

@@ -1,9 +1,11 @@
 // nic-ce through its real plugin file: its table is the shared NIC entry
 // points (nic/plugin_entries.hpp), so NULL handles are refused with a reason;
 // init opens the GPU or says why not. The cases of the test suite "gpu" need
-// a CUDA device (tests/gpu runs them): ep_close refuses an endpoint whose
-// regions are still registered, knobs are checked, and a write with
-// immediate data into host memory reaches the endpoint itself.
+// a CUDA device (tests/gpu runs them): init opens the GPU the host services
+// say the core chose (or, from a core older than gpu_device, the one
+// COURIER_GPU_DEVICE names), ep_close refuses an endpoint whose regions are
+// still registered, knobs are checked, and a write with immediate data into
+// host memory reaches the endpoint itself.
 #include <dlfcn.h>
 #include <doctest/doctest.h>
 
@@ -11,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -46,7 +49,8 @@ class PluginFile {
   const courier_nic_plugin_v1* api_ = nullptr;
 };
 
-// Host services over a fake environment.
+// Host services over a fake environment, carrying the GPU the core chose
+// (gpu_device answers device 0 unless told otherwise).
 class FakeHost {
  public:
   FakeHost() {
@@ -58,17 +62,52 @@ class FakeHost {
       const auto found = env.find(name);
       return found == env.end() ? nullptr : found->second.c_str();
     };
+    services_.gpu_device = [](void* ctx, uint32_t* device) -> int {
+      const std::optional<uint32_t>& chosen = static_cast<FakeHost*>(ctx)->gpu_;
+      if (device == nullptr) return -EINVAL;
+      if (!chosen) return -EAGAIN;
+      *device = *chosen;
+      return 0;
+    };
   }
   FakeHost(const FakeHost&) = delete;
   FakeHost& operator=(const FakeHost&) = delete;
 
   void set_env(const std::string& name, const std::string& value) { env_[name] = value; }
+  // What gpu_device answers: a device, or -EAGAIN (none chosen) for nullopt.
+  void choose_gpu(std::optional<uint32_t> device) { gpu_ = device; }
+  // The table of a core older than gpu_device (host services minor 2).
+  void make_older() { services_.struct_size = offsetof(courier_host_services_v1, gpu_device); }
   const courier_host_services_v1* services() const { return &services_; }
 
  private:
   courier_host_services_v1 services_{};
   std::map<std::string, std::string> env_;
+  std::optional<uint32_t> gpu_ = 0;
 };
+
+// init with `host`: its status, the last error and, when it succeeded, the
+// device it reports (the backend is closed again).
+struct InitResult {
+  int status = 0;
+  std::string error;
+  std::string device;
+};
+InitResult init_with(const courier_nic_plugin_v1& api, const FakeHost& host) {
+  InitResult result;
+  void* backend = nullptr;
+  result.status = api.init(host.services(), &backend);
+  if (result.status != 0) {
+    result.error = api.last_error(nullptr);
+    return result;
+  }
+  courier_nic_props_v1 props{};
+  props.struct_size = sizeof props;
+  CHECK(api.query(backend, &props) == 0);
+  result.device = props.device;
+  api.fini(backend);
+  return result;
+}
 
 // An initialised backend and one endpoint on it (GPU hosts only).
 struct OpenEndpoint {
@@ -183,8 +222,7 @@ TEST_SUITE("gpu") {
          std::vector<std::tuple<std::string, std::string, std::string>>{
              {"COURIER_CE_BATCH", "2", "expected 0 or 1"},
              {"COURIER_CE_TRACE", "yes", "expected 0 or 1"},
-             {"COURIER_CE_LINGER_US", "1001", "expected whole microseconds from 0 to 1000"},
-             {"COURIER_GPU_DEVICE", "99", "is not one of the"}}) {
+             {"COURIER_CE_LINGER_US", "1001", "expected whole microseconds from 0 to 1000"}}) {
       CAPTURE(knob);
       FakeHost host;
       host.set_env(knob, value);
@@ -193,6 +231,67 @@ TEST_SUITE("gpu") {
       const std::string error = plugin.error();
       CHECK(error.starts_with("nic-ce: " + knob + "='" + value + "'"));
       CHECK(error.find(why) != std::string::npos);
+    }
+  }
+
+  TEST_CASE("nic-ce opens the GPU the host services say the core chose, never a wrapped one") {
+    PluginFile plugin;
+    const courier_nic_plugin_v1& api = plugin.api();
+    {
+      FakeHost host;  // the core chose device 0
+      const InitResult opened = init_with(api, host);
+      REQUIRE_MESSAGE(opened.status == 0, opened.error);
+      CHECK(opened.device.starts_with("ce:cuda0 "));
+    }
+    {
+      // With the core's answer, COURIER_GPU_DEVICE is not read.
+      FakeHost host;
+      host.set_env("COURIER_GPU_DEVICE", "99");
+      const InitResult opened = init_with(api, host);
+      REQUIRE_MESSAGE(opened.status == 0, opened.error);
+      CHECK(opened.device.starts_with("ce:cuda0 "));
+    }
+    {
+      // No Context chose (courier-info, tests): device 0.
+      FakeHost host;
+      host.choose_gpu(std::nullopt);
+      const InitResult opened = init_with(api, host);
+      REQUIRE_MESSAGE(opened.status == 0, opened.error);
+      CHECK(opened.device.starts_with("ce:cuda0 "));
+    }
+    {
+      // A device beyond those CUDA sees: refused, naming it and the count.
+      FakeHost host;
+      host.choose_gpu(99);
+      const InitResult opened = init_with(api, host);
+      CHECK(opened.status == -ENODEV);
+      CAPTURE(opened.error);
+      CHECK(opened.error.starts_with("nic-ce: the core chose GPU 99 for this rank, but there "));
+      CHECK(opened.error.find(" CUDA device") != std::string::npos);
+    }
+  }
+
+  TEST_CASE("nic-ce with the host services of a core older than gpu_device") {
+    PluginFile plugin;
+    const courier_nic_plugin_v1& api = plugin.api();
+    {
+      FakeHost host;
+      host.make_older();
+      host.choose_gpu(99);  // beyond the older table: never asked
+      host.set_env("COURIER_GPU_DEVICE", "0");
+      const InitResult opened = init_with(api, host);
+      REQUIRE_MESSAGE(opened.status == 0, opened.error);
+      CHECK(opened.device.starts_with("ce:cuda0 "));
+    }
+    {
+      FakeHost host;
+      host.make_older();
+      host.set_env("COURIER_GPU_DEVICE", "99");
+      const InitResult opened = init_with(api, host);
+      CHECK(opened.status == -EINVAL);
+      CAPTURE(opened.error);
+      CHECK(opened.error.starts_with("nic-ce: COURIER_GPU_DEVICE='99' is not one of the "));
+      CHECK(opened.error.find(" CUDA device") != std::string::npos);
     }
   }
 
