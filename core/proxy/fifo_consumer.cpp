@@ -37,13 +37,25 @@ uint32_t FifoConsumer::peek(TransferCmd* out, uint32_t max) const {
   return count;
 }
 
-void FifoConsumer::consume(uint32_t n) {
+uint32_t FifoConsumer::poll(TransferCmd* out, uint32_t max) {
+  const uint32_t n = peek(out, max);
   for (uint32_t i = 0; i < n; ++i) {
     // Published to the producers by `completed`, not by this store.
     std::atomic_ref<uint64_t>(slots_[(next_ + i) & mask_].word0)
         .store(0, std::memory_order_relaxed);
   }
   next_ += n;
+  return n;
+}
+
+void FifoConsumer::give_back(const TransferCmd* cmds, uint32_t n) {
+  // Only this thread writes a published slot until its ticket completes
+  // (the producers' room counts from the completed prefix).
+  next_ -= n;
+  for (uint32_t i = 0; i < n; ++i) {
+    std::atomic_ref<uint64_t>(slots_[(next_ + i) & mask_].word0)
+        .store(cmds[i].word0, std::memory_order_relaxed);
+  }
 }
 
 void publish_completed(FifoControl& control, uint64_t completed) {

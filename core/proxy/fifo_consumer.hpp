@@ -1,9 +1,9 @@
 // The consumer side of a FIFO channel (one proxy thread per channel).
 // Reads published slots in ticket order, checks each slot's sequence number
-// and, once the command is taken, clears the slot so that its next lap can
-// be told apart. A command the proxy cannot post yet stays in its slot (the
-// ring is the channel's only queue): the producers' room counts from the
-// completed prefix, so a slot read but not taken is never overwritten.
+// and clears the slot so that its next lap can be told apart. A command the
+// proxy cannot post yet goes back into its slot (the ring is the channel's
+// only queue): the producers' room counts from the completed prefix, so a
+// slot taken but not completed is never overwritten.
 #pragma once
 
 #include <atomic>
@@ -25,15 +25,13 @@ class FifoConsumer {
   // courier::Error when a slot's sequence number is not the expected one
   // (the ring was corrupted).
   uint32_t peek(TransferCmd* out, uint32_t max) const;
-  // Takes the first `n` commands peek() returned: their slots are cleared
-  // and next_ticket() moves past them.
-  void consume(uint32_t n);
-  // peek() and consume() of everything peeked.
-  uint32_t poll(TransferCmd* out, uint32_t max) {
-    const uint32_t n = peek(out, max);
-    consume(n);
-    return n;
-  }
+  // As peek(), and takes them: their slots are cleared (while their lines
+  // are still in this core's cache) and next_ticket() moves past them.
+  uint32_t poll(TransferCmd* out, uint32_t max);
+  // Puts the last `n` commands poll() took back into their slots, unread:
+  // the next poll() returns them first. `cmds` are those commands, in
+  // ticket order.
+  void give_back(const TransferCmd* cmds, uint32_t n);
   // Whether the command with ticket next_ticket() is published.
   bool ready() const {
     return std::atomic_ref<uint64_t>(slots_[next_ & mask_].word0).load(std::memory_order_acquire) !=

@@ -628,53 +628,33 @@ bool ProxyThread::dequeue_and_post() {
       channel->barrier_posted = false;
       worked = true;
     }
-    const uint64_t first = channel->consumer.next_ticket();
-    const uint32_t n = channel->consumer.peek(batch_.data(), options_.dequeue_batch);
-    uint32_t taken = 0;  // commands dealt with (posted or failed), from the first
-    while (taken < n) {
-      const TransferCmd& cmd = batch_[taken];
-      const uint64_t ticket = first + taken;
-      if (cmd.op() == CmdOp::write) {
-        // The common case, straight to the transport.
-        if (merging && taken + 1 < n && continues(cmd, batch_[taken + 1])) {
-          TransferCmd merged;
-          const uint32_t count = coalesce(&batch_[taken], n - taken, &merged);
-          if (count > 1) {
-            const uint32_t done = post_group(*channel, &batch_[taken], merged, ticket, count);
-            taken += done;
-            if (done < count) {
-              refused_ = true;
-              break;
-            }
-            continue;
-          }
-        }
-        if (!post_write(*channel, cmd, ticket)) {
-          refused_ = true;
-          break;
-        }
-        ++taken;
-        continue;
+    // Up to a batch per visit, taken in pieces: after a stop at the ring's
+    // head (refused, or a BARRIER waiting) only a few commands first, so a
+    // transport that stays full does not cost a whole batch taken and given
+    // back per attempt.
+    uint32_t budget = options_.dequeue_batch;
+    uint32_t piece = channel->stopped ? std::min(kHeadPeek, budget) : budget;
+    channel->stopped = false;
+    while (budget > 0) {
+      const uint64_t first = channel->consumer.next_ticket();
+      const uint32_t n = channel->consumer.poll(batch_.data(), piece);
+      bool stop = false;
+      const uint32_t taken = post_taken(*channel, first, n, merging, &stop);
+      // What could not be posted goes back into the ring, ahead of the rest.
+      if (taken < n) channel->consumer.give_back(&batch_[taken], n - taken);
+      if (taken > 0) {
+        // This thread is the only writer: no locked instruction needed.
+        channel->commands.store(channel->commands.load(std::memory_order_relaxed) + taken,
+                                std::memory_order_relaxed);
+        worked = true;
       }
-      if (cmd.op() == CmdOp::barrier) {
-        const BarrierStart start = start_barrier(*channel, cmd, ticket);
-        if (start == BarrierStart::wait) break;
-        ++taken;
-        if (start == BarrierStart::posted) break;  // the channel waits for it
-        continue;
-      }
-      if (!post_one(*channel, cmd, ticket)) {
-        refused_ = true;
+      budget -= taken;
+      if (stop) {
+        channel->stopped = true;
         break;
       }
-      ++taken;
-    }
-    if (taken > 0) {
-      channel->consumer.consume(taken);
-      // This thread is the only writer: no locked instruction needed.
-      channel->commands.store(channel->commands.load(std::memory_order_relaxed) + taken,
-                              std::memory_order_relaxed);
-      worked = true;
+      if (n < piece) break;  // the ring is empty
+      piece = budget;
     }
     if (refused_) {
       retry_holdoff_ = kRetryHoldoffSteps;
@@ -683,6 +663,56 @@ bool ProxyThread::dequeue_and_post() {
     }
   }
   return worked;
+}
+
+uint32_t ProxyThread::post_taken(ProxyChannel& channel, uint64_t first, uint32_t n, bool merging,
+                                 bool* stop) {
+  uint32_t taken = 0;  // commands dealt with (posted or failed), from the first
+  while (taken < n) {
+    const TransferCmd& cmd = batch_[taken];
+    const uint64_t ticket = first + taken;
+    if (cmd.op() == CmdOp::write) {
+      // The common case, straight to the transport.
+      if (merging && taken + 1 < n && continues(cmd, batch_[taken + 1])) {
+        TransferCmd merged;
+        const uint32_t count = coalesce(&batch_[taken], n - taken, &merged);
+        if (count > 1) {
+          const uint32_t done = post_group(channel, &batch_[taken], merged, ticket, count);
+          taken += done;
+          if (done < count) {
+            refused_ = *stop = true;
+            return taken;
+          }
+          continue;
+        }
+      }
+      if (!post_write(channel, cmd, ticket)) {
+        refused_ = *stop = true;
+        return taken;
+      }
+      ++taken;
+      continue;
+    }
+    if (cmd.op() == CmdOp::barrier) {
+      const BarrierStart start = start_barrier(channel, cmd, ticket);
+      if (start == BarrierStart::wait) {
+        *stop = true;
+        return taken;
+      }
+      ++taken;
+      if (start == BarrierStart::posted) {
+        *stop = true;  // the channel waits for it
+        return taken;
+      }
+      continue;
+    }
+    if (!post_one(channel, cmd, ticket)) {
+      refused_ = *stop = true;
+      return taken;
+    }
+    ++taken;
+  }
+  return taken;
 }
 
 ProxyThread::BarrierStart ProxyThread::start_barrier(ProxyChannel& channel,

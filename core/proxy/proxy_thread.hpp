@@ -61,6 +61,9 @@ struct ProxyChannel {
   // later commands wait in the ring behind it (other channels go on).
   bool barrier_posted = false;
   uint64_t barrier_ticket = 0;
+  // The last visit stopped at the ring's head (a refused post, a BARRIER):
+  // the next reads a few commands first (ProxyThread::dequeue_and_post).
+  bool stopped = false;
   // Hang diagnostics (proxy thread only): the prefix last seen, since when.
   uint64_t stall_prefix = 0;
   uint64_t stall_since_ns = 0;
@@ -214,6 +217,13 @@ class ProxyThread {
   std::vector<uint64_t> commands_in_flight() const;
   std::vector<uint64_t> commands_waiting(uint64_t* total) const;
   bool dequeue_and_post();
+  // Posts the `n` commands poll() took into batch_ (the first with ticket
+  // `first`) in order; returns how many were dealt with (posted or failed).
+  // *stop: the rest goes back into the ring (the transport refused one:
+  // refused_, or a BARRIER waits or was posted).
+  uint32_t post_taken(ProxyChannel& channel, uint64_t first, uint32_t n, bool merging, bool* stop);
+  // Commands read at first after a channel stopped at its ring's head.
+  static constexpr uint32_t kHeadPeek = 4;
   // How many of `cmds` (n > 0, the first a WRITE) go out as one write; for
   // more than one, *merged spans them.
   uint32_t coalesce(const TransferCmd* cmds, uint32_t n, TransferCmd* merged) const;

@@ -107,6 +107,30 @@ TEST_CASE("completion is an in-order prefix") {
   CHECK(tracker.prefix() == 100);
 }
 
+TEST_CASE("commands given back are taken again first, in order; peek takes nothing") {
+  TestRing ring(16, 8);
+  FifoConsumer fifo(ring.slots.data(), 16, 0);
+  for (uint32_t i = 0; i < 5; ++i) {
+    REQUIRE(device::push(ring.ch, write_cmd(0, i * 8, 8), nullptr) == PushStatus::ok);
+  }
+  TransferCmd got[8];
+  CHECK(fifo.peek(got, 8) == 5);
+  CHECK(fifo.next_ticket() == 0);
+  CHECK(fifo.ready());
+  REQUIRE(fifo.poll(got, 4) == 4);
+  CHECK(fifo.next_ticket() == 4);
+  fifo.give_back(&got[2], 2);  // tickets 2 and 3 could not be posted
+  CHECK(fifo.next_ticket() == 2);
+  TransferCmd again[8];
+  REQUIRE(fifo.poll(again, 8) == 3);
+  CHECK(again[0].word0 == got[2].word0);
+  CHECK(again[0].word1 == got[2].word1);
+  CHECK(again[1].dst_offset() == 24);
+  CHECK(again[2].dst_offset() == 32);
+  CHECK(fifo.next_ticket() == 5);
+  CHECK_FALSE(fifo.ready());
+}
+
 TEST_CASE("is_complete and DRAIN wait for every earlier command") {
   TestRing ring(16, 8);
   FifoConsumer fifo(ring.slots.data(), 16, 0);
