@@ -159,12 +159,15 @@ struct PluginEntries {
   }
 };
 
-// The plugin struct of the plugin with `kTraits` in family F. Without
-// `atomics` it has no post_atomic entry (the ABI's way to say "no atomics").
+// Whether a plugin struct has a post_atomic entry (none: the ABI's way to
+// say "no atomics").
+enum class Atomics : bool { none = false, offered = true };
+
+// The plugin struct of the plugin with `kTraits` in family F.
 template <class F, const typename F::Traits& kTraits>
 constexpr courier_nic_plugin_v1 make_plugin_struct(const char* description,
                                                    const courier_knob_v1* knobs, size_t num_knobs,
-                                                   bool atomics) {
+                                                   Atomics atomics) {
   using E = PluginEntries<F>;
   courier_nic_plugin_v1 plugin{};
   plugin.header = {sizeof(courier_nic_plugin_v1), COURIER_NIC_ABI_MAJOR, COURIER_NIC_ABI_MINOR,
@@ -184,7 +187,7 @@ constexpr courier_nic_plugin_v1 make_plugin_struct(const char* description,
   plugin.mr_deregister = &E::mr_deregister;
   plugin.post_write = &E::post_write;
   plugin.poll = &E::poll;
-  plugin.post_atomic = atomics ? &E::post_atomic : nullptr;
+  plugin.post_atomic = atomics == Atomics::offered ? &E::post_atomic : nullptr;
   if constexpr (DescribesDevice<typename F::Backend>) {
     plugin.describe = &E::describe;
   } else {

@@ -45,7 +45,7 @@ constexpr courier_knob_v1 kKnobs[] = {
 
 const courier_nic_plugin_v1 kPlugin = nic::make_plugin_struct<PluginFamily, kTraits>(
     "GPU copy engines between the GPUs of one host (CUDA IPC), host messages in shared memory",
-    kKnobs, sizeof kKnobs / sizeof kKnobs[0], /* atomics */ true);
+    kKnobs, sizeof kKnobs / sizeof kKnobs[0], nic::Atomics::offered);
 
 }  // namespace
 }  // namespace courier::nic_ce

@@ -34,8 +34,9 @@ struct PluginFamily {
 // that may not offer atomics has no post_atomic entry.
 template <const BackendTraits& kTraits, size_t kNumKnobs>
 constexpr courier_nic_plugin_v1 make_nic_plugin(const courier_knob_v1 (&knobs)[kNumKnobs]) {
-  return nic::make_plugin_struct<PluginFamily, kTraits>(kTraits.description, knobs, kNumKnobs,
-                                                        kTraits.may_offer_atomics);
+  return nic::make_plugin_struct<PluginFamily, kTraits>(
+      kTraits.description, knobs, kNumKnobs,
+      kTraits.may_offer_atomics ? nic::Atomics::offered : nic::Atomics::none);
 }
 
 }  // namespace courier::ofi

@@ -33,7 +33,8 @@ struct PluginFamily {
 template <const BackendTraits& kTraits, size_t kNumKnobs>
 courier_nic_plugin_v1 make_nic_plugin(const char* description,
                                       const std::array<courier_knob_v1, kNumKnobs>& knobs) {
-  return nic::make_plugin_struct<PluginFamily, kTraits>(description, knobs.data(), kNumKnobs, true);
+  return nic::make_plugin_struct<PluginFamily, kTraits>(description, knobs.data(), kNumKnobs,
+                                                        nic::Atomics::offered);
 }
 
 // The knobs every verbs backend declares; `inflight_default` is the

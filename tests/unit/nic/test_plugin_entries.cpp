@@ -126,10 +126,13 @@ struct Family {
 
 const Traits kTraits = {"entries-test"};
 
-const courier_nic_plugin_v1 kPlain =
-    courier::nic::make_plugin_struct<Family<Backend>, kTraits>("test", nullptr, 0, true);
+const courier_nic_plugin_v1 kPlain = courier::nic::make_plugin_struct<Family<Backend>, kTraits>(
+    "test", nullptr, 0, courier::nic::Atomics::offered);
 const courier_nic_plugin_v1 kDescribing =
-    courier::nic::make_plugin_struct<Family<DescribingBackend>, kTraits>("test", nullptr, 0, true);
+    courier::nic::make_plugin_struct<Family<DescribingBackend>, kTraits>(
+        "test", nullptr, 0, courier::nic::Atomics::offered);
+const courier_nic_plugin_v1 kNoAtomics = courier::nic::make_plugin_struct<Family<Backend>, kTraits>(
+    "test", nullptr, 0, courier::nic::Atomics::none);
 
 // A backend and one endpoint of kPlain.
 struct Opened {
@@ -158,6 +161,16 @@ struct Opened {
 };
 
 }  // namespace
+
+TEST_CASE("a plugin without atomics has no post_atomic entry; one with them has it") {
+  // (As bools: doctest cannot print function pointers.)
+  const bool none_has_it = kNoAtomics.post_atomic != nullptr;
+  const bool offered_has_it = kPlain.post_atomic != nullptr;
+  const bool same_writes = kNoAtomics.post_write == kPlain.post_write;
+  CHECK_FALSE(none_has_it);
+  CHECK(offered_has_it);
+  CHECK(same_writes);
+}
 
 TEST_CASE("ep_close refuses an endpoint whose regions are still registered") {
   Opened opened;
