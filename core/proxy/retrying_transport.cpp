@@ -69,8 +69,7 @@ uint64_t RetryingTransport::delay_after(uint32_t attempts) const {
 
 int RetryingTransport::post(std::variant<WriteRequest, AtomicRequest> request, uint32_t peer,
                             uint64_t cookie, std::string* error) {
-  const auto* write = std::get_if<WriteRequest>(&request);
-  const bool keep = write != nullptr && write->keep_when_full;
+  const bool keep = kept_when_full(request);
   auto queue = waiting_.find(peer);
   if (queue != waiting_.end()) {
     // Behind a request that waits for its retry: keep the peer's post order.
@@ -95,8 +94,7 @@ int RetryingTransport::keep(Held held, uint32_t peer) {
 }
 
 int RetryingTransport::hold(Held held, uint32_t peer, std::string* error) {
-  const auto* write = std::get_if<WriteRequest>(&held.request);
-  if (held_ >= policy_.max_held && (write == nullptr || !write->keep_when_full)) return -EAGAIN;
+  if (held_ >= policy_.max_held && !kept_when_full(held.request)) return -EAGAIN;
   held.attempts = 1;
   if (held.attempts > policy_.retries) {
     give_up(held, -EBUSY, *error);

@@ -80,6 +80,10 @@ class RetryingTransport final : public TransportDecorator {
   int hold(Held held, uint32_t peer, std::string* error);
   // A keep_when_full post refused for room (-EAGAIN): kept until there is.
   int keep(Held held, uint32_t peer);
+  static bool kept_when_full(const std::variant<WriteRequest, AtomicRequest>& request) {
+    const auto* write = std::get_if<WriteRequest>(&request);
+    return write != nullptr && write->keep_when_full;
+  }
   // Posts the due heads of the peer queues and what waits behind them.
   void pump();
   void give_up(const Held& held, int status, const std::string& why);
