@@ -266,12 +266,11 @@ int SemanticTransport::poll(courier_nic_completion_v1* out, uint32_t max) {
       continue;
     }
     const SemanticKind kind = cookie::kind(c.cookie);
-    if (kind == SemanticKind::write) [[likely]] {
-      // The caller's cookie as it posted it: nothing to do.
-    } else if (kind == SemanticKind::user) {
-      finish_flight(c);
-    } else {
-      on_internal_tx(c);
+    // A plain write comes back with the caller's cookie as it posted it.
+    if (kind == SemanticKind::user) {
+      finish_flight(c);  // back to the caller's cookie
+    } else if (kind != SemanticKind::write) {
+      on_internal_tx(c);  // this layer's own
       continue;
     }
     if (kept != static_cast<uint32_t>(i)) out[kept] = c;
