@@ -67,7 +67,7 @@ if ! cmake -S . -B "$BUILD" -G Ninja "${configure[@]}" >"$OUT/configure.log" 2>&
 fi
 if ! cmake --build "$BUILD" -j "$(nproc)" --target courier-bench courier-info courier-run \
   courier-gpu-cuda courier-gpu-host courier-nic-ce courier-gpu-backend-test \
-  courier-semantics-check ep_check _courier >"$OUT/build.log" 2>&1; then
+  courier-nic-ce-test courier-semantics-check ep_check _courier >"$OUT/build.log" 2>&1; then
   grep -E "error|FAILED" -A5 "$OUT/build.log" | head -60
   exit 1
 fi
