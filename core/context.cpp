@@ -46,6 +46,9 @@ constexpr uint64_t kMaxProxySleepNs = 20'000'000;
 constexpr uint64_t kAfterFailureWaitNs = 2'000'000'000;
 // Producers wait this much longer than COURIER_TIMEOUT_S (see channel()).
 constexpr uint64_t kProducerGraceS = 1;
+// How long a proxy's stall whose suspect is a tie waits for another rank
+// to name one (ProxyOptions::stall_tie_wait_ns).
+constexpr uint64_t kStallTieWaitNs = 500'000'000;
 
 EnvLookup with_overrides(const ContextOptions& options) {
   std::map<std::string, std::string, std::less<>> overrides(options.env.begin(), options.env.end());
@@ -436,6 +439,9 @@ struct Context::Impl {
     options.dequeue_batch = config.max_inflight;
     options.coalesce_bytes = config.coalesce_bytes;
     options.stall_timeout_ns = uint64_t{config.timeout_s} * 1'000'000'000u;
+    // Well inside the producers' extra second (kProducerGraceS), so that
+    // they still fail with the rank a tie's wait lets another rank name.
+    options.stall_tie_wait_ns = std::min<uint64_t>(kStallTieWaitNs, options.stall_timeout_ns / 4);
     options.job_failure = &job_failure;
     options.after_failure_wait_ns = config.timeout_s == 0
                                         ? kAfterFailureWaitNs

@@ -382,6 +382,7 @@ void ProxyThread::check_stall(bool idle_step) {
   if (!idle_step && ++stall_polls_ % 1024 != 0) return;
   const uint64_t now = now_ns();
   bool newly_stalled = false;
+  bool still_stalled = false;
   for (ProxyChannel* c : channels_) {
     const uint64_t prefix = c->tracker.prefix();
     // Commands waiting in the ring (a full transport) count as work.
@@ -396,10 +397,25 @@ void ProxyThread::check_stall(bool idle_step) {
       c->stall_reported = true;
       newly_stalled = true;
     }
+    still_stalled |= c->stall_reported;
   }
-  if (!newly_stalled) return;
+  if (!still_stalled) stall_deferred_since_ns_ = 0;  // it moved again
+  if (!newly_stalled && stall_deferred_since_ns_ == 0) return;
   uint32_t suspect = UINT32_MAX;
-  log_.error("proxy", "{}", stall_report(now, &suspect));
+  bool tied = false;
+  const std::string report = stall_report(now, &suspect, &tied);
+  // A tie is no evidence: over shm a stopped rank soon stalls the ranks
+  // that answer it, and from here they look alike. A rank that sees no tie
+  // names it first, and its report fails this job too (failed_, above);
+  // only if none does within the wait does this rank name its best guess.
+  // The wait (ProxyOptions::stall_tie_wait_ns) stays well inside the
+  // producers' extra second, so that they still fail with a named rank.
+  if (tied) {
+    if (stall_deferred_since_ns_ == 0) stall_deferred_since_ns_ = now;
+    if (now - stall_deferred_since_ns_ < options_.stall_tie_wait_ns) return;
+  }
+  stall_deferred_since_ns_ = 0;
+  log_.error("proxy", "{}", report);
   // A hang is the job's failure: every rank learns which rank this one
   // waits on, through the path a death takes, instead of each timing out
   // on its own with nothing but "timed out".
@@ -448,8 +464,7 @@ std::vector<uint64_t> ProxyThread::commands_waiting(uint64_t* total) const {
   return count;
 }
 
-// `*suspect` (when given): the rank most likely stuck, UINT32_MAX if none.
-std::string ProxyThread::stall_report(uint64_t now, uint32_t* suspect_out) const {
+std::string ProxyThread::stall_report(uint64_t now, uint32_t* suspect_out, bool* tied_out) const {
   uint64_t oldest = now;
   for (const ProxyChannel* c : channels_) {
     if (c->stall_reported) oldest = std::min(oldest, c->stall_since_ns);
@@ -517,6 +532,7 @@ std::string ProxyThread::stall_report(uint64_t now, uint32_t* suspect_out) const
   uint64_t suspect_silent_since = 0;
   uint64_t suspect_weight = 0;
   uint64_t suspect_outstanding = 0;
+  uint32_t at_top = 0;  // ranks that hold back as many channels as the suspect
   for (uint32_t peer = 0; peer < world; ++peer) {
     PeerActivity activity;
     (void)transport_.peer_activity(peer, &activity);
@@ -540,6 +556,11 @@ std::string ProxyThread::stall_report(uint64_t now, uint32_t* suspect_out) const
     const uint64_t outstanding = operations + waiting[peer];
     if (blocking[peer] + outstanding == 0) continue;  // nothing of ours waits on it
     const uint64_t weight = blocking_posted[peer] * 1'000'000 + blocking[peer] * 1'000;
+    if (suspect == UINT32_MAX || weight > suspect_weight) {
+      at_top = 1;
+    } else if (weight == suspect_weight) {
+      ++at_top;
+    }
     const bool quieter = suspect == UINT32_MAX || weight > suspect_weight ||
                          (weight == suspect_weight &&
                           (last < suspect_silent_since ||
@@ -555,8 +576,15 @@ std::string ProxyThread::stall_report(uint64_t now, uint32_t* suspect_out) const
     text +=
         fmt::format("\n  most likely stuck on rank {}: it holds back {} of this thread's channels",
                     suspect, blocking[suspect]);
+    if (at_top > 1) {
+      text += fmt::format(
+          " ({} ranks hold back as many; no rank that could tell them apart named one first: "
+          "the one silent longest)",
+          at_top);
+    }
   }
   if (suspect_out != nullptr) *suspect_out = suspect;
+  if (tied_out != nullptr) *tied_out = at_top > 1;
   return text;
 }
 

@@ -104,6 +104,11 @@ struct ProxyOptions {
   // Work outstanding without any progress for this long: the thread prints
   // a diagnostic dump (COURIER_TIMEOUT_S); 0 = never.
   uint64_t stall_timeout_ns = 0;
+  // A stall whose suspect is a tie (several ranks hold back as many
+  // channels) waits this long for a rank that can tell them apart to name
+  // one first (its report fails the job, and this thread with it); then it
+  // names the one silent longest. 0: no wait.
+  uint64_t stall_tie_wait_ns = 0;
   // Called (on this thread) when the transport completes a command with an
   // error, after its own retries, or when the thread stalled for
   // stall_timeout_ns: the peer it was for (or most likely stuck on), and
@@ -211,7 +216,9 @@ class ProxyThread {
   // taken saw no completion for stall_timeout_ns (once per stall).
   // `idle_step`: the last step found nothing to do.
   void check_stall(bool idle_step);
-  std::string stall_report(uint64_t now, uint32_t* suspect = nullptr) const;
+  // `*suspect` (when given): the rank most likely stuck, UINT32_MAX if none;
+  // `*tied` (when given): whether another rank held back as much.
+  std::string stall_report(uint64_t now, uint32_t* suspect = nullptr, bool* tied = nullptr) const;
   // Per rank: this thread's commands posted to it and not completed, and
   // those waiting in the rings (*total: all of them, BARRIERs included).
   std::vector<uint64_t> commands_in_flight() const;
@@ -331,6 +338,9 @@ class ProxyThread {
   // 0 = never), for the stall report's suspect.
   std::vector<uint64_t> last_completion_ns_;
   uint32_t stall_polls_ = 0;
+  // A stall whose suspect is a tie, waiting (check_stall) for a rank that
+  // can tell to name one first; 0 when none waits.
+  uint64_t stall_deferred_since_ns_ = 0;
   uint64_t idle_since_ns_ = 0;  // when the current run of idle steps began; 0 while working
   uint64_t next_sleep_ns_ = 0;  // the next sleep's bound (doubles up to max_sleep_ns)
   // The job failed and this thread knows it: nothing is posted any more.

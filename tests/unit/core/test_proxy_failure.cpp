@@ -15,6 +15,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -45,6 +46,10 @@ class DeadPeerTransport final : public ProxyTransport {
 
   uint32_t caps() const override { return kCaps; }
   int post_write(const WriteRequest& write, uint64_t cookie, std::string*) override {
+    if (write.peer < 32 && (silent_peers >> write.peer & 1u) != 0) {
+      posted.fetch_add(1);  // accepted, never completed: a stopped peer
+      return COURIER_OK;
+    }
     if (write.peer == refusing_peer) {
       refused.fetch_add(1);
       return -EAGAIN;
@@ -75,6 +80,7 @@ class DeadPeerTransport final : public ProxyTransport {
 
   uint32_t refusing_peer = kNone;
   uint32_t stuck_peer = kNone;
+  uint32_t silent_peers = 0;  // bit p: posts to peer p never complete
   std::atomic<uint64_t> refused{0};
   std::atomic<uint64_t> posted{0};
   std::atomic<bool> inside{false};
@@ -86,7 +92,8 @@ class DeadPeerTransport final : public ProxyTransport {
 };
 
 struct Fixture {
-  explicit Fixture(uint32_t channels) {
+  explicit Fixture(uint32_t channels, std::FILE* log_sink = stderr)
+      : log(LogLevel::error, log_sink) {
     for (uint32_t c = 0; c < channels; ++c) {
       rings.push_back(std::make_unique<TestRing>(64, 32));
       rings.back()->ch.channel_id = c;
@@ -112,7 +119,7 @@ struct Fixture {
   }
   uint64_t error(uint32_t c) { return std::atomic_ref<uint64_t>(rings[c]->control->error).load(); }
 
-  Logger log{LogLevel::error};
+  Logger log;
   JobFailure failure;
   ProxyOptions options;
   std::vector<std::unique_ptr<TestRing>> rings;
@@ -266,4 +273,97 @@ TEST_CASE("before any failure, run() gives up after COURIER_TIMEOUT_S and the th
   CHECK(device::drain(fx.ch(0)) == PushStatus::ok);
   std::string why;
   CHECK(proxy->try_stop(&why));
+}
+
+// The stall report's suspect (issue 20 follow-up): over shm a stopped rank
+// soon stalls the ranks that answer it, so a third rank can see two ranks
+// hold back one channel each. Such a tie waits for a rank that can tell
+// them apart to name one (its report fails the job); only without one does
+// this rank name its own guess, and says that it was a tie.
+namespace {
+struct StallSetup {
+  explicit StallSetup(uint32_t silent) : log_file(std::tmpfile()), fx(2, log_file) {
+    fx.options.stall_timeout_ns = 100'000'000;
+    fx.options.on_transport_failure = [this](int peer, const std::string& what) {
+      std::lock_guard lock(mutex);
+      reports.emplace_back(peer, what);
+      reported.store(true);
+    };
+    transport.silent_peers = silent;
+  }
+  ~StallSetup() { std::fclose(log_file); }
+  size_t report_count() {
+    std::lock_guard lock(mutex);
+    return reports.size();
+  }
+  std::string logged() {
+    std::fflush(log_file);
+    std::rewind(log_file);
+    std::string text;
+    char buffer[4096];
+    for (size_t n; (n = std::fread(buffer, 1, sizeof buffer, log_file)) > 0;)
+      text.append(buffer, n);
+    return text;
+  }
+  std::FILE* log_file;
+  Fixture fx;
+  DeadPeerTransport transport;
+  std::mutex mutex;
+  std::vector<std::pair<int, std::string>> reports;
+  std::atomic<bool> reported{false};
+};
+}  // namespace
+
+TEST_CASE("a stall with one rank holding back the most is reported at once, naming it") {
+  StallSetup s(1u << 2);
+  s.fx.options.stall_tie_wait_ns = 3'600'000'000'000;  // a tie would never be reported
+  auto proxy = s.fx.make_proxy(s.transport);
+  proxy->start();
+  REQUIRE(device::push(s.fx.ch(0), write_cmd(2, 0, 16), nullptr) == PushStatus::ok);
+  REQUIRE(device::push(s.fx.ch(1), write_cmd(2, 1, 16), nullptr) == PushStatus::ok);
+  REQUIRE(device::push(s.fx.ch(1), write_cmd(1, 2, 16), nullptr) == PushStatus::ok);
+  wait_for(s.reported);
+  REQUIRE(s.report_count() == 1);
+  CHECK(s.reports[0].first == 2);
+  CHECK(contains(s.reports[0].second, "most likely stuck on rank 2"));
+  proxy->stop();
+  CHECK_FALSE(contains(s.logged(), "hold back as many"));
+}
+
+TEST_CASE("a stall whose suspect is a tie waits; another rank's verdict ends it unreported") {
+  StallSetup s((1u << 1) | (1u << 2));
+  s.fx.options.stall_tie_wait_ns = 3'600'000'000'000;
+  auto proxy = s.fx.make_proxy(s.transport);
+  proxy->start();
+  REQUIRE(device::push(s.fx.ch(0), write_cmd(1, 0, 16), nullptr) == PushStatus::ok);
+  REQUIRE(device::push(s.fx.ch(1), write_cmd(2, 1, 16), nullptr) == PushStatus::ok);
+  // Well past the stall timeout: the thread saw the stall (each run() is
+  // a step of its loop, and an idle step checks for stalls).
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(500);
+  while (std::chrono::steady_clock::now() < until) proxy->run([] {});
+  CHECK(s.report_count() == 0);
+  // Another rank names rank 2 (the Context fails this rank's channels with
+  // its reason): this thread reports nothing of its own, then or later.
+  REQUIRE(s.fx.failure.trip(2, "rank 3: most likely stuck on rank 2"));
+  const auto after = std::chrono::steady_clock::now() + std::chrono::milliseconds(300);
+  while (std::chrono::steady_clock::now() < after) proxy->run([] {});
+  CHECK(s.report_count() == 0);
+  proxy->stop();
+  CHECK_FALSE(contains(s.logged(), "made no progress"));
+}
+
+TEST_CASE("a stall whose suspect is a tie names a guess once the wait is over, and says so") {
+  StallSetup s((1u << 1) | (1u << 2));
+  s.fx.options.stall_tie_wait_ns = 50'000'000;
+  auto proxy = s.fx.make_proxy(s.transport);
+  proxy->start();
+  REQUIRE(device::push(s.fx.ch(0), write_cmd(1, 0, 16), nullptr) == PushStatus::ok);
+  REQUIRE(device::push(s.fx.ch(1), write_cmd(2, 1, 16), nullptr) == PushStatus::ok);
+  wait_for(s.reported);
+  REQUIRE(s.report_count() == 1);
+  CHECK((s.reports[0].first == 1 || s.reports[0].first == 2));
+  proxy->stop();
+  const std::string dump = s.logged();
+  CHECK(contains(dump, "most likely stuck on rank"));
+  CHECK(contains(dump, "2 ranks hold back as many"));
 }
