@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -64,6 +65,8 @@ EnvLookup with_overrides(const ContextOptions& options) {
 }  // namespace
 
 struct Context::Impl {
+  // When construction began (Context::footprint), first of all.
+  const std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
   // Context::copy calls so far (copy_stats).
   std::atomic<uint64_t> copies{0}, copied_bytes{0};
   EnvLookup env;
@@ -110,6 +113,21 @@ struct Context::Impl {
     size_t bytes = 0;
   };
   std::array<Source, kCmdSources> sources{};  // set_source's registrations
+  // Bytes registered per window id, summed over the endpoints, and the
+  // most registered at once (footprint).
+  std::map<uint32_t, uint64_t> registered;
+  uint64_t registered_peak = 0;
+  void set_registered(uint32_t window, uint64_t bytes) {
+    if (bytes == 0) {
+      registered.erase(window);
+    } else {
+      registered[window] = bytes;
+    }
+    uint64_t total = 0;
+    for (const auto& entry : registered) total += entry.second;
+    registered_peak = std::max(registered_peak, total);
+  }
+  Context::Footprint footprint;  // the constructor's phases, set as it goes
   // This rank's share of the CPUs: its proxies, and its host kernels.
   std::vector<int32_t> rank_cpus;
   TopologyChoice topology;  // proxy CPUs and the NIC backend to try first
@@ -175,18 +193,33 @@ struct Context::Impl {
                nic->plugin().name);
     }
     atomics = choose_atomic_strategies(config, *nic, log);
+    auto phase_done = [this, last = started](double* ms) mutable {
+      const auto now = std::chrono::steady_clock::now();
+      *ms = std::chrono::duration<double, std::milli>(now - last).count();
+      last = now;
+    };
+    phase_done(&footprint.backends_ms);
     bootstrap = options.bootstrap ? options.bootstrap
                                   : std::shared_ptr<Bootstrap>(join_job(
                                         config.job, static_cast<int>(config.timeout_s), log));
     check_job_shape(*bootstrap,
                     {nic->plugin().name, nic->props().max_ep_name, config.proxy_threads, atomics});
+    phase_done(&footprint.join_ms);
     channels = FifoChannels(*gpu, device, config.channels, config.fifo_depth);
     setup_barriers();
     check_nic_reach();
+    phase_done(&footprint.setup_ms);
     open_endpoints();
+    phase_done(&footprint.connect_ms);
     start_proxies();
     register_mailboxes();
     register_barrier_slots();
+    phase_done(&footprint.windows_ms);
+    footprint.total_ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started)
+            .count();
+    footprint.proxy_threads = config.proxy_threads;
+    footprint.peers_per_endpoint = static_cast<uint32_t>(bootstrap->size());
     peer_watch = bootstrap->watch_peers(
         [this](int rank, const std::string& reason) { on_peer_failure(rank, reason); });
   }
@@ -330,6 +363,9 @@ struct Context::Impl {
       }
       proxies[i]->run([&] { endpoints[i]->set_remote_window(window, std::move(peers)); });
     }
+    uint64_t bytes = 0;
+    for (const Region& region : regions) bytes += region.bytes;
+    set_registered(window, bytes);
   }
 
   // Emulated atomics need a mailbox per proxy endpoint, registered like a
@@ -612,7 +648,20 @@ void Context::deregister_window(uint32_t window) {
   // And every rank withdrew it before anyone registers the next one (a
   // backend may then release what it held for the peers' old regions).
   if (!failed && !s.job_failure.tripped()) s.bootstrap->barrier();
-  if (!leaked) s.window_used[window] = false;
+  if (!leaked) {
+    s.window_used[window] = false;
+    s.set_registered(window, 0);
+  }
+}
+
+Context::Footprint Context::footprint() const {
+  Footprint f = impl_->footprint;
+  for (const auto& [window, bytes] : impl_->registered) {
+    f.registered_bytes += bytes;
+    f.registrations += f.proxy_threads;
+  }
+  f.registered_bytes_peak = impl_->registered_peak;
+  return f;
 }
 
 void Context::set_source(uint32_t slot, const void* base, size_t bytes) {
@@ -640,6 +689,7 @@ void Context::set_source(uint32_t slot, const void* base, size_t bytes) {
     });
   }
   source = {base, bytes};
+  s.set_registered(window, uint64_t{bytes} * s.config.proxy_threads);
 }
 
 uint32_t Context::num_channels() const { return static_cast<uint32_t>(impl_->channels.size()); }

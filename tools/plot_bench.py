@@ -10,7 +10,8 @@
 
 For `ep` rows: ep_latency.png (median latency, p99 dashed) and
 ep_bandwidth.png (GB/s) against tokens per rank, one line per
-mode/phase/path. Other benchmarks: <bench>_bandwidth.png (GB/s against
+mode/phase/path. For `scale` rows: scale_<unit>.png, each quantity's
+median over ranks (max dashed) against ranks, log-log. Other benchmarks: <bench>_bandwidth.png (GB/s against
 size) where rows have "size" and "gbytes_per_s". Lines that are not JSON
 objects (tables, logs, courier-run's "[0] " prefixes are stripped) are
 skipped. Needs matplotlib (Debian: python3-matplotlib; PyPI: matplotlib).
@@ -116,6 +117,36 @@ def plot_sized(plt, bench, rows, out):
     return [path]
 
 
+def plot_scale(plt, rows, out):
+    # courier-bench scale: one plot per unit, the median over ranks (max
+    # dashed for per-rank quantities) of each quantity against ranks, per
+    # provider, log-log (a straight line's slope is its growth exponent).
+    by_unit = defaultdict(lambda: defaultdict(list))
+    for r in rows:
+        key = "{} {}".format(r.get("quantity", "?"), r.get("provider", ""))
+        by_unit[r.get("unit", "?")][key].append(r)
+    written = []
+    for unit, series in sorted(by_unit.items()):
+        fig, ax = plt.subplots(figsize=(8, 5))
+        for key, points in sorted(series.items()):
+            points.sort(key=lambda r: r["ranks"])
+            x = [p["ranks"] for p in points]
+            line, = ax.plot(x, [p["median"] for p in points], marker="o", label=key + " median")
+            if points[0].get("over") == "ranks":
+                ax.plot(x, [p["max"] for p in points], linestyle="--", color=line.get_color(),
+                        label=key + " max")
+        ax.set_xlabel("ranks")
+        ax.set_ylabel(unit)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_title("courier-bench scale ({})".format(unit))
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=6)
+        written.append(save(fig, out, "scale_{}.png".format(re.sub(r"[^A-Za-z0-9]+", "_", unit))))
+        plt.close(fig)
+    return written
+
+
 def title(rows, what):
     r = rows[0]
     keys = ("hidden", "topk", "experts", "ranks", "provider")
@@ -164,6 +195,8 @@ def main():
     for bench, bench_rows in sorted(by_bench.items()):
         if bench == "ep":
             written += plot_ep(plt, bench_rows, args.out, args.median_only, args.title)
+        elif bench == "scale":
+            written += plot_scale(plt, bench_rows, args.out)
         else:
             written += plot_sized(plt, bench, bench_rows, args.out)
     if not written:

@@ -157,6 +157,24 @@ class Context {
   uint64_t imm_received() const;
   // Incoming writes with immediate data that arrived with an error status.
   uint64_t imm_failed() const;
+  // How this rank started and what it holds now (courier-bench scale
+  // prints it per rank; docs/scaling.md). The phases of the constructor in
+  // milliseconds, in order: the backends opened (GPU, NIC, topology), the
+  // job joined (rendezvous, job-shape check), host discovery and FIFO
+  // channels, endpoints opened, their names exchanged and connected, and
+  // proxy threads started with Courier's own windows registered.
+  struct Footprint {
+    double backends_ms = 0, join_ms = 0, setup_ms = 0, connect_ms = 0, windows_ms = 0;
+    double total_ms = 0;              // the whole constructor
+    uint32_t proxy_threads = 0;       // one NIC endpoint each
+    uint32_t peers_per_endpoint = 0;  // ranks each endpoint connected to (itself included)
+    // Memory registered with the endpoints now, summed over them: windows
+    // (Courier's own included) and WRITE sources.
+    uint64_t registered_bytes = 0;
+    uint64_t registered_bytes_peak = 0;  // the most at any time so far
+    uint32_t registrations = 0;
+  };
+  Footprint footprint() const;
   // What the semantics layer did on this rank so far (all proxy threads).
   struct AtomicStats {
     std::string add_u64;  // strategy: "hw", "imm" or "none"

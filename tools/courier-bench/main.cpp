@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -32,6 +33,7 @@
 #include "barrier_bench.hpp"
 #include "ep_bench.hpp"
 #include "idle_bench.hpp"
+#include "scale_bench.hpp"
 #include "transport_bench.hpp"
 
 namespace {
@@ -59,6 +61,8 @@ constexpr const char* kUsage =
     "                          [--stream own|caller] [--provider shm|tcp] [--json]\n"
     "       courier-run -n N courier-bench idle [--provider shm|tcp] [--windows N]\n"
     "                          [--window-s S] [--grace-s S] [--json]\n"
+    "       courier-run -n N courier-bench scale [--provider shm|tcp] [--barrier-iters N]\n"
+    "                          [--ep-iters N] [--json]\n"
     "\n"
     "fifo       host-GPU producer threads into one proxy thread (commands/s); baseline:\n"
     "           the same ring drained by a bare loop (path 'ring'). --prefilled: fill the\n"
@@ -112,8 +116,16 @@ constexpr const char* kUsage =
     "           rank, with a Context that carries no traffic (path 'courier', measured\n"
     "           --grace-s after it was made, default 1 s), next to the same process\n"
     "           before the Context, with the job's bootstrap only (path 'bootstrap').\n"
+    "scale      what one rank costs as the job grows: per rank (min / median / max over\n"
+    "           the ranks) joining the job, the Context's start-up phases, the time to its\n"
+    "           first WRITE completed, resident and registered memory, open files,\n"
+    "           threads, connections per proxy endpoint; for the job the BARRIER latency\n"
+    "           (next to the bootstrap's) and a low-latency EP dispatch/combine of 8\n"
+    "           tokens, hidden 128, top-2 (next to raw writes of the same bytes).\n"
+    "           tools/courier-bench/scale_sweep.sh runs it at 2..64 ranks.\n"
     "\n"
-    "--provider (transport, atomic, barrier, ep, idle): the libfabric provider; without it,\n"
+    "--provider (transport, atomic, barrier, ep, idle, scale): the libfabric provider; without "
+    "it,\n"
     "           COURIER_OFI_PROVIDER as set in the environment, else shm.\n";
 
 [[noreturn]] void usage_error(const std::string& message) {
@@ -690,6 +702,73 @@ int run_ep(int argc, char** argv) {
   }
 }
 
+int run_scale(int argc, char** argv) {
+  const uint64_t started_ns =
+      static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                std::chrono::steady_clock::now().time_since_epoch())
+                                .count());
+  courier::bench::ScaleOptions o;
+  o.provider = default_provider();
+  bool json = parse_flags(argc, argv, [&](const std::string& flag, auto value) {
+    if (flag == "--provider") {
+      o.provider = parse_provider(value());
+    } else if (flag == "--barrier-iters") {
+      o.barrier_iters = static_cast<uint32_t>(parse_number(flag, value(), 1, 1'000'000));
+    } else if (flag == "--ep-iters") {
+      o.ep_iters = static_cast<uint32_t>(parse_number(flag, value(), 1, 1'000'000));
+    } else {
+      return false;
+    }
+    return true;
+  });
+  try {
+    Job job;
+    std::shared_ptr<courier::Bootstrap> bootstrap = job.bootstrap;
+    const double joined_ms =
+        static_cast<double>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                std::chrono::steady_clock::now().time_since_epoch())
+                                .count() -
+                            started_ns) /
+        1e6;
+    courier::ContextOptions options;
+    options.env = {{"COURIER_OFI_PROVIDER", o.provider}};
+    // One proxy thread and one channel per rank unless the environment
+    // says otherwise: what grows with the job is then the job's doing.
+    if (std::getenv("COURIER_PROXY_THREADS") == nullptr) {
+      options.env.emplace_back("COURIER_PROXY_THREADS", "1");
+    }
+    if (std::getenv("COURIER_CHANNELS") == nullptr)
+      options.env.emplace_back("COURIER_CHANNELS", "1");
+    options.bootstrap = bootstrap;
+    courier::Context ctx(options);
+    const courier::bench::ScaleRun run =
+        courier::bench::run_scale_bench(ctx, o, joined_ms, started_ns);
+    if (bootstrap->rank() != 0) return 0;
+    const int ranks = bootstrap->size();
+    if (!json) {
+      fmt::print("{:<6} {:<9} {:>6} {:<24} {:<6} {:>12} {:>12} {:>12}\n", "bench", "provider",
+                 "ranks", "quantity", "unit", "min", "median", "max");
+    }
+    auto emit = [&](const courier::bench::ScaleRow& r, const char* over) {
+      if (json) {
+        fmt::print(
+            "{{\"bench\":\"scale\",\"provider\":\"{}\",\"ranks\":{},\"quantity\":\"{}\","
+            "\"unit\":\"{}\",\"over\":\"{}\",\"min\":{:.4f},\"median\":{:.4f},\"max\":{:.4f}}}\n",
+            o.provider, ranks, r.quantity, r.unit, over, r.min, r.median, r.max);
+      } else {
+        fmt::print("{:<6} {:<9} {:>6} {:<24} {:<6} {:>12.3f} {:>12.3f} {:>12.3f}\n", "scale",
+                   o.provider, ranks, r.quantity, r.unit, r.min, r.median, r.max);
+      }
+    };
+    for (const auto& r : run.per_rank) emit(r, "ranks");
+    for (const auto& r : run.job) emit(r, "job");
+    return 0;
+  } catch (const courier::Error& e) {
+    fmt::print(stderr, "courier-bench: {}\n", e.what());
+    return 1;
+  }
+}
+
 }  // namespace
 
 int run_idle(int argc, char** argv) {
@@ -748,6 +827,7 @@ int main(int argc, char** argv) {
   if (name == "barrier") return run_barrier(argc, argv);
   if (name == "ep") return run_ep(argc, argv);
   if (name == "idle") return run_idle(argc, argv);
+  if (name == "scale") return run_scale(argc, argv);
   if (name == "--help" || name == "-h") {
     fmt::print("{}", kUsage);
     return 0;
