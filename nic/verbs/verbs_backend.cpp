@@ -121,6 +121,13 @@ int Backend::read_knobs() {
   o.tuning.timeout = static_cast<uint8_t>(timeout);
   o.tuning.retry_cnt = static_cast<uint8_t>(retry);
   o.connect_timeout_ms = static_cast<uint32_t>(connect_s * 1000);
+  const char* connect = host_->get_env(host_->ctx, kConnectKnob);
+  const std::string how = connect != nullptr && *connect != '\0' ? connect : "eager";
+  if (how != "eager" && how != "lazy") {
+    return set_error(-EINVAL, "%s='%s' is invalid: expected eager or lazy", kConnectKnob,
+                     how.c_str());
+  }
+  o.lazy_connect = how == "lazy";
   o.max_inflight_bytes = inflight;
   o.registration.prefer_odp = traits_.prefer_odp && device_->info().odp_for_rc();
   if (traits_.prefer_odp && !o.registration.prefer_odp) {

@@ -21,6 +21,7 @@ inline constexpr const char* kServiceLevelKnob = "COURIER_IB_SL";
 inline constexpr const char* kTimeoutKnob = "COURIER_IB_TIMEOUT";
 inline constexpr const char* kRetryKnob = "COURIER_IB_RETRY_CNT";
 inline constexpr const char* kConnectTimeoutKnob = "COURIER_IB_CONNECT_TIMEOUT_S";
+inline constexpr const char* kConnectKnob = "COURIER_IB_CONNECT";
 inline constexpr const char* kInflightBytesKnob = "COURIER_MAX_INFLIGHT_BYTES";
 // Derived by the core (not a knob): the NICs topology paired with this rank's
 // GPU, nearest first, comma-separated. Used when COURIER_IB_DEVICE is unset.

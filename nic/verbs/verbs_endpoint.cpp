@@ -197,6 +197,10 @@ int Endpoint::post(uint32_t peer, ibv_send_wr* wr, uint32_t slot, const char* wh
 int Endpoint::post_write(const courier_nic_write_v1& w) {
   int rc = check_peer(w.peer, "post_write");
   if (rc != 0) return rc;
+  if (options_.lazy_connect && !peers_[w.peer].done()) {
+    rc = connect_on_demand(w.peer, "post_write");
+    if (rc != 0) return rc;
+  }
   if (w.flags & ~uint32_t{COURIER_NIC_WRITE_IMM}) {
     return set_error(-EINVAL, "post_write: unknown flags 0x%x", w.flags);
   }
@@ -240,6 +244,10 @@ int Endpoint::post_write(const courier_nic_write_v1& w) {
 int Endpoint::post_atomic(const courier_nic_atomic_v1& a) {
   int rc = check_peer(a.peer, "post_atomic");
   if (rc != 0) return rc;
+  if (options_.lazy_connect && !peers_[a.peer].done()) {
+    rc = connect_on_demand(a.peer, "post_atomic");
+    if (rc != 0) return rc;
+  }
   if (options_.atomic_ops == 0) {
     return set_error(-EINVAL,
                      "post_atomic: the endpoint was opened without "
@@ -381,8 +389,9 @@ uint32_t Endpoint::translate(const ibv_wc& wc, courier_nic_completion_v1* out) {
 int Endpoint::poll(courier_nic_completion_v1* out, uint32_t max) {
   if (!out && max > 0) return set_error(-EINVAL, "poll: NULL output array");
   if (!connected_) return 0;
-  // A peer may still need our answer (verbs_endpoint_connect.cpp).
-  if (++polls_ % kHandshakeServicePeriod == 0) {
+  // A peer may still need our answer (verbs_endpoint_connect.cpp); while
+  // connections made on first use are under way, every poll looks.
+  if (++polls_ % kHandshakeServicePeriod == 0 || handshaking_ > 0) {
     const int rc = service_handshake();
     if (rc != 0) return rc;
   }

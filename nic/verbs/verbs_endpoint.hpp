@@ -49,6 +49,11 @@ struct EndpointOptions {
   uint64_t max_inflight_bytes = 0;
   uint32_t connect_timeout_ms = 60000;
   RegistrationPolicy registration;
+  // COURIER_IB_CONNECT=lazy: connect() opens no queue pair but its own; a
+  // peer's is opened and handshaken on the first post to it (the post
+  // answers -EAGAIN until the peer confirms) or when the peer's hello
+  // arrives first. Queue pairs are then per peer actually talked to.
+  bool lazy_connect = false;
 };
 
 using LogFn = std::function<void(int level, const std::string& message)>;
@@ -84,7 +89,8 @@ class Endpoint {
 
   int name(void* buf, size_t* len) const;
   // Creates the RC queue pairs and runs the handshake with every peer
-  // (collective: every rank connects its endpoints in the same order).
+  // (collective: every rank connects its endpoints in the same order); with
+  // lazy_connect only learns the peers' addresses (no wait for anyone).
   int connect(uint32_t num_peers, const void* names, size_t stride);
 
   int register_memory(void* addr, size_t len, uint32_t mem_kind, std::unique_ptr<MemoryRegion>* out,
@@ -113,6 +119,9 @@ class Endpoint {
     uint32_t inflight = 0;
     uint64_t inflight_bytes = 0;
     std::string failure;  // first error on this connection ("" while healthy)
+    // lazy_connect: when this side first asked for the connection, and
+    // last sent a hello (resent every kResendPeriod until done()).
+    std::chrono::steady_clock::time_point asked{}, last_hello{};
   };
   enum class Op : uint8_t { write, write_imm, fetch_add, compare_swap };
   struct Slot {
@@ -141,6 +150,13 @@ class Endpoint {
   void send_pending_hellos();
   int connect_peer(uint32_t peer, uint32_t remote_qpn, uint32_t remote_psn);
   int connect_self(uint32_t self);
+  // The queue pair (and address handle) towards `peer`, opened once; an
+  // error names the device's queue-pair limit when that is what refused it.
+  int open_peer(uint32_t peer);
+  // lazy_connect, before a post to `peer`: 0 once connected; -EAGAIN while
+  // the handshake runs (started here if need be); an error when the peer
+  // refused or did not answer within connect_timeout_ms.
+  int connect_on_demand(uint32_t peer, const char* what);
 
   const Device& device_;
   const courier_host_services_v1* host_;
@@ -158,6 +174,9 @@ class Endpoint {
   uint32_t polls_ = 0;           // poll() calls, to service the handshake now and then
   uint32_t next_resend_ = 0;     // where the next round of hellos starts
   uint32_t recv_depth_ = 0;
+  uint32_t send_depth_ = 0;
+  uint32_t open_qps_ = 0;     // RC queue pairs open (the UD one not counted)
+  uint32_t handshaking_ = 0;  // lazy_connect: peers asked for and not done yet
 
   // Handshake resources: a UD queue pair with its own queue and buffers.
   std::unique_ptr<CompletionQueue> ud_cq_;

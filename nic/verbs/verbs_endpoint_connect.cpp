@@ -14,6 +14,12 @@
 // Until then it resends every 20 ms (UD may drop), and since an unfinished
 // peer's hellos always lack kDone, the side that finished first keeps
 // answering them, from poll() once connect() has returned.
+// With COURIER_IB_CONNECT=lazy, connect() opens only the queue pair to
+// itself; the first post to a peer opens its queue pair and sends the first
+// hello (the post answers -EAGAIN until the peer confirmed), and a hello
+// from a peer without one opens it on the receiving side. A side that
+// cannot open the queue pair (the device's max_qp reached) answers with
+// kRefused and its QPN 0, so the asking side fails at once, naming it.
 #include <arpa/inet.h>
 
 #include <algorithm>
@@ -33,6 +39,7 @@ namespace {
 constexpr uint32_t kHelloMagic = 0x48565243;
 constexpr uint32_t kHaveYours = 1u << 0;
 constexpr uint32_t kDone = 1u << 1;
+constexpr uint32_t kRefused = 1u << 2;  // the sender could not open a queue pair for us
 constexpr uint32_t kQkey = 0x43525651;
 constexpr uint32_t kGrhBytes = 40;      // UD receives start with the global routing header
 constexpr uint32_t kUdSlotBytes = 128;  // one hello (+ GRH) per slot
@@ -92,9 +99,12 @@ int Endpoint::send_hello(uint32_t peer) {
   // A full send queue: skip; the next resend (or the peer's) tries again.
   if (ud_sends_inflight_ >= kUdSends) return 0;
   Peer& p = peers_[peer];
-  const uint32_t flags = (p.have_theirs ? kHaveYours : 0u) | (p.done() ? kDone : 0u);
-  Hello hello{kHelloMagic,           p.qp->qpn(), local_.endpoint_id,
-              p.address.endpoint_id, p.local_psn, flags};
+  const uint32_t flags =
+      (p.have_theirs ? kHaveYours : 0u) | (p.done() ? kDone : 0u) | (p.qp ? 0u : kRefused);
+  Hello hello{kHelloMagic,        p.qp ? p.qp->qpn() : 0u,
+              local_.endpoint_id, p.address.endpoint_id,
+              p.local_psn,        flags};
+  p.last_hello = std::chrono::steady_clock::now();
   const uint32_t slot = kUdReceives + (ud_next_send_++ % kUdSends);
   std::byte* where = ud_buffer_.data() + size_t{slot} * kUdSlotBytes;
   std::memcpy(where, &hello, sizeof hello);
@@ -146,14 +156,101 @@ void Endpoint::handle_hello(const Hello& hello) {
   if (found == peer_of_id_.end()) return;  // not one of our peers (a stale endpoint)
   const uint32_t peer = found->second;
   Peer& p = peers_[peer];
+  if (hello.flags & kRefused) {
+    if (p.failure.empty()) {
+      p.failure = "rank " + std::to_string(peer) +
+                  " could not open a queue pair for this connection (its device is at its "
+                  "queue-pair limit, max_qp: see that rank's log)";
+    }
+    return;
+  }
+  if (!p.qp && p.failure.empty()) {  // lazy_connect: the peer asked first
+    if (open_peer(peer) != 0) {
+      p.failure = last_error();
+      log_(COURIER_LOG_ERROR, p.failure);
+      if (p.ah) send_hello(peer);  // tells the peer (kRefused)
+      return;
+    }
+    ++handshaking_;
+  }
+  if (!p.qp) return;
   if (!p.have_theirs && p.failure.empty()) {
     if (connect_peer(peer, hello.rc_qpn, hello.psn) != 0) {
       p.failure = last_error();
       return;
     }
   }
+  const bool was_done = p.done();
   if (hello.flags & kHaveYours) p.confirmed = true;
+  if (!was_done && p.done() && options_.lazy_connect && handshaking_ > 0) --handshaking_;
   if (!(hello.flags & kDone)) send_hello(peer);  // they still need something from us
+}
+
+int Endpoint::open_peer(uint32_t peer) {
+  Peer& p = peers_[peer];
+  int rc = 0;
+  if (!p.ah && peer != self_) {
+    rc = AddressHandle::create(device_,
+                               make_ah_attr(local_, p.address, options_.tuning.traffic_class,
+                                            options_.tuning.service_level),
+                               &p.ah);
+    if (rc != 0) return set_error(rc, "rank %u: %s", peer, std::string(last_error()).c_str());
+  }
+  rc = QueuePair::create_rc(device_, cq_->get(), cq_->get(), send_depth_, recv_depth_, &p.qp);
+  if (rc != 0) {
+    const std::string why = last_error();
+    const int limit = device_.info().max_qp;
+    if (rc == -ENOMEM && limit > 0) {  // what a device out of queue-pair contexts answers
+      return set_error(rc,
+                       "rank %u: cannot open a queue pair: %s holds at most max_qp %d and this "
+                       "endpoint has %u RC queue pairs open (one per peer it talks to%s): %s",
+                       peer, device_.info().name.c_str(), limit, open_qps_,
+                       options_.lazy_connect ? ""
+                                             : "; COURIER_IB_CONNECT=lazy opens them on "
+                                               "first use",
+                       why.c_str());
+    }
+    return set_error(rc, "rank %u: %s", peer, why.c_str());
+  }
+  ++open_qps_;
+  p.local_psn = random_psn();
+  peer_of_qpn_[p.qp->qpn()] = peer;
+  return 0;
+}
+
+int Endpoint::connect_on_demand(uint32_t peer, const char* what) {
+  std::lock_guard lock(handshake_mutex_);
+  Peer& p = peers_[peer];
+  if (p.done()) return 0;
+  using Clock = std::chrono::steady_clock;
+  const auto now = Clock::now();
+  if (p.failure.empty() && !p.qp) {
+    if (open_peer(peer) != 0) {
+      p.failure = last_error();
+    } else {
+      ++handshaking_;
+      p.asked = now;
+      send_hello(peer);
+      return -EAGAIN;
+    }
+  }
+  if (p.failure.empty()) {
+    if (p.asked == Clock::time_point{}) p.asked = now;  // it asked first: our clock starts now
+    const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(now - p.asked);
+    if (waited.count() >= options_.connect_timeout_ms) {
+      p.failure = "no answer to the connection handshake within " +
+                  std::to_string(options_.connect_timeout_ms) +
+                  " ms (COURIER_IB_CONNECT_TIMEOUT_S): is rank " + std::to_string(peer) +
+                  " running and on the same fabric?";
+    } else {
+      service_handshake_locked();
+      if (p.done()) return 0;
+      if (now - p.last_hello >= kResendPeriod) send_hello(peer);
+      return -EAGAIN;
+    }
+  }
+  return set_error(-ECONNREFUSED, "%s to rank %u: connecting on first use failed: %s", what, peer,
+                   p.failure.c_str());
 }
 
 int Endpoint::service_handshake() {
@@ -248,23 +345,21 @@ int Endpoint::connect(uint32_t num_peers, const void* names, size_t stride) {
   }
   int rc = CompletionQueue::create(device_, static_cast<int>(cq_entries), &cq_);
   if (rc != 0) return rc;
+  send_depth_ = send_depth;
   for (uint32_t r = 0; r < num_peers; ++r) {
-    Peer& p = peers_[r];
-    rc = QueuePair::create_rc(device_, cq_->get(), cq_->get(), send_depth, recv_depth_, &p.qp);
-    if (rc != 0) return set_error(rc, "rank %u: %s", r, std::string(last_error()).c_str());
-    p.local_psn = random_psn();
-    peer_of_qpn_[p.qp->qpn()] = r;
-    peer_of_id_[p.address.endpoint_id] = r;
-    if (r == self_) continue;
-    rc = AddressHandle::create(device_,
-                               make_ah_attr(local_, p.address, options_.tuning.traffic_class,
-                                            options_.tuning.service_level),
-                               &p.ah);
-    if (rc != 0) return set_error(rc, "rank %u: %s", r, std::string(last_error()).c_str());
+    peer_of_id_[peers_[r].address.endpoint_id] = r;
+    if (options_.lazy_connect && r != self_) continue;  // opened on first use
+    rc = open_peer(r);
+    if (rc != 0) return rc;
   }
   rc = connect_self(self_);
   if (rc != 0) return rc;
   connected_ = true;
+  if (options_.lazy_connect) {
+    connect_failed_ = false;
+    handshake_ready_.store(true, std::memory_order_release);
+    return 0;
+  }
 
   using Clock = std::chrono::steady_clock;
   const auto deadline = Clock::now() + std::chrono::milliseconds(options_.connect_timeout_ms);
@@ -313,7 +408,7 @@ void Endpoint::send_pending_hellos() {
   const uint32_t n = static_cast<uint32_t>(peers_.size());
   for (uint32_t k = 0; k < n && ud_sends_inflight_ < kUdSends; ++k) {
     const uint32_t r = (next_resend_ + k) % n;
-    if (r != self_ && !peers_[r].done()) {
+    if (r != self_ && peers_[r].qp && !peers_[r].done()) {
       send_hello(r);
       next_resend_ = r + 1;
     }

@@ -39,7 +39,7 @@ courier_nic_plugin_v1 make_nic_plugin(const char* description,
 
 // The knobs every verbs backend declares; `inflight_default` is the
 // backend's COURIER_MAX_INFLIGHT_BYTES default ("0": no limit).
-constexpr std::array<courier_knob_v1, 8> make_knobs(const char* inflight_default,
+constexpr std::array<courier_knob_v1, 9> make_knobs(const char* inflight_default,
                                                     const char* inflight_help) {
   return {{
       {kDeviceKnob, "", nullptr,
@@ -54,7 +54,11 @@ constexpr std::array<courier_knob_v1, 8> make_knobs(const char* inflight_default
        "RC local ACK timeout exponent: 4.096 us * 2^value before a retry"},
       {kRetryKnob, "7", "0..7", "RC transport retries before IBV_WC_RETRY_EXC_ERR"},
       {kConnectTimeoutKnob, "60", "1..3600",
-       "seconds ep_connect waits for every peer's queue pair number"},
+       "seconds ep_connect waits for every peer's queue pair number (lazy: a connection "
+       "made on first use, for its peer)"},
+      {kConnectKnob, "eager", "eager|lazy",
+       "eager: ep_connect opens a queue pair to every peer; lazy: to a peer on the first "
+       "post to it (queue pairs per peer actually talked to, docs/nic-verbs.md)"},
       {kInflightBytesKnob, inflight_default, "0..1099511627776", inflight_help},
   }};
 }

@@ -100,7 +100,20 @@ std::vector<Profile> profiles_from_list(std::string_view list) {
 
 std::vector<Profile> profiles_from_environment() {
   const char* value = std::getenv("FAKE_VERBS_DEVICES");
-  return profiles_from_list(value ? value : "cx7,bnxt");
+  std::vector<Profile> profiles = profiles_from_list(value ? value : "cx7,bnxt");
+  // FAKE_VERBS_MAX_QP=N: every device holds at most N queue pairs (of any
+  // type) per process, as a small adapter would.
+  if (const char* limit = std::getenv("FAKE_VERBS_MAX_QP")) {
+    char* end = nullptr;
+    const long n = std::strtol(limit, &end, 10);
+    if (end == limit || *end != '\0' || n < 1 || n > (1L << 24)) {
+      std::fprintf(stderr, "fake verbs: FAKE_VERBS_MAX_QP='%s' is not a number in 1..16777216\n",
+                   limit);
+    } else {
+      for (Profile& p : profiles) p.max_qp = static_cast<int>(n);
+    }
+  }
+  return profiles;
 }
 
 }  // namespace courier::fake_verbs

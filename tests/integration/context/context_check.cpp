@@ -12,6 +12,13 @@
 //                        after one is replaced; a WRITE from a source never
 //                        set, or past a source's end, fails its channel
 //                        naming the source.
+//   neighbour-writes     every rank WRITEs to the next rank only (sparse
+//                        traffic); each window then holds its left
+//                        neighbour's bytes. With COURIER_IB_CONNECT=lazy a
+//                        job larger than the device's queue-pair limit runs.
+//   all-writes           every rank WRITEs to every rank (dense traffic);
+//                        a channel that fails prints its first error and
+//                        the rank exits 1 (the lazy queue-pair limit test).
 //   malformed-atomics    (COURIER_ATOMICS=imm, COURIER_FAULTS=malform=1)
 //                        rank 0's emulated atomics leave malformed (offset
 //                        outside the window, misaligned, unknown op): rank 1
@@ -223,6 +230,50 @@ int malformed_atomics() {
   return failures == 0 ? 0 : 1;
 }
 
+// Writes 64 bytes of this rank's number to each rank in `to` (offset: this
+// rank's slot), then checks that each rank in `from` left its bytes here.
+int ring_or_all(bool all) {
+  courier::Context ctx;
+  const int world = ctx.world_size(), me = ctx.rank();
+  constexpr uint32_t kSlot = 64;
+  courier::DeviceBuffer buffer = ctx.alloc(size_t{kSlot} * static_cast<size_t>(world) * 2);
+  auto* bytes = static_cast<std::byte*>(buffer.data());
+  std::memset(bytes, 0, buffer.size());
+  // The source: [world * kSlot, +kSlot) holds this rank's pattern.
+  std::memset(bytes + size_t{kSlot} * world, me + 1, kSlot);
+  const uint32_t window = ctx.register_window(buffer.data(), buffer.size());
+  ctx.barrier();
+  int failed = 0;
+  for (int step = 1; step < world && (all || step == 1); ++step) {
+    const int to = (me + step) % world;
+    const uint32_t c = static_cast<uint32_t>(to) % ctx.num_channels();
+    courier::PushStatus status =
+        push_and_drain(ctx, c,
+                       write_cmd(static_cast<uint32_t>(to), window, kSlot * me, kSlot, 0,
+                                 kSlot * static_cast<uint32_t>(world)));
+    if (status != courier::PushStatus::ok) {
+      fmt::print(stderr, "rank {}: writing to rank {} failed: {} ({})\n", me, to,
+                 courier::to_string(status), ctx.channel_stats(c).first_error);
+      ++failed;
+      break;
+    }
+  }
+  if (failed != 0) return 1;
+  ctx.barrier();
+  for (int step = 1; step < world && (all || step == 1); ++step) {
+    const int from = (me - step + world) % world;
+    size_t wrong = 0;
+    for (uint32_t i = 0; i < kSlot; ++i) {
+      if (bytes[size_t{kSlot} * from + i] != static_cast<std::byte>(from + 1)) ++wrong;
+    }
+    expect(wrong == 0, fmt::format("rank {}: {} of rank {}'s bytes wrong", me, wrong, from));
+  }
+  ctx.barrier();
+  ctx.deregister_window(window);
+  fmt::print("rank {}: {} writes checked, {} failed checks\n", me, all ? world - 1 : 1, failures);
+  return failures == 0 ? 0 : 1;
+}
+
 int mismatched_proxies() {
   const char* rank = std::getenv("COURIER_RANK");
   courier::ContextOptions options;
@@ -247,12 +298,14 @@ int main(int argc, char** argv) {
     if (scenario == "mismatched-proxies") return mismatched_proxies();
     if (scenario == "malformed-atomics") return malformed_atomics();
     if (scenario == "source-writes") return source_writes();
+    if (scenario == "neighbour-writes") return ring_or_all(false);
+    if (scenario == "all-writes") return ring_or_all(true);
   } catch (const courier::Error& e) {
     fmt::print(stderr, "context_check: {}\n", e.what());
     return 1;
   }
   fmt::print(stderr,
              "usage: context_check bad-commands|mismatched-proxies|malformed-atomics|"
-             "source-writes\n");
+             "source-writes|neighbour-writes|all-writes\n");
   return 2;
 }
