@@ -120,9 +120,7 @@ int ep_hold(uint32_t microseconds, cudaStream_t stream) {
 
 int ep_route(const courier_gpu_ep_route_v1* job, cudaStream_t stream, EpTimeline&) {
   if (too_small(job)) return fail(-EINVAL, "ep_route: job is NULL or its struct_size too small");
-  const bool by_rank = job->mode == COURIER_GPU_EP_ROUTE_RANKS;
-  const uint32_t blocks = (by_rank ? job->num_ranks : job->num_experts) +
-                          (by_rank && job->topk_idx != nullptr ? job->num_experts : 0);
+  const uint32_t blocks = device::ep::route_blocks(*job);
   device::ep::route_kernel<<<blocks, 1024, 0, stream>>>(*job);
   return launched("the EP route kernel");
 }

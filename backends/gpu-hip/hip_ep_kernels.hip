@@ -121,9 +121,7 @@ int ep_hold(uint32_t microseconds, hipStream_t stream) {
 
 int ep_route(const courier_gpu_ep_route_v1* job, hipStream_t stream) {
   if (too_small(job)) return fail(-EINVAL, "ep_route: job is NULL or its struct_size too small");
-  const bool by_rank = job->mode == COURIER_GPU_EP_ROUTE_RANKS;
-  const uint32_t blocks = (by_rank ? job->num_ranks : job->num_experts) +
-                          (by_rank && job->topk_idx != nullptr ? job->num_experts : 0);
+  const uint32_t blocks = device::ep::route_blocks(*job);
   hipLaunchKernelGGL(device::ep::route_kernel, dim3(blocks), dim3(1024), 0, stream, *job);
   return launched("the EP route kernel");
 }

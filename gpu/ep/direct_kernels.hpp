@@ -203,8 +203,52 @@ __device__ __forceinline__ uint32_t block_exclusive_scan(uint32_t value, uint32_
   return inclusive - value;
 }
 
+// ---- ep_route RANKS with topk_idx: the tokens per expert (a token once
+// per expert its top-k holds), kRouteExperts experts per block: each thread
+// takes whole tokens, drops an expert its token named already, and adds
+// into a shared histogram; one pass over topk_idx per block (a block per
+// expert read every pair once for each expert).
+inline constexpr uint32_t kRouteExperts = 1024;
+__device__ __forceinline__ void route_expert_counts(const courier_gpu_ep_route_v1& job,
+                                                    uint32_t first_expert) {
+  __shared__ uint32_t histogram[kRouteExperts];
+  const uint32_t T = job.tokens, K = job.topk, R = job.num_ranks, E = job.num_experts;
+  const uint32_t experts = E - first_expert < kRouteExperts ? E - first_expert : kRouteExperts;
+  for (uint32_t i = threadIdx.x; i < experts; i += blockDim.x) histogram[i] = 0;
+  __syncthreads();
+  constexpr uint32_t kTopkAhead = 8;  // a token's pairs loaded at once (more: a loop)
+  for (uint32_t t = threadIdx.x; t < T; t += blockDim.x) {
+    const int64_t* pairs = job.topk_idx + uint64_t{t} * K;
+    for (uint32_t k0 = 0; k0 < K; k0 += kTopkAhead) {
+      int64_t v[kTopkAhead];
+#pragma unroll
+      for (uint32_t q = 0; q < kTopkAhead; ++q) v[q] = k0 + q < K ? pairs[k0 + q] : -1;
+#pragma unroll
+      for (uint32_t q = 0; q < kTopkAhead; ++q) {
+        const int64_t e = v[q];
+        if (e < static_cast<int64_t>(first_expert) ||
+            e >= static_cast<int64_t>(first_expert + experts)) {
+          continue;
+        }
+        // The token's earlier pairs: this batch's in registers, older
+        // batches' (top-k above kTopkAhead) from L1.
+        bool seen = false;
+#pragma unroll
+        for (uint32_t j = 0; j < q; ++j) seen = seen || v[j] == e;
+        for (uint32_t k = 0; k < k0 && !seen; ++k) seen = pairs[k] == e;
+        if (!seen) atomicAdd(&histogram[e - first_expert], 1u);
+      }
+    }
+  }
+  __syncthreads();
+  for (uint32_t i = threadIdx.x; i < experts; i += blockDim.x) {
+    job.record[R + first_expert + i] = histogram[i];
+  }
+}
+
 // ---- ep_route: one block per group (and, in RANKS mode with topk_idx, one
-// per expert count); tokens in order, each thread a contiguous run of them.
+// per kRouteExperts experts); tokens in order, each thread a contiguous run
+// of them.
 __global__ void __launch_bounds__(1024) route_kernel(courier_gpu_ep_route_v1 job) {
   const uint32_t T = job.tokens, K = job.topk, R = job.num_ranks, E = job.num_experts;
   const bool by_rank = job.mode == COURIER_GPU_EP_ROUTE_RANKS;
@@ -238,21 +282,7 @@ __global__ void __launch_bounds__(1024) route_kernel(courier_gpu_ep_route_v1 job
     for (uint32_t e = threadIdx.x; e < E; e += blockDim.x) job.record[R + e] = 0;
   }
   if (group >= groups) {  // RANKS mode: tokens per expert (a token once per expert)
-    const uint32_t e = group - groups;
-    uint32_t count = 0;
-    each_pair([&](int64_t v, uint64_t p) {
-      if (v != static_cast<int64_t>(e)) return;
-      // Once per token: only the token's first k holding e counts (rare:
-      // the loads below are for the few pairs that hold e).
-      const uint64_t t = p / K;
-      for (uint64_t q = t * K; q < p; ++q) {
-        if (job.topk_idx[q] == static_cast<int64_t>(e)) return;
-      }
-      ++count;
-    });
-    uint32_t total = 0;
-    block_exclusive_scan(count, &total);
-    if (threadIdx.x == 0) job.record[R + e] = total;
+    route_expert_counts(job, (group - groups) * kRouteExperts);
     return;
   }
   if (group == 0 && job.topk_idx != nullptr) {  // one block checks the indices

@@ -11,6 +11,16 @@
 
 namespace courier::device::ep {
 
+// ep_route: a block per group (rank or expert), and in RANKS mode with
+// topk_idx one per kRouteExperts experts for their counts.
+inline uint32_t route_blocks(const courier_gpu_ep_route_v1& job) {
+  const bool by_rank = job.mode == COURIER_GPU_EP_ROUTE_RANKS;
+  const uint32_t counters = by_rank && job.topk_idx != nullptr
+                                ? (job.num_experts + kRouteExperts - 1) / kRouteExperts
+                                : 0;
+  return std::max((by_rank ? job.num_ranks : job.num_experts) + counters, 1u);
+}
+
 // Threads of a low-latency dispatch block: a token's 7168 FP8 channels at
 // 16 per thread in one pass; the receive's 16 groups of 32 lanes.
 inline constexpr uint32_t kLlThreads = 512;
