@@ -5,6 +5,7 @@
     tools/scale_fit.py sweep.jsonl
     tools/scale_fit.py sweep.jsonl --check               (exit 1 if a growth law fails)
     tools/scale_fit.py sweep.jsonl --json                (one object per quantity)
+    tools/scale_fit.py sweep.jsonl --from 8              (fit 8 ranks and more only)
 
 For each provider and quantity: the median over ranks at each rank count,
 and the exponent b of value ~ ranks^b, fitted by least squares on
@@ -69,6 +70,8 @@ def main():
     parser.add_argument("files", nargs="*", help="JSON lines of courier-bench scale --json")
     parser.add_argument("--check", action="store_true", help="exit 1 if a growth law fails")
     parser.add_argument("--json", action="store_true", help="JSON lines instead of a table")
+    parser.add_argument("--from", dest="smallest", type=int, default=0,
+                        help="fit only job sizes of at least this many ranks (default: all)")
     args = parser.parse_args()
     streams = []
     try:
@@ -93,7 +96,7 @@ def main():
             "provider", "quantity", "unit", " ".join("{:>10}".format(n) for n in sizes),
             "exponent", "law"))
     for (provider, quantity, unit), points in sorted(series.items()):
-        b = exponent(sorted(points.items()))
+        b = exponent(sorted((n, v) for n, v in points.items() if n >= args.smallest))
         law = LAWS.get(quantity)
         verdict = ""
         if law is not None and b is not None:

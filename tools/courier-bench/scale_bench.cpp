@@ -55,7 +55,7 @@ uint32_t open_fds() {
 
 // What each rank reports (all-gathered as plain bytes).
 struct RankNumbers {
-  double join_ms, backends_ms, context_setup_ms, connect_ms, windows_ms, context_ms;
+  double join_ms, backends_ms, context_setup_ms, connect_ms, windows_ms, context_ms, context_cpu_ms;
   double first_write_ms, first_write_us;
   double rss_mib, peak_rss_mib, registered_mib;
   double fds, threads, proxy_threads, connections_per_thread;
@@ -89,8 +89,8 @@ ScaleRow job_row(std::string quantity, std::string unit, double value) {
 
 }  // namespace
 
-ScaleRun run_scale_bench(Context& ctx, const ScaleOptions& o, double joined_ms,
-                         uint64_t started_ns) {
+ScaleRun run_scale_bench(Context& ctx, const ScaleOptions& o, double joined_ms, uint64_t started_ns,
+                         double context_cpu_ms) {
   const int world = ctx.world_size();
   const int me = ctx.rank();
   RankNumbers mine{};
@@ -101,6 +101,7 @@ ScaleRun run_scale_bench(Context& ctx, const ScaleOptions& o, double joined_ms,
   mine.connect_ms = startup.connect_ms;
   mine.windows_ms = startup.windows_ms;
   mine.context_ms = startup.total_ms;
+  mine.context_cpu_ms = context_cpu_ms;
 
   // The first command: a WRITE to the next rank, pushed and completed.
   DeviceBuffer window_memory = ctx.alloc(4096);
@@ -162,6 +163,7 @@ ScaleRun run_scale_bench(Context& ctx, const ScaleOptions& o, double joined_ms,
       over_ranks(all, "connect", "ms", &R::connect_ms),
       over_ranks(all, "windows", "ms", &R::windows_ms),
       over_ranks(all, "context", "ms", &R::context_ms),
+      over_ranks(all, "context_cpu", "ms", &R::context_cpu_ms),
       over_ranks(all, "to_first_write", "ms", &R::first_write_ms),
       over_ranks(all, "first_write", "us", &R::first_write_us),
       over_ranks(all, "rss", "MiB", &R::rss_mib),

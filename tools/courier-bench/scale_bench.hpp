@@ -38,8 +38,9 @@ struct ScaleRun {
 };
 
 // `joined_ms`: how long this rank took to join the job (before ctx existed);
-// `started_ns`: the steady clock when the process began its work (main).
+// `started_ns`: the steady clock when the process began its work (main);
+// `context_cpu_ms`: the CPU time the Context's constructor took on its thread.
 ScaleRun run_scale_bench(Context& ctx, const ScaleOptions& options, double joined_ms,
-                         uint64_t started_ns);
+                         uint64_t started_ns, double context_cpu_ms);
 
 }  // namespace courier::bench
