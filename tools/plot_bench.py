@@ -55,6 +55,20 @@ def read_rows(streams):
     return rows
 
 
+def read_files(files, tool):
+    """The JSON rows of `files` (stdin without any); exits naming a file that cannot be read."""
+    streams = []
+    try:
+        streams = [open(f) for f in files] if files else [sys.stdin]
+        return read_rows(streams)
+    except OSError as e:
+        sys.exit("{}: {}".format(tool, e))
+    finally:
+        for s in streams:
+            if s is not sys.stdin:
+                s.close()
+
+
 def plot_ep(plt, rows, out, median_only=False, heading=None):
     series = defaultdict(list)
     for r in rows:
@@ -175,16 +189,7 @@ def main():
     except ImportError:
         sys.exit("plot_bench.py: matplotlib is missing: install python3-matplotlib (Debian) "
                  "or `pip install matplotlib`")
-    streams = []
-    try:
-        streams = [open(f) for f in args.files] if args.files else [sys.stdin]
-        rows = read_rows(streams)
-    except OSError as e:
-        sys.exit("plot_bench.py: {}".format(e))
-    finally:
-        for s in streams:
-            if s is not sys.stdin:
-                s.close()
+    rows = read_files(args.files, "plot_bench.py")
     if not rows:
         sys.exit("plot_bench.py: no courier-bench JSON rows in the input (run with --json)")
     os.makedirs(args.out, exist_ok=True)

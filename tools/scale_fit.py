@@ -18,11 +18,11 @@ memory grow at most linearly (b < 1.2).
 import argparse
 import json
 import math
-import re
 import sys
 from collections import defaultdict
 
-PREFIX = re.compile(r"^\[\d+\]\s*")  # courier-run's rank prefix
+from plot_bench import read_files  # the same JSON lines, read the same way
+
 
 # quantity -> the largest exponent allowed (--check)
 LAWS = {
@@ -34,22 +34,6 @@ LAWS = {
     "peak_rss": 1.2,
     "registered_peak": 1.2,
 }
-
-
-def read_rows(streams):
-    rows = []
-    for stream in streams:
-        for line in stream:
-            line = PREFIX.sub("", line.strip())
-            if not line.startswith("{"):
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if isinstance(row, dict) and row.get("bench") == "scale":
-                rows.append(row)
-    return rows
 
 
 def exponent(points):
@@ -73,16 +57,7 @@ def main():
     parser.add_argument("--from", dest="smallest", type=int, default=0,
                         help="fit only job sizes of at least this many ranks (default: all)")
     args = parser.parse_args()
-    streams = []
-    try:
-        streams = [open(f) for f in args.files] if args.files else [sys.stdin]
-        rows = read_rows(streams)
-    except OSError as e:
-        sys.exit("scale_fit.py: {}".format(e))
-    finally:
-        for s in streams:
-            if s is not sys.stdin:
-                s.close()
+    rows = [r for r in read_files(args.files, "scale_fit.py") if r.get("bench") == "scale"]
     if not rows:
         sys.exit("scale_fit.py: no courier-bench scale JSON rows in the input (run it with --json)")
 

@@ -3,9 +3,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstring>
 
+#include "bench_clock.hpp"
 #include "core/bootstrap/bootstrap.hpp"
 #include "core/check.hpp"
 #include "gpu/fifo_push.hpp"
@@ -13,12 +13,6 @@
 namespace courier::bench {
 
 namespace {
-
-uint64_t now_ns() {
-  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                   std::chrono::steady_clock::now().time_since_epoch())
-                                   .count());
-}
 
 struct KernelArgs {
   DeviceChannel channel;
@@ -30,9 +24,9 @@ struct KernelArgs {
 void barrier_kernel(const courier_host_thread_v1*, void* raw) {
   auto& a = *static_cast<KernelArgs*>(raw);
   for (size_t i = 0; i < a.enter.size(); ++i) {
-    a.enter[i] = now_ns();
+    a.enter[i] = steady_now_ns();
     a.status = device::barrier(a.channel, i, a.scope);
-    a.leave[i] = now_ns();
+    a.leave[i] = steady_now_ns();
     if (a.status != PushStatus::ok) return;
   }
 }
@@ -70,9 +64,9 @@ BarrierRun run_barrier_bench(Context& ctx, const BarrierOptions& o) {
   // The baseline: the same number of out-of-band barriers.
   std::vector<uint64_t> enter(o.iters), leave(o.iters);
   for (uint32_t i = 0; i < o.iters; ++i) {
-    enter[i] = now_ns();
+    enter[i] = steady_now_ns();
     ctx.barrier();
-    leave[i] = now_ns();
+    leave[i] = steady_now_ns();
   }
 
   // Nobody leaves barrier i before everybody entered it (world scope; one

@@ -13,13 +13,13 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <string>
 #include <vector>
 
+#include "bench_clock.hpp"
 #include "bench_output.hpp"
 #include "core/bootstrap/job_bootstrap.hpp"
 #include "core/config.hpp"
@@ -710,10 +710,7 @@ double thread_cpu_ms() {
 }
 
 int run_scale(int argc, char** argv) {
-  const uint64_t started_ns =
-      static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                std::chrono::steady_clock::now().time_since_epoch())
-                                .count());
+  const uint64_t started_ns = courier::bench::steady_now_ns();
   courier::bench::ScaleOptions o;
   o.provider = default_provider();
   bool json = parse_flags(argc, argv, [&](const std::string& flag, auto value) {
@@ -732,11 +729,7 @@ int run_scale(int argc, char** argv) {
     Job job;
     std::shared_ptr<courier::Bootstrap> bootstrap = job.bootstrap;
     const double joined_ms =
-        static_cast<double>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                std::chrono::steady_clock::now().time_since_epoch())
-                                .count() -
-                            started_ns) /
-        1e6;
+        static_cast<double>(courier::bench::steady_now_ns() - started_ns) / 1e6;
     courier::ContextOptions options;
     options.env = {{"COURIER_OFI_PROVIDER", o.provider}};
     // One proxy thread and one channel per rank unless the environment

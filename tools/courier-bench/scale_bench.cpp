@@ -4,12 +4,12 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <span>
 
 #include "barrier_bench.hpp"
+#include "bench_clock.hpp"
 #include "core/check.hpp"
 #include "courier/bootstrap.hpp"
 #include "ep_bench.hpp"
@@ -18,12 +18,6 @@
 namespace courier::bench {
 
 namespace {
-
-uint64_t now_ns() {
-  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                   std::chrono::steady_clock::now().time_since_epoch())
-                                   .count());
-}
 
 // A "Key:   value kB" line of /proc/self/status, as a number (0 if absent).
 uint64_t proc_status_value(const char* key) {
@@ -70,9 +64,9 @@ struct FirstWrite {
 
 void first_write_kernel(const courier_host_thread_v1*, void* raw) {
   auto& w = *static_cast<FirstWrite*>(raw);
-  const uint64_t t0 = now_ns();
+  const uint64_t t0 = steady_now_ns();
   w.status = device::push_and_wait(w.channel, w.cmd);
-  w.took_ns = now_ns() - t0;
+  w.took_ns = steady_now_ns() - t0;
 }
 
 ScaleRow over_ranks(const std::vector<RankNumbers>& all, std::string quantity, std::string unit,
@@ -118,7 +112,7 @@ ScaleRun run_scale_bench(Context& ctx, const ScaleOptions& o, double joined_ms, 
     fail("rank {}: the first WRITE to rank {} failed: {} ({})", me, args.dst_rank,
          to_string(w.status), ctx.channel_stats(0).first_error);
   }
-  mine.first_write_ms = static_cast<double>(now_ns() - started_ns) / 1e6;
+  mine.first_write_ms = static_cast<double>(steady_now_ns() - started_ns) / 1e6;
   mine.first_write_us = static_cast<double>(w.took_ns) / 1e3;
   ctx.barrier();  // every rank's write landed before the window goes
   ctx.deregister_window(window);
