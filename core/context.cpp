@@ -703,9 +703,8 @@ DeviceChannel Context::channel(uint32_t index) const {
   // answering, the proxy's diagnosis (the channel failed, naming the rank)
   // reaches the producer before the producer gives up on its own, with a
   // bare "timed out".
-  return s.channels.device_channel(
-      index, s.config.max_inflight,
-      (uint64_t{s.config.timeout_s} + kProducerGraceS) * 1000000000ull);
+  return s.channels.device_channel(index, s.config.max_inflight,
+                                   ContextInternals::proxy_wait_ns(*this));
 }
 
 ChannelStats Context::channel_stats(uint32_t index) const {
@@ -750,6 +749,9 @@ const GpuBackend& ContextInternals::gpu(const Context& context) { return *contex
 int ContextInternals::device(const Context& context) { return context.impl_->device; }
 
 const Config& ContextInternals::config(const Context& context) { return context.impl_->config; }
+uint64_t ContextInternals::proxy_wait_ns(const Context& context) {
+  return (uint64_t{context.impl_->config.timeout_s} + kProducerGraceS) * 1'000'000'000u;
+}
 
 const NicBackend& ContextInternals::nic(const Context& context) { return *context.impl_->nic; }
 

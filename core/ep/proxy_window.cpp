@@ -44,7 +44,8 @@ ProxyWindow::ProxyWindow(Context& ctx, uint64_t bytes, uint64_t control_bytes,
       ranks_(static_cast<uint32_t>(ctx.world_size())),
       record_words_(record_words),
       loopback_(ContextInternals::config(ctx).ep_loopback),
-      timeout_ns_(uint64_t{ContextInternals::config(ctx).timeout_s} * 1000000000ull),
+      // Its waits are on what the proxies deliver: their diagnosis first.
+      timeout_ns_(ContextInternals::proxy_wait_ns(ctx)),
       num_channels_(ctx.num_channels()),
       status_(ctx, gpu_, timeout_ns_) {
   if (ranks_ > COURIER_GPU_EP_PROXY_MAX_RANKS) {
