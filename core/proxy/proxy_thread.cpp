@@ -401,6 +401,10 @@ void ProxyThread::check_stall(bool idle_step) {
   }
   if (!still_stalled) stall_deferred_since_ns_ = 0;  // it moved again
   if (!newly_stalled && stall_deferred_since_ns_ == 0) return;
+  // A tie waiting for another rank's verdict: nothing to look at before
+  // its wait is over (the report walks every command in flight).
+  const bool waited = stall_deferred_since_ns_ != 0;
+  if (waited && now - stall_deferred_since_ns_ < options_.stall_tie_wait_ns) return;
   uint32_t suspect = UINT32_MAX;
   bool tied = false;
   const std::string report = stall_report(now, &suspect, &tied);
@@ -410,9 +414,9 @@ void ProxyThread::check_stall(bool idle_step) {
   // only if none does within the wait does this rank name its best guess.
   // The wait (ProxyOptions::stall_tie_wait_ns) stays well inside the
   // producers' extra second, so that they still fail with a named rank.
-  if (tied) {
-    if (stall_deferred_since_ns_ == 0) stall_deferred_since_ns_ = now;
-    if (now - stall_deferred_since_ns_ < options_.stall_tie_wait_ns) return;
+  if (tied && !waited && options_.stall_tie_wait_ns != 0) {
+    stall_deferred_since_ns_ = now;
+    return;
   }
   stall_deferred_since_ns_ = 0;
   log_.error("proxy", "{}", report);

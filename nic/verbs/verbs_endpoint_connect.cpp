@@ -203,11 +203,12 @@ int Endpoint::open_peer(uint32_t peer) {
     if (rc == -ENOMEM && limit > 0) {  // what a device out of queue-pair contexts answers
       return set_error(rc,
                        "rank %u: cannot open a queue pair: %s holds at most max_qp %d and this "
-                       "endpoint has %u RC queue pairs open (one per peer it talks to%s): %s",
+                       "endpoint has %u RC queue pairs open (%s): %s",
                        peer, device_.info().name.c_str(), limit, open_qps_,
-                       options_.lazy_connect ? ""
-                                             : "; COURIER_IB_CONNECT=lazy opens them on "
-                                               "first use",
+                       options_.lazy_connect
+                           ? "one per peer it talks to"
+                           : "one per rank of the job; COURIER_IB_CONNECT=lazy opens them on "
+                             "first use",
                        why.c_str());
     }
     return set_error(rc, "rank %u: %s", peer, why.c_str());
