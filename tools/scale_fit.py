@@ -6,8 +6,11 @@
     tools/scale_fit.py sweep.jsonl --check               (exit 1 if a growth law fails)
     tools/scale_fit.py sweep.jsonl --json                (one object per quantity)
     tools/scale_fit.py sweep.jsonl --from 8              (fit 8 ranks and more only)
+    tools/scale_fit.py sweep.jsonl --stat max            (the largest rank's value)
 
-For each provider and quantity: the median over ranks at each rank count,
+For each provider and quantity: the median over ranks (or, with --stat max,
+the largest value of any rank: rank 0, the rendezvous, is often it) at each
+rank count,
 and the exponent b of value ~ ranks^b, fitted by least squares on
 log(value) against log(ranks) (0: constant, 1: linear, 2: quadratic). The
 growth laws --check applies are those of what a rank holds, never of time
@@ -33,6 +36,8 @@ LAWS = {
     "rss": 1.2,
     "peak_rss": 1.2,
     "registered_peak": 1.2,
+    "bootstrap_sent": 1.2,
+    "bootstrap_received": 1.2,
 }
 
 
@@ -56,14 +61,16 @@ def main():
     parser.add_argument("--json", action="store_true", help="JSON lines instead of a table")
     parser.add_argument("--from", dest="smallest", type=int, default=0,
                         help="fit only job sizes of at least this many ranks (default: all)")
+    parser.add_argument("--stat", choices=("median", "max"), default="median",
+                        help="which value over a job's ranks to fit (default: median)")
     args = parser.parse_args()
     rows = [r for r in read_files(args.files, "scale_fit.py") if r.get("bench") == "scale"]
     if not rows:
         sys.exit("scale_fit.py: no courier-bench scale JSON rows in the input (run it with --json)")
 
-    series = defaultdict(dict)  # (provider, quantity, unit) -> ranks -> median
+    series = defaultdict(dict)  # (provider, quantity, unit) -> ranks -> value (--stat)
     for r in rows:
-        series[(r["provider"], r["quantity"], r["unit"])][r["ranks"]] = r["median"]
+        series[(r["provider"], r["quantity"], r["unit"])][r["ranks"]] = r[args.stat]
     sizes = sorted({n for points in series.values() for n in points})
     failures = []
     if not args.json:
@@ -81,7 +88,8 @@ def main():
                     provider, quantity, b, law))
         if args.json:
             print(json.dumps({"provider": provider, "quantity": quantity, "unit": unit,
-                              "medians": {str(n): points[n] for n in sorted(points)},
+                              "stat": args.stat,
+                              "values": {str(n): points[n] for n in sorted(points)},
                               "exponent": b, "law": law}))
         else:
             values = " ".join("{:>10.3f}".format(points[n]) if n in points else "{:>10}".format("-")

@@ -148,6 +148,7 @@ std::vector<std::byte> encode_hello_payload(const Hello& hello) {
   put_big_endian(payload.data() + 0, static_cast<uint32_t>(hello.rank));
   put_big_endian(payload.data() + 4, static_cast<uint32_t>(hello.world_size));
   put_big_endian(payload.data() + 8, static_cast<uint32_t>(hello.token.size()));
+  put_big_endian(payload.data() + 12, hello.tree_port);
   std::copy_n(reinterpret_cast<const std::byte*>(hello.token.data()), hello.token.size(),
               payload.data() + kHelloFixedBytes);
   return payload;
@@ -177,9 +178,28 @@ std::optional<Hello> decode_hello_payload(std::span<const std::byte> payload, st
   Hello hello;
   hello.rank = static_cast<int32_t>(rank);
   hello.world_size = static_cast<int32_t>(world_size);
+  hello.tree_port = get_big_endian<uint16_t>(payload.data() + 12);
   hello.token.assign(reinterpret_cast<const char*>(payload.data() + kHelloFixedBytes),
                      token_length);
   return hello;
+}
+
+std::vector<std::byte> encode_welcome_payload(const TreeParent& parent) {
+  if (parent.port == 0 && parent.host.empty()) return {};
+  std::vector<std::byte> payload(2 + parent.host.size());
+  put_big_endian(payload.data(), parent.port);
+  std::copy_n(reinterpret_cast<const std::byte*>(parent.host.data()), parent.host.size(),
+              payload.data() + 2);
+  return payload;
+}
+
+std::optional<TreeParent> decode_welcome_payload(std::span<const std::byte> payload) {
+  if (payload.empty()) return TreeParent{};
+  if (payload.size() < 3) return std::nullopt;
+  TreeParent parent;
+  parent.port = get_big_endian<uint16_t>(payload.data());
+  parent.host.assign(reinterpret_cast<const char*>(payload.data() + 2), payload.size() - 2);
+  return parent;
 }
 
 bool tokens_equal(std::string_view expected, std::string_view presented) {

@@ -13,10 +13,15 @@
 //
 // Payloads:
 //   hello   (rank -> 0)  rank, world_size (32-bit two's complement),
-//                        token_length u32, token bytes
-//   welcome (0 -> rank)  empty: every rank has joined
+//                        token_length u32, tree_port u16, token bytes;
+//                        also child -> parent on a result-tree link
+//                        (tree_port 0)
+//   welcome (0 -> rank)  every rank has joined; for ranks 3 and up the
+//                        parent's result-tree port u16 and host (UTF-8),
+//                        empty otherwise (result_tree.hpp)
 //   block   (rank -> 0)  this rank's allgather contribution
 //   result  (0 -> rank)  the concatenation of all blocks in rank order
+//                        (also parent -> child on a result-tree link)
 //   error   (0 -> rank)  UTF-8 text; the receiver throws it as courier::Error
 //   goodbye (both ways)  empty: the sender leaves the job in order; its
 //                        connection closing next is not a death
@@ -41,12 +46,13 @@
 namespace courier::wire {
 
 inline constexpr uint32_t kMagic = 0x43524253;  // "CRBS"
-// Version 2 added goodbye and gone (peer liveness), version 3 busy and failed.
-inline constexpr uint16_t kWireVersion = 3;
+// Version 2 added goodbye and gone (peer liveness), version 3 busy and
+// failed, version 4 the result tree (tree_port in hello, welcome payload).
+inline constexpr uint16_t kWireVersion = 4;
 inline constexpr size_t kHeaderBytes = 24;
 // A job token longer than this is refused (courier-run's is 64 hex digits).
 inline constexpr size_t kMaxTokenBytes = 1024;
-inline constexpr size_t kHelloFixedBytes = 12;
+inline constexpr size_t kHelloFixedBytes = 14;
 inline constexpr size_t kMaxHelloBytes = kHelloFixedBytes + kMaxTokenBytes;
 // Error texts are truncated to this many bytes when sent.
 inline constexpr size_t kMaxErrorBytes = 4096;
@@ -103,10 +109,23 @@ struct Hello {
   int32_t rank = -1;
   int32_t world_size = -1;
   std::string token;
+  // Where this rank accepts its result-tree children; 0 when it has none.
+  uint16_t tree_port = 0;
 };
 std::vector<std::byte> encode_hello_payload(const Hello& hello);
 // Parses a hello payload; on failure returns nullopt and sets *reason.
 std::optional<Hello> decode_hello_payload(std::span<const std::byte> payload, std::string* reason);
+
+// A welcome's payload: the rank's parent in the result tree (ranks 3 and
+// up), or nothing (port 0, empty host: ranks 1 and 2, which hear from rank
+// 0 itself).
+struct TreeParent {
+  uint16_t port = 0;
+  std::string host;  // numeric, without brackets
+};
+std::vector<std::byte> encode_welcome_payload(const TreeParent& parent);
+// nullopt when the payload is neither empty nor a port and a host.
+std::optional<TreeParent> decode_welcome_payload(std::span<const std::byte> payload);
 
 // Compares the job token in time that depends only on the lengths, so that a
 // peer cannot learn the token byte by byte from response times.

@@ -123,7 +123,8 @@ std::string host_of(std::string_view address) {
   return std::string(address.substr(0, colon));
 }
 
-Fd listen_tcp(const std::string& host, uint16_t port, int backlog, bool* fell_back) {
+Fd listen_tcp(const std::string& host, uint16_t port, int backlog, bool* fell_back,
+              std::string_view who) {
   *fell_back = false;
   sockaddr_in any{};
   any.sin_family = AF_INET;
@@ -133,7 +134,7 @@ Fd listen_tcp(const std::string& host, uint16_t port, int backlog, bool* fell_ba
   if (host.empty()) {
     int error = try_listen(reinterpret_cast<sockaddr*>(&any), sizeof any, backlog, &fd);
     if (error != 0) {
-      fail("bootstrap: rank 0 cannot listen on {}: {}", format_address("0.0.0.0", port),
+      fail("bootstrap: {} cannot listen on {}: {}", who, format_address("0.0.0.0", port),
            std::strerror(error));
     }
     return fd;
@@ -141,7 +142,7 @@ Fd listen_tcp(const std::string& host, uint16_t port, int backlog, bool* fell_ba
   int status = 0;
   AddrInfoList list = resolve(host, port, /*passive=*/true, &status);
   if (!list) {
-    fail("bootstrap: rank 0 cannot resolve its listening address '{}': {}", host,
+    fail("bootstrap: {} cannot resolve its listening address '{}': {}", who, host,
          gai_strerror(status));
   }
   int last_error = 0;
@@ -161,7 +162,7 @@ Fd listen_tcp(const std::string& host, uint16_t port, int backlog, bool* fell_ba
     }
     last_error = error;
   }
-  fail("bootstrap: rank 0 cannot listen on {}: {}", format_address(host, port),
+  fail("bootstrap: {} cannot listen on {}: {}", who, format_address(host, port),
        std::strerror(last_error));
 }
 
@@ -233,6 +234,22 @@ uint16_t local_port(const Fd& fd) {
     return ntohs(reinterpret_cast<sockaddr_in6*>(&address)->sin6_port);
   }
   return ntohs(reinterpret_cast<sockaddr_in*>(&address)->sin_port);
+}
+
+std::string local_host(const Fd& fd) {
+  sockaddr_storage address{};
+  socklen_t length = sizeof address;
+  if (getsockname(fd.get(), reinterpret_cast<sockaddr*>(&address), &length) != 0) {
+    fail("bootstrap: getsockname on socket {} failed: {}", fd.get(), std::strerror(errno));
+  }
+  return unbracketed(host_of(format_sockaddr(reinterpret_cast<sockaddr*>(&address))));
+}
+
+std::string unbracketed(std::string_view host) {
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  return std::string(host);
 }
 
 uint16_t pick_free_tcp_port(const std::string& host) {

@@ -62,8 +62,10 @@ struct IoResult {
 
 // Listens on host:port (all IPv4 addresses when host is empty). When host
 // names an address this machine does not have (EADDRNOTAVAIL), falls back to
-// all addresses and sets *fell_back. Throws courier::Error naming host:port.
-Fd listen_tcp(const std::string& host, uint16_t port, int backlog, bool* fell_back);
+// all addresses and sets *fell_back. Throws courier::Error naming host:port
+// and `who` listens ("rank 0").
+Fd listen_tcp(const std::string& host, uint16_t port, int backlog, bool* fell_back,
+              std::string_view who = "rank 0");
 
 // Accepts one pending connection without blocking; returns an invalid Fd when
 // none is pending. The accepted socket is non-blocking with TCP_NODELAY, and
@@ -83,6 +85,11 @@ ConnectAttempt connect_tcp_once(const std::string& host, uint16_t port, Deadline
 
 // The local port a bound socket got (for port 0 listeners).
 uint16_t local_port(const Fd& fd);
+// The local address of a connected socket, numeric and without brackets
+// ("10.0.0.2", "fe80::1"): where the peer reached this machine.
+std::string local_host(const Fd& fd);
+// A host as host_of() gives it, without an IPv6 address's brackets.
+std::string unbracketed(std::string_view host);
 
 // "a.b.c.d:port" or "[v6]:port" for host and port.
 std::string format_address(const std::string& host, uint16_t port);

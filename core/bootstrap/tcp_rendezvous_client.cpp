@@ -25,6 +25,7 @@
 
 #include "core/bootstrap/bootstrap_wire.hpp"
 #include "core/bootstrap/peer_liveness.hpp"
+#include "core/bootstrap/result_tree.hpp"
 #include "core/bootstrap/socket.hpp"
 #include "core/bootstrap/tcp_bootstrap.hpp"
 #include "core/check.hpp"
@@ -76,6 +77,9 @@ class TcpRendezvousClient final : public Bootstrap {
   std::string_view kind() const override { return "tcp"; }
   std::vector<std::byte> allgather(std::span<const std::byte> mine) override;
   void barrier() override { (void)allgather({}); }
+  Traffic traffic() const override {
+    return {sent_.load() + tree_.bytes_sent(), received_.load() + tree_.bytes_received()};
+  }
   PeerWatch watch_peers(PeerFailureHandler handler) override {
     return notifier_->subscribe(notifier_, std::move(handler));
   }
@@ -123,6 +127,20 @@ class TcpRendezvousClient final : public Bootstrap {
   // by the deadline.
   std::optional<std::string> read_error_frame(net::Deadline deadline);
   [[noreturn]] void protocol_error(const wire::FrameReader& reply, std::string_view expected);
+  // While waiting on the result tree: what rank 0 sent meanwhile (an error,
+  // a death), thrown as the job's failure; never blocks.
+  void check_rank0(std::string_view waiting_for);
+  // The result of collective `sequence` from this rank's result-tree
+  // parent, passed on to its children (docs/bootstrap.md, "Large results").
+  std::vector<std::byte> receive_by_tree(uint64_t sequence, uint64_t expected,
+                                         net::Deadline deadline, const std::string& what);
+  // Passes this collective's result on to this rank's result-tree children.
+  void pass_on(const std::vector<std::byte>& result, uint64_t sequence, net::Deadline deadline,
+               const std::string& what);
+  ResultTreeLinks::Aside tree_aside(const std::string& what);
+  // A tree link failed: rank 0's word on it, if it comes within a second
+  // (a parent that died is announced as gone), else the link's own.
+  [[noreturn]] void tree_failed(const TreeLinkError& error);
   [[noreturn]] void fail_here(std::string message) {
     failure_ = message;
     throw Error(message);
@@ -131,6 +149,7 @@ class TcpRendezvousClient final : public Bootstrap {
   BootstrapOptions options_;
   Logger& log_;
   TcpBootstrapTuning tuning_;
+  ResultTreeLinks tree_{options_, log_};
   // Held while a frame is written to fd_ (collectives, report_failure).
   std::mutex write_mutex_;
   // Set once this rank declared the job failed (report_failure, from any
@@ -145,6 +164,9 @@ class TcpRendezvousClient final : public Bootstrap {
   // collectives themselves (a frame the monitor began, a collective ends).
   wire::FrameReader reader_{wire::kMaxNoticeBytes, "error message limit"};
   uint64_t sequence_ = 0;
+  // Collective bytes moved (traffic()); read from any thread.
+  std::atomic<uint64_t> sent_{0};
+  std::atomic<uint64_t> received_{0};
   // Written by the monitor only while no collective runs (ConnectionMonitor
   // orders the two), read by collectives.
   std::optional<std::string> failure_;
@@ -234,13 +256,19 @@ void TcpRendezvousClient::join(net::Deadline deadline) {
   std::chrono::milliseconds pause{10};
   for (uint32_t attempt = 1;; ++attempt) {
     connect_to_rank0(deadline);
-    wire::Hello hello{options_.rank, options_.world_size, options_.job_token};
+    wire::Hello hello{options_.rank, options_.world_size, options_.job_token,
+                      tree_.listen(net::local_host(fd_))};
     send_frame(wire::encode_frame(wire::FrameType::hello, 0, wire::encode_hello_payload(hello)),
                deadline, "its hello");
     wire::FrameReader reply =
         receive_frame(deadline + tuning_.reply_grace, 0, "the signal that all ranks joined");
     reader_.reset();
-    if (reply.header().type == static_cast<uint16_t>(wire::FrameType::welcome)) return;
+    if (reply.header().type == static_cast<uint16_t>(wire::FrameType::welcome)) {
+      std::optional<wire::TreeParent> parent = wire::decode_welcome_payload(reply.payload());
+      if (!parent) protocol_error(reply, "a welcome naming a result-tree parent or nothing");
+      tree_.set_parent(std::move(*parent));
+      return;
+    }
     if (reply.header().type != static_cast<uint16_t>(wire::FrameType::busy)) {
       protocol_error(reply, "a welcome");
     }
@@ -423,9 +451,13 @@ std::vector<std::byte> TcpRendezvousClient::allgather(std::span<const std::byte>
   const uint64_t sequence = ++sequence_;
   const net::Deadline deadline = net::deadline_after(std::chrono::seconds(options_.timeout_s));
   const std::string what = fmt::format("allgather #{}", sequence);
-  send_frame(wire::encode_frame(wire::FrameType::block, sequence, mine), deadline,
-             "its block for " + what);
+  const std::vector<std::byte> block = wire::encode_frame(wire::FrameType::block, sequence, mine);
+  send_frame(block, deadline, "its block for " + what);
+  sent_ += block.size();
   const uint64_t expected = static_cast<uint64_t>(options_.world_size) * mine.size();
+  const bool by_tree =
+      result_tree::used_for(options_.world_size, mine.size(), tuning_.tree_above_bytes);
+  if (by_tree && options_.rank >= 3) return receive_by_tree(sequence, expected, deadline, what);
   wire::FrameReader reply =
       receive_frame(deadline + tuning_.reply_grace, expected, "the result of " + what);
   const wire::FrameHeader& header = reply.header();
@@ -433,7 +465,102 @@ std::vector<std::byte> TcpRendezvousClient::allgather(std::span<const std::byte>
       header.sequence != sequence || header.length != expected) {
     protocol_error(reply, fmt::format("the {}-byte result of {}", expected, what));
   }
-  return std::move(reply.payload());
+  received_ += wire::kHeaderBytes + header.length;
+  std::vector<std::byte> result = std::move(reply.payload());
+  if (by_tree) {
+    pass_on(result, sequence, deadline, what);
+  }
+  return result;
+}
+
+ResultTreeLinks::Aside TcpRendezvousClient::tree_aside(const std::string& what) {
+  return {[this] { return failure_ || rank0_left_ ? -1 : fd_.get(); },
+          [this, what] { check_rank0("the result of " + what); }};
+}
+
+void TcpRendezvousClient::check_rank0(std::string_view waiting_for) {
+  if (reported_.load()) {
+    std::lock_guard text_lock(reported_mutex_);
+    fail_here(
+        fmt::format("bootstrap: rank {} stopped waiting for {}: it declared the job failed: {}",
+                    options_.rank, waiting_for, reported_message_));
+  }
+  if (failure_) throw Error(*failure_);
+  if (rank0_left_) return;
+  switch (reader_.read_available(fd_.get())) {
+    case wire::FrameReader::State::reading:
+      return;
+    case wire::FrameReader::State::complete: {
+      const wire::FrameHeader& header = reader_.header();
+      const std::vector<std::byte>& text = reader_.payload();
+      if (header.type == static_cast<uint16_t>(wire::FrameType::error)) {
+        fail_here(std::string(reinterpret_cast<const char*>(text.data()), text.size()));
+      }
+      if (header.type == static_cast<uint16_t>(wire::FrameType::gone)) {
+        if (std::optional<wire::Gone> gone = wire::decode_gone_payload(text)) {
+          peer_gone(gone->rank, gone->message);
+          throw Error(gone->message);
+        }
+      }
+      if (header.type == static_cast<uint16_t>(wire::FrameType::goodbye)) {
+        // Rank 0 passed this result on and left in order: not a failure.
+        rank0_left_ = true;
+        reader_.reset();
+        return;
+      }
+      fail_here(fmt::format(
+          "bootstrap: protocol error: rank {} got an unexpected {} message #{} from rank 0 at {} "
+          "while waiting for {}",
+          options_.rank, wire::to_string(static_cast<wire::FrameType>(header.type)),
+          header.sequence, address_, waiting_for));
+    }
+    case wire::FrameReader::State::closed:
+    case wire::FrameReader::State::failed: {
+      std::string message = fmt::format(
+          "bootstrap: rank {} lost its connection to rank 0 at {} while waiting for {}: {}{}",
+          options_.rank, address_, waiting_for,
+          reader_.state() == wire::FrameReader::State::closed ? "rank 0 " : "", reader_.problem());
+      peer_gone(0, message);
+      throw Error(message);
+    }
+    case wire::FrameReader::State::malformed:
+      fail_here(
+          fmt::format("bootstrap: rank {} got a bad message from rank 0 at {} while waiting "
+                      "for {}: {}",
+                      options_.rank, address_, waiting_for, reader_.problem()));
+  }
+}
+
+void TcpRendezvousClient::tree_failed(const TreeLinkError& error) {
+  if (!failure_ && !rank0_left_) {
+    if (std::optional<std::string> reason = read_error_frame(net::deadline_after(kLastWordsTime))) {
+      fail_here(std::move(*reason));
+    }
+  }
+  fail_here(error.what());
+}
+
+std::vector<std::byte> TcpRendezvousClient::receive_by_tree(uint64_t sequence, uint64_t expected,
+                                                            net::Deadline deadline,
+                                                            const std::string& what) {
+  std::vector<std::byte> result;
+  try {
+    result = tree_.receive(sequence, expected, deadline + tuning_.reply_grace, tree_aside(what));
+  } catch (const TreeLinkError& error) {
+    tree_failed(error);
+  }
+  pass_on(result, sequence, deadline, what);
+  return result;
+}
+
+void TcpRendezvousClient::pass_on(const std::vector<std::byte>& result, uint64_t sequence,
+                                  net::Deadline deadline, const std::string& what) {
+  try {
+    tree_.forward(wire::encode_frame(wire::FrameType::result, sequence, result), sequence,
+                  deadline + tuning_.reply_grace, tree_aside(what));
+  } catch (const TreeLinkError& error) {
+    tree_failed(error);
+  }
 }
 
 }  // namespace

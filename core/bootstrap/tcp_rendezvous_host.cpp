@@ -22,6 +22,7 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <exception>
@@ -32,6 +33,7 @@
 #include "core/bootstrap/bootstrap_wire.hpp"
 #include "core/bootstrap/collective_messages.hpp"
 #include "core/bootstrap/peer_liveness.hpp"
+#include "core/bootstrap/result_tree.hpp"
 #include "core/bootstrap/socket.hpp"
 #include "core/bootstrap/tcp_bootstrap.hpp"
 #include "core/check.hpp"
@@ -65,6 +67,8 @@ struct PendingConnection {
 struct JoinedRank {
   net::Fd fd;
   std::string address;
+  // Where it accepts its result-tree children (its hello; 0: none).
+  uint16_t tree_port = 0;
   // False after a partial send: the stream is out of frame, so nothing more
   // may be written to it.
   bool writable = true;
@@ -130,6 +134,7 @@ class TcpRendezvousHost final : public Bootstrap {
   std::string_view kind() const override { return "tcp"; }
   std::vector<std::byte> allgather(std::span<const std::byte> mine) override;
   void barrier() override { (void)allgather({}); }
+  Traffic traffic() const override { return {sent_.load(), received_.load()}; }
   PeerWatch watch_peers(PeerFailureHandler handler) override {
     return notifier_->subscribe(notifier_, std::move(handler));
   }
@@ -201,6 +206,9 @@ class TcpRendezvousHost final : public Bootstrap {
   net::Fd listener_;
   std::vector<JoinedRank> ranks_;  // by rank; entry 0 is this process
   uint64_t sequence_ = 0;
+  // Collective bytes moved (traffic()); read from any thread.
+  std::atomic<uint64_t> sent_{0};
+  std::atomic<uint64_t> received_{0};
   // Set once the job failed: every later call throws it again.
   std::optional<std::string> failure_;
   // A rank lost while sending the last result: the other ranks completed that
@@ -384,9 +392,18 @@ void TcpRendezvousHost::accept_ranks() {
   }
   listener_.reset();
   const net::Deadline send_deadline = net::deadline_after(std::chrono::seconds(options_.timeout_s));
-  const std::vector<std::byte> welcome = wire::encode_frame(wire::FrameType::welcome, 0, {});
   for (int rank = 1; rank < options_.world_size; ++rank) {
     JoinedRank& peer = ranks_[static_cast<size_t>(rank)];
+    // Ranks 3 and up learn where their result-tree parent listens, at the
+    // address this rank sees it connected from.
+    wire::TreeParent parent;
+    if (rank >= 3) {
+      const JoinedRank& up = ranks_[static_cast<size_t>(result_tree::parent_of(rank))];
+      parent.port = up.tree_port;
+      parent.host = net::unbracketed(net::host_of(up.address));
+    }
+    const std::vector<std::byte> welcome =
+        wire::encode_frame(wire::FrameType::welcome, 0, wire::encode_welcome_payload(parent));
     net::IoResult sent = net::send_all(peer.fd.get(), welcome, send_deadline);
     if (!sent.ok()) {
       peer.writable = false;
@@ -480,6 +497,7 @@ void TcpRendezvousHost::admit(PendingConnection& connection) {
   }
   slot.fd = std::move(connection.fd);
   slot.address = connection.address;
+  slot.tree_port = hello->tree_port;
   log_.info(kComponent, "rank {} joined from {} ({} of {} ranks present)", hello->rank,
             slot.address, options_.world_size - static_cast<int>(missing_ranks().size()),
             options_.world_size);
@@ -592,6 +610,7 @@ std::vector<std::byte> TcpRendezvousHost::allgather(std::span<const std::byte> m
           rank, peer.address, wire::to_string(static_cast<wire::FrameType>(header.type)),
           header.sequence, sequence));
     }
+    received_ += wire::kHeaderBytes + header.length;
     blocks[static_cast<size_t>(rank)] = std::move(peer.reader->payload());
     delivered[static_cast<size_t>(rank)] = true;
   };
@@ -676,10 +695,18 @@ std::vector<std::byte> TcpRendezvousHost::allgather(std::span<const std::byte> m
   const std::vector<std::byte> frame =
       wire::encode_frame(wire::FrameType::result, sequence, result);
   const net::Deadline send_deadline = net::deadline_after(std::chrono::seconds(options_.timeout_s));
-  for (size_t rank = 1; rank < world; ++rank) {
+  // A large result goes to ranks 1 and 2, which pass it down the tree.
+  const size_t receivers =
+      result_tree::used_for(options_.world_size, mine.size(), tuning_.tree_above_bytes)
+          ? std::min<size_t>(world, 3)
+          : world;
+  for (size_t rank = 1; rank < receivers; ++rank) {
     JoinedRank& peer = ranks_[rank];
     net::IoResult sent = net::send_all(peer.fd.get(), frame, send_deadline);
-    if (sent.ok()) continue;
+    if (sent.ok()) {
+      sent_ += frame.size();
+      continue;
+    }
     peer.writable = false;
     log_.warn(kComponent, "could not deliver allgather #{} to rank {} ({}): {}", sequence, rank,
               peer.address, sent.describe());

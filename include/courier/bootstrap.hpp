@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <span>
 #include <string>
@@ -59,6 +60,15 @@ class Bootstrap {
   // different size is an Error naming that rank.
   virtual std::vector<std::byte> allgather(std::span<const std::byte> mine) = 0;
   virtual void barrier() = 0;
+  // What this rank's collectives have moved over its own connections so
+  // far, frame headers included: the part of the bootstrap's work that grows
+  // with the job (courier-bench scale reports it). Zero where the bootstrap
+  // cannot tell (MPI, a caller's own).
+  struct Traffic {
+    uint64_t bytes_sent = 0;
+    uint64_t bytes_received = 0;
+  };
+  virtual Traffic traffic() const { return {}; }
   // Subscribes to peer deaths (docs/bootstrap.md, "Liveness"). The TCP
   // bootstrap reports them; MPI and single-process bootstraps never do
   // (MPI jobs are torn down by their launcher).

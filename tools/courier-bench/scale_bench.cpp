@@ -53,6 +53,7 @@ struct RankNumbers {
   double first_write_ms, first_write_us;
   double rss_mib, peak_rss_mib, registered_mib;
   double fds, threads, proxy_threads, connections_per_thread;
+  double bootstrap_sent_kib, bootstrap_received_kib;
 };
 
 struct FirstWrite {
@@ -143,6 +144,11 @@ ScaleRun run_scale_bench(Context& ctx, const ScaleOptions& o, double joined_ms, 
   mine.threads = static_cast<double>(proc_status_value("Threads"));
   mine.proxy_threads = now.proxy_threads;
   mine.connections_per_thread = now.peers_per_endpoint;
+  // The bootstrap's collectives so far (the Context's exchanges, the EP
+  // Buffer's, the barriers): rank 0's share is where a relay would grow.
+  const Bootstrap::Traffic traffic = ctx.bootstrap().traffic();
+  mine.bootstrap_sent_kib = static_cast<double>(traffic.bytes_sent) / 1024.0;
+  mine.bootstrap_received_kib = static_cast<double>(traffic.bytes_received) / 1024.0;
 
   const std::vector<std::byte> gathered =
       ctx.bootstrap().allgather(std::as_bytes(std::span<const RankNumbers>(&mine, 1)));
@@ -167,6 +173,8 @@ ScaleRun run_scale_bench(Context& ctx, const ScaleOptions& o, double joined_ms, 
       over_ranks(all, "threads", "count", &R::threads),
       over_ranks(all, "proxy_threads", "count", &R::proxy_threads),
       over_ranks(all, "connections_per_thread", "count", &R::connections_per_thread),
+      over_ranks(all, "bootstrap_sent", "KiB", &R::bootstrap_sent_kib),
+      over_ranks(all, "bootstrap_received", "KiB", &R::bootstrap_received_kib),
   };
   for (const BarrierRow& row : barriers.rows) {
     run.job.push_back(job_row("barrier_" + row.path, "us", row.median_us));

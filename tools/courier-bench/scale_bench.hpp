@@ -2,7 +2,8 @@
 // rank measures its start-up (joining the job, each phase of the Context's
 // constructor, its first WRITE to the next rank completed), what it holds
 // (resident memory, registered bytes, open file descriptors, threads,
-// connections per proxy endpoint), and the job measures its BARRIER latency
+// connections per proxy endpoint, bytes its bootstrap collectives sent and
+// received), and the job measures its BARRIER latency
 // and one small low-latency EP dispatch/combine next to raw writes of the
 // same bytes. tools/courier-bench/scale_sweep.sh runs it at 2..64 ranks and
 // fits how each quantity grows (docs/scaling.md).

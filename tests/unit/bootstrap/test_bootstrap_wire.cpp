@@ -47,7 +47,7 @@ TEST_CASE("wire: bad headers are explained") {
 }
 
 TEST_CASE("wire: hello payloads round-trip and bad ones are explained") {
-  wire::Hello hello{3, 8, "secret"};
+  wire::Hello hello{3, 8, "secret", 4242};
   std::vector<std::byte> payload = wire::encode_hello_payload(hello);
   CHECK(payload.size() == wire::kHelloFixedBytes + 6);
   std::string reason;
@@ -56,15 +56,33 @@ TEST_CASE("wire: hello payloads round-trip and bad ones are explained") {
   CHECK(back->rank == 3);
   CHECK(back->world_size == 8);
   CHECK(back->token == "secret");
+  CHECK(back->tree_port == 4242);
 
-  CHECK_FALSE(wire::decode_hello_payload(std::span(payload).first(11), &reason));
-  CHECK(reason.find("fewer than the 12 fixed bytes") != std::string::npos);
+  CHECK_FALSE(wire::decode_hello_payload(std::span(payload).first(13), &reason));
+  CHECK(reason.find("fewer than the 14 fixed bytes") != std::string::npos);
   payload.push_back(std::byte{0});
   CHECK_FALSE(wire::decode_hello_payload(payload, &reason));
   CHECK(reason.find("for a 6-byte token") != std::string::npos);
   payload[8] = std::byte{0xff};
   CHECK_FALSE(wire::decode_hello_payload(payload, &reason));
   CHECK(reason.find("token length") != std::string::npos);
+}
+
+TEST_CASE("wire: a welcome names the result-tree parent or nothing") {
+  CHECK(wire::encode_welcome_payload({}).empty());
+  std::optional<wire::TreeParent> none = wire::decode_welcome_payload({});
+  REQUIRE(none.has_value());
+  CHECK(none->port == 0);
+  CHECK(none->host.empty());
+
+  std::vector<std::byte> payload = wire::encode_welcome_payload({40001, "fe80::1"});
+  CHECK(payload.size() == 2 + 7);
+  std::optional<wire::TreeParent> parent = wire::decode_welcome_payload(payload);
+  REQUIRE(parent.has_value());
+  CHECK(parent->port == 40001);
+  CHECK(parent->host == "fe80::1");
+  // A port without a host is no parent.
+  CHECK_FALSE(wire::decode_welcome_payload(std::span(payload).first(2)).has_value());
 }
 
 TEST_CASE("wire: token comparison") {

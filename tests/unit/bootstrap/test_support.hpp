@@ -217,15 +217,19 @@ class RawClient {
                        received.size() - wire::kHeaderBytes);
   }
 
-  // Reads one whole frame and returns its type.
-  wire::FrameType read_frame_type() {
-    wire::FrameReader reader(wire::kMaxErrorBytes, "test limit");
+  // Reads one whole frame (header and payload).
+  wire::FrameReader read_frame(uint64_t max_length = wire::kMaxErrorBytes) {
+    wire::FrameReader reader(max_length, "test limit");
     auto deadline = net::deadline_after(kPatience);
     while (reader.read_available(fd_.get()) == wire::FrameReader::State::reading) {
-      REQUIRE_MESSAGE(net::wait_readable(fd_.get(), deadline).ok(), "no frame from rank 0");
+      REQUIRE_MESSAGE(net::wait_readable(fd_.get(), deadline).ok(), "no frame from the peer");
     }
     REQUIRE_MESSAGE(reader.state() == wire::FrameReader::State::complete, reader.problem());
-    return static_cast<wire::FrameType>(reader.header().type);
+    return reader;
+  }
+  // Reads one whole frame and returns its type.
+  wire::FrameType read_frame_type() {
+    return static_cast<wire::FrameType>(read_frame().header().type);
   }
 
   void close() { fd_.reset(); }
@@ -234,9 +238,10 @@ class RawClient {
   net::Fd fd_;
 };
 
-inline std::vector<std::byte> hello_frame(int rank, int world_size, const std::string& token) {
+inline std::vector<std::byte> hello_frame(int rank, int world_size, const std::string& token,
+                                          uint16_t tree_port = 0) {
   return wire::encode_frame(wire::FrameType::hello, 0,
-                            wire::encode_hello_payload({rank, world_size, token}));
+                            wire::encode_hello_payload({rank, world_size, token, tree_port}));
 }
 
 }  // namespace courier::test

@@ -1,0 +1,117 @@
+// How the TCP bootstrap spreads a large allgather result (docs/bootstrap.md,
+// "Large results"). Rank 0 sending the result to every rank itself would
+// send world_size results, quadratic in the job (100-byte blocks at 1024
+// ranks: about 100 MB per allgather); along a binary tree every rank
+// receives the result once and passes it on to at most two others.
+//
+// The tree is the heap order over ranks: rank r's parent is (r - 1) / 2,
+// its children are 2r + 1 and 2r + 2. Ranks 1 and 2 get the result from
+// rank 0 over their rendezvous connections, as every rank does for small
+// results; every other rank gets it from its parent over a link it opens on
+// the first allgather that needs it. A parent listens from the start: its
+// port travels in its hello, its address in its children's welcome.
+#pragma once
+
+#include <poll.h>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/bootstrap/bootstrap.hpp"
+#include "core/bootstrap/bootstrap_wire.hpp"
+#include "core/bootstrap/socket.hpp"
+#include "core/check.hpp"
+
+namespace courier {
+
+class Logger;
+
+namespace result_tree {
+
+constexpr int parent_of(int rank) { return (rank - 1) / 2; }
+constexpr bool has_children(int rank, int world) { return 2 * rank + 1 < world; }
+// Whether an allgather of `block_bytes` per rank spreads its result along
+// the tree: when rank 0 would otherwise send more than `above_bytes` of
+// results (world x world x block) and some rank sits below ranks 1 and 2.
+// Every rank decides alike from its own block size; ranks whose sizes
+// differ fail the allgather at rank 0 before any result is sent.
+bool used_for(int world, uint64_t block_bytes, uint64_t above_bytes);
+
+}  // namespace result_tree
+
+// A failure of a tree link itself (a parent that closed it, a child that
+// never opened it): the caller may find a better explanation from rank 0.
+class TreeLinkError : public Error {
+ public:
+  using Error::Error;
+};
+
+// One non-zero rank's links in the result tree. Used only inside the
+// rendezvous client's collectives, on its thread.
+class ResultTreeLinks {
+ public:
+  // What a wait also watches: `fd()` (rank 0's connection, -1 for none) and
+  // `check()`, called whenever that fd is readable and at least every
+  // 100 ms; check() throws to end the wait (rank 0 reported a failure).
+  struct Aside {
+    std::function<int()> fd;
+    std::function<void()> check;
+  };
+
+  ResultTreeLinks(const BootstrapOptions& options, Logger& log);
+
+  // Before the hello: a rank with children listens on `local_host` (the
+  // address rank 0 reached it on) and returns the port, else 0.
+  uint16_t listen(const std::string& local_host);
+  // From the welcome: the parent's listener (ranks 3 and up).
+  void set_parent(wire::TreeParent parent) { parent_ = std::move(parent); }
+
+  // The payload of collective `sequence`'s result (`expected` bytes) from
+  // the parent, connecting to it first the first time.
+  std::vector<std::byte> receive(uint64_t sequence, uint64_t expected, net::Deadline deadline,
+                                 const Aside& aside);
+  // Passes the result frame on to the children, accepting their links first
+  // the first time. A child that cannot take it is logged and skipped: its
+  // death is for rank 0 to announce.
+  void forward(std::span<const std::byte> frame, uint64_t sequence, net::Deadline deadline,
+               const Aside& aside);
+
+  uint64_t bytes_sent() const { return sent_; }
+  uint64_t bytes_received() const { return received_; }
+
+ private:
+  struct Child {
+    int rank = -1;
+    net::Fd fd;
+  };
+  void connect_parent(net::Deadline deadline, const Aside& aside);
+  void accept_children(uint64_t sequence, net::Deadline deadline, const Aside& aside);
+  // The child rank a complete frame greets as, or -1 with *reason.
+  int child_hello(wire::FrameReader& reader, const std::vector<int>& awaited,
+                  std::string* reason) const;
+  // Waits until one of `fds` has an event, serving `aside` meanwhile;
+  // throws TreeLinkError saying this rank timed out `waiting_for` at the
+  // deadline.
+  void wait(std::vector<pollfd>& fds, net::Deadline deadline, const Aside& aside,
+            const std::string& waiting_for);
+  std::string parent_address() const;
+
+  BootstrapOptions options_;
+  Logger& log_;
+  net::Fd listener_;
+  std::optional<wire::TreeParent> parent_;
+  net::Fd parent_fd_;
+  wire::FrameReader parent_reader_{wire::kMaxNoticeBytes, "the expected result size"};
+  std::vector<Child> children_;  // connected, in rank order
+  bool children_complete_ = false;
+  std::atomic<uint64_t> sent_{0};  // read by traffic() from any thread
+  std::atomic<uint64_t> received_{0};
+};
+
+}  // namespace courier

@@ -1,0 +1,187 @@
+// Large allgather results travel down the result tree (result_tree.hpp):
+// rank 0 sends two copies, not one per rank; every rank receives one; a
+// parent that dies fails its children naming it; a stranger on a tree link
+// is refused without holding up the job.
+#include <doctest/doctest.h>
+
+#include <cstring>
+
+#include "core/bootstrap/result_tree.hpp"
+#include "tests/unit/bootstrap/test_support.hpp"
+
+namespace courier::test {
+namespace {
+
+TcpBootstrapTuning tree_always() {
+  TcpBootstrapTuning tuning;
+  tuning.tree_above_bytes = 0;  // every non-empty allgather goes down the tree
+  return tuning;
+}
+
+std::vector<std::byte> concatenation(int world_size, int round, size_t size) {
+  std::vector<std::byte> all;
+  for (int from = 0; from < world_size; ++from) {
+    std::vector<std::byte> block = pattern(from, round, size);
+    all.insert(all.end(), block.begin(), block.end());
+  }
+  return all;
+}
+
+std::vector<std::byte> traffic_bytes(const Bootstrap::Traffic& traffic) {
+  std::vector<std::byte> bytes(sizeof traffic);
+  std::memcpy(bytes.data(), &traffic, sizeof traffic);
+  return bytes;
+}
+
+Bootstrap::Traffic traffic_of(const std::vector<std::byte>& bytes) {
+  Bootstrap::Traffic traffic;
+  REQUIRE(bytes.size() == sizeof traffic);
+  std::memcpy(&traffic, bytes.data(), sizeof traffic);
+  return traffic;
+}
+
+TEST_CASE("result tree: the heap order over ranks and when it is used") {
+  CHECK(result_tree::parent_of(1) == 0);
+  CHECK(result_tree::parent_of(2) == 0);
+  CHECK(result_tree::parent_of(3) == 1);
+  CHECK(result_tree::parent_of(6) == 2);
+  CHECK(result_tree::has_children(4, 10));
+  CHECK_FALSE(result_tree::has_children(5, 10));  // 11 would be its first child
+  // Three ranks all hear from rank 0; nothing to spread for empty blocks.
+  CHECK_FALSE(result_tree::used_for(3, 1 << 20, 0));
+  CHECK_FALSE(result_tree::used_for(64, 0, 0));
+  // 64 ranks x 64 ranks x 64 bytes = 256 KiB: the default threshold is "more than".
+  CHECK_FALSE(result_tree::used_for(64, 64, uint64_t{256} << 10));
+  CHECK(result_tree::used_for(64, 65, uint64_t{256} << 10));
+}
+
+TEST_CASE("tcp bootstrap: 11 ranks pass large results down the tree; rank 0 sends two copies") {
+  constexpr int kWorld = 11;  // three levels below rank 0, a rank with one child (4: 9, 10)
+  const size_t sizes[] = {16, 0, 4096, 1};
+  LogCapture log;
+  const uint16_t port = net::pick_free_tcp_port();
+  std::vector<int> ranks;
+  for (int rank = 0; rank < kWorld; ++rank) ranks.push_back(rank);
+  auto threads = start_ranks(ranks, [&](int rank) {
+    std::unique_ptr<Bootstrap> bootstrap =
+        make_tcp_bootstrap(options_for(rank, kWorld, port), log.logger(), tree_always());
+    std::vector<std::vector<std::byte>> results;
+    for (int round = 0; round < 4; ++round) {
+      results.push_back(bootstrap->allgather(pattern(rank, round, sizes[round])));
+    }
+    bootstrap->barrier();
+    results.push_back(traffic_bytes(bootstrap->traffic()));
+    return results;
+  });
+  std::vector<RankOutcome> outcomes = join_all(threads);
+
+  const uint64_t header = wire::kHeaderBytes;
+  for (int rank = 0; rank < kWorld; ++rank) {
+    const RankOutcome& outcome = outcomes[static_cast<size_t>(rank)];
+    INFO("rank ", rank, ": ", outcome.error);
+    REQUIRE(outcome.ok);
+    REQUIRE(outcome.results.size() == 5);
+    uint64_t sent = 0;
+    uint64_t received = 0;
+    const uint64_t children = (2 * rank + 1 < kWorld ? 1 : 0) + (2 * rank + 2 < kWorld ? 1 : 0);
+    for (int round = 0; round < 5; ++round) {  // the barrier is an empty round
+      const size_t size = round < 4 ? sizes[round] : 0;
+      if (round < 4) {
+        CHECK(outcome.results[static_cast<size_t>(round)] == concatenation(kWorld, round, size));
+      }
+      const uint64_t result = header + kWorld * size;
+      if (rank == 0) {
+        received += (kWorld - 1) * (header + size);
+        sent += (size == 0 ? kWorld - 1 : 2) * result;  // small: everybody; large: ranks 1, 2
+      } else {
+        sent += header + size + (size == 0 ? 0 : children * result);
+        received += result;  // once, from rank 0 or from its parent
+      }
+    }
+    const Bootstrap::Traffic traffic = traffic_of(outcome.results[4]);
+    CHECK(traffic.bytes_sent == sent);
+    CHECK(traffic.bytes_received == received);
+  }
+}
+
+TEST_CASE("tcp bootstrap: a tree parent that dies before passing a result on fails its child") {
+  // World 4: rank 1 (hand-driven) is rank 3's parent. It takes the result
+  // from rank 0 and dies without passing it on.
+  LogCapture log;
+  const uint16_t port = net::pick_free_tcp_port();
+  bool fell_back = false;
+  net::Fd tree_listener = net::listen_tcp("127.0.0.1", 0, 4, &fell_back);
+  auto ranks = start_ranks({0, 2, 3}, [&](int rank) {
+    std::unique_ptr<Bootstrap> bootstrap =
+        make_tcp_bootstrap(options_for(rank, 4, port, 10), log.logger(), tree_always());
+    std::vector<std::vector<std::byte>> results;
+    results.push_back(bootstrap->allgather(pattern(rank, 0, 16)));
+    bootstrap->barrier();  // rank 1 is gone by now: this fails on 0 and 2
+    return results;
+  });
+  {
+    RawClient rank1(port);
+    rank1.send(hello_frame(1, 4, kToken, net::local_port(tree_listener)));
+    CHECK(rank1.read_frame_type() == wire::FrameType::welcome);
+    rank1.send(wire::encode_frame(wire::FrameType::block, 1, pattern(1, 0, 16)));
+    wire::FrameReader result = rank1.read_frame(1 << 20);
+    CHECK(result.header().type == static_cast<uint16_t>(wire::FrameType::result));
+    tree_listener.reset();
+    rank1.close();  // no goodbye: a death
+  }
+  std::vector<RankOutcome> outcomes = join_all(ranks);
+  // Rank 3 never got the result; every rank's failure names rank 1.
+  INFO("rank 0: ", outcomes[0].error, "\nrank 2: ", outcomes[1].error,
+       "\nrank 3: ", outcomes[2].error);
+  for (const RankOutcome& outcome : outcomes) {
+    CHECK_FALSE(outcome.ok);
+    CHECK(outcome.error.find("rank 1 (") != std::string::npos);
+  }
+  CHECK(outcomes[2].results.empty());
+}
+
+TEST_CASE("tcp bootstrap: a stranger on a tree link is refused and the job goes on") {
+  // World 4: rank 3 is hand-driven. It learns its parent (rank 1) from the
+  // welcome, knocks with the wrong token first, then as itself.
+  LogCapture log;
+  const uint16_t port = net::pick_free_tcp_port();
+  auto ranks = start_ranks({0, 1, 2}, [&](int rank) {
+    std::unique_ptr<Bootstrap> bootstrap =
+        make_tcp_bootstrap(options_for(rank, 4, port), log.logger(), tree_always());
+    return std::vector<std::vector<std::byte>>{bootstrap->allgather(pattern(rank, 0, 16))};
+  });
+  std::vector<std::byte> received;
+  {
+    RawClient rank3(port);
+    rank3.send(hello_frame(3, 4, kToken));
+    wire::FrameReader welcome = rank3.read_frame();
+    REQUIRE(welcome.header().type == static_cast<uint16_t>(wire::FrameType::welcome));
+    std::optional<wire::TreeParent> parent = wire::decode_welcome_payload(welcome.payload());
+    REQUIRE(parent.has_value());
+    CHECK(parent->host == "127.0.0.1");
+    REQUIRE(parent->port != 0);
+    rank3.send(wire::encode_frame(wire::FrameType::block, 1, pattern(3, 0, 16)));
+
+    RawClient stranger(parent->port);
+    stranger.send(hello_frame(3, 4, "not-the-job-token"));
+    CHECK(stranger.read_refusal().empty());  // closed, nothing said
+    RawClient link(parent->port);
+    link.send(hello_frame(3, 4, kToken));
+    wire::FrameReader result = link.read_frame(1 << 20);
+    CHECK(result.header().type == static_cast<uint16_t>(wire::FrameType::result));
+    CHECK(result.header().sequence == 1);
+    received = result.payload();
+    rank3.send(wire::encode_frame(wire::FrameType::goodbye, 1, {}));
+  }
+  std::vector<RankOutcome> outcomes = join_all(ranks);
+  for (const RankOutcome& outcome : outcomes) {
+    INFO(outcome.error);
+    CHECK(outcome.ok);
+  }
+  CHECK(received == concatenation(4, 0, 16));
+  CHECK(log.contains("refused a result-tree connection"));
+  CHECK(log.contains("wrong job token"));
+}
+
+}  // namespace
+}  // namespace courier::test
