@@ -11,16 +11,6 @@
 
 namespace courier {
 
-namespace result_tree {
-
-bool used_for(int world, uint64_t block_bytes, uint64_t above_bytes) {
-  if (world < 4 || block_bytes == 0) return false;
-  const uint64_t ranks = static_cast<uint64_t>(world);
-  return ranks * ranks * block_bytes > above_bytes;
-}
-
-}  // namespace result_tree
-
 namespace {
 
 constexpr std::string_view kComponent = "bootstrap";
@@ -104,9 +94,9 @@ void ResultTreeLinks::connect_parent(net::Deadline deadline, const Aside& aside)
       wire::encode_frame(wire::FrameType::hello, 0, wire::encode_hello_payload(hello));
   const net::IoResult sent = net::send_all(parent_fd_.get(), frame, deadline);
   if (!sent.ok()) {
-    throw TreeLinkError(fmt::format(
-        "bootstrap: rank {} could not greet its result-tree parent, rank {} at {}: {}",
-        options_.rank, parent, parent_address(), sent.describe()));
+    throw TreeLinkError(
+        fmt::format("bootstrap: rank {} could not greet its result-tree parent, rank {} at {}: {}",
+                    options_.rank, parent, parent_address(), sent.describe()));
   }
 }
 
@@ -168,8 +158,7 @@ int ResultTreeLinks::child_hello(wire::FrameReader& reader, const std::vector<in
                           wire::to_string(static_cast<wire::FrameType>(reader.header().type)));
     return -1;
   }
-  std::optional<wire::Hello> hello =
-      wire::decode_hello_payload(reader.payload(), reason);
+  std::optional<wire::Hello> hello = wire::decode_hello_payload(reader.payload(), reason);
   if (!hello) return -1;
   if (!wire::tokens_equal(options_.job_token, hello->token)) {
     *reason = "wrong job token";
@@ -259,6 +248,7 @@ void ResultTreeLinks::accept_children(uint64_t sequence, net::Deadline deadline,
   std::sort(children_.begin(), children_.end(),
             [](const Child& a, const Child& b) { return a.rank < b.rank; });
   children_complete_ = true;
+  listener_.reset();  // nobody else may connect now
 }
 
 void ResultTreeLinks::forward(std::span<const std::byte> frame, uint64_t sequence,

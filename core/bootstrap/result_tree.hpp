@@ -1,5 +1,5 @@
-// How the TCP bootstrap spreads a large allgather result (docs/bootstrap.md,
-// "Large results"). Rank 0 sending the result to every rank itself would
+// How the TCP bootstrap spreads an allgather's result (docs/bootstrap.md,
+// "The result tree"). Rank 0 sending the result to every rank itself would
 // send world_size results, quadratic in the job (100-byte blocks at 1024
 // ranks: about 100 MB per allgather); along a binary tree every rank
 // receives the result once and passes it on to at most two others.
@@ -7,7 +7,7 @@
 // The tree is the heap order over ranks: rank r's parent is (r - 1) / 2,
 // its children are 2r + 1 and 2r + 2. Ranks 1 and 2 get the result from
 // rank 0 over their rendezvous connections, as every rank does for small
-// results; every other rank gets it from its parent over a link it opens on
+// jobs; every other rank gets it from its parent over a link it opens on
 // the first allgather that needs it. A parent listens from the start: its
 // port travels in its hello, its address in its children's welcome.
 #pragma once
@@ -37,11 +37,11 @@ namespace result_tree {
 constexpr int parent_of(int rank) { return (rank - 1) / 2; }
 constexpr bool has_children(int rank, int world) { return 2 * rank + 1 < world; }
 // Whether an allgather of `block_bytes` per rank spreads its result along
-// the tree: when rank 0 would otherwise send more than `above_bytes` of
-// results (world x world x block) and some rank sits below ranks 1 and 2.
-// Every rank decides alike from its own block size; ranks whose sizes
-// differ fail the allgather at rank 0 before any result is sent.
-bool used_for(int world, uint64_t block_bytes, uint64_t above_bytes);
+// the tree: whenever there is a result and a rank below ranks 1 and 2.
+// (A barrier's empty result costs rank 0 a header per rank: it stays one
+// round trip.) Every rank decides alike from its own block size; ranks
+// whose sizes differ fail the allgather at rank 0 before any result is sent.
+constexpr bool used_for(int world, uint64_t block_bytes) { return world >= 4 && block_bytes > 0; }
 
 }  // namespace result_tree
 

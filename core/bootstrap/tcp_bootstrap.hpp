@@ -3,8 +3,9 @@
 //
 // Rank 0 hosts the rendezvous (tcp_rendezvous_host.cpp): it accepts one
 // connection per rank, then serves each collective by gathering every rank's
-// block and sending the concatenation back, to every rank when it is small,
-// down a binary tree of the ranks when it is large (result_tree.hpp). The other ranks are clients
+// block and sending the concatenation back: to ranks 1 and 2, which pass it
+// down a binary tree of the ranks (result_tree.hpp), or to every rank in
+// jobs of 2 and 3 ranks and for barriers. The other ranks are clients
 // of it (tcp_rendezvous_client.cpp). Neither side runs a thread of its own: all work happens inside
 // the calls, bounded by deadlines.
 #pragma once
@@ -26,10 +27,6 @@ struct TcpBootstrapTuning {
   // 0's reply, so that rank 0's own timeout report, which names the missing
   // ranks, normally reaches them before they give up on their own.
   std::chrono::milliseconds reply_grace{3'000};
-  // An allgather whose results would make rank 0 send more than this many
-  // bytes (world x world x block) spreads them along the result tree
-  // instead (result_tree.hpp); tests lower it to use the tree always.
-  uint64_t tree_above_bytes = uint64_t{256} << 10;
 };
 
 std::unique_ptr<Bootstrap> make_tcp_bootstrap(const BootstrapOptions& options, Logger& log,

@@ -131,7 +131,7 @@ class TcpRendezvousClient final : public Bootstrap {
   // a death), thrown as the job's failure; never blocks.
   void check_rank0(std::string_view waiting_for);
   // The result of collective `sequence` from this rank's result-tree
-  // parent, passed on to its children (docs/bootstrap.md, "Large results").
+  // parent, passed on to its children (docs/bootstrap.md, "The result tree").
   std::vector<std::byte> receive_by_tree(uint64_t sequence, uint64_t expected,
                                          net::Deadline deadline, const std::string& what);
   // Passes this collective's result on to this rank's result-tree children.
@@ -455,8 +455,7 @@ std::vector<std::byte> TcpRendezvousClient::allgather(std::span<const std::byte>
   send_frame(block, deadline, "its block for " + what);
   sent_ += block.size();
   const uint64_t expected = static_cast<uint64_t>(options_.world_size) * mine.size();
-  const bool by_tree =
-      result_tree::used_for(options_.world_size, mine.size(), tuning_.tree_above_bytes);
+  const bool by_tree = result_tree::used_for(options_.world_size, mine.size());
   if (by_tree && options_.rank >= 3) return receive_by_tree(sequence, expected, deadline, what);
   wire::FrameReader reply =
       receive_frame(deadline + tuning_.reply_grace, expected, "the result of " + what);

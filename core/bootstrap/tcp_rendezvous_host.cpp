@@ -695,11 +695,9 @@ std::vector<std::byte> TcpRendezvousHost::allgather(std::span<const std::byte> m
   const std::vector<std::byte> frame =
       wire::encode_frame(wire::FrameType::result, sequence, result);
   const net::Deadline send_deadline = net::deadline_after(std::chrono::seconds(options_.timeout_s));
-  // A large result goes to ranks 1 and 2, which pass it down the tree.
+  // A result goes to ranks 1 and 2, which pass it down the tree.
   const size_t receivers =
-      result_tree::used_for(options_.world_size, mine.size(), tuning_.tree_above_bytes)
-          ? std::min<size_t>(world, 3)
-          : world;
+      result_tree::used_for(options_.world_size, mine.size()) ? std::min<size_t>(world, 3) : world;
   for (size_t rank = 1; rank < receivers; ++rank) {
     JoinedRank& peer = ranks_[rank];
     net::IoResult sent = net::send_all(peer.fd.get(), frame, send_deadline);

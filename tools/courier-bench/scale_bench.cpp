@@ -78,6 +78,22 @@ ScaleRow over_ranks(const std::vector<RankNumbers>& all, std::string quantity, s
   return {std::move(quantity), std::move(unit), v.front(), v[v.size() / 2], v.back()};
 }
 
+// The bootstrap's allgather of 64 bytes per rank (a Context's exchanges
+// are such), median of `iters` after a barrier: the result's path (rank 0
+// to every rank, or down the result tree) is in it.
+double bootstrap_allgather_us(Bootstrap& bootstrap, uint32_t iters) {
+  std::vector<std::byte> mine(64, std::byte{1});
+  std::vector<double> us;
+  bootstrap.barrier();
+  for (uint32_t i = 0; i < std::max<uint32_t>(iters, 1); ++i) {
+    const uint64_t t0 = steady_now_ns();
+    (void)bootstrap.allgather(mine);
+    us.push_back(static_cast<double>(steady_now_ns() - t0) / 1e3);
+  }
+  std::sort(us.begin(), us.end());
+  return us[us.size() / 2];
+}
+
 ScaleRow job_row(std::string quantity, std::string unit, double value) {
   return {std::move(quantity), std::move(unit), value, value, value};
 }
@@ -122,7 +138,10 @@ ScaleRun run_scale_bench(Context& ctx, const ScaleOptions& o, double joined_ms, 
   BarrierOptions barrier;
   barrier.provider = o.provider;
   barrier.iters = o.barrier_iters;
+  const Bootstrap::Traffic before_timing = ctx.bootstrap().traffic();
   const BarrierRun barriers = run_barrier_bench(ctx, barrier);
+  const double allgather_us = bootstrap_allgather_us(ctx.bootstrap(), o.barrier_iters);
+  const Bootstrap::Traffic after_timing = ctx.bootstrap().traffic();
 
   EpOptions ep;
   ep.mode = "ll";
@@ -144,11 +163,15 @@ ScaleRun run_scale_bench(Context& ctx, const ScaleOptions& o, double joined_ms, 
   mine.threads = static_cast<double>(proc_status_value("Threads"));
   mine.proxy_threads = now.proxy_threads;
   mine.connections_per_thread = now.peers_per_endpoint;
-  // The bootstrap's collectives so far (the Context's exchanges, the EP
-  // Buffer's, the barriers): rank 0's share is where a relay would grow.
+  // The bootstrap's collectives of the Context and the EP Buffer (not the
+  // timing loops, whose count is a flag): rank 0's share is where a relay
+  // would grow.
   const Bootstrap::Traffic traffic = ctx.bootstrap().traffic();
-  mine.bootstrap_sent_kib = static_cast<double>(traffic.bytes_sent) / 1024.0;
-  mine.bootstrap_received_kib = static_cast<double>(traffic.bytes_received) / 1024.0;
+  const uint64_t sent = traffic.bytes_sent - (after_timing.bytes_sent - before_timing.bytes_sent);
+  const uint64_t received =
+      traffic.bytes_received - (after_timing.bytes_received - before_timing.bytes_received);
+  mine.bootstrap_sent_kib = static_cast<double>(sent) / 1024.0;
+  mine.bootstrap_received_kib = static_cast<double>(received) / 1024.0;
 
   const std::vector<std::byte> gathered =
       ctx.bootstrap().allgather(std::as_bytes(std::span<const RankNumbers>(&mine, 1)));
@@ -179,6 +202,7 @@ ScaleRun run_scale_bench(Context& ctx, const ScaleOptions& o, double joined_ms, 
   for (const BarrierRow& row : barriers.rows) {
     run.job.push_back(job_row("barrier_" + row.path, "us", row.median_us));
   }
+  run.job.push_back(job_row("allgather_64B_bootstrap", "us", allgather_us));
   for (const EpRow& row : ep_rows) {
     const std::string path = row.path == "raw-write" ? "_raw" : "";
     run.job.push_back(job_row("ll_" + row.phase + path, "us", row.median_us));

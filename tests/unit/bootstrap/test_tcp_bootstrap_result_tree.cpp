@@ -1,4 +1,4 @@
-// Large allgather results travel down the result tree (result_tree.hpp):
+// Allgather results travel down the result tree (result_tree.hpp):
 // rank 0 sends two copies, not one per rank; every rank receives one; a
 // parent that dies fails its children naming it; a stranger on a tree link
 // is refused without holding up the job.
@@ -11,12 +11,6 @@
 
 namespace courier::test {
 namespace {
-
-TcpBootstrapTuning tree_always() {
-  TcpBootstrapTuning tuning;
-  tuning.tree_above_bytes = 0;  // every non-empty allgather goes down the tree
-  return tuning;
-}
 
 std::vector<std::byte> concatenation(int world_size, int round, size_t size) {
   std::vector<std::byte> all;
@@ -47,15 +41,15 @@ TEST_CASE("result tree: the heap order over ranks and when it is used") {
   CHECK(result_tree::parent_of(6) == 2);
   CHECK(result_tree::has_children(4, 10));
   CHECK_FALSE(result_tree::has_children(5, 10));  // 11 would be its first child
-  // Three ranks all hear from rank 0; nothing to spread for empty blocks.
-  CHECK_FALSE(result_tree::used_for(3, 1 << 20, 0));
-  CHECK_FALSE(result_tree::used_for(64, 0, 0));
-  // 64 ranks x 64 ranks x 64 bytes = 256 KiB: the default threshold is "more than".
-  CHECK_FALSE(result_tree::used_for(64, 64, uint64_t{256} << 10));
-  CHECK(result_tree::used_for(64, 65, uint64_t{256} << 10));
+  // Three ranks all hear from rank 0; a barrier's empty result stays one
+  // round trip; any other result goes down the tree.
+  CHECK_FALSE(result_tree::used_for(3, 1 << 20));
+  CHECK_FALSE(result_tree::used_for(64, 0));
+  CHECK(result_tree::used_for(4, 1));
+  CHECK(result_tree::used_for(1024, 20));
 }
 
-TEST_CASE("tcp bootstrap: 11 ranks pass large results down the tree; rank 0 sends two copies") {
+TEST_CASE("tcp bootstrap: 11 ranks pass results down the tree; rank 0 sends two copies") {
   constexpr int kWorld = 11;  // three levels below rank 0, a rank with one child (4: 9, 10)
   const size_t sizes[] = {16, 0, 4096, 1};
   LogCapture log;
@@ -64,7 +58,7 @@ TEST_CASE("tcp bootstrap: 11 ranks pass large results down the tree; rank 0 send
   for (int rank = 0; rank < kWorld; ++rank) ranks.push_back(rank);
   auto threads = start_ranks(ranks, [&](int rank) {
     std::unique_ptr<Bootstrap> bootstrap =
-        make_tcp_bootstrap(options_for(rank, kWorld, port), log.logger(), tree_always());
+        make_tcp_bootstrap(options_for(rank, kWorld, port), log.logger());
     std::vector<std::vector<std::byte>> results;
     for (int round = 0; round < 4; ++round) {
       results.push_back(bootstrap->allgather(pattern(rank, round, sizes[round])));
@@ -113,7 +107,7 @@ TEST_CASE("tcp bootstrap: a tree parent that dies before passing a result on fai
   net::Fd tree_listener = net::listen_tcp("127.0.0.1", 0, 4, &fell_back);
   auto ranks = start_ranks({0, 2, 3}, [&](int rank) {
     std::unique_ptr<Bootstrap> bootstrap =
-        make_tcp_bootstrap(options_for(rank, 4, port, 10), log.logger(), tree_always());
+        make_tcp_bootstrap(options_for(rank, 4, port, 10), log.logger());
     std::vector<std::vector<std::byte>> results;
     results.push_back(bootstrap->allgather(pattern(rank, 0, 16)));
     bootstrap->barrier();  // rank 1 is gone by now: this fails on 0 and 2
@@ -147,7 +141,7 @@ TEST_CASE("tcp bootstrap: a stranger on a tree link is refused and the job goes 
   const uint16_t port = net::pick_free_tcp_port();
   auto ranks = start_ranks({0, 1, 2}, [&](int rank) {
     std::unique_ptr<Bootstrap> bootstrap =
-        make_tcp_bootstrap(options_for(rank, 4, port), log.logger(), tree_always());
+        make_tcp_bootstrap(options_for(rank, 4, port), log.logger());
     return std::vector<std::vector<std::byte>>{bootstrap->allgather(pattern(rank, 0, 16))};
   });
   std::vector<std::byte> received;
