@@ -6,6 +6,7 @@
 #include <array>
 #include <atomic>
 #include <chrono>
+#include <ctime>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -62,11 +63,19 @@ EnvLookup with_overrides(const ContextOptions& options) {
   };
 }
 
+// CPU time of the whole process so far (every thread), in milliseconds.
+double process_cpu_ms() {
+  timespec t{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) * 1e3 + static_cast<double>(t.tv_nsec) / 1e6;
+}
+
 }  // namespace
 
 struct Context::Impl {
   // When construction began (Context::footprint), first of all.
   const std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
+  const double started_cpu_ms = process_cpu_ms();
   // Context::copy calls so far (copy_stats).
   std::atomic<uint64_t> copies{0}, copied_bytes{0};
   EnvLookup env;
@@ -193,28 +202,32 @@ struct Context::Impl {
                nic->plugin().name);
     }
     atomics = choose_atomic_strategies(config, *nic, log);
-    auto phase_done = [this, last = started](double* ms) mutable {
+    auto phase_done = [this, last = started, last_cpu = started_cpu_ms](double* ms,
+                                                                        double* cpu_ms) mutable {
       const auto now = std::chrono::steady_clock::now();
       *ms = std::chrono::duration<double, std::milli>(now - last).count();
       last = now;
+      const double cpu = process_cpu_ms();
+      *cpu_ms = cpu - last_cpu;
+      last_cpu = cpu;
     };
-    phase_done(&footprint.backends_ms);
+    phase_done(&footprint.backends_ms, &footprint.backends_cpu_ms);
     bootstrap = options.bootstrap ? options.bootstrap
                                   : std::shared_ptr<Bootstrap>(join_job(
                                         config.job, static_cast<int>(config.timeout_s), log));
     check_job_shape(*bootstrap,
                     {nic->plugin().name, nic->props().max_ep_name, config.proxy_threads, atomics});
-    phase_done(&footprint.join_ms);
+    phase_done(&footprint.join_ms, &footprint.join_cpu_ms);
     channels = FifoChannels(*gpu, device, config.channels, config.fifo_depth);
     setup_barriers();
     check_nic_reach();
-    phase_done(&footprint.setup_ms);
+    phase_done(&footprint.setup_ms, &footprint.setup_cpu_ms);
     open_endpoints();
-    phase_done(&footprint.connect_ms);
+    phase_done(&footprint.connect_ms, &footprint.connect_cpu_ms);
     start_proxies();
     register_mailboxes();
     register_barrier_slots();
-    phase_done(&footprint.windows_ms);
+    phase_done(&footprint.windows_ms, &footprint.windows_cpu_ms);
     footprint.total_ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started)
             .count();

@@ -165,6 +165,11 @@ class Context {
   // proxy threads started with Courier's own windows registered.
   struct Footprint {
     double backends_ms = 0, join_ms = 0, setup_ms = 0, connect_ms = 0, windows_ms = 0;
+    // The CPU time the whole process (all its threads: the proxies register
+    // windows) spent in each phase, so that time spent waiting for others
+    // shows as the difference.
+    double backends_cpu_ms = 0, join_cpu_ms = 0, setup_cpu_ms = 0, connect_cpu_ms = 0,
+           windows_cpu_ms = 0;
     double total_ms = 0;              // the whole constructor
     uint32_t proxy_threads = 0;       // one NIC endpoint each
     uint32_t peers_per_endpoint = 0;  // ranks each endpoint connected to (itself included)

@@ -50,6 +50,7 @@ uint32_t open_fds() {
 // What each rank reports (all-gathered as plain bytes).
 struct RankNumbers {
   double join_ms, backends_ms, context_setup_ms, connect_ms, windows_ms, context_ms, context_cpu_ms;
+  double connect_cpu_ms, windows_cpu_ms;
   double first_write_ms, first_write_us;
   double rss_mib, peak_rss_mib, registered_mib;
   double fds, threads, proxy_threads, connections_per_thread;
@@ -111,6 +112,8 @@ ScaleRun run_scale_bench(Context& ctx, const ScaleOptions& o, double joined_ms, 
   mine.context_setup_ms = startup.join_ms + startup.setup_ms;
   mine.connect_ms = startup.connect_ms;
   mine.windows_ms = startup.windows_ms;
+  mine.connect_cpu_ms = startup.connect_cpu_ms;
+  mine.windows_cpu_ms = startup.windows_cpu_ms;
   mine.context_ms = startup.total_ms;
   mine.context_cpu_ms = context_cpu_ms;
 
@@ -185,6 +188,8 @@ ScaleRun run_scale_bench(Context& ctx, const ScaleOptions& o, double joined_ms, 
       over_ranks(all, "context_setup", "ms", &R::context_setup_ms),
       over_ranks(all, "connect", "ms", &R::connect_ms),
       over_ranks(all, "windows", "ms", &R::windows_ms),
+      over_ranks(all, "connect_cpu", "ms", &R::connect_cpu_ms),
+      over_ranks(all, "windows_cpu", "ms", &R::windows_cpu_ms),
       over_ranks(all, "context", "ms", &R::context_ms),
       over_ranks(all, "context_cpu", "ms", &R::context_cpu_ms),
       over_ranks(all, "to_first_write", "ms", &R::first_write_ms),
