@@ -6,8 +6,8 @@
 #include <array>
 #include <atomic>
 #include <chrono>
-#include <ctime>
 #include <cstring>
+#include <ctime>
 #include <map>
 #include <mutex>
 #include <optional>
