@@ -1,5 +1,7 @@
 #include "core/bootstrap/result_tree.hpp"
 
+#include <sys/socket.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
@@ -16,17 +18,25 @@ namespace {
 constexpr std::string_view kComponent = "bootstrap";
 // How often a wait serves its aside when nothing else wakes it.
 constexpr std::chrono::milliseconds kAsideCheck{100};
+// A connection to a parent's tree port must say hello within this (or the
+// collective's deadline, if sooner); real children do so at once.
+constexpr std::chrono::milliseconds kHelloTimeout{10'000};
+// Connections waiting to say hello at once; beyond it the oldest goes.
+constexpr size_t kMaxPending = 16;
 
 }  // namespace
 
 ResultTreeLinks::ResultTreeLinks(const BootstrapOptions& options, Logger& log)
     : options_(options), log_(log) {}
 
-uint16_t ResultTreeLinks::listen(const std::string& local_host) {
+uint16_t ResultTreeLinks::listen(const net::Fd& rendezvous) {
   if (!result_tree::has_children(options_.rank, options_.world_size)) return 0;
   if (!listener_) {
+    // Every address of the family: children come to the address rank 0
+    // saw this rank connect from, which need not be a local one (NAT).
+    const bool ipv6 = net::local_host(rendezvous).find(':') != std::string::npos;
     bool fell_back = false;
-    listener_ = net::listen_tcp(local_host, 0, 8, &fell_back,
+    listener_ = net::listen_tcp(ipv6 ? "::" : "", 0, 8, &fell_back,
                                 fmt::format("rank {} (result tree)", options_.rank));
   }
   return net::local_port(listener_);
@@ -36,8 +46,8 @@ std::string ResultTreeLinks::parent_address() const {
   return parent_ ? net::format_address(parent_->host, parent_->port) : std::string("(unknown)");
 }
 
-void ResultTreeLinks::wait(std::vector<pollfd>& fds, net::Deadline deadline, const Aside& aside,
-                           const std::string& waiting_for) {
+bool ResultTreeLinks::wait_until(std::vector<pollfd>& fds, net::Deadline deadline,
+                                 const Aside& aside) {
   for (;;) {
     aside.check();
     const net::Deadline slice = std::min(deadline, net::deadline_after(kAsideCheck));
@@ -45,30 +55,37 @@ void ResultTreeLinks::wait(std::vector<pollfd>& fds, net::Deadline deadline, con
     all.push_back({aside.fd(), POLLIN, 0});  // a negative fd is ignored by poll()
     const int ready = ::poll(all.data(), all.size(), net::milliseconds_until(slice));
     if (ready < 0 && errno != EINTR) {
-      throw TreeLinkError(fmt::format("bootstrap: rank {}: poll() failed while waiting for {}: {}",
-                                      options_.rank, waiting_for, std::strerror(errno)));
+      throw TreeLinkError(
+          -1, fmt::format("bootstrap: rank {}: poll() failed in the result tree: {}", options_.rank,
+                          std::strerror(errno)));
     }
     bool any = false;
     for (size_t i = 0; i < fds.size(); ++i) {
       fds[i].revents = all[i].revents;
       any = any || fds[i].revents != 0;
     }
-    if (any) return;
+    if (any) return true;
     if (net::Clock::now() >= deadline) {
       aside.check();  // rank 0's own report, if it came meanwhile, explains more
-      throw TreeLinkError(fmt::format("bootstrap: rank {} timed out after {} s waiting for {}",
-                                      options_.rank, options_.timeout_s, waiting_for));
+      return false;
     }
   }
+}
+
+void ResultTreeLinks::wait(std::vector<pollfd>& fds, net::Deadline deadline, const Aside& aside,
+                           const std::string& waiting_for, int suspect) {
+  if (wait_until(fds, deadline, aside)) return;
+  throw TreeLinkError(suspect, fmt::format("bootstrap: rank {} timed out after {} s waiting for {}",
+                                           options_.rank, options_.timeout_s, waiting_for));
 }
 
 void ResultTreeLinks::connect_parent(net::Deadline deadline, const Aside& aside) {
   const int parent = result_tree::parent_of(options_.rank);
   if (!parent_ || parent_->port == 0) {
-    throw TreeLinkError(fmt::format(
-        "bootstrap: rank {} cannot receive large allgather results: rank 0's welcome named no "
-        "result-tree port for its parent, rank {}",
-        options_.rank, parent));
+    throw TreeLinkError(parent, fmt::format("bootstrap: rank {} cannot receive allgather results: "
+                                            "rank 0's welcome named no result-tree port for its "
+                                            "parent, rank {}",
+                                            options_.rank, parent));
   }
   // The parent listens since before it said hello; a refusal means it is
   // gone, which rank 0 announces (aside) while this retries.
@@ -83,6 +100,7 @@ void ResultTreeLinks::connect_parent(net::Deadline deadline, const Aside& aside)
     }
     if (!attempt.retryable || net::Clock::now() + pause >= deadline) {
       throw TreeLinkError(
+          parent,
           fmt::format("bootstrap: rank {} cannot reach its result-tree parent, rank {} at {}: {}",
                       options_.rank, parent, parent_address(), attempt.error));
     }
@@ -95,6 +113,7 @@ void ResultTreeLinks::connect_parent(net::Deadline deadline, const Aside& aside)
   const net::IoResult sent = net::send_all(parent_fd_.get(), frame, deadline);
   if (!sent.ok()) {
     throw TreeLinkError(
+        parent,
         fmt::format("bootstrap: rank {} could not greet its result-tree parent, rank {} at {}: {}",
                     options_.rank, parent, parent_address(), sent.describe()));
   }
@@ -113,22 +132,24 @@ std::vector<std::byte> ResultTreeLinks::receive(uint64_t sequence, uint64_t expe
     switch (reader.read_available(parent_fd_.get())) {
       case wire::FrameReader::State::reading: {
         std::vector<pollfd> fds{{parent_fd_.get(), POLLIN, 0}};
-        wait(fds, deadline, aside, what);
+        wait(fds, deadline, aside, what, parent);
         continue;
       }
       case wire::FrameReader::State::complete:
         break;
       case wire::FrameReader::State::closed:
       case wire::FrameReader::State::failed:
-        throw TreeLinkError(fmt::format(
-            "bootstrap: rank {} lost its result-tree link to rank {} at {} while waiting for the "
-            "result of allgather #{}: {}{}",
-            options_.rank, parent, parent_address(), sequence,
-            reader.state() == wire::FrameReader::State::closed ? fmt::format("rank {} ", parent)
-                                                               : std::string(),
-            reader.problem()));
+        throw TreeLinkError(parent, fmt::format("bootstrap: rank {} lost its result-tree link to "
+                                                "rank {} at {} while waiting for the "
+                                                "result of allgather #{}: {}{}",
+                                                options_.rank, parent, parent_address(), sequence,
+                                                reader.state() == wire::FrameReader::State::closed
+                                                    ? fmt::format("rank {} ", parent)
+                                                    : std::string(),
+                                                reader.problem()));
       case wire::FrameReader::State::malformed:
         throw TreeLinkError(
+            parent,
             fmt::format("bootstrap: rank {} got a bad message from its result-tree parent, rank "
                         "{} at {}, in allgather #{}: {}",
                         options_.rank, parent, parent_address(), sequence, reader.problem()));
@@ -138,12 +159,14 @@ std::vector<std::byte> ResultTreeLinks::receive(uint64_t sequence, uint64_t expe
   const wire::FrameHeader& header = reader.header();
   if (header.type != static_cast<uint16_t>(wire::FrameType::result) ||
       header.sequence != sequence || header.length != expected) {
-    throw TreeLinkError(fmt::format(
-        "bootstrap: protocol error: rank {} expected the {}-byte result of allgather #{} from its "
-        "result-tree parent, rank {} at {}, but got a {} message #{} of {} bytes",
-        options_.rank, expected, sequence, parent, parent_address(),
-        wire::to_string(static_cast<wire::FrameType>(header.type)), header.sequence,
-        header.length));
+    throw TreeLinkError(
+        parent,
+        fmt::format("bootstrap: protocol error: rank {} expected the {}-byte result of allgather "
+                    "#{} from its "
+                    "result-tree parent, rank {} at {}, but got a {} message #{} of {} bytes",
+                    options_.rank, expected, sequence, parent, parent_address(),
+                    wire::to_string(static_cast<wire::FrameType>(header.type)), header.sequence,
+                    header.length));
   }
   received_ += wire::kHeaderBytes + header.length;
   std::vector<std::byte> payload = std::move(reader.payload());
@@ -183,9 +206,10 @@ void ResultTreeLinks::accept_children(uint64_t sequence, net::Deadline deadline,
   struct Pending {
     net::Fd fd;
     std::string address;
+    net::Deadline hello_deadline;
     wire::FrameReader reader{wire::kMaxHelloBytes, "hello size limit"};
   };
-  std::vector<Pending> pending;
+  std::vector<Pending> pending;  // oldest first
   auto missing = [&] {
     std::vector<int> ranks;
     for (int child : expected) {
@@ -206,31 +230,40 @@ void ResultTreeLinks::accept_children(uint64_t sequence, net::Deadline deadline,
   while (!missing().empty()) {
     std::vector<pollfd> fds{{listener_.get(), POLLIN, 0}};
     for (const Pending& connection : pending) fds.push_back({connection.fd.get(), POLLIN, 0});
+    const std::vector<int> awaited = missing();
     wait(fds, deadline, aside,
          fmt::format("{} to open {} result-tree link{} for allgather #{}",
-                     format_rank_list(missing()), missing().size() == 1 ? "its" : "their",
-                     missing().size() == 1 ? "" : "s", sequence));
+                     format_rank_list(awaited), awaited.size() == 1 ? "its" : "their",
+                     awaited.size() == 1 ? "" : "s", sequence),
+         awaited.front());
+    const net::Clock::time_point now = net::Clock::now();
     for (size_t i = 0; i < pending.size(); ++i) {
       Pending& connection = pending[i];
-      if (fds[1 + i].revents == 0) continue;
-      switch (connection.reader.read_available(connection.fd.get())) {
-        case wire::FrameReader::State::reading:
-          break;
-        case wire::FrameReader::State::complete: {
-          std::string reason;
-          const int child = child_hello(connection.reader, missing(), &reason);
-          if (child < 0) {
-            refuse(connection, reason);
+      if (fds[1 + i].revents != 0) {
+        switch (connection.reader.read_available(connection.fd.get())) {
+          case wire::FrameReader::State::reading:
+            break;
+          case wire::FrameReader::State::complete: {
+            std::string reason;
+            const int child = child_hello(connection.reader, missing(), &reason);
+            if (child < 0) {
+              refuse(connection, reason);
+              break;
+            }
+            children_.push_back({child, std::move(connection.fd)});
             break;
           }
-          children_.push_back({child, std::move(connection.fd)});
-          break;
+          case wire::FrameReader::State::closed:
+          case wire::FrameReader::State::malformed:
+          case wire::FrameReader::State::failed:
+            refuse(connection, connection.reader.problem());
+            break;
         }
-        case wire::FrameReader::State::closed:
-        case wire::FrameReader::State::malformed:
-        case wire::FrameReader::State::failed:
-          refuse(connection, connection.reader.problem());
-          break;
+      }
+      if (connection.fd && now >= connection.hello_deadline) {
+        refuse(connection,
+               fmt::format("no complete hello within {} ms of connecting ({} bytes received)",
+                           kHelloTimeout.count(), connection.reader.bytes_received()));
       }
     }
     std::erase_if(pending, [](const Pending& c) { return !c.fd; });
@@ -239,9 +272,16 @@ void ResultTreeLinks::accept_children(uint64_t sequence, net::Deadline deadline,
         std::string address;
         net::Fd fd = net::accept_tcp(listener_, &address);
         if (!fd) break;
-        // Two children, and strangers closed as they fail: a few suffice.
-        if (pending.size() >= 16) continue;
-        pending.push_back({std::move(fd), std::move(address)});
+        // A full list makes room by dropping the oldest: a real child says
+        // hello as soon as it connects, so an idle flood cannot lock it out.
+        if (pending.size() >= kMaxPending) {
+          refuse(pending.front(), fmt::format("{} connections are waiting to say hello; the "
+                                              "oldest goes",
+                                              pending.size()));
+          pending.erase(pending.begin());
+        }
+        pending.push_back({std::move(fd), std::move(address),
+                           std::min(deadline, net::Clock::now() + kHelloTimeout)});
       }
     }
   }
@@ -251,21 +291,57 @@ void ResultTreeLinks::accept_children(uint64_t sequence, net::Deadline deadline,
   listener_.reset();  // nobody else may connect now
 }
 
-void ResultTreeLinks::forward(std::span<const std::byte> frame, uint64_t sequence,
-                              net::Deadline deadline, const Aside& aside) {
-  if (!result_tree::has_children(options_.rank, options_.world_size)) return;
+std::vector<ResultTreeLinks::Stuck> ResultTreeLinks::forward(std::span<const std::byte> frame,
+                                                             uint64_t sequence,
+                                                             net::Deadline deadline,
+                                                             const Aside& aside) {
+  if (!result_tree::has_children(options_.rank, options_.world_size)) return {};
   if (!children_complete_) accept_children(sequence, deadline, aside);
-  for (Child& child : children_) {
-    if (!child.fd) continue;
-    const net::IoResult sent = net::send_all(child.fd.get(), frame, deadline);
-    if (sent.ok()) {
-      sent_ += frame.size();
-      continue;
+  // Both children at once, so that one that does not read cannot hold up
+  // the other.
+  std::vector<size_t> done(children_.size(), 0);
+  auto pending = [&] {
+    std::vector<size_t> left;
+    for (size_t i = 0; i < children_.size(); ++i) {
+      if (children_[i].fd && done[i] < frame.size()) left.push_back(i);
     }
-    log_.warn(kComponent, "rank {} could not pass the result of allgather #{} on to rank {}: {}",
-              options_.rank, sequence, child.rank, sent.describe());
-    child.fd.reset();
+    return left;
+  };
+  for (std::vector<size_t> left = pending(); !left.empty(); left = pending()) {
+    std::vector<pollfd> fds;
+    for (size_t i : left) fds.push_back({children_[i].fd.get(), POLLOUT, 0});
+    if (!wait_until(fds, deadline, aside)) {
+      std::vector<Stuck> stuck;
+      for (size_t i : left) {
+        stuck.push_back({children_[i].rank,
+                         fmt::format("bootstrap: rank {} timed out after {} s passing the result "
+                                     "of allgather #{} on to rank {}, which took {} of its {} "
+                                     "bytes",
+                                     options_.rank, options_.timeout_s, sequence, children_[i].rank,
+                                     done[i], frame.size())});
+        children_[i].fd.reset();  // out of frame now: nothing more may go on it
+      }
+      return stuck;
+    }
+    for (size_t k = 0; k < left.size(); ++k) {
+      if (fds[k].revents == 0) continue;
+      Child& child = children_[left[k]];
+      size_t& sent = done[left[k]];
+      const ssize_t n =
+          ::send(child.fd.get(), frame.data() + sent, frame.size() - sent, MSG_NOSIGNAL);
+      if (n > 0) {
+        sent += static_cast<size_t>(n);
+        sent_ += static_cast<uint64_t>(n);
+        continue;
+      }
+      if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) continue;
+      log_.warn(kComponent, "rank {} could not pass the result of allgather #{} on to rank {}: {}",
+                options_.rank, sequence, child.rank,
+                n == 0 ? std::string("connection closed") : std::string(std::strerror(errno)));
+      child.fd.reset();  // its death is rank 0's to announce
+    }
   }
+  return {};
 }
 
 }  // namespace courier

@@ -46,10 +46,15 @@ constexpr bool used_for(int world, uint64_t block_bytes) { return world >= 4 && 
 }  // namespace result_tree
 
 // A failure of a tree link itself (a parent that closed it, a child that
-// never opened it): the caller may find a better explanation from rank 0.
+// never opened it): the caller may find a better explanation from rank 0,
+// else reports `suspect` to every rank.
 class TreeLinkError : public Error {
  public:
-  using Error::Error;
+  TreeLinkError(int suspect, const std::string& message) : Error(message), suspect_(suspect) {}
+  int suspect() const { return suspect_; }
+
+ private:
+  int suspect_;
 };
 
 // One non-zero rank's links in the result tree. Used only inside the
@@ -66,9 +71,10 @@ class ResultTreeLinks {
 
   ResultTreeLinks(const BootstrapOptions& options, Logger& log);
 
-  // Before the hello: a rank with children listens on `local_host` (the
-  // address rank 0 reached it on) and returns the port, else 0.
-  uint16_t listen(const std::string& local_host);
+  // Before the hello: a rank with children listens on every address of
+  // the family of `rendezvous` (its connection to rank 0; children come to
+  // the address rank 0 sees it at) and returns the port, else 0.
+  uint16_t listen(const net::Fd& rendezvous);
   // From the welcome: the parent's listener (ranks 3 and up).
   void set_parent(wire::TreeParent parent) { parent_ = std::move(parent); }
 
@@ -76,11 +82,16 @@ class ResultTreeLinks {
   // the parent, connecting to it first the first time.
   std::vector<std::byte> receive(uint64_t sequence, uint64_t expected, net::Deadline deadline,
                                  const Aside& aside);
-  // Passes the result frame on to the children, accepting their links first
-  // the first time. A child that cannot take it is logged and skipped: its
-  // death is for rank 0 to announce.
-  void forward(std::span<const std::byte> frame, uint64_t sequence, net::Deadline deadline,
-               const Aside& aside);
+  // Passes the result frame on to the children, to both at once, accepting
+  // their links first the first time. A child whose link fails is logged
+  // and skipped (its death is for rank 0 to announce); one still holding
+  // bytes at the deadline is returned, with why, for the caller to report.
+  struct Stuck {
+    int rank = -1;
+    std::string message;
+  };
+  std::vector<Stuck> forward(std::span<const std::byte> frame, uint64_t sequence,
+                             net::Deadline deadline, const Aside& aside);
 
   uint64_t bytes_sent() const { return sent_; }
   uint64_t bytes_received() const { return received_; }
@@ -95,11 +106,13 @@ class ResultTreeLinks {
   // The child rank a complete frame greets as, or -1 with *reason.
   int child_hello(wire::FrameReader& reader, const std::vector<int>& awaited,
                   std::string* reason) const;
-  // Waits until one of `fds` has an event, serving `aside` meanwhile;
-  // throws TreeLinkError saying this rank timed out `waiting_for` at the
-  // deadline.
+  // Waits until one of `fds` has an event (true) or the deadline passed
+  // (false), serving `aside` meanwhile.
+  bool wait_until(std::vector<pollfd>& fds, net::Deadline deadline, const Aside& aside);
+  // The same, throwing TreeLinkError naming `suspect` and saying this rank
+  // timed out `waiting_for` at the deadline.
   void wait(std::vector<pollfd>& fds, net::Deadline deadline, const Aside& aside,
-            const std::string& waiting_for);
+            const std::string& waiting_for, int suspect);
   std::string parent_address() const;
 
   BootstrapOptions options_;

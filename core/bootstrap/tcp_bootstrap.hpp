@@ -5,9 +5,10 @@
 // connection per rank, then serves each collective by gathering every rank's
 // block and sending the concatenation back: to ranks 1 and 2, which pass it
 // down a binary tree of the ranks (result_tree.hpp), or to every rank in
-// jobs of 2 and 3 ranks and for barriers. The other ranks are clients
-// of it (tcp_rendezvous_client.cpp). Neither side runs a thread of its own: all work happens inside
-// the calls, bounded by deadlines.
+// jobs of 2 and 3 ranks and for barriers. The other ranks are clients of it
+// (tcp_rendezvous_client.cpp). The collectives' work happens inside the
+// calls, bounded by deadlines; between them a monitor thread on each rank
+// watches the connections (peer_liveness.hpp).
 #pragma once
 
 #include <chrono>

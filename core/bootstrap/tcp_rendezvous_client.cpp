@@ -256,8 +256,7 @@ void TcpRendezvousClient::join(net::Deadline deadline) {
   std::chrono::milliseconds pause{10};
   for (uint32_t attempt = 1;; ++attempt) {
     connect_to_rank0(deadline);
-    wire::Hello hello{options_.rank, options_.world_size, options_.job_token,
-                      tree_.listen(net::local_host(fd_))};
+    wire::Hello hello{options_.rank, options_.world_size, options_.job_token, tree_.listen(fd_)};
     send_frame(wire::encode_frame(wire::FrameType::hello, 0, wire::encode_hello_payload(hello)),
                deadline, "its hello");
     wire::FrameReader reply =
@@ -536,6 +535,9 @@ void TcpRendezvousClient::tree_failed(const TreeLinkError& error) {
       fail_here(std::move(*reason));
     }
   }
+  // Rank 0 knows nothing of it (a stalled parent, a child that never came):
+  // every rank must hear it, or ranks past this collective never would.
+  report_failure(error.suspect(), error.what());
   fail_here(error.what());
 }
 
@@ -554,11 +556,18 @@ std::vector<std::byte> TcpRendezvousClient::receive_by_tree(uint64_t sequence, u
 
 void TcpRendezvousClient::pass_on(const std::vector<std::byte>& result, uint64_t sequence,
                                   net::Deadline deadline, const std::string& what) {
+  std::vector<ResultTreeLinks::Stuck> stuck;
   try {
-    tree_.forward(wire::encode_frame(wire::FrameType::result, sequence, result), sequence,
-                  deadline + tuning_.reply_grace, tree_aside(what));
+    stuck = tree_.forward(wire::encode_frame(wire::FrameType::result, sequence, result), sequence,
+                          deadline + tuning_.reply_grace, tree_aside(what));
   } catch (const TreeLinkError& error) {
     tree_failed(error);
+  }
+  // A child alive but not reading: it fails the job, named to every rank;
+  // this rank has its result and returns it.
+  if (!stuck.empty()) {
+    log_.error(kComponent, "{}", stuck.front().message);
+    report_failure(stuck.front().rank, stuck.front().message);
   }
 }
 

@@ -177,5 +177,119 @@ TEST_CASE("tcp bootstrap: a stranger on a tree link is refused and the job goes 
   CHECK(log.contains("wrong job token"));
 }
 
+TcpBootstrapTuning short_grace() {
+  TcpBootstrapTuning tuning;
+  tuning.reply_grace = std::chrono::milliseconds(500);
+  return tuning;
+}
+
+// Joins as rank `rank` of `world` and returns the welcome's result-tree parent.
+wire::TreeParent join_raw(RawClient& client, int rank, int world, uint16_t tree_port = 0) {
+  client.send(hello_frame(rank, world, kToken, tree_port));
+  wire::FrameReader welcome = client.read_frame();
+  REQUIRE(welcome.header().type == static_cast<uint16_t>(wire::FrameType::welcome));
+  std::optional<wire::TreeParent> parent = wire::decode_welcome_payload(welcome.payload());
+  REQUIRE(parent.has_value());
+  return *parent;
+}
+
+TEST_CASE("tcp bootstrap: idle connections on a tree port do not lock the real child out") {
+  LogCapture log;
+  const uint16_t port = net::pick_free_tcp_port();
+  auto ranks = start_ranks({0, 1, 2}, [&](int rank) {
+    std::unique_ptr<Bootstrap> bootstrap =
+        make_tcp_bootstrap(options_for(rank, 4, port), log.logger());
+    return std::vector<std::vector<std::byte>>{bootstrap->allgather(pattern(rank, 0, 16))};
+  });
+  std::vector<std::byte> received;
+  {
+    RawClient rank3(port);
+    const wire::TreeParent parent = join_raw(rank3, 3, 4);
+    rank3.send(wire::encode_frame(wire::FrameType::block, 1, pattern(3, 0, 16)));
+    // More idle connections than the parent keeps waiting at once.
+    std::vector<std::unique_ptr<RawClient>> idle;
+    for (int i = 0; i < 20; ++i) idle.push_back(std::make_unique<RawClient>(parent.port));
+    RawClient link(parent.port);
+    link.send(hello_frame(3, 4, kToken));
+    wire::FrameReader result = link.read_frame(1 << 20);
+    CHECK(result.header().type == static_cast<uint16_t>(wire::FrameType::result));
+    received = result.payload();
+    rank3.send(wire::encode_frame(wire::FrameType::goodbye, 1, {}));
+  }
+  std::vector<RankOutcome> outcomes = join_all(ranks);
+  for (const RankOutcome& outcome : outcomes) {
+    INFO(outcome.error);
+    CHECK(outcome.ok);
+  }
+  CHECK(received == concatenation(4, 0, 16));
+  CHECK(log.contains("the oldest goes"));
+}
+
+TEST_CASE("tcp bootstrap: a child that stops reading fails the job, not its sibling") {
+  // World 5: rank 1's children are rank 3 (hand-driven: it opens its link
+  // and never reads) and rank 4. Blocks of 1 MiB fill rank 3's socket.
+  // Rank 1 gives up first (2 s), the others would wait 30 s.
+  LogCapture log;
+  const uint16_t port = net::pick_free_tcp_port();
+  constexpr size_t kBlock = size_t{1} << 20;
+  std::vector<std::vector<std::byte>> got(5);
+  auto ranks = start_ranks({0, 1, 2, 4}, [&](int rank) {
+    std::unique_ptr<Bootstrap> bootstrap = make_tcp_bootstrap(
+        options_for(rank, 5, port, rank == 1 ? 2 : 30), log.logger(), short_grace());
+    got[static_cast<size_t>(rank)] = bootstrap->allgather(pattern(rank, 0, kBlock));
+    bootstrap->barrier();  // rank 1 reported rank 3 by now: this fails
+    return std::vector<std::vector<std::byte>>{};
+  });
+  RawClient rank3(port);
+  const wire::TreeParent parent = join_raw(rank3, 3, 5);
+  rank3.send(wire::encode_frame(wire::FrameType::block, 1, pattern(3, 0, kBlock)));
+  RawClient link(parent.port);
+  link.send(hello_frame(3, 5, kToken));
+  std::vector<RankOutcome> outcomes = join_all(ranks);  // rank 3 reads nothing meanwhile
+  const std::vector<std::byte> expected = concatenation(5, 0, kBlock);
+  for (const RankOutcome& outcome : outcomes) {
+    INFO(outcome.error);
+    CHECK_FALSE(outcome.ok);
+    CHECK(outcome.error.find("on to rank 3, which took") != std::string::npos);
+  }
+  // Every rank got its result, rank 4 (rank 3's sibling) included.
+  for (int rank : {0, 1, 2, 4}) {
+    INFO("rank ", rank);
+    CHECK(got[static_cast<size_t>(rank)] == expected);
+  }
+  CHECK(log.contains("passing the result of allgather #1 on to rank 3"));
+}
+
+TEST_CASE("tcp bootstrap: a parent that holds a result back is named to every rank") {
+  // World 4: rank 1 (hand-driven) takes the result from rank 0, stays
+  // connected and never passes it on to rank 3. Rank 3 gives up first
+  // (2 s), the others would wait 30 s.
+  LogCapture log;
+  const uint16_t port = net::pick_free_tcp_port();
+  bool fell_back = false;
+  net::Fd tree_listener = net::listen_tcp("127.0.0.1", 0, 4, &fell_back);
+  auto ranks = start_ranks({0, 2, 3}, [&](int rank) {
+    std::unique_ptr<Bootstrap> bootstrap = make_tcp_bootstrap(
+        options_for(rank, 4, port, rank == 3 ? 2 : 30), log.logger(), short_grace());
+    std::vector<std::vector<std::byte>> results;
+    results.push_back(bootstrap->allgather(pattern(rank, 0, 16)));
+    bootstrap->barrier();
+    return results;
+  });
+  RawClient rank1(port);
+  (void)join_raw(rank1, 1, 4, net::local_port(tree_listener));
+  rank1.send(wire::encode_frame(wire::FrameType::block, 1, pattern(1, 0, 16)));
+  CHECK(rank1.read_frame(1 << 20).header().type == static_cast<uint16_t>(wire::FrameType::result));
+  std::vector<RankOutcome> outcomes = join_all(ranks);
+  INFO("rank 0: ", outcomes[0].error, "\nrank 2: ", outcomes[1].error,
+       "\nrank 3: ", outcomes[2].error);
+  for (const RankOutcome& outcome : outcomes) {
+    CHECK_FALSE(outcome.ok);
+    CHECK(outcome.error.find("rank 3 timed out after 2 s waiting for rank 1 at") !=
+          std::string::npos);
+  }
+  CHECK(outcomes[2].results.empty());  // rank 3 never got it
+}
+
 }  // namespace
 }  // namespace courier::test
