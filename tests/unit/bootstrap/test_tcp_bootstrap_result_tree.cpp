@@ -34,6 +34,22 @@ Bootstrap::Traffic traffic_of(const std::vector<std::byte>& bytes) {
   return traffic;
 }
 
+TcpBootstrapTuning short_grace() {
+  TcpBootstrapTuning tuning;
+  tuning.reply_grace = std::chrono::milliseconds(500);
+  return tuning;
+}
+
+// Joins as rank `rank` of `world` and returns the welcome's result-tree parent.
+wire::TreeParent join_raw(RawClient& client, int rank, int world, uint16_t tree_port = 0) {
+  client.send(hello_frame(rank, world, kToken, tree_port));
+  wire::FrameReader welcome = client.read_frame();
+  REQUIRE(welcome.header().type == static_cast<uint16_t>(wire::FrameType::welcome));
+  std::optional<wire::TreeParent> parent = wire::decode_welcome_payload(welcome.payload());
+  REQUIRE(parent.has_value());
+  return *parent;
+}
+
 TEST_CASE("result tree: the heap order over ranks and when it is used") {
   CHECK(result_tree::parent_of(1) == 0);
   CHECK(result_tree::parent_of(2) == 0);
@@ -147,19 +163,15 @@ TEST_CASE("tcp bootstrap: a stranger on a tree link is refused and the job goes 
   std::vector<std::byte> received;
   {
     RawClient rank3(port);
-    rank3.send(hello_frame(3, 4, kToken));
-    wire::FrameReader welcome = rank3.read_frame();
-    REQUIRE(welcome.header().type == static_cast<uint16_t>(wire::FrameType::welcome));
-    std::optional<wire::TreeParent> parent = wire::decode_welcome_payload(welcome.payload());
-    REQUIRE(parent.has_value());
-    CHECK(parent->host == "127.0.0.1");
-    REQUIRE(parent->port != 0);
+    const wire::TreeParent parent = join_raw(rank3, 3, 4);
+    CHECK(parent.host == "127.0.0.1");
+    REQUIRE(parent.port != 0);
     rank3.send(wire::encode_frame(wire::FrameType::block, 1, pattern(3, 0, 16)));
 
-    RawClient stranger(parent->port);
+    RawClient stranger(parent.port);
     stranger.send(hello_frame(3, 4, "not-the-job-token"));
     CHECK(stranger.read_refusal().empty());  // closed, nothing said
-    RawClient link(parent->port);
+    RawClient link(parent.port);
     link.send(hello_frame(3, 4, kToken));
     wire::FrameReader result = link.read_frame(1 << 20);
     CHECK(result.header().type == static_cast<uint16_t>(wire::FrameType::result));
@@ -175,22 +187,6 @@ TEST_CASE("tcp bootstrap: a stranger on a tree link is refused and the job goes 
   CHECK(received == concatenation(4, 0, 16));
   CHECK(log.contains("refused a result-tree connection"));
   CHECK(log.contains("wrong job token"));
-}
-
-TcpBootstrapTuning short_grace() {
-  TcpBootstrapTuning tuning;
-  tuning.reply_grace = std::chrono::milliseconds(500);
-  return tuning;
-}
-
-// Joins as rank `rank` of `world` and returns the welcome's result-tree parent.
-wire::TreeParent join_raw(RawClient& client, int rank, int world, uint16_t tree_port = 0) {
-  client.send(hello_frame(rank, world, kToken, tree_port));
-  wire::FrameReader welcome = client.read_frame();
-  REQUIRE(welcome.header().type == static_cast<uint16_t>(wire::FrameType::welcome));
-  std::optional<wire::TreeParent> parent = wire::decode_welcome_payload(welcome.payload());
-  REQUIRE(parent.has_value());
-  return *parent;
 }
 
 TEST_CASE("tcp bootstrap: idle connections on a tree port do not lock the real child out") {
