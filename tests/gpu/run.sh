@@ -10,10 +10,14 @@
 #   EP_RANKS=8 TESTS=none BENCH=ep tests/gpu/run.sh  (EP8 on an 8-GPU host: the EP correctness
 #                                            check at the standard shapes and the EP benchmarks at
 #                                            8 ranks; EP_RANKS defaults to 2)
+# With BENCH=ep and TORCH=1 (the default when $PYTHON imports torch), also the torch tests of
+# tests/python/gpu at the standard shapes and tools/deep_ep_bench.py (courier.deep_ep's host
+# time per call next to its native time), on each transport, one process per GPU.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 BUILD=${BUILD:-build-gpu}
 OUT=${OUT:-$BUILD/gpu-results}
+PYTHON=${PYTHON:-python3}
 mkdir -p "$OUT"
 export NCCL_NVLS_ENABLE=0
 export COURIER_BACKEND_PATH="$PWD/$BUILD/lib/courier"
@@ -27,13 +31,24 @@ if [ ! -f /usr/include/dlpack/dlpack.h ] && [ -f build-deps/include/dlpack/dlpac
   extra+=("-DDLPACK_INCLUDE_DIR=$PWD/build-deps/include")
 fi
 
+# The Python module (for the torch steps of BENCH=ep) when torch is there.
+if [ -z "${TORCH:-}" ]; then
+  TORCH=0
+  "$PYTHON" -c "import torch" 2>/dev/null && TORCH=1
+fi
+python_targets=()
+if [ "$TORCH" = 1 ]; then
+  extra+=(-DCOURIER_WITH_PYTHON=ON "-DPython_EXECUTABLE=$(command -v "$PYTHON")")
+  python_targets=(_courier)
+fi
+
 step "configure and build ($BUILD)"
 cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCOURIER_GPU_TESTS=ON \
   -DCOURIER_WITH_CUDA=ON -DCOURIER_WITH_HIP=OFF "${extra[@]}" >"$OUT/configure.log" 2>&1 ||
   { tail -30 "$OUT/configure.log"; exit 1; }
 cmake --build "$BUILD" -j "$(nproc)" --target courier-bench courier-info courier-run \
   courier-gpu-cuda courier-gpu-host courier-nic-ce courier-gpu-backend-test courier-semantics-check \
-  ep_check moe_demo >"$OUT/build.log" 2>&1 ||
+  ep_check moe_demo "${python_targets[@]}" >"$OUT/build.log" 2>&1 ||
   { grep -E "error|FAILED" -A5 "$OUT/build.log" | head -60; exit 1; }
 nvidia-smi --query-gpu=name,driver_version,pcie.link.gen.current,pcie.link.width.current \
   --format=csv,noheader 2>/dev/null | tee "$OUT/gpus.txt"
@@ -93,9 +108,30 @@ if [ "${BENCH:-1}" = ep ]; then
     bench nccl python3 tools/nccl_alltoall_bench.py --ranks "$ranks" --ht-tokens 512,1024,2048,4096 \
       --json "$OUT/nccl.json"
   fi
+  if [ "$TORCH" = 1 ]; then
+    # Through courier.deep_ep, one process per GPU started by torchrun (the
+    # process group is Courier's bootstrap; the module is this build's).
+    export PYTHONPATH="$PWD/$BUILD/python${PYTHONPATH:+:$PYTHONPATH}"
+    export COURIER_JOB_TOKEN=${COURIER_JOB_TOKEN:-$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')}
+    torchrun=("$PYTHON" -m torch.distributed.run --standalone --nproc-per-node "$ranks")
+    shapes=(--mode both --ht-tokens 4096 --ll-tokens 128 --hidden 7168 --topk 8 --ht-experts 256
+      --ll-experts 288 --fp8 --iters 200 --warmup 10)
+    for transport in ${EP_TRANSPORTS:-direct proxy}; do
+      for test in low_latency intranode; do
+        step "torch-$test-$transport (standard shapes)"
+        env COURIER_EP_TRANSPORT=$transport "${torchrun[@]}" "tests/python/gpu/test_$test.py" \
+          --shapes standard >"$OUT/torch-$test-$transport.txt" 2>&1
+        echo "torch $test $transport: exit $?" | tee -a "$OUT/torch.txt"
+        tail -3 "$OUT/torch-$test-$transport.txt"
+      done
+      bench "deep-ep-bench-$transport" env COURIER_EP_TRANSPORT=$transport "${torchrun[@]}" \
+        tools/deep_ep_bench.py "${shapes[@]}"
+    done
+  fi
   step "summary ($ranks ranks)"
   printf '%s\n' "$tests_line"
   cat "$OUT/ep-check.txt"
+  [ -f "$OUT/torch.txt" ] && cat "$OUT/torch.txt"
   python3 - "$OUT" <<'PY'
 import glob, json, os, re, sys
 rows = []
