@@ -127,6 +127,13 @@ class TcpRendezvousClient final : public Bootstrap {
   // by the deadline.
   std::optional<std::string> read_error_frame(net::Deadline deadline);
   [[noreturn]] void protocol_error(const wire::FrameReader& reply, std::string_view expected);
+  // What rank 0's connection says that ends a wait for `waiting_for`, in
+  // reader_'s `state`: an error or gone frame, the connection's end, a bad
+  // frame; thrown as the job's failure. Other complete frames are the
+  // caller's.
+  void throw_on_notice(wire::FrameReader::State state, std::string_view waiting_for);
+  // This rank declared the job failed (report_failure): the wait ends.
+  void fail_if_reported(std::string_view waiting_for);
   // While waiting on the result tree: what rank 0 sent meanwhile (an error,
   // a death), thrown as the job's failure; never blocks.
   void check_rank0(std::string_view waiting_for);
@@ -337,56 +344,23 @@ wire::FrameReader TcpRendezvousClient::receive_frame(net::Deadline deadline, uin
   reader.set_max_length(std::max<uint64_t>(max_length, wire::kMaxNoticeBytes),
                         "the expected reply size");
   for (;;) {
-    switch (reader.state() == wire::FrameReader::State::complete
-                ? wire::FrameReader::State::complete
-                : reader.read_available(fd_.get())) {
-      case wire::FrameReader::State::reading:
-        break;
-      case wire::FrameReader::State::complete: {
-        const std::vector<std::byte>& text = reader.payload();
-        if (reader.header().type == static_cast<uint16_t>(wire::FrameType::error)) {
-          fail_here(std::string(reinterpret_cast<const char*>(text.data()), text.size()));
-        }
-        if (reader.header().type == static_cast<uint16_t>(wire::FrameType::gone)) {
-          if (std::optional<wire::Gone> gone = wire::decode_gone_payload(text)) {
-            peer_gone(gone->rank, gone->message);
-            throw Error(gone->message);
-          }
-        }
-        if (reader.header().type == static_cast<uint16_t>(wire::FrameType::goodbye)) {
-          rank0_left_ = true;
-          fail_here(
-              fmt::format("bootstrap: rank {} lost its connection to rank 0 at {} while waiting "
-                          "for {}: rank 0 left the job (it said goodbye)",
-                          options_.rank, address_, waiting_for));
-        }
-        wire::FrameReader complete = std::move(reader);
-        reader_ = wire::FrameReader(wire::kMaxNoticeBytes, "error message limit");
-        return complete;
-      }
-      case wire::FrameReader::State::closed:
-      case wire::FrameReader::State::failed: {
-        std::string message = fmt::format(
-            "bootstrap: rank {} lost its connection to rank 0 at {} while "
-            "waiting for {}: {}{}",
-            options_.rank, address_, waiting_for,
-            reader.state() == wire::FrameReader::State::closed ? "rank 0 " : "", reader.problem());
-        // Without a goodbye: rank 0 died.
-        peer_gone(0, message);
-        throw Error(message);
-      }
-      case wire::FrameReader::State::malformed:
+    const wire::FrameReader::State state = reader.state() == wire::FrameReader::State::complete
+                                               ? wire::FrameReader::State::complete
+                                               : reader.read_available(fd_.get());
+    throw_on_notice(state, waiting_for);
+    if (state == wire::FrameReader::State::complete) {
+      if (reader.header().type == static_cast<uint16_t>(wire::FrameType::goodbye)) {
+        rank0_left_ = true;
         fail_here(
-            fmt::format("bootstrap: rank {} got a bad message from rank 0 at {} while "
-                        "waiting for {}: {}",
-                        options_.rank, address_, waiting_for, reader.problem()));
+            fmt::format("bootstrap: rank {} lost its connection to rank 0 at {} while waiting "
+                        "for {}: rank 0 left the job (it said goodbye)",
+                        options_.rank, address_, waiting_for));
+      }
+      wire::FrameReader complete = std::move(reader);
+      reader_ = wire::FrameReader(wire::kMaxNoticeBytes, "error message limit");
+      return complete;
     }
-    if (reported_.load()) {
-      std::lock_guard text_lock(reported_mutex_);
-      fail_here(
-          fmt::format("bootstrap: rank {} stopped waiting for {}: it declared the job failed: {}",
-                      options_.rank, waiting_for, reported_message_));
-    }
+    fail_if_reported(waiting_for);
     // In slices, to notice report_failure soon.
     const net::Deadline slice = std::min(deadline, net::deadline_after(kFailureCheck));
     net::IoResult waited = net::wait_readable(fd_.get(), slice);
@@ -476,48 +450,38 @@ ResultTreeLinks::Aside TcpRendezvousClient::tree_aside(const std::string& what) 
           [this, what] { check_rank0("the result of " + what); }};
 }
 
-void TcpRendezvousClient::check_rank0(std::string_view waiting_for) {
-  if (reported_.load()) {
-    std::lock_guard text_lock(reported_mutex_);
-    fail_here(
-        fmt::format("bootstrap: rank {} stopped waiting for {}: it declared the job failed: {}",
-                    options_.rank, waiting_for, reported_message_));
-  }
-  if (failure_) throw Error(*failure_);
-  if (rank0_left_) return;
-  switch (reader_.read_available(fd_.get())) {
+void TcpRendezvousClient::fail_if_reported(std::string_view waiting_for) {
+  if (!reported_.load()) return;
+  std::lock_guard text_lock(reported_mutex_);
+  fail_here(fmt::format("bootstrap: rank {} stopped waiting for {}: it declared the job failed: {}",
+                        options_.rank, waiting_for, reported_message_));
+}
+
+void TcpRendezvousClient::throw_on_notice(wire::FrameReader::State state,
+                                          std::string_view waiting_for) {
+  switch (state) {
     case wire::FrameReader::State::reading:
       return;
     case wire::FrameReader::State::complete: {
-      const wire::FrameHeader& header = reader_.header();
       const std::vector<std::byte>& text = reader_.payload();
-      if (header.type == static_cast<uint16_t>(wire::FrameType::error)) {
+      if (reader_.header().type == static_cast<uint16_t>(wire::FrameType::error)) {
         fail_here(std::string(reinterpret_cast<const char*>(text.data()), text.size()));
       }
-      if (header.type == static_cast<uint16_t>(wire::FrameType::gone)) {
+      if (reader_.header().type == static_cast<uint16_t>(wire::FrameType::gone)) {
         if (std::optional<wire::Gone> gone = wire::decode_gone_payload(text)) {
           peer_gone(gone->rank, gone->message);
           throw Error(gone->message);
         }
       }
-      if (header.type == static_cast<uint16_t>(wire::FrameType::goodbye)) {
-        // Rank 0 passed this result on and left in order: not a failure.
-        rank0_left_ = true;
-        reader_.reset();
-        return;
-      }
-      fail_here(fmt::format(
-          "bootstrap: protocol error: rank {} got an unexpected {} message #{} from rank 0 at {} "
-          "while waiting for {}",
-          options_.rank, wire::to_string(static_cast<wire::FrameType>(header.type)),
-          header.sequence, address_, waiting_for));
+      return;
     }
     case wire::FrameReader::State::closed:
     case wire::FrameReader::State::failed: {
       std::string message = fmt::format(
           "bootstrap: rank {} lost its connection to rank 0 at {} while waiting for {}: {}{}",
           options_.rank, address_, waiting_for,
-          reader_.state() == wire::FrameReader::State::closed ? "rank 0 " : "", reader_.problem());
+          state == wire::FrameReader::State::closed ? "rank 0 " : "", reader_.problem());
+      // Without a goodbye: rank 0 died.
       peer_gone(0, message);
       throw Error(message);
     }
@@ -527,6 +491,27 @@ void TcpRendezvousClient::check_rank0(std::string_view waiting_for) {
                       "for {}: {}",
                       options_.rank, address_, waiting_for, reader_.problem()));
   }
+}
+
+void TcpRendezvousClient::check_rank0(std::string_view waiting_for) {
+  fail_if_reported(waiting_for);
+  if (failure_) throw Error(*failure_);
+  if (rank0_left_) return;
+  const wire::FrameReader::State state = reader_.read_available(fd_.get());
+  throw_on_notice(state, waiting_for);
+  if (state != wire::FrameReader::State::complete) return;
+  const wire::FrameHeader& header = reader_.header();
+  if (header.type == static_cast<uint16_t>(wire::FrameType::goodbye)) {
+    // Rank 0 passed this result on and left in order: not a failure.
+    rank0_left_ = true;
+    reader_.reset();
+    return;
+  }
+  fail_here(fmt::format(
+      "bootstrap: protocol error: rank {} got an unexpected {} message #{} from rank 0 at {} "
+      "while waiting for {}",
+      options_.rank, wire::to_string(static_cast<wire::FrameType>(header.type)), header.sequence,
+      address_, waiting_for));
 }
 
 void TcpRendezvousClient::tree_failed(const TreeLinkError& error) {

@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 
 #include <cstring>
+#include <functional>
 
 #include "core/bootstrap/result_tree.hpp"
 #include "tests/unit/bootstrap/test_support.hpp"
@@ -150,10 +151,12 @@ TEST_CASE("tcp bootstrap: a tree parent that dies before passing a result on fai
   CHECK(outcomes[2].results.empty());
 }
 
-TEST_CASE("tcp bootstrap: a stranger on a tree link is refused and the job goes on") {
-  // World 4: rank 3 is hand-driven. It learns its parent (rank 1) from the
-  // welcome, knocks with the wrong token first, then as itself.
-  LogCapture log;
+// A 4-rank job whose rank 3 is hand-driven: it joins, contributes its
+// block, lets `before_link(parent)` act on its parent's tree port (rank 1's),
+// then opens its link as itself and takes the result. Checks that every
+// real rank completed and the result is right.
+void rank3_by_hand(LogCapture& log,
+                   const std::function<void(const wire::TreeParent&)>& before_link) {
   const uint16_t port = net::pick_free_tcp_port();
   auto ranks = start_ranks({0, 1, 2}, [&](int rank) {
     std::unique_ptr<Bootstrap> bootstrap =
@@ -167,10 +170,7 @@ TEST_CASE("tcp bootstrap: a stranger on a tree link is refused and the job goes 
     CHECK(parent.host == "127.0.0.1");
     REQUIRE(parent.port != 0);
     rank3.send(wire::encode_frame(wire::FrameType::block, 1, pattern(3, 0, 16)));
-
-    RawClient stranger(parent.port);
-    stranger.send(hello_frame(3, 4, "not-the-job-token"));
-    CHECK(stranger.read_refusal().empty());  // closed, nothing said
+    before_link(parent);
     RawClient link(parent.port);
     link.send(hello_frame(3, 4, kToken));
     wire::FrameReader result = link.read_frame(1 << 20);
@@ -185,39 +185,28 @@ TEST_CASE("tcp bootstrap: a stranger on a tree link is refused and the job goes 
     CHECK(outcome.ok);
   }
   CHECK(received == concatenation(4, 0, 16));
+}
+
+TEST_CASE("tcp bootstrap: a stranger on a tree link is refused and the job goes on") {
+  // Rank 3 knocks with the wrong token first.
+  LogCapture log;
+  rank3_by_hand(log, [](const wire::TreeParent& parent) {
+    RawClient stranger(parent.port);
+    stranger.send(hello_frame(3, 4, "not-the-job-token"));
+    CHECK(stranger.read_refusal().empty());  // closed, nothing said
+  });
   CHECK(log.contains("refused a result-tree connection"));
   CHECK(log.contains("wrong job token"));
 }
 
 TEST_CASE("tcp bootstrap: idle connections on a tree port do not lock the real child out") {
+  // More idle connections than the parent keeps waiting at once, open
+  // while rank 3 connects.
   LogCapture log;
-  const uint16_t port = net::pick_free_tcp_port();
-  auto ranks = start_ranks({0, 1, 2}, [&](int rank) {
-    std::unique_ptr<Bootstrap> bootstrap =
-        make_tcp_bootstrap(options_for(rank, 4, port), log.logger());
-    return std::vector<std::vector<std::byte>>{bootstrap->allgather(pattern(rank, 0, 16))};
-  });
-  std::vector<std::byte> received;
-  {
-    RawClient rank3(port);
-    const wire::TreeParent parent = join_raw(rank3, 3, 4);
-    rank3.send(wire::encode_frame(wire::FrameType::block, 1, pattern(3, 0, 16)));
-    // More idle connections than the parent keeps waiting at once.
-    std::vector<std::unique_ptr<RawClient>> idle;
+  std::vector<std::unique_ptr<RawClient>> idle;
+  rank3_by_hand(log, [&](const wire::TreeParent& parent) {
     for (int i = 0; i < 20; ++i) idle.push_back(std::make_unique<RawClient>(parent.port));
-    RawClient link(parent.port);
-    link.send(hello_frame(3, 4, kToken));
-    wire::FrameReader result = link.read_frame(1 << 20);
-    CHECK(result.header().type == static_cast<uint16_t>(wire::FrameType::result));
-    received = result.payload();
-    rank3.send(wire::encode_frame(wire::FrameType::goodbye, 1, {}));
-  }
-  std::vector<RankOutcome> outcomes = join_all(ranks);
-  for (const RankOutcome& outcome : outcomes) {
-    INFO(outcome.error);
-    CHECK(outcome.ok);
-  }
-  CHECK(received == concatenation(4, 0, 16));
+  });
   CHECK(log.contains("the oldest goes"));
 }
 
