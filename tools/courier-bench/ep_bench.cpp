@@ -256,9 +256,11 @@ double timed(Context& ctx, F&& call, Context::CopyStats* copies = nullptr) {
 // With the caller's stream (EpOptions::caller_stream) the time runs until
 // the call's work is done (Buffer::synchronize after it); the counts are
 // the call's own (read before that synchronize, which the timing asked
-// for), and the stamp after the call is inside the timing.
+// for). `held`: the GPU times come from held_courier, so no stamps are
+// recorded here and the wall time is the call and its synchronize alone
+// (otherwise the stamp after the call is inside it).
 template <class F>
-double timed_courier(Context& ctx, ep::Buffer& buffer, bool caller_stream, F&& call,
+double timed_courier(Context& ctx, ep::Buffer& buffer, bool caller_stream, bool held, F&& call,
                      Context::CopyStats* copies, GpuCost* cost) {
   if (!buffer.can_count()) {
     return timed(
@@ -272,17 +274,19 @@ double timed_courier(Context& ctx, ep::Buffer& buffer, bool caller_stream, F&& c
   ctx.barrier();
   const Context::CopyStats copied = ctx.copy_stats();
   const ep::Buffer::GpuCounters before = buffer.gpu_counters();
-  buffer.gpu_stamp(0);
+  if (!held) buffer.gpu_stamp(0);
   const double t0 = now_us();
   call();
   double us = now_us() - t0;
-  buffer.gpu_stamp(1);
+  if (!held) buffer.gpu_stamp(1);
+  const double t1 = now_us();
   const ep::Buffer::GpuCounters after = buffer.gpu_counters();
   if (caller_stream) {
+    const double t2 = now_us();
     buffer.synchronize();
-    us = now_us() - t0;
+    us = now_us() - t0 - (t2 - t1);  // (reading the counters is not the call's)
   }
-  cost->gpu_us = buffer.gpu_elapsed_us();
+  if (!held) cost->gpu_us = buffer.gpu_elapsed_us();
   cost->launches = after.kernel_launches - before.kernel_launches;
   cost->host_waits = after.host_waits - before.host_waits;
   const Context::CopyStats now = ctx.copy_stats();
@@ -372,14 +376,15 @@ void bench_ht(Context& ctx, const EpOptions& o, const Setup& s, RawWrites& raw,
       Context::CopyStats dc, cc;
       GpuCost dg, cg;
       const double td = timed_courier(
-          ctx, buffer, o.caller_stream, [&] { got = buffer.dispatch(args); }, &dc, &dg);
+          ctx, buffer, o.caller_stream, held, [&] { got = buffer.dispatch(args); }, &dc, &dg);
       const double tdr = timed(ctx, [&] { raw.run(dispatch_to); });
       for (uint32_t r = 0; r < s.ranks; ++r) {
         combine_to[r] = r == s.me && !loopback() ? 0 : got.handle.recv_counts[r] * s.row_bytes;
       }
       y.set_rows(got.recv_x.tensor().shape[0]);
       const double tc = timed_courier(
-          ctx, buffer, o.caller_stream, [&] { buffer.combine(*y.view(), got.handle); }, &cc, &cg);
+          ctx, buffer, o.caller_stream, held, [&] { buffer.combine(*y.view(), got.handle); }, &cc,
+          &cg);
       const double tcr = timed(ctx, [&] { raw.run(combine_to); });
       if (i < o.warmup) continue;
       d.us.push_back(td);
@@ -450,7 +455,8 @@ void bench_ll(Context& ctx, const EpOptions& o, const Setup& s, RawWrites& raw,
       Context::CopyStats dc, cc;
       GpuCost dg, cg;
       const double td = timed_courier(
-          ctx, buffer, o.caller_stream, [&] { got = buffer.low_latency_dispatch(args); }, &dc, &dg);
+          ctx, buffer, o.caller_stream, held, [&] { got = buffer.low_latency_dispatch(args); }, &dc,
+          &dg);
       const double tdr = timed(ctx, [&] { raw.run(dispatch_to); });
       const std::vector<int64_t> ranges =
           read<int64_t>(ctx, got.packed_recv_layout_range.tensor().data, size_t(per * R));
@@ -463,7 +469,7 @@ void bench_ll(Context& ctx, const EpOptions& o, const Setup& s, RawWrites& raw,
         }
       }
       const double tc = timed_courier(
-          ctx, buffer, o.caller_stream,
+          ctx, buffer, o.caller_stream, held,
           [&] { buffer.low_latency_combine(*y.view(), *idx.view(), *weights.view(), got.handle); },
           &cc, &cg);
       const double tcr = timed(ctx, [&] { raw.run(combine_to); });
