@@ -170,14 +170,13 @@ int ep_ll_dispatch(const courier_gpu_ep_ll_dispatch_v1* job_in, cudaStream_t str
   if (!device::ep::complete_job(job_in, &job)) {
     return fail(-EINVAL, "ep_ll_dispatch: job is NULL or its struct_size too small");
   }
-  uint32_t halves = device::ep::kSendHalf;
   if ((job.fuse & COURIER_GPU_EP_FUSE_RECEIVE) != 0) {
     if (!device::ep::complete_job(job.receive, &receive)) {
       return fail(-EINVAL,
                   "ep_ll_dispatch: FUSE_RECEIVE without a receive job of enough struct_size");
     }
-    halves |= device::ep::kReceiveHalf;
   }
+  const uint32_t halves = device::ep::ll_dispatch_halves(job, receive);
   const uint32_t blocks = device::ep::ll_dispatch_blocks(job, receive, multiprocessors(job.device));
   uint64_t* stamps = timeline.stamps(stream, "ll_dispatch", blocks);
   device::ep::direct::dispatch<<<blocks, device::ep::kLlThreads, 0, stream>>>(job, receive, halves,

@@ -186,18 +186,19 @@ inline constexpr uint32_t kBlockRows = 512;
 
 // Exclusive prefix sum of `value` over the block's threads (blockDim.x <=
 // 1024); *total gets the block's sum. Every thread must call it.
-__device__ __forceinline__ uint32_t block_exclusive_scan(uint32_t value, uint32_t* total) {
-  __shared__ uint32_t sums[1024];
+template <class T>
+__device__ __forceinline__ T block_exclusive_scan(T value, T* total) {
+  __shared__ T sums[1024];
   const uint32_t tid = threadIdx.x;
   sums[tid] = value;
   __syncthreads();
   for (uint32_t step = 1; step < blockDim.x; step *= 2) {
-    const uint32_t add = tid >= step ? sums[tid - step] : 0;
+    const T add = tid >= step ? sums[tid - step] : T{0};
     __syncthreads();
     sums[tid] += add;
     __syncthreads();
   }
-  const uint32_t inclusive = sums[tid];
+  const T inclusive = sums[tid];
   *total = sums[blockDim.x - 1];
   __syncthreads();
   return inclusive - value;
@@ -487,17 +488,29 @@ __device__ __forceinline__ bool wait_released(const uint64_t* flag, uint64_t wan
 inline constexpr uint32_t kMaxTopk = 32;  // direct_misfit: a lane per expert of a token
 
 // Where a token's row goes: for each k, its staging row and scales at the
-// expert's rank (NULL where the token does not go there), found once per
-// token so that the stores only add the channel offset.
+// expert's rank (NULL where the token does not go there), or with own rows
+// (ll_own_rows) for this rank's experts its row of the receive's outputs;
+// found once per token so that the stores only add the channel offset.
+// Own rows under a scales layout have no scales pointer: their expert and
+// slot say where store_scale puts each scale (layout_l -1: not such a row).
 struct TokenDests {
   std::byte* row[kMaxTopk];
   float* scales[kMaxTopk];
+  int32_t layout_l[kMaxTopk];
+  int32_t layout_slot[kMaxTopk];
 };
 
 // The pairs before a token that each thread loads at once when counting
 // the token's slots (one memory round trip for up to kScanAhead * blockDim
 // pairs).
 inline constexpr uint32_t kScanAhead = 4;
+
+// Row `slot` of local expert l in the receive's outputs ([L][R *
+// max_tokens] rows), where an own row (ll_own_rows) goes.
+__device__ __forceinline__ uint64_t ll_own_row(const courier_gpu_ep_ll_dispatch_v1& job, uint32_t l,
+                                               int32_t slot) {
+  return uint64_t{l} * job.num_ranks * job.max_tokens + static_cast<uint32_t>(slot);
+}
 
 // The staging row at expert e's rank of a pair with slot `slot`: block
 // (e's local index, this rank), row slot.
@@ -512,8 +525,10 @@ __device__ __forceinline__ uint64_t ll_staging_row(const courier_gpu_ep_ll_dispa
 // the index is out of range: then, with FUSE_ROUTE, the status says so),
 // each one's slot, the (t', k') before it in token order with the same
 // expert (FUSE_ROUTE), else the slots ep_route wrote, and where its row
-// goes. Nothing is stored at the destinations.
-__device__ __forceinline__ void ll_token_slots(const courier_gpu_ep_ll_dispatch_v1& job, uint32_t t,
+// goes (`own`: the receive whose outputs take this rank's own rows, or
+// NULL). Nothing is stored at the destinations.
+__device__ __forceinline__ void ll_token_slots(const courier_gpu_ep_ll_dispatch_v1& job,
+                                               const courier_gpu_ep_ll_receive_v1* own, uint32_t t,
                                                int32_t* expert, int32_t* slot, uint32_t* before,
                                                TokenDests* dests) {
   const uint32_t K = job.topk, E = job.num_experts, L = E / job.num_ranks;
@@ -565,12 +580,28 @@ __device__ __forceinline__ void ll_token_slots(const courier_gpu_ep_ll_dispatch_
     }
     slot[k] = s;
     if (route) job.route_slots[uint64_t{t} * K + k] = s;
-    if (job.self_rows != nullptr && (expert[k] < 0 || expert[k] / L != job.rank)) {
+    const bool mine = expert[k] >= 0 && static_cast<uint32_t>(expert[k]) / L == job.rank;
+    if (job.self_rows != nullptr && !mine) {
       job.self_rows[uint64_t{t} * K + k] = -1;  // (the receive writes this rank's own)
     }
     dests->row[k] = nullptr;
     dests->scales[k] = nullptr;
-    if (expert[k] >= 0) {
+    dests->layout_l[k] = -1;
+    if (mine && own != nullptr) {
+      // Straight into the outputs: expert l's rows from this rank come first.
+      const uint32_t l = static_cast<uint32_t>(expert[k]) % L;
+      const uint64_t row = ll_own_row(job, l, s);
+      const uint64_t row_bytes =
+          job.fp8 != 0 ? job.hidden : uint64_t{job.hidden} * (job.x_dtype_bits / 8);
+      dests->row[k] = static_cast<std::byte*>(own->x) + row * row_bytes;
+      if (job.fp8 != 0 && own->scales_layout == 0) {
+        dests->scales[k] = own->scales + row * (job.hidden / kFp8Channels);
+      } else if (job.fp8 != 0) {
+        dests->layout_l[k] = static_cast<int32_t>(l);
+        dests->layout_slot[k] = s;
+      }
+      if (job.self_rows != nullptr) job.self_rows[uint64_t{t} * K + k] = static_cast<int32_t>(row);
+    } else if (expert[k] >= 0) {
       const uint32_t to = static_cast<uint32_t>(expert[k]) / L;
       const uint64_t row = ll_staging_row(job, expert[k], s);
       const uint64_t row_bytes =
@@ -631,6 +662,7 @@ __device__ __forceinline__ void ll_load_pass(const courier_gpu_ep_ll_dispatch_v1
 // Stores a pass (ll_load_pass's) to each of the token's destinations:
 // quantized once (FP8: kFp8Lanes lanes per scale) and stored K times.
 __device__ __forceinline__ void ll_store_pass(const courier_gpu_ep_ll_dispatch_v1& job,
+                                              const courier_gpu_ep_ll_receive_v1* own,
                                               uint32_t base, const RowPass& p,
                                               const TokenDests& dests) {
   const uint32_t K = job.topk;
@@ -649,11 +681,24 @@ __device__ __forceinline__ void ll_store_pass(const courier_gpu_ep_ll_dispatch_v
       word[i / 4] |= uint32_t{float_to_e4m3(p.v[i] / scale)} << (8 * (i % 4));
     const uint4 packed{word[0], word[1], word[2], word[3]};
     const bool scale_lane = threadIdx.x % kFp8Lanes == 0;
+    const uint32_t col = c / kFp8Channels, cols = job.hidden / kFp8Channels;
     for (uint32_t k = 0; k < K; ++k) {
       std::byte* row = dests.row[k];
       if (row == nullptr) continue;
       *reinterpret_cast<uint4*>(row + c) = packed;
-      if (scale_lane) dests.scales[k][c / kFp8Channels] = scale;
+      if (!scale_lane) continue;
+      if (dests.scales[k] != nullptr) {
+        dests.scales[k][col] = scale;
+      } else if (dests.layout_l[k] >= 0) {  // an own row under a scales layout
+        const uint64_t rows = uint64_t{job.num_ranks} * job.max_tokens;
+        const auto l = static_cast<uint32_t>(dests.layout_l[k]);
+        const auto slot = static_cast<uint32_t>(dests.layout_slot[k]);
+        store_scale(own->scales, own->scales_layout, cols, rows, l, slot, col, float_bits(scale));
+        // UE8M0's padding bytes past the last scale (four per word).
+        for (uint32_t pad = cols; col + 1 == cols && pad % 4 != 0; ++pad) {
+          store_scale(own->scales, own->scales_layout, cols, rows, l, slot, pad, 0u);
+        }
+      }
     }
     return;
   }
@@ -671,7 +716,8 @@ __device__ __forceinline__ void ll_store_pass(const courier_gpu_ep_ll_dispatch_v
 
 // The rest of token t after its first pass (stored by the caller), its
 // source and k: to each of its destinations.
-__device__ __forceinline__ void ll_store_rest(const courier_gpu_ep_ll_dispatch_v1& job, uint32_t t,
+__device__ __forceinline__ void ll_store_rest(const courier_gpu_ep_ll_dispatch_v1& job,
+                                              const courier_gpu_ep_ll_receive_v1* own, uint32_t t,
                                               const int32_t* expert, const int32_t* slot,
                                               const TokenDests& dests) {
   const uint32_t R = job.num_ranks, K = job.topk, L = job.num_experts / R;
@@ -683,7 +729,7 @@ __device__ __forceinline__ void ll_store_rest(const courier_gpu_ep_ll_dispatch_v
     for (uint64_t base = span; base < end; base += span) {
       RowPass p;
       ll_load_pass(job, t, static_cast<uint32_t>(base), &p);
-      ll_store_pass(job, static_cast<uint32_t>(base), p, dests);
+      ll_store_pass(job, own, static_cast<uint32_t>(base), p, dests);
     }
   } else {
     const std::byte* x = static_cast<const std::byte*>(job.x) + uint64_t{t} * job.hidden * elem;
@@ -694,6 +740,12 @@ __device__ __forceinline__ void ll_store_rest(const courier_gpu_ep_ll_dispatch_v
   }
   if (threadIdx.x < K && expert[threadIdx.x] >= 0) {
     const uint32_t k = threadIdx.x, to = static_cast<uint32_t>(expert[k]) / L;
+    if (to == job.rank && own != nullptr) {  // an own row: its source in the outputs
+      const uint64_t row = ll_own_row(job, static_cast<uint32_t>(expert[k]) % L, slot[k]);
+      own->src[row] = static_cast<int32_t>(t);
+      own->k[row] = static_cast<int32_t>(k);
+      return;
+    }
     const uint64_t row = ll_staging_row(job, expert[k], slot[k]);
     reinterpret_cast<int32_t*>(window(job.peers, to, job.src_off))[row] = static_cast<int32_t>(t);
     reinterpret_cast<int32_t*>(window(job.peers, to, job.k_off))[row] = static_cast<int32_t>(k);
@@ -747,7 +799,7 @@ __device__ __forceinline__ void ll_signal_counts(const courier_gpu_ep_ll_dispatc
 // the ranks' release flags (what it stored two calls ago was read). With
 // FUSE_SIGNAL the last block to finish counts and signals.
 __device__ __forceinline__ void ll_send(const courier_gpu_ep_ll_dispatch_v1& job,
-                                        uint64_t* stamps) {
+                                        const courier_gpu_ep_ll_receive_v1* own, uint64_t* stamps) {
   __shared__ int32_t expert[kMaxTopk];
   __shared__ int32_t slot[kMaxTopk];
   __shared__ uint32_t before[kMaxTopk];
@@ -799,13 +851,13 @@ __device__ __forceinline__ void ll_send(const courier_gpu_ep_ll_dispatch_v1& job
   for (uint32_t t = blockIdx.x; t < job.tokens; t += gridDim.x) {
     RowPass first;  // loaded while the slots are found
     if (vectors && failed == 0) ll_load_pass(job, t, 0, &first);
-    ll_token_slots(job, t, expert, slot, before, &dests);
+    ll_token_slots(job, own, t, expert, slot, before, &dests);
     if (t == blockIdx.x) stamp(stamps, kStampRouted);
     if (to_count) load_counts();
     if (!waited) wait_release();
     if (failed == 0) {
-      if (vectors) ll_store_pass(job, 0, first, dests);
-      ll_store_rest(job, t, expert, slot, dests);
+      if (vectors) ll_store_pass(job, own, 0, first, dests);
+      ll_store_rest(job, own, t, expert, slot, dests);
     }
     if (to_count) add_counts();
     __syncthreads();  // expert, slot and dests are the next token's
@@ -869,8 +921,12 @@ __device__ __forceinline__ void pass_locate(uint32_t j, uint32_t n, const uint32
   while (*s + 1 < R && *within >= begin[*i][*s + 1]) ++*s;
 }
 
+// `own_rows`: the send half of this launch stored this rank's own rows in
+// place (ll_own_rows): each expert's block of rows from this rank comes
+// first and is not moved, the other ranks' follow in the order rank + 1,
+// rank + 2, ... (mod R); without, ranks 0, 1, ... in turn.
 __device__ __forceinline__ void ll_receive_half(const courier_gpu_ep_ll_receive_v1& job,
-                                                uint64_t* stamps) {
+                                                bool own_rows, uint64_t* stamps) {
   __shared__ uint32_t begin[kPassExperts][COURIER_GPU_EP_MAX_RANKS + 1];  // per rank, then total
   __shared__ uint32_t row_begin[kPassExperts + 1];  // the pass's rows per expert, cumulative
   __shared__ uint32_t failed;
@@ -898,6 +954,9 @@ __device__ __forceinline__ void ll_receive_half(const courier_gpu_ep_ll_receive_
                              15u) == 0;
   const uint32_t lane = threadIdx.x % kGroup;
   const uint32_t groups = blockDim.x / kGroup, group = threadIdx.x / kGroup;
+  // The rank whose rows come q-th in each expert, and whose rows are moved.
+  auto rank_at = [&](uint32_t q) { return own_rows ? (job.rank + q) % R : q; };
+  auto moved = [&](uint32_t s) { return !own_rows || s != job.rank; };
   // A row's source and k, and (self_rows) where a row of this rank's own landed.
   auto move_source = [&](uint32_t s, uint64_t from, uint64_t to) {
     const int32_t t = job.staging_src[from], k = job.staging_k[from];
@@ -919,13 +978,14 @@ __device__ __forceinline__ void ll_receive_half(const courier_gpu_ep_ll_receive_
         uint64_t from = 0, to = 0;
         const uint32_t s = locate(chunk + r, &l, &within, &from, &to);
         from_row[r] = static_cast<const std::byte*>(job.staging_x) + from * job.row_bytes;
-        to_row[r] = static_cast<std::byte*>(job.x) + to * job.row_bytes;
+        // (an own row is in place: NULL skips it in block_copy_rows)
+        to_row[r] = moved(s) ? static_cast<std::byte*>(job.x) + to * job.row_bytes : nullptr;
         if (plain_scales) {
           from_scales[r] =
               reinterpret_cast<const std::byte*>(job.staging_scales) + from * scale_bytes;
           to_scales[r] = reinterpret_cast<std::byte*>(job.scales) + to * scale_bytes;
         }
-        move_source(s, from, to);
+        if (moved(s)) move_source(s, from, to);
       }
       __syncthreads();
       block_copy_rows(m, job.row_bytes, from_row, to_row, plain_scales ? scale_bytes : 0,
@@ -938,6 +998,7 @@ __device__ __forceinline__ void ll_receive_half(const courier_gpu_ep_ll_receive_
       uint32_t l = 0, within = 0;
       uint64_t from = 0, to = 0;
       const uint32_t s = locate(j, &l, &within, &from, &to);
+      if (!moved(s)) continue;
       if (!vectors) {
         group_copy(static_cast<std::byte*>(job.x) + to * job.row_bytes,
                    static_cast<const std::byte*>(job.staging_x) + from * job.row_bytes,
@@ -958,50 +1019,65 @@ __device__ __forceinline__ void ll_receive_half(const courier_gpu_ep_ll_receive_
     // Every block reads all the pairs' counts and their prefix sums, then
     // takes an equal share of all the rows (experts hold different numbers
     // of rows: a block per expert would wait for the fullest).
+    // Pair p = l * R + q holds expert l's rows from rank rank_at(q):
+    // pair_begin[p] is where they begin among all the pairs' rows,
+    // move_begin[p] among the rows to move (own rows in place are not).
     __shared__ uint32_t pair_begin[kBalancedPairs + 1];
+    __shared__ uint32_t move_begin[kBalancedPairs + 1];
     for (uint32_t p = threadIdx.x; p < P; p += blockDim.x) {
-      pair_begin[p] = job.records[uint64_t{p % R} * job.num_experts + job.rank * L + p / R];
+      pair_begin[p] =
+          job.records[uint64_t{rank_at(p % R)} * job.num_experts + job.rank * L + p / R];
     }
     if (threadIdx.x == 0) failed = status_of(job.status);
     __syncthreads();
     const uint32_t per = (P + blockDim.x - 1) / blockDim.x;
     const uint32_t run = threadIdx.x * per < P ? threadIdx.x * per : P;
     const uint32_t run_end = run + per < P ? run + per : P;
-    uint32_t sum = 0;
-    for (uint32_t p = run; p < run_end; ++p) sum += pair_begin[p];
-    uint32_t total = 0;
-    uint32_t at = block_exclusive_scan(sum, &total);  // (its barriers order the reads above)
+    // Both sums in one scan: all rows in the high half, rows to move in
+    // the low (which never carries: fewer than 2^32 rows).
+    uint64_t sum = 0;
+    for (uint32_t p = run; p < run_end; ++p) {
+      sum += uint64_t{pair_begin[p]} << 32 | (moved(rank_at(p % R)) ? pair_begin[p] : 0u);
+    }
+    uint64_t totals = 0;
+    uint64_t at = block_exclusive_scan(sum, &totals);  // (its barriers order the reads above)
     for (uint32_t p = run; p < run_end; ++p) {
       const uint32_t count = pair_begin[p];
-      pair_begin[p] = at;
-      at += count;
+      pair_begin[p] = static_cast<uint32_t>(at >> 32);
+      move_begin[p] = static_cast<uint32_t>(at);
+      at += uint64_t{count} << 32 | (moved(rank_at(p % R)) ? count : 0u);
     }
-    if (threadIdx.x == 0) pair_begin[P] = total;
+    const uint32_t total = static_cast<uint32_t>(totals);  // rows to move
+    if (threadIdx.x == 0) {
+      pair_begin[P] = static_cast<uint32_t>(totals >> 32);
+      move_begin[P] = total;
+    }
     __syncthreads();
     // The outputs' counts and ranges, spread over the blocks.
     for (uint64_t p = uint64_t{blockIdx.x} * blockDim.x + threadIdx.x; p < P;
          p += uint64_t{gridDim.x} * blockDim.x) {
       const uint32_t l = static_cast<uint32_t>(p) / R, first = pair_begin[l * R];
       const uint32_t begin_p = pair_begin[p] - first, count = pair_begin[p + 1] - pair_begin[p];
-      job.range[p] = static_cast<int64_t>(uint64_t{begin_p} << 32 | count);
+      job.range[uint64_t{l} * R + rank_at(static_cast<uint32_t>(p % R))] =
+          static_cast<int64_t>(uint64_t{begin_p} << 32 | count);
       if (p % R == 0) job.count[l] = static_cast<int32_t>(pair_begin[(l + 1) * R] - first);
     }
     auto locate = [&](uint32_t j, uint32_t* l, uint32_t* within, uint64_t* from, uint64_t* to) {
-      uint32_t lo = 0, hi = P;  // the last pair whose rows begin at or before j
+      uint32_t lo = 0, hi = P;  // the last pair whose rows to move begin at or before j
       while (hi - lo > 1) {
         const uint32_t mid = (lo + hi) / 2;
-        if (pair_begin[mid] <= j) {
+        if (move_begin[mid] <= j) {
           lo = mid;
         } else {
           hi = mid;
         }
       }
-      const uint32_t p = lo, in_pair = j - pair_begin[p];
+      const uint32_t p = lo, in_pair = j - move_begin[p], s = rank_at(p % R);
       *l = p / R;
       *within = pair_begin[p] - pair_begin[*l * R] + in_pair;
-      *from = uint64_t{p} * job.max_tokens + in_pair;
+      *from = (uint64_t{*l} * R + s) * job.max_tokens + in_pair;
       *to = *l * rows_per_expert + *within;
-      return p % R;
+      return s;
     };
     const uint32_t lo = static_cast<uint32_t>(uint64_t{total} * blockIdx.x / gridDim.x);
     const uint32_t hi = static_cast<uint32_t>(uint64_t{total} * (blockIdx.x + 1) / gridDim.x);
@@ -1013,19 +1089,21 @@ __device__ __forceinline__ void ll_receive_half(const courier_gpu_ep_ll_receive_
     auto expert_l = [&](uint32_t i) { return first + i * gridDim.x; };
     const uint32_t n = pass_experts(first, L);
     // Every (expert, rank) count at once, then each expert's ranges.
+    // begin[i][q]: where the rows of rank rank_at(q) begin in expert i.
     for (uint32_t x = threadIdx.x; x < n * R; x += blockDim.x) {
-      const uint32_t i = x / R, s = x % R;
-      begin[i][s] = job.records[uint64_t{s} * job.num_experts + job.rank * L + expert_l(i)];
+      const uint32_t i = x / R, q = x % R;
+      begin[i][q] =
+          job.records[uint64_t{rank_at(q)} * job.num_experts + job.rank * L + expert_l(i)];
     }
     if (threadIdx.x == 0) failed = status_of(job.status);
     __syncthreads();
     if (threadIdx.x < n) {
       const uint32_t i = threadIdx.x, l = expert_l(i);
       uint32_t sum = 0;
-      for (uint32_t s = 0; s < R; ++s) {
-        const uint32_t count = begin[i][s];
-        begin[i][s] = sum;
-        job.range[uint64_t{l} * R + s] = static_cast<int64_t>(uint64_t{sum} << 32 | count);
+      for (uint32_t q = 0; q < R; ++q) {
+        const uint32_t count = begin[i][q];
+        begin[i][q] = sum;
+        job.range[uint64_t{l} * R + rank_at(q)] = static_cast<int64_t>(uint64_t{sum} << 32 | count);
         sum += count;
       }
       begin[i][R] = sum;
@@ -1034,10 +1112,11 @@ __device__ __forceinline__ void ll_receive_half(const courier_gpu_ep_ll_receive_
     const uint32_t rows = pass_rows(begin, n, R, row_begin);
     // Row j of the pass.
     auto locate = [&](uint32_t j, uint32_t* l, uint32_t* within, uint64_t* from, uint64_t* to) {
-      uint32_t i = 0, s = 0;
-      pass_locate(j, n, row_begin, begin, R, &i, within, &s);
+      uint32_t i = 0, q = 0;
+      pass_locate(j, n, row_begin, begin, R, &i, within, &q);
+      const uint32_t s = rank_at(q);
       *l = expert_l(i);
-      *from = (uint64_t{*l} * R + s) * job.max_tokens + (*within - begin[i][s]);
+      *from = (uint64_t{*l} * R + s) * job.max_tokens + (*within - begin[i][q]);
       *to = *l * rows_per_expert + *within;
       return s;
     };
@@ -1353,7 +1432,10 @@ __device__ __forceinline__ void reduce_half(const courier_gpu_ep_reduce_v1& job,
 // runs the send half, the receive half or (FUSE_RECEIVE, blocks resident
 // together) both; `combine` one half per launch. (The proxy path's are
 // ep::proxy::dispatch and ep::proxy::combine.)
-inline constexpr uint32_t kSendHalf = 1, kReceiveHalf = 2;
+// kOwnRows (with both halves): the send half stores this rank's own rows
+// straight into the receive's outputs, where the receive leaves them
+// (direct_launch.hpp's ll_dispatch_halves decides).
+inline constexpr uint32_t kSendHalf = 1, kReceiveHalf = 2, kOwnRows = 4;
 // The most threads a block of these kernels has (registers are sized for it).
 inline constexpr uint32_t kMaxBlockThreads = 512;
 namespace direct {
@@ -1363,8 +1445,9 @@ __global__ void __launch_bounds__(kMaxBlockThreads, 1)
     dispatch(courier_gpu_ep_ll_dispatch_v1 send, courier_gpu_ep_ll_receive_v1 received,
              uint32_t halves, uint64_t* stamps) {
   stamp(stamps, kStampStart);
-  if ((halves & kSendHalf) != 0) ll_send(send, stamps);
-  if ((halves & kReceiveHalf) != 0) ll_receive_half(received, stamps);
+  const bool own_rows = (halves & kOwnRows) != 0;
+  if ((halves & kSendHalf) != 0) ll_send(send, own_rows ? &received : nullptr, stamps);
+  if ((halves & kReceiveHalf) != 0) ll_receive_half(received, own_rows, stamps);
 }
 // kReduceAhead 0: the send half; otherwise the reduce half with that many
 // loads in flight per thread (reduce_token_bf16). One instance per half, so

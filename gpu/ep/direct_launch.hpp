@@ -44,6 +44,20 @@ inline uint32_t ll_dispatch_blocks(const courier_gpu_ep_ll_dispatch_v1& send,
   return std::min(want, std::max(sms, 1u) * (fused ? 1u : 2u));
 }
 
+// What a low-latency dispatch launch runs (kSendHalf, kReceiveHalf,
+// kOwnRows of direct_kernels.hpp): with FUSE_RECEIVE both halves, and then
+// this rank's own rows go straight into the outputs (the rows a rank sends
+// itself are 1/R of its rows; at EP1 all of them, and then the receive
+// moves nothing) where 16-byte stores into them are aligned; a later
+// receive launch (a hook's) could not know where they went, so only the
+// fused launch does it.
+inline uint32_t ll_dispatch_halves(const courier_gpu_ep_ll_dispatch_v1& send,
+                                   const courier_gpu_ep_ll_receive_v1& receive) {
+  if ((send.fuse & COURIER_GPU_EP_FUSE_RECEIVE) == 0) return kSendHalf;
+  const bool aligned = (reinterpret_cast<uintptr_t>(receive.x) & 15u) == 0;
+  return kSendHalf | kReceiveHalf | (aligned ? kOwnRows : 0u);
+}
+
 // The receive launched alone (a receive hook's launch).
 inline uint32_t ll_receive_blocks(const courier_gpu_ep_ll_receive_v1& job, uint32_t sms) {
   return std::min(ll_receive_want(job, sms), std::max(sms, 1u) * 4u);

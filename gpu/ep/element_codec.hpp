@@ -86,23 +86,33 @@ COURIER_DEVICE_INLINE uint8_t float_to_e4m3(float f) {
 // not 0: column-major and/or UE8M0 exponent bytes four per u32, the bytes
 // past `cols` zero), `rows` rows per expert. Lanes `lane` of `lanes` share
 // the work.
+// Scale c of row `row` of expert l stored as store_scales lays it out: the
+// float, or with UE8M0 its exponent byte (bits: the float's bits, or 0 for
+// a padding byte past `cols`).
+COURIER_DEVICE_INLINE void store_scale(void* scales, uint32_t layout, uint32_t cols, uint64_t rows,
+                                       uint32_t l, uint64_t row, uint32_t c, uint32_t bits) {
+  const bool ue8m0 = (layout & COURIER_GPU_EP_SCALES_UE8M0) != 0;
+  const bool column_major = (layout & COURIER_GPU_EP_SCALES_COLUMN_MAJOR) != 0;
+  const uint32_t words = ue8m0 ? (cols + 3) / 4 : cols;  // per row
+  const uint32_t p = ue8m0 ? c / 4 : c;
+  const uint64_t word = column_major ? (uint64_t{l} * words + p) * rows + row
+                                     : (uint64_t{l} * rows + row) * words + p;
+  if (ue8m0) {
+    static_cast<uint8_t*>(scales)[word * 4 + c % 4] =
+        c < cols ? static_cast<uint8_t>((bits >> 23) & 0xFFu) : uint8_t{0};
+  } else {
+    static_cast<uint32_t*>(scales)[word] = bits;
+  }
+}
+
 COURIER_DEVICE_INLINE void store_scales(void* scales, uint32_t layout, uint32_t cols, uint64_t rows,
                                         uint32_t l, uint64_t row, const void* from, uint32_t lane,
                                         uint32_t lanes) {
   const bool ue8m0 = (layout & COURIER_GPU_EP_SCALES_UE8M0) != 0;
-  const bool column_major = (layout & COURIER_GPU_EP_SCALES_COLUMN_MAJOR) != 0;
-  const uint32_t words = ue8m0 ? (cols + 3) / 4 : cols;  // per row
+  const uint32_t end = ue8m0 ? (cols + 3) / 4 * 4 : cols;  // UE8M0: the padding bytes too
   const auto* bits = static_cast<const uint32_t*>(from);
-  for (uint32_t c = lane; c < (ue8m0 ? words * 4 : cols); c += lanes) {
-    const uint32_t p = ue8m0 ? c / 4 : c;
-    const uint64_t word = column_major ? (uint64_t{l} * words + p) * rows + row
-                                       : (uint64_t{l} * rows + row) * words + p;
-    if (ue8m0) {
-      static_cast<uint8_t*>(scales)[word * 4 + c % 4] =
-          c < cols ? static_cast<uint8_t>((bits[c] >> 23) & 0xFFu) : uint8_t{0};
-    } else {
-      static_cast<uint32_t*>(scales)[word] = bits[c];
-    }
+  for (uint32_t c = lane; c < end; c += lanes) {
+    store_scale(scales, layout, cols, rows, l, row, c, c < cols ? bits[c] : 0u);
   }
 }
 

@@ -408,11 +408,17 @@ typedef struct courier_gpu_ep_ll_dispatch_v1 {
 } courier_gpu_ep_ll_dispatch_v1;
 
 /* Low-latency dispatch, receive half (after the ranks' data flags): per
- * local expert l, the staging blocks of rank 0, 1, ... are packed into the
- * outputs from row 0 (x, scales, src, k: [L][num_ranks * max_tokens]
- * rows), count[l] = sum over s of records[s][rank * L + l] and range[l][s]
- * = (begin << 32) | records[s][rank * L + l]. Then, once every block is
- * done (*done counts them and is left at 0), raises this rank's release
+ * local expert l, the ranks' staging blocks are packed into the outputs
+ * from row 0 (x, scales, src, k: [L][num_ranks * max_tokens] rows), one
+ * block per rank, count[l] = sum over s of records[s][rank * L + l] and
+ * range[l][s] = (begin << 32) | records[s][rank * L + l]. The blocks'
+ * order is the backend's (DeepEP's is that of arrival); consumers read
+ * range. (gpu-cuda and gpu-hip: ranks 0, 1, ... in a receive launch of its
+ * own; in an ep_ll_dispatch launch with FUSE_RECEIVE the send half stores
+ * this rank's own rows straight into the outputs, and its block comes
+ * first, then ranks rank + 1, rank + 2, ... mod num_ranks.) Then, once
+ * every block is done (*done counts them and is left at 0), raises this
+ * rank's release
  * flag at release_off in every window to `epoch`, also when *status is set
  * (then nothing is packed): the senders may store into the staging again.
  * Pointers are this device's memory. */

@@ -60,6 +60,7 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "courier/context.hpp"
@@ -790,14 +791,20 @@ Outcome check_ll(courier::Context& ctx, const Shape& shape, bool bf16) {
     std::vector<Inputs> all;
     for (int s = 0; s < ranks; ++s) all.push_back(inputs_of(shape, s, hidden, topk, experts, call));
     for (int le = 0; le < per; ++le) {
-      int64_t row = 0;
+      // Each rank's rows are one block, in token order, where its layout
+      // range says (the blocks' order is the backend's: DeepEP's is that of
+      // arrival); together the blocks fill rows [0, count) exactly.
+      int64_t rows = 0;
+      std::vector<std::pair<int64_t, int64_t>> blocks;  // (begin, rows) per rank
       for (int s = 0; s < ranks; ++s) {
         const Inputs& in = all[s];
-        const int64_t begin = row;
+        const int64_t begin = range[le * ranks + s] >> 32;
+        int64_t row = begin;
         for (int t = 0; t < in.tokens; ++t) {
           bool chose = false;
           for (int k = 0; k < topk; ++k) chose |= in.idx[t * topk + k] == me * per + le;
           if (!chose) continue;
+          if (row >= slots) break;  // (the range check below fails)
           const float* want = in.x.data() + t * hidden;
           const float* have = packed.data() + (le * slots + row) * hidden;
           c.expect(std::equal(want, want + hidden, have),
@@ -807,13 +814,25 @@ Outcome check_ll(courier::Context& ctx, const Shape& shape, bool bf16) {
                                row, src[le * slots + row], t));
           ++row;
         }
-        c.expect(
-            range[le * ranks + s] == ((begin << 32) | (row - begin)),
-            fmt::format("call {}: layout range of expert {} from rank {} is wrong", call, le, s));
+        c.expect((range[le * ranks + s] & 0xffffffff) == row - begin,
+                 fmt::format("call {}: layout range of expert {} from rank {} counts {} rows, "
+                             "expected {}",
+                             call, le, s, range[le * ranks + s] & 0xffffffff, row - begin));
+        blocks.emplace_back(begin, row - begin);
+        rows += row - begin;
       }
-      c.expect(count[le] == row, fmt::format("call {}: expert {} counts {} rows, expected {}", call,
-                                             le, count[le], row));
-      rows_checked += static_cast<uint64_t>(row);
+      std::sort(blocks.begin(), blocks.end());
+      int64_t end = 0;
+      for (const auto& [begin, n] : blocks) {
+        c.expect(n == 0 || begin == end,
+                 fmt::format("call {}: expert {}'s blocks of rows do not follow each other (one "
+                             "begins at row {} after row {})",
+                             call, le, begin, end));
+        end += n;
+      }
+      c.expect(count[le] == rows, fmt::format("call {}: expert {} counts {} rows, expected {}",
+                                              call, le, count[le], rows));
+      rows_checked += static_cast<uint64_t>(rows);
     }
 
     // Identity experts: send the rows back as they came.
@@ -923,6 +942,8 @@ Outcome check_ll_fp8(courier::Context& ctx, const Shape& shape) {
   std::vector<float> scales(static_cast<size_t>(per * slots * columns));
   ctx.copy(codes.data(), got.packed_recv_x.tensor().data, codes.size());
   ctx.copy(scales.data(), got.packed_recv_x_scales.tensor().data, scales.size() * 4);
+  std::vector<int64_t> range(static_cast<size_t>(per * ranks));
+  ctx.copy(range.data(), got.packed_recv_layout_range.tensor().data, range.size() * 8);
   std::vector<float> dequantized(static_cast<size_t>(per * slots * hidden), 0.0f);
   uint64_t rows = 0;
   std::vector<Inputs> all;
@@ -933,15 +954,19 @@ Outcome check_ll_fp8(courier::Context& ctx, const Shape& shape) {
     quantize(all[s].x, hidden, &all_codes[s], &all_scales[s]);
   }
   for (int le = 0; le < per; ++le) {
-    int64_t row = 0;
     for (int s = 0; s < ranks; ++s) {
       const Inputs& in = all[s];
       const std::vector<uint8_t>& want_codes = all_codes[s];
       const std::vector<float>& want_scales = all_scales[s];
+      // Rank s's rows where its layout range says (check_ll checks the ranges).
+      int64_t row = range[le * ranks + s] >> 32;
       for (int t = 0; t < in.tokens; ++t) {
         bool chose = false;
         for (int k = 0; k < topk; ++k) chose |= in.idx[t * topk + k] == me * per + le;
         if (!chose) continue;
+        if (row >= slots) break;
+        c.expect(row < (range[le * ranks + s] >> 32) + (range[le * ranks + s] & 0xffffffff),
+                 fmt::format("expert {} row {}: past rank {}'s layout range", le, row, s));
         const size_t at = static_cast<size_t>((le * slots + row) * hidden);
         c.expect(std::equal(want_codes.begin() + t * hidden, want_codes.begin() + (t + 1) * hidden,
                             codes.begin() + static_cast<int64_t>(at)),
