@@ -66,10 +66,12 @@ DirectHighThroughput::DirectHighThroughput(Context& ctx, const BufferOptions& op
       windows_(ctx, layout_.total),
       combined_x_{ctx.alloc(uint64_t{options.max_tokens_per_rank} * layout_.row_bytes),
                   ctx.alloc(uint64_t{options.max_tokens_per_rank} * layout_.row_bytes)},
-      readback_(
-          ContextInternals::gpu(ctx),
+      readback_mark_(align_up(
           uint64_t{ranks_} * layout_.record_bytes + 4ull * options.max_tokens_per_rank * ranks_,
-          "mapping the dispatch readback area"),
+          64)),
+      readback_(ContextInternals::gpu(ctx), readback_mark_ + 64,
+                "mapping the dispatch readback area"),
+      marks_(ContextInternals::gpu(ctx).supports(GpuFeature::ep_copy)),
       plan_host_{MappedHostMemory(ContextInternals::gpu(ctx),
                                   4ull * (ranks_ + 1) + 4ull * options.max_tokens_per_rank * ranks_,
                                   "mapping the combine plan"),
@@ -137,14 +139,58 @@ DispatchResult DirectHighThroughput::dispatch(const HtInputs& in, const Dispatch
                            layout_.flag(kNotify, parity, rank_), layout_.flag(kNotify, parity, 0),
                            epoch);
   // The records and the slots to the readback area, then the one wait for
-  // them: the host shapes the outputs by the counts.
+  // them: the host shapes the outputs by the counts. Without a cached
+  // handle or num_worst_tokens nothing in them can refuse the call, so the
+  // rows go out first and the host reads the counts while they travel (a
+  // mark on the stream after the copies); otherwise the host checks the
+  // counts before any row goes.
+  const bool rows_first =
+      windows_.fuses() && marks_ && args.cached_handle == nullptr && args.num_worst_tokens == 0;
   const uint64_t record_bytes = uint64_t{ranks_} * layout_.record_bytes;
   auto* readback = static_cast<std::byte*>(readback_.host());
   windows_.copy(readback, windows_.at(layout_.records[parity]), record_bytes,
                 "reading the counts back");
   windows_.copy(readback + record_bytes, route.slots, uint64_t{in.tokens} * ranks_ * 4,
                 "reading the slots back");
-  windows_.sync("dispatch");
+  auto* mark = reinterpret_cast<uint32_t*>(readback + readback_mark_);
+
+  // Round 2: the rows, straight into every destination's outputs.
+  auto send_rows = [&](uint64_t pad_rows) {
+    courier_gpu_ep_ht_dispatch_v1 job{};
+    job.struct_size = sizeof job;
+    job.device = windows_.device();
+    job.rank = rank_;
+    job.num_ranks = ranks_;
+    job.tokens = in.tokens;
+    job.topk = with_topk ? in.topk : 0;
+    job.experts_per_rank = per_rank;
+    job.row_bytes = fp8 ? in.hidden : in.hidden * (in.dtype == DType::float32 ? 4 : 2);
+    job.scale_cols = fp8 ? in.hidden / kFp8Block : 0;
+    job.record_words = layout_.record_words;
+    job.pad_rows = static_cast<uint32_t>(pad_rows);
+    job.x = in.x;
+    job.x_scales = fp8 ? in.scales : nullptr;
+    job.topk_idx = in.idx;
+    job.topk_weights = in.weights;
+    job.slots = route.slots;
+    job.records = reinterpret_cast<const uint32_t*>(windows_.at(layout_.records[parity]));
+    job.x_off = layout_.recv_x[parity];
+    job.scales_off = layout_.recv_scales[parity];
+    job.idx_off = layout_.recv_idx[parity];
+    job.weights_off = layout_.recv_weights[parity];
+    job.status = windows_.status_device();
+    job.peers = windows_.peers();
+    windows_.check(windows_.ep().ep_ht_dispatch(windows_.backend(), &job), "sending the rows");
+    windows_.signal_and_wait(nullptr, 0, 0, layout_.flag(kData, parity, rank_),
+                             layout_.flag(kData, parity, 0), epoch);
+  };
+  if (rows_first) {
+    windows_.mark(mark, "marking the counts");
+    send_rows(0);
+    windows_.wait_marked(mark, "dispatch");
+  } else {
+    windows_.sync("dispatch");
+  }
   std::vector<uint32_t> records(uint64_t{ranks_} * layout_.record_words);
   std::memcpy(records.data(), readback, records.size() * 4);
 
@@ -183,35 +229,7 @@ DispatchResult DirectHighThroughput::dispatch(const HtInputs& in, const Dispatch
            fmt::format("ep::Buffer::dispatch: {} rows arrive, more than num_worst_tokens {}",
                        received, rows_out));
   }
-
-  // Round 2: the rows, straight into every destination's outputs.
-  courier_gpu_ep_ht_dispatch_v1 job{};
-  job.struct_size = sizeof job;
-  job.device = windows_.device();
-  job.rank = rank_;
-  job.num_ranks = ranks_;
-  job.tokens = in.tokens;
-  job.topk = with_topk ? in.topk : 0;
-  job.experts_per_rank = per_rank;
-  job.row_bytes = fp8 ? in.hidden : in.hidden * (in.dtype == DType::float32 ? 4 : 2);
-  job.scale_cols = fp8 ? in.hidden / kFp8Block : 0;
-  job.record_words = layout_.record_words;
-  job.pad_rows = static_cast<uint32_t>(args.num_worst_tokens > 0 ? rows_out : 0);
-  job.x = in.x;
-  job.x_scales = fp8 ? in.scales : nullptr;
-  job.topk_idx = in.idx;
-  job.topk_weights = in.weights;
-  job.slots = route.slots;
-  job.records = reinterpret_cast<const uint32_t*>(windows_.at(layout_.records[parity]));
-  job.x_off = layout_.recv_x[parity];
-  job.scales_off = layout_.recv_scales[parity];
-  job.idx_off = layout_.recv_idx[parity];
-  job.weights_off = layout_.recv_weights[parity];
-  job.status = windows_.status_device();
-  job.peers = windows_.peers();
-  windows_.check(windows_.ep().ep_ht_dispatch(windows_.backend(), &job), "sending the rows");
-  windows_.signal_and_wait(nullptr, 0, 0, layout_.flag(kData, parity, rank_),
-                           layout_.flag(kData, parity, 0), epoch);
+  if (!rows_first) send_rows(args.num_worst_tokens > 0 ? rows_out : 0);
   // While the rows travel: the handle's copy of the slots.
   handle.send_index.resize(uint64_t{in.tokens} * ranks_);
   std::memcpy(handle.send_index.data(), readback + record_bytes, handle.send_index.size() * 4);

@@ -69,6 +69,7 @@ class DirectHighThroughput {
   // Fails call `call` of `phase` (0 dispatch, 1 combine) on every rank:
   // raises this rank's flags marked refused, then throws `why`.
   [[noreturn]] void refuse(uint32_t phase, uint64_t call, const std::string& why);
+  uint64_t marked_waits() const { return windows_.marked_waits(); }
 
  private:
   Context& ctx_;
@@ -79,8 +80,12 @@ class DirectHighThroughput {
   PeerWindows windows_;
   DeviceBuffer combined_x_[2];  // per combine parity, as the dispatch outputs
   // What the host reads after a dispatch's first round (every rank's
-  // record, then this rank's slots), copied there on the EP stream.
+  // record, then this rank's slots), copied there on the EP stream; at
+  // readback_mark_ the word PeerWindows::mark() copies after them.
+  uint64_t readback_mark_;
   MappedHostMemory readback_;
+  // Whether the GPU backend has ep_copy, which the mark needs.
+  bool marks_;
   // The combine plan per combine parity, copied from here to the window's
   // on the EP stream; plan_waits_: host_waits_made() when it was last
   // queued (a host wait since: its copy is done, the area may be rewritten).

@@ -319,7 +319,10 @@ Buffer::GpuCounters Buffer::gpu_counters() const {
   if (s.gpu.ep().ep_counters(s.gpu.handle(), s.device, &counters) != 0) {
     fail("ep::Buffer::gpu_counters: GPU backend '{}': {}", s.gpu.plugin().name, s.gpu.last_error());
   }
-  return {counters.kernel_launches, counters.host_waits};
+  // The host's waits: the backend's stream syncs and the core's own waits
+  // on marks of the stream (a high-throughput dispatch's counts).
+  const uint64_t marked = s.high_throughput ? s.high_throughput->marked_waits() : 0;
+  return {counters.kernel_launches, counters.host_waits + marked};
 }
 
 void Buffer::gpu_stamp(uint32_t slot) {

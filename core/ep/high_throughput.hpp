@@ -38,6 +38,9 @@ class HighThroughput {
   void synchronize() {
     if (proxy_) proxy_->synchronize();
   }
+  // The host's waits on marks of the EP stream so far (PeerWindows::mark),
+  // which the GPU backend's counters do not see.
+  uint64_t marked_waits() const { return direct_ ? direct_->marked_waits() : 0; }
   // Whether the call would not wait on the host (so it can be captured).
   bool defers(const DispatchArgs& args) const { return proxy_ && proxy_->defers(args); }
   bool defers(const DispatchHandle& handle) const { return proxy_ && proxy_->defers(handle); }

@@ -2,8 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <chrono>
 #include <cstring>
 #include <span>
+#include <thread>
 
 #include "core/bootstrap/bootstrap.hpp"
 #include "core/check.hpp"
@@ -124,6 +126,39 @@ void PeerWindows::copy(void* dst, const void* src, uint64_t bytes, const char* w
     return;
   }
   check(ep().ep_copy(backend(), device_, dst, src, bytes), what);
+}
+
+void PeerWindows::mark(uint32_t* word, const char* what) {
+  if (!gpu_.supports(GpuFeature::ep_copy)) fail("ep::Buffer: {}: mark() needs ep_copy", what);
+  *static_cast<volatile uint32_t*>(word) = kMarkPending;
+  check(ep().ep_copy(backend(), device_, word, status_device(), sizeof *word), what);
+}
+
+void PeerWindows::wait_marked(const uint32_t* word, const char* what) {
+  const auto* volatile_word = static_cast<const volatile uint32_t*>(word);
+  // The kernels before the mark give up after the timeout: the copy lands
+  // by then, unless the GPU itself stopped.
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::nanoseconds(timeout_ns_) +
+                       std::chrono::seconds(2);
+  uint32_t status = *volatile_word;
+  for (uint32_t spins = 1; status == kMarkPending; ++spins, status = *volatile_word) {
+    if (spins % 1024 == 0) {
+      if (std::chrono::steady_clock::now() > give_up) {
+        fail(
+            "ep::Buffer::{}: the EP stream did not reach the host's wait within {} s (the GPU "
+            "is stuck or gone)",
+            what, timeout_ns_ / 1000000000ull + 2);
+      }
+      std::this_thread::yield();
+    }
+  }
+  ++waits_;
+  ++marked_waits_;
+  if (status != 0) {
+    wait_stream(what);
+    status_.raise_if_failed(what);
+    fail("ep::Buffer::{}: a kernel reported status {:#x}", what, status);
+  }
 }
 
 namespace {

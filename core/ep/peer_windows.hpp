@@ -85,6 +85,17 @@ class PeerWindows {
   // How many times the host waited for the EP stream through this (what
   // was queued before such a wait is done).
   uint64_t host_waits_made() const { return waits_; }
+  // A point on the EP stream that the host can wait for while the work
+  // queued after it runs: mark() writes kMarkPending into `word` (mapped
+  // host memory), then enqueues a copy of the EP status word over it;
+  // wait_marked() spins until the copy lands (counted in
+  // host_waits_made() and marked_waits(): what was queued before the
+  // mark is done), then, when the status copied says a kernel failed,
+  // waits for the stream and throws as sync() does. Needs ep_copy.
+  static constexpr uint32_t kMarkPending = 0xFFFFFFFFu;
+  void mark(uint32_t* word, const char* what);
+  void wait_marked(const uint32_t* word, const char* what);
+  uint64_t marked_waits() const { return marked_waits_; }
 
   // Throws "<what>: <backend's reason>" when rc is not 0.
   void check(int rc, const char* what) const;
@@ -116,6 +127,7 @@ class PeerWindows {
   std::vector<void*> imported_;
   EpStatus status_;
   uint64_t waits_ = 0;
+  uint64_t marked_waits_ = 0;
 };
 
 }  // namespace courier::ep
