@@ -163,6 +163,7 @@ double total(const std::vector<uint64_t>& bytes) {
 // What one Courier call cost the GPU backend (Buffer::gpu_counters).
 struct GpuCost {
   double gpu_us = 0;
+  double host_us = -1;  // the call until it returned (caller's stream), else -1
   uint64_t launches = 0, host_waits = 0;
 };
 
@@ -177,7 +178,7 @@ struct Series {
   // host (stamps around a call that waits time the host too).
   uint32_t counted = 0;
   uint64_t launches = 0, host_waits = 0;
-  std::vector<double> gpu_us;
+  std::vector<double> gpu_us, host_us;
 };
 
 Series series(std::string phase, std::string path, double bytes) {
@@ -200,6 +201,7 @@ void add(Series& s, const GpuCost& cost, bool counted, bool held) {
   ++s.counted;
   s.launches += cost.launches;
   s.host_waits += cost.host_waits;
+  if (cost.host_us >= 0) s.host_us.push_back(cost.host_us);
   if (!held) add_gpu_time(s, cost);
 }
 
@@ -226,6 +228,11 @@ EpRow summarize(const EpOptions& o, uint32_t tokens, Series s) {
     std::sort(s.gpu_us.begin(), s.gpu_us.end());
     row.gpu_timed = true;
     row.gpu_median_us = s.gpu_us[s.gpu_us.size() / 2];
+  }
+  if (!s.host_us.empty()) {
+    std::sort(s.host_us.begin(), s.host_us.end());
+    row.host_timed = true;
+    row.host_median_us = s.host_us[s.host_us.size() / 2];
   }
   return row;
 }
@@ -282,6 +289,7 @@ double timed_courier(Context& ctx, ep::Buffer& buffer, bool caller_stream, bool 
   const double t1 = now_us();
   const ep::Buffer::GpuCounters after = buffer.gpu_counters();
   if (caller_stream) {
+    cost->host_us = us;
     const double t2 = now_us();
     buffer.synchronize();
     us = now_us() - t0 - (t2 - t1);  // (reading the counters is not the call's)

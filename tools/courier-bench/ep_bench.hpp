@@ -57,6 +57,11 @@ struct EpRow {
   // does time the host too).
   bool counted = false, gpu_timed = false;
   double gpu_median_us = 0;
+  // Courier's calls on the caller's stream (`host_timed`): the median time
+  // until the call returned, before the synchronize that ends its wall
+  // time (what the host spends queueing it).
+  bool host_timed = false;
+  double host_median_us = 0;
   double launches = 0, host_waits = 0;
 };
 
