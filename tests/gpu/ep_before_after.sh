@@ -4,8 +4,9 @@
 # -C DIR`, carried to the GPU host) and this tree, then runs courier-bench ep
 # at the low-latency and high-throughput shapes of docs/performance.md on
 # both, alternately, REPS times, on the Buffer's own stream and the
-# caller's; prints one line per call: median and p99 us, GPU us, kernel
-# launches and host waits per call.
+# caller's; prints one line per call: median and p99 us, GPU us, host us
+# (the call until it returned, caller's stream), kernel launches and host
+# waits per call (from the JSON rows: '-' where a build does not print one).
 #
 #   BEFORE_SRC=/path/to/old/tree tests/gpu/ep_before_after.sh
 # Knobs: TRANSPORT (direct | proxy: nic-ce with loopback), REPS (2), ITERS
@@ -39,8 +40,24 @@ if [ "$TRANSPORT" = proxy ]; then
 fi
 ll=(--mode ll --tokens 128 --hidden 7168 --topk 8 --experts 288 --fp8 --unmasked --iters "$ITERS")
 ht=(--mode ht --tokens 4096 --hidden 7168 --topk 8 --experts 256 --iters "$ITERS")
-printf '%-4s %-7s %-7s %-4s %-9s %9s %9s %8s %9s %6s\n' rep build stream mode phase median p99 \
-  gpu launches waits
+printf '%-4s %-7s %-7s %-4s %-9s %9s %9s %8s %8s %9s %6s\n' rep build stream mode phase median p99 \
+  gpu host launches waits
+# One line per Courier row of the JSON (fields a build does not print: -).
+row='
+import json, sys
+rep, build, stream, mode = sys.argv[1:5]
+for line in sys.stdin:
+    line = line[line.find("{"):]
+    if not line.startswith("{"):
+        continue
+    r = json.loads(line)
+    if not r["path"].startswith("courier-"):
+        continue
+    f = lambda k, fmt="{:.1f}": fmt.format(r[k]) if k in r else "-"
+    print("%-4s %-7s %-7s %-4s %-9s %9s %9s %8s %8s %9s %6s" % (rep, build, stream, mode,
+          r["phase"], f("median_us"), f("p99_us"), f("gpu_median_us"), f("host_median_us"),
+          f("launches_per_call"), f("host_waits_per_call")))
+'
 for rep in $(seq "$REPS"); do
   for which in before after; do
     build=$root/$BUILD
@@ -50,9 +67,8 @@ for rep in $(seq "$REPS"); do
         shape=("${ll[@]}")
         [ "$mode" = ht ] && shape=("${ht[@]}")
         COURIER_BACKEND_PATH=$build/lib/courier "$build/bin/courier-run" --timeout 300 -n 1 \
-          "$build/bin/courier-bench" ep "${shape[@]}" --stream "$stream" 2>&1 |
-          awk -v r="$rep" -v b="$which" -v s="$stream" -v m="$mode" '/courier-(direct|proxy)/ {
-            printf "%-4s %-7s %-7s %-4s %-9s %9s %9s %8s %9s %6s\n", r, b, s, m, $4, $12, $13, $17, $18, $19 }'
+          "$build/bin/courier-bench" ep "${shape[@]}" --stream "$stream" --json 2>&1 |
+          python3 -c "$row" "$rep" "$which" "$stream" "$mode"
       done
     done
   done
