@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <span>
@@ -152,6 +153,9 @@ void PeerWindows::wait_marked(const uint32_t* word, const char* what) {
       std::this_thread::yield();
     }
   }
+  // What the copies before the mark wrote is read after the mark (an
+  // aarch64 host orders loads only with a fence).
+  std::atomic_thread_fence(std::memory_order_acquire);
   ++waits_;
   ++marked_waits_;
   if (status != 0) {

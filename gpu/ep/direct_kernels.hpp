@@ -695,7 +695,8 @@ __device__ __forceinline__ void ll_store_pass(const courier_gpu_ep_ll_dispatch_v
         const auto slot = static_cast<uint32_t>(dests.layout_slot[k]);
         store_scale(own->scales, own->scales_layout, cols, rows, l, slot, col, float_bits(scale));
         // UE8M0's padding bytes past the last scale (four per word).
-        for (uint32_t pad = cols; col + 1 == cols && pad % 4 != 0; ++pad) {
+        const bool ue8m0 = (own->scales_layout & COURIER_GPU_EP_SCALES_UE8M0) != 0;
+        for (uint32_t pad = cols; ue8m0 && col + 1 == cols && pad % 4 != 0; ++pad) {
           store_scale(own->scales, own->scales_layout, cols, rows, l, slot, pad, 0u);
         }
       }
@@ -1168,7 +1169,11 @@ __device__ __forceinline__ void combine_send_half(const courier_gpu_ep_combine_s
     // A block takes its local experts kPassExperts at a time (as the
     // receive did): all the rows they received go back in one block-wide
     // copy.
-    __shared__ uint32_t begin[kPassExperts][COURIER_GPU_EP_MAX_RANKS + 1];  // per rank, then total
+    // Per rank, its rows' begin and count, then the total: the ranks' blocks
+    // in the order the dispatch packed them (gpu_v1.h: the backend's order,
+    // not always 0, 1, ...), so a row's rank is the block that holds it.
+    __shared__ uint32_t begin[kPassExperts][COURIER_GPU_EP_MAX_RANKS + 1];
+    __shared__ uint32_t count[kPassExperts][COURIER_GPU_EP_MAX_RANKS];
     __shared__ uint32_t row_begin[kPassExperts + 1];
     __shared__ const std::byte* from_row[kBlockRows];
     __shared__ std::byte* to_row[kBlockRows];
@@ -1180,17 +1185,24 @@ __device__ __forceinline__ void combine_send_half(const courier_gpu_ep_combine_s
       const uint32_t n = pass_experts(pass, L);
       for (uint32_t v = threadIdx.x; v < n * (R + 1); v += blockDim.x) {
         const uint32_t i = v / (R + 1), s = v % (R + 1), l = expert_l(i);
-        begin[i][s] =
-            s < R
-                ? static_cast<uint32_t>(static_cast<uint64_t>(job.range[uint64_t{l} * R + s]) >> 32)
-                : static_cast<uint32_t>(job.count[l]);
+        if (s == R) {
+          begin[i][R] = static_cast<uint32_t>(job.count[l]);
+          continue;
+        }
+        const auto range = static_cast<uint64_t>(job.range[uint64_t{l} * R + s]);
+        begin[i][s] = static_cast<uint32_t>(range >> 32);
+        count[i][s] = static_cast<uint32_t>(range);
       }
       const uint32_t rows = pass_rows(begin, n, R, row_begin);
       for (uint32_t chunk = 0; chunk < rows; chunk += kBlockRows) {
         const uint32_t m = rows - chunk < kBlockRows ? rows - chunk : kBlockRows;
         for (uint32_t r = threadIdx.x; r < m; r += blockDim.x) {
-          uint32_t i = 0, within = 0, s = 0;
-          pass_locate(chunk + r, n, row_begin, begin, R, &i, &within, &s);
+          const uint32_t j = chunk + r;
+          uint32_t i = 0;
+          while (i + 1 < n && j >= row_begin[i + 1]) ++i;
+          const uint32_t within = j - row_begin[i];
+          uint32_t s = 0;
+          while (s + 1 < R && !(within >= begin[i][s] && within - begin[i][s] < count[i][s])) ++s;
           const uint64_t row = uint64_t{expert_l(i)} * job.rows_per_expert + within;
           const uint64_t slot =
               uint64_t(job.src[row]) * job.topk + static_cast<uint32_t>(job.k[row]);
