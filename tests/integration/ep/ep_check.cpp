@@ -29,8 +29,10 @@
 //                   arrive bit-exact; bfloat16 combine right
 //   ll-float32,     low-latency dispatch (once at once, once through the
 //   ll-bfloat16     receive hook), then combine: per local expert, the rows
-//                   of every rank's tokens that chose it, in rank then token
-//                   order, counts, source indices and layout ranges right;
+//                   of every rank's tokens that chose it, one block per
+//                   rank where its layout range says (the blocks tile the
+//                   expert's rows), in token order within it; counts and
+//                   source indices right;
 //                   combine of the rows as they came gives x * (sum of the
 //                   token's weights)
 //   ll-fp8          use_fp8: rows quantized by Courier equal an independent
