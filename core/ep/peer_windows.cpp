@@ -2,7 +2,6 @@
 
 #include <fmt/format.h>
 
-#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <span>
@@ -136,13 +135,15 @@ void PeerWindows::mark(uint32_t* word, const char* what) {
 }
 
 void PeerWindows::wait_marked(const uint32_t* word, const char* what) {
-  const auto* volatile_word = static_cast<const volatile uint32_t*>(word);
+  // Acquire loads: what the copies before the mark wrote is read after it
+  // (an aarch64 host orders loads only so).
+  auto load = [word] { return __atomic_load_n(word, __ATOMIC_ACQUIRE); };
   // The kernels before the mark give up after the timeout: the copy lands
   // by then, unless the GPU itself stopped.
   const auto give_up = std::chrono::steady_clock::now() + std::chrono::nanoseconds(timeout_ns_) +
                        std::chrono::seconds(2);
-  uint32_t status = *volatile_word;
-  for (uint32_t spins = 1; status == kMarkPending; ++spins, status = *volatile_word) {
+  uint32_t status = load();
+  for (uint32_t spins = 1; status == kMarkPending; ++spins, status = load()) {
     if (spins % 1024 == 0) {
       if (std::chrono::steady_clock::now() > give_up) {
         fail(
@@ -153,9 +154,6 @@ void PeerWindows::wait_marked(const uint32_t* word, const char* what) {
       std::this_thread::yield();
     }
   }
-  // What the copies before the mark wrote is read after the mark (an
-  // aarch64 host orders loads only with a fence).
-  std::atomic_thread_fence(std::memory_order_acquire);
   ++waits_;
   ++marked_waits_;
   if (status != 0) {
