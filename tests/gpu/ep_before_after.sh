@@ -4,7 +4,8 @@
 # -C DIR`, carried to the GPU host) and this tree, then runs courier-bench ep
 # at the low-latency and high-throughput shapes of docs/performance.md on
 # both, alternately, REPS times, on the Buffer's own stream and the
-# caller's; prints one line per call: median and p99 us, GPU us, host us
+# caller's (high-throughput in bfloat16 and, its FP8 twin, --fp8: a build
+# whose bench refuses that prints no row for it); prints one line per call: median and p99 us, GPU us, host us
 # (the call until it returned, caller's stream), kernel launches and host
 # waits per call (from the JSON rows: '-' where a build does not print one).
 #
@@ -40,6 +41,7 @@ if [ "$TRANSPORT" = proxy ]; then
 fi
 ll=(--mode ll --tokens 128 --hidden 7168 --topk 8 --experts 288 --fp8 --unmasked --iters "$ITERS")
 ht=(--mode ht --tokens 4096 --hidden 7168 --topk 8 --experts 256 --iters "$ITERS")
+ht8=("${ht[@]}" --fp8)  # the twin of the low-latency shape (FP8 dispatch)
 printf '%-4s %-7s %-7s %-4s %-9s %9s %9s %8s %8s %9s %6s\n' rep build stream mode phase median p99 \
   gpu host launches waits
 # One line per Courier row of the JSON (fields a build does not print: -).
@@ -63,9 +65,10 @@ for rep in $(seq "$REPS"); do
     build=$root/$BUILD
     [ "$which" = before ] && build=$before_build
     for stream in own caller; do
-      for mode in ll ht; do
+      for mode in ll ht ht8; do
         shape=("${ll[@]}")
         [ "$mode" = ht ] && shape=("${ht[@]}")
+        [ "$mode" = ht8 ] && shape=("${ht8[@]}")
         COURIER_BACKEND_PATH=$build/lib/courier "$build/bin/courier-run" --timeout 300 -n 1 \
           "$build/bin/courier-bench" ep "${shape[@]}" --stream "$stream" --json 2>&1 |
           python3 -c "$row" "$rep" "$which" "$stream" "$mode"

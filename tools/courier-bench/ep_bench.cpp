@@ -16,6 +16,7 @@ namespace courier::bench {
 namespace {
 
 constexpr DLDataType kBf16{kDLBfloat, 16, 1};
+constexpr DLDataType kFp8{kDLFloat, 8, 1};  // e4m3
 constexpr DLDataType kF32{kDLFloat, 32, 1};
 constexpr DLDataType kI64{kDLInt, 64, 1};
 constexpr DLDataType kI32{kDLInt, 32, 1};
@@ -208,7 +209,7 @@ void add(Series& s, const GpuCost& cost, bool counted, bool held) {
 EpRow summarize(const EpOptions& o, uint32_t tokens, Series s) {
   std::sort(s.us.begin(), s.us.end());
   EpRow row;
-  row.mode = o.mode == "ll" && o.fp8 ? "ll-fp8" : o.mode;
+  row.mode = o.fp8 ? o.mode + "-fp8" : o.mode;
   row.phase = s.phase;
   row.path = s.path;
   row.tokens = tokens;
@@ -353,7 +354,10 @@ void bench_ht(Context& ctx, const EpOptions& o, const Setup& s, RawWrites& raw,
   const bool held = buffer.can_hold() && o.caller_stream;
   const DLDevice dev = buffer.device();
   const int64_t T = s.max_tokens, R = s.ranks;
-  Tensor x(ctx, dev, kBf16, {T, o.hidden}), idx(ctx, dev, kI64, {T, o.topk}),
+  // --fp8: x goes as FP8 e4m3 with a float scale per 128 channels (as
+  // DeepEP's high-throughput dispatch takes it); combine stays bfloat16.
+  Tensor x(ctx, dev, o.fp8 ? kFp8 : kBf16, {T, o.hidden}), idx(ctx, dev, kI64, {T, o.topk}),
+      scales(ctx, dev, kF32, {T, o.fp8 ? o.hidden / 128 : 1}),
       weights(ctx, dev, kF32, {T, o.topk}), per_rank(ctx, dev, kI32, {R}),
       per_expert(ctx, dev, kI32, {o.experts}), in_rank(ctx, dev, kBool, {T, R}),
       y(ctx, dev, kBf16, {R * T, o.hidden});
@@ -361,16 +365,18 @@ void bench_ht(Context& ctx, const EpOptions& o, const Setup& s, RawWrites& raw,
     std::mt19937_64 rng(7919ull * s.me + tokens);
     const std::vector<int64_t> routing = random_topk(rng, tokens, o.topk, o.experts, !o.unmasked);
     ctx.copy(idx.data(), routing.data(), routing.size() * 8);
-    for (Tensor* t : {&x, &idx, &weights, &in_rank}) t->set_rows(tokens);
+    for (Tensor* t : {&x, &scales, &idx, &weights, &in_rank}) t->set_rows(tokens);
     buffer.get_dispatch_layout(*idx.view(), static_cast<int>(o.experts),
                                {per_rank.view(), per_expert.view(), in_rank.view()});
     std::vector<uint64_t> dispatch_to(R), combine_to(R);
     const std::vector<int32_t> counts = read<int32_t>(ctx, per_rank.data(), R);
+    const uint64_t sent_row_bytes = o.fp8 ? o.hidden + o.hidden / 128 * 4 : s.row_bytes;
     for (uint32_t d = 0; d < s.ranks; ++d) {
-      dispatch_to[d] = d == s.me && !loopback() ? 0 : counts[d] * s.row_bytes;
+      dispatch_to[d] = d == s.me && !loopback() ? 0 : counts[d] * sent_row_bytes;
     }
     ep::DispatchArgs args;
     args.x = x.view();
+    if (o.fp8) args.x_scales = scales.view();
     args.topk_idx = idx.view();
     args.topk_weights = weights.view();
     args.is_token_in_rank = in_rank.view();
