@@ -357,10 +357,9 @@ void bench_ht(Context& ctx, const EpOptions& o, const Setup& s, RawWrites& raw,
   // --fp8: x goes as FP8 e4m3 with a float scale per 128 channels (as
   // DeepEP's high-throughput dispatch takes it); combine stays bfloat16.
   Tensor x(ctx, dev, o.fp8 ? kFp8 : kBf16, {T, o.hidden}), idx(ctx, dev, kI64, {T, o.topk}),
-      scales(ctx, dev, kF32, {T, o.fp8 ? o.hidden / 128 : 1}),
-      weights(ctx, dev, kF32, {T, o.topk}), per_rank(ctx, dev, kI32, {R}),
-      per_expert(ctx, dev, kI32, {o.experts}), in_rank(ctx, dev, kBool, {T, R}),
-      y(ctx, dev, kBf16, {R * T, o.hidden});
+      scales(ctx, dev, kF32, {T, o.fp8 ? o.hidden / 128 : 1}), weights(ctx, dev, kF32, {T, o.topk}),
+      per_rank(ctx, dev, kI32, {R}), per_expert(ctx, dev, kI32, {o.experts}),
+      in_rank(ctx, dev, kBool, {T, R}), y(ctx, dev, kBf16, {R * T, o.hidden});
   for (uint32_t tokens : o.tokens) {
     std::mt19937_64 rng(7919ull * s.me + tokens);
     const std::vector<int64_t> routing = random_topk(rng, tokens, o.topk, o.experts, !o.unmasked);
