@@ -220,8 +220,18 @@ int ep_reduce(const courier_gpu_ep_reduce_v1* job_in, cudaStream_t stream, EpTim
     return fail(-EINVAL, "ep_reduce: job is NULL or its struct_size too small");
   }
   const courier_gpu_ep_reduce_v1* job = &full;
-  const uint32_t blocks = job->tokens == 0 ? 1 : job->tokens < 4096 ? job->tokens : 4096;
-  const uint32_t threads = device::ep::reduce_threads(*job, multiprocessors(job->device));
+  const uint32_t sms = multiprocessors(job->device);
+  const uint32_t threads = device::ep::reduce_threads(*job, sms);
+  int resident = 1;
+  if (!device::ep::wide_reduce(threads) &&
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+          &resident, device::ep::direct::combine<device::ep::kNarrowReduceAhead>,
+          static_cast<int>(threads), 0) != cudaSuccess) {
+    cudaGetLastError();  // not sticky: one block per SM then
+    resident = 1;
+  }
+  const uint32_t blocks =
+      device::ep::reduce_blocks(*job, threads, sms, static_cast<uint32_t>(resident));
   uint64_t* stamps = timeline.stamps(stream, "reduce", blocks);
   if (device::ep::wide_reduce(threads)) {
     device::ep::direct::combine<device::ep::kWideReduceAhead>

@@ -219,8 +219,18 @@ int ep_reduce(const courier_gpu_ep_reduce_v1* job_in, hipStream_t stream) {
     return fail(-EINVAL, "ep_reduce: job is NULL or its struct_size too small");
   }
   const courier_gpu_ep_reduce_v1* job = &full;
-  const uint32_t blocks = job->tokens == 0 ? 1 : job->tokens < 4096 ? job->tokens : 4096;
-  const uint32_t threads = device::ep::reduce_threads(*job, multiprocessors(job->device));
+  const uint32_t sms = multiprocessors(job->device);
+  const uint32_t threads = device::ep::reduce_threads(*job, sms);
+  int resident = 1;
+  if (!device::ep::wide_reduce(threads) &&
+      hipOccupancyMaxActiveBlocksPerMultiprocessor(
+          &resident, device::ep::direct::combine<device::ep::kNarrowReduceAhead>,
+          static_cast<int>(threads), 0) != hipSuccess) {
+    (void)hipGetLastError();  // one block per multiprocessor then
+    resident = 1;
+  }
+  const uint32_t blocks =
+      device::ep::reduce_blocks(*job, threads, sms, static_cast<uint32_t>(resident));
   if (device::ep::wide_reduce(threads)) {
     hipLaunchKernelGGL(device::ep::direct::combine<device::ep::kWideReduceAhead>, dim3(blocks),
                        dim3(threads), 0, stream, courier_gpu_ep_combine_send_v1{}, *job, nullptr);

@@ -1316,9 +1316,11 @@ __device__ __forceinline__ void reduce_token_bf16(uint32_t hidden, uint32_t term
   }
 }
 
-// ---- ep_reduce: a block per token; each thread 8 channels at a time, the
-// token's slots and weights read once into shared memory, the terms' loads
-// issued before they are summed.
+// ---- ep_reduce: a block per token at a time; each thread 8 channels at a
+// time, the token's slots and weights read once into shared memory, the
+// terms' loads issued before they are summed. A block with several tokens
+// (the launch has fewer blocks than tokens) loads the slots of its next
+// token while it sums this one, so a token costs one memory round trip.
 template <uint32_t kAhead>
 __device__ __forceinline__ void reduce_rows(const courier_gpu_ep_reduce_v1& job) {
   constexpr uint32_t kMaxTerms =
@@ -1333,28 +1335,36 @@ __device__ __forceinline__ void reduce_rows(const courier_gpu_ep_reduce_v1& job)
   const uint64_t slot_bytes = logfmt ? COURIER_GPU_EP_LOGFMT_SLOT_BYTES(job.hidden) : row_bytes;
   const bool by_rank = (job.mode & COURIER_GPU_EP_ROUTE_MASK) == COURIER_GPU_EP_ROUTE_RANKS;
   const auto* rows = static_cast<const std::byte*>(job.rows);
+  // Thread `term` < terms (terms <= kMaxTerms <= blockDim.x) owns that term.
+  const uint32_t term = threadIdx.x;
+  auto slot_of = [&](uint32_t t) {
+    return t < job.tokens && term < job.terms ? job.slots[uint64_t{t} * job.terms + term] : -1;
+  };
+  int32_t next_slot = slot_of(blockIdx.x);
   for (uint32_t t = blockIdx.x; t < job.tokens; t += gridDim.x) {
-    for (uint32_t j = threadIdx.x; j < job.terms; j += blockDim.x) {
-      const int32_t slot = job.slots[uint64_t{t} * job.terms + j];
+    const int32_t slot = next_slot;
+    next_slot = slot_of(t + gridDim.x);  // in flight while this token is summed
+    if (term < job.terms) {
       const std::byte* row = nullptr;
       float w = 0.0f;
-      if (slot >= 0 && by_rank && job.local_rows != nullptr && j == job.local_term) {
+      if (slot >= 0 && by_rank && job.local_rows != nullptr && term == job.local_term) {
         row = static_cast<const std::byte*>(job.local_rows) + uint64_t(slot) * row_bytes;
         w = 1.0f;
       } else if (slot >= 0 && by_rank) {
-        row = rows + (uint64_t{j} * job.rows_per_term + static_cast<uint32_t>(slot)) * slot_bytes;
+        row =
+            rows + (uint64_t{term} * job.rows_per_term + static_cast<uint32_t>(slot)) * slot_bytes;
         w = 1.0f;
       } else if (slot >= 0) {
         const int32_t local = job.local_rows != nullptr && job.local_index != nullptr && !logfmt
-                                  ? job.local_index[uint64_t{t} * job.terms + j]
+                                  ? job.local_index[uint64_t{t} * job.terms + term]
                                   : -1;
         row = local >= 0
                   ? static_cast<const std::byte*>(job.local_rows) + uint64_t(local) * row_bytes
-                  : rows + (uint64_t{t} * job.terms + j) * slot_bytes;
-        w = job.weights[uint64_t{t} * job.terms + j];
+                  : rows + (uint64_t{t} * job.terms + term) * slot_bytes;
+        w = job.weights[uint64_t{t} * job.terms + term];
       }
-      term_row[j] = row;
-      term_weight[j] = w;
+      term_row[term] = row;
+      term_weight[term] = w;
     }
     __syncthreads();
     std::byte* out = static_cast<std::byte*>(job.out) + uint64_t{t} * row_bytes;

@@ -81,6 +81,18 @@ inline uint32_t reduce_threads(const courier_gpu_ep_reduce_v1& job, uint32_t sms
   return job.tokens <= 2 * std::max(sms, 1u) ? kLlThreads : 256u;
 }
 
+// The reduce's blocks: a block per token (few tokens), or, with many, as
+// many as stay resident together (`resident_per_sm` of the narrow instance,
+// from the runtime's occupancy query), each then summing token after
+// token: a block that ends and a new one that starts pay the flags' wait,
+// the status and the block counter again, per token.
+inline uint32_t reduce_blocks(const courier_gpu_ep_reduce_v1& job, uint32_t threads, uint32_t sms,
+                              uint32_t resident_per_sm) {
+  const uint32_t tokens = std::max(job.tokens, 1u);
+  if (threads == kLlThreads) return std::min(tokens, 4096u);
+  return std::min(tokens, std::max(sms, 1u) * std::max(resident_per_sm, 1u));
+}
+
 // The reduce's loads in flight per thread, which its registers follow (the
 // `combine` kernel's instance): wide blocks take a low-latency token's 8
 // terms of two pieces in one memory round trip; narrow ones keep three
