@@ -22,7 +22,7 @@ constexpr std::array<FeatureInfo, kGpuFeatureCount> kFeatures = {{
     {"ep_capture_query", 10}, {"ep_scales_layout", 10},
     {"ep_copy", 11},          {"ep_counters", 12},
     {"ep_fused", 13},         {"ep_local_rows", 14},
-    {"ep_hold", 14},
+    {"ep_hold", 14},          {"ep_ht_fused", 16},
 }};
 
 }  // namespace

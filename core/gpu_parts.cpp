@@ -89,6 +89,7 @@ GpuParts from_flat_fields(const courier_gpu_plugin_v1& ops, uint16_t minor, uint
   if (minor < 5) caps &= ~COURIER_GPU_CAP_EP_LOGFMT;
   if (minor < 13) caps &= ~COURIER_GPU_CAP_EP_FUSED;
   if (minor < 14) caps &= ~COURIER_GPU_CAP_EP_LOCAL_ROWS;
+  if (minor < 16) caps &= ~COURIER_GPU_CAP_EP_HT_FUSED;
 
   const bool minor9 = minor3 && minor >= 9 && COURIER_TABLE_COVERS(ops, ep_set_stream) &&
                       ops.ep_set_stream != nullptr;
@@ -115,7 +116,7 @@ GpuParts from_flat_fields(const courier_gpu_plugin_v1& ops, uint16_t minor, uint
 
 // A plugin of 1.15 or later: its parts, each read up to its struct_size. A
 // capability bit stays only where the entries it needs are there.
-GpuParts from_plugin_parts(const courier_gpu_plugin_v1& ops, uint32_t caps) {
+GpuParts from_plugin_parts(const courier_gpu_plugin_v1& ops, uint16_t minor, uint32_t caps) {
   using Runtime = courier_gpu_runtime_part_v1;
   using Selftest = courier_gpu_selftest_part_v1;
   using Ep = courier_gpu_ep_part_v1;
@@ -189,8 +190,11 @@ GpuParts from_plugin_parts(const courier_gpu_plugin_v1& ops, uint32_t caps) {
     caps &= ~(COURIER_GPU_CAP_EP_FP8_POW2 | COURIER_GPU_CAP_EP_LOGFMT);
   }
   if ((caps & COURIER_GPU_CAP_EP_DIRECT) == 0) {
-    caps &= ~(COURIER_GPU_CAP_EP_FUSED | COURIER_GPU_CAP_EP_LOCAL_ROWS);
+    caps &=
+        ~(COURIER_GPU_CAP_EP_FUSED | COURIER_GPU_CAP_EP_LOCAL_ROWS | COURIER_GPU_CAP_EP_HT_FUSED);
   }
+  // Flags and fields of the jobs of minors after the parts: the minor says.
+  if (minor < 16) caps &= ~COURIER_GPU_CAP_EP_HT_FUSED;
   p.caps = caps;
   return p;
 }
@@ -225,13 +229,14 @@ std::bitset<kGpuFeatureCount> features_of(const GpuParts& p, uint16_t minor) {
   set(GpuFeature::ep_fused, claims(COURIER_GPU_CAP_EP_FUSED));
   set(GpuFeature::ep_local_rows, claims(COURIER_GPU_CAP_EP_LOCAL_ROWS));
   set(GpuFeature::ep_hold, p.ep.ep_hold != nullptr);
+  set(GpuFeature::ep_ht_fused, claims(COURIER_GPU_CAP_EP_HT_FUSED));
   return features;
 }
 
 }  // namespace
 
 GpuParts gpu_parts_of(const courier_gpu_plugin_v1& ops, uint16_t abi_minor, uint32_t caps) {
-  GpuParts parts = abi_minor >= kGpuPartsMinor ? from_plugin_parts(ops, caps)
+  GpuParts parts = abi_minor >= kGpuPartsMinor ? from_plugin_parts(ops, abi_minor, caps)
                                                : from_flat_fields(ops, abi_minor, caps);
   make_complete(parts);
   parts.features = features_of(parts, abi_minor);

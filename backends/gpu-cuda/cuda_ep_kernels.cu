@@ -82,11 +82,6 @@ cudaError_t load_direct_kernels() {
   return cudaSuccess;
 }
 
-template <class Job>
-bool too_small(const Job* job) {
-  return job == nullptr || job->struct_size < sizeof *job;
-}
-
 int launched(const char* what) {
   const cudaError_t rc = cudaGetLastError();
   return rc == cudaSuccess ? 0 : fail(rc, std::string("launching ") + what);
@@ -118,10 +113,22 @@ int ep_hold(uint32_t microseconds, cudaStream_t stream) {
   return launched("the EP hold kernel");
 }
 
-int ep_route(const courier_gpu_ep_route_v1* job, cudaStream_t stream, EpTimeline&) {
-  if (too_small(job)) return fail(-EINVAL, "ep_route: job is NULL or its struct_size too small");
-  const uint32_t blocks = device::ep::route_blocks(*job);
-  device::ep::route_kernel<<<blocks, 1024, 0, stream>>>(*job);
+int ep_route(const courier_gpu_ep_route_v1* job_in, cudaStream_t stream, EpTimeline&) {
+  courier_gpu_ep_route_v1 job;
+  courier_gpu_ep_signal_v1 signal{};
+  if (!device::ep::complete_job(job_in, &job)) {
+    return fail(-EINVAL, "ep_route: job is NULL or its struct_size too small");
+  }
+  if (job.signal != nullptr && !device::ep::complete_job(job.signal, &signal)) {
+    return fail(-EINVAL, "ep_route: a signal job of too small a struct_size");
+  }
+  if (job.signal != nullptr) {
+    if (const char* misfit = device::ep::route_signal_misfit(job, signal)) {
+      return fail(-EINVAL, misfit);
+    }
+  }
+  const uint32_t blocks = device::ep::route_blocks(job);
+  device::ep::route_kernel<<<blocks, 1024, 0, stream>>>(job, signal);
   return launched("the EP route kernel");
 }
 
@@ -144,12 +151,16 @@ int ep_wait(const courier_gpu_ep_wait_v1* job_in, cudaStream_t stream, EpTimelin
   return launched("the EP wait kernel");
 }
 
-int ep_ht_dispatch(const courier_gpu_ep_ht_dispatch_v1* job, cudaStream_t stream, EpTimeline&) {
-  if (too_small(job)) {
+int ep_ht_dispatch(const courier_gpu_ep_ht_dispatch_v1* job_in, cudaStream_t stream, EpTimeline&) {
+  courier_gpu_ep_ht_dispatch_v1 job;
+  if (!device::ep::complete_job(job_in, &job)) {
     return fail(-EINVAL, "ep_ht_dispatch: job is NULL or its struct_size too small");
   }
-  const uint32_t rows = job->tokens > job->pad_rows ? job->tokens : job->pad_rows;
-  device::ep::ht_dispatch_kernel<<<row_blocks(rows), kRowThreads, 0, stream>>>(*job);
+  if (const char* misfit = device::ep::ht_dispatch_signal_misfit(job)) {
+    return fail(-EINVAL, misfit);
+  }
+  const uint32_t rows = job.tokens > job.pad_rows ? job.tokens : job.pad_rows;
+  device::ep::ht_dispatch_kernel<<<row_blocks(rows), kRowThreads, 0, stream>>>(job);
   return launched("the EP high-throughput dispatch kernel");
 }
 
@@ -203,9 +214,10 @@ int ep_combine_send(const courier_gpu_ep_combine_send_v1* job_in, cudaStream_t s
   if (!device::ep::complete_job(job_in, &job)) {
     return fail(-EINVAL, "ep_combine_send: job is NULL or its struct_size too small");
   }
-  const uint64_t rows = (job.mode & COURIER_GPU_EP_ROUTE_MASK) == COURIER_GPU_EP_ROUTE_RANKS
-                            ? job.rows
-                            : uint64_t{job.local_experts} * job.rows_per_expert;
+  const uint64_t rows = (job.mode & COURIER_GPU_EP_ROUTE_MASK) != COURIER_GPU_EP_ROUTE_RANKS
+                            ? uint64_t{job.local_experts} * job.rows_per_expert
+                        : job.records != nullptr ? job.moved_rows
+                                                 : job.rows;
   const uint32_t blocks =
       device::ep::combine_send_blocks(job, row_blocks(rows), multiprocessors(job.device));
   uint64_t* stamps = timeline.stamps(stream, "combine_send", blocks);

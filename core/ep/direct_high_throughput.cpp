@@ -45,11 +45,12 @@ HtDirectLayout::HtDirectLayout(uint32_t ranks, uint32_t max_tokens, uint32_t row
     combine[p] = take(rows * row_bytes);
   }
   flags = take(3ull * 2 * ranks * 8);
-  slots = take(rows * 4);
+  slots[0] = take(rows * 4);
+  slots[1] = take(rows * 4);
   staging = take(record_bytes);
   plan = take(4ull * (ranks + 1) + rows * 4);
   in_rank = take(rows);
-  done = take(8);
+  done = take(16);
   total = at;
 }
 
@@ -92,6 +93,10 @@ void DirectHighThroughput::refuse(uint32_t phase, uint64_t call, const std::stri
   } catch (const Error&) {
     // The refusal itself is the error worth reporting.
   }
+  // A dispatch's peers learn of the refusal where they wait for the counts;
+  // a combine's, where calls do not wait, only at a later call: then their
+  // Buffers break, and this rank's must too.
+  if (phase == 1 && !windows_.host_waits()) windows_.break_with(why);
   windows_.throw_if_broken();  // an earlier call that did not wait failed
   throw CallRefused(why);
 }
@@ -110,6 +115,7 @@ DispatchResult DirectHighThroughput::dispatch(const HtInputs& in, const Dispatch
   const bool fp8 = in.dtype == DType::fp8_e4m3;
   const bool with_topk = in.with_topk;
   windows_.clear_status();
+  dispatched_[parity] = {};  // this parity's slots and records are rewritten
 
   // Round 1: slots and counts, to every rank.
   const uint8_t* in_rank = in.in_rank;
@@ -129,30 +135,56 @@ DispatchResult DirectHighThroughput::dispatch(const HtInputs& in, const Dispatch
   route.num_ranks = ranks_;
   route.topk_idx = in.idx;
   route.in_rank = in_rank;
-  route.slots = reinterpret_cast<int32_t*>(windows_.at(layout_.slots));
+  route.slots = reinterpret_cast<int32_t*>(windows_.at(layout_.slots[parity]));
   route.record = reinterpret_cast<uint32_t*>(windows_.at(layout_.staging));
   route.bad_index = windows_.bad_index_device();
   route.status = windows_.status_device();
-  windows_.check(windows_.ep().ep_route(windows_.backend(), &route), "routing the tokens");
-  windows_.signal_and_wait(windows_.at(layout_.staging), layout_.record_bytes,
-                           layout_.records[parity] + rank_ * layout_.record_bytes,
-                           layout_.flag(kNotify, parity, rank_), layout_.flag(kNotify, parity, 0),
-                           epoch);
-  // The records and the slots to the readback area, then the one wait for
-  // them: the host shapes the outputs by the counts. Without a cached
-  // handle or num_worst_tokens nothing in them can refuse the call, so the
-  // rows go out first and the host reads the counts while they travel (a
-  // mark on the stream after the copies); otherwise the host checks the
-  // counts before any row goes.
-  const bool rows_first =
-      windows_.fuses() && marks_ && args.cached_handle == nullptr && args.num_worst_tokens == 0;
+  // What the host reads: this rank's counts (fused) or every rank's record,
+  // then this rank's slots, then the mark.
   const uint64_t record_bytes = uint64_t{ranks_} * layout_.record_bytes;
   auto* readback = static_cast<std::byte*>(readback_.host());
-  windows_.copy(readback, windows_.at(layout_.records[parity]), record_bytes,
-                "reading the counts back");
-  windows_.copy(readback + record_bytes, route.slots, uint64_t{in.tokens} * ranks_ * 4,
-                "reading the slots back");
   auto* mark = reinterpret_cast<uint32_t*>(readback + readback_mark_);
+  auto* done = reinterpret_cast<uint32_t*>(windows_.at(layout_.done));
+  const uint64_t record_off = layout_.records[parity] + rank_ * layout_.record_bytes;
+  const bool fused = windows_.ht_fused();
+  if (fused) {
+    // One launch counts, signals, waits for every rank's counts and stores
+    // the counts, the slots and the mark into the readback area. Only the
+    // counts of this call's experts travel.
+    const courier_gpu_ep_signal_v1 signal = windows_.signal_and_wait_job(
+        windows_.at(layout_.staging), align_up(4ull * (ranks_ + experts), 16), record_off,
+        layout_.flag(kNotify, parity, rank_), layout_.flag(kNotify, parity, 0), epoch);
+    route.signal = &signal;
+    route.done = done + HtDirectLayout::kDoneRoute;
+    route.records = reinterpret_cast<const uint32_t*>(windows_.at(layout_.records[parity]));
+    route.rank = rank_;
+    route.experts_per_rank = per_rank;
+    route.record_words = layout_.record_words;
+    // The device's addresses of the readback area (the host reads it at
+    // readback, the kernel stores through these).
+    auto* seen_by_device = static_cast<std::byte*>(readback_.device());
+    route.host_counts = reinterpret_cast<uint32_t*>(seen_by_device);
+    route.host_mark = reinterpret_cast<uint32_t*>(seen_by_device + readback_mark_);
+    route.host_slots = reinterpret_cast<int32_t*>(seen_by_device + record_bytes);
+    PeerWindows::arm_mark(mark);
+    windows_.check(windows_.ep().ep_route(windows_.backend(), &route), "routing the tokens");
+  } else {
+    windows_.check(windows_.ep().ep_route(windows_.backend(), &route), "routing the tokens");
+    windows_.signal_and_wait(windows_.at(layout_.staging), layout_.record_bytes, record_off,
+                             layout_.flag(kNotify, parity, rank_), layout_.flag(kNotify, parity, 0),
+                             epoch);
+    windows_.copy(readback, windows_.at(layout_.records[parity]), record_bytes,
+                  "reading the counts back");
+    windows_.copy(readback + record_bytes, route.slots, uint64_t{in.tokens} * ranks_ * 4,
+                  "reading the slots back");
+  }
+  // Then the one wait for them: the host shapes the outputs by the counts.
+  // Without a cached handle or num_worst_tokens nothing in them can refuse
+  // the call, so the rows go out first and the host reads the counts while
+  // they travel (a mark on the stream after them); otherwise the host
+  // checks the counts before any row goes.
+  const bool rows_first = (fused || (windows_.fuses() && marks_)) &&
+                          args.cached_handle == nullptr && args.num_worst_tokens == 0;
 
   // Round 2: the rows, straight into every destination's outputs.
   auto send_rows = [&](uint64_t pad_rows) {
@@ -180,19 +212,27 @@ DispatchResult DirectHighThroughput::dispatch(const HtInputs& in, const Dispatch
     job.weights_off = layout_.recv_weights[parity];
     job.status = windows_.status_device();
     job.peers = windows_.peers();
+    if (fused) {  // the launch's last block signals and waits
+      job.done = done + HtDirectLayout::kDoneRows;
+      job.flag_off = layout_.flag(kData, parity, rank_);
+      job.epoch = epoch;
+      job.wait = windows_.wait_job(layout_.flag(kData, parity, 0), epoch, nullptr);
+    }
     windows_.check(windows_.ep().ep_ht_dispatch(windows_.backend(), &job), "sending the rows");
-    windows_.signal_and_wait(nullptr, 0, 0, layout_.flag(kData, parity, rank_),
-                             layout_.flag(kData, parity, 0), epoch);
+    if (!fused) {
+      windows_.signal_and_wait(nullptr, 0, 0, layout_.flag(kData, parity, rank_),
+                               layout_.flag(kData, parity, 0), epoch);
+    }
   };
   if (rows_first) {
-    windows_.mark(mark, "marking the counts");
+    if (!fused) windows_.mark(mark, "marking the counts");
     send_rows(0);
     windows_.wait_marked(mark, "dispatch");
+  } else if (fused) {
+    windows_.wait_marked(mark, "dispatch");
   } else {
-    windows_.sync("dispatch");
+    windows_.sync_now("dispatch");
   }
-  std::vector<uint32_t> records(uint64_t{ranks_} * layout_.record_words);
-  std::memcpy(records.data(), readback, records.size() * 4);
 
   DispatchHandle handle;
   handle.num_tokens = in.tokens;
@@ -203,14 +243,20 @@ DispatchResult DirectHighThroughput::dispatch(const HtInputs& in, const Dispatch
   DispatchResult result;
   result.num_recv_tokens_per_expert.assign(per_rank, 0);
   uint64_t received = 0;
+  // Fused: the rows from each source, then the tokens per local expert
+  // (summed over the sources); otherwise every source's record.
+  const auto* words = reinterpret_cast<const uint32_t*>(readback);
   for (uint32_t s = 0; s < ranks_; ++s) {
-    const uint32_t* record = records.data() + uint64_t{s} * layout_.record_words;
-    handle.recv_counts.push_back(record[rank_]);
-    received += record[rank_];
-    for (uint32_t l = 0; l < per_rank; ++l) {
+    const uint32_t* record = words + uint64_t{s} * layout_.record_words;
+    handle.recv_counts.push_back(fused ? words[s] : record[rank_]);
+    received += handle.recv_counts.back();
+    for (uint32_t l = 0; l < per_rank && !fused; ++l) {
       result.num_recv_tokens_per_expert[l] +=
           static_cast<int32_t>(record[ranks_ + rank_ * per_rank + l]);
     }
+  }
+  for (uint32_t l = 0; l < per_rank && fused; ++l) {
+    result.num_recv_tokens_per_expert[l] = static_cast<int32_t>(words[ranks_ + l]);
   }
   if (args.cached_handle != nullptr) {
     for (uint32_t s = 0; s < ranks_; ++s) {
@@ -233,7 +279,15 @@ DispatchResult DirectHighThroughput::dispatch(const HtInputs& in, const Dispatch
   // While the rows travel: the handle's copy of the slots.
   handle.send_index.resize(uint64_t{in.tokens} * ranks_);
   std::memcpy(handle.send_index.data(), readback + record_bytes, handle.send_index.size() * 4);
-  windows_.sync("dispatch");
+  // Where a rank may refuse after the counts (a cached handle's, or
+  // num_worst_tokens), its peers learn it at this wait, as it throws; so it
+  // waits on either stream. Otherwise, on the caller's stream, the call
+  // returns with its rows queued.
+  if (rows_first) {
+    windows_.sync("dispatch");
+  } else {
+    windows_.sync_now("dispatch");
+  }
 
   const auto n = static_cast<int64_t>(rows_out);
   const uint32_t columns = with_topk ? in.topk : 0;
@@ -247,8 +301,16 @@ DispatchResult DirectHighThroughput::dispatch(const HtInputs& in, const Dispatch
                                     DLDataType{kDLInt, 64, 1}, {n, columns});
   result.recv_topk_weights = TensorView(windows_.at(layout_.recv_weights[parity]), device_,
                                         DLDataType{kDLFloat, 32, 1}, {n, columns});
+  handle.call = call;
+  dispatched_[parity] = {call, in.tokens, handle.recv_counts};
   result.handle = std::move(handle);
   return result;
+}
+
+bool DirectHighThroughput::plan_on_device(const DispatchHandle& handle) const {
+  const Dispatched& d = dispatched_[handle.call & 1];
+  return windows_.ht_fused() && d.call == handle.call && d.tokens == handle.num_tokens &&
+         d.recv_counts == handle.recv_counts;
 }
 
 CombineResult DirectHighThroughput::combine(const std::byte* x, const DLDataType& dtype,
@@ -256,20 +318,34 @@ CombineResult DirectHighThroughput::combine(const std::byte* x, const DLDataType
   const uint32_t parity = call & 1;
   const uint64_t epoch = call / 2 + 1;
   windows_.clear_status();
-  // The plan from the handle: where each source's rows begin in x, and
-  // which row of each rank holds each token.
-  // Written into this parity's mapped area and copied on the EP stream (no
-  // host wait), once the copy queued from it two combines ago is done.
-  if (plan_waits_[parity] == windows_.host_waits_made()) windows_.synchronize();
-  auto* plan = static_cast<int32_t*>(plan_host_[parity].host());
-  plan[0] = 0;
-  for (uint32_t s = 0; s < ranks_; ++s)
-    plan[s + 1] = plan[s] + static_cast<int32_t>(handle.recv_counts[s]);
-  std::copy(handle.send_index.begin(), handle.send_index.end(), plan + ranks_ + 1);
-  windows_.copy(windows_.at(layout_.plan), plan, (ranks_ + 1 + handle.send_index.size()) * 4,
-                "copying the combine plan");
-  plan_waits_[parity] = windows_.host_waits_made();
-  const auto* begins = reinterpret_cast<const int32_t*>(windows_.at(layout_.plan));
+  // The plan: where each source's rows begin in x, and which row of each
+  // rank holds each token. A handle of one of the last two dispatches finds
+  // it where the dispatch left it in the window (its records and slots).
+  // Otherwise the plan from the handle, written into this parity's mapped
+  // area and copied on the EP stream (no host wait), once the copy queued
+  // from it two combines ago is done.
+  const bool on_device = plan_on_device(handle);
+  uint32_t rows = 0;
+  for (uint32_t c : handle.recv_counts) rows += c;
+  const int32_t* begins = nullptr;
+  const int32_t* slots = nullptr;
+  if (on_device) {
+    slots = reinterpret_cast<const int32_t*>(windows_.at(layout_.slots[handle.call & 1]));
+  } else {
+    if (plan_waits_[parity] == windows_.host_waits_made()) windows_.synchronize();
+    auto* plan = static_cast<int32_t*>(plan_host_[parity].host());
+    plan[0] = 0;
+    for (uint32_t s = 0; s < ranks_; ++s)
+      plan[s + 1] = plan[s] + static_cast<int32_t>(handle.recv_counts[s]);
+    std::copy(handle.send_index.begin(), handle.send_index.end(), plan + ranks_ + 1);
+    windows_.copy(windows_.at(layout_.plan), plan, (ranks_ + 1 + handle.send_index.size()) * 4,
+                  "copying the combine plan");
+    plan_waits_[parity] = windows_.host_waits_made();
+    begins = reinterpret_cast<const int32_t*>(windows_.at(layout_.plan));
+    slots = begins + ranks_ + 1;
+  }
+  uint32_t own_begin = 0;
+  for (uint32_t s = 0; s < rank_; ++s) own_begin += handle.recv_counts[s];
 
   courier_gpu_ep_combine_send_v1 send{};
   send.struct_size = sizeof send;
@@ -278,7 +354,7 @@ CombineResult DirectHighThroughput::combine(const std::byte* x, const DLDataType
   send.rank = rank_;
   send.num_ranks = ranks_;
   send.row_bytes = layout_.row_bytes;
-  send.rows = static_cast<uint32_t>(plan[ranks_]);
+  send.rows = rows;
   send.rows_per_rank = options_.max_tokens_per_rank;
   send.x = x;
   send.begins = begins;
@@ -288,8 +364,13 @@ CombineResult DirectHighThroughput::combine(const std::byte* x, const DLDataType
   auto* done = reinterpret_cast<uint32_t*>(windows_.at(layout_.done));
   // This rank's own rows stay where they are: the reduce reads them in x
   // (16-byte loads: where x allows them).
-  const std::byte* own_rows = x + uint64_t(plan[rank_]) * layout_.row_bytes;
+  const std::byte* own_rows = x + uint64_t{own_begin} * layout_.row_bytes;
   const bool keep_own = windows_.fuses() && (reinterpret_cast<uintptr_t>(own_rows) & 15u) == 0;
+  if (on_device) {
+    send.records = reinterpret_cast<const uint32_t*>(windows_.at(layout_.records[handle.call & 1]));
+    send.record_words = layout_.record_words;
+    send.moved_rows = keep_own ? rows - handle.recv_counts[rank_] : rows;
+  }
   if (windows_.fuses()) {  // the send kernel signals, the reduce kernel waits
     send.flag_off = layout_.flag(kCombine, parity, rank_);
     send.epoch = epoch;
@@ -311,7 +392,7 @@ CombineResult DirectHighThroughput::combine(const std::byte* x, const DLDataType
   reduce.dtype_bits = dtype.bits;
   reduce.terms = ranks_;
   reduce.rows_per_term = options_.max_tokens_per_rank;
-  reduce.slots = begins + ranks_ + 1;
+  reduce.slots = slots;
   reduce.rows = windows_.at(layout_.combine[parity]);
   reduce.out = combined_x_[call & 1].data();
   reduce.status = windows_.status_device();

@@ -47,11 +47,16 @@ struct HtDirectLayout {
   uint64_t record_bytes;
   uint64_t records[2], recv_x[2], recv_scales[2], recv_idx[2], recv_weights[2], combine[2];
   uint64_t flags;  // [phase: notify, data, combine][parity][rank] u64
-  // Local scratch: slots [max_tokens][ranks], this rank's record, the
-  // combine plan (begins [ranks + 1], then send_index [max_tokens][ranks]),
-  // is_token_in_rank of a cached dispatch.
-  uint64_t slots, staging, plan, in_rank;
-  uint64_t done;  // the fused combine's block counters (send, reduce), u32 each
+  // Local scratch: slots [max_tokens][ranks] per dispatch parity (a
+  // combine of one of the last two dispatches reads its slots there), this
+  // rank's record, the combine plan (begins [ranks + 1], then send_index
+  // [max_tokens][ranks]) for older handles, is_token_in_rank of a cached
+  // dispatch.
+  uint64_t slots[2], staging, plan, in_rank;
+  // The fused launches' block counters, u32 each: the combine's send and
+  // reduce, the dispatch's route and rows (GPU ABI 1.16).
+  uint64_t done;
+  static constexpr uint32_t kDoneSend = 0, kDoneReduce = 1, kDoneRoute = 2, kDoneRows = 3;
   uint64_t total;
 
   uint64_t flag(uint32_t phase, uint32_t parity, uint32_t rank) const {
@@ -70,6 +75,11 @@ class DirectHighThroughput {
   // raises this rank's flags marked refused, then throws `why`.
   [[noreturn]] void refuse(uint32_t phase, uint64_t call, const std::string& why);
   uint64_t marked_waits() const { return windows_.marked_waits(); }
+  // false: calls return once queued (a dispatch after the host read its
+  // counts); what their kernels find surfaces at the next call or
+  // synchronize() (docs/ep.md, "Calls that do not wait").
+  void set_host_waits(bool waits) { windows_.set_host_waits(waits); }
+  void synchronize() { windows_.synchronize(); }
 
  private:
   Context& ctx_;
@@ -81,7 +91,9 @@ class DirectHighThroughput {
   DeviceBuffer combined_x_[2];  // per combine parity, as the dispatch outputs
   // What the host reads after a dispatch's first round (every rank's
   // record, then this rank's slots), copied there on the EP stream; at
-  // readback_mark_ the word PeerWindows::mark() copies after them.
+  // readback_mark_ the word PeerWindows::mark() copies after them. With
+  // fused launches (GPU ABI 1.16) the route kernel stores the slots there
+  // itself, this rank's counts in place of the records, then the mark.
   uint64_t readback_mark_;
   MappedHostMemory readback_;
   // Whether the GPU backend has ep_copy, which the mark needs.
@@ -91,6 +103,17 @@ class DirectHighThroughput {
   // queued (a host wait since: its copy is done, the area may be rewritten).
   MappedHostMemory plan_host_[2];
   uint64_t plan_waits_[2] = {~0ull, ~0ull};
+  // Per dispatch parity, the last dispatch that completed (its call, tokens
+  // and counts): a combine of its handle finds its plan in the window
+  // (GPU ABI 1.16). Cleared when a dispatch of that parity starts.
+  struct Dispatched {
+    uint64_t call = ~0ull;
+    uint32_t tokens = 0;
+    std::vector<uint32_t> recv_counts;
+  };
+  Dispatched dispatched_[2];
+  // Whether `handle` is what dispatched_ holds for its parity.
+  bool plan_on_device(const DispatchHandle& handle) const;
 };
 
 }  // namespace courier::ep

@@ -30,13 +30,17 @@ class HighThroughput {
   DispatchResult dispatch(const DispatchArgs& args);
   bool direct() const { return direct_ != nullptr; }
   CombineResult combine(const DLTensor& x, const DispatchHandle& handle);
-  // false: dispatches with num_worst_tokens, and combines of their
-  // handles, return once queued (the proxy path; Buffer::set_stream).
+  // false (Buffer::set_stream): on the proxy path, dispatches with
+  // num_worst_tokens and combines of their handles return once queued; on
+  // the direct path, every combine, and every dispatch once the host has
+  // read the counts.
   void set_host_waits(bool waits) {
     if (proxy_) proxy_->set_host_waits(waits);
+    if (direct_) direct_->set_host_waits(waits);
   }
   void synchronize() {
     if (proxy_) proxy_->synchronize();
+    if (direct_) direct_->synchronize();
   }
   // The host's waits on marks of the EP stream so far (PeerWindows::mark),
   // which the GPU backend's counters do not see.

@@ -130,7 +130,7 @@ void PeerWindows::copy(void* dst, const void* src, uint64_t bytes, const char* w
 
 void PeerWindows::mark(uint32_t* word, const char* what) {
   if (!gpu_.supports(GpuFeature::ep_copy)) fail("ep::Buffer: {}: mark() needs ep_copy", what);
-  *static_cast<volatile uint32_t*>(word) = kMarkPending;
+  arm_mark(word);
   check(ep().ep_copy(backend(), device_, word, status_device(), sizeof *word), what);
 }
 
@@ -146,10 +146,12 @@ void PeerWindows::wait_marked(const uint32_t* word, const char* what) {
   for (uint32_t spins = 1; status == kMarkPending; ++spins, status = load()) {
     if (spins % 1024 == 0) {
       if (std::chrono::steady_clock::now() > give_up) {
-        fail(
+        // The kernels may still store into the readback area, under a
+        // later call's mark: this Buffer cannot be trusted again.
+        status_.break_with(fmt::format(
             "ep::Buffer::{}: the EP stream did not reach the host's wait within {} s (the GPU "
-            "is stuck or gone)",
-            what, timeout_ns_ / 1000000000ull + 2);
+            "is stuck or gone, or the stream is busy with other work)",
+            what, timeout_ns_ / 1000000000ull + 2));
       }
       std::this_thread::yield();
     }
@@ -208,15 +210,24 @@ void PeerWindows::signal(const void* src, uint64_t bytes, uint64_t record_off, u
   check(ep().ep_signal(backend(), &job), "signalling the peers");
 }
 
-void PeerWindows::signal_and_wait(const void* src, uint64_t bytes, uint64_t record_off,
-                                  uint64_t flag_off, uint64_t first_flag, uint64_t epoch,
-                                  const uint64_t* epoch_word) const {
+courier_gpu_ep_signal_v1 PeerWindows::signal_and_wait_job(const void* src, uint64_t bytes,
+                                                          uint64_t record_off, uint64_t flag_off,
+                                                          uint64_t first_flag, uint64_t epoch,
+                                                          const uint64_t* epoch_word) const {
   courier_gpu_ep_signal_v1 job =
       signal_job(device_, rank_, ranks_, src, bytes, record_off, flag_off, epoch);
   job.status = status_device();
   job.peers = peers_;
   job.epoch_word = epoch_word;
   job.wait = wait_job(first_flag, epoch, epoch_word);
+  return job;
+}
+
+void PeerWindows::signal_and_wait(const void* src, uint64_t bytes, uint64_t record_off,
+                                  uint64_t flag_off, uint64_t first_flag, uint64_t epoch,
+                                  const uint64_t* epoch_word) const {
+  const courier_gpu_ep_signal_v1 job =
+      signal_and_wait_job(src, bytes, record_off, flag_off, first_flag, epoch, epoch_word);
   check(ep().ep_signal(backend(), &job), "signalling and waiting for the peers");
 }
 
@@ -227,6 +238,9 @@ void PeerWindows::wait(uint64_t first_flag, uint64_t epoch, const uint64_t* epoc
 
 bool PeerWindows::fuses() const { return gpu_.supports(GpuFeature::ep_fused); }
 bool PeerWindows::local_rows() const { return gpu_.supports(GpuFeature::ep_local_rows); }
+bool PeerWindows::ht_fused() const {
+  return gpu_.supports(GpuFeature::ep_ht_fused) && gpu_.supports(GpuFeature::ep_fused);
+}
 
 void PeerWindows::check(int rc, const char* what) const {
   if (rc != 0) fail("ep::Buffer: {}: {}", what, gpu_.last_error());
@@ -237,6 +251,10 @@ void PeerWindows::sync(const char* what) {
     status_.defer(what);
     return;
   }
+  sync_now(what);
+}
+
+void PeerWindows::sync_now(const char* what) {
   wait_stream(what);
   status_.raise_if_failed(what);
 }

@@ -53,6 +53,9 @@ class PeerWindows {
   // Whether a low-latency combine may leave this rank's own rows in place
   // (COURIER_GPU_CAP_EP_LOCAL_ROWS, GPU ABI 1.14).
   bool local_rows() const;
+  // Whether a high-throughput dispatch takes two launches and leaves what
+  // the host reads in mapped memory (COURIER_GPU_CAP_EP_HT_FUSED, GPU ABI 1.16).
+  bool ht_fused() const;
 
   // The status word and the first bad topk index, as the kernels see them.
   uint32_t* status_device() const { return status_.device(); }
@@ -78,6 +81,12 @@ class PeerWindows {
   // The job of that wait (for the kernels that wait themselves, GPU ABI 1.13).
   courier_gpu_ep_wait_v1 wait_job(uint64_t first_flag, uint64_t epoch,
                                   const uint64_t* epoch_word) const;
+  // The job of signal_and_wait (for the kernels that signal and wait
+  // themselves, GPU ABI 1.16).
+  courier_gpu_ep_signal_v1 signal_and_wait_job(const void* src, uint64_t bytes, uint64_t record_off,
+                                               uint64_t flag_off, uint64_t first_flag,
+                                               uint64_t epoch,
+                                               const uint64_t* epoch_word = nullptr) const;
 
   // Enqueues a copy of `bytes` on the EP stream (GPU ABI 1.11 ep_copy; with
   // a plugin of an older minor, a synchronous copy after a wait for it).
@@ -94,6 +103,9 @@ class PeerWindows {
   // waits for the stream and throws as sync() does. Needs ep_copy.
   static constexpr uint32_t kMarkPending = 0xFFFFFFFFu;
   void mark(uint32_t* word, const char* what);
+  // Only the first half of mark(), for a kernel that stores the status into
+  // `word` itself (ep_route's host_mark, GPU ABI 1.16).
+  static void arm_mark(uint32_t* word) { *static_cast<volatile uint32_t*>(word) = kMarkPending; }
   void wait_marked(const uint32_t* word, const char* what);
   uint64_t marked_waits() const { return marked_waits_; }
 
@@ -104,6 +116,9 @@ class PeerWindows {
   // last ep_wait); or, where calls do not wait (set_host_waits(false)),
   // leaves that to the next call or synchronize().
   void sync(const char* what);
+  // The same, waiting also where calls do not wait (the host needs what the
+  // kernels left: a dispatch's counts).
+  void sync_now(const char* what);
   // Waits for the calls queued so far; throws what those that did not wait
   // found.
   void synchronize();

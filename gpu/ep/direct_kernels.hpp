@@ -250,7 +250,7 @@ __device__ __forceinline__ void route_expert_counts(const courier_gpu_ep_route_v
 // ---- ep_route: one block per group (and, in RANKS mode with topk_idx, one
 // per kRouteExperts experts); tokens in order, each thread a contiguous run
 // of them.
-__global__ void __launch_bounds__(1024) route_kernel(courier_gpu_ep_route_v1 job) {
+__device__ __forceinline__ void route_block(const courier_gpu_ep_route_v1& job) {
   const uint32_t T = job.tokens, K = job.topk, R = job.num_ranks, E = job.num_experts;
   const bool by_rank = job.mode == COURIER_GPU_EP_ROUTE_RANKS;
   const uint32_t groups = by_rank ? R : E;
@@ -385,10 +385,67 @@ __global__ void signal_kernel(courier_gpu_ep_signal_v1 job) {
   }
 }
 
+// Raises this rank's flag at flag_off in every window to `epoch` (with
+// REFUSED_FLAG when *status is set), thread r for rank r: after the block
+// made what it and the blocks before it stored visible at system scope.
+__device__ __forceinline__ void raise_flags(const courier_gpu_ep_peers_v1& peers, uint32_t ranks,
+                                            uint64_t flag_off, uint64_t epoch,
+                                            const uint32_t* status) {
+  if (threadIdx.x < ranks) {
+    const uint64_t refused = status_of(status) != 0 ? COURIER_GPU_EP_REFUSED_FLAG : 0;
+    device::store_release(reinterpret_cast<uint64_t*>(window(peers, threadIdx.x, flag_off)),
+                          epoch | refused);
+  }
+}
+
+// ---- ep_route RANKS with `signal` (minor 16): the launch's last block
+// sends this rank's record and flag to every rank, waits for theirs, and
+// leaves what the host reads in mapped host memory, the mark last, so the
+// host spins on the mark instead of waiting for the stream and copying.
+__device__ __forceinline__ void route_notify(const courier_gpu_ep_route_v1& job,
+                                             const courier_gpu_ep_signal_v1& signal) {
+  const uint32_t R = job.num_ranks, L = job.experts_per_rank;
+  for (uint32_t d = 0; d < R && signal.bytes > 0; ++d) {
+    group_copy(window(signal.peers, d, signal.record_off), signal.src, signal.bytes, threadIdx.x,
+               blockDim.x);
+  }
+  __threadfence_system();
+  __syncthreads();
+  raise_flags(signal.peers, R, signal.flag_off, epoch_of(signal.epoch_word, signal.epoch),
+              signal.status);
+  // While the peers' flags come: the slots (every block's, seen here) to
+  // the host, 16 bytes a store where they allow it.
+  if (job.host_slots != nullptr) {
+    group_copy(job.host_slots, job.slots, uint64_t{job.tokens} * R * 4, threadIdx.x, blockDim.x);
+  }
+  wait_block(signal.wait);  // then every rank's record is in this window
+  for (uint32_t i = threadIdx.x; i < R + L; i += blockDim.x) {
+    uint32_t n = 0;
+    if (i < R) {
+      n = job.records[uint64_t{i} * job.record_words + job.rank];
+    } else {
+      for (uint32_t s = 0; s < R; ++s) {
+        n += job.records[uint64_t{s} * job.record_words + R + job.rank * L + (i - R)];
+      }
+    }
+    job.host_counts[i] = n;
+  }
+  __threadfence_system();
+  __syncthreads();
+  if (threadIdx.x == 0) *const_cast<volatile uint32_t*>(job.host_mark) = status_of(job.status);
+}
+
+// `signal`: the job's *signal where it has one (the backend copies it in).
+__global__ void __launch_bounds__(1024)
+    route_kernel(courier_gpu_ep_route_v1 job, courier_gpu_ep_signal_v1 signal) {
+  route_block(job);
+  if (job.signal != nullptr && last_block(job.done)) route_notify(job, signal);
+}
+
 // ---- ep_ht_dispatch: a group per token; it writes the token to each of its ranks.
 // Two 512-thread blocks per SM (registers within 64), so that 4096 tokens
 // at 16 per block are one wave rather than two.
-__global__ void __launch_bounds__(512, 2) ht_dispatch_kernel(courier_gpu_ep_ht_dispatch_v1 job) {
+__device__ __forceinline__ void ht_dispatch_rows(const courier_gpu_ep_ht_dispatch_v1& job) {
   __shared__ uint32_t begin[COURIER_GPU_EP_MAX_RANKS];
   __shared__ uint32_t received;
   __shared__ uint32_t failed;
@@ -450,7 +507,18 @@ __global__ void __launch_bounds__(512, 2) ht_dispatch_kernel(courier_gpu_ep_ht_d
           window(job.peers, job.rank, job.weights_off))[uint64_t{row} * K + lane] = 0.0f;
     }
   }
+}
+
+// With `done` (minor 16) the last block then signals and waits, as
+// ep_signal with a wait would in a launch of its own.
+__global__ void __launch_bounds__(512, 2) ht_dispatch_kernel(courier_gpu_ep_ht_dispatch_v1 job) {
+  ht_dispatch_rows(job);
   __threadfence_system();
+  if (job.done == nullptr || !last_block(job.done)) return;
+  if (threadIdx.x == 0) __threadfence_system();  // the other blocks' rows, seen here, go first
+  __syncthreads();
+  raise_flags(job.peers, job.num_ranks, job.flag_off, job.epoch, job.status);
+  wait_block(job.wait);
 }
 
 // Loads 4 consecutive elements of a bfloat16 (16 bits) or float32 row as floats.
@@ -1157,11 +1225,36 @@ __device__ __forceinline__ void combine_send_half(const courier_gpu_ep_combine_s
   const uint32_t hidden = job.row_bytes / 2;
   const uint64_t slot_bytes = logfmt ? COURIER_GPU_EP_LOGFMT_SLOT_BYTES(hidden) : job.row_bytes;
   if ((job.mode & COURIER_GPU_EP_ROUTE_MASK) == COURIER_GPU_EP_ROUTE_RANKS) {
-    for (uint32_t i = first; i < job.rows; i += groups) {
+    // Where each source's rows begin in x: from the dispatch's records
+    // (minor 16) or the plan's begins.
+    __shared__ uint32_t begin[COURIER_GPU_EP_MAX_RANKS + 1];
+    const uint32_t R = job.num_ranks;
+    if (job.records != nullptr) {
+      if (threadIdx.x == 0) {
+        uint32_t sum = 0;
+        for (uint32_t s = 0; s < R; ++s) {
+          begin[s] = sum;
+          sum += job.records[uint64_t{s} * job.record_words + job.rank];
+        }
+        begin[R] = sum;
+      }
+    } else {
+      for (uint32_t s = threadIdx.x; s <= R; s += blockDim.x) {
+        begin[s] = static_cast<uint32_t>(job.begins[s]);
+      }
+    }
+    __syncthreads();
+    const uint32_t rows = job.records != nullptr ? begin[R] : job.rows;
+    // With skip_self this rank's own rows stay (the reduce reads them in
+    // x): the groups take the others only.
+    const uint32_t own_begin = begin[job.rank], own = begin[job.rank + 1] - own_begin;
+    const bool skip = job.skip_self != 0;
+    const uint32_t moved = skip ? rows - own : rows;
+    for (uint32_t j = first; j < moved; j += groups) {
+      const uint32_t i = skip && j >= own_begin ? j + own : j;
       uint32_t s = 0;
-      while (s + 1 < job.num_ranks && i >= static_cast<uint32_t>(job.begins[s + 1])) ++s;
-      if (job.skip_self != 0 && s == job.rank) continue;  // the reduce reads it in x
-      const uint64_t slot = uint64_t{job.rank} * job.rows_per_rank + i - job.begins[s];
+      while (s + 1 < R && i >= begin[s + 1]) ++s;
+      const uint64_t slot = uint64_t{job.rank} * job.rows_per_rank + i - begin[s];
       group_copy(window(job.peers, s, job.out_off + slot * job.row_bytes),
                  x + uint64_t{i} * job.row_bytes, job.row_bytes, lane, kGroup);
     }

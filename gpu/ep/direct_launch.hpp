@@ -21,6 +21,31 @@ inline uint32_t route_blocks(const courier_gpu_ep_route_v1& job) {
   return std::max((by_rank ? job.num_ranks : job.num_experts) + counters, 1u);
 }
 
+// What a fused high-throughput job (GPU ABI 1.16) must hold for its
+// kernel: nullptr when it does, else what is missing (the backend refuses
+// the job with it instead of faulting on the device).
+inline const char* route_signal_misfit(const courier_gpu_ep_route_v1& job,
+                                       const courier_gpu_ep_signal_v1& signal) {
+  if (job.mode != COURIER_GPU_EP_ROUTE_RANKS) return "ep_route: a signal needs RANKS mode";
+  if (job.num_ranks == 0 || job.num_ranks > COURIER_GPU_EP_MAX_RANKS ||
+      signal.num_ranks != job.num_ranks || signal.wait.num_ranks != job.num_ranks) {
+    return "ep_route: the signal's ranks differ from the job's (or are not 1..64)";
+  }
+  if (signal.wait.flags == nullptr || job.done == nullptr || job.records == nullptr ||
+      job.host_counts == nullptr || job.host_mark == nullptr) {
+    return "ep_route: a signal needs wait.flags, done, records, host_counts and host_mark";
+  }
+  return nullptr;
+}
+inline const char* ht_dispatch_signal_misfit(const courier_gpu_ep_ht_dispatch_v1& job) {
+  if (job.done == nullptr) return nullptr;
+  if (job.num_ranks == 0 || job.num_ranks > COURIER_GPU_EP_MAX_RANKS ||
+      job.wait.num_ranks != job.num_ranks || job.wait.flags == nullptr) {
+    return "ep_ht_dispatch: done needs wait.flags for the job's ranks (1..64)";
+  }
+  return nullptr;
+}
+
 // Threads of a low-latency dispatch block: a token's 7168 FP8 channels at
 // 16 per thread in one pass; the receive's 16 groups of 32 lanes.
 inline constexpr uint32_t kLlThreads = 512;

@@ -71,6 +71,15 @@ template <>
 constexpr size_t min_job_size<courier_gpu_ep_reduce_v1>() {
   return offsetof(courier_gpu_ep_reduce_v1, epoch_word);  // minor 2
 }
+// The high-throughput dispatch's, fused in minor 16.
+template <>
+constexpr size_t min_job_size<courier_gpu_ep_route_v1>() {
+  return offsetof(courier_gpu_ep_route_v1, signal);  // minor 2
+}
+template <>
+constexpr size_t min_job_size<courier_gpu_ep_ht_dispatch_v1>() {
+  return offsetof(courier_gpu_ep_ht_dispatch_v1, done);  // minor 2
+}
 // And the one that gained its fused signal in minor 13.
 template <>
 constexpr size_t min_job_size<courier_gpu_ep_combine_send_v1>() {

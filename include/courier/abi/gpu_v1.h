@@ -16,7 +16,7 @@ extern "C" {
 #endif
 
 #define COURIER_GPU_ABI_MAJOR 1
-#define COURIER_GPU_ABI_MINOR 15
+#define COURIER_GPU_ABI_MINOR 16
 #define COURIER_GPU_SYMBOL_V1 "courier_gpu_backend_v1"
 
 /* Capability bits (courier_gpu_props_v1.caps). */
@@ -43,6 +43,9 @@ extern "C" {
 /* Minor 14: a low-latency combine's own rows stay in place ("Local rows",
  * below). */
 #define COURIER_GPU_CAP_EP_LOCAL_ROWS (1u << 12)
+/* Minor 16: a high-throughput dispatch in two launches ("Fused
+ * high-throughput dispatch", below). */
+#define COURIER_GPU_CAP_EP_HT_FUSED (1u << 13)
 
 /* Bits of the low-latency dispatches' `fp8` field. QUANTIZE: send e4m3 with
  * one float scale per 128 channels, scale = amax / 448 (1 for an all-zero
@@ -273,6 +276,23 @@ typedef struct courier_gpu_ep_route_v1 {
   uint32_t* record;        /* out */
   uint64_t* bad_index;     /* device memory */
   uint32_t* status;
+  /* ---- minor 16 (COURIER_GPU_CAP_EP_HT_FUSED; "Fused high-throughput
+   * dispatch" below), RANKS mode ---- */
+  /* not NULL: once every block routed, the launch's last block does what
+   * ep_signal does with *signal (its src: `record`; its wait set), then
+   * stores into host_counts, for this rank: [num_ranks] the rows each
+   * source sends it (records[s][rank]), then [experts_per_rank] the tokens
+   * per local expert (the sum over s of records[s][num_ranks + rank *
+   * experts_per_rank + l]), then *status into *host_mark, last. Read
+   * during the call. */
+  const struct courier_gpu_ep_signal_v1* signal;
+  uint32_t* done;          /* with signal: a u32 in device memory, 0 before, left at 0 */
+  const uint32_t* records; /* with signal: this device's records, record_words apart */
+  uint32_t rank, experts_per_rank, record_words, reserved16;
+  uint32_t* host_counts; /* with signal: mapped host memory */
+  uint32_t* host_mark;   /* with signal: mapped host memory */
+  int32_t* host_slots;   /* with signal, not NULL (mapped host memory): the last block
+                          * copies the slots here too, while it waits */
 } courier_gpu_ep_route_v1;
 
 /* Waits until flags[r] >= epoch for every rank r (flags in this device's
@@ -337,7 +357,26 @@ typedef struct courier_gpu_ep_ht_dispatch_v1 {
   uint64_t x_off, scales_off, idx_off, weights_off;
   uint32_t* status;
   courier_gpu_ep_peers_v1 peers;
+  /* ---- minor 16 (COURIER_GPU_CAP_EP_HT_FUSED) ---- */
+  /* done not NULL (a u32 in device memory, 0 before, left at 0): once every
+   * block stored its rows, the last block raises this rank's data flag at
+   * flag_off in every window to `epoch` (with REFUSED_FLAG when *status is
+   * set), then waits as ep_wait does with `wait` (ep_signal's work, in
+   * this launch). */
+  uint32_t* done;
+  uint64_t flag_off, epoch;
+  courier_gpu_ep_wait_v1 wait;
 } courier_gpu_ep_ht_dispatch_v1;
+
+/* Fused high-throughput dispatch (minor 16, COURIER_GPU_CAP_EP_HT_FUSED):
+ * two launches, as DeepEP's (notify, then dispatch), and no copy between
+ * them: ep_route RANKS with `signal` counts, signals, waits for the ranks'
+ * counts and leaves what the host reads (counts, slots, a mark) in mapped
+ * host memory; ep_ht_dispatch with `done` stores the rows, signals and
+ * waits. The host spins on the mark, not on the stream. A combine of one of
+ * the last two dispatches' handles reads where its rows begin in those
+ * records (ep_combine_send `records`) and its slots where the route left
+ * them (ep_reduce `slots`): no plan is copied. */
 
 /* Low-latency dispatch, send half: pair (t, k) with e = topk_idx[t][k] >= 0
  * goes to rank d = e / L (L local experts), expert l = e % L, into d's
@@ -500,6 +539,16 @@ typedef struct courier_gpu_ep_combine_send_v1 {
    * stored. */
   uint32_t skip_self;
   uint32_t reserved13;
+  /* ---- minor 16 (COURIER_GPU_CAP_EP_HT_FUSED), RANKS ---- */
+  /* not NULL: a dispatch's records in this device's memory (record_words
+   * apart), which say where each source's rows begin in x: begins[s] = the
+   * sum over s' < s of records[s'][rank], rows = that sum over every s;
+   * `begins` and `rows` are not read. moved_rows: the rows that leave x
+   * (rows, less this rank's own with skip_self), for which the backend
+   * sizes the launch. */
+  const uint32_t* records;
+  uint32_t record_words;
+  uint32_t moved_rows;
 } courier_gpu_ep_combine_send_v1;
 
 /* Combine's reduce: out[t] = sum over j < terms with slots[t][j] >= 0 of

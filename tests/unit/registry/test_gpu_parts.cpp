@@ -5,6 +5,7 @@
 // The plugins are tests/plugins/gpu_table.c, built as several minors.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstddef>
 #include <cstring>
@@ -162,6 +163,25 @@ TEST_CASE("a 1.8 plugin: nothing past its struct_size is read, later minors' bit
   check_runtime_calls(gpu);
 }
 
+TEST_CASE("ep_ht_fused (minor 16): a plugin of 1.16 keeps it, older ones that claim it do not") {
+  // All three claim COURIER_GPU_CAP_EP_HT_FUSED; only a 1.16 plugin knows
+  // the fields that the core would set with it.
+  Opened parts16(kTableDir, "parts16");
+  REQUIRE(parts16.gpu);
+  CHECK(parts16.gpu->plugin().abi_minor == 16);
+  CHECK(parts16.gpu->supports(GpuFeature::ep_ht_fused));
+  const std::vector<std::string> caps16 = gpu_capability_names(parts16.gpu->props().caps);
+  CHECK(std::find(caps16.begin(), caps16.end(), "ep_ht_fused") != caps16.end());
+  for (const char* older : {"parts", "flat14"}) {
+    CAPTURE(older);
+    Opened opened(kTableDir, older);
+    REQUIRE(opened.gpu);
+    CHECK_FALSE(opened.gpu->supports(GpuFeature::ep_ht_fused));
+    const std::vector<std::string> caps = gpu_capability_names(opened.gpu->props().caps);
+    CHECK(std::find(caps.begin(), caps.end(), "ep_ht_fused") == caps.end());
+  }
+}
+
 TEST_CASE("a 1.15 plugin is called through its parts alone, each read up to its struct_size") {
   Opened opened(kTableDir, "parts");
   REQUIRE(opened.gpu);
@@ -264,11 +284,12 @@ TEST_CASE("every feature has a name and the minor that brought it") {
   CHECK(gpu_feature_minor(GpuFeature::ep_set_stream) == 9);
   CHECK(gpu_feature_minor(GpuFeature::ep_direct) == 2);
   CHECK(gpu_feature_minor(GpuFeature::ep_hold) == 14);
+  CHECK(gpu_feature_minor(GpuFeature::ep_ht_fused) == 16);
   for (size_t i = 0; i < kGpuFeatureCount; ++i) {
     const auto feature = static_cast<GpuFeature>(i);
     CAPTURE(i);
     CHECK_FALSE(to_string(feature).empty());
-    CHECK(gpu_feature_minor(feature) < kGpuPartsMinor);
+    CHECK(gpu_feature_minor(feature) <= COURIER_GPU_ABI_MINOR);
   }
 }
 
