@@ -1004,7 +1004,13 @@ Outcome check_ll_fp8(courier::Context& ctx, const Shape& shape) {
                   rows));
 }
 
-Outcome check_ht_errors(courier::Context& ctx) {
+// on_stream: the Buffer on the caller's stream, where a direct-path
+// dispatch still waits for its counts (so a refusal or a bad index fails
+// every rank at the call, as above) but a combine does not: a refused
+// combine breaks the Buffer on every rank (found at the next call, or at
+// once on the refusing rank); the proxy path's combine of such a handle
+// waits, so its refusal is the plain one.
+Outcome check_ht_errors(courier::Context& ctx, bool on_stream = false) {
   const int ranks = ctx.world_size(), me = ctx.rank();
   const int hidden = 32, topk = 2, experts = 2 * ranks;
   Checks c;
@@ -1021,7 +1027,7 @@ Outcome check_ht_errors(courier::Context& ctx) {
     Tensor weights(ctx, dev, DLDataType{kDLFloat, 32, 1}, {tokens, k});
     Tensor in_rank(ctx, dev, kBool, {tokens, ranks});
     courier::ep::DispatchArgs args = topk_dispatch(x, idx, weights, in_rank, experts);
-    buffer.dispatch(args);
+    return buffer.dispatch(args);
   };
   // The rank with bad input: rank 1 (rank 0 alone in a one-rank job, where
   // only its own error can be checked).
@@ -1029,6 +1035,7 @@ Outcome check_ht_errors(courier::Context& ctx) {
   const std::string refused = fmt::format("rank {} refused its arguments", bad);
   {
     courier::ep::Buffer buffer(ctx, options);
+    if (on_stream) buffer.set_stream(nullptr);
     run(buffer, 8, topk);  // a good first call
     expect_error(
         c, fmt::format("too many tokens (rank {})", bad),
@@ -1039,14 +1046,44 @@ Outcome check_ht_errors(courier::Context& ctx) {
         c, fmt::format("an expert index past the end (rank {})", bad),
         me == bad ? "is outside [-1, " : refused,
         [&] { run(buffer, 8, topk, me == bad ? experts : 0); }, kRefusal);
-    run(buffer, 8, topk);
+    const courier::ep::DispatchResult got = run(buffer, 8, topk);
+    if (on_stream) {
+      // A combine whose x has a row too many on the bad rank.
+      const int64_t rows = got.recv_x.tensor().shape[0];
+      Tensor y(ctx, buffer.device(), DLDataType{kDLFloat, 32, 1},
+               {rows + (me == bad ? 1 : 0), hidden});
+      const bool direct = std::string(buffer.transport()) == "direct";
+      if (!direct) {
+        expect_error(
+            c, "a combine with a row too many", me == bad ? "x: shape" : refused,
+            [&] { buffer.combine(*y.view(), got.handle); }, kRefusal);
+      } else if (me == bad) {
+        expect_error(c, "a combine with a row too many, where combines do not wait",
+                     "make a new Buffer", [&] { buffer.combine(*y.view(), got.handle); });
+      } else {
+        buffer.combine(*y.view(), got.handle);  // returns: the refusal is found later
+        expect_error(c, "synchronize after the peer refused a combine that did not wait", refused,
+                     [&] { buffer.synchronize(); });
+      }
+      if (direct) {
+        expect_error(c, "a dispatch after the refused combine", "make a new Buffer",
+                     [&] { run(buffer, 8, topk); });
+      }
+    }
   }
-  if (ranks > 1) {  // a configuration that differs needs two ranks
+  if (ranks > 1 && !on_stream) {  // a configuration that differs needs two ranks
     courier::ep::Buffer buffer(ctx, options);
     expect_error(
         c, "top-k differs between ranks at the first call",
         "every rank must use the same configuration", [&] { run(buffer, 8, me == 0 ? 1 : 2); },
         kRefusal);
+  }
+  if (on_stream) {
+    return c.outcome(
+        "on the caller's stream a refused dispatch (too many tokens, an expert index out of "
+        "range) still fails every rank at the call and the next works; a refused combine that "
+        "does not wait (direct path) breaks the Buffer on every rank, a waiting one (proxy "
+        "path) is refused at the call");
   }
   return c.outcome(
       ranks > 1 ? "a refused call (too many tokens, an expert index out of range) fails every rank "
@@ -1690,6 +1727,7 @@ int main(int argc, char** argv) {
                  });
     cases.emplace_back("ll-wait-cost", [&] { return check_ll_wait_cost(ctx, shape(128)); });
     cases.emplace_back("ht-errors", [&] { return check_ht_errors(ctx); });
+    cases.emplace_back("ht-errors-on-stream", [&] { return check_ht_errors(ctx, true); });
     cases.emplace_back("ll-errors", [&] { return check_ll_errors(ctx); });
     cases.emplace_back("ll-no-wait-errors", [&] { return check_ll_no_wait_errors(ctx); });
     cases.emplace_back("ll-hook-order", [&] { return check_ll_hook_order(ctx); });
