@@ -113,7 +113,7 @@ int ep_hold(uint32_t microseconds, cudaStream_t stream) {
   return launched("the EP hold kernel");
 }
 
-int ep_route(const courier_gpu_ep_route_v1* job_in, cudaStream_t stream, EpTimeline&) {
+int ep_route(const courier_gpu_ep_route_v1* job_in, cudaStream_t stream, EpTimeline& timeline) {
   courier_gpu_ep_route_v1 job;
   courier_gpu_ep_signal_v1 signal{};
   if (!device::ep::complete_job(job_in, &job)) {
@@ -128,7 +128,8 @@ int ep_route(const courier_gpu_ep_route_v1* job_in, cudaStream_t stream, EpTimel
     }
   }
   const uint32_t blocks = device::ep::route_blocks(job);
-  device::ep::route_kernel<<<blocks, 1024, 0, stream>>>(job, signal);
+  uint64_t* stamps = timeline.stamps(stream, "route", blocks);
+  device::ep::route_kernel<<<blocks, 1024, 0, stream>>>(job, signal, stamps);
   return launched("the EP route kernel");
 }
 
@@ -151,7 +152,8 @@ int ep_wait(const courier_gpu_ep_wait_v1* job_in, cudaStream_t stream, EpTimelin
   return launched("the EP wait kernel");
 }
 
-int ep_ht_dispatch(const courier_gpu_ep_ht_dispatch_v1* job_in, cudaStream_t stream, EpTimeline&) {
+int ep_ht_dispatch(const courier_gpu_ep_ht_dispatch_v1* job_in, cudaStream_t stream,
+                   EpTimeline& timeline) {
   courier_gpu_ep_ht_dispatch_v1 job;
   if (!device::ep::complete_job(job_in, &job)) {
     return fail(-EINVAL, "ep_ht_dispatch: job is NULL or its struct_size too small");
@@ -160,7 +162,9 @@ int ep_ht_dispatch(const courier_gpu_ep_ht_dispatch_v1* job_in, cudaStream_t str
     return fail(-EINVAL, misfit);
   }
   const uint32_t rows = job.tokens > job.pad_rows ? job.tokens : job.pad_rows;
-  device::ep::ht_dispatch_kernel<<<row_blocks(rows), kRowThreads, 0, stream>>>(job);
+  const uint32_t blocks = row_blocks(rows);
+  uint64_t* stamps = timeline.stamps(stream, "ht_dispatch", blocks);
+  device::ep::ht_dispatch_kernel<<<blocks, kRowThreads, 0, stream>>>(job, stamps);
   return launched("the EP high-throughput dispatch kernel");
 }
 

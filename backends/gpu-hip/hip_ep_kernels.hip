@@ -129,7 +129,8 @@ int ep_route(const courier_gpu_ep_route_v1* job_in, hipStream_t stream) {
     }
   }
   const uint32_t blocks = device::ep::route_blocks(job);
-  hipLaunchKernelGGL(device::ep::route_kernel, dim3(blocks), dim3(1024), 0, stream, job, signal);
+  hipLaunchKernelGGL(device::ep::route_kernel, dim3(blocks), dim3(1024), 0, stream, job, signal,
+                     nullptr);
   return launched("the EP route kernel");
 }
 
@@ -165,7 +166,7 @@ int ep_ht_dispatch(const courier_gpu_ep_ht_dispatch_v1* job_in, hipStream_t stre
   }
   const uint32_t rows = job.tokens > job.pad_rows ? job.tokens : job.pad_rows;
   hipLaunchKernelGGL(device::ep::ht_dispatch_kernel, dim3(row_blocks(rows)), dim3(kRowThreads), 0,
-                     stream, job);
+                     stream, job, nullptr);
   return launched("the EP high-throughput dispatch kernel");
 }
 

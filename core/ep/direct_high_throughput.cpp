@@ -96,7 +96,7 @@ void DirectHighThroughput::refuse(uint32_t phase, uint64_t call, const std::stri
   // A dispatch's peers learn of the refusal where they wait for the counts;
   // a combine's, where calls do not wait, only at a later call: then their
   // Buffers break, and this rank's must too.
-  if (phase == 1 && !windows_.host_waits()) windows_.break_with(why);
+  if (phase == 1 && !windows_.host_waits() && windows_.ht_fused()) windows_.break_with(why);
   windows_.throw_if_broken();  // an earlier call that did not wait failed
   throw CallRefused(why);
 }
@@ -224,12 +224,16 @@ DispatchResult DirectHighThroughput::dispatch(const HtInputs& in, const Dispatch
                                layout_.flag(kData, parity, 0), epoch);
     }
   };
+  // Fused: the route kernel stored, after the counts, the status the calls
+  // before this one left: a call that did not wait is settled by it.
+  const uint32_t* earlier =
+      fused ? reinterpret_cast<const uint32_t*>(readback) + ranks_ + per_rank : nullptr;
   if (rows_first) {
     if (!fused) windows_.mark(mark, "marking the counts");
     send_rows(0);
-    windows_.wait_marked(mark, "dispatch");
+    windows_.wait_marked(mark, "dispatch", earlier);
   } else if (fused) {
-    windows_.wait_marked(mark, "dispatch");
+    windows_.wait_marked(mark, "dispatch", earlier);
   } else {
     windows_.sync_now("dispatch");
   }
@@ -283,7 +287,9 @@ DispatchResult DirectHighThroughput::dispatch(const HtInputs& in, const Dispatch
   // num_worst_tokens), its peers learn it at this wait, as it throws; so it
   // waits on either stream. Otherwise, on the caller's stream, the call
   // returns with its rows queued.
-  if (rows_first) {
+  // Without fused launches (GPU ABI 1.16) nothing tells an earlier call's
+  // failure from the next call's at its mark: every call waits.
+  if (rows_first && fused) {
     windows_.sync("dispatch");
   } else {
     windows_.sync_now("dispatch");
@@ -405,7 +411,11 @@ CombineResult DirectHighThroughput::combine(const std::byte* x, const DLDataType
     }
   }
   windows_.check(windows_.ep().ep_reduce(windows_.backend(), &reduce), "summing the rows");
-  windows_.sync("combine");
+  if (windows_.ht_fused()) {
+    windows_.sync("combine");
+  } else {
+    windows_.sync_now("combine");
+  }
   CombineResult result;
   result.combined_x = TensorView(combined_x_[call & 1].data(), device_, dtype,
                                  {static_cast<int64_t>(handle.num_tokens), handle.hidden});

@@ -57,6 +57,14 @@ void EpStatus::settle_pending() {
   }
 }
 
+void EpStatus::settle_pending_as(bool earlier_failed) {
+  if (!earlier_failed) {
+    pending_ = nullptr;
+    return;
+  }
+  raise_deferred();
+}
+
 void EpStatus::raise_deferred() {
   settle_pending();
   throw_if_broken();

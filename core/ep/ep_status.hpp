@@ -75,6 +75,12 @@ class EpStatus {
   void throw_if_broken() const;
   // Marks this rank's call refused by `rank` (itself).
   void set_refused(uint32_t rank);
+  // The kernels told whether the calls queued before this one failed (a
+  // high-throughput dispatch's route kernel reads the status before it
+  // sets any: GPU ABI 1.16): a pending call is then settled, without a
+  // wait, and a failure of it breaks the status and is thrown, as the
+  // pending call's.
+  void settle_pending_as(bool earlier_failed);
   // Once the call's kernels ran: throws, naming the rank or channel, when
   // the mirror says one failed (a refusal, a bad index, a timeout, a lost
   // peer or channel, more rows than the outputs hold).

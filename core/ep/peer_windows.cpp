@@ -134,7 +134,7 @@ void PeerWindows::mark(uint32_t* word, const char* what) {
   check(ep().ep_copy(backend(), device_, word, status_device(), sizeof *word), what);
 }
 
-void PeerWindows::wait_marked(const uint32_t* word, const char* what) {
+void PeerWindows::wait_marked(const uint32_t* word, const char* what, const uint32_t* earlier) {
   // Acquire loads: what the copies before the mark wrote is read after it
   // (an aarch64 host orders loads only so).
   auto load = [word] { return __atomic_load_n(word, __ATOMIC_ACQUIRE); };
@@ -158,6 +158,10 @@ void PeerWindows::wait_marked(const uint32_t* word, const char* what) {
   }
   ++waits_;
   ++marked_waits_;
+  // A call before this one that did not wait: whether it failed is told
+  // apart from this call's failure (the status word carries both).
+  if (earlier != nullptr)
+    status_.settle_pending_as(__atomic_load_n(earlier, __ATOMIC_ACQUIRE) != 0);
   if (status != 0) {
     wait_stream(what);
     status_.raise_if_failed(what);

@@ -106,7 +106,10 @@ class PeerWindows {
   // Only the first half of mark(), for a kernel that stores the status into
   // `word` itself (ep_route's host_mark, GPU ABI 1.16).
   static void arm_mark(uint32_t* word) { *static_cast<volatile uint32_t*>(word) = kMarkPending; }
-  void wait_marked(const uint32_t* word, const char* what);
+  // `earlier`: not NULL, where the kernels stored the status as the
+  // calls before this one left it (read once the mark landed), which
+  // settles a call that did not wait before this call's outcome is raised.
+  void wait_marked(const uint32_t* word, const char* what, const uint32_t* earlier = nullptr);
   uint64_t marked_waits() const { return marked_waits_; }
 
   // Throws "<what>: <backend's reason>" when rc is not 0.

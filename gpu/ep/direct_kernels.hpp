@@ -403,7 +403,8 @@ __device__ __forceinline__ void raise_flags(const courier_gpu_ep_peers_v1& peers
 // leaves what the host reads in mapped host memory, the mark last, so the
 // host spins on the mark instead of waiting for the stream and copying.
 __device__ __forceinline__ void route_notify(const courier_gpu_ep_route_v1& job,
-                                             const courier_gpu_ep_signal_v1& signal) {
+                                             const courier_gpu_ep_signal_v1& signal,
+                                             uint64_t* stamps) {
   const uint32_t R = job.num_ranks, L = job.experts_per_rank;
   for (uint32_t d = 0; d < R && signal.bytes > 0; ++d) {
     group_copy(window(signal.peers, d, signal.record_off), signal.src, signal.bytes, threadIdx.x,
@@ -413,12 +414,14 @@ __device__ __forceinline__ void route_notify(const courier_gpu_ep_route_v1& job,
   __syncthreads();
   raise_flags(signal.peers, R, signal.flag_off, epoch_of(signal.epoch_word, signal.epoch),
               signal.status);
+  stamp(stamps, kStampSignalled);
   // While the peers' flags come: the slots (every block's, seen here) to
   // the host, 16 bytes a store where they allow it.
   if (job.host_slots != nullptr) {
     group_copy(job.host_slots, job.slots, uint64_t{job.tokens} * R * 4, threadIdx.x, blockDim.x);
   }
   wait_block(signal.wait);  // then every rank's record is in this window
+  stamp(stamps, kStampFlagsSeen);
   for (uint32_t i = threadIdx.x; i < R + L; i += blockDim.x) {
     uint32_t n = 0;
     if (i < R) {
@@ -433,13 +436,27 @@ __device__ __forceinline__ void route_notify(const courier_gpu_ep_route_v1& job,
   __threadfence_system();
   __syncthreads();
   if (threadIdx.x == 0) *const_cast<volatile uint32_t*>(job.host_mark) = status_of(job.status);
+  stamp(stamps, kStampFinished);
 }
 
 // `signal`: the job's *signal where it has one (the backend copies it in).
+// `stamps`: NULL, or where each block records the device clock (stamps.hpp).
 __global__ void __launch_bounds__(1024)
-    route_kernel(courier_gpu_ep_route_v1 job, courier_gpu_ep_signal_v1 signal) {
+    route_kernel(courier_gpu_ep_route_v1 job, courier_gpu_ep_signal_v1 signal, uint64_t* stamps) {
+  stamp(stamps, kStampStart);
+  if (job.signal != nullptr) {
+    // The status as the calls before this one left it, before any block of
+    // this one can set it: the host tells an earlier call's failure (one
+    // that did not wait) from this call's.
+    if (blockIdx.x == 0 && threadIdx.x == 0) {
+      job.host_counts[job.num_ranks + job.experts_per_rank] = status_of(job.status);
+      __threadfence_system();
+    }
+    __syncthreads();
+  }
   route_block(job);
-  if (job.signal != nullptr && last_block(job.done)) route_notify(job, signal);
+  stamp(stamps, kStampRouted);
+  if (job.signal != nullptr && last_block(job.done)) route_notify(job, signal, stamps);
 }
 
 // ---- ep_ht_dispatch: a group per token; it writes the token to each of its ranks.
@@ -511,14 +528,23 @@ __device__ __forceinline__ void ht_dispatch_rows(const courier_gpu_ep_ht_dispatc
 
 // With `done` (minor 16) the last block then signals and waits, as
 // ep_signal with a wait would in a launch of its own.
-__global__ void __launch_bounds__(512, 2) ht_dispatch_kernel(courier_gpu_ep_ht_dispatch_v1 job) {
+// The block's rows are made visible at system scope by one thread after
+// the block's barrier (the barrier orders the other threads' stores before
+// its fence, as a grid-wide sync does), not by a fence in every thread.
+__global__ void __launch_bounds__(512, 2)
+    ht_dispatch_kernel(courier_gpu_ep_ht_dispatch_v1 job, uint64_t* stamps) {
+  stamp(stamps, kStampStart);
   ht_dispatch_rows(job);
-  __threadfence_system();
+  __syncthreads();
+  if (threadIdx.x == 0) __threadfence_system();
+  stamp(stamps, kStampSent);
   if (job.done == nullptr || !last_block(job.done)) return;
   if (threadIdx.x == 0) __threadfence_system();  // the other blocks' rows, seen here, go first
   __syncthreads();
   raise_flags(job.peers, job.num_ranks, job.flag_off, job.epoch, job.status);
+  stamp(stamps, kStampSignalled);
   wait_block(job.wait);
+  stamp(stamps, kStampFinished);
 }
 
 // Loads 4 consecutive elements of a bfloat16 (16 bits) or float32 row as floats.

@@ -283,8 +283,10 @@ typedef struct courier_gpu_ep_route_v1 {
    * stores into host_counts, for this rank: [num_ranks] the rows each
    * source sends it (records[s][rank]), then [experts_per_rank] the tokens
    * per local expert (the sum over s of records[s][num_ranks + rank *
-   * experts_per_rank + l]), then *status into *host_mark, last. Read
-   * during the call. */
+   * experts_per_rank + l]), then *status into *host_mark, last. Before
+   * any block sets *status, the first block also stores it, as the
+   * launches before left it, into host_counts[num_ranks +
+   * experts_per_rank]. Read during the call. */
   const struct courier_gpu_ep_signal_v1* signal;
   uint32_t* done;          /* with signal: a u32 in device memory, 0 before, left at 0 */
   const uint32_t* records; /* with signal: this device's records, record_words apart */
