@@ -227,6 +227,11 @@ __device__ __forceinline__ void route_expert_counts(const courier_gpu_ep_route_v
 #pragma unroll
       for (uint32_t q = 0; q < kTopkAhead; ++q) {
         const int64_t e = v[q];
+        // The first such block also checks the indices (it reads them all).
+        if (first_expert == 0 && (e < -1 || e >= static_cast<int64_t>(E))) {
+          device::compare_exchange(job.bad_index, 0, uint64_t{t + 1} << 32 | (k0 + q));
+          set_status(job.status, COURIER_GPU_EP_STATUS_BAD_INDEX);
+        }
         if (e < static_cast<int64_t>(first_expert) ||
             e >= static_cast<int64_t>(first_expert + experts)) {
           continue;
@@ -286,7 +291,11 @@ __device__ __forceinline__ void route_block(const courier_gpu_ep_route_v1& job) 
     route_expert_counts(job, (group - groups) * kRouteExperts);
     return;
   }
-  if (group == 0 && job.topk_idx != nullptr) {  // one block checks the indices
+  // One block checks the indices: in RANKS mode with experts the first
+  // counting block (route_expert_counts), which reads them anyway, so that
+  // this block's slots do not wait for it; otherwise block 0.
+  const bool counted = by_rank && E > 0;
+  if (group == 0 && job.topk_idx != nullptr && !counted) {
     each_pair([&](int64_t e, uint64_t p) {
       if (e < -1 || e >= static_cast<int64_t>(E)) {
         device::compare_exchange(job.bad_index, 0, (p / K + 1) << 32 | p % K);
@@ -295,26 +304,47 @@ __device__ __forceinline__ void route_block(const courier_gpu_ep_route_v1& job) 
       if (!by_rank && (e < 0 || e >= static_cast<int64_t>(E))) job.slots[p] = -1;
     });
   }
-  // Items of this group per thread, then each item's slot.
+  // Items of this group per thread, then each item's slot. RANKS: the
+  // thread's run of in_rank read kInRankAhead at a time (loads in flight
+  // together, not one round trip per token).
+  constexpr uint32_t kInRankAhead = 8;
+  auto in_rank_run = [&](uint32_t t0, bool* in) {
+#pragma unroll
+    for (uint32_t q = 0; q < kInRankAhead; ++q) {
+      in[q] = t0 + q < last && job.in_rank[uint64_t{t0 + q} * R + group] != 0;
+    }
+  };
   uint32_t count = 0;
-  for (uint32_t t = first; t < last; ++t) {
-    if (by_rank) {
-      count += job.in_rank[uint64_t{t} * R + group] != 0 ? 1 : 0;
-    } else {
+  if (by_rank) {
+    for (uint32_t t0 = first; t0 < last; t0 += kInRankAhead) {
+      bool in[kInRankAhead];
+      in_rank_run(t0, in);
+#pragma unroll
+      for (uint32_t q = 0; q < kInRankAhead; ++q) count += in[q] ? 1 : 0;
+    }
+  } else {
+    for (uint32_t t = first; t < last; ++t) {
       for (uint32_t k = 0; k < K; ++k) count += expert_of(t, k) == static_cast<int64_t>(group);
     }
   }
   uint32_t total = 0;
   uint32_t slot = block_exclusive_scan(count, &total);
-  for (uint32_t t = first; t < last; ++t) {
-    if (by_rank) {
-      const bool in = job.in_rank[uint64_t{t} * R + group] != 0;
-      job.slots[uint64_t{t} * R + group] = in ? static_cast<int32_t>(slot++) : -1;
-    } else {
-      for (uint32_t k = 0; k < K; ++k) {
-        if (expert_of(t, k) == static_cast<int64_t>(group)) {
-          job.slots[uint64_t{t} * K + k] = static_cast<int32_t>(slot++);
+  if (by_rank) {
+    for (uint32_t t0 = first; t0 < last; t0 += kInRankAhead) {
+      bool in[kInRankAhead];
+      in_rank_run(t0, in);
+#pragma unroll
+      for (uint32_t q = 0; q < kInRankAhead; ++q) {
+        if (t0 + q < last) {
+          job.slots[uint64_t{t0 + q} * R + group] = in[q] ? static_cast<int32_t>(slot++) : -1;
         }
+      }
+    }
+  }
+  for (uint32_t t = first; t < last && !by_rank; ++t) {
+    for (uint32_t k = 0; k < K; ++k) {
+      if (expert_of(t, k) == static_cast<int64_t>(group)) {
+        job.slots[uint64_t{t} * K + k] = static_cast<int32_t>(slot++);
       }
     }
   }
