@@ -160,8 +160,14 @@ void PeerWindows::wait_marked(const uint32_t* word, const char* what, const uint
   ++marked_waits_;
   // A call before this one that did not wait: whether it failed is told
   // apart from this call's failure (the status word carries both).
-  if (earlier != nullptr)
-    status_.settle_pending_as(__atomic_load_n(earlier, __ATOMIC_ACQUIRE) != 0);
+  // A bad index there is this call's own (a block that checks indices can
+  // set it before the first block reads the word): the calls that find
+  // one are dispatches, and those wait at their mark, so no earlier call
+  // leaves it behind.
+  if (earlier != nullptr) {
+    const uint32_t before = __atomic_load_n(earlier, __ATOMIC_ACQUIRE);
+    status_.settle_pending_as(before != 0 && before != COURIER_GPU_EP_STATUS_BAD_INDEX);
+  }
   if (status != 0) {
     wait_stream(what);
     status_.raise_if_failed(what);

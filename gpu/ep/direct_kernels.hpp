@@ -252,9 +252,53 @@ __device__ __forceinline__ void route_expert_counts(const courier_gpu_ep_route_v
   }
 }
 
+// ---- ep_route RANKS with topk_idx and `signal` (minor 16): the tokens per
+// expert counted by several blocks, each over kRouteSliceTokens tokens for
+// every expert (a shared histogram per kRouteExperts experts), added into
+// the record with global atomics (the last block leaves those words at 0
+// for the next launch). One block for every pair made its shared atomics
+// the route's longest step. Each block also checks its pairs' indices.
+inline constexpr uint32_t kRouteSliceTokens = 256;
+__device__ __forceinline__ void route_expert_slice(const courier_gpu_ep_route_v1& job,
+                                                   uint32_t slice) {
+  __shared__ uint32_t histogram[kRouteExperts];
+  const uint32_t T = job.tokens, K = job.topk, R = job.num_ranks, E = job.num_experts;
+  const uint32_t begin = slice * kRouteSliceTokens;
+  const uint32_t end = begin + kRouteSliceTokens < T ? begin + kRouteSliceTokens : T;
+  // Every pair of the slice, the block's threads on consecutive pairs.
+  const uint64_t first_pair = uint64_t{begin} * K, pairs = uint64_t{end - begin} * K;
+  for (uint32_t first_expert = 0; first_expert < E; first_expert += kRouteExperts) {
+    const uint32_t experts = E - first_expert < kRouteExperts ? E - first_expert : kRouteExperts;
+    for (uint32_t i = threadIdx.x; i < experts; i += blockDim.x) histogram[i] = 0;
+    __syncthreads();
+    for (uint64_t i = threadIdx.x; i < pairs; i += blockDim.x) {
+      const uint64_t p = first_pair + i;
+      const int64_t e = job.topk_idx[p];
+      if (first_expert == 0 && (e < -1 || e >= static_cast<int64_t>(E))) {
+        device::compare_exchange(job.bad_index, 0, (p / K + 1) << 32 | p % K);
+        set_status(job.status, COURIER_GPU_EP_STATUS_BAD_INDEX);
+      }
+      if (e < static_cast<int64_t>(first_expert) ||
+          e >= static_cast<int64_t>(first_expert + experts)) {
+        continue;
+      }
+      // A token counts once per expert: skip e when an earlier k named it.
+      const int64_t* token = job.topk_idx + (p - p % K);
+      bool seen = false;
+      for (uint32_t k = 0; k < p % K && !seen; ++k) seen = token[k] == e;
+      if (!seen) atomicAdd(&histogram[e - first_expert], 1u);
+    }
+    __syncthreads();
+    for (uint32_t i = threadIdx.x; i < experts; i += blockDim.x) {
+      if (histogram[i] != 0) atomicAdd(&job.record[R + first_expert + i], histogram[i]);
+    }
+    __syncthreads();
+  }
+}
+
 // ---- ep_route: one block per group (and, in RANKS mode with topk_idx, one
-// per kRouteExperts experts); tokens in order, each thread a contiguous run
-// of them.
+// per kRouteExperts experts, or with `signal` one per kRouteSliceTokens
+// tokens); tokens in order, each thread a contiguous run of them.
 __device__ __forceinline__ void route_block(const courier_gpu_ep_route_v1& job) {
   const uint32_t T = job.tokens, K = job.topk, R = job.num_ranks, E = job.num_experts;
   const bool by_rank = job.mode == COURIER_GPU_EP_ROUTE_RANKS;
@@ -288,7 +332,11 @@ __device__ __forceinline__ void route_block(const courier_gpu_ep_route_v1& job) 
     for (uint32_t e = threadIdx.x; e < E; e += blockDim.x) job.record[R + e] = 0;
   }
   if (group >= groups) {  // RANKS mode: tokens per expert (a token once per expert)
-    route_expert_counts(job, (group - groups) * kRouteExperts);
+    if (job.signal != nullptr) {
+      route_expert_slice(job, group - groups);
+    } else {
+      route_expert_counts(job, (group - groups) * kRouteExperts);
+    }
     return;
   }
   // One block checks the indices: in RANKS mode with experts the first
@@ -442,6 +490,11 @@ __device__ __forceinline__ void route_notify(const courier_gpu_ep_route_v1& job,
   }
   __threadfence_system();
   __syncthreads();
+  // The expert counts' words back to 0, for the next launch's atomics
+  // (route_expert_slice); the copies above have read them.
+  for (uint32_t e = threadIdx.x; e < job.num_experts && job.topk_idx != nullptr; e += blockDim.x) {
+    job.record[R + e] = 0;
+  }
   raise_flags(signal.peers, R, signal.flag_off, epoch_of(signal.epoch_word, signal.epoch),
               signal.status);
   stamp(stamps, kStampSignalled);

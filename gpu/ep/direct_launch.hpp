@@ -12,12 +12,15 @@
 namespace courier::device::ep {
 
 // ep_route: a block per group (rank or expert), and in RANKS mode with
-// topk_idx one per kRouteExperts experts for their counts.
+// topk_idx one per kRouteExperts experts for their counts (with `signal`:
+// one per kRouteSliceTokens tokens).
 inline uint32_t route_blocks(const courier_gpu_ep_route_v1& job) {
   const bool by_rank = job.mode == COURIER_GPU_EP_ROUTE_RANKS;
-  const uint32_t counters = by_rank && job.topk_idx != nullptr
-                                ? (job.num_experts + kRouteExperts - 1) / kRouteExperts
-                                : 0;
+  const bool sliced = job.signal != nullptr;  // route_expert_slice
+  const uint32_t counters =
+      !by_rank || job.topk_idx == nullptr || job.num_experts == 0 ? 0
+      : sliced ? std::max((job.tokens + kRouteSliceTokens - 1) / kRouteSliceTokens, 1u)
+               : (job.num_experts + kRouteExperts - 1) / kRouteExperts;
   return std::max((by_rank ? job.num_ranks : job.num_experts) + counters, 1u);
 }
 

@@ -286,7 +286,10 @@ typedef struct courier_gpu_ep_route_v1 {
    * experts_per_rank + l]), then *status into *host_mark, last. Before
    * any block sets *status, the first block also stores it, as the
    * launches before left it, into host_counts[num_ranks +
-   * experts_per_rank]. Read during the call. */
+   * experts_per_rank]. With signal the per-expert words of `record`
+   * ([num_ranks, num_ranks + num_experts)) must be 0 before the launch
+   * (blocks add into them) and the launch leaves them at 0 once sent.
+   * Read during the call. */
   const struct courier_gpu_ep_signal_v1* signal;
   uint32_t* done;          /* with signal: a u32 in device memory, 0 before, left at 0 */
   const uint32_t* records; /* with signal: this device's records, record_words apart */
