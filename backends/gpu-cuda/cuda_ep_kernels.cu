@@ -115,17 +115,9 @@ int ep_hold(uint32_t microseconds, cudaStream_t stream) {
 
 int ep_route(const courier_gpu_ep_route_v1* job_in, cudaStream_t stream, EpTimeline& timeline) {
   courier_gpu_ep_route_v1 job;
-  courier_gpu_ep_signal_v1 signal{};
-  if (!device::ep::complete_job(job_in, &job)) {
-    return fail(-EINVAL, "ep_route: job is NULL or its struct_size too small");
-  }
-  if (job.signal != nullptr && !device::ep::complete_job(job.signal, &signal)) {
-    return fail(-EINVAL, "ep_route: a signal job of too small a struct_size");
-  }
-  if (job.signal != nullptr) {
-    if (const char* misfit = device::ep::route_signal_misfit(job, signal)) {
-      return fail(-EINVAL, misfit);
-    }
+  courier_gpu_ep_signal_v1 signal;
+  if (const char* wrong = device::ep::take_route_job(job_in, &job, &signal)) {
+    return fail(-EINVAL, wrong);
   }
   const uint32_t blocks = device::ep::route_blocks(job);
   uint64_t* stamps = timeline.stamps(stream, "route", blocks);
@@ -155,11 +147,8 @@ int ep_wait(const courier_gpu_ep_wait_v1* job_in, cudaStream_t stream, EpTimelin
 int ep_ht_dispatch(const courier_gpu_ep_ht_dispatch_v1* job_in, cudaStream_t stream,
                    EpTimeline& timeline) {
   courier_gpu_ep_ht_dispatch_v1 job;
-  if (!device::ep::complete_job(job_in, &job)) {
-    return fail(-EINVAL, "ep_ht_dispatch: job is NULL or its struct_size too small");
-  }
-  if (const char* misfit = device::ep::ht_dispatch_signal_misfit(job)) {
-    return fail(-EINVAL, misfit);
+  if (const char* wrong = device::ep::take_ht_dispatch_job(job_in, &job)) {
+    return fail(-EINVAL, wrong);
   }
   const uint32_t rows = job.tokens > job.pad_rows ? job.tokens : job.pad_rows;
   const uint32_t blocks = row_blocks(rows);
@@ -218,10 +207,7 @@ int ep_combine_send(const courier_gpu_ep_combine_send_v1* job_in, cudaStream_t s
   if (!device::ep::complete_job(job_in, &job)) {
     return fail(-EINVAL, "ep_combine_send: job is NULL or its struct_size too small");
   }
-  const uint64_t rows = (job.mode & COURIER_GPU_EP_ROUTE_MASK) != COURIER_GPU_EP_ROUTE_RANKS
-                            ? uint64_t{job.local_experts} * job.rows_per_expert
-                        : job.records != nullptr ? job.moved_rows
-                                                 : job.rows;
+  const uint64_t rows = device::ep::combine_send_rows(job);
   const uint32_t blocks =
       device::ep::combine_send_blocks(job, row_blocks(rows), multiprocessors(job.device));
   uint64_t* stamps = timeline.stamps(stream, "combine_send", blocks);

@@ -8,6 +8,7 @@
 
 #include "courier/abi/gpu_v1.h"
 #include "gpu/ep/direct_kernels.hpp"
+#include "gpu/ep/proxy_jobs.hpp"
 
 namespace courier::device::ep {
 
@@ -24,26 +25,34 @@ inline uint32_t route_blocks(const courier_gpu_ep_route_v1& job) {
   return std::max((by_rank ? job.num_ranks : job.num_experts) + counters, 1u);
 }
 
-// What a fused high-throughput job (GPU ABI 1.16) must hold for its
-// kernel: nullptr when it does, else what is missing (the backend refuses
-// the job with it instead of faulting on the device).
-inline const char* route_signal_misfit(const courier_gpu_ep_route_v1& job,
-                                       const courier_gpu_ep_signal_v1& signal) {
-  if (job.mode != COURIER_GPU_EP_ROUTE_RANKS) return "ep_route: a signal needs RANKS mode";
-  if (job.num_ranks == 0 || job.num_ranks > COURIER_GPU_EP_MAX_RANKS ||
-      signal.num_ranks != job.num_ranks || signal.wait.num_ranks != job.num_ranks) {
+// The high-throughput jobs as their kernels take them (complete_job: the
+// fields of newer minors zero), and, fused (GPU ABI 1.16), checked for what
+// the kernels dereference: nullptr when they can run, else why not (the
+// backend refuses the job instead of faulting on the device).
+inline const char* take_route_job(const courier_gpu_ep_route_v1* in, courier_gpu_ep_route_v1* job,
+                                  courier_gpu_ep_signal_v1* signal) {
+  *signal = {};
+  if (!complete_job(in, job)) return "ep_route: job is NULL or its struct_size too small";
+  if (job->signal == nullptr) return nullptr;
+  if (!complete_job(job->signal, signal))
+    return "ep_route: a signal job of too small a struct_size";
+  if (job->mode != COURIER_GPU_EP_ROUTE_RANKS) return "ep_route: a signal needs RANKS mode";
+  if (job->num_ranks == 0 || job->num_ranks > COURIER_GPU_EP_MAX_RANKS ||
+      signal->num_ranks != job->num_ranks || signal->wait.num_ranks != job->num_ranks) {
     return "ep_route: the signal's ranks differ from the job's (or are not 1..64)";
   }
-  if (signal.wait.flags == nullptr || job.done == nullptr || job.records == nullptr ||
-      job.host_counts == nullptr || job.host_mark == nullptr) {
+  if (signal->wait.flags == nullptr || job->done == nullptr || job->records == nullptr ||
+      job->host_counts == nullptr || job->host_mark == nullptr) {
     return "ep_route: a signal needs wait.flags, done, records, host_counts and host_mark";
   }
   return nullptr;
 }
-inline const char* ht_dispatch_signal_misfit(const courier_gpu_ep_ht_dispatch_v1& job) {
-  if (job.done == nullptr) return nullptr;
-  if (job.num_ranks == 0 || job.num_ranks > COURIER_GPU_EP_MAX_RANKS ||
-      job.wait.num_ranks != job.num_ranks || job.wait.flags == nullptr) {
+inline const char* take_ht_dispatch_job(const courier_gpu_ep_ht_dispatch_v1* in,
+                                        courier_gpu_ep_ht_dispatch_v1* job) {
+  if (!complete_job(in, job)) return "ep_ht_dispatch: job is NULL or its struct_size too small";
+  if (job->done == nullptr) return nullptr;
+  if (job->num_ranks == 0 || job->num_ranks > COURIER_GPU_EP_MAX_RANKS ||
+      job->wait.num_ranks != job->num_ranks || job->wait.flags == nullptr) {
     return "ep_ht_dispatch: done needs wait.flags for the job's ranks (1..64)";
   }
   return nullptr;
@@ -89,6 +98,16 @@ inline uint32_t ll_dispatch_halves(const courier_gpu_ep_ll_dispatch_v1& send,
 // The receive launched alone (a receive hook's launch).
 inline uint32_t ll_receive_blocks(const courier_gpu_ep_ll_receive_v1& job, uint32_t sms) {
   return std::min(ll_receive_want(job, sms), std::max(sms, 1u) * 4u);
+}
+
+// The rows the combine's send stores, which size its launch: by rank,
+// those of x (with records, minor 16: those that leave x); by expert,
+// every expert's slots.
+inline uint64_t combine_send_rows(const courier_gpu_ep_combine_send_v1& job) {
+  if ((job.mode & COURIER_GPU_EP_ROUTE_MASK) != COURIER_GPU_EP_ROUTE_RANKS) {
+    return uint64_t{job.local_experts} * job.rows_per_expert;
+  }
+  return job.records != nullptr ? job.moved_rows : job.rows;
 }
 
 // The combine's send: by rank, `row_blocks` (a group of lanes per row);
