@@ -2,8 +2,9 @@
 // path"), written once for nvcc and hipcc: the CUDA and HIP backends include
 // this file and launch them. Rows move with 16-byte vector stores straight
 // into the peers' windows (NVLink between GPUs of one host); flags are
-// raised with system-scope release stores after a system fence, so a peer
-// that sees a flag sees everything stored before it.
+// raised with system-scope release stores, after the launch's blocks met
+// in an acquire-release chain (last_block), so a peer that sees a flag
+// sees everything stored before it.
 //
 // Work is split into "groups" of kGroup lanes (a warp on CUDA, half a
 // wavefront on AMD): one group per row.
@@ -65,18 +66,18 @@ __device__ __forceinline__ bool warp_leader() {
 
 // The end of a block's part of a launch whose last block does more: true
 // in every thread of the block that arrived last at *done (then left at
-// 0). What the other blocks stored is visible to it (a release/acquire
-// chain at device scope, which a later system-scope release extends).
+// 0). What the other blocks stored, and read, comes before what it does
+// next: each block's arrival is one acquire-release add at device scope
+// after the block's barrier (which orders its other threads' accesses
+// before it), and a later system-scope release store by the last block
+// carries the whole chain to the peers. No separate fences: a
+// sequentially consistent fence costs about a microsecond per use.
 __device__ __forceinline__ bool last_block(uint32_t* done) {
   __shared__ bool last;
   __syncthreads();
   if (threadIdx.x == 0) {
-    __threadfence();
-    last = atomicAdd(done, 1u) == gridDim.x - 1;
-    if (last) {
-      __threadfence();
-      *done = 0;  // every block has added: the next launch starts from 0
-    }
+    last = device::fetch_add_acq_rel(done, 1u) == gridDim.x - 1;
+    if (last) *done = 0;  // every block has added: the next launch starts from 0
   }
   __syncthreads();
   return last;
@@ -488,8 +489,7 @@ __device__ __forceinline__ void route_notify(const courier_gpu_ep_route_v1& job,
     group_copy(window(signal.peers, d, signal.record_off), signal.src, signal.bytes, threadIdx.x,
                blockDim.x);
   }
-  __threadfence_system();
-  __syncthreads();
+  __syncthreads();  // (raise_flags' release stores order the records)
   // The expert counts' words back to 0, for the next launch's atomics
   // (route_expert_slice); the copies above have read them.
   for (uint32_t e = threadIdx.x; e < job.num_experts && job.topk_idx != nullptr; e += blockDim.x) {
@@ -516,9 +516,11 @@ __device__ __forceinline__ void route_notify(const courier_gpu_ep_route_v1& job,
     }
     job.host_counts[i] = n;
   }
-  __threadfence_system();
   __syncthreads();
-  if (threadIdx.x == 0) *const_cast<volatile uint32_t*>(job.host_mark) = status_of(job.status);
+  if (threadIdx.x == 0) {  // the mark after the block's counts and slots
+    device::release_fence_system();
+    *const_cast<volatile uint32_t*>(job.host_mark) = status_of(job.status);
+  }
   stamp(stamps, kStampFinished);
 }
 
@@ -611,19 +613,17 @@ __device__ __forceinline__ void ht_dispatch_rows(const courier_gpu_ep_ht_dispatc
 
 // With `done` (minor 16) the last block then signals and waits, as
 // ep_signal with a wait would in a launch of its own.
-// The block's rows are made visible at system scope by one thread after
-// the block's barrier (the barrier orders the other threads' stores before
-// its fence, as a grid-wide sync does), not by a fence in every thread.
 __global__ void __launch_bounds__(512, 2)
     ht_dispatch_kernel(courier_gpu_ep_ht_dispatch_v1 job, uint64_t* stamps) {
   stamp(stamps, kStampStart);
   ht_dispatch_rows(job);
   __syncthreads();
-  if (threadIdx.x == 0) __threadfence_system();
+  // Without `done` an ep_signal launch follows: the rows visible at system
+  // scope first. With it, last_block's chain and raise_flags' release
+  // stores order them.
+  if (job.done == nullptr && threadIdx.x == 0) __threadfence_system();
   stamp(stamps, kStampSent);
   if (job.done == nullptr || !last_block(job.done)) return;
-  if (threadIdx.x == 0) __threadfence_system();  // the other blocks' rows, seen here, go first
-  __syncthreads();
   raise_flags(job.peers, job.num_ranks, job.flag_off, job.epoch, job.status);
   stamp(stamps, kStampSignalled);
   wait_block(job.wait);
@@ -852,10 +852,14 @@ __device__ __forceinline__ void ll_store_pass(const courier_gpu_ep_ll_dispatch_v
     amax = lanes8_max(amax);  // every lane of the warp (the shuffles need all)
     if (c >= job.hidden) return;
     const float scale = fp8_scale(amax, pow2);
-    uint32_t word[4] = {0, 0, 0, 0};
+    uint32_t word[4];
 #pragma unroll
-    for (int i = 0; i < 16; ++i)
-      word[i / 4] |= uint32_t{float_to_e4m3(p.v[i] / scale)} << (8 * (i % 4));
+    for (int w = 0; w < 4; ++w) {
+      float q[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) q[i] = p.v[4 * w + i] / scale;
+      word[w] = float4_to_e4m3(q);
+    }
     const uint4 packed{word[0], word[1], word[2], word[3]};
     const bool scale_lane = threadIdx.x % kFp8Lanes == 0;
     const uint32_t col = c / kFp8Channels, cols = job.hidden / kFp8Channels;
@@ -943,8 +947,8 @@ __device__ __forceinline__ void ll_signal_counts(const courier_gpu_ep_ll_dispatc
   for (uint32_t e = threadIdx.x; counted && e < E; e += blockDim.x) {
     reinterpret_cast<uint32_t*>(window(job.peers, e / L, job.record_off))[e] = histogram[e];
   }
-  // Every thread's records before thread 0's system fence below (as the
-  // loop below ends each round), so that the fence orders them all.
+  // Every thread's records before the release stores below (as the loop
+  // below ends each round), so that they order them all.
   if (counted) __syncthreads();
   for (uint32_t first = 0; !counted && first < E; first += kHistogram) {
     for (uint32_t i = threadIdx.x; i < kHistogram; i += blockDim.x) histogram[i] = 0;
@@ -963,8 +967,6 @@ __device__ __forceinline__ void ll_signal_counts(const courier_gpu_ep_ll_dispatc
     }
     __syncthreads();
   }
-  if (threadIdx.x == 0) __threadfence_system();
-  __syncthreads();
   if (threadIdx.x < R) {
     const uint64_t refused = status_of(job.status) != 0 ? COURIER_GPU_EP_REFUSED_FLAG : 0;
     device::store_release(reinterpret_cast<uint64_t*>(window(job.peers, threadIdx.x, job.flag_off)),
@@ -1302,9 +1304,9 @@ __device__ __forceinline__ void ll_receive_half(const courier_gpu_ep_ll_receive_
     __syncthreads();  // the shared arrays are the next pass's
   }
   stamp(stamps, kStampMoved);
-  // Every block's reads of the staging are done before the release.
+  // Every block's reads of the staging are done before the release (the
+  // release stores order them, through last_block's chain).
   if (!last_block(job.done)) return;
-  __threadfence_system();
   if (threadIdx.x < R) {
     device::store_release(
         reinterpret_cast<uint64_t*>(window(job.peers, threadIdx.x, job.release_off)), epoch);
@@ -1446,8 +1448,6 @@ __device__ __forceinline__ void combine_send_signal(const courier_gpu_ep_combine
     return;
   }
   if (!last_block(job.done)) return;
-  if (threadIdx.x == 0) __threadfence_system();
-  __syncthreads();
   if (threadIdx.x < job.num_ranks) {
     const uint64_t refused = status_of(job.status) != 0 ? COURIER_GPU_EP_REFUSED_FLAG : 0;
     device::store_release(reinterpret_cast<uint64_t*>(window(job.peers, threadIdx.x, job.flag_off)),

@@ -924,8 +924,9 @@ COURIER_DEVICE_INLINE void quantize_spread(const void* x, uint32_t bits, uint32_
       float amax = 0.0f;
       for (uint32_t q = 0; q < 4; ++q) amax = fmaxf(amax, fabsf(v[a][q]));
       const float scale = fp8_scale(lanes_max(amax), pow2);
-      uint32_t codes = 0;
-      for (uint32_t q = 0; q < 4; ++q) codes |= uint32_t{float_to_e4m3(v[a][q] / scale)} << (8 * q);
+      float scaled[4];
+      for (uint32_t q = 0; q < 4; ++q) scaled[q] = v[a][q] / scale;
+      const uint32_t codes = float4_to_e4m3(scaled);
       each_slot([&](std::byte* out) {
         reinterpret_cast<uint32_t*>(out)[cb * kLanes + lane] = codes;
         if (lane == 0) reinterpret_cast<float*>(out + hidden)[cb] = scale;
