@@ -69,6 +69,7 @@ cudaError_t load_direct_kernels() {
       reinterpret_cast<const void*>(device::ep::direct::combine<device::ep::kCombineSend>),
       reinterpret_cast<const void*>(device::ep::direct::combine<device::ep::kWideReduceAhead>),
       reinterpret_cast<const void*>(device::ep::direct::combine<device::ep::kNarrowReduceAhead>),
+      reinterpret_cast<const void*>(device::ep::direct::combine<device::ep::kWideReduceAhead, true>),
       reinterpret_cast<const void*>(hold_kernel),
   };
   for (const void* kernel : kernels) {
@@ -208,8 +209,19 @@ int ep_combine_send(const courier_gpu_ep_combine_send_v1* job_in, cudaStream_t s
     return fail(-EINVAL, "ep_combine_send: job is NULL or its struct_size too small");
   }
   const uint64_t rows = device::ep::combine_send_rows(job);
-  const uint32_t blocks =
-      device::ep::combine_send_blocks(job, row_blocks(rows), multiprocessors(job.device));
+  const uint32_t sms = multiprocessors(job.device);
+  if (job.reduce != nullptr) {  // send and reduce in one launch (GPU ABI 1.17)
+    courier_gpu_ep_reduce_v1 reduce;
+    if (const char* wrong = device::ep::take_fused_reduce(job, &reduce)) {
+      return fail(-EINVAL, wrong);
+    }
+    const uint32_t blocks = device::ep::combine_fused_blocks(job, reduce, row_blocks(rows), sms);
+    uint64_t* stamps = timeline.stamps(stream, "combine", blocks);
+    device::ep::direct::combine<device::ep::kWideReduceAhead, true>
+        <<<blocks, device::ep::kLlThreads, 0, stream>>>(job, reduce, stamps);
+    return launched("the EP combine kernel (send and reduce)");
+  }
+  const uint32_t blocks = device::ep::combine_send_blocks(job, row_blocks(rows), sms);
   uint64_t* stamps = timeline.stamps(stream, "combine_send", blocks);
   device::ep::direct::combine<device::ep::kCombineSend>
       <<<blocks, kRowThreads, 0, stream>>>(job, {}, stamps);

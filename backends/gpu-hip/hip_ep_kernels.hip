@@ -69,6 +69,7 @@ hipError_t load_direct_kernels() {
       reinterpret_cast<const void*>(device::ep::direct::combine<device::ep::kCombineSend>),
       reinterpret_cast<const void*>(device::ep::direct::combine<device::ep::kWideReduceAhead>),
       reinterpret_cast<const void*>(device::ep::direct::combine<device::ep::kNarrowReduceAhead>),
+      reinterpret_cast<const void*>(device::ep::direct::combine<device::ep::kWideReduceAhead, true>),
       reinterpret_cast<const void*>(hold_kernel),
   };
   for (const void* kernel : kernels) {
@@ -205,8 +206,18 @@ int ep_combine_send(const courier_gpu_ep_combine_send_v1* job_in, hipStream_t st
     return fail(-EINVAL, "ep_combine_send: job is NULL or its struct_size too small");
   }
   const uint64_t rows = device::ep::combine_send_rows(job);
-  const uint32_t blocks =
-      device::ep::combine_send_blocks(job, row_blocks(rows), multiprocessors(job.device));
+  const uint32_t sms = multiprocessors(job.device);
+  if (job.reduce != nullptr) {  // send and reduce in one launch (GPU ABI 1.17)
+    courier_gpu_ep_reduce_v1 reduce;
+    if (const char* wrong = device::ep::take_fused_reduce(job, &reduce)) {
+      return fail(-EINVAL, wrong);
+    }
+    const uint32_t blocks = device::ep::combine_fused_blocks(job, reduce, row_blocks(rows), sms);
+    device::ep::direct::combine<device::ep::kWideReduceAhead, true>
+        <<<dim3(blocks), dim3(device::ep::kLlThreads), 0, stream>>>(job, reduce, nullptr);
+    return launched("the EP combine kernel (send and reduce)");
+  }
+  const uint32_t blocks = device::ep::combine_send_blocks(job, row_blocks(rows), sms);
   hipLaunchKernelGGL(device::ep::direct::combine<device::ep::kCombineSend>, dim3(blocks),
                      dim3(kRowThreads), 0, stream, job, courier_gpu_ep_reduce_v1{}, nullptr);
   return launched("the EP combine send kernel");

@@ -248,6 +248,9 @@ void PeerWindows::wait(uint64_t first_flag, uint64_t epoch, const uint64_t* epoc
 
 bool PeerWindows::fuses() const { return gpu_.supports(GpuFeature::ep_fused); }
 bool PeerWindows::local_rows() const { return gpu_.supports(GpuFeature::ep_local_rows); }
+bool PeerWindows::combine_fused() const {
+  return gpu_.supports(GpuFeature::ep_combine_fused) && gpu_.supports(GpuFeature::ep_fused);
+}
 bool PeerWindows::ht_fused() const {
   return gpu_.supports(GpuFeature::ep_ht_fused) && gpu_.supports(GpuFeature::ep_fused);
 }

@@ -56,6 +56,9 @@ class PeerWindows {
   // Whether a high-throughput dispatch takes two launches and leaves what
   // the host reads in mapped memory (COURIER_GPU_CAP_EP_HT_FUSED, GPU ABI 1.16).
   bool ht_fused() const;
+  // Whether a combine's send and reduce are one launch
+  // (COURIER_GPU_CAP_EP_COMBINE_FUSED, GPU ABI 1.17).
+  bool combine_fused() const;
 
   // The status word and the first bad topk index, as the kernels see them.
   uint32_t* status_device() const { return status_.device(); }

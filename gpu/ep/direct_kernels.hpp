@@ -1626,10 +1626,12 @@ __device__ __forceinline__ void reduce_rows(const courier_gpu_ep_reduce_v1& job)
 
 // With wait.flags, every block first waits for the ranks' combine flags and
 // the last one finishes the call.
+// `after_send`: the send half ran first in this launch (and stamped the start).
 template <uint32_t kAhead>
-__device__ __forceinline__ void reduce_half(const courier_gpu_ep_reduce_v1& job, uint64_t* stamps) {
+__device__ __forceinline__ void reduce_half(const courier_gpu_ep_reduce_v1& job, uint64_t* stamps,
+                                            bool after_send = false) {
   __shared__ uint32_t failed;
-  stamp(stamps, kStampStart);
+  if (!after_send) stamp(stamps, kStampStart);
   if (job.wait.flags != nullptr) {
     if (threadIdx.x < job.wait.num_ranks) wait_for(job.wait, threadIdx.x);
   } else if (job.epoch_word != nullptr && blockIdx.x == 0 && threadIdx.x == 0) {
@@ -1654,8 +1656,9 @@ __device__ __forceinline__ void reduce_half(const courier_gpu_ep_reduce_v1& job,
 // combine's (also high-throughput's) one named `combine`: profilers, the
 // field's tests among them, look for one kernel of each name. `dispatch`
 // runs the send half, the receive half or (FUSE_RECEIVE, blocks resident
-// together) both; `combine` one half per launch. (The proxy path's are
-// ep::proxy::dispatch and ep::proxy::combine.)
+// together) both; `combine` the send half, the reduce half or (the send
+// job's `reduce`, minor 17, blocks resident together) both. (The proxy
+// path's are ep::proxy::dispatch and ep::proxy::combine.)
 // kOwnRows (with both halves): the send half stores this rank's own rows
 // straight into the receive's outputs, where the receive leaves them
 // (direct_launch.hpp's ll_dispatch_halves decides).
@@ -1674,16 +1677,18 @@ __global__ void __launch_bounds__(kMaxBlockThreads, 1)
   if ((halves & kReceiveHalf) != 0) ll_receive_half(received, own_rows, stamps);
 }
 // kReduceAhead 0: the send half; otherwise the reduce half with that many
-// loads in flight per thread (reduce_token_bf16). One instance per half, so
-// that each has only its own registers.
-template <uint32_t kReduceAhead>
+// loads in flight per thread (reduce_token_bf16), after the send half when
+// `halves` has kSendHalf (kCombineFused). One instance per half, and the
+// fused one, so that each has only its own registers.
+template <uint32_t kReduceAhead, bool kFused = false>
 __global__ void __launch_bounds__(kMaxBlockThreads, 1)
     combine(courier_gpu_ep_combine_send_v1 send, courier_gpu_ep_reduce_v1 reduce,
             uint64_t* stamps) {
   if constexpr (kReduceAhead == 0) {
     combine_send_signal(send, stamps);
   } else {
-    reduce_half<kReduceAhead>(reduce, stamps);
+    if constexpr (kFused) combine_send_signal(send, stamps);
+    reduce_half<kReduceAhead>(reduce, stamps, kFused);
   }
 }
 }  // namespace direct

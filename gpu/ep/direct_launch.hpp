@@ -148,4 +148,31 @@ inline constexpr uint32_t kWideReduceAhead = 16, kNarrowReduceAhead = 4;
 inline constexpr uint32_t kCombineSend = 0;  // the combine kernel's send instance
 inline bool wide_reduce(uint32_t threads) { return threads == kLlThreads; }
 
+// A combine in one launch (the send job's `reduce`, GPU ABI 1.17): the
+// reduce job as the kernel takes it, or why it cannot (the backend refuses
+// the job instead of faulting or hanging on the device).
+inline const char* take_fused_reduce(const courier_gpu_ep_combine_send_v1& send,
+                                     courier_gpu_ep_reduce_v1* reduce) {
+  if (!complete_job(send.reduce, reduce))
+    return "ep_combine_send: a reduce job of too small a struct_size";
+  if (send.done == nullptr || reduce->done == nullptr || reduce->wait.flags == nullptr) {
+    return "ep_combine_send: a fused reduce needs the send's done and the reduce's done and "
+           "wait.flags";
+  }
+  if (reduce->device != send.device) return "ep_combine_send: the reduce is for another device";
+  return nullptr;
+}
+
+// Its blocks, kLlThreads each (the wide reduce's instance, with the send
+// half): every block waits for the flags the last sender raises, so no more
+// than one per SM (one 512-thread block of these registers fits an SM);
+// the send's blocks take their rows or experts, the reduce's loop over the
+// tokens.
+inline uint32_t combine_fused_blocks(const courier_gpu_ep_combine_send_v1& send,
+                                     const courier_gpu_ep_reduce_v1& reduce, uint32_t row_blocks,
+                                     uint32_t sms) {
+  const uint32_t want = std::max({combine_send_blocks(send, row_blocks, sms), reduce.tokens, 1u});
+  return std::min(want, std::max(sms, 1u));
+}
+
 }  // namespace courier::device::ep

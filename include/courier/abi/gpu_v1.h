@@ -16,7 +16,7 @@ extern "C" {
 #endif
 
 #define COURIER_GPU_ABI_MAJOR 1
-#define COURIER_GPU_ABI_MINOR 16
+#define COURIER_GPU_ABI_MINOR 17
 #define COURIER_GPU_SYMBOL_V1 "courier_gpu_backend_v1"
 
 /* Capability bits (courier_gpu_props_v1.caps). */
@@ -46,6 +46,9 @@ extern "C" {
 /* Minor 16: a high-throughput dispatch in two launches ("Fused
  * high-throughput dispatch", below). */
 #define COURIER_GPU_CAP_EP_HT_FUSED (1u << 13)
+/* Minor 17: a combine's send and reduce in one launch (ep_combine_send's
+ * `reduce`). */
+#define COURIER_GPU_CAP_EP_COMBINE_FUSED (1u << 14)
 
 /* Bits of the low-latency dispatches' `fp8` field. QUANTIZE: send e4m3 with
  * one float scale per 128 channels, scale = amax / 448 (1 for an all-zero
@@ -554,6 +557,13 @@ typedef struct courier_gpu_ep_combine_send_v1 {
   const uint32_t* records;
   uint32_t record_words;
   uint32_t moved_rows;
+  /* ---- minor 17 (COURIER_GPU_CAP_EP_COMBINE_FUSED) ---- */
+  /* not NULL, with `done` (and the reduce's wait.flags and done): once its
+   * last block raised the flags, the same launch runs *reduce as ep_reduce
+   * would (the backend copies the job): a combine in one launch. Its blocks
+   * wait for the ranks' flags, so the backend launches no more of them than
+   * stay resident together. */
+  const struct courier_gpu_ep_reduce_v1* reduce;
 } courier_gpu_ep_combine_send_v1;
 
 /* Combine's reduce: out[t] = sum over j < terms with slots[t][j] >= 0 of

@@ -163,22 +163,31 @@ TEST_CASE("a 1.8 plugin: nothing past its struct_size is read, later minors' bit
   check_runtime_calls(gpu);
 }
 
-TEST_CASE("ep_ht_fused (minor 16): a plugin of 1.16 keeps it, older ones that claim it do not") {
-  // All three claim COURIER_GPU_CAP_EP_HT_FUSED; only a 1.16 plugin knows
-  // the fields that the core would set with it.
-  Opened parts16(kTableDir, "parts16");
-  REQUIRE(parts16.gpu);
-  CHECK(parts16.gpu->plugin().abi_minor == 16);
-  CHECK(parts16.gpu->supports(GpuFeature::ep_ht_fused));
-  const std::vector<std::string> caps16 = gpu_capability_names(parts16.gpu->props().caps);
-  CHECK(std::find(caps16.begin(), caps16.end(), "ep_ht_fused") != caps16.end());
-  for (const char* older : {"parts", "flat14"}) {
-    CAPTURE(older);
-    Opened opened(kTableDir, older);
-    REQUIRE(opened.gpu);
-    CHECK_FALSE(opened.gpu->supports(GpuFeature::ep_ht_fused));
-    const std::vector<std::string> caps = gpu_capability_names(opened.gpu->props().caps);
-    CHECK(std::find(caps.begin(), caps.end(), "ep_ht_fused") == caps.end());
+TEST_CASE("the fused features: a plugin of their minor keeps them, older ones that claim them do not") {
+  // Every table claims COURIER_GPU_CAP_EP_HT_FUSED (minor 16) and
+  // COURIER_GPU_CAP_EP_COMBINE_FUSED (minor 17); only a plugin of that minor
+  // or later knows the job fields that the core would set with them.
+  struct Fused {
+    GpuFeature feature;
+    const char* name;
+    uint16_t minor;
+  };
+  for (const Fused f : {Fused{GpuFeature::ep_ht_fused, "ep_ht_fused", 16},
+                        Fused{GpuFeature::ep_combine_fused, "ep_combine_fused", 17}}) {
+    CAPTURE(f.name);
+    CHECK(gpu_feature_minor(f.feature) == f.minor);
+    for (const auto& [table, minor] :
+         {std::pair{"parts17", 17}, std::pair{"parts16", 16}, std::pair{"parts", 15},
+          std::pair{"flat14", 14}}) {
+      CAPTURE(table);
+      Opened opened(kTableDir, table);
+      REQUIRE(opened.gpu);
+      CHECK(opened.gpu->plugin().abi_minor == minor);
+      const bool kept = minor >= f.minor;
+      CHECK(opened.gpu->supports(f.feature) == kept);
+      const std::vector<std::string> caps = gpu_capability_names(opened.gpu->props().caps);
+      CHECK((std::find(caps.begin(), caps.end(), f.name) != caps.end()) == kept);
+    }
   }
 }
 
@@ -284,7 +293,6 @@ TEST_CASE("every feature has a name and the minor that brought it") {
   CHECK(gpu_feature_minor(GpuFeature::ep_set_stream) == 9);
   CHECK(gpu_feature_minor(GpuFeature::ep_direct) == 2);
   CHECK(gpu_feature_minor(GpuFeature::ep_hold) == 14);
-  CHECK(gpu_feature_minor(GpuFeature::ep_ht_fused) == 16);
   for (size_t i = 0; i < kGpuFeatureCount; ++i) {
     const auto feature = static_cast<GpuFeature>(i);
     CAPTURE(i);
