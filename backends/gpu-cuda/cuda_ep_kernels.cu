@@ -69,7 +69,8 @@ cudaError_t load_direct_kernels() {
       reinterpret_cast<const void*>(device::ep::direct::combine<device::ep::kCombineSend>),
       reinterpret_cast<const void*>(device::ep::direct::combine<device::ep::kWideReduceAhead>),
       reinterpret_cast<const void*>(device::ep::direct::combine<device::ep::kNarrowReduceAhead>),
-      reinterpret_cast<const void*>(device::ep::direct::combine<device::ep::kWideReduceAhead, true>),
+      reinterpret_cast<const void*>(
+          device::ep::direct::combine<device::ep::kWideReduceAhead, true>),
       reinterpret_cast<const void*>(hold_kernel),
   };
   for (const void* kernel : kernels) {

@@ -163,7 +163,8 @@ TEST_CASE("a 1.8 plugin: nothing past its struct_size is read, later minors' bit
   check_runtime_calls(gpu);
 }
 
-TEST_CASE("the fused features: a plugin of their minor keeps them, older ones that claim them do not") {
+TEST_CASE(
+    "the fused features: a plugin of their minor keeps them, older ones that claim them do not") {
   // Every table claims COURIER_GPU_CAP_EP_HT_FUSED (minor 16) and
   // COURIER_GPU_CAP_EP_COMBINE_FUSED (minor 17); only a plugin of that minor
   // or later knows the job fields that the core would set with them.
@@ -176,9 +177,8 @@ TEST_CASE("the fused features: a plugin of their minor keeps them, older ones th
                         Fused{GpuFeature::ep_combine_fused, "ep_combine_fused", 17}}) {
     CAPTURE(f.name);
     CHECK(gpu_feature_minor(f.feature) == f.minor);
-    for (const auto& [table, minor] :
-         {std::pair{"parts17", 17}, std::pair{"parts16", 16}, std::pair{"parts", 15},
-          std::pair{"flat14", 14}}) {
+    for (const auto& [table, minor] : {std::pair{"parts17", 17}, std::pair{"parts16", 16},
+                                       std::pair{"parts", 15}, std::pair{"flat14", 14}}) {
       CAPTURE(table);
       Opened opened(kTableDir, table);
       REQUIRE(opened.gpu);
