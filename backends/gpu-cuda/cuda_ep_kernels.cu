@@ -71,6 +71,8 @@ cudaError_t load_direct_kernels() {
       reinterpret_cast<const void*>(device::ep::direct::combine<device::ep::kNarrowReduceAhead>),
       reinterpret_cast<const void*>(
           device::ep::direct::combine<device::ep::kWideReduceAhead, true>),
+      reinterpret_cast<const void*>(
+          device::ep::direct::combine<device::ep::kNarrowReduceAhead, true>),
       reinterpret_cast<const void*>(hold_kernel),
   };
   for (const void* kernel : kernels) {
@@ -216,10 +218,25 @@ int ep_combine_send(const courier_gpu_ep_combine_send_v1* job_in, cudaStream_t s
     if (const char* wrong = device::ep::take_fused_reduce(job, &reduce)) {
       return fail(-EINVAL, wrong);
     }
-    const uint32_t blocks = device::ep::combine_fused_blocks(job, reduce, row_blocks(rows), sms);
+    const uint32_t threads = device::ep::reduce_threads(reduce, sms);
+    const bool wide = device::ep::wide_reduce(threads);
+    int resident = 1;
+    if (!wide && cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+                     &resident, device::ep::direct::combine<device::ep::kNarrowReduceAhead, true>,
+                     static_cast<int>(threads), 0) != cudaSuccess) {
+      cudaGetLastError();  // not sticky: one block per SM then
+      resident = 1;
+    }
+    const uint32_t blocks = device::ep::combine_fused_blocks(job, reduce, row_blocks(rows), sms,
+                                                             static_cast<uint32_t>(resident));
     uint64_t* stamps = timeline.stamps(stream, "combine", blocks);
-    device::ep::direct::combine<device::ep::kWideReduceAhead, true>
-        <<<blocks, device::ep::kLlThreads, 0, stream>>>(job, reduce, stamps);
+    if (wide) {
+      device::ep::direct::combine<device::ep::kWideReduceAhead, true>
+          <<<blocks, threads, 0, stream>>>(job, reduce, stamps);
+    } else {
+      device::ep::direct::combine<device::ep::kNarrowReduceAhead, true>
+          <<<blocks, threads, 0, stream>>>(job, reduce, stamps);
+    }
     return launched("the EP combine kernel (send and reduce)");
   }
   const uint32_t blocks = device::ep::combine_send_blocks(job, row_blocks(rows), sms);

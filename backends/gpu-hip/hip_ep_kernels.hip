@@ -70,6 +70,8 @@ hipError_t load_direct_kernels() {
       reinterpret_cast<const void*>(device::ep::direct::combine<device::ep::kWideReduceAhead>),
       reinterpret_cast<const void*>(device::ep::direct::combine<device::ep::kNarrowReduceAhead>),
       reinterpret_cast<const void*>(device::ep::direct::combine<device::ep::kWideReduceAhead, true>),
+      reinterpret_cast<const void*>(
+          device::ep::direct::combine<device::ep::kNarrowReduceAhead, true>),
       reinterpret_cast<const void*>(hold_kernel),
   };
   for (const void* kernel : kernels) {
@@ -212,9 +214,24 @@ int ep_combine_send(const courier_gpu_ep_combine_send_v1* job_in, hipStream_t st
     if (const char* wrong = device::ep::take_fused_reduce(job, &reduce)) {
       return fail(-EINVAL, wrong);
     }
-    const uint32_t blocks = device::ep::combine_fused_blocks(job, reduce, row_blocks(rows), sms);
-    device::ep::direct::combine<device::ep::kWideReduceAhead, true>
-        <<<dim3(blocks), dim3(device::ep::kLlThreads), 0, stream>>>(job, reduce, nullptr);
+    const uint32_t threads = device::ep::reduce_threads(reduce, sms);
+    const bool wide = device::ep::wide_reduce(threads);
+    int resident = 1;
+    if (!wide && hipOccupancyMaxActiveBlocksPerMultiprocessor(
+                     &resident, device::ep::direct::combine<device::ep::kNarrowReduceAhead, true>,
+                     static_cast<int>(threads), 0) != hipSuccess) {
+      (void)hipGetLastError();  // one block per multiprocessor then
+      resident = 1;
+    }
+    const uint32_t blocks = device::ep::combine_fused_blocks(job, reduce, row_blocks(rows), sms,
+                                                             static_cast<uint32_t>(resident));
+    if (wide) {
+      device::ep::direct::combine<device::ep::kWideReduceAhead, true>
+          <<<dim3(blocks), dim3(threads), 0, stream>>>(job, reduce, nullptr);
+    } else {
+      device::ep::direct::combine<device::ep::kNarrowReduceAhead, true>
+          <<<dim3(blocks), dim3(threads), 0, stream>>>(job, reduce, nullptr);
+    }
     return launched("the EP combine kernel (send and reduce)");
   }
   const uint32_t blocks = device::ep::combine_send_blocks(job, row_blocks(rows), sms);

@@ -1680,8 +1680,14 @@ __global__ void __launch_bounds__(kMaxBlockThreads, 1)
 // loads in flight per thread (reduce_token_bf16), after the send half when
 // `halves` has kSendHalf (kCombineFused). One instance per half, and the
 // fused one, so that each has only its own registers.
+// The fused instance of the narrow reduce (many tokens: 256-thread blocks)
+// keeps three blocks per SM, as the narrow reduce alone does: registers for
+// that, rather than for the send half's few rows.
+template <uint32_t kReduceAhead, bool kFused>
+inline constexpr bool kNarrowFused = kFused&& kReduceAhead < 16;
 template <uint32_t kReduceAhead, bool kFused = false>
-__global__ void __launch_bounds__(kMaxBlockThreads, 1)
+__global__ void __launch_bounds__((kNarrowFused<kReduceAhead, kFused> ? 256 : kMaxBlockThreads),
+                                  (kNarrowFused<kReduceAhead, kFused> ? 3 : 1))
     combine(courier_gpu_ep_combine_send_v1 send, courier_gpu_ep_reduce_v1 reduce,
             uint64_t* stamps) {
   if constexpr (kReduceAhead == 0) {

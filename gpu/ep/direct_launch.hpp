@@ -163,16 +163,16 @@ inline const char* take_fused_reduce(const courier_gpu_ep_combine_send_v1& send,
   return nullptr;
 }
 
-// Its blocks, kLlThreads each (the wide reduce's instance, with the send
-// half): every block waits for the flags the last sender raises, so no more
-// than one per SM (one 512-thread block of these registers fits an SM);
-// the send's blocks take their rows or experts, the reduce's loop over the
-// tokens.
+// Its blocks, of reduce_threads (the wide or the narrow reduce's fused
+// instance): every block waits for the flags the last sender raises, so no
+// more than stay resident together (`resident_per_sm` of that instance,
+// from the runtime's occupancy query; one for the wide one); the send's
+// blocks take their rows or experts, the reduce's loop over the tokens.
 inline uint32_t combine_fused_blocks(const courier_gpu_ep_combine_send_v1& send,
                                      const courier_gpu_ep_reduce_v1& reduce, uint32_t row_blocks,
-                                     uint32_t sms) {
+                                     uint32_t sms, uint32_t resident_per_sm) {
   const uint32_t want = std::max({combine_send_blocks(send, row_blocks, sms), reduce.tokens, 1u});
-  return std::min(want, std::max(sms, 1u));
+  return std::min(want, std::max(sms, 1u) * std::max(resident_per_sm, 1u));
 }
 
 }  // namespace courier::device::ep
