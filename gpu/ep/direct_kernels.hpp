@@ -1047,11 +1047,13 @@ __device__ __forceinline__ void ll_send(const courier_gpu_ep_ll_dispatch_v1& job
     stamp(stamps, kStampReleased);
     waited = true;
   };
-  __syncthreads();
+  // No barrier here: `failed` and the histogram are first read after
+  // ll_token_slots' barriers, so the status read overlaps the first row's
+  // loads, which go out whatever the status (x is this call's: harmless).
   const bool vectors = ll_row_vectors(job);
   for (uint32_t t = blockIdx.x; t < job.tokens; t += gridDim.x) {
     RowPass first;  // loaded while the slots are found
-    if (vectors && failed == 0) ll_load_pass(job, t, 0, &first);
+    if (vectors) ll_load_pass(job, t, 0, &first);
     ll_token_slots(job, own, t, expert, slot, before, &dests);
     if (t == blockIdx.x) stamp(stamps, kStampRouted);
     if (to_count) load_counts();
@@ -1065,6 +1067,7 @@ __device__ __forceinline__ void ll_send(const courier_gpu_ep_ll_dispatch_v1& job
   }
   if (to_count) {  // a block without a token
     load_counts();
+    __syncthreads();  // the histogram's zeros first (no token's barriers here)
     add_counts();
   }
   if (!waited) wait_release();  // the last block stores the counts
