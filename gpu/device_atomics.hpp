@@ -82,6 +82,11 @@ __device__ __forceinline__ void raise_release_gpu(uint64_t* p, uint64_t v) {
 __device__ __forceinline__ void release_fence_system() {
   cuda::atomic_thread_fence(cuda::memory_order_release, cuda::thread_scope_system);
 }
+// Before the barrier after which one thread of the block releases what all
+// its threads stored (a flag, a mark, the arrival at a counter): nothing on
+// CUDA, where bar.sync carries the other threads' stores into that later
+// release (the PTX memory model).
+__device__ __forceinline__ void fence_before_block_release() {}
 __device__ __forceinline__ uint32_t fetch_add_acq_rel(uint32_t* p, uint32_t n) {
   return cuda::atomic_ref<uint32_t, cuda::thread_scope_device>(*p).fetch_add(
       n, cuda::memory_order_acq_rel);
@@ -161,6 +166,9 @@ __device__ __forceinline__ void raise_release_gpu(uint64_t* p, uint64_t v) {
 __device__ __forceinline__ void release_fence_system() {
   __builtin_amdgcn_fence(__ATOMIC_RELEASE, "");
 }
+// (See the CUDA version.) On AMD a wave's stores can still be in flight
+// when the barrier lets another wave release, so each thread fences.
+__device__ __forceinline__ void fence_before_block_release() { __threadfence_system(); }
 __device__ __forceinline__ uint32_t fetch_add_acq_rel(uint32_t* p, uint32_t n) {
   return __hip_atomic_fetch_add(p, n, __ATOMIC_ACQ_REL, COURIER_HIP_GPU);
 }
@@ -236,6 +244,7 @@ inline void raise_release_gpu(uint64_t* p, uint64_t v) {
 // a release operation (an RMW, a published slot) or a block barrier, which
 // order the thread's earlier stores; and ThreadSanitizer cannot model fences.
 inline void release_fence_system() {}
+inline void fence_before_block_release() {}
 inline uint32_t fetch_add_acq_rel(uint32_t* p, uint32_t n) {
   return std::atomic_ref<uint32_t>(*p).fetch_add(n, std::memory_order_acq_rel);
 }

@@ -74,6 +74,7 @@ __device__ __forceinline__ bool warp_leader() {
 // sequentially consistent fence costs about a microsecond per use.
 __device__ __forceinline__ bool last_block(uint32_t* done) {
   __shared__ bool last;
+  device::fence_before_block_release();
   __syncthreads();
   if (threadIdx.x == 0) {
     last = device::fetch_add_acq_rel(done, 1u) == gridDim.x - 1;
@@ -510,6 +511,7 @@ __device__ __forceinline__ void route_notify(const courier_gpu_ep_route_v1& job,
     group_copy(window(signal.peers, d, signal.record_off), signal.src, signal.bytes, threadIdx.x,
                blockDim.x);
   }
+  device::fence_before_block_release();
   __syncthreads();  // (raise_flags' release stores order the records)
   // The expert counts' words back to 0, for the next launch's atomics
   // (route_expert_slice); the copies above have read them.
@@ -537,6 +539,7 @@ __device__ __forceinline__ void route_notify(const courier_gpu_ep_route_v1& job,
     }
     job.host_counts[i] = n;
   }
+  device::fence_before_block_release();
   __syncthreads();
   if (threadIdx.x == 0) {  // the mark after the block's counts and slots
     device::release_fence_system();
@@ -968,9 +971,6 @@ __device__ __forceinline__ void ll_signal_counts(const courier_gpu_ep_ll_dispatc
   for (uint32_t e = threadIdx.x; counted && e < E; e += blockDim.x) {
     reinterpret_cast<uint32_t*>(window(job.peers, e / L, job.record_off))[e] = histogram[e];
   }
-  // Every thread's records before the release stores below (as the loop
-  // below ends each round), so that they order them all.
-  if (counted) __syncthreads();
   for (uint32_t first = 0; !counted && first < E; first += kHistogram) {
     for (uint32_t i = threadIdx.x; i < kHistogram; i += blockDim.x) histogram[i] = 0;
     __syncthreads();
@@ -988,6 +988,10 @@ __device__ __forceinline__ void ll_signal_counts(const courier_gpu_ep_ll_dispatc
     }
     __syncthreads();
   }
+  // Every thread's records before the release stores below, so that they
+  // order them all.
+  device::fence_before_block_release();
+  __syncthreads();
   if (threadIdx.x < R) {
     const uint64_t refused = status_of(job.status) != 0 ? COURIER_GPU_EP_REFUSED_FLAG : 0;
     device::store_release(reinterpret_cast<uint64_t*>(window(job.peers, threadIdx.x, job.flag_off)),
@@ -1658,12 +1662,20 @@ __device__ __forceinline__ void reduce_rows(const courier_gpu_ep_reduce_v1& job)
 
 // With wait.flags, every block first waits for the ranks' combine flags and
 // the last one finishes the call.
-// `after_send`: the send half ran first in this launch (and stamped the start).
+// `after_send`: the send half ran first in this launch (and stamped the
+// start); `rank`: then this rank, whose own flag its blocks wait for
+// before any other: a peer's refusal seen by an early block must not set
+// the status before this rank's last sender raised its flags (they would
+// carry it as this rank's refusal).
 template <uint32_t kAhead>
 __device__ __forceinline__ void reduce_half(const courier_gpu_ep_reduce_v1& job, uint64_t* stamps,
-                                            bool after_send = false) {
+                                            bool after_send = false, uint32_t rank = 0) {
   __shared__ uint32_t failed;
   if (!after_send) stamp(stamps, kStampStart);
+  if (after_send && job.wait.flags != nullptr) {
+    if (threadIdx.x == 0) wait_for(job.wait, rank);
+    __syncthreads();
+  }
   if (job.wait.flags != nullptr) {
     if (threadIdx.x < job.wait.num_ranks) wait_for(job.wait, threadIdx.x);
   } else if (job.epoch_word != nullptr && blockIdx.x == 0 && threadIdx.x == 0) {
@@ -1726,7 +1738,7 @@ __global__ void __launch_bounds__((kNarrowFused<kReduceAhead, kFused> ? 256 : kM
     combine_send_signal(send, stamps);
   } else {
     if constexpr (kFused) combine_send_signal(send, stamps);
-    reduce_half<kReduceAhead>(reduce, stamps, kFused);
+    reduce_half<kReduceAhead>(reduce, stamps, kFused, send.rank);
   }
 }
 }  // namespace direct

@@ -407,7 +407,7 @@ typedef struct courier_gpu_ep_ht_dispatch_v1 {
  * together. ep_ll_receive and ep_reduce with wait.flags wait themselves
  * (no ep_wait before them), ep_combine_send with `done` signals itself (no
  * ep_signal after it). A low-latency dispatch is one launch (two with a
- * receive hook), a combine two. */
+ * receive hook), a combine two (one with minor 17's `reduce`). */
 #define COURIER_GPU_EP_FUSE_ROUTE (1u << 0)
 #define COURIER_GPU_EP_FUSE_SIGNAL (1u << 1)
 #define COURIER_GPU_EP_FUSE_RECEIVE (1u << 2)
