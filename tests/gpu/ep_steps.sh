@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Where the time of the direct path's calls goes, on one GPU, one rank: the
+# kernels' steps (COURIER_CUDA_EP_TIMELINE=1: per step, the device clock
+# from a kernel's first block's start to the last block passing it, medians)
+# at the low-latency shape and its high-throughput FP8 twin of
+# docs/performance.md, on the caller's stream; with NCU=1 also Nsight
+# Compute's stall reasons for the low-latency dispatch and combine kernels
+# and the source lines where their warps stall most (build with
+# -DCMAKE_CUDA_FLAGS=-lineinfo for the lines). Expects a build of
+# courier-bench, courier-run and courier-gpu-cuda in BUILD.
+#
+#   tests/gpu/ep_steps.sh
+#   NCU=1 tests/gpu/ep_steps.sh
+# Knobs: BUILD (build-gpu), ITERS (100), OUT ($BUILD/ep-steps: the
+# profiler's reports), NCU (0).
+set -uo pipefail
+cd "$(dirname "$0")/../.." || exit 1
+BUILD=${BUILD:-build-gpu}
+ITERS=${ITERS:-100}
+OUT=${OUT:-$BUILD/ep-steps}
+NCU=${NCU:-0}
+mkdir -p "$OUT"
+bin=$PWD/$BUILD/bin
+for need in "$bin/courier-bench" "$bin/courier-run" "$PWD/$BUILD/lib/courier"; do
+  [ -e "$need" ] || { echo "ep_steps: $need is missing: build $BUILD first" >&2; exit 1; }
+done
+export NCCL_NVLS_ENABLE=0 COURIER_GPU_BACKEND=cuda COURIER_EP_TRANSPORT=direct
+export COURIER_BACKEND_PATH=$PWD/$BUILD/lib/courier
+ll=(--mode ll --tokens 128 --hidden 7168 --topk 8 --experts 288 --fp8 --unmasked)
+ht8=(--mode ht --tokens 4096 --hidden 7168 --topk 8 --experts 256 --fp8)
+for shape in ll ht8; do
+  args=("${ll[@]}")
+  [ "$shape" = ht8 ] && args=("${ht8[@]}")
+  echo "=== steps, caller's stream: courier-bench ep ${args[*]}"
+  # The per-block medians ("(block)") and the bench's own table are left out.
+  COURIER_CUDA_EP_TIMELINE=1 timeout 120 "$bin/courier-run" --timeout 110 -n 1 \
+    "$bin/courier-bench" ep "${args[@]}" --iters "$ITERS" --stream caller 2>&1 |
+    grep -E '^\[0\]   ' | grep -v '(block)'
+done
+[ "$NCU" = 1 ] || exit 0
+command -v ncu >/dev/null || { echo "ep_steps: NCU=1 but ncu is not on PATH" >&2; exit 1; }
+for kernel in dispatch combine; do
+  echo "=== ncu: the low-latency $kernel kernel (--clock-control none)"
+  timeout 300 ncu --clock-control none --target-processes all -k "regex:^$kernel" -s 30 -c 1 \
+    --set full --import-source yes --export "$OUT/ll_$kernel" --force-overwrite \
+    "$bin/courier-run" --timeout 280 -n 1 "$bin/courier-bench" ep "${ll[@]}" --iters 40 \
+    >"$OUT/ncu_run_$kernel.txt" 2>&1 || { tail -5 "$OUT/ncu_run_$kernel.txt"; continue; }
+  ncu -i "$OUT/ll_$kernel.ncu-rep" --print-details all --section SpeedOfLight \
+    --section WarpStateStats --section LaunchStats 2>&1 |
+    grep -E 'Duration|Issued Warp Per Scheduler|No Eligible|Stall [A-Z]|Registers Per Thread' |
+    sort -u -k1,2 | head -24
+  # Source lines by warp stall samples (the column ncu names "Warp Stall
+  # Sampling (All Samples)"), the 15 largest.
+  ncu -i "$OUT/ll_$kernel.ncu-rep" --page source --csv --print-source cuda 2>/dev/null |
+    python3 -c '
+import csv, sys
+rows = list(csv.reader(sys.stdin))
+head = next((i for i, r in enumerate(rows) if any("Warp Stall Sampling (All" in c for c in r)), None)
+if head is None:
+    sys.exit("no stall samples in the report (built without -lineinfo?)")
+h = rows[head]
+src = next(i for i, c in enumerate(h) if c.strip() == "Source")
+col = next(i for i, c in enumerate(h) if "Warp Stall Sampling (All" in c)
+lines = []
+for r in rows[head + 1:]:
+    try:
+        lines.append((float(r[col].replace(",", "") or 0), r[0], r[src].strip()[:100]))
+    except (ValueError, IndexError):
+        pass
+total = sum(v for v, _, _ in lines) or 1
+for v, at, text in sorted(lines, reverse=True)[:15]:
+    print("%5.1f%%  %6s  %s" % (100 * v / total, at, text))
+'
+done
