@@ -490,6 +490,19 @@ int cuda_ep_copy(void* backend, int device, void* dst, const void* src, size_t b
 
 // One entry point per EP kernel: the job's device's EP stream, the kernel
 // in the timeline under `Name`.
+// A job's label in the timeline: its entry's name, except a combine send
+// that also reduces (GPU ABI 1.17), which is the whole combine.
+template <class Job>
+const char* timeline_name(const Job*, const char* name) {
+  return name;
+}
+const char* timeline_name(const courier_gpu_ep_combine_send_v1* job, const char* name) {
+  const bool fused =
+      job->struct_size >= offsetof(courier_gpu_ep_combine_send_v1, reduce) + sizeof job->reduce &&
+      job->reduce != nullptr;
+  return fused ? "combine" : name;
+}
+
 template <class Job, int (*Enqueue)(const Job*, cudaStream_t, courier::cuda_gpu::EpTimeline&),
           const char* Name>
 int enqueue_ep(void* backend, const Job* job) {
@@ -500,7 +513,7 @@ int enqueue_ep(void* backend, const Job* job) {
   courier::cuda_gpu::EpTimeline& timeline = as_backend(backend)->timeline;
   timeline.begin(stream);
   const int rc = Enqueue(job, stream, timeline);
-  timeline.mark(stream, Name);
+  timeline.mark(stream, timeline_name(job, Name));
   if (rc == 0) as_backend(backend)->ep_counters->launched(job->device, 1);  // one kernel each
   return rc;
 }
