@@ -1040,11 +1040,14 @@ __device__ __forceinline__ void ll_send(const courier_gpu_ep_ll_dispatch_v1& job
   if (threadIdx.x == 0) failed = status_of(job.status);
   // The ranks' release flags, waited for once, before the first store (the
   // first token's loads and slots go first, so their memory round trips
-  // overlap the wait); a wait that timed out stores nothing.
+  // overlap the wait); a wait that timed out stores nothing. Not this
+  // rank's own when its rows go straight into the outputs (`own`): nothing
+  // goes into its own staging then (at EP1 no flag is read at all).
   bool waited = false;
   auto wait_release = [&] {
-    if (threadIdx.x < job.num_ranks && !wait_released(job.released + threadIdx.x, released,
-                                                      job.timeout_ns, job.status, threadIdx.x)) {
+    if (threadIdx.x < job.num_ranks && !(own != nullptr && threadIdx.x == job.rank) &&
+        !wait_released(job.released + threadIdx.x, released, job.timeout_ns, job.status,
+                       threadIdx.x)) {
       failed = 1;
     }
     __syncthreads();
