@@ -1680,7 +1680,8 @@ __device__ __forceinline__ void reduce_half(const courier_gpu_ep_reduce_v1& job,
     __syncthreads();
   }
   if (job.wait.flags != nullptr) {
-    if (threadIdx.x < job.wait.num_ranks) wait_for(job.wait, threadIdx.x);
+    const bool seen = after_send && threadIdx.x == rank;  // (just above)
+    if (threadIdx.x < job.wait.num_ranks && !seen) wait_for(job.wait, threadIdx.x);
   } else if (job.epoch_word != nullptr && blockIdx.x == 0 && threadIdx.x == 0) {
     *job.epoch_word += 1;  // the combine's last job: no block here reads the word
   }
