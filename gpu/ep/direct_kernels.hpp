@@ -1136,8 +1136,11 @@ __device__ __forceinline__ void pass_locate(uint32_t j, uint32_t n, const uint32
 // place (ll_own_rows): each expert's block of rows from this rank comes
 // first and is not moved, the other ranks' follow in the order rank + 1,
 // rank + 2, ... (mod R); without, ranks 0, 1, ... in turn.
+// `after_send`: the send half ran first in this launch: its blocks wait for
+// this rank's own data flag before the others' (see reduce_half).
 __device__ __forceinline__ void ll_receive_half(const courier_gpu_ep_ll_receive_v1& job,
-                                                bool own_rows, uint64_t* stamps) {
+                                                bool own_rows, uint64_t* stamps,
+                                                bool after_send = false) {
   __shared__ uint32_t begin[kPassExperts][COURIER_GPU_EP_MAX_RANKS + 1];  // per rank, then total
   __shared__ uint32_t row_begin[kPassExperts + 1];  // the pass's rows per expert, cumulative
   __shared__ uint32_t failed;
@@ -1149,8 +1152,13 @@ __device__ __forceinline__ void ll_receive_half(const courier_gpu_ep_ll_receive_
   const uint64_t rows_per_expert = uint64_t{R} * job.max_tokens;
   // Read before any block can finish the call (the last one moves it on).
   const uint64_t epoch = epoch_of(job.epoch_word, job.epoch);
+  if (after_send && job.wait.flags != nullptr && job.wait.num_ranks > 1) {
+    if (threadIdx.x == 0) wait_for(job.wait, job.rank);
+    __syncthreads();
+  }
   if (job.wait.flags != nullptr) {
-    if (threadIdx.x < job.wait.num_ranks) wait_for(job.wait, threadIdx.x);
+    const bool seen = after_send && job.wait.num_ranks > 1 && threadIdx.x == job.rank;
+    if (threadIdx.x < job.wait.num_ranks && !seen) wait_for(job.wait, threadIdx.x);
     __syncthreads();
   }
   stamp(stamps, kStampFlagsSeen);
@@ -1675,12 +1683,12 @@ __device__ __forceinline__ void reduce_half(const courier_gpu_ep_reduce_v1& job,
                                             bool after_send = false, uint32_t rank = 0) {
   __shared__ uint32_t failed;
   if (!after_send) stamp(stamps, kStampStart);
-  if (after_send && job.wait.flags != nullptr) {
+  if (after_send && job.wait.flags != nullptr && job.wait.num_ranks > 1) {
     if (threadIdx.x == 0) wait_for(job.wait, rank);
     __syncthreads();
   }
   if (job.wait.flags != nullptr) {
-    const bool seen = after_send && threadIdx.x == rank;  // (just above)
+    const bool seen = after_send && job.wait.num_ranks > 1 && threadIdx.x == rank;  // (above)
     if (threadIdx.x < job.wait.num_ranks && !seen) wait_for(job.wait, threadIdx.x);
   } else if (job.epoch_word != nullptr && blockIdx.x == 0 && threadIdx.x == 0) {
     *job.epoch_word += 1;  // the combine's last job: no block here reads the word
@@ -1722,7 +1730,9 @@ __global__ void __launch_bounds__(kMaxBlockThreads, 1)
   stamp(stamps, kStampStart);
   const bool own_rows = (halves & kOwnRows) != 0;
   if ((halves & kSendHalf) != 0) ll_send(send, own_rows ? &received : nullptr, stamps);
-  if ((halves & kReceiveHalf) != 0) ll_receive_half(received, own_rows, stamps);
+  if ((halves & kReceiveHalf) != 0) {
+    ll_receive_half(received, own_rows, stamps, (halves & kSendHalf) != 0);
+  }
 }
 // kReduceAhead 0: the send half; otherwise the reduce half with that many
 // loads in flight per thread (reduce_token_bf16), after the send half when
