@@ -489,11 +489,18 @@ __global__ void signal_kernel(courier_gpu_ep_signal_v1 job) {
 // Raises this rank's flag at flag_off in every window to `epoch` (with
 // REFUSED_FLAG when *status is set), thread r for rank r: after the block
 // made what it and the blocks before it stored visible at system scope.
+// Every thread of the block calls it. The status is read once, by thread
+// 0, before any flag goes out: with ranks in two warps, a warp reading it
+// after another raised this rank's own flag could see a peer's refusal
+// that a receiving block set meanwhile, and send it on as this rank's.
 __device__ __forceinline__ void raise_flags(const courier_gpu_ep_peers_v1& peers, uint32_t ranks,
                                             uint64_t flag_off, uint64_t epoch,
                                             const uint32_t* status) {
+  __shared__ uint32_t status_now;
+  if (threadIdx.x == 0) status_now = status_of(status);
+  __syncthreads();
   if (threadIdx.x < ranks) {
-    const uint64_t refused = status_of(status) != 0 ? COURIER_GPU_EP_REFUSED_FLAG : 0;
+    const uint64_t refused = status_now != 0 ? COURIER_GPU_EP_REFUSED_FLAG : 0;
     device::store_release(reinterpret_cast<uint64_t*>(window(peers, threadIdx.x, flag_off)),
                           epoch | refused);
   }
@@ -991,12 +998,7 @@ __device__ __forceinline__ void ll_signal_counts(const courier_gpu_ep_ll_dispatc
   // Every thread's records before the release stores below, so that they
   // order them all.
   device::fence_before_block_release();
-  __syncthreads();
-  if (threadIdx.x < R) {
-    const uint64_t refused = status_of(job.status) != 0 ? COURIER_GPU_EP_REFUSED_FLAG : 0;
-    device::store_release(reinterpret_cast<uint64_t*>(window(job.peers, threadIdx.x, job.flag_off)),
-                          epoch_of(job.epoch_word, job.epoch) | refused);
-  }
+  raise_flags(job.peers, R, job.flag_off, epoch_of(job.epoch_word, job.epoch), job.status);
 }
 
 // ---- ep_ll_dispatch: a block per token at a time (its experts' slots,
@@ -1495,11 +1497,8 @@ __device__ __forceinline__ void combine_send_signal(const courier_gpu_ep_combine
     return;
   }
   if (!last_block(job.done)) return;
-  if (threadIdx.x < job.num_ranks) {
-    const uint64_t refused = status_of(job.status) != 0 ? COURIER_GPU_EP_REFUSED_FLAG : 0;
-    device::store_release(reinterpret_cast<uint64_t*>(window(job.peers, threadIdx.x, job.flag_off)),
-                          epoch_of(job.epoch_word, job.epoch) | refused);
-  }
+  raise_flags(job.peers, job.num_ranks, job.flag_off, epoch_of(job.epoch_word, job.epoch),
+              job.status);
   stamp(stamps, kStampSignalled);
 }
 

@@ -394,10 +394,13 @@ typedef struct courier_gpu_ep_ht_dispatch_v1 {
  * scales, quantized here), the source token t (int32) and k (int32).
  * Before storing into d's staging, waits until released[d] (this device's
  * memory; the REFUSED_FLAG bit ignored) reaches released_epoch: d has
- * finished reading what this rank stored there two calls ago (a backend
+ * finished reading what this rank stored there two calls ago. A backend
  * that stores this rank's own rows straight into the receive's outputs
- * stores nothing into its own staging, and need not wait for
- * released[rank]). */
+ * (fused, no hook) need not wait for released[rank]: nothing goes into its
+ * own staging then, and the receive that read its own records two calls
+ * ago ran earlier on the same stream (the core keeps a Buffer's launches
+ * on one stream, and refuses a dispatch whose hook of two calls ago has
+ * not run). */
 /* Fused launches (minor 13, COURIER_GPU_CAP_EP_FUSED): the low-latency
  * calls in as few launches as DeepEP's, no host step between them.
  * ep_ll_dispatch's `fuse` bits: ROUTE: the launch also does ep_route
