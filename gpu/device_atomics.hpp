@@ -67,6 +67,10 @@ __device__ __forceinline__ bool compare_exchange(uint64_t* p, uint64_t expected,
   return sys_atomic_ref<uint64_t>(*p).compare_exchange_strong(expected, v,
                                                               cuda::memory_order_relaxed);
 }
+__device__ __forceinline__ bool compare_exchange_u32(uint32_t* p, uint32_t expected, uint32_t v) {
+  return sys_atomic_ref<uint32_t>(*p).compare_exchange_strong(expected, v,
+                                                              cuda::memory_order_relaxed);
+}
 // Device-scope pair for values only GPU threads share (the producers'
 // cached completion count): no PCIe traffic, still a release/acquire chain.
 __device__ __forceinline__ uint64_t load_acquire_gpu(const uint64_t* p) {
@@ -154,6 +158,10 @@ __device__ __forceinline__ bool compare_exchange(uint64_t* p, uint64_t expected,
   return __hip_atomic_compare_exchange_strong(p, &expected, v, __ATOMIC_RELAXED, __ATOMIC_RELAXED,
                                               COURIER_HIP_SYS);
 }
+__device__ __forceinline__ bool compare_exchange_u32(uint32_t* p, uint32_t expected, uint32_t v) {
+  return __hip_atomic_compare_exchange_strong(p, &expected, v, __ATOMIC_RELAXED, __ATOMIC_RELAXED,
+                                              COURIER_HIP_SYS);
+}
 // Agent scope: the producers' cached completion count lives in device
 // memory and only this GPU's threads touch it; no PCIe traffic.
 __device__ __forceinline__ uint64_t load_acquire_gpu(const uint64_t* p) {
@@ -231,6 +239,10 @@ inline void publish_fence() {}
 inline void publish_store(uint64_t* p, uint64_t v) { store_release(p, v); }
 inline bool compare_exchange(uint64_t* p, uint64_t expected, uint64_t v) {
   return std::atomic_ref<uint64_t>(*p).compare_exchange_strong(expected, v,
+                                                               std::memory_order_relaxed);
+}
+inline bool compare_exchange_u32(uint32_t* p, uint32_t expected, uint32_t v) {
+  return std::atomic_ref<uint32_t>(*p).compare_exchange_strong(expected, v,
                                                                std::memory_order_relaxed);
 }
 inline uint64_t load_acquire_gpu(const uint64_t* p) { return load_acquire(p); }

@@ -82,8 +82,10 @@ COURIER_DEVICE_INLINE uint32_t load_u32(const uint32_t* p) {
   return *const_cast<const volatile uint32_t*>(p);
 }
 
+// The first failure's code stays: two failures at once do not overwrite
+// each other (a compare-and-swap from 0; only failures call it).
 COURIER_DEVICE_INLINE void set_status(uint32_t* status, uint32_t code) {
-  if (load_u32(status) == 0) *const_cast<volatile uint32_t*>(status) = code;
+  device::compare_exchange_u32(status, 0u, code);
 }
 
 // The largest of `v` over the kLanes lanes of a group.
