@@ -405,18 +405,8 @@ CombineResult DirectHighThroughput::combine(const std::byte* x, const DLDataType
       reduce.local_term = rank_;
     }
   }
-  // One launch sends, signals, waits and sums (GPU ABI 1.17); else the
-  // send, then the reduce (with a signal and wait between on the host
-  // without fused launches).
-  if (windows_.combine_fused()) send.reduce = &reduce;
-  windows_.check(windows_.ep().ep_combine_send(windows_.backend(), &send), "sending rows back");
-  if (!windows_.fuses()) {
-    windows_.signal_and_wait(nullptr, 0, 0, layout_.flag(kCombine, parity, rank_),
-                             layout_.flag(kCombine, parity, 0), epoch);
-  }
-  if (send.reduce == nullptr) {
-    windows_.check(windows_.ep().ep_reduce(windows_.backend(), &reduce), "summing the rows");
-  }
+  windows_.combine(send, reduce, layout_.flag(kCombine, parity, rank_),
+                   layout_.flag(kCombine, parity, 0), epoch);
   if (windows_.ht_fused()) {
     windows_.sync("combine");
   } else {

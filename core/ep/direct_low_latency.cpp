@@ -339,18 +339,8 @@ CombineResult DirectLowLatency::combine(const std::byte* x, const float* topk_we
     reduce.wait = windows_.wait_job(layout_.flag(kCombine, parity, 0), epoch, reduce.epoch_word);
     reduce.done = reinterpret_cast<uint32_t*>(windows_.at(layout_.done));
   }
-  // One launch sends, signals, waits and sums (GPU ABI 1.17); else the
-  // send, then the reduce (with a signal and wait between on the host
-  // without fused launches).
-  if (windows_.combine_fused()) send.reduce = &reduce;
-  windows_.check(windows_.ep().ep_combine_send(windows_.backend(), &send), "sending rows back");
-  if (!windows_.fuses()) {
-    windows_.signal_and_wait(nullptr, 0, 0, layout_.flag(kCombine, parity, rank_),
-                             layout_.flag(kCombine, parity, 0), epoch, epoch_word(kCombine, call));
-  }
-  if (send.reduce == nullptr) {
-    windows_.check(windows_.ep().ep_reduce(windows_.backend(), &reduce), "summing the rows");
-  }
+  windows_.combine(send, reduce, layout_.flag(kCombine, parity, rank_),
+                   layout_.flag(kCombine, parity, 0), epoch, epoch_word(kCombine, call));
   windows_.sync("low_latency_combine");
   CombineResult result;
   result.combined_x = TensorView(reduce.out, device_,

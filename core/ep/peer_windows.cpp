@@ -241,6 +241,15 @@ void PeerWindows::signal_and_wait(const void* src, uint64_t bytes, uint64_t reco
   check(ep().ep_signal(backend(), &job), "signalling and waiting for the peers");
 }
 
+void PeerWindows::combine(courier_gpu_ep_combine_send_v1& send,
+                          const courier_gpu_ep_reduce_v1& reduce, uint64_t flag_off,
+                          uint64_t first_flag, uint64_t epoch, const uint64_t* epoch_word) const {
+  send.reduce = combine_fused() ? &reduce : nullptr;
+  check(ep().ep_combine_send(backend(), &send), "sending rows back");
+  if (!fuses()) signal_and_wait(nullptr, 0, 0, flag_off, first_flag, epoch, epoch_word);
+  if (send.reduce == nullptr) check(ep().ep_reduce(backend(), &reduce), "summing the rows");
+}
+
 void PeerWindows::wait(uint64_t first_flag, uint64_t epoch, const uint64_t* epoch_word) const {
   const courier_gpu_ep_wait_v1 job = wait_job(first_flag, epoch, epoch_word);
   check(ep().ep_wait(backend(), &job), "waiting for the peers");

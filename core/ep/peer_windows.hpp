@@ -84,6 +84,13 @@ class PeerWindows {
   // The job of that wait (for the kernels that wait themselves, GPU ABI 1.13).
   courier_gpu_ep_wait_v1 wait_job(uint64_t first_flag, uint64_t epoch,
                                   const uint64_t* epoch_word) const;
+  // A combine's kernels, both modes: with fused launches of GPU ABI 1.17
+  // one (the send carries the reduce), else the send, (without fused
+  // launches) a signal and wait for the combine flags at local offsets
+  // flag_off (this rank's) and first_flag, and the reduce.
+  void combine(courier_gpu_ep_combine_send_v1& send, const courier_gpu_ep_reduce_v1& reduce,
+               uint64_t flag_off, uint64_t first_flag, uint64_t epoch,
+               const uint64_t* epoch_word = nullptr) const;
   // The job of signal_and_wait (for the kernels that signal and wait
   // themselves, GPU ABI 1.16).
   courier_gpu_ep_signal_v1 signal_and_wait_job(const void* src, uint64_t bytes, uint64_t record_off,
