@@ -1,0 +1,66 @@
+#!/usr/bin/env python3
+"""Fails when a direct-path EP kernel of gpu-cuda needs per-thread stack.
+
+A kernel whose threads need a stack frame (a kernel parameter copied into
+local memory because its address is taken, an array indexed at run time,
+registers spilled) pays for it at every launch: one such 768-byte copy made
+the low-latency dispatch about 19 us slower on an H100, and only a GPU run
+showed it. ptxas reports each kernel's frame at compile time, so this check
+compiles cuda_ep_kernels.cu for one architecture with `-Xptxas -v` and
+compares each direct-path kernel's frame with its budget below.
+
+  kernel_stack_check.py NVCC SOURCE_DIR ARCH
+"""
+import re
+import subprocess
+import sys
+
+# (pattern of the mangled kernel name, most stack bytes a thread may use).
+# The narrow fused combine is register-bound by its launch bounds (256
+# threads, 3 blocks per SM: 80 registers) and spills a few words.
+BUDGETS = [
+    (r"direct7combineILj4ELb1E", 64),
+    (r"6direct", 0),
+    (r"route_kernel|ht_dispatch_kernel|signal_kernel|wait_kernel", 0),
+]
+
+
+def main():
+    if len(sys.argv) != 4:
+        sys.exit(__doc__)
+    nvcc, root, arch = sys.argv[1:]
+    cmd = [nvcc, "-I", f"{root}/include", "-I", root, "-O2", "-DNDEBUG", "-std=c++20",
+           f"--generate-code=arch=compute_{arch},code=sm_{arch}", "-x", "cu", "-cubin",
+           "-o", "/dev/null", "-Xptxas", "-v", f"{root}/backends/gpu-cuda/cuda_ep_kernels.cu"]
+    run = subprocess.run(cmd, capture_output=True, text=True)
+    if run.returncode != 0:
+        sys.exit(f"kernel_stack_check: {' '.join(cmd)} failed:\n{run.stderr[-4000:]}")
+    frames = {}
+    kernel = None
+    for line in run.stderr.splitlines():
+        m = re.search(r"Function properties for (\S+)", line)
+        if m:
+            kernel = m.group(1)
+        m = re.search(r"(\d+) bytes stack frame", line)
+        if m and kernel:
+            frames[kernel] = int(m.group(1))
+            kernel = None
+    checked, failures = 0, []
+    for name, frame in sorted(frames.items()):
+        budget = next((b for pattern, b in BUDGETS if re.search(pattern, name)), None)
+        if budget is None:
+            continue
+        checked += 1
+        if frame > budget:
+            failures.append(f"{name}: {frame} bytes of stack per thread, budget {budget}")
+    if checked == 0:
+        sys.exit("kernel_stack_check: ptxas reported none of the direct-path kernels "
+                 f"(its output changed?):\n{run.stderr[-2000:]}")
+    for f in failures:
+        print("kernel_stack_check: " + f)
+    print(f"kernel_stack_check: {checked} kernels checked, {len(failures)} over budget")
+    sys.exit(1 if failures else 0)
+
+
+if __name__ == "__main__":
+    main()
