@@ -1723,19 +1723,10 @@ inline constexpr uint32_t kMaxBlockThreads = 512;
 namespace direct {
 // `stamps`: NULL, or where each block records the device clock at the
 // points it passes (gpu/ep/stamps.hpp; gpu-cuda's COURIER_CUDA_EP_TIMELINE).
-// `received`'s address goes to the send half (ll_send's `own`): on CUDA
-// __grid_constant__ lets a kernel take a parameter's address without a
-// copy into every thread's local memory (768 bytes a thread, which made an
-// H100's launch about 19 us slower); HIP's kernel arguments are
-// addressable as they are.
-#if defined(__CUDACC__)
-#define COURIER_EP_GRID_CONSTANT __grid_constant__
-#else
-#define COURIER_EP_GRID_CONSTANT
-#endif
+// (`received`'s address goes to the send half: COURIER_KERNEL_PARAM.)
 __global__ void __launch_bounds__(kMaxBlockThreads, 1)
     dispatch(courier_gpu_ep_ll_dispatch_v1 send,
-             COURIER_EP_GRID_CONSTANT const courier_gpu_ep_ll_receive_v1 received, uint32_t halves,
+             COURIER_KERNEL_PARAM courier_gpu_ep_ll_receive_v1 received, uint32_t halves,
              uint64_t* stamps) {
   stamp(stamps, kStampStart);
   const bool own_rows = (halves & kOwnRows) != 0;

@@ -22,14 +22,14 @@ inline constexpr uint32_t kProxyBlocksMax = 132;
 // blocks, one per token, the blocks' own start and end cost more).
 inline constexpr uint32_t kReduceBlocksMax = 4 * kProxyBlocksMax;
 
-__global__ void proxy_refuse_kernel(courier_gpu_ep_proxy_refuse_v1 job) {
+__global__ void proxy_refuse_kernel(COURIER_KERNEL_PARAM courier_gpu_ep_proxy_refuse_v1 job) {
   refuse_body(job, this_thread());
 }
-__global__ void proxy_ht_pack_kernel(courier_gpu_ep_proxy_ht_dispatch_v1 job) {
+__global__ void proxy_ht_pack_kernel(COURIER_KERNEL_PARAM courier_gpu_ep_proxy_ht_dispatch_v1 job) {
   __shared__ ProxyShared shared;
   ht_pack_body(job, this_thread(), &shared, true);
 }
-__global__ void proxy_ht_rows_kernel(courier_gpu_ep_proxy_ht_dispatch_v1 job) {
+__global__ void proxy_ht_rows_kernel(COURIER_KERNEL_PARAM courier_gpu_ep_proxy_ht_dispatch_v1 job) {
   __shared__ ProxyShared shared;
   ht_rows_body(job, this_thread(), &shared, kHtRunTokens, true);
 }
@@ -48,7 +48,8 @@ __global__ void proxy_send_wait_kernel(courier_gpu_ep_proxy_v1 fifo, bool releas
                                        const uint64_t* epoch) {
   send_wait(this_thread(), fifo, release, release_off, target_of(epoch, release_target));
 }
-__global__ void proxy_ht_receive_kernel(courier_gpu_ep_proxy_ht_receive_v1 job) {
+__global__ void proxy_ht_receive_kernel(
+    COURIER_KERNEL_PARAM courier_gpu_ep_proxy_ht_receive_v1 job) {
   __shared__ ProxyShared shared;
   ht_receive_body(job, this_thread(), &shared, true);
 }
@@ -57,8 +58,9 @@ __global__ void proxy_ht_receive_kernel(courier_gpu_ep_proxy_ht_receive_v1 job) 
 // (`receive` says which): profilers, the field's tests among them, look for
 // one kernel of each name, launched once per half (the wait kernels apart).
 namespace proxy {
-__global__ void dispatch(courier_gpu_ep_proxy_ll_dispatch_v1 send,
-                         courier_gpu_ep_proxy_ll_receive_v1 received, bool receive) {
+__global__ void dispatch(COURIER_KERNEL_PARAM courier_gpu_ep_proxy_ll_dispatch_v1 send,
+                         COURIER_KERNEL_PARAM courier_gpu_ep_proxy_ll_receive_v1 received,
+                         bool receive) {
   __shared__ ProxyShared shared;
   if (receive) {
     ll_receive_body(received, this_thread(), &shared, true);
@@ -66,8 +68,8 @@ __global__ void dispatch(courier_gpu_ep_proxy_ll_dispatch_v1 send,
     ll_dispatch_body(send, this_thread(), &shared, true);
   }
 }
-__global__ void combine(courier_gpu_ep_proxy_combine_v1 send, courier_gpu_ep_proxy_reduce_v1 reduce,
-                        bool receive) {
+__global__ void combine(COURIER_KERNEL_PARAM courier_gpu_ep_proxy_combine_v1 send,
+                        COURIER_KERNEL_PARAM courier_gpu_ep_proxy_reduce_v1 reduce, bool receive) {
   __shared__ ProxyShared shared;
   if (receive) {
     reduce_body(reduce, this_thread(), &shared, true);

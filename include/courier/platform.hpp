@@ -9,3 +9,14 @@
 #define COURIER_HOST_DEVICE
 #define COURIER_DEVICE_INLINE inline
 #endif
+
+// A kernel's parameter whose address the kernel takes (a job handed on by
+// reference or pointer): on CUDA, __grid_constant__ lets it stay in
+// parameter memory, where otherwise every thread copies it into its local
+// memory at each launch (hundreds of bytes a thread, megabytes a launch);
+// HIP's kernel arguments are addressable as they are.
+#if defined(__CUDACC__)
+#define COURIER_KERNEL_PARAM __grid_constant__ const
+#else
+#define COURIER_KERNEL_PARAM const
+#endif
