@@ -42,8 +42,8 @@ fi
 ll=(--mode ll --tokens 128 --hidden 7168 --topk 8 --experts 288 --fp8 --unmasked --iters "$ITERS")
 ht=(--mode ht --tokens 4096 --hidden 7168 --topk 8 --experts 256 --iters "$ITERS")
 ht8=("${ht[@]}" --fp8)  # the twin of the low-latency shape (FP8 dispatch)
-printf '%-4s %-7s %-7s %-4s %-9s %9s %9s %8s %8s %9s %6s\n' rep build stream mode phase median p99 \
-  gpu host launches waits
+printf '%-4s %-7s %-7s %-4s %-9s %9s %9s %8s %6s %8s %9s %6s\n' rep build stream mode phase median \
+  p99 gpu floor host launches waits
 # One line per Courier row of the JSON (fields a build does not print: -).
 row='
 import json, sys
@@ -56,9 +56,9 @@ for line in sys.stdin:
     if not r["path"].startswith("courier-"):
         continue
     f = lambda k, fmt="{:.1f}": fmt.format(r[k]) if k in r else "-"
-    print("%-4s %-7s %-7s %-4s %-9s %9s %9s %8s %8s %9s %6s" % (rep, build, stream, mode,
-          r["phase"], f("median_us"), f("p99_us"), f("gpu_median_us"), f("host_median_us"),
-          f("launches_per_call"), f("host_waits_per_call")))
+    print("%-4s %-7s %-7s %-4s %-9s %9s %9s %8s %6s %8s %9s %6s" % (rep, build, stream, mode,
+          r["phase"], f("median_us"), f("p99_us"), f("gpu_median_us"), f("gpu_floor_us"),
+          f("host_median_us"), f("launches_per_call"), f("host_waits_per_call")))
 '
 for rep in $(seq "$REPS"); do
   for which in before after; do

@@ -328,6 +328,27 @@ void held_courier(Context& ctx, ep::Buffer& buffer, bool caller_stream, F&& call
   cost->gpu_us = buffer.gpu_elapsed_us();
 }
 
+// The floor under held_courier's GPU times: an empty call (a zero-length
+// hold, one kernel of one thread) between the same stamps, so a call's GPU
+// time can be read against what any kernel between two stamps costs.
+void held_floor(Context& ctx, ep::Buffer& buffer, std::vector<double>* us) {
+  GpuCost cost;
+  held_courier(
+      ctx, buffer, true, [&] { buffer.gpu_hold(0); }, &cost);
+  us->push_back(cost.gpu_us);
+}
+
+// Each Courier row's floor (held_floor's median), where it has a GPU time.
+void set_floor(std::vector<EpRow>& rows, size_t first, std::vector<double> floor_us) {
+  if (floor_us.empty()) return;
+  std::sort(floor_us.begin(), floor_us.end());
+  for (size_t i = first; i < rows.size(); ++i) {
+    if (!rows[i].gpu_timed) continue;
+    rows[i].floor_timed = true;
+    rows[i].gpu_floor_us = floor_us[floor_us.size() / 2];
+  }
+}
+
 // Whether a rank's rows to itself go through the NIC backend too
 // (COURIER_EP_LOOPBACK=1); the baseline then writes them to itself as well.
 bool loopback() {
@@ -410,7 +431,9 @@ void bench_ht(Context& ctx, const EpOptions& o, const Setup& s, RawWrites& raw,
       add(c, cg, buffer.can_count(), held);
       c.bytes = cr.bytes = total(combine_to);
     }
-    // The GPU times, each call with the stream held (held_courier).
+    // The GPU times, each call with the stream held (held_courier), and
+    // their floor.
+    std::vector<double> floor_us;
     for (uint32_t i = 0; held && i < o.iters; ++i) {
       ep::DispatchResult got;
       GpuCost dg, cg;
@@ -421,8 +444,11 @@ void bench_ht(Context& ctx, const EpOptions& o, const Setup& s, RawWrites& raw,
           ctx, buffer, o.caller_stream, [&] { buffer.combine(*y.view(), got.handle); }, &cg);
       add_gpu_time(d, dg);
       add_gpu_time(c, cg);
+      held_floor(ctx, buffer, &floor_us);
     }
+    const size_t first = rows.size();
     for (Series* series : {&d, &dr, &c, &cr}) rows.push_back(summarize(o, tokens, *series));
+    set_floor(rows, first, std::move(floor_us));
   }
 }
 
@@ -497,7 +523,9 @@ void bench_ll(Context& ctx, const EpOptions& o, const Setup& s, RawWrites& raw,
       add(c, cg, buffer.can_count(), held);
       c.bytes = cr.bytes = total(combine_to);
     }
-    // The GPU times, each call with the stream held (held_courier).
+    // The GPU times, each call with the stream held (held_courier), and
+    // their floor.
+    std::vector<double> floor_us;
     for (uint32_t i = 0; held && i < o.iters; ++i) {
       ep::LowLatencyDispatchResult got;
       GpuCost dg, cg;
@@ -509,8 +537,11 @@ void bench_ll(Context& ctx, const EpOptions& o, const Setup& s, RawWrites& raw,
           &cg);
       add_gpu_time(d, dg);
       add_gpu_time(c, cg);
+      held_floor(ctx, buffer, &floor_us);
     }
+    const size_t first = rows.size();
     for (Series* series : {&d, &dr, &c, &cr}) rows.push_back(summarize(o, tokens, *series));
+    set_floor(rows, first, std::move(floor_us));
   }
 }
 

@@ -57,6 +57,11 @@ struct EpRow {
   // does time the host too).
   bool counted = false, gpu_timed = false;
   double gpu_median_us = 0;
+  // With held GPU times (`floor_timed`): the median GPU time of an empty
+  // call (a one-thread kernel) between the same stamps, what any call's
+  // GPU time includes besides its kernels' own time.
+  bool floor_timed = false;
+  double gpu_floor_us = 0;
   // Courier's calls on the caller's stream (`host_timed`): the median time
   // until the call returned, before the synchronize that ends its wall
   // time (what the host spends queueing it).

@@ -108,7 +108,9 @@ constexpr const char* kUsage =
     "           from a stamp before the call to one after it on the Buffer's stream, over\n"
     "           the calls that did not wait on the host ('-' if none). With GPU ABI 1.14\n"
     "           it comes from --iters more iterations, each call queued while the stream\n"
-    "           is held (ep::Buffer::gpu_hold): the host's launch time is not in it.\n"
+    "           is held (ep::Buffer::gpu_hold): the host's launch time is not in it;\n"
+    "           'gpu floor': an empty call (one kernel of one thread) timed the same\n"
+    "           way, which every call's 'gpu us' includes.\n"
     "           --stream caller: the kernels go to the runtime's default stream\n"
     "           (set_stream), low-latency calls return once queued, and each call is\n"
     "           timed until Buffer::synchronize after it returns (not counted in waits);\n"
@@ -667,10 +669,10 @@ int run_ep(int argc, char** argv) {
     if (!json) {
       fmt::print(
           "{:<5} {:<6} {:<9} {:<14} {:>7} {:>7} {:>5} {:>8} {:>6} {:>6} {:>11} {:>11} {:>9} "
-          "{:>11} {:>10} {:>9} {:>8} {:>8} {:>6}\n",
+          "{:>11} {:>10} {:>9} {:>9} {:>8} {:>8} {:>6}\n",
           "bench", "mode", "phase", "path", "tokens", "hidden", "topk", "experts", "ranks", "iters",
-          "median us", "p99 us", "GB/s", "host copies", "host bytes", "gpu us", "host us",
-          "launches", "waits");
+          "median us", "p99 us", "GB/s", "host copies", "host bytes", "gpu us", "gpu floor",
+          "host us", "launches", "waits");
     }
     for (const auto& r : rows) {
       if (json) {
@@ -687,17 +689,20 @@ int run_ep(int argc, char** argv) {
                        : std::string()) +
                 (r.gpu_timed ? fmt::format(",\"gpu_median_us\":{:.3f}", r.gpu_median_us)
                              : std::string()) +
+                (r.floor_timed ? fmt::format(",\"gpu_floor_us\":{:.3f}", r.gpu_floor_us)
+                               : std::string()) +
                 (r.host_timed ? fmt::format(",\"host_median_us\":{:.3f}", r.host_median_us)
                               : std::string()));
       } else {
         const bool raw = r.path == "raw-write";  // its copies are not counted
         fmt::print(
             "{:<5} {:<6} {:<9} {:<14} {:>7} {:>7} {:>5} {:>8} {:>6} {:>6} {:>11.1f} {:>11.1f} "
-            "{:>9.3f} {:>11} {:>10} {:>9} {:>8} {:>8} {:>6}\n",
+            "{:>9.3f} {:>11} {:>10} {:>9} {:>9} {:>8} {:>8} {:>6}\n",
             "ep", r.mode, r.phase, r.path, r.tokens, o.hidden, o.topk, o.experts, ranks, r.iters,
             r.median_us, r.p99_us, r.gbytes_per_s, raw ? "-" : fmt::format("{:.1f}", r.host_copies),
             raw ? "-" : fmt::format("{:.0f}", r.host_bytes),
             r.gpu_timed ? fmt::format("{:.1f}", r.gpu_median_us) : "-",
+            r.floor_timed ? fmt::format("{:.1f}", r.gpu_floor_us) : "-",
             r.host_timed ? fmt::format("{:.1f}", r.host_median_us) : "-",
             r.counted ? fmt::format("{:.1f}", r.launches) : "-",
             r.counted ? fmt::format("{:.1f}", r.host_waits) : "-");
