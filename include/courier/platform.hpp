@@ -13,8 +13,9 @@
 // A kernel's parameter whose address the kernel takes (a job handed on by
 // reference or pointer): on CUDA, __grid_constant__ lets it stay in
 // parameter memory, where otherwise every thread copies it into its local
-// memory at each launch (hundreds of bytes a thread, megabytes a launch);
-// HIP's kernel arguments are addressable as they are.
+// memory at each launch (hundreds of bytes a thread, megabytes a launch).
+// HIP has no such qualifier: hipcc still copies such a parameter into each
+// lane's scratch (docs/gpu-backends.md, "Kernel parameters on HIP").
 #if defined(__CUDACC__)
 #define COURIER_KERNEL_PARAM __grid_constant__ const
 #else

@@ -328,13 +328,13 @@ void held_courier(Context& ctx, ep::Buffer& buffer, bool caller_stream, F&& call
   cost->gpu_us = buffer.gpu_elapsed_us();
 }
 
-// The floor under held_courier's GPU times: an empty call (a zero-length
-// hold, one kernel of one thread) between the same stamps, so a call's GPU
-// time can be read against what any kernel between two stamps costs.
-void held_floor(Context& ctx, ep::Buffer& buffer, std::vector<double>* us) {
+// The floor under held_courier's GPU times: an empty kernel (a zero-length
+// hold, one thread) between the same stamps, so a call's GPU time can be
+// read against what any kernel between two stamps costs.
+void held_floor(Context& ctx, ep::Buffer& buffer, bool caller_stream, std::vector<double>* us) {
   GpuCost cost;
   held_courier(
-      ctx, buffer, true, [&] { buffer.gpu_hold(0); }, &cost);
+      ctx, buffer, caller_stream, [&] { buffer.gpu_hold(0); }, &cost);
   us->push_back(cost.gpu_us);
 }
 
@@ -444,7 +444,7 @@ void bench_ht(Context& ctx, const EpOptions& o, const Setup& s, RawWrites& raw,
           ctx, buffer, o.caller_stream, [&] { buffer.combine(*y.view(), got.handle); }, &cg);
       add_gpu_time(d, dg);
       add_gpu_time(c, cg);
-      held_floor(ctx, buffer, &floor_us);
+      held_floor(ctx, buffer, o.caller_stream, &floor_us);
     }
     const size_t first = rows.size();
     for (Series* series : {&d, &dr, &c, &cr}) rows.push_back(summarize(o, tokens, *series));
@@ -537,7 +537,7 @@ void bench_ll(Context& ctx, const EpOptions& o, const Setup& s, RawWrites& raw,
           &cg);
       add_gpu_time(d, dg);
       add_gpu_time(c, cg);
-      held_floor(ctx, buffer, &floor_us);
+      held_floor(ctx, buffer, o.caller_stream, &floor_us);
     }
     const size_t first = rows.size();
     for (Series* series : {&d, &dr, &c, &cr}) rows.push_back(summarize(o, tokens, *series));

@@ -58,8 +58,8 @@ struct EpRow {
   bool counted = false, gpu_timed = false;
   double gpu_median_us = 0;
   // With held GPU times (`floor_timed`): the median GPU time of an empty
-  // call (a one-thread kernel) between the same stamps, what any call's
-  // GPU time includes besides its kernels' own time.
+  // kernel (one thread) between the same stamps, about what any call's GPU
+  // time includes besides its own kernels' time.
   bool floor_timed = false;
   double gpu_floor_us = 0;
   // Courier's calls on the caller's stream (`host_timed`): the median time
