@@ -733,12 +733,12 @@ __device__ __forceinline__ uint64_t ll_staging_row(const courier_gpu_ep_ll_dispa
 // the index is out of range: then, with FUSE_ROUTE, the status says so),
 // each one's slot, the (t', k') before it in token order with the same
 // expert (FUSE_ROUTE), else the slots ep_route wrote, and where its row
-// goes (`own`: the receive whose outputs take this rank's own rows, or
-// NULL). Nothing is stored at the destinations.
+// goes (with `own_rows`, `own` is the receive whose outputs take this
+// rank's own rows). Nothing is stored at the destinations.
 __device__ __forceinline__ void ll_token_slots(const courier_gpu_ep_ll_dispatch_v1& job,
-                                               const courier_gpu_ep_ll_receive_v1* own, uint32_t t,
-                                               int32_t* expert, int32_t* slot, uint32_t* before,
-                                               TokenDests* dests) {
+                                               const courier_gpu_ep_ll_receive_v1& own,
+                                               bool own_rows, uint32_t t, int32_t* expert,
+                                               int32_t* slot, uint32_t* before, TokenDests* dests) {
   const uint32_t K = job.topk, E = job.num_experts, L = E / job.num_ranks;
   const bool route = (job.fuse & COURIER_GPU_EP_FUSE_ROUTE) != 0;
   const uint32_t n = route ? t * K : 0;  // the pairs of the tokens before t
@@ -795,15 +795,15 @@ __device__ __forceinline__ void ll_token_slots(const courier_gpu_ep_ll_dispatch_
     dests->row[k] = nullptr;
     dests->scales[k] = nullptr;
     dests->layout_l[k] = -1;
-    if (mine && own != nullptr) {
+    if (mine && own_rows) {
       // Straight into the outputs: expert l's rows from this rank come first.
       const uint32_t l = static_cast<uint32_t>(expert[k]) % L;
       const uint64_t row = ll_own_row(job, l, s);
       const uint64_t row_bytes =
           job.fp8 != 0 ? job.hidden : uint64_t{job.hidden} * (job.x_dtype_bits / 8);
-      dests->row[k] = static_cast<std::byte*>(own->x) + row * row_bytes;
-      if (job.fp8 != 0 && own->scales_layout == 0) {
-        dests->scales[k] = own->scales + row * (job.hidden / kFp8Channels);
+      dests->row[k] = static_cast<std::byte*>(own.x) + row * row_bytes;
+      if (job.fp8 != 0 && own.scales_layout == 0) {
+        dests->scales[k] = own.scales + row * (job.hidden / kFp8Channels);
       } else if (job.fp8 != 0) {
         dests->layout_l[k] = static_cast<int32_t>(l);
         dests->layout_slot[k] = s;
@@ -870,7 +870,7 @@ __device__ __forceinline__ void ll_load_pass(const courier_gpu_ep_ll_dispatch_v1
 // Stores a pass (ll_load_pass's) to each of the token's destinations:
 // quantized once (FP8: kFp8Lanes lanes per scale) and stored K times.
 __device__ __forceinline__ void ll_store_pass(const courier_gpu_ep_ll_dispatch_v1& job,
-                                              const courier_gpu_ep_ll_receive_v1* own,
+                                              const courier_gpu_ep_ll_receive_v1& own,
                                               uint32_t base, const RowPass& p,
                                               const TokenDests& dests) {
   const uint32_t K = job.topk;
@@ -905,11 +905,11 @@ __device__ __forceinline__ void ll_store_pass(const courier_gpu_ep_ll_dispatch_v
         const uint64_t rows = uint64_t{job.num_ranks} * job.max_tokens;
         const auto l = static_cast<uint32_t>(dests.layout_l[k]);
         const auto slot = static_cast<uint32_t>(dests.layout_slot[k]);
-        store_scale(own->scales, own->scales_layout, cols, rows, l, slot, col, float_bits(scale));
+        store_scale(own.scales, own.scales_layout, cols, rows, l, slot, col, float_bits(scale));
         // UE8M0's padding bytes past the last scale (four per word).
-        const bool ue8m0 = (own->scales_layout & COURIER_GPU_EP_SCALES_UE8M0) != 0;
+        const bool ue8m0 = (own.scales_layout & COURIER_GPU_EP_SCALES_UE8M0) != 0;
         for (uint32_t pad = cols; ue8m0 && col + 1 == cols && pad % 4 != 0; ++pad) {
-          store_scale(own->scales, own->scales_layout, cols, rows, l, slot, pad, 0u);
+          store_scale(own.scales, own.scales_layout, cols, rows, l, slot, pad, 0u);
         }
       }
     }
@@ -930,9 +930,9 @@ __device__ __forceinline__ void ll_store_pass(const courier_gpu_ep_ll_dispatch_v
 // The rest of token t after its first pass (stored by the caller), its
 // source and k: to each of its destinations.
 __device__ __forceinline__ void ll_store_rest(const courier_gpu_ep_ll_dispatch_v1& job,
-                                              const courier_gpu_ep_ll_receive_v1* own, uint32_t t,
-                                              const int32_t* expert, const int32_t* slot,
-                                              const TokenDests& dests) {
+                                              const courier_gpu_ep_ll_receive_v1& own,
+                                              bool own_rows, uint32_t t, const int32_t* expert,
+                                              const int32_t* slot, const TokenDests& dests) {
   const uint32_t R = job.num_ranks, K = job.topk, L = job.num_experts / R;
   const uint32_t elem = job.x_dtype_bits / 8;
   const uint64_t out_row_bytes = job.fp8 != 0 ? job.hidden : uint64_t{job.hidden} * elem;
@@ -953,10 +953,10 @@ __device__ __forceinline__ void ll_store_rest(const courier_gpu_ep_ll_dispatch_v
   }
   if (threadIdx.x < K && expert[threadIdx.x] >= 0) {
     const uint32_t k = threadIdx.x, to = static_cast<uint32_t>(expert[k]) / L;
-    if (to == job.rank && own != nullptr) {  // an own row: its source in the outputs
+    if (to == job.rank && own_rows) {  // an own row: its source in the outputs
       const uint64_t row = ll_own_row(job, static_cast<uint32_t>(expert[k]) % L, slot[k]);
-      own->src[row] = static_cast<int32_t>(t);
-      own->k[row] = static_cast<int32_t>(k);
+      own.src[row] = static_cast<int32_t>(t);
+      own.k[row] = static_cast<int32_t>(k);
       return;
     }
     const uint64_t row = ll_staging_row(job, expert[k], slot[k]);
@@ -1006,7 +1006,8 @@ __device__ __forceinline__ void ll_signal_counts(const courier_gpu_ep_ll_dispatc
 // the ranks' release flags (what it stored two calls ago was read). With
 // FUSE_SIGNAL the last block to finish counts and signals.
 __device__ __forceinline__ void ll_send(const courier_gpu_ep_ll_dispatch_v1& job,
-                                        const courier_gpu_ep_ll_receive_v1* own, uint64_t* stamps) {
+                                        const courier_gpu_ep_ll_receive_v1& own, bool own_rows,
+                                        uint64_t* stamps) {
   __shared__ int32_t expert[kMaxTopk];
   __shared__ int32_t slot[kMaxTopk];
   __shared__ uint32_t before[kMaxTopk];
@@ -1038,16 +1039,21 @@ __device__ __forceinline__ void ll_send(const courier_gpu_ep_ll_dispatch_v1& job
     }
     to_count = false;
   };
-  const uint64_t released = job.epoch_word != nullptr ? *job.epoch_word : job.released_epoch;
+  // (The epoch word read as volatile: a plain load there would let hipcc
+  // merge the two loads into one from a chosen address, and a kernel
+  // parameter whose field's address is chosen is copied into scratch.)
+  const uint64_t released = job.epoch_word != nullptr
+                                ? *const_cast<const volatile uint64_t*>(job.epoch_word)
+                                : job.released_epoch;
   if (threadIdx.x == 0) failed = status_of(job.status);
   // The ranks' release flags, waited for once, before the first store (the
   // first token's loads and slots go first, so their memory round trips
   // overlap the wait); a wait that timed out stores nothing. Not this
-  // rank's own when its rows go straight into the outputs (`own`): nothing
+  // rank's own when its rows go straight into the outputs (`own_rows`): nothing
   // goes into its own staging then (at EP1 no flag is read at all).
   bool waited = false;
   auto wait_release = [&] {
-    if (threadIdx.x < job.num_ranks && !(own != nullptr && threadIdx.x == job.rank) &&
+    if (threadIdx.x < job.num_ranks && !(own_rows && threadIdx.x == job.rank) &&
         !wait_released(job.released + threadIdx.x, released, job.timeout_ns, job.status,
                        threadIdx.x)) {
       failed = 1;
@@ -1063,13 +1069,13 @@ __device__ __forceinline__ void ll_send(const courier_gpu_ep_ll_dispatch_v1& job
   for (uint32_t t = blockIdx.x; t < job.tokens; t += gridDim.x) {
     RowPass first;  // loaded while the slots are found
     if (vectors) ll_load_pass(job, t, 0, &first);
-    ll_token_slots(job, own, t, expert, slot, before, &dests);
+    ll_token_slots(job, own, own_rows, t, expert, slot, before, &dests);
     if (t == blockIdx.x) stamp(stamps, kStampRouted);
     if (to_count) load_counts();
     if (!waited) wait_release();
     if (failed == 0) {
       if (vectors) ll_store_pass(job, own, 0, first, dests);
-      ll_store_rest(job, own, t, expert, slot, dests);
+      ll_store_rest(job, own, own_rows, t, expert, slot, dests);
     }
     if (to_count) add_counts();
     __syncthreads();  // expert, slot and dests are the next token's
@@ -1379,7 +1385,10 @@ __device__ __forceinline__ void combine_send_half(const courier_gpu_ep_combine_s
   if ((job.mode & COURIER_GPU_EP_ROUTE_MASK) == COURIER_GPU_EP_ROUTE_RANKS) {
     // Where each source's rows begin in x: from the dispatch's records
     // (minor 16) or the plan's begins.
+    // `total`: the rows of x (hipcc: written here rather than chosen
+    // between begin[R] and job.rows, whose address it would then take).
     __shared__ uint32_t begin[COURIER_GPU_EP_MAX_RANKS + 1];
+    __shared__ uint32_t total;
     const uint32_t R = job.num_ranks;
     if (job.records != nullptr) {
       if (threadIdx.x == 0) {
@@ -1389,14 +1398,16 @@ __device__ __forceinline__ void combine_send_half(const courier_gpu_ep_combine_s
           sum += job.records[uint64_t{s} * job.record_words + job.rank];
         }
         begin[R] = sum;
+        total = sum;
       }
     } else {
       for (uint32_t s = threadIdx.x; s <= R; s += blockDim.x) {
         begin[s] = static_cast<uint32_t>(job.begins[s]);
       }
+      if (threadIdx.x == 0) total = job.rows;
     }
     __syncthreads();
-    const uint32_t rows = job.records != nullptr ? begin[R] : job.rows;
+    const uint32_t rows = total;
     // With skip_self this rank's own rows stay (the reduce reads them in
     // x): the groups take the others only.
     const uint32_t own_begin = begin[job.rank], own = begin[job.rank + 1] - own_begin;
@@ -1725,12 +1736,12 @@ namespace direct {
 // points it passes (gpu/ep/stamps.hpp; gpu-cuda's COURIER_CUDA_EP_TIMELINE).
 // (`received`'s address goes to the send half: COURIER_KERNEL_PARAM.)
 __global__ void __launch_bounds__(kMaxBlockThreads, 1)
-    dispatch(courier_gpu_ep_ll_dispatch_v1 send,
+    dispatch(COURIER_KERNEL_PARAM courier_gpu_ep_ll_dispatch_v1 send,
              COURIER_KERNEL_PARAM courier_gpu_ep_ll_receive_v1 received, uint32_t halves,
              uint64_t* stamps) {
   stamp(stamps, kStampStart);
   const bool own_rows = (halves & kOwnRows) != 0;
-  if ((halves & kSendHalf) != 0) ll_send(send, own_rows ? &received : nullptr, stamps);
+  if ((halves & kSendHalf) != 0) ll_send(send, received, own_rows, stamps);
   if ((halves & kReceiveHalf) != 0) {
     ll_receive_half(received, own_rows, stamps, (halves & kSendHalf) != 0);
   }

@@ -14,8 +14,9 @@
 // reference or pointer): on CUDA, __grid_constant__ lets it stay in
 // parameter memory, where otherwise every thread copies it into its local
 // memory at each launch (hundreds of bytes a thread, megabytes a launch).
-// HIP has no such qualifier: hipcc still copies such a parameter into each
-// lane's scratch (docs/gpu-backends.md, "Kernel parameters on HIP").
+// HIP has no such qualifier: there a kernel must not choose at run time
+// between a parameter's field's address and another (docs/gpu-backends.md,
+// "Kernel parameters on HIP").
 #if defined(__CUDACC__)
 #define COURIER_KERNEL_PARAM __grid_constant__ const
 #else
