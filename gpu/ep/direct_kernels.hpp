@@ -84,6 +84,30 @@ __device__ __forceinline__ bool last_block(uint32_t* done) {
   return last;
 }
 
+// last_block that also tells the last block whether any block arrived
+// failed (`failed` in any of its threads): each arrival adds 1, plus
+// kFailedArrival for a failed block, so the last block knows without
+// reading the status word again (a memory round trip on its critical path).
+// Grids and their failed blocks stay below 2^16 each, so neither field
+// carries into the other.
+inline constexpr uint32_t kFailedArrival = 1u << 16;
+__device__ __forceinline__ bool last_block(uint32_t* done, bool failed, bool* any_failed) {
+  __shared__ bool last;
+  __shared__ bool any;
+  device::fence_before_block_release();
+  const bool block_failed = __syncthreads_or(failed ? 1 : 0) != 0;
+  if (threadIdx.x == 0) {
+    const uint32_t mine = 1u + (block_failed ? kFailedArrival : 0u);
+    const uint32_t after = device::fetch_add_acq_rel(done, mine) + mine;
+    last = (after & (kFailedArrival - 1u)) == gridDim.x;
+    any = after >= kFailedArrival;
+    if (last) *done = 0;  // every block has added: the next launch starts from 0
+  }
+  __syncthreads();
+  *any_failed = any;
+  return last;
+}
+
 // The device clock at `point` of this block, when the launch has stamps.
 __device__ __forceinline__ void stamp(uint64_t* stamps, uint32_t point) {
   if (stamps != nullptr && threadIdx.x == 0) {
@@ -280,10 +304,11 @@ __device__ __forceinline__ void route_expert_counts(const courier_gpu_ep_route_v
 // every expert (a shared histogram per kRouteExperts experts), added into
 // the record with global atomics (the last block leaves those words at 0
 // for the next launch). One block for every pair made its shared atomics
-// the route's longest step. Each block also checks its pairs' indices.
+// the route's longest step. Each block also checks its pairs' indices
+// (*bad: this thread found a bad one).
 inline constexpr uint32_t kRouteSliceTokens = 256;
 __device__ __forceinline__ void route_expert_slice(const courier_gpu_ep_route_v1& job,
-                                                   uint32_t slice) {
+                                                   uint32_t slice, bool* bad) {
   __shared__ uint32_t histogram[kRouteExperts];
   const uint32_t T = job.tokens, K = job.topk, R = job.num_ranks, E = job.num_experts;
   const uint32_t begin = slice * kRouteSliceTokens;
@@ -300,6 +325,7 @@ __device__ __forceinline__ void route_expert_slice(const courier_gpu_ep_route_v1
       if (first_expert == 0 && (e < -1 || e >= static_cast<int64_t>(E))) {
         device::compare_exchange(job.bad_index, 0, (p / K + 1) << 32 | p % K);
         set_status(job.status, COURIER_GPU_EP_STATUS_BAD_INDEX);
+        *bad = true;
       }
       if (e < static_cast<int64_t>(first_expert) ||
           e >= static_cast<int64_t>(first_expert + experts)) {
@@ -321,8 +347,9 @@ __device__ __forceinline__ void route_expert_slice(const courier_gpu_ep_route_v1
 
 // ---- ep_route: one block per group (and, in RANKS mode with topk_idx, one
 // per kRouteExperts experts, or with `signal` one per kRouteSliceTokens
-// tokens); tokens in order, each thread a contiguous run of them.
-__device__ __forceinline__ void route_block(const courier_gpu_ep_route_v1& job) {
+// tokens); tokens in order, each thread a contiguous run of them. *bad:
+// this thread found a bad index (the blocks that check them).
+__device__ __forceinline__ void route_block(const courier_gpu_ep_route_v1& job, bool* bad) {
   const uint32_t T = job.tokens, K = job.topk, R = job.num_ranks, E = job.num_experts;
   const bool by_rank = job.mode == COURIER_GPU_EP_ROUTE_RANKS;
   const uint32_t groups = by_rank ? R : E;
@@ -356,7 +383,7 @@ __device__ __forceinline__ void route_block(const courier_gpu_ep_route_v1& job) 
   }
   if (group >= groups) {  // RANKS mode: tokens per expert (a token once per expert)
     if (job.signal != nullptr) {
-      route_expert_slice(job, group - groups);
+      route_expert_slice(job, group - groups, bad);
     } else {
       route_expert_counts(job, (group - groups) * kRouteExperts);
     }
@@ -371,6 +398,7 @@ __device__ __forceinline__ void route_block(const courier_gpu_ep_route_v1& job) 
       if (e < -1 || e >= static_cast<int64_t>(E)) {
         device::compare_exchange(job.bad_index, 0, (p / K + 1) << 32 | p % K);
         set_status(job.status, COURIER_GPU_EP_STATUS_BAD_INDEX);
+        *bad = true;
       }
       if (!by_rank && (e < 0 || e >= static_cast<int64_t>(E))) job.slots[p] = -1;
     });
@@ -454,6 +482,17 @@ __device__ __forceinline__ void wait_for(const courier_gpu_ep_wait_v1& job, uint
   }
 }
 
+// A receiving block that found the status set (`failed`, its code as
+// thread 0 read it after the block's waits) tells the host's mirror: every
+// such block stores the same first failure's code, and a call that went
+// well stores nothing (its mirror is 0 from before the call, EpStatus::
+// clear), so no block reads the status again once all have finished.
+__device__ __forceinline__ void tell_failure(const courier_gpu_ep_wait_v1& job, uint32_t failed) {
+  if (threadIdx.x == 0 && failed != 0 && job.status_host != nullptr) {
+    *const_cast<volatile uint32_t*>(job.status_host) = failed;
+  }
+}
+
 // The wait of one block (its first num_ranks threads), then the mirror.
 __device__ __forceinline__ void wait_block(const courier_gpu_ep_wait_v1& job) {
   if (threadIdx.x < job.num_ranks) wait_for(job, threadIdx.x);
@@ -486,23 +525,19 @@ __global__ void signal_kernel(courier_gpu_ep_signal_v1 job) {
   }
 }
 
-// Raises this rank's flag at flag_off in every window to `epoch` (with
-// REFUSED_FLAG when *status is set), thread r for rank r: after the block
-// made what it and the blocks before it stored visible at system scope.
-// Every thread of the block calls it. The status is read once, by thread
-// 0, before any flag goes out: with ranks in two warps, a warp reading it
-// after another raised this rank's own flag could see a peer's refusal
-// that a receiving block set meanwhile, and send it on as this rank's.
+// Raises this rank's flag at flag_off in every window to `epoch`, with
+// REFUSED_FLAG when `refused`, thread r for rank r: after the block made
+// what it and the blocks before it stored visible at system scope. Every
+// thread of the block calls it, with the same `refused`: the launch's
+// blocks' arrivals carry it (last_block), so no warp reads the status here
+// (one that did after another warp raised this rank's own flag could see a
+// peer's refusal that a receiving block set meanwhile, and send it on as
+// this rank's).
 __device__ __forceinline__ void raise_flags(const courier_gpu_ep_peers_v1& peers, uint32_t ranks,
-                                            uint64_t flag_off, uint64_t epoch,
-                                            const uint32_t* status) {
-  __shared__ uint32_t status_now;
-  if (threadIdx.x == 0) status_now = status_of(status);
-  __syncthreads();
+                                            uint64_t flag_off, uint64_t epoch, bool refused) {
   if (threadIdx.x < ranks) {
-    const uint64_t refused = status_now != 0 ? COURIER_GPU_EP_REFUSED_FLAG : 0;
     device::store_release(reinterpret_cast<uint64_t*>(window(peers, threadIdx.x, flag_off)),
-                          epoch | refused);
+                          epoch | (refused ? COURIER_GPU_EP_REFUSED_FLAG : 0));
   }
 }
 
@@ -510,9 +545,10 @@ __device__ __forceinline__ void raise_flags(const courier_gpu_ep_peers_v1& peers
 // sends this rank's record and flag to every rank, waits for theirs, and
 // leaves what the host reads in mapped host memory, the mark last, so the
 // host spins on the mark instead of waiting for the stream and copying.
+// `refused`: a block of the launch failed (last_block's arrivals say so).
 __device__ __forceinline__ void route_notify(const courier_gpu_ep_route_v1& job,
                                              const courier_gpu_ep_signal_v1& signal,
-                                             uint64_t* stamps) {
+                                             uint64_t* stamps, bool refused) {
   const uint32_t R = job.num_ranks, L = job.experts_per_rank;
   for (uint32_t d = 0; d < R && signal.bytes > 0; ++d) {
     group_copy(window(signal.peers, d, signal.record_off), signal.src, signal.bytes, threadIdx.x,
@@ -525,8 +561,7 @@ __device__ __forceinline__ void route_notify(const courier_gpu_ep_route_v1& job,
   for (uint32_t e = threadIdx.x; e < job.num_experts && job.topk_idx != nullptr; e += blockDim.x) {
     job.record[R + e] = 0;
   }
-  raise_flags(signal.peers, R, signal.flag_off, epoch_of(signal.epoch_word, signal.epoch),
-              signal.status);
+  raise_flags(signal.peers, R, signal.flag_off, epoch_of(signal.epoch_word, signal.epoch), refused);
   stamp(stamps, kStampSignalled);
   // While the peers' flags come: the slots (every block's, seen here) to
   // the host, 16 bytes a store where they allow it.
@@ -560,25 +595,34 @@ __device__ __forceinline__ void route_notify(const courier_gpu_ep_route_v1& job,
 __global__ void __launch_bounds__(1024)
     route_kernel(courier_gpu_ep_route_v1 job, courier_gpu_ep_signal_v1 signal, uint64_t* stamps) {
   stamp(stamps, kStampStart);
+  bool failed = false;  // with `signal`: the status was set, or this thread found a bad index
   if (job.signal != nullptr) {
     // The status as the calls before this one left it, before any block of
     // this one can set it: the host tells an earlier call's failure (one
     // that did not wait) from this call's.
     if (blockIdx.x == 0 && threadIdx.x == 0) {
-      job.host_counts[job.num_ranks + job.experts_per_rank] = status_of(job.status);
+      const uint32_t before = status_of(job.status);
+      job.host_counts[job.num_ranks + job.experts_per_rank] = before;
+      failed = before != 0;
       __threadfence_system();
     }
     __syncthreads();
   }
-  route_block(job);
+  route_block(job, &failed);
   stamp(stamps, kStampRouted);
-  if (job.signal != nullptr && last_block(job.done)) route_notify(job, signal, stamps);
+  // This rank refuses the call when the status was set before it or a
+  // block found a bad index (no other failure can come before the flags).
+  bool refused = false;
+  if (job.signal != nullptr && last_block(job.done, failed, &refused)) {
+    route_notify(job, signal, stamps, refused);
+  }
 }
 
 // ---- ep_ht_dispatch: a group per token; it writes the token to each of its ranks.
 // Two 512-thread blocks per SM (registers within 64), so that 4096 tokens
-// at 16 per block are one wave rather than two.
-__device__ __forceinline__ void ht_dispatch_rows(const courier_gpu_ep_ht_dispatch_v1& job) {
+// at 16 per block are one wave rather than two. Returns whether the
+// status was set (then nothing is stored).
+__device__ __forceinline__ bool ht_dispatch_rows(const courier_gpu_ep_ht_dispatch_v1& job) {
   __shared__ uint32_t begin[COURIER_GPU_EP_MAX_RANKS];
   __shared__ uint32_t received;
   __shared__ uint32_t failed;
@@ -596,7 +640,7 @@ __device__ __forceinline__ void ht_dispatch_rows(const courier_gpu_ep_ht_dispatc
     begin[threadIdx.x] = sum;
   }
   __syncthreads();
-  if (failed != 0) return;
+  if (failed != 0) return true;
   const uint32_t lane = threadIdx.x % kGroup;
   const uint32_t groups = gridDim.x * (blockDim.x / kGroup);
   const uint32_t first = blockIdx.x * (blockDim.x / kGroup) + threadIdx.x / kGroup;
@@ -640,6 +684,7 @@ __device__ __forceinline__ void ht_dispatch_rows(const courier_gpu_ep_ht_dispatc
           window(job.peers, job.rank, job.weights_off))[uint64_t{row} * K + lane] = 0.0f;
     }
   }
+  return false;
 }
 
 // With `done` (minor 16) the last block then signals and waits, as
@@ -647,15 +692,17 @@ __device__ __forceinline__ void ht_dispatch_rows(const courier_gpu_ep_ht_dispatc
 __global__ void __launch_bounds__(512, 2)
     ht_dispatch_kernel(courier_gpu_ep_ht_dispatch_v1 job, uint64_t* stamps) {
   stamp(stamps, kStampStart);
-  ht_dispatch_rows(job);
+  const bool failed = ht_dispatch_rows(job);
   __syncthreads();
   // Without `done` an ep_signal launch follows: the rows visible at system
   // scope first. With it, last_block's chain and raise_flags' release
   // stores order them.
   if (job.done == nullptr && threadIdx.x == 0) __threadfence_system();
   stamp(stamps, kStampSent);
-  if (job.done == nullptr || !last_block(job.done)) return;
-  raise_flags(job.peers, job.num_ranks, job.flag_off, job.epoch, job.status);
+  // Refused when a block found the status set at its start.
+  bool refused = false;
+  if (job.done == nullptr || !last_block(job.done, failed, &refused)) return;
+  raise_flags(job.peers, job.num_ranks, job.flag_off, job.epoch, refused);
   stamp(stamps, kStampSignalled);
   wait_block(job.wait);
   stamp(stamps, kStampFinished);
@@ -734,11 +781,13 @@ __device__ __forceinline__ uint64_t ll_staging_row(const courier_gpu_ep_ll_dispa
 // each one's slot, the (t', k') before it in token order with the same
 // expert (FUSE_ROUTE), else the slots ep_route wrote, and where its row
 // goes (with `own_rows`, `own` is the receive whose outputs take this
-// rank's own rows). Nothing is stored at the destinations.
+// rank's own rows). Nothing is stored at the destinations. A bad index
+// also sets *bad (the finding thread's: its block's arrival carries it).
 __device__ __forceinline__ void ll_token_slots(const courier_gpu_ep_ll_dispatch_v1& job,
                                                const courier_gpu_ep_ll_receive_v1& own,
                                                bool own_rows, uint32_t t, int32_t* expert,
-                                               int32_t* slot, uint32_t* before, TokenDests* dests) {
+                                               int32_t* slot, uint32_t* before, TokenDests* dests,
+                                               bool* bad) {
   const uint32_t K = job.topk, E = job.num_experts, L = E / job.num_ranks;
   const bool route = (job.fuse & COURIER_GPU_EP_FUSE_ROUTE) != 0;
   const uint32_t n = route ? t * K : 0;  // the pairs of the tokens before t
@@ -755,6 +804,7 @@ __device__ __forceinline__ void ll_token_slots(const courier_gpu_ep_ll_dispatch_
     if (route && (e < -1 || e >= static_cast<int64_t>(E))) {
       device::compare_exchange(job.bad_index, 0, (uint64_t{t} + 1) << 32 | k);
       set_status(job.status, COURIER_GPU_EP_STATUS_BAD_INDEX);
+      *bad = true;
     }
     expert[k] = e >= 0 && e < static_cast<int64_t>(E) ? static_cast<int32_t>(e) : -1;
     before[k] = 0;
@@ -969,10 +1019,11 @@ __device__ __forceinline__ void ll_store_rest(const courier_gpu_ep_ll_dispatch_v
 // kHistogram experts at a time) into the window of the expert's rank, then
 // this rank's data flag everywhere.
 // `histogram`: kHistogram u32 of shared memory; `counted`: it already
-// holds every expert's count (ll_send counted early).
+// holds every expert's count (ll_send counted early); `refused`: a block
+// of the launch failed (last_block's arrivals say so).
 inline constexpr uint32_t kHistogram = 1024;
 __device__ __forceinline__ void ll_signal_counts(const courier_gpu_ep_ll_dispatch_v1& job,
-                                                 uint32_t* histogram, bool counted) {
+                                                 uint32_t* histogram, bool counted, bool refused) {
   const uint32_t R = job.num_ranks, E = job.num_experts, L = E / R;
   const uint32_t pairs = job.tokens * job.topk;
   for (uint32_t e = threadIdx.x; counted && e < E; e += blockDim.x) {
@@ -998,7 +1049,7 @@ __device__ __forceinline__ void ll_signal_counts(const courier_gpu_ep_ll_dispatc
   // Every thread's records before the release stores below, so that they
   // order them all.
   device::fence_before_block_release();
-  raise_flags(job.peers, R, job.flag_off, epoch_of(job.epoch_word, job.epoch), job.status);
+  raise_flags(job.peers, R, job.flag_off, epoch_of(job.epoch_word, job.epoch), refused);
 }
 
 // ---- ep_ll_dispatch: a block per token at a time (its experts' slots,
@@ -1046,6 +1097,7 @@ __device__ __forceinline__ void ll_send(const courier_gpu_ep_ll_dispatch_v1& job
                                 ? *const_cast<const volatile uint64_t*>(job.epoch_word)
                                 : job.released_epoch;
   if (threadIdx.x == 0) failed = status_of(job.status);
+  bool bad = false;  // this thread found a bad expert index
   // The ranks' release flags, waited for once, before the first store (the
   // first token's loads and slots go first, so their memory round trips
   // overlap the wait); a wait that timed out stores nothing. Not this
@@ -1069,7 +1121,7 @@ __device__ __forceinline__ void ll_send(const courier_gpu_ep_ll_dispatch_v1& job
   for (uint32_t t = blockIdx.x; t < job.tokens; t += gridDim.x) {
     RowPass first;  // loaded while the slots are found
     if (vectors) ll_load_pass(job, t, 0, &first);
-    ll_token_slots(job, own, own_rows, t, expert, slot, before, &dests);
+    ll_token_slots(job, own, own_rows, t, expert, slot, before, &dests, &bad);
     if (t == blockIdx.x) stamp(stamps, kStampRouted);
     if (to_count) load_counts();
     if (!waited) wait_release();
@@ -1091,8 +1143,12 @@ __device__ __forceinline__ void ll_send(const courier_gpu_ep_ll_dispatch_v1& job
     __threadfence_system();  // an ep_signal follows
     return;
   }
-  if (last_block(job.done)) {
-    ll_signal_counts(job, histogram, count_early);
+  // This rank refuses the call when a block found the status set (at its
+  // start: an earlier failure, or the host's refusal), timed out waiting
+  // for a release flag, or found a bad index.
+  bool refused = false;
+  if (last_block(job.done, failed != 0 || bad != 0, &refused)) {
+    ll_signal_counts(job, histogram, count_early, refused);
     stamp(stamps, kStampSignalled);
   }
 }
@@ -1351,6 +1407,9 @@ __device__ __forceinline__ void ll_receive_half(const courier_gpu_ep_ll_receive_
     __syncthreads();  // the shared arrays are the next pass's
   }
   stamp(stamps, kStampMoved);
+  // (A block without experts has not read the status yet.)
+  if (P > kBalancedPairs && blockIdx.x >= L && threadIdx.x == 0) failed = status_of(job.status);
+  if (job.wait.flags != nullptr) tell_failure(job.wait, failed);
   // Every block's reads of the staging are done before the release (the
   // release stores order them, through last_block's chain).
   if (!last_block(job.done)) return;
@@ -1358,21 +1417,17 @@ __device__ __forceinline__ void ll_receive_half(const courier_gpu_ep_ll_receive_
     device::store_release(
         reinterpret_cast<uint64_t*>(window(job.peers, threadIdx.x, job.release_off)), epoch);
   }
-  if (threadIdx.x == 0) {
-    if (job.epoch_word != nullptr) *job.epoch_word = epoch;  // this call is finished
-    if (job.wait.flags != nullptr && job.wait.status_host != nullptr) {
-      *const_cast<volatile uint32_t*>(job.wait.status_host) = status_of(job.status);
-    }
-  }
+  if (threadIdx.x == 0 && job.epoch_word != nullptr) *job.epoch_word = epoch;  // call finished
   stamp(stamps, kStampFinished);
 }
 
 // ---- ep_combine_send: a group per row, back to the rank it came from.
-__device__ __forceinline__ void combine_send_half(const courier_gpu_ep_combine_send_v1& job) {
+// Returns whether the status was set (then nothing is sent).
+__device__ __forceinline__ bool combine_send_half(const courier_gpu_ep_combine_send_v1& job) {
   __shared__ uint32_t failed;
   if (threadIdx.x == 0) failed = status_of(job.status);
   __syncthreads();
-  if (failed != 0) return;  // (the signal after it has its own barriers)
+  if (failed != 0) return true;  // (the signal after it has its own barriers)
   const uint32_t lane = threadIdx.x % kGroup;
   const uint32_t groups = gridDim.x * (blockDim.x / kGroup);
   const uint32_t first = blockIdx.x * (blockDim.x / kGroup) + threadIdx.x / kGroup;
@@ -1494,6 +1549,7 @@ __device__ __forceinline__ void combine_send_half(const courier_gpu_ep_combine_s
       __syncthreads();  // the shared arrays are the next pass's
     }
   }
+  return false;
 }
 
 // ep_combine_send: the rows, then (with `done`) the last block raises this
@@ -1501,15 +1557,16 @@ __device__ __forceinline__ void combine_send_half(const courier_gpu_ep_combine_s
 __device__ __forceinline__ void combine_send_signal(const courier_gpu_ep_combine_send_v1& job,
                                                     uint64_t* stamps) {
   stamp(stamps, kStampStart);
-  combine_send_half(job);
+  const bool failed = combine_send_half(job);
   stamp(stamps, kStampSent);
   if (job.done == nullptr) {
     __threadfence_system();
     return;
   }
-  if (!last_block(job.done)) return;
-  raise_flags(job.peers, job.num_ranks, job.flag_off, epoch_of(job.epoch_word, job.epoch),
-              job.status);
+  // Refused when a block found the status set at its start.
+  bool refused = false;
+  if (!last_block(job.done, failed, &refused)) return;
+  raise_flags(job.peers, job.num_ranks, job.flag_off, epoch_of(job.epoch_word, job.epoch), refused);
   stamp(stamps, kStampSignalled);
 }
 
@@ -1703,6 +1760,8 @@ __device__ __forceinline__ void reduce_half(const courier_gpu_ep_reduce_v1& job,
   } else if (job.epoch_word != nullptr && blockIdx.x == 0 && threadIdx.x == 0) {
     *job.epoch_word += 1;  // the combine's last job: no block here reads the word
   }
+  // (Thread 0 may read the status before another thread's wait fails: the
+  // rows are then summed in vain, and the last block tells the failure.)
   if (threadIdx.x == 0) failed = status_of(job.status);
   __syncthreads();
   stamp(stamps, kStampFlagsSeen);
