@@ -6,19 +6,25 @@
 # docs/performance.md, on the caller's stream; with NCU=1 also Nsight
 # Compute's stall reasons for the low-latency dispatch and combine kernels
 # and the source lines where their warps stall most (build with
-# -DCMAKE_CUDA_FLAGS=-lineinfo for the lines). Expects a build of
-# courier-bench, courier-run and courier-gpu-cuda in BUILD.
+# -DCMAKE_CUDA_FLAGS=-lineinfo for the lines); with DURATIONS=1 the
+# low-latency kernels' durations as a profiler reports them; with
+# SKELETON=1 what the dispatch kernel's synchronization costs by itself
+# (tests/gpu/sync_skeleton.cu). Expects a build of courier-bench,
+# courier-run and courier-gpu-cuda in BUILD.
 #
 #   tests/gpu/ep_steps.sh
 #   NCU=1 tests/gpu/ep_steps.sh
+#   DURATIONS=1 SKELETON=1 tests/gpu/ep_steps.sh
 # Knobs: BUILD (build-gpu), ITERS (100), OUT ($BUILD/ep-steps: the
-# profiler's reports), NCU (0).
+# profiler's reports), NCU (0), DURATIONS (0), SKELETON (0).
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 BUILD=${BUILD:-build-gpu}
 ITERS=${ITERS:-100}
 OUT=${OUT:-$BUILD/ep-steps}
 NCU=${NCU:-0}
+DURATIONS=${DURATIONS:-0}
+SKELETON=${SKELETON:-0}
 mkdir -p "$OUT"
 bin=$PWD/$BUILD/bin
 for need in "$bin/courier-bench" "$bin/courier-run" "$PWD/$BUILD/lib/courier"; do
@@ -37,6 +43,37 @@ for shape in ll ht8; do
     "$bin/courier-bench" ep "${args[@]}" --iters "$ITERS" --stream caller 2>&1 |
     grep -E '^\[0\]   ' | grep -v '(block)'
 done
+if [ "$DURATIONS" = 1 ]; then
+  # The kernels' own durations as a profiler reports them (what DeepEP's
+  # tests print: no events around them), caches and clocks left as they are.
+  command -v ncu >/dev/null || { echo "ep_steps: DURATIONS=1 but ncu is not on PATH" >&2; exit 1; }
+  echo "=== kernel durations (ncu gpu__time_duration, 40 calls each): ${ll[*]}"
+  timeout 300 ncu --cache-control none --clock-control none --metrics gpu__time_duration.sum \
+    -k "regex:^(dispatch|combine)" -s 40 -c 80 \
+    "$bin/courier-run" --timeout 280 -n 1 "$bin/courier-bench" ep "${ll[@]}" --iters 60 \
+    --stream caller >"$OUT/durations.txt" 2>&1 || { tail -5 "$OUT/durations.txt"; exit 1; }
+  python3 - "$OUT/durations.txt" <<'PY'
+import re, statistics, sys
+kernel, times = None, {}
+for line in open(sys.argv[1], errors="replace"):
+    m = re.match(r"\s*(?:void )?(?:[\w:]*::)?(dispatch|combine)[(<]", line)
+    if m:
+        kernel = m.group(1)
+    m = re.search(r"gpu__time_duration.sum\s+(\S+)\s+([\d.,]+)", line)
+    if m and kernel:
+        value = float(m.group(2).replace(",", ""))
+        times.setdefault(kernel, []).append(value / 1000 if m.group(1) in ("ns", "nsecond") else value)
+for kernel, us in times.items():
+    print(f"  {kernel:9} {len(us):3} kernels  median {statistics.median(us):6.2f} us  min {min(us):6.2f} us")
+if not times:
+    sys.exit("ep_steps: no kernel durations in " + sys.argv[1])
+PY
+fi
+if [ "$SKELETON" = 1 ]; then
+  echo "=== the dispatch kernel's synchronization by itself (tests/gpu/sync_skeleton.cu)"
+  nvcc -O2 -std=c++17 -arch=native tests/gpu/sync_skeleton.cu -o "$OUT/sync_skeleton" &&
+    "$OUT/sync_skeleton"
+fi
 [ "$NCU" = 1 ] || exit 0
 command -v ncu >/dev/null || { echo "ep_steps: NCU=1 but ncu is not on PATH" >&2; exit 1; }
 for kernel in dispatch combine; do
@@ -49,26 +86,7 @@ for kernel in dispatch combine; do
     --section WarpStateStats --section LaunchStats 2>&1 |
     grep -E 'Duration|Issued Warp Per Scheduler|No Eligible|Stall [A-Z]|Registers Per Thread' |
     sort -u -k1,2 | head -24
-  # Source lines by warp stall samples (the column ncu names "Warp Stall
-  # Sampling (All Samples)"), the 15 largest.
-  ncu -i "$OUT/ll_$kernel.ncu-rep" --page source --csv --print-source cuda 2>/dev/null |
-    python3 -c '
-import csv, sys
-rows = list(csv.reader(sys.stdin))
-head = next((i for i, r in enumerate(rows) if any("Warp Stall Sampling (All" in c for c in r)), None)
-if head is None:
-    sys.exit("no stall samples in the report (built without -lineinfo?)")
-h = rows[head]
-src = next(i for i, c in enumerate(h) if c.strip() == "Source")
-col = next(i for i, c in enumerate(h) if "Warp Stall Sampling (All" in c)
-lines = []
-for r in rows[head + 1:]:
-    try:
-        lines.append((float(r[col].replace(",", "") or 0), r[0], r[src].strip()[:100]))
-    except (ValueError, IndexError):
-        pass
-total = sum(v for v, _, _ in lines) or 1
-for v, at, text in sorted(lines, reverse=True)[:15]:
-    print("%5.1f%%  %6s  %s" % (100 * v / total, at, text))
-'
+  # Source lines by warp stall samples, the 15 largest.
+  ncu -i "$OUT/ll_$kernel.ncu-rep" --page source --csv --print-source cuda,sass 2>/dev/null |
+    python3 tests/gpu/ncu_stall_lines.py 15
 done
