@@ -41,7 +41,8 @@ static void on_sigprof(int sig, siginfo_t* info, void* context) {
   (void)info;
   if ((pid_t)syscall(SYS_gettid) != sampled_tid) return;
   const long i = __atomic_fetch_add(&taken, 1, __ATOMIC_RELAXED);
-  if (i < kMaxSamples) samples[i] = (unsigned long)((ucontext_t*)context)->uc_mcontext.gregs[REG_RIP];
+  if (i < kMaxSamples)
+    samples[i] = (unsigned long)((ucontext_t*)context)->uc_mcontext.gregs[REG_RIP];
 }
 
 static void stop_timer(void) {
