@@ -307,10 +307,6 @@ __device__ __forceinline__ void route_expert_counts(const courier_gpu_ep_route_v
 // the route's longest step. Each block also checks its pairs' indices
 // (*bad: this thread found a bad one).
 inline constexpr uint32_t kRouteSliceTokens = 256;
-inline constexpr uint32_t kRouteSliceBlocks = 4096;  // more slices: a block takes several
-COURIER_HOST_DEVICE inline uint32_t route_slices(const courier_gpu_ep_route_v1& job) {
-  return (job.tokens + kRouteSliceTokens - 1) / kRouteSliceTokens;
-}
 __device__ __forceinline__ void route_expert_slice(const courier_gpu_ep_route_v1& job,
                                                    uint32_t slice, bool* bad) {
   __shared__ uint32_t histogram[kRouteExperts];
@@ -387,10 +383,7 @@ __device__ __forceinline__ void route_block(const courier_gpu_ep_route_v1& job, 
   }
   if (group >= groups) {  // RANKS mode: tokens per expert (a token once per expert)
     if (job.signal != nullptr) {
-      for (uint32_t slice = group - groups; slice < route_slices(job);
-           slice += gridDim.x - groups) {
-        route_expert_slice(job, slice, bad);
-      }
+      route_expert_slice(job, group - groups, bad);
     } else {
       route_expert_counts(job, (group - groups) * kRouteExperts);
     }
@@ -494,9 +487,8 @@ __device__ __forceinline__ void wait_for(const courier_gpu_ep_wait_v1& job, uint
 // such block stores the same first failure's code, and a call that went
 // well stores nothing (its mirror is 0 from before the call, EpStatus::
 // clear), so no block reads the status again once all have finished.
-// Thread 0 calls it.
 __device__ __forceinline__ void tell_failure(const courier_gpu_ep_wait_v1& job, uint32_t failed) {
-  if (failed != 0 && job.status_host != nullptr) {
+  if (threadIdx.x == 0 && failed != 0 && job.status_host != nullptr) {
     *const_cast<volatile uint32_t*>(job.status_host) = failed;
   }
 }
@@ -1415,11 +1407,9 @@ __device__ __forceinline__ void ll_receive_half(const courier_gpu_ep_ll_receive_
     __syncthreads();  // the shared arrays are the next pass's
   }
   stamp(stamps, kStampMoved);
-  if (threadIdx.x == 0 && job.wait.flags != nullptr) {
-    // (A block without experts has not read the status yet.)
-    if (P > kBalancedPairs && blockIdx.x >= L) failed = status_of(job.status);
-    tell_failure(job.wait, failed);
-  }
+  // (A block without experts has not read the status yet.)
+  if (P > kBalancedPairs && blockIdx.x >= L && threadIdx.x == 0) failed = status_of(job.status);
+  if (job.wait.flags != nullptr) tell_failure(job.wait, failed);
   // Every block's reads of the staging are done before the release (the
   // release stores order them, through last_block's chain).
   if (!last_block(job.done)) return;

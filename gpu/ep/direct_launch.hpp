@@ -14,19 +14,16 @@ namespace courier::device::ep {
 
 // ep_route: a block per group (rank or expert), and in RANKS mode with
 // topk_idx one per kRouteExperts experts for their counts (with `signal`:
-// one per kRouteSliceTokens tokens, at most kRouteSliceBlocks, which then
-// take several slices each: the launch's arrivals count blocks below 2^16,
-// last_block's kFailedArrival).
+// one per kRouteSliceTokens tokens).
 inline uint32_t route_blocks(const courier_gpu_ep_route_v1& job) {
   const bool by_rank = job.mode == COURIER_GPU_EP_ROUTE_RANKS;
   const bool sliced = job.signal != nullptr;  // route_expert_slice
-  const uint32_t counters = !by_rank || job.topk_idx == nullptr || job.num_experts == 0 ? 0
-                            : sliced ? std::min(std::max(route_slices(job), 1u), kRouteSliceBlocks)
-                                     : (job.num_experts + kRouteExperts - 1) / kRouteExperts;
+  const uint32_t counters =
+      !by_rank || job.topk_idx == nullptr || job.num_experts == 0 ? 0
+      : sliced ? std::max((job.tokens + kRouteSliceTokens - 1) / kRouteSliceTokens, 1u)
+               : (job.num_experts + kRouteExperts - 1) / kRouteExperts;
   return std::max((by_rank ? job.num_ranks : job.num_experts) + counters, 1u);
 }
-static_assert(COURIER_GPU_EP_MAX_RANKS + kRouteSliceBlocks < kFailedArrival,
-              "a route launch with `signal` must count its arrivals below kFailedArrival");
 
 // The high-throughput jobs as their kernels take them (complete_job: the
 // fields of newer minors zero), and, fused (GPU ABI 1.16), checked for what
@@ -47,6 +44,11 @@ inline const char* take_route_job(const courier_gpu_ep_route_v1* in, courier_gpu
   if (signal->wait.flags == nullptr || job->done == nullptr || job->records == nullptr ||
       job->host_counts == nullptr || job->host_mark == nullptr) {
     return "ep_route: a signal needs wait.flags, done, records, host_counts and host_mark";
+  }
+  // The launch's arrivals count its blocks below last_block's
+  // kFailedArrival (2^16): 16M tokens and more would need more.
+  if (route_blocks(*job) >= kFailedArrival) {
+    return "ep_route: with a signal, tokens must be at most (65535 - num_ranks) * 256";
   }
   return nullptr;
 }
