@@ -1147,7 +1147,7 @@ __device__ __forceinline__ void ll_send(const courier_gpu_ep_ll_dispatch_v1& job
   // start: an earlier failure, or the host's refusal), timed out waiting
   // for a release flag, or found a bad index.
   bool refused = false;
-  if (last_block(job.done, failed != 0 || bad != 0, &refused)) {
+  if (last_block(job.done, failed != 0 || bad, &refused)) {
     ll_signal_counts(job, histogram, count_early, refused);
     stamp(stamps, kStampSignalled);
   }
