@@ -65,7 +65,6 @@ cudaError_t load_direct_kernels() {
       reinterpret_cast<const void*>(device::ep::signal_kernel),
       reinterpret_cast<const void*>(device::ep::wait_kernel),
       reinterpret_cast<const void*>(device::ep::ht_dispatch_kernel),
-      reinterpret_cast<const void*>(device::ep::direct::dispatch),
       reinterpret_cast<const void*>(device::ep::direct::combine<device::ep::kCombineSend>),
       reinterpret_cast<const void*>(device::ep::direct::combine<device::ep::kWideReduceAhead>),
       reinterpret_cast<const void*>(device::ep::direct::combine<device::ep::kNarrowReduceAhead>),
@@ -76,6 +75,11 @@ cudaError_t load_direct_kernels() {
       reinterpret_cast<const void*>(hold_kernel),
   };
   for (const void* kernel : kernels) {
+    const cudaError_t rc = cudaFuncGetAttributes(&attributes, kernel);
+    if (rc != cudaSuccess) return rc;
+  }
+  for (const uint32_t spec : device::ep::kLlSpecs) {
+    const auto kernel = reinterpret_cast<const void*>(device::ep::ll_dispatch_kernel(spec));
     const cudaError_t rc = cudaFuncGetAttributes(&attributes, kernel);
     if (rc != cudaSuccess) return rc;
   }
@@ -172,7 +176,7 @@ uint32_t multiprocessors(int device) {
 }
 
 int ep_ll_dispatch(const courier_gpu_ep_ll_dispatch_v1* job_in, cudaStream_t stream,
-                   EpTimeline& timeline) {
+                   EpTimeline& timeline, bool general) {
   courier_gpu_ep_ll_dispatch_v1 job;
   courier_gpu_ep_ll_receive_v1 receive{};
   if (!device::ep::complete_job(job_in, &job)) {
@@ -187,21 +191,24 @@ int ep_ll_dispatch(const courier_gpu_ep_ll_dispatch_v1* job_in, cudaStream_t str
   const uint32_t halves = device::ep::ll_dispatch_halves(job, receive);
   const uint32_t blocks = device::ep::ll_dispatch_blocks(job, receive, multiprocessors(job.device));
   uint64_t* stamps = timeline.stamps(stream, "ll_dispatch", blocks);
-  device::ep::direct::dispatch<<<blocks, device::ep::kLlThreads, 0, stream>>>(job, receive, halves,
-                                                                              stamps);
+  const auto kernel = device::ep::ll_dispatch_kernel(
+      general ? device::ep::kLlGeneral : device::ep::ll_dispatch_spec(job, receive, halves));
+  kernel<<<blocks, device::ep::kLlThreads, 0, stream>>>(job, receive, halves, stamps);
   return launched("the EP low-latency dispatch kernel");
 }
 
 int ep_ll_receive(const courier_gpu_ep_ll_receive_v1* job_in, cudaStream_t stream,
-                  EpTimeline& timeline) {
+                  EpTimeline& timeline, bool general) {
   courier_gpu_ep_ll_receive_v1 job;
   if (!device::ep::complete_job(job_in, &job)) {
     return fail(-EINVAL, "ep_ll_receive: job is NULL or its struct_size too small");
   }
   const uint32_t blocks = device::ep::ll_receive_blocks(job, multiprocessors(job.device));
   uint64_t* stamps = timeline.stamps(stream, "ll_receive", blocks);
-  device::ep::direct::dispatch<<<blocks, device::ep::kLlThreads, 0, stream>>>(
-      {}, job, device::ep::kReceiveHalf, stamps);
+  const auto kernel = device::ep::ll_dispatch_kernel(
+      general ? device::ep::kLlGeneral
+              : device::ep::ll_dispatch_spec({}, job, device::ep::kReceiveHalf));
+  kernel<<<blocks, device::ep::kLlThreads, 0, stream>>>({}, job, device::ep::kReceiveHalf, stamps);
   return launched("the EP low-latency receive kernel");
 }
 

@@ -20,10 +20,12 @@ int ep_signal(const courier_gpu_ep_signal_v1* job, cudaStream_t stream, EpTimeli
 int ep_wait(const courier_gpu_ep_wait_v1* job, cudaStream_t stream, EpTimeline& timeline);
 int ep_ht_dispatch(const courier_gpu_ep_ht_dispatch_v1* job, cudaStream_t stream,
                    EpTimeline& timeline);
+// `general`: the general instance of the dispatch kernel (LlSpec) whatever
+// the job (COURIER_CUDA_EP_GENERAL_KERNELS).
 int ep_ll_dispatch(const courier_gpu_ep_ll_dispatch_v1* job, cudaStream_t stream,
-                   EpTimeline& timeline);
+                   EpTimeline& timeline, bool general);
 int ep_ll_receive(const courier_gpu_ep_ll_receive_v1* job, cudaStream_t stream,
-                  EpTimeline& timeline);
+                  EpTimeline& timeline, bool general);
 int ep_combine_send(const courier_gpu_ep_combine_send_v1* job, cudaStream_t stream,
                     EpTimeline& timeline);
 int ep_reduce(const courier_gpu_ep_reduce_v1* job, cudaStream_t stream, EpTimeline& timeline);

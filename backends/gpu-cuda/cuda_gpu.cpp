@@ -57,6 +57,7 @@ struct CudaBackend {
   // Per device, what the EP entries cost and ep_stamp's events (GPU ABI 1.12).
   std::unique_ptr<courier::device::EpCounters<cudaEvent_t>> ep_counters;
   courier::cuda_gpu::EpTimeline timeline;  // COURIER_CUDA_EP_TIMELINE
+  bool ep_general_kernels = false;         // COURIER_CUDA_EP_GENERAL_KERNELS
 };
 
 CudaBackend* as_backend(void* backend) { return static_cast<CudaBackend*>(backend); }
@@ -179,6 +180,15 @@ int cuda_init(const courier_host_services_v1* host, void** backend) {
                                  "' is invalid: expected 0 or 1");
       }
       b->timeline.enable();
+    }
+    const char* general = host->get_env(host->ctx, "COURIER_CUDA_EP_GENERAL_KERNELS");
+    if (general != nullptr && *general != '\0' && std::strcmp(general, "0") != 0) {
+      if (std::strcmp(general, "1") != 0) {
+        delete b;
+        return fail(-EINVAL, std::string("COURIER_CUDA_EP_GENERAL_KERNELS='") + general +
+                                 "' is invalid: expected 0 or 1");
+      }
+      b->ep_general_kernels = true;
     }
     find_dmabuf_support(b);
   }
@@ -503,19 +513,37 @@ const char* timeline_name(const courier_gpu_ep_combine_send_v1* job, const char*
   return fused ? "combine" : name;
 }
 
-template <class Job, int (*Enqueue)(const Job*, cudaStream_t, courier::cuda_gpu::EpTimeline&),
-          const char* Name>
-int enqueue_ep(void* backend, const Job* job) {
+// A direct-path job on the device's EP stream (`enqueue` launches its
+// kernel), in the timeline and the counters.
+template <class Job, class Enqueue>
+int enqueue_direct(void* backend, const Job* job, const char* name, Enqueue enqueue) {
   if (job == nullptr) return fail(-EINVAL, "EP kernel: job is NULL");
   bool ok = false;
   cudaStream_t stream = ep_stream(backend, job->device, &ok);
   if (!ok) return -EIO;
   courier::cuda_gpu::EpTimeline& timeline = as_backend(backend)->timeline;
   timeline.begin(stream);
-  const int rc = Enqueue(job, stream, timeline);
-  timeline.mark(stream, timeline_name(job, Name));
+  const int rc = enqueue(stream, timeline);
+  timeline.mark(stream, timeline_name(job, name));
   if (rc == 0) as_backend(backend)->ep_counters->launched(job->device, 1);  // one kernel each
   return rc;
+}
+template <class Job, int (*Enqueue)(const Job*, cudaStream_t, courier::cuda_gpu::EpTimeline&),
+          const char* Name>
+int enqueue_ep(void* backend, const Job* job) {
+  return enqueue_direct(backend, job, Name, [&](cudaStream_t stream, auto& timeline) {
+    return Enqueue(job, stream, timeline);
+  });
+}
+// The low-latency dispatch and receive, which also take the general kernel
+// instance when COURIER_CUDA_EP_GENERAL_KERNELS=1.
+template <class Job, int (*Enqueue)(const Job*, cudaStream_t, courier::cuda_gpu::EpTimeline&, bool),
+          const char* Name>
+int enqueue_ll(void* backend, const Job* job) {
+  const bool general = as_backend(backend)->ep_general_kernels;
+  return enqueue_direct(backend, job, Name, [&](cudaStream_t stream, auto& timeline) {
+    return Enqueue(job, stream, timeline, general);
+  });
 }
 constexpr char kRoute[] = "route", kSignal[] = "signal", kWait[] = "wait",
                kHtDispatchDirect[] = "ht_dispatch", kLlDispatchDirect[] = "ll_dispatch",
@@ -583,6 +611,10 @@ constexpr courier_knob_v1 kKnobs[] = {
     {"COURIER_CUDA_EP_TIMELINE", "0", "0|1",
      "1: time every EP proxy-path kernel with CUDA events and print the medians per kernel and "
      "per call to stderr when the backend unloads (for tuning; adds an event per kernel)"},
+    {"COURIER_CUDA_EP_GENERAL_KERNELS", "0", "0|1",
+     "1: the low-latency dispatch and receive run the general instance of their kernel for "
+     "every job instead of the one made for the job's configuration (for comparison and "
+     "testing: the general one is slower)"},
 };
 
 constexpr courier_gpu_runtime_part_v1 kRuntime = {
@@ -616,8 +648,8 @@ constexpr courier_gpu_ep_part_v1 kEp = {
     enqueue_ep<courier_gpu_ep_signal_v1, courier::cuda_gpu::ep_signal, kSignal>,
     enqueue_ep<courier_gpu_ep_wait_v1, courier::cuda_gpu::ep_wait, kWait>,
     enqueue_ep<courier_gpu_ep_ht_dispatch_v1, courier::cuda_gpu::ep_ht_dispatch, kHtDispatchDirect>,
-    enqueue_ep<courier_gpu_ep_ll_dispatch_v1, courier::cuda_gpu::ep_ll_dispatch, kLlDispatchDirect>,
-    enqueue_ep<courier_gpu_ep_ll_receive_v1, courier::cuda_gpu::ep_ll_receive, kLlReceiveDirect>,
+    enqueue_ll<courier_gpu_ep_ll_dispatch_v1, courier::cuda_gpu::ep_ll_dispatch, kLlDispatchDirect>,
+    enqueue_ll<courier_gpu_ep_ll_receive_v1, courier::cuda_gpu::ep_ll_receive, kLlReceiveDirect>,
     enqueue_ep<courier_gpu_ep_combine_send_v1, courier::cuda_gpu::ep_combine_send, kCombineSend>,
     enqueue_ep<courier_gpu_ep_reduce_v1, courier::cuda_gpu::ep_reduce, kReduceDirect>,
     cuda_ep_sync,

@@ -65,7 +65,6 @@ hipError_t load_direct_kernels() {
       reinterpret_cast<const void*>(device::ep::signal_kernel),
       reinterpret_cast<const void*>(device::ep::wait_kernel),
       reinterpret_cast<const void*>(device::ep::ht_dispatch_kernel),
-      reinterpret_cast<const void*>(device::ep::direct::dispatch),
       reinterpret_cast<const void*>(device::ep::direct::combine<device::ep::kCombineSend>),
       reinterpret_cast<const void*>(device::ep::direct::combine<device::ep::kWideReduceAhead>),
       reinterpret_cast<const void*>(device::ep::direct::combine<device::ep::kNarrowReduceAhead>),
@@ -75,6 +74,11 @@ hipError_t load_direct_kernels() {
       reinterpret_cast<const void*>(hold_kernel),
   };
   for (const void* kernel : kernels) {
+    const hipError_t rc = hipFuncGetAttributes(&attributes, kernel);
+    if (rc != hipSuccess) return rc;
+  }
+  for (const uint32_t spec : device::ep::kLlSpecs) {
+    const auto kernel = reinterpret_cast<const void*>(device::ep::ll_dispatch_kernel(spec));
     const hipError_t rc = hipFuncGetAttributes(&attributes, kernel);
     if (rc != hipSuccess) return rc;
   }
@@ -185,8 +189,9 @@ int ep_ll_dispatch(const courier_gpu_ep_ll_dispatch_v1* job_in, hipStream_t stre
   }
   const uint32_t halves = device::ep::ll_dispatch_halves(job, receive);
   const uint32_t blocks = device::ep::ll_dispatch_blocks(job, receive, multiprocessors(job.device));
-  hipLaunchKernelGGL(device::ep::direct::dispatch, dim3(blocks), dim3(device::ep::kLlThreads), 0,
-                     stream, job, receive, halves, nullptr);
+  const auto kernel = device::ep::ll_dispatch_kernel(device::ep::ll_dispatch_spec(job, receive, halves));
+  hipLaunchKernelGGL(kernel, dim3(blocks), dim3(device::ep::kLlThreads), 0, stream, job, receive,
+                     halves, nullptr);
   return launched("the EP low-latency dispatch kernel");
 }
 
@@ -196,9 +201,10 @@ int ep_ll_receive(const courier_gpu_ep_ll_receive_v1* job_in, hipStream_t stream
     return fail(-EINVAL, "ep_ll_receive: job is NULL or its struct_size too small");
   }
   const uint32_t blocks = device::ep::ll_receive_blocks(job, multiprocessors(job.device));
-  hipLaunchKernelGGL(device::ep::direct::dispatch, dim3(blocks), dim3(device::ep::kLlThreads), 0,
-                     stream, courier_gpu_ep_ll_dispatch_v1{}, job, device::ep::kReceiveHalf,
-                     nullptr);
+  const auto kernel = device::ep::ll_dispatch_kernel(
+      device::ep::ll_dispatch_spec({}, job, device::ep::kReceiveHalf));
+  hipLaunchKernelGGL(kernel, dim3(blocks), dim3(device::ep::kLlThreads), 0, stream,
+                     courier_gpu_ep_ll_dispatch_v1{}, job, device::ep::kReceiveHalf, nullptr);
   return launched("the EP low-latency receive kernel");
 }
 

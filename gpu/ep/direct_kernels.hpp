@@ -742,6 +742,36 @@ __device__ __forceinline__ bool wait_released(const uint64_t* flag, uint64_t wan
 
 inline constexpr uint32_t kMaxTopk = 32;  // direct_misfit: a lane per expert of a token
 
+// What an instance of the low-latency dispatch kernel knows at compile
+// time. Each call runs the kernel cold, a block per SM walking its steps
+// once, so the code between the steps costs instruction-cache misses in
+// every block; an instance for each common configuration leaves the
+// others' code out (docs/performance.md: about 2 us of a 21 us dispatch).
+// kLlGeneral decides everything at run time and takes any job; the others
+// take the jobs ll_dispatch_spec (direct_launch.hpp) gives them.
+enum LlSpec : uint32_t {
+  kLlGeneral = 0,
+  // FP8 send; a receive with at most kBalancedPairs (expert, rank) pairs
+  // and rows (staging and outputs) aligned to 16 bytes.
+  kLlFp8 = 1,
+  // A BF16 or float send as 16-byte vectors (x, its rows and x_off aligned
+  // to 16 bytes); the receive as kLlFp8's.
+  kLlVectors = 2,
+  kLlSendKind = 3,  // (the bits that say kLlFp8 or kLlVectors)
+  // With kLlFp8 or kLlVectors: the launch has kOwnRows (without it, not).
+  kLlOwnRows = 4,
+};
+template <uint32_t kSpec>
+__device__ __forceinline__ bool ll_fp8(const courier_gpu_ep_ll_dispatch_v1& job) {
+  if constexpr ((kSpec & kLlSendKind) == kLlFp8) {
+    return true;
+  } else if constexpr ((kSpec & kLlSendKind) == kLlVectors) {
+    return false;
+  } else {
+    return job.fp8 != 0;
+  }
+}
+
 // Where a token's row goes: for each k, its staging row and scales at the
 // expert's rank (NULL where the token does not go there), or with own rows
 // (ll_own_rows) for this rank's experts its row of the receive's outputs;
@@ -783,11 +813,12 @@ __device__ __forceinline__ uint64_t ll_staging_row(const courier_gpu_ep_ll_dispa
 // goes (with `own_rows`, `own` is the receive whose outputs take this
 // rank's own rows). Nothing is stored at the destinations. A bad index
 // also sets *bad (the finding thread's: its block's arrival carries it).
+template <uint32_t kSpec>
 __device__ __forceinline__ void ll_token_slots(const courier_gpu_ep_ll_dispatch_v1& job,
                                                const courier_gpu_ep_ll_receive_v1& own,
                                                bool own_rows, uint32_t t, int32_t* expert,
                                                int32_t* slot, uint32_t* before, TokenDests* dests,
-                                               bool* bad) {
+                                               bool* bad, uint64_t* stamps) {
   const uint32_t K = job.topk, E = job.num_experts, L = E / job.num_ranks;
   const bool route = (job.fuse & COURIER_GPU_EP_FUSE_ROUTE) != 0;
   const uint32_t n = route ? t * K : 0;  // the pairs of the tokens before t
@@ -810,6 +841,7 @@ __device__ __forceinline__ void ll_token_slots(const courier_gpu_ep_ll_dispatch_
     before[k] = 0;
   }
   __syncthreads();
+  if (t == blockIdx.x) stamp(stamps, kStampExperts);
   if (route) {
     auto count = [&](int64_t v) {
       for (uint32_t k = 0; k < K; ++k) {
@@ -850,11 +882,11 @@ __device__ __forceinline__ void ll_token_slots(const courier_gpu_ep_ll_dispatch_
       const uint32_t l = static_cast<uint32_t>(expert[k]) % L;
       const uint64_t row = ll_own_row(job, l, s);
       const uint64_t row_bytes =
-          job.fp8 != 0 ? job.hidden : uint64_t{job.hidden} * (job.x_dtype_bits / 8);
+          ll_fp8<kSpec>(job) ? job.hidden : uint64_t{job.hidden} * (job.x_dtype_bits / 8);
       dests->row[k] = static_cast<std::byte*>(own.x) + row * row_bytes;
-      if (job.fp8 != 0 && own.scales_layout == 0) {
+      if (ll_fp8<kSpec>(job) && own.scales_layout == 0) {
         dests->scales[k] = own.scales + row * (job.hidden / kFp8Channels);
-      } else if (job.fp8 != 0) {
+      } else if (ll_fp8<kSpec>(job)) {
         dests->layout_l[k] = static_cast<int32_t>(l);
         dests->layout_slot[k] = s;
       }
@@ -863,9 +895,9 @@ __device__ __forceinline__ void ll_token_slots(const courier_gpu_ep_ll_dispatch_
       const uint32_t to = static_cast<uint32_t>(expert[k]) / L;
       const uint64_t row = ll_staging_row(job, expert[k], s);
       const uint64_t row_bytes =
-          job.fp8 != 0 ? job.hidden : uint64_t{job.hidden} * (job.x_dtype_bits / 8);
+          ll_fp8<kSpec>(job) ? job.hidden : uint64_t{job.hidden} * (job.x_dtype_bits / 8);
       dests->row[k] = window(job.peers, to, job.x_off + row * row_bytes);
-      if (job.fp8 != 0) {
+      if (ll_fp8<kSpec>(job)) {
         dests->scales[k] = reinterpret_cast<float*>(window(job.peers, to, job.scales_off)) +
                            row * (job.hidden / kFp8Channels);
       }
@@ -887,20 +919,24 @@ struct RowPass {
 };
 
 // Whether the row moves as 16-byte vectors (else a group copy per expert).
+template <uint32_t kSpec>
 __device__ __forceinline__ bool ll_row_vectors(const courier_gpu_ep_ll_dispatch_v1& job) {
+  if constexpr (kSpec != kLlGeneral) return true;
   const uint64_t row_bytes = uint64_t{job.hidden} * (job.x_dtype_bits / 8);
   return job.fp8 != 0 || ((reinterpret_cast<uintptr_t>(job.x) | row_bytes | job.x_off) & 15u) == 0;
 }
 // Bytes (FP8: channels) of a pass.
+template <uint32_t kSpec>
 __device__ __forceinline__ uint32_t ll_pass_span(const courier_gpu_ep_ll_dispatch_v1& job) {
-  return blockDim.x * (job.fp8 != 0 ? 16u : kChunks * 16u);
+  return blockDim.x * (ll_fp8<kSpec>(job) ? 16u : kChunks * 16u);
 }
 
+template <uint32_t kSpec>
 __device__ __forceinline__ void ll_load_pass(const courier_gpu_ep_ll_dispatch_v1& job, uint32_t t,
                                              uint32_t base, RowPass* p) {
   const uint32_t elem = job.x_dtype_bits / 8;
   const std::byte* x = static_cast<const std::byte*>(job.x) + uint64_t{t} * job.hidden * elem;
-  if (job.fp8 != 0) {
+  if (ll_fp8<kSpec>(job)) {
     const uint32_t c = base + threadIdx.x * 16;
 #pragma unroll
     for (int i = 0; i < 16; ++i) p->v[i] = 0.0f;
@@ -919,12 +955,13 @@ __device__ __forceinline__ void ll_load_pass(const courier_gpu_ep_ll_dispatch_v1
 
 // Stores a pass (ll_load_pass's) to each of the token's destinations:
 // quantized once (FP8: kFp8Lanes lanes per scale) and stored K times.
+template <uint32_t kSpec>
 __device__ __forceinline__ void ll_store_pass(const courier_gpu_ep_ll_dispatch_v1& job,
                                               const courier_gpu_ep_ll_receive_v1& own,
                                               uint32_t base, const RowPass& p,
                                               const TokenDests& dests) {
   const uint32_t K = job.topk;
-  if (job.fp8 != 0) {
+  if (ll_fp8<kSpec>(job)) {
     const bool pow2 = (job.fp8 & COURIER_GPU_EP_FP8_POW2_SCALES) != 0;
     const uint32_t c = base + threadIdx.x * 16;
     float amax = 0.0f;
@@ -979,20 +1016,21 @@ __device__ __forceinline__ void ll_store_pass(const courier_gpu_ep_ll_dispatch_v
 
 // The rest of token t after its first pass (stored by the caller), its
 // source and k: to each of its destinations.
+template <uint32_t kSpec>
 __device__ __forceinline__ void ll_store_rest(const courier_gpu_ep_ll_dispatch_v1& job,
                                               const courier_gpu_ep_ll_receive_v1& own,
                                               bool own_rows, uint32_t t, const int32_t* expert,
                                               const int32_t* slot, const TokenDests& dests) {
   const uint32_t R = job.num_ranks, K = job.topk, L = job.num_experts / R;
   const uint32_t elem = job.x_dtype_bits / 8;
-  const uint64_t out_row_bytes = job.fp8 != 0 ? job.hidden : uint64_t{job.hidden} * elem;
-  if (ll_row_vectors(job)) {
-    const uint32_t span = ll_pass_span(job);
-    const uint64_t end = job.fp8 != 0 ? job.hidden : out_row_bytes;
+  const uint64_t out_row_bytes = ll_fp8<kSpec>(job) ? job.hidden : uint64_t{job.hidden} * elem;
+  if (ll_row_vectors<kSpec>(job)) {
+    const uint32_t span = ll_pass_span<kSpec>(job);
+    const uint64_t end = ll_fp8<kSpec>(job) ? job.hidden : out_row_bytes;
     for (uint64_t base = span; base < end; base += span) {
       RowPass p;
-      ll_load_pass(job, t, static_cast<uint32_t>(base), &p);
-      ll_store_pass(job, own, static_cast<uint32_t>(base), p, dests);
+      ll_load_pass<kSpec>(job, t, static_cast<uint32_t>(base), &p);
+      ll_store_pass<kSpec>(job, own, static_cast<uint32_t>(base), p, dests);
     }
   } else {
     const std::byte* x = static_cast<const std::byte*>(job.x) + uint64_t{t} * job.hidden * elem;
@@ -1056,9 +1094,11 @@ __device__ __forceinline__ void ll_signal_counts(const courier_gpu_ep_ll_dispatc
 // the row quantized once and stored to each); first each block waits for
 // the ranks' release flags (what it stored two calls ago was read). With
 // FUSE_SIGNAL the last block to finish counts and signals.
+template <uint32_t kSpec>
 __device__ __forceinline__ void ll_send(const courier_gpu_ep_ll_dispatch_v1& job,
                                         const courier_gpu_ep_ll_receive_v1& own, bool own_rows,
                                         uint64_t* stamps) {
+  if constexpr (kSpec != kLlGeneral) own_rows = (kSpec & kLlOwnRows) != 0;
   __shared__ int32_t expert[kMaxTopk];
   __shared__ int32_t slot[kMaxTopk];
   __shared__ uint32_t before[kMaxTopk];
@@ -1117,17 +1157,17 @@ __device__ __forceinline__ void ll_send(const courier_gpu_ep_ll_dispatch_v1& job
   // No barrier here: `failed` and the histogram are first read after
   // ll_token_slots' barriers, so the status read overlaps the first row's
   // loads, which go out whatever the status (x is this call's: harmless).
-  const bool vectors = ll_row_vectors(job);
+  const bool vectors = ll_row_vectors<kSpec>(job);
   for (uint32_t t = blockIdx.x; t < job.tokens; t += gridDim.x) {
     RowPass first;  // loaded while the slots are found
-    if (vectors) ll_load_pass(job, t, 0, &first);
-    ll_token_slots(job, own, own_rows, t, expert, slot, before, &dests, &bad);
+    if (vectors) ll_load_pass<kSpec>(job, t, 0, &first);
+    ll_token_slots<kSpec>(job, own, own_rows, t, expert, slot, before, &dests, &bad, stamps);
     if (t == blockIdx.x) stamp(stamps, kStampRouted);
     if (to_count) load_counts();
     if (!waited) wait_release();
     if (failed == 0) {
-      if (vectors) ll_store_pass(job, own, 0, first, dests);
-      ll_store_rest(job, own, own_rows, t, expert, slot, dests);
+      if (vectors) ll_store_pass<kSpec>(job, own, 0, first, dests);
+      ll_store_rest<kSpec>(job, own, own_rows, t, expert, slot, dests);
     }
     if (to_count) add_counts();
     __syncthreads();  // expert, slot and dests are the next token's
@@ -1148,6 +1188,7 @@ __device__ __forceinline__ void ll_send(const courier_gpu_ep_ll_dispatch_v1& job
   // for a release flag, or found a bad index.
   bool refused = false;
   if (last_block(job.done, failed != 0 || bad, &refused)) {
+    stamp(stamps, kStampArrived);
     ll_signal_counts(job, histogram, count_early, refused);
     stamp(stamps, kStampSignalled);
   }
@@ -1202,9 +1243,11 @@ __device__ __forceinline__ void pass_locate(uint32_t j, uint32_t n, const uint32
 // rank + 2, ... (mod R); without, ranks 0, 1, ... in turn.
 // `after_send`: the send half ran first in this launch: its blocks wait for
 // this rank's own data flag before the others' (see reduce_half).
+template <uint32_t kSpec>
 __device__ __forceinline__ void ll_receive_half(const courier_gpu_ep_ll_receive_v1& job,
                                                 bool own_rows, uint64_t* stamps,
                                                 bool after_send = false) {
+  if constexpr (kSpec != kLlGeneral) own_rows = (kSpec & kLlOwnRows) != 0;
   __shared__ uint32_t begin[kPassExperts][COURIER_GPU_EP_MAX_RANKS + 1];  // per rank, then total
   __shared__ uint32_t row_begin[kPassExperts + 1];  // the pass's rows per expert, cumulative
   __shared__ uint32_t failed;
@@ -1227,9 +1270,9 @@ __device__ __forceinline__ void ll_receive_half(const courier_gpu_ep_ll_receive_
   }
   stamp(stamps, kStampFlagsSeen);
   const uint64_t scale_bytes = job.scale_cols * 4ull;
-  const bool vectors = ((job.row_bytes | reinterpret_cast<uintptr_t>(job.x) |
-                         reinterpret_cast<uintptr_t>(job.staging_x)) &
-                        15u) == 0;
+  const bool vectors = kSpec != kLlGeneral || ((job.row_bytes | reinterpret_cast<uintptr_t>(job.x) |
+                                                reinterpret_cast<uintptr_t>(job.staging_x)) &
+                                               15u) == 0;
   // Plain scales are rows too (with a layout, store_scales below).
   const bool plain_scales = vectors && job.scale_cols > 0 && job.scales_layout == 0 &&
                             ((scale_bytes | reinterpret_cast<uintptr_t>(job.scales) |
@@ -1298,7 +1341,8 @@ __device__ __forceinline__ void ll_receive_half(const courier_gpu_ep_ll_receive_
     }
   };
   const uint32_t P = L * R;  // (expert, source rank) pairs
-  if (P <= kBalancedPairs) {
+  const bool balanced = kSpec != kLlGeneral || P <= kBalancedPairs;
+  if (balanced) {
     // Every block reads all the pairs' counts and their prefix sums, then
     // takes an equal share of all the rows (experts hold different numbers
     // of rows: a block per expert would wait for the fullest).
@@ -1313,6 +1357,7 @@ __device__ __forceinline__ void ll_receive_half(const courier_gpu_ep_ll_receive_
     }
     if (threadIdx.x == 0) failed = status_of(job.status);
     __syncthreads();
+    stamp(stamps, kStampCounted);
     const uint32_t per = (P + blockDim.x - 1) / blockDim.x;
     const uint32_t run = threadIdx.x * per < P ? threadIdx.x * per : P;
     const uint32_t run_end = run + per < P ? run + per : P;
@@ -1336,6 +1381,7 @@ __device__ __forceinline__ void ll_receive_half(const courier_gpu_ep_ll_receive_
       move_begin[P] = total;
     }
     __syncthreads();
+    stamp(stamps, kStampScanned);
     // The outputs' counts and ranges, spread over the blocks.
     for (uint64_t p = uint64_t{blockIdx.x} * blockDim.x + threadIdx.x; p < P;
          p += uint64_t{gridDim.x} * blockDim.x) {
@@ -1367,8 +1413,7 @@ __device__ __forceinline__ void ll_receive_half(const courier_gpu_ep_ll_receive_
     if (failed == 0) move_rows(lo, hi, locate);
     __syncthreads();  // the block's rows are packed (kStampMoved), as after a pass below
   }
-  for (uint32_t first = blockIdx.x; P > kBalancedPairs && first < L;
-       first += gridDim.x * kPassExperts) {
+  for (uint32_t first = blockIdx.x; !balanced && first < L; first += gridDim.x * kPassExperts) {
     auto expert_l = [&](uint32_t i) { return first + i * gridDim.x; };
     const uint32_t n = pass_experts(first, L);
     // Every (expert, rank) count at once, then each expert's ranges.
@@ -1408,11 +1453,12 @@ __device__ __forceinline__ void ll_receive_half(const courier_gpu_ep_ll_receive_
   }
   stamp(stamps, kStampMoved);
   // (A block without experts has not read the status yet.)
-  if (P > kBalancedPairs && blockIdx.x >= L && threadIdx.x == 0) failed = status_of(job.status);
+  if (!balanced && blockIdx.x >= L && threadIdx.x == 0) failed = status_of(job.status);
   if (job.wait.flags != nullptr) tell_failure(job.wait, failed);
   // Every block's reads of the staging are done before the release (the
   // release stores order them, through last_block's chain).
   if (!last_block(job.done)) return;
+  stamp(stamps, kStampLast);
   if (threadIdx.x < R) {
     device::store_release(
         reinterpret_cast<uint64_t*>(window(job.peers, threadIdx.x, job.release_off)), epoch);
@@ -1796,15 +1842,16 @@ namespace direct {
 // `stamps`: NULL, or where each block records the device clock at the
 // points it passes (gpu/ep/stamps.hpp; gpu-cuda's COURIER_CUDA_EP_TIMELINE).
 // (`received`'s address goes to the send half: COURIER_KERNEL_PARAM.)
+template <uint32_t kSpec>
 __global__ void __launch_bounds__(kMaxBlockThreads, 1)
     dispatch(COURIER_KERNEL_PARAM courier_gpu_ep_ll_dispatch_v1 send,
              COURIER_KERNEL_PARAM courier_gpu_ep_ll_receive_v1 received, uint32_t halves,
              uint64_t* stamps) {
   stamp(stamps, kStampStart);
   const bool own_rows = (halves & kOwnRows) != 0;
-  if ((halves & kSendHalf) != 0) ll_send(send, received, own_rows, stamps);
+  if ((halves & kSendHalf) != 0) ll_send<kSpec>(send, received, own_rows, stamps);
   if ((halves & kReceiveHalf) != 0) {
-    ll_receive_half(received, own_rows, stamps, (halves & kSendHalf) != 0);
+    ll_receive_half<kSpec>(received, own_rows, stamps, (halves & kSendHalf) != 0);
   }
 }
 // kReduceAhead 0: the send half; otherwise the reduce half with that many

@@ -100,6 +100,46 @@ inline uint32_t ll_dispatch_halves(const courier_gpu_ep_ll_dispatch_v1& send,
   return kSendHalf | kReceiveHalf | (aligned ? kOwnRows : 0u);
 }
 
+// The instance of the dispatch kernel (LlSpec) a launch of `halves` can
+// take: a fixed one where the job has what it assumes, else kLlGeneral.
+inline uint32_t ll_dispatch_spec(const courier_gpu_ep_ll_dispatch_v1& send,
+                                 const courier_gpu_ep_ll_receive_v1& receive, uint32_t halves) {
+  if ((halves & kReceiveHalf) != 0) {
+    const bool balanced = uint64_t{receive.local_experts} * receive.num_ranks <= kBalancedPairs;
+    const bool aligned = ((receive.row_bytes | reinterpret_cast<uintptr_t>(receive.x) |
+                           reinterpret_cast<uintptr_t>(receive.staging_x)) &
+                          15u) == 0;
+    if (!balanced || !aligned) return kLlGeneral;
+  }
+  const uint32_t own_rows = (halves & kOwnRows) != 0 ? kLlOwnRows : 0u;
+  if ((halves & kSendHalf) == 0 || send.fp8 != 0) {
+    return kLlFp8 | own_rows;  // (a receive alone: either has its code)
+  }
+  const uint64_t row_bytes = uint64_t{send.hidden} * (send.x_dtype_bits / 8);
+  const bool aligned = ((reinterpret_cast<uintptr_t>(send.x) | row_bytes | send.x_off) & 15u) == 0;
+  return aligned ? kLlVectors | own_rows : kLlGeneral;
+}
+
+// The dispatch kernel's instance for `spec` (ll_dispatch_spec).
+using LlDispatchKernel = void (*)(courier_gpu_ep_ll_dispatch_v1, courier_gpu_ep_ll_receive_v1,
+                                  uint32_t, uint64_t*);
+inline LlDispatchKernel ll_dispatch_kernel(uint32_t spec) {
+  switch (spec) {
+    case kLlFp8:
+      return direct::dispatch<kLlFp8>;
+    case kLlFp8 | kLlOwnRows:
+      return direct::dispatch<kLlFp8 | kLlOwnRows>;
+    case kLlVectors:
+      return direct::dispatch<kLlVectors>;
+    case kLlVectors | kLlOwnRows:
+      return direct::dispatch<kLlVectors | kLlOwnRows>;
+    default:
+      return direct::dispatch<kLlGeneral>;
+  }
+}
+inline constexpr uint32_t kLlSpecs[] = {kLlGeneral, kLlFp8, kLlFp8 | kLlOwnRows, kLlVectors,
+                                        kLlVectors | kLlOwnRows};
+
 // The receive launched alone (a receive hook's launch).
 inline uint32_t ll_receive_blocks(const courier_gpu_ep_ll_receive_v1& job, uint32_t sms) {
   return std::min(ll_receive_want(job, sms), std::max(sms, 1u) * 4u);

@@ -13,15 +13,21 @@ enum StampPoint : uint32_t {
   kStampStart,      // the block began
   kStampReleased,   // the destinations' release flags seen (low-latency send)
   kStampRouted,     // the block's first token's slots known (low-latency send)
+  kStampExperts,    // the block's first token's experts read (low-latency send)
   kStampSent,       // the block's rows stored
+  kStampArrived,    // the send's last block learned it was last
   kStampSignalled,  // the last block raised the flags
   kStampFlagsSeen,  // every rank's flag seen (a receive or a reduce)
+  kStampCounted,    // the block read the (expert, rank) counts (low-latency receive)
+  kStampScanned,    // the block summed them into ranges (low-latency receive)
   kStampMoved,      // the block's rows packed or summed
+  kStampLast,       // the receive's last block learned it was last
   kStampFinished,   // the last block finished the call
   kStampPoints
 };
 
 inline constexpr const char* kStampNames[kStampPoints] = {
-    "start", "released", "routed", "sent", "signalled", "flags_seen", "moved", "finished"};
+    "start",      "released", "routed",  "experts", "sent", "arrived", "signalled",
+    "flags_seen", "counted",  "scanned", "moved",   "last", "finished"};
 
 }  // namespace courier::device::ep
