@@ -156,6 +156,16 @@ void find_dmabuf_support(CudaBackend* b) {
   }
 }
 
+// A knob of 0 or 1 (unset or empty: 0) into *on; false, with the reason in
+// last_error(), when it holds anything else.
+bool switch_knob(const courier_host_services_v1* host, const char* name, bool* on) {
+  const char* value = host->get_env(host->ctx, name);
+  *on = value != nullptr && *value != '\0' && std::strcmp(value, "0") != 0;
+  if (!*on || std::strcmp(value, "1") == 0) return true;
+  fail(-EINVAL, std::string(name) + "='" + value + "' is invalid: expected 0 or 1");
+  return false;
+}
+
 int cuda_init(const courier_host_services_v1* host, void** backend) {
   if (host == nullptr || backend == nullptr) return fail(-EINVAL, "init: NULL argument");
   auto* b = new (std::nothrow) CudaBackend;
@@ -172,24 +182,13 @@ int cuda_init(const courier_host_services_v1* host, void** backend) {
   } else if (b->device_count == 0) {
     b->no_device_reason = "the CUDA driver reports no device";
   } else {
-    const char* timeline = host->get_env(host->ctx, "COURIER_CUDA_EP_TIMELINE");
-    if (timeline != nullptr && *timeline != '\0' && std::strcmp(timeline, "0") != 0) {
-      if (std::strcmp(timeline, "1") != 0) {
-        delete b;
-        return fail(-EINVAL, std::string("COURIER_CUDA_EP_TIMELINE='") + timeline +
-                                 "' is invalid: expected 0 or 1");
-      }
-      b->timeline.enable();
+    bool timeline = false;
+    if (!switch_knob(host, "COURIER_CUDA_EP_TIMELINE", &timeline) ||
+        !switch_knob(host, "COURIER_CUDA_EP_GENERAL_KERNELS", &b->ep_general_kernels)) {
+      delete b;
+      return -EINVAL;
     }
-    const char* general = host->get_env(host->ctx, "COURIER_CUDA_EP_GENERAL_KERNELS");
-    if (general != nullptr && *general != '\0' && std::strcmp(general, "0") != 0) {
-      if (std::strcmp(general, "1") != 0) {
-        delete b;
-        return fail(-EINVAL, std::string("COURIER_CUDA_EP_GENERAL_KERNELS='") + general +
-                                 "' is invalid: expected 0 or 1");
-      }
-      b->ep_general_kernels = true;
-    }
+    if (timeline) b->timeline.enable();
     find_dmabuf_support(b);
   }
   b->ep_streams = std::make_unique<courier::device::EpStreams<cudaStream_t>>(b->device_count);
