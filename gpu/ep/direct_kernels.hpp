@@ -16,6 +16,7 @@
 #include "gpu/device_atomics.hpp"
 #include "gpu/ep/element_codec.hpp"
 #include "gpu/ep/kernel_thread.hpp"
+#include "gpu/ep/ll_dispatch_spec.hpp"
 #include "gpu/ep/logfmt.hpp"
 #include "gpu/ep/stamps.hpp"
 
@@ -742,25 +743,7 @@ __device__ __forceinline__ bool wait_released(const uint64_t* flag, uint64_t wan
 
 inline constexpr uint32_t kMaxTopk = 32;  // direct_misfit: a lane per expert of a token
 
-// What an instance of the low-latency dispatch kernel knows at compile
-// time. Each call runs the kernel cold, a block per SM walking its steps
-// once, so the code between the steps costs instruction-cache misses in
-// every block; an instance for each common configuration leaves the
-// others' code out (docs/performance.md: about 2 us of a 21 us dispatch).
-// kLlGeneral decides everything at run time and takes any job; the others
-// take the jobs ll_dispatch_spec (direct_launch.hpp) gives them.
-enum LlSpec : uint32_t {
-  kLlGeneral = 0,
-  // FP8 send; a receive with at most kBalancedPairs (expert, rank) pairs
-  // and rows (staging and outputs) aligned to 16 bytes.
-  kLlFp8 = 1,
-  // A BF16 or float send as 16-byte vectors (x, its rows and x_off aligned
-  // to 16 bytes); the receive as kLlFp8's.
-  kLlVectors = 2,
-  kLlSendKind = 3,  // (the bits that say kLlFp8 or kLlVectors)
-  // With kLlFp8 or kLlVectors: the launch has kOwnRows (without it, not).
-  kLlOwnRows = 4,
-};
+// LlSpec (ll_dispatch_spec.hpp): what a dispatch instance knows at compile time.
 template <uint32_t kSpec>
 __device__ __forceinline__ bool ll_fp8(const courier_gpu_ep_ll_dispatch_v1& job) {
   if constexpr ((kSpec & kLlSendKind) == kLlFp8) {
@@ -1203,7 +1186,6 @@ __device__ __forceinline__ void ll_send(const courier_gpu_ep_ll_dispatch_v1& job
 // rows (the experts one after another would cost a chain of memory round
 // trips each). The last block to finish raises the release flags.
 inline constexpr uint32_t kPassExperts = 8;
-inline constexpr uint32_t kBalancedPairs = 2048;
 
 // A pass of a block's local experts: expert i is l = first + i * gridDim.x;
 // how many there are (at most kPassExperts, below L).
@@ -1832,10 +1814,7 @@ __device__ __forceinline__ void reduce_half(const courier_gpu_ep_reduce_v1& job,
 // together) both; `combine` the send half, the reduce half or (the send
 // job's `reduce`, minor 17, blocks resident together) both. (The proxy
 // path's are ep::proxy::dispatch and ep::proxy::combine.)
-// kOwnRows (with both halves): the send half stores this rank's own rows
-// straight into the receive's outputs, where the receive leaves them
-// (direct_launch.hpp's ll_dispatch_halves decides).
-inline constexpr uint32_t kSendHalf = 1, kReceiveHalf = 2, kOwnRows = 4;
+// (kSendHalf, kReceiveHalf and kOwnRows: ll_dispatch_spec.hpp.)
 // The most threads a block of these kernels has (registers are sized for it).
 inline constexpr uint32_t kMaxBlockThreads = 512;
 namespace direct {

@@ -8,6 +8,7 @@
 
 #include "courier/abi/gpu_v1.h"
 #include "gpu/ep/direct_kernels.hpp"
+#include "gpu/ep/ll_dispatch_spec.hpp"
 #include "gpu/ep/proxy_jobs.hpp"
 
 namespace courier::device::ep {
@@ -86,41 +87,7 @@ inline uint32_t ll_dispatch_blocks(const courier_gpu_ep_ll_dispatch_v1& send,
   return std::min(want, std::max(sms, 1u) * (fused ? 1u : 2u));
 }
 
-// What a low-latency dispatch launch runs (kSendHalf, kReceiveHalf,
-// kOwnRows of direct_kernels.hpp): with FUSE_RECEIVE both halves, and then
-// this rank's own rows go straight into the outputs (the rows a rank sends
-// itself are 1/R of its rows; at EP1 all of them, and then the receive
-// moves nothing) where 16-byte stores into them are aligned; a later
-// receive launch (a hook's) could not know where they went, so only the
-// fused launch does it.
-inline uint32_t ll_dispatch_halves(const courier_gpu_ep_ll_dispatch_v1& send,
-                                   const courier_gpu_ep_ll_receive_v1& receive) {
-  if ((send.fuse & COURIER_GPU_EP_FUSE_RECEIVE) == 0) return kSendHalf;
-  const bool aligned = (reinterpret_cast<uintptr_t>(receive.x) & 15u) == 0;
-  return kSendHalf | kReceiveHalf | (aligned ? kOwnRows : 0u);
-}
-
-// The instance of the dispatch kernel (LlSpec) a launch of `halves` can
-// take: a fixed one where the job has what it assumes, else kLlGeneral.
-inline uint32_t ll_dispatch_spec(const courier_gpu_ep_ll_dispatch_v1& send,
-                                 const courier_gpu_ep_ll_receive_v1& receive, uint32_t halves) {
-  if ((halves & kReceiveHalf) != 0) {
-    const bool balanced = uint64_t{receive.local_experts} * receive.num_ranks <= kBalancedPairs;
-    const bool aligned = ((receive.row_bytes | reinterpret_cast<uintptr_t>(receive.x) |
-                           reinterpret_cast<uintptr_t>(receive.staging_x)) &
-                          15u) == 0;
-    if (!balanced || !aligned) return kLlGeneral;
-  }
-  const uint32_t own_rows = (halves & kOwnRows) != 0 ? kLlOwnRows : 0u;
-  if ((halves & kSendHalf) == 0 || send.fp8 != 0) {
-    return kLlFp8 | own_rows;  // (a receive alone: either has its code)
-  }
-  const uint64_t row_bytes = uint64_t{send.hidden} * (send.x_dtype_bits / 8);
-  const bool aligned = ((reinterpret_cast<uintptr_t>(send.x) | row_bytes | send.x_off) & 15u) == 0;
-  return aligned ? kLlVectors | own_rows : kLlGeneral;
-}
-
-// The dispatch kernel's instance for `spec` (ll_dispatch_spec).
+// The dispatch kernel's instance for `spec` (ll_dispatch_spec.hpp).
 using LlDispatchKernel = void (*)(courier_gpu_ep_ll_dispatch_v1, courier_gpu_ep_ll_receive_v1,
                                   uint32_t, uint64_t*);
 inline LlDispatchKernel ll_dispatch_kernel(uint32_t spec) {
