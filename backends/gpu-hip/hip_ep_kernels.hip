@@ -189,7 +189,8 @@ int ep_ll_dispatch(const courier_gpu_ep_ll_dispatch_v1* job_in, hipStream_t stre
   }
   const uint32_t halves = device::ep::ll_dispatch_halves(job, receive);
   const uint32_t blocks = device::ep::ll_dispatch_blocks(job, receive, multiprocessors(job.device));
-  const auto kernel = device::ep::ll_dispatch_kernel(device::ep::ll_dispatch_spec(job, receive, halves));
+  const auto kernel =
+      device::ep::ll_dispatch_kernel(device::ep::ll_dispatch_spec(job, receive, halves));
   hipLaunchKernelGGL(kernel, dim3(blocks), dim3(device::ep::kLlThreads), 0, stream, job, receive,
                      halves, nullptr);
   return launched("the EP low-latency dispatch kernel");
