@@ -1604,10 +1604,16 @@ __device__ __forceinline__ void combine_send_signal(const courier_gpu_ep_combine
 // before any is summed, so a token costs one memory round trip per step
 // rather than one per term and piece. (kAhead sets the registers, hence
 // how many blocks an SM holds: direct_launch.hpp picks it per launch.)
-template <uint32_t kAhead>
-__device__ __forceinline__ void reduce_token_bf16(uint32_t hidden, uint32_t terms,
+// kTerms: `terms` known at compile time (0: not), so that the unrolled
+// loads and sums have no branches on where a piece ends: with them, every
+// one of the kAhead steps carried its own copy of a piece's store, and the
+// cold kernel stalled on instruction fetches more than on memory.
+template <uint32_t kAhead, uint32_t kTerms = 0>
+__device__ __forceinline__ void reduce_token_bf16(uint32_t hidden, uint32_t runtime_terms,
                                                   const std::byte* const* term_row,
                                                   const float* term_weight, std::byte* out) {
+  static_assert(kTerms <= kAhead, "a step holds every term of a piece");
+  const uint32_t terms = kTerms != 0 ? kTerms : runtime_terms;
   const uint32_t per_step = kAhead / terms;  // pieces (of 8 channels) per step
   const uint32_t stride = blockDim.x * 8;    // channels between a thread's pieces
   for (uint32_t c0 = threadIdx.x * 8; c0 < hidden; c0 += per_step * stride) {
@@ -1713,7 +1719,15 @@ __device__ __forceinline__ void reduce_rows(const courier_gpu_ep_reduce_v1& job)
     __syncthreads();
     std::byte* out = static_cast<std::byte*>(job.out) + uint64_t{t} * row_bytes;
     if (!logfmt && job.dtype_bits == 16 && job.terms > 0 && job.terms <= kAhead) {
-      reduce_token_bf16<kAhead>(job.hidden, job.terms, term_row, term_weight, out);
+      // The common top-k (low-latency) and rank counts (high-throughput at
+      // EP1) with their own code (kTerms).
+      if (kAhead >= 8 && job.terms == 8) {
+        reduce_token_bf16<kAhead, (kAhead >= 8 ? 8 : 0)>(job.hidden, 8, term_row, term_weight, out);
+      } else if (job.terms == 1) {
+        reduce_token_bf16<kAhead, 1>(job.hidden, 1, term_row, term_weight, out);
+      } else {
+        reduce_token_bf16<kAhead>(job.hidden, job.terms, term_row, term_weight, out);
+      }
       __syncthreads();  // term_row is the next token's
       continue;
     }
