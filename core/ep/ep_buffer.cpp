@@ -118,10 +118,11 @@ struct Buffer::Impl {
   std::unique_ptr<LowLatency> low_latency;
 };
 
-TensorView::TensorView(void* data, DLDevice device, DLDataType dtype, std::vector<int64_t> shape,
-                       std::vector<int64_t> strides) {
+TensorView::TensorView(void* data, DLDevice device, DLDataType dtype,
+                       std::initializer_list<int64_t> shape,
+                       std::initializer_list<int64_t> strides) {
   if (shape.size() > shape_.size()) fail("TensorView: {} dimensions, at most 4", shape.size());
-  if (!strides.empty() && strides.size() != shape.size()) {
+  if (strides.size() != 0 && strides.size() != shape.size()) {
     fail("TensorView: {} strides for {} dimensions", strides.size(), shape.size());
   }
   std::copy(shape.begin(), shape.end(), shape_.begin());
@@ -131,7 +132,7 @@ TensorView::TensorView(void* data, DLDevice device, DLDataType dtype, std::vecto
   tensor_.ndim = static_cast<int>(shape.size());
   tensor_.dtype = dtype;
   tensor_.shape = shape_.data();
-  tensor_.strides = strides.empty() ? nullptr : strides_.data();
+  tensor_.strides = strides.size() == 0 ? nullptr : strides_.data();
   tensor_.byte_offset = 0;
 }
 

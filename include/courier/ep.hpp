@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <vector>
 
@@ -43,8 +44,9 @@ class TensorView {
  public:
   TensorView() = default;
   // Row-major, or with `strides` (in elements, one per dimension).
-  TensorView(void* data, DLDevice device, DLDataType dtype, std::vector<int64_t> shape,
-             std::vector<int64_t> strides = {});
+  // (Lists, not vectors: a call describes its outputs without allocating.)
+  TensorView(void* data, DLDevice device, DLDataType dtype, std::initializer_list<int64_t> shape,
+             std::initializer_list<int64_t> strides = {});
   TensorView(const TensorView& other) { *this = other; }
   TensorView& operator=(const TensorView& other);
   const DLTensor& tensor() const { return tensor_; }
