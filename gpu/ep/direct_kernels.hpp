@@ -953,12 +953,13 @@ __device__ __forceinline__ void ll_store_pass(const courier_gpu_ep_ll_dispatch_v
     amax = lanes8_max(amax);  // every lane of the warp (the shuffles need all)
     if (c >= job.hidden) return;
     const float scale = fp8_scale(amax, pow2);
+    const Fp8Divisor divide(scale);
     uint32_t word[4];
 #pragma unroll
     for (int w = 0; w < 4; ++w) {
       float q[4];
 #pragma unroll
-      for (int i = 0; i < 4; ++i) q[i] = p.v[4 * w + i] / scale;
+      for (int i = 0; i < 4; ++i) q[i] = divide(p.v[4 * w + i]);
       word[w] = float4_to_e4m3(q);
     }
     const uint4 packed{word[0], word[1], word[2], word[3]};

@@ -872,8 +872,9 @@ COURIER_DEVICE_INLINE void quantize_row(const void* x, uint32_t bits, uint32_t h
     for (uint32_t i = 0; i < per_lane; ++i) amax = fmaxf(amax, fabsf(value(first + i)));
     amax = lanes_max(amax);
     const float scale = fp8_scale(amax, pow2);
+    const Fp8Divisor divide(scale);
     for (uint32_t i = 0; i < per_lane; ++i) {
-      reinterpret_cast<uint8_t*>(out)[first + i] = float_to_e4m3(value(first + i) / scale);
+      reinterpret_cast<uint8_t*>(out)[first + i] = float_to_e4m3(divide(value(first + i)));
     }
     if (lane == 0) scales[block] = scale;
   }
@@ -924,8 +925,9 @@ COURIER_DEVICE_INLINE void quantize_spread(const void* x, uint32_t bits, uint32_
       float amax = 0.0f;
       for (uint32_t q = 0; q < 4; ++q) amax = fmaxf(amax, fabsf(v[a][q]));
       const float scale = fp8_scale(lanes_max(amax), pow2);
+      const Fp8Divisor divide(scale);
       float scaled[4];
-      for (uint32_t q = 0; q < 4; ++q) scaled[q] = v[a][q] / scale;
+      for (uint32_t q = 0; q < 4; ++q) scaled[q] = divide(v[a][q]);
       const uint32_t codes = float4_to_e4m3(scaled);
       each_slot([&](std::byte* out) {
         reinterpret_cast<uint32_t*>(out)[cb * kLanes + lane] = codes;
