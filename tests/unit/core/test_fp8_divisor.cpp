@@ -17,8 +17,8 @@ namespace {
 using courier::device::bits_float;
 using courier::device::float_bits;
 using courier::device::float_to_e4m3;
-using courier::device::Fp8Divisor;
 using courier::device::fp8_scale;
+using courier::device::Fp8Divisor;
 
 std::string hex(float f) {
   char text[32];
@@ -36,9 +36,8 @@ struct Mismatches {
     if (std::fabs(want) >= 0x1p-11f && float_bits(got) != float_bits(want)) ++quotients;
     if (float_to_e4m3(got) != float_to_e4m3(want)) {
       if (codes++ == 0) {
-        first = "x " + hex(x) + " scale " + hex(scale) + ": " +
-                std::to_string(float_to_e4m3(got)) + " instead of " +
-                std::to_string(float_to_e4m3(want));
+        first = "x " + hex(x) + " scale " + hex(scale) + ": " + std::to_string(float_to_e4m3(got)) +
+                " instead of " + std::to_string(float_to_e4m3(want));
       }
     }
   }
