@@ -796,12 +796,16 @@ __device__ __forceinline__ uint64_t ll_staging_row(const courier_gpu_ep_ll_dispa
 // goes (with `own_rows`, `own` is the receive whose outputs take this
 // rank's own rows). Nothing is stored at the destinations. A bad index
 // also sets *bad (the finding thread's: its block's arrival carries it).
+// `earlier` (FUSE_ROUTE, at most kHistogram experts; else NULL): a shared
+// count per expert, all zero, that the pairs before t go into (one atomic
+// a pair, where a ballot per pair and k cost the block of token 127 of a
+// top-8 dispatch 0.9 us); zero again when this returns.
 template <uint32_t kSpec>
 __device__ __forceinline__ void ll_token_slots(const courier_gpu_ep_ll_dispatch_v1& job,
                                                const courier_gpu_ep_ll_receive_v1& own,
                                                bool own_rows, uint32_t t, int32_t* expert,
-                                               int32_t* slot, uint32_t* before, TokenDests* dests,
-                                               bool* bad, uint64_t* stamps) {
+                                               int32_t* slot, uint32_t* before, uint32_t* earlier,
+                                               TokenDests* dests, bool* bad, uint64_t* stamps) {
   const uint32_t K = job.topk, E = job.num_experts, L = E / job.num_ranks;
   const bool route = (job.fuse & COURIER_GPU_EP_FUSE_ROUTE) != 0;
   const uint32_t n = route ? t * K : 0;  // the pairs of the tokens before t
@@ -825,7 +829,20 @@ __device__ __forceinline__ void ll_token_slots(const courier_gpu_ep_ll_dispatch_
   }
   __syncthreads();
   if (t == blockIdx.x) stamp(stamps, kStampExperts);
-  if (route) {
+  // (No index below -1 or from E on names an expert: such pairs count nowhere.)
+  auto valid = [&](int64_t v) { return v >= 0 && v < static_cast<int64_t>(E); };
+  if (route && earlier != nullptr) {
+#pragma unroll
+    for (uint32_t q = 0; q < kScanAhead; ++q) {
+      if (valid(ahead[q])) atomicAdd(&earlier[ahead[q]], 1u);
+    }
+    for (uint32_t base = kScanAhead * blockDim.x; base < n; base += blockDim.x) {
+      const uint32_t i = base + threadIdx.x;
+      const int64_t v = i < n ? job.topk_idx[i] : -1;
+      if (valid(v)) atomicAdd(&earlier[v], 1u);
+    }
+    __syncthreads();
+  } else if (route) {
     auto count = [&](int64_t v) {
       for (uint32_t k = 0; k < K; ++k) {
         const uint32_t c = warp_count(v >= 0 && v == expert[k]);
@@ -846,7 +863,7 @@ __device__ __forceinline__ void ll_token_slots(const courier_gpu_ep_ll_dispatch_
     const uint32_t k = threadIdx.x;
     int32_t s = -1;
     if (route && expert[k] >= 0) {
-      s = static_cast<int32_t>(before[k]);
+      s = static_cast<int32_t>(earlier != nullptr ? earlier[expert[k]] : before[k]);
       for (uint32_t j = 0; j < k; ++j) s += expert[j] == expert[k] ? 1 : 0;
     } else if (!route && expert[k] >= 0) {
       s = job.slots[uint64_t{t} * K + k];
@@ -887,6 +904,17 @@ __device__ __forceinline__ void ll_token_slots(const courier_gpu_ep_ll_dispatch_
     }
   }
   __syncthreads();
+  // `earlier` zero again (the caller's barrier orders this before the next
+  // token's adds): the counts this thread added to, or all of them where
+  // the pairs before t were more than `ahead` holds.
+  if (route && earlier != nullptr && n <= kScanAhead * blockDim.x) {
+#pragma unroll
+    for (uint32_t q = 0; q < kScanAhead; ++q) {
+      if (valid(ahead[q])) earlier[ahead[q]] = 0;
+    }
+  } else if (route && earlier != nullptr) {
+    for (uint32_t e = threadIdx.x; e < E; e += blockDim.x) earlier[e] = 0;
+  }
 }
 
 // A token's row in passes over its channels, loaded before it is used, so
@@ -1092,6 +1120,14 @@ __device__ __forceinline__ void ll_send(const courier_gpu_ep_ll_dispatch_v1& job
   // out (the loads issued before the stores, added up after them), so the
   // last block has the counts when it arrives.
   __shared__ uint32_t histogram[kHistogram];
+  // The pairs before a token per expert (ll_token_slots), zero to begin with.
+  __shared__ uint32_t earlier_pairs[kHistogram];
+  uint32_t* earlier = (job.fuse & COURIER_GPU_EP_FUSE_ROUTE) != 0 && job.num_experts <= kHistogram
+                          ? earlier_pairs
+                          : nullptr;
+  for (uint32_t e = threadIdx.x; earlier != nullptr && e < job.num_experts; e += blockDim.x) {
+    earlier[e] = 0;  // (ordered before the adds by ll_token_slots' first barrier)
+  }
   constexpr uint32_t kCountAhead = 4;  // pairs per thread
   const uint32_t E = job.num_experts, pairs = job.tokens * job.topk;
   const bool count_early = (job.fuse & COURIER_GPU_EP_FUSE_SIGNAL) != 0 && E <= kHistogram &&
@@ -1145,7 +1181,8 @@ __device__ __forceinline__ void ll_send(const courier_gpu_ep_ll_dispatch_v1& job
   for (uint32_t t = blockIdx.x; t < job.tokens; t += gridDim.x) {
     RowPass first;  // loaded while the slots are found
     if (vectors) ll_load_pass<kSpec>(job, t, 0, &first);
-    ll_token_slots<kSpec>(job, own, own_rows, t, expert, slot, before, &dests, &bad, stamps);
+    ll_token_slots<kSpec>(job, own, own_rows, t, expert, slot, before, earlier, &dests, &bad,
+                          stamps);
     if (t == blockIdx.x) stamp(stamps, kStampRouted);
     if (to_count) load_counts();
     if (!waited) wait_release();
