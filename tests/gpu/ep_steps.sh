@@ -9,14 +9,16 @@
 # -DCMAKE_CUDA_FLAGS=-lineinfo for the lines); with DURATIONS=1 the
 # low-latency kernels' durations as a profiler reports them; with
 # SKELETON=1 what the dispatch kernel's synchronization costs by itself
-# (tests/gpu/sync_skeleton.cu). Expects a build of courier-bench,
+# (tests/gpu/sync_skeleton.cu); with FLOOR=1 what a launch and a stream
+# synchronization add to a kernel's time on this host, the floor under a
+# call's wall time (tests/gpu/launch_floor.cu). Expects a build of courier-bench,
 # courier-run and courier-gpu-cuda in BUILD.
 #
 #   tests/gpu/ep_steps.sh
 #   NCU=1 tests/gpu/ep_steps.sh
-#   DURATIONS=1 SKELETON=1 tests/gpu/ep_steps.sh
+#   DURATIONS=1 SKELETON=1 FLOOR=1 tests/gpu/ep_steps.sh
 # Knobs: BUILD (build-gpu), ITERS (100), OUT ($BUILD/ep-steps: the
-# profiler's reports), NCU (0), DURATIONS (0), SKELETON (0).
+# profiler's reports), NCU (0), DURATIONS (0), SKELETON (0), FLOOR (0).
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 BUILD=${BUILD:-build-gpu}
@@ -25,6 +27,7 @@ OUT=${OUT:-$BUILD/ep-steps}
 NCU=${NCU:-0}
 DURATIONS=${DURATIONS:-0}
 SKELETON=${SKELETON:-0}
+FLOOR=${FLOOR:-0}
 mkdir -p "$OUT"
 bin=$PWD/$BUILD/bin
 for need in "$bin/courier-bench" "$bin/courier-run" "$PWD/$BUILD/lib/courier"; do
@@ -73,6 +76,11 @@ if [ "$SKELETON" = 1 ]; then
   echo "=== the dispatch kernel's synchronization by itself (tests/gpu/sync_skeleton.cu)"
   nvcc -O2 -std=c++17 -arch=native tests/gpu/sync_skeleton.cu -o "$OUT/sync_skeleton" &&
     "$OUT/sync_skeleton"
+fi
+if [ "$FLOOR" = 1 ]; then
+  echo "=== a launch and a synchronization around a kernel (tests/gpu/launch_floor.cu)"
+  nvcc -O2 -std=c++17 -arch=native tests/gpu/launch_floor.cu -o "$OUT/launch_floor" &&
+    "$OUT/launch_floor"
 fi
 [ "$NCU" = 1 ] || exit 0
 command -v ncu >/dev/null || { echo "ep_steps: NCU=1 but ncu is not on PATH" >&2; exit 1; }
