@@ -68,7 +68,8 @@ hipError_t load_direct_kernels() {
       reinterpret_cast<const void*>(device::ep::direct::combine<device::ep::kCombineSend>),
       reinterpret_cast<const void*>(device::ep::direct::combine<device::ep::kWideReduceAhead>),
       reinterpret_cast<const void*>(device::ep::direct::combine<device::ep::kNarrowReduceAhead>),
-      reinterpret_cast<const void*>(device::ep::direct::combine<device::ep::kWideReduceAhead, true>),
+      reinterpret_cast<const void*>(
+          device::ep::direct::combine<device::ep::kWideReduceAhead, true>),
       reinterpret_cast<const void*>(
           device::ep::direct::combine<device::ep::kNarrowReduceAhead, true>),
       reinterpret_cast<const void*>(hold_kernel),
@@ -184,7 +185,8 @@ int ep_ll_dispatch(const courier_gpu_ep_ll_dispatch_v1* job_in, hipStream_t stre
   }
   if ((job.fuse & COURIER_GPU_EP_FUSE_RECEIVE) != 0) {
     if (!device::ep::complete_job(job.receive, &receive)) {
-      return fail(-EINVAL, "ep_ll_dispatch: FUSE_RECEIVE without a receive job of enough struct_size");
+      return fail(-EINVAL,
+                  "ep_ll_dispatch: FUSE_RECEIVE without a receive job of enough struct_size");
     }
   }
   const uint32_t halves = device::ep::ll_dispatch_halves(job, receive);
