@@ -1674,6 +1674,16 @@ int main(int argc, char** argv) {
         {"layout-errors", [&] { return check_layout_errors(ctx, buffer); }},
         {"streams", [&] { return check_streams(buffer); }},
     };
+    auto many_tokens = [](int hidden) {
+      Shape s;
+      s.hidden = hidden;
+      s.max_tokens = 640;
+      s.tokens = 600;
+      s.fewer = true;
+      s.topk = 8;
+      s.experts_per_rank = 16;
+      return s;
+    };
     auto on_default_stream = [](Shape s) {
       s.default_stream = true;
       return s;
@@ -1695,26 +1705,33 @@ int main(int argc, char** argv) {
                [&] { return check_ll_logfmt(ctx, big(128, 288)); }},
           });
     } else {
-      cases.insert(cases.end(), {
-                                    {"ht-float32", [&] { return check_ht(ctx, shape(96), false); }},
-                                    {"ht-bfloat16", [&] { return check_ht(ctx, shape(96), true); }},
-                                    // Several hundred tokens: a CPU rank packs and sends
-                                    // them in several batches.
-                                    {"ht-bfloat16-300-tokens",
-                                     [&] {
-                                       Shape s = shape(64);
-                                       s.max_tokens = 320;
-                                       s.tokens = 300;
-                                       s.fewer = true;
-                                       return check_ht(ctx, s, true);
-                                     }},
-                                    {"ht-fp8", [&] { return check_ht_fp8(ctx, shape(256)); }},
-                                    {"ht-empty-rank", [&] { return check_ht_empty_rank(ctx); }},
-                                    {"ll-float32", [&] { return check_ll(ctx, shape(64), false); }},
-                                    {"ll-bfloat16", [&] { return check_ll(ctx, shape(64), true); }},
-                                    {"ll-fp8", [&] { return check_ll_fp8(ctx, shape(256)); }},
-                                    {"ll-logfmt", [&] { return check_ll_logfmt(ctx, shape(512)); }},
-                                });
+      cases.insert(
+          cases.end(),
+          {
+              {"ht-float32", [&] { return check_ht(ctx, shape(96), false); }},
+              {"ht-bfloat16", [&] { return check_ht(ctx, shape(96), true); }},
+              // Several hundred tokens: a CPU rank packs and sends
+              // them in several batches.
+              {"ht-bfloat16-300-tokens",
+               [&] {
+                 Shape s = shape(64);
+                 s.max_tokens = 320;
+                 s.tokens = 300;
+                 s.fewer = true;
+                 return check_ht(ctx, s, true);
+               }},
+              {"ht-fp8", [&] { return check_ht_fp8(ctx, shape(256)); }},
+              {"ht-empty-rank", [&] { return check_ht_empty_rank(ctx); }},
+              {"ll-float32", [&] { return check_ll(ctx, shape(64), false); }},
+              {"ll-bfloat16", [&] { return check_ll(ctx, shape(64), true); }},
+              {"ll-fp8", [&] { return check_ll_fp8(ctx, shape(256)); }},
+              {"ll-logfmt", [&] { return check_ll_logfmt(ctx, shape(512)); }},
+              // More tokens than a GPU launch has blocks (each block
+              // takes several in turn), the last ones with more
+              // pairs before them than a block loads at once.
+              {"ll-fp8-600-tokens", [&] { return check_ll_fp8(ctx, many_tokens(256)); }},
+              {"ll-bfloat16-600-tokens", [&] { return check_ll(ctx, many_tokens(64), true); }},
+          });
     }
     // The same kernels on the runtime's default stream; low-latency calls
     // then do not wait on the host.
