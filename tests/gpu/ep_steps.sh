@@ -11,7 +11,9 @@
 # SKELETON=1 what the dispatch kernel's synchronization costs by itself
 # (tests/gpu/sync_skeleton.cu); with FLOOR=1 what a launch and a stream
 # synchronization add to a kernel's time on this host, the floor under a
-# call's wall time (tests/gpu/launch_floor.cu). Expects a build of courier-bench,
+# call's wall time (tests/gpu/launch_floor.cu), and how fast this GPU moves a
+# high-throughput phase's rows by the shape of the copy (tests/gpu/copy_floor.cu,
+# the floor under the EP1 combine's reduce). Expects a build of courier-bench,
 # courier-run and courier-gpu-cuda in BUILD.
 #
 #   tests/gpu/ep_steps.sh
@@ -81,6 +83,9 @@ if [ "$FLOOR" = 1 ]; then
   echo "=== a launch and a synchronization around a kernel (tests/gpu/launch_floor.cu)"
   nvcc -O2 -std=c++17 -arch=native tests/gpu/launch_floor.cu -o "$OUT/launch_floor" &&
     "$OUT/launch_floor"
+  echo "=== a high-throughput phase's rows copied, by shape (tests/gpu/copy_floor.cu)"
+  nvcc -O3 -std=c++17 -arch=native tests/gpu/copy_floor.cu -o "$OUT/copy_floor" &&
+    "$OUT/copy_floor"
 fi
 [ "$NCU" = 1 ] || exit 0
 command -v ncu >/dev/null || { echo "ep_steps: NCU=1 but ncu is not on PATH" >&2; exit 1; }
