@@ -28,7 +28,10 @@ LlDirectLayout::LlDirectLayout(uint32_t ranks, uint32_t experts, uint32_t max_to
       local_experts(experts / ranks),
       max_tokens(max_tokens),
       rows_per_expert(ranks * max_tokens) {
-  record_bytes = align_up(4ull * experts, 16);
+  // Unpadded: the receive kernel reads rank r's counts at r * num_experts
+  // (ll_receive_v1.records, GPU ABI); a padded record put every rank's but
+  // the first elsewhere when num_experts is not a multiple of 4.
+  record_bytes = 4ull * experts;
   const uint64_t rows = uint64_t{local_experts} * rows_per_expert;
   const uint64_t row_bytes = uint64_t{hidden} * element_bytes;
   const uint64_t scale_bytes = hidden % kFp8Block == 0 ? hidden / kFp8Block * 4ull : 0;

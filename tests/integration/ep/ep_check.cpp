@@ -38,6 +38,8 @@
 //   ll-fp8          use_fp8: rows quantized by Courier equal an independent
 //                   reference quantization (values and scales); bfloat16
 //                   weighted combine right
+//   ll-bfloat16-3-experts-per-rank, ht-bfloat16-3-experts-per-rank
+//                   the same with num_experts not a multiple of 4
 //   ht-errors       one rank with more tokens than the buffer holds, or an
 //                   expert index out of range: every rank fails, none
 //                   hangs, the next call works; ranks with different
@@ -1684,6 +1686,13 @@ int main(int argc, char** argv) {
       s.experts_per_rank = 16;
       return s;
     };
+    auto three_experts_per_rank = [] {
+      Shape s;
+      s.hidden = 64;
+      s.topk = 2;  // distinct experts per token, 3 of them at EP1
+      s.experts_per_rank = 3;
+      return s;
+    };
     auto on_default_stream = [](Shape s) {
       s.default_stream = true;
       return s;
@@ -1731,6 +1740,13 @@ int main(int argc, char** argv) {
               // pairs before them than a block loads at once.
               {"ll-fp8-600-tokens", [&] { return check_ll_fp8(ctx, many_tokens(256)); }},
               {"ll-bfloat16-600-tokens", [&] { return check_ll(ctx, many_tokens(64), true); }},
+              // num_experts not a multiple of 4 (from two ranks): each
+              // rank's record of counts per expert ends off a 16-byte
+              // boundary, where a padded layout would misplace the next.
+              {"ll-bfloat16-3-experts-per-rank",
+               [&] { return check_ll(ctx, three_experts_per_rank(), true); }},
+              {"ht-bfloat16-3-experts-per-rank",
+               [&] { return check_ht(ctx, three_experts_per_rank(), true); }},
           });
     }
     // The same kernels on the runtime's default stream; low-latency calls
