@@ -1883,9 +1883,15 @@ __device__ __forceinline__ void reduce_rows(const courier_gpu_ep_reduce_v1& job)
 // raise its flags; since the senders' arrivals carry the refusal instead,
 // last_block's kFailedArrival, it no longer matters for refusals, and is
 // kept until a two-GPU run can time dropping it.)
+// `alone`: one rank whose send half (before it in this launch) skipped its
+// own rows, so sent nothing: the reduce reads only x and this rank's
+// rows, which the stream ordered before the launch, and its blocks do not
+// wait for the flag the last sender still raises (the epochs stay as they
+// are; a refusal at one rank is in the status before the launch).
 template <uint32_t kAhead>
 __device__ __forceinline__ void reduce_half(const courier_gpu_ep_reduce_v1& job, uint64_t* stamps,
-                                            bool after_send = false, uint32_t rank = 0) {
+                                            bool after_send = false, uint32_t rank = 0,
+                                            bool alone = false) {
   __shared__ uint32_t failed;
   if (!after_send) stamp(stamps, kStampStart);
   if (after_send && job.wait.flags != nullptr && job.wait.num_ranks > 1) {
@@ -1894,7 +1900,7 @@ __device__ __forceinline__ void reduce_half(const courier_gpu_ep_reduce_v1& job,
   }
   if (job.wait.flags != nullptr) {
     const bool seen = after_send && job.wait.num_ranks > 1 && threadIdx.x == rank;  // (above)
-    if (threadIdx.x < job.wait.num_ranks && !seen) wait_for(job.wait, threadIdx.x);
+    if (threadIdx.x < job.wait.num_ranks && !seen && !alone) wait_for(job.wait, threadIdx.x);
   } else if (job.epoch_word != nullptr && blockIdx.x == 0 && threadIdx.x == 0) {
     *job.epoch_word += 1;  // the combine's last job: no block here reads the word
   }
@@ -1959,7 +1965,8 @@ __global__ void __launch_bounds__((kNarrowFused<kReduceAhead, kFused> ? 256 : kM
     combine_send_signal(send, stamps);
   } else {
     if constexpr (kFused) combine_send_signal(send, stamps);
-    reduce_half<kReduceAhead>(reduce, stamps, kFused, send.rank);
+    const bool alone = kFused && send.skip_self != 0 && send.num_ranks == 1;
+    reduce_half<kReduceAhead>(reduce, stamps, kFused, send.rank, alone);
   }
 }
 }  // namespace direct
