@@ -105,13 +105,42 @@ uint32_t row_blocks(uint64_t rows) {
   return static_cast<uint32_t>(needed == 0 ? 1 : needed < kRowBlocksMax ? needed : kRowBlocksMax);
 }
 
+// The device's multiprocessors (launch shapes, direct_launch.hpp).
+uint32_t multiprocessors(int device) {
+  int sms = 0;
+  if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
+    cudaGetLastError();  // not sticky: the launch shape falls back to one block
+    return 1;
+  }
+  return static_cast<uint32_t>(sms);
+}
+
+// How many blocks of `threads` of `kernel` an SM holds at once.
+template <class Kernel>
+uint32_t resident_per_sm(Kernel kernel, uint32_t threads) {
+  int resident = 1;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, static_cast<int>(threads),
+                                                    0) != cudaSuccess) {
+    cudaGetLastError();  // not sticky: one block per SM then
+    return 1;
+  }
+  return resident > 0 ? static_cast<uint32_t>(resident) : 1u;
+}
+
 }  // namespace
 
-int make_ep_stream(int device, cudaStream_t* stream) {
+int make_ep_stream(int device, cudaStream_t* stream, LaunchShape* shape) {
   cudaError_t rc = cudaSetDevice(device);
   if (rc != cudaSuccess) return fail(rc, "cudaSetDevice(" + std::to_string(device) + ")");
   rc = load_direct_kernels();
   if (rc != cudaSuccess) return fail(rc, "loading the EP kernels");
+  shape->sms = multiprocessors(device);
+  shape->reduce_resident =
+      resident_per_sm(device::ep::direct::combine<device::ep::kNarrowReduceAhead>,
+                      device::ep::kNarrowReduceThreads);
+  shape->fused_resident =
+      resident_per_sm(device::ep::direct::combine<device::ep::kNarrowReduceAhead, true>,
+                      device::ep::kNarrowReduceThreads);
   rc = cudaStreamCreateWithFlags(stream, cudaStreamNonBlocking);
   return rc == cudaSuccess ? 0 : fail(rc, "cudaStreamCreate (EP stream)");
 }
@@ -121,7 +150,8 @@ int ep_hold(uint32_t microseconds, cudaStream_t stream) {
   return launched("the EP hold kernel");
 }
 
-int ep_route(const courier_gpu_ep_route_v1* job_in, cudaStream_t stream, EpTimeline& timeline) {
+int ep_route(const courier_gpu_ep_route_v1* job_in, cudaStream_t stream, EpTimeline& timeline,
+             const LaunchShape&) {
   courier_gpu_ep_route_v1 job;
   courier_gpu_ep_signal_v1 signal;
   if (const char* wrong = device::ep::take_route_job(job_in, &job, &signal)) {
@@ -133,7 +163,8 @@ int ep_route(const courier_gpu_ep_route_v1* job_in, cudaStream_t stream, EpTimel
   return launched("the EP route kernel");
 }
 
-int ep_signal(const courier_gpu_ep_signal_v1* job_in, cudaStream_t stream, EpTimeline&) {
+int ep_signal(const courier_gpu_ep_signal_v1* job_in, cudaStream_t stream, EpTimeline&,
+              const LaunchShape&) {
   courier_gpu_ep_signal_v1 job;
   if (!device::ep::complete_job(job_in, &job)) {
     return fail(-EINVAL, "ep_signal: job is NULL or its struct_size too small");
@@ -143,7 +174,8 @@ int ep_signal(const courier_gpu_ep_signal_v1* job_in, cudaStream_t stream, EpTim
   return launched("the EP signal kernel");
 }
 
-int ep_wait(const courier_gpu_ep_wait_v1* job_in, cudaStream_t stream, EpTimeline&) {
+int ep_wait(const courier_gpu_ep_wait_v1* job_in, cudaStream_t stream, EpTimeline&,
+            const LaunchShape&) {
   courier_gpu_ep_wait_v1 job;
   if (!device::ep::complete_job(job_in, &job)) {
     return fail(-EINVAL, "ep_wait: job is NULL or its struct_size too small");
@@ -153,7 +185,7 @@ int ep_wait(const courier_gpu_ep_wait_v1* job_in, cudaStream_t stream, EpTimelin
 }
 
 int ep_ht_dispatch(const courier_gpu_ep_ht_dispatch_v1* job_in, cudaStream_t stream,
-                   EpTimeline& timeline) {
+                   EpTimeline& timeline, const LaunchShape&) {
   courier_gpu_ep_ht_dispatch_v1 job;
   if (const char* wrong = device::ep::take_ht_dispatch_job(job_in, &job)) {
     return fail(-EINVAL, wrong);
@@ -165,18 +197,8 @@ int ep_ht_dispatch(const courier_gpu_ep_ht_dispatch_v1* job_in, cudaStream_t str
   return launched("the EP high-throughput dispatch kernel");
 }
 
-// The device's multiprocessors (launch shapes, direct_launch.hpp).
-uint32_t multiprocessors(int device) {
-  int sms = 0;
-  if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
-    cudaGetLastError();  // not sticky: the launch shape falls back to one block
-    return 1;
-  }
-  return static_cast<uint32_t>(sms);
-}
-
 int ep_ll_dispatch(const courier_gpu_ep_ll_dispatch_v1* job_in, cudaStream_t stream,
-                   EpTimeline& timeline, bool general) {
+                   EpTimeline& timeline, const LaunchShape& shape, bool general) {
   courier_gpu_ep_ll_dispatch_v1 job;
   courier_gpu_ep_ll_receive_v1 receive{};
   if (!device::ep::complete_job(job_in, &job)) {
@@ -189,7 +211,7 @@ int ep_ll_dispatch(const courier_gpu_ep_ll_dispatch_v1* job_in, cudaStream_t str
     }
   }
   const uint32_t halves = device::ep::ll_dispatch_halves(job, receive);
-  const uint32_t blocks = device::ep::ll_dispatch_blocks(job, receive, multiprocessors(job.device));
+  const uint32_t blocks = device::ep::ll_dispatch_blocks(job, receive, shape.sms);
   uint64_t* stamps = timeline.stamps(stream, "ll_dispatch", blocks);
   const auto kernel = device::ep::ll_dispatch_kernel(
       general ? device::ep::kLlGeneral : device::ep::ll_dispatch_spec(job, receive, halves));
@@ -198,12 +220,12 @@ int ep_ll_dispatch(const courier_gpu_ep_ll_dispatch_v1* job_in, cudaStream_t str
 }
 
 int ep_ll_receive(const courier_gpu_ep_ll_receive_v1* job_in, cudaStream_t stream,
-                  EpTimeline& timeline, bool general) {
+                  EpTimeline& timeline, const LaunchShape& shape, bool general) {
   courier_gpu_ep_ll_receive_v1 job;
   if (!device::ep::complete_job(job_in, &job)) {
     return fail(-EINVAL, "ep_ll_receive: job is NULL or its struct_size too small");
   }
-  const uint32_t blocks = device::ep::ll_receive_blocks(job, multiprocessors(job.device));
+  const uint32_t blocks = device::ep::ll_receive_blocks(job, shape.sms);
   uint64_t* stamps = timeline.stamps(stream, "ll_receive", blocks);
   const auto kernel = device::ep::ll_dispatch_kernel(
       general ? device::ep::kLlGeneral
@@ -213,13 +235,13 @@ int ep_ll_receive(const courier_gpu_ep_ll_receive_v1* job_in, cudaStream_t strea
 }
 
 int ep_combine_send(const courier_gpu_ep_combine_send_v1* job_in, cudaStream_t stream,
-                    EpTimeline& timeline) {
+                    EpTimeline& timeline, const LaunchShape& shape) {
   courier_gpu_ep_combine_send_v1 job;
   if (!device::ep::complete_job(job_in, &job)) {
     return fail(-EINVAL, "ep_combine_send: job is NULL or its struct_size too small");
   }
   const uint64_t rows = device::ep::combine_send_rows(job);
-  const uint32_t sms = multiprocessors(job.device);
+  const uint32_t sms = shape.sms;
   if (job.reduce != nullptr) {  // send and reduce in one launch (GPU ABI 1.17)
     courier_gpu_ep_reduce_v1 reduce;
     if (const char* wrong = device::ep::take_fused_reduce(job, &reduce)) {
@@ -227,15 +249,8 @@ int ep_combine_send(const courier_gpu_ep_combine_send_v1* job_in, cudaStream_t s
     }
     const uint32_t threads = device::ep::reduce_threads(reduce, sms);
     const bool wide = device::ep::wide_reduce(threads);
-    int resident = 1;
-    if (!wide && cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-                     &resident, device::ep::direct::combine<device::ep::kNarrowReduceAhead, true>,
-                     static_cast<int>(threads), 0) != cudaSuccess) {
-      cudaGetLastError();  // not sticky: one block per SM then
-      resident = 1;
-    }
     const uint32_t blocks = device::ep::combine_fused_blocks(job, reduce, row_blocks(rows), sms,
-                                                             static_cast<uint32_t>(resident));
+                                                             wide ? 1 : shape.fused_resident);
     uint64_t* stamps = timeline.stamps(stream, "combine", blocks);
     if (wide) {
       device::ep::direct::combine<device::ep::kWideReduceAhead, true>
@@ -253,24 +268,16 @@ int ep_combine_send(const courier_gpu_ep_combine_send_v1* job_in, cudaStream_t s
   return launched("the EP combine send kernel");
 }
 
-int ep_reduce(const courier_gpu_ep_reduce_v1* job_in, cudaStream_t stream, EpTimeline& timeline) {
+int ep_reduce(const courier_gpu_ep_reduce_v1* job_in, cudaStream_t stream, EpTimeline& timeline,
+              const LaunchShape& shape) {
   courier_gpu_ep_reduce_v1 full;
   if (!device::ep::complete_job(job_in, &full)) {
     return fail(-EINVAL, "ep_reduce: job is NULL or its struct_size too small");
   }
   const courier_gpu_ep_reduce_v1* job = &full;
-  const uint32_t sms = multiprocessors(job->device);
-  const uint32_t threads = device::ep::reduce_threads(*job, sms);
-  int resident = 1;
-  if (!device::ep::wide_reduce(threads) &&
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-          &resident, device::ep::direct::combine<device::ep::kNarrowReduceAhead>,
-          static_cast<int>(threads), 0) != cudaSuccess) {
-    cudaGetLastError();  // not sticky: one block per SM then
-    resident = 1;
-  }
+  const uint32_t threads = device::ep::reduce_threads(*job, shape.sms);
   const uint32_t blocks =
-      device::ep::reduce_blocks(*job, threads, sms, static_cast<uint32_t>(resident));
+      device::ep::reduce_blocks(*job, threads, shape.sms, shape.reduce_resident);
   uint64_t* stamps = timeline.stamps(stream, "reduce", blocks);
   if (device::ep::wide_reduce(threads)) {
     device::ep::direct::combine<device::ep::kWideReduceAhead>

@@ -54,6 +54,8 @@ struct CudaBackend {
   // Per device, the EP kernels' stream: the backend's own or the caller's
   // (ep_set_stream). Made once the device count is known.
   std::unique_ptr<courier::device::EpStreams<cudaStream_t>> ep_streams;
+  // Per device, the EP launches' shape, asked when its EP stream is made.
+  std::vector<courier::device::ep::LaunchShape> ep_shapes;
   // Per device, what the EP entries cost and ep_stamp's events (GPU ABI 1.12).
   std::unique_ptr<courier::device::EpCounters<cudaEvent_t>> ep_counters;
   courier::cuda_gpu::EpTimeline timeline;  // COURIER_CUDA_EP_TIMELINE
@@ -192,6 +194,7 @@ int cuda_init(const courier_host_services_v1* host, void** backend) {
     find_dmabuf_support(b);
   }
   b->ep_streams = std::make_unique<courier::device::EpStreams<cudaStream_t>>(b->device_count);
+  b->ep_shapes.resize(static_cast<size_t>(b->device_count));
   b->ep_counters = std::make_unique<courier::device::EpCounters<cudaEvent_t>>(b->device_count);
   *backend = b;
   return 0;
@@ -455,12 +458,15 @@ int cuda_run_ep_layout(void* backend, const courier_gpu_ep_layout_v1* job) {
 
 // The EP stream of `device` (the caller's where one was chosen: NULL is
 // CUDA's default stream), the device current on this thread; *ok false
-// after fail().
+// after fail(). Making the backend's own stream also asks the device's
+// launch shape (ep_shapes, written under the streams' lock: read after).
 cudaStream_t ep_stream(void* backend, int device, bool* ok) {
   CudaBackend* b = as_backend(backend);
   cudaStream_t stream = nullptr;
-  *ok = select_device(b, device) == 0 &&
-        b->ep_streams->get(device, courier::cuda_gpu::make_ep_stream, &stream);
+  auto make = [b](int d, cudaStream_t* made) {
+    return courier::cuda_gpu::make_ep_stream(d, made, &b->ep_shapes[static_cast<size_t>(d)]);
+  };
+  *ok = select_device(b, device) == 0 && b->ep_streams->get(device, make, &stream);
   return stream;
 }
 
@@ -520,29 +526,37 @@ int enqueue_direct(void* backend, const Job* job, const char* name, Enqueue enqu
   bool ok = false;
   cudaStream_t stream = ep_stream(backend, job->device, &ok);
   if (!ok) return -EIO;
-  courier::cuda_gpu::EpTimeline& timeline = as_backend(backend)->timeline;
+  CudaBackend* b = as_backend(backend);
+  courier::cuda_gpu::EpTimeline& timeline = b->timeline;
   timeline.begin(stream);
-  const int rc = enqueue(stream, timeline);
+  const int rc = enqueue(stream, timeline, b->ep_shapes[static_cast<size_t>(job->device)]);
   timeline.mark(stream, timeline_name(job, name));
   if (rc == 0) as_backend(backend)->ep_counters->launched(job->device, 1);  // one kernel each
   return rc;
 }
-template <class Job, int (*Enqueue)(const Job*, cudaStream_t, courier::cuda_gpu::EpTimeline&),
+using courier::device::ep::LaunchShape;
+template <class Job,
+          int (*Enqueue)(const Job*, cudaStream_t, courier::cuda_gpu::EpTimeline&,
+                         const LaunchShape&),
           const char* Name>
 int enqueue_ep(void* backend, const Job* job) {
-  return enqueue_direct(backend, job, Name, [&](cudaStream_t stream, auto& timeline) {
-    return Enqueue(job, stream, timeline);
-  });
+  return enqueue_direct(backend, job, Name,
+                        [&](cudaStream_t stream, auto& timeline, const LaunchShape& shape) {
+                          return Enqueue(job, stream, timeline, shape);
+                        });
 }
 // The low-latency dispatch and receive, which also take the general kernel
 // instance when COURIER_CUDA_EP_GENERAL_KERNELS=1.
-template <class Job, int (*Enqueue)(const Job*, cudaStream_t, courier::cuda_gpu::EpTimeline&, bool),
+template <class Job,
+          int (*Enqueue)(const Job*, cudaStream_t, courier::cuda_gpu::EpTimeline&,
+                         const LaunchShape&, bool),
           const char* Name>
 int enqueue_ll(void* backend, const Job* job) {
   const bool general = as_backend(backend)->ep_general_kernels;
-  return enqueue_direct(backend, job, Name, [&](cudaStream_t stream, auto& timeline) {
-    return Enqueue(job, stream, timeline, general);
-  });
+  return enqueue_direct(backend, job, Name,
+                        [&](cudaStream_t stream, auto& timeline, const LaunchShape& shape) {
+                          return Enqueue(job, stream, timeline, shape, general);
+                        });
 }
 constexpr char kRoute[] = "route", kSignal[] = "signal", kWait[] = "wait",
                kHtDispatchDirect[] = "ht_dispatch", kLlDispatchDirect[] = "ll_dispatch",

@@ -106,13 +106,41 @@ uint32_t row_blocks(uint64_t rows) {
   return static_cast<uint32_t>(needed == 0 ? 1 : needed < kRowBlocksMax ? needed : kRowBlocksMax);
 }
 
+// The device's multiprocessors (launch shapes, direct_launch.hpp).
+uint32_t multiprocessors(int device) {
+  int sms = 0;
+  if (hipDeviceGetAttribute(&sms, hipDeviceAttributeMultiprocessorCount, device) != hipSuccess) {
+    (void)hipGetLastError();  // not sticky: the launch shape falls back to one block
+    return 1;
+  }
+  return static_cast<uint32_t>(sms);
+}
+
+// How many blocks of `threads` of `kernel` a multiprocessor holds at once.
+template <class Kernel>
+uint32_t resident_per_sm(Kernel kernel, uint32_t threads) {
+  int resident = 1;
+  if (hipOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, static_cast<int>(threads),
+                                                   0) != hipSuccess) {
+    (void)hipGetLastError();  // one block per multiprocessor then
+    return 1;
+  }
+  return resident > 0 ? static_cast<uint32_t>(resident) : 1u;
+}
+
 }  // namespace
 
-int make_ep_stream(int device, hipStream_t* stream) {
+int make_ep_stream(int device, hipStream_t* stream, LaunchShape* shape) {
   hipError_t rc = hipSetDevice(device);
   if (rc != hipSuccess) return fail(rc, "hipSetDevice(" + std::to_string(device) + ")");
   rc = load_direct_kernels();
   if (rc != hipSuccess) return fail(rc, "loading the EP direct kernels");
+  shape->sms = multiprocessors(device);
+  shape->reduce_resident = resident_per_sm(
+      device::ep::direct::combine<device::ep::kNarrowReduceAhead>, device::ep::kNarrowReduceThreads);
+  shape->fused_resident =
+      resident_per_sm(device::ep::direct::combine<device::ep::kNarrowReduceAhead, true>,
+                      device::ep::kNarrowReduceThreads);
   rc = hipStreamCreateWithFlags(stream, hipStreamNonBlocking);
   return rc == hipSuccess ? 0 : fail(rc, "hipStreamCreate (EP stream)");
 }
@@ -122,7 +150,7 @@ int ep_hold(uint32_t microseconds, hipStream_t stream) {
   return launched("the EP hold kernel");
 }
 
-int ep_route(const courier_gpu_ep_route_v1* job_in, hipStream_t stream) {
+int ep_route(const courier_gpu_ep_route_v1* job_in, hipStream_t stream, const LaunchShape&) {
   courier_gpu_ep_route_v1 job;
   courier_gpu_ep_signal_v1 signal;
   if (const char* wrong = device::ep::take_route_job(job_in, &job, &signal)) {
@@ -134,7 +162,7 @@ int ep_route(const courier_gpu_ep_route_v1* job_in, hipStream_t stream) {
   return launched("the EP route kernel");
 }
 
-int ep_signal(const courier_gpu_ep_signal_v1* job_in, hipStream_t stream) {
+int ep_signal(const courier_gpu_ep_signal_v1* job_in, hipStream_t stream, const LaunchShape&) {
   courier_gpu_ep_signal_v1 full;
   if (!device::ep::complete_job(job_in, &full)) {
     return fail(-EINVAL, "ep_signal: job is NULL or its struct_size too small");
@@ -145,7 +173,7 @@ int ep_signal(const courier_gpu_ep_signal_v1* job_in, hipStream_t stream) {
   return launched("the EP signal kernel");
 }
 
-int ep_wait(const courier_gpu_ep_wait_v1* job_in, hipStream_t stream) {
+int ep_wait(const courier_gpu_ep_wait_v1* job_in, hipStream_t stream, const LaunchShape&) {
   courier_gpu_ep_wait_v1 full;
   if (!device::ep::complete_job(job_in, &full)) {
     return fail(-EINVAL, "ep_wait: job is NULL or its struct_size too small");
@@ -156,7 +184,8 @@ int ep_wait(const courier_gpu_ep_wait_v1* job_in, hipStream_t stream) {
   return launched("the EP wait kernel");
 }
 
-int ep_ht_dispatch(const courier_gpu_ep_ht_dispatch_v1* job_in, hipStream_t stream) {
+int ep_ht_dispatch(const courier_gpu_ep_ht_dispatch_v1* job_in, hipStream_t stream,
+                   const LaunchShape&) {
   courier_gpu_ep_ht_dispatch_v1 job;
   if (const char* wrong = device::ep::take_ht_dispatch_job(job_in, &job)) {
     return fail(-EINVAL, wrong);
@@ -167,17 +196,8 @@ int ep_ht_dispatch(const courier_gpu_ep_ht_dispatch_v1* job_in, hipStream_t stre
   return launched("the EP high-throughput dispatch kernel");
 }
 
-// The device's multiprocessors (launch shapes, direct_launch.hpp).
-uint32_t multiprocessors(int device) {
-  int sms = 0;
-  if (hipDeviceGetAttribute(&sms, hipDeviceAttributeMultiprocessorCount, device) != hipSuccess) {
-    (void)hipGetLastError();  // not sticky: the launch shape falls back to one block
-    return 1;
-  }
-  return static_cast<uint32_t>(sms);
-}
-
-int ep_ll_dispatch(const courier_gpu_ep_ll_dispatch_v1* job_in, hipStream_t stream) {
+int ep_ll_dispatch(const courier_gpu_ep_ll_dispatch_v1* job_in, hipStream_t stream,
+                   const LaunchShape& shape) {
   courier_gpu_ep_ll_dispatch_v1 job;
   courier_gpu_ep_ll_receive_v1 receive{};
   if (!device::ep::complete_job(job_in, &job)) {
@@ -190,7 +210,7 @@ int ep_ll_dispatch(const courier_gpu_ep_ll_dispatch_v1* job_in, hipStream_t stre
     }
   }
   const uint32_t halves = device::ep::ll_dispatch_halves(job, receive);
-  const uint32_t blocks = device::ep::ll_dispatch_blocks(job, receive, multiprocessors(job.device));
+  const uint32_t blocks = device::ep::ll_dispatch_blocks(job, receive, shape.sms);
   const auto kernel =
       device::ep::ll_dispatch_kernel(device::ep::ll_dispatch_spec(job, receive, halves));
   hipLaunchKernelGGL(kernel, dim3(blocks), dim3(device::ep::kLlThreads), 0, stream, job, receive,
@@ -198,12 +218,13 @@ int ep_ll_dispatch(const courier_gpu_ep_ll_dispatch_v1* job_in, hipStream_t stre
   return launched("the EP low-latency dispatch kernel");
 }
 
-int ep_ll_receive(const courier_gpu_ep_ll_receive_v1* job_in, hipStream_t stream) {
+int ep_ll_receive(const courier_gpu_ep_ll_receive_v1* job_in, hipStream_t stream,
+                  const LaunchShape& shape) {
   courier_gpu_ep_ll_receive_v1 job;
   if (!device::ep::complete_job(job_in, &job)) {
     return fail(-EINVAL, "ep_ll_receive: job is NULL or its struct_size too small");
   }
-  const uint32_t blocks = device::ep::ll_receive_blocks(job, multiprocessors(job.device));
+  const uint32_t blocks = device::ep::ll_receive_blocks(job, shape.sms);
   const auto kernel = device::ep::ll_dispatch_kernel(
       device::ep::ll_dispatch_spec({}, job, device::ep::kReceiveHalf));
   hipLaunchKernelGGL(kernel, dim3(blocks), dim3(device::ep::kLlThreads), 0, stream,
@@ -211,13 +232,14 @@ int ep_ll_receive(const courier_gpu_ep_ll_receive_v1* job_in, hipStream_t stream
   return launched("the EP low-latency receive kernel");
 }
 
-int ep_combine_send(const courier_gpu_ep_combine_send_v1* job_in, hipStream_t stream) {
+int ep_combine_send(const courier_gpu_ep_combine_send_v1* job_in, hipStream_t stream,
+                    const LaunchShape& shape) {
   courier_gpu_ep_combine_send_v1 job;
   if (!device::ep::complete_job(job_in, &job)) {
     return fail(-EINVAL, "ep_combine_send: job is NULL or its struct_size too small");
   }
   const uint64_t rows = device::ep::combine_send_rows(job);
-  const uint32_t sms = multiprocessors(job.device);
+  const uint32_t sms = shape.sms;
   if (job.reduce != nullptr) {  // send and reduce in one launch (GPU ABI 1.17)
     courier_gpu_ep_reduce_v1 reduce;
     if (const char* wrong = device::ep::take_fused_reduce(job, &reduce)) {
@@ -225,15 +247,8 @@ int ep_combine_send(const courier_gpu_ep_combine_send_v1* job_in, hipStream_t st
     }
     const uint32_t threads = device::ep::reduce_threads(reduce, sms);
     const bool wide = device::ep::wide_reduce(threads);
-    int resident = 1;
-    if (!wide && hipOccupancyMaxActiveBlocksPerMultiprocessor(
-                     &resident, device::ep::direct::combine<device::ep::kNarrowReduceAhead, true>,
-                     static_cast<int>(threads), 0) != hipSuccess) {
-      (void)hipGetLastError();  // one block per multiprocessor then
-      resident = 1;
-    }
     const uint32_t blocks = device::ep::combine_fused_blocks(job, reduce, row_blocks(rows), sms,
-                                                             static_cast<uint32_t>(resident));
+                                                             wide ? 1 : shape.fused_resident);
     if (wide) {
       device::ep::direct::combine<device::ep::kWideReduceAhead, true>
           <<<dim3(blocks), dim3(threads), 0, stream>>>(job, reduce, nullptr);
@@ -249,24 +264,15 @@ int ep_combine_send(const courier_gpu_ep_combine_send_v1* job_in, hipStream_t st
   return launched("the EP combine send kernel");
 }
 
-int ep_reduce(const courier_gpu_ep_reduce_v1* job_in, hipStream_t stream) {
+int ep_reduce(const courier_gpu_ep_reduce_v1* job_in, hipStream_t stream, const LaunchShape& shape) {
   courier_gpu_ep_reduce_v1 full;
   if (!device::ep::complete_job(job_in, &full)) {
     return fail(-EINVAL, "ep_reduce: job is NULL or its struct_size too small");
   }
   const courier_gpu_ep_reduce_v1* job = &full;
-  const uint32_t sms = multiprocessors(job->device);
-  const uint32_t threads = device::ep::reduce_threads(*job, sms);
-  int resident = 1;
-  if (!device::ep::wide_reduce(threads) &&
-      hipOccupancyMaxActiveBlocksPerMultiprocessor(
-          &resident, device::ep::direct::combine<device::ep::kNarrowReduceAhead>,
-          static_cast<int>(threads), 0) != hipSuccess) {
-    (void)hipGetLastError();  // one block per multiprocessor then
-    resident = 1;
-  }
+  const uint32_t threads = device::ep::reduce_threads(*job, shape.sms);
   const uint32_t blocks =
-      device::ep::reduce_blocks(*job, threads, sms, static_cast<uint32_t>(resident));
+      device::ep::reduce_blocks(*job, threads, shape.sms, shape.reduce_resident);
   if (device::ep::wide_reduce(threads)) {
     hipLaunchKernelGGL(device::ep::direct::combine<device::ep::kWideReduceAhead>, dim3(blocks),
                        dim3(threads), 0, stream, courier_gpu_ep_combine_send_v1{}, *job, nullptr);

@@ -4,6 +4,7 @@
 #include <hip/hip_runtime_api.h>
 
 #include "courier/abi/gpu_v1.h"
+#include "gpu/ep/launch_shape.hpp"
 
 namespace courier::hip_gpu {
 
@@ -11,16 +12,22 @@ namespace courier::hip_gpu {
 int run_ep_layout(const courier_gpu_ep_layout_v1* job);
 
 // The direct path (GPU ABI minor 2): a stream per device with the kernels
-// loaded, and one enqueue function per entry point.
-int make_ep_stream(int device, hipStream_t* stream);
-int ep_route(const courier_gpu_ep_route_v1* job, hipStream_t stream);
-int ep_signal(const courier_gpu_ep_signal_v1* job, hipStream_t stream);
-int ep_wait(const courier_gpu_ep_wait_v1* job, hipStream_t stream);
-int ep_ht_dispatch(const courier_gpu_ep_ht_dispatch_v1* job, hipStream_t stream);
-int ep_ll_dispatch(const courier_gpu_ep_ll_dispatch_v1* job, hipStream_t stream);
-int ep_ll_receive(const courier_gpu_ep_ll_receive_v1* job, hipStream_t stream);
-int ep_combine_send(const courier_gpu_ep_combine_send_v1* job, hipStream_t stream);
-int ep_reduce(const courier_gpu_ep_reduce_v1* job, hipStream_t stream);
+// loaded and the device's launch shape asked once, and one enqueue function
+// per entry point (`shape`: the job's device's).
+using device::ep::LaunchShape;
+int make_ep_stream(int device, hipStream_t* stream, LaunchShape* shape);
+int ep_route(const courier_gpu_ep_route_v1* job, hipStream_t stream, const LaunchShape& shape);
+int ep_signal(const courier_gpu_ep_signal_v1* job, hipStream_t stream, const LaunchShape& shape);
+int ep_wait(const courier_gpu_ep_wait_v1* job, hipStream_t stream, const LaunchShape& shape);
+int ep_ht_dispatch(const courier_gpu_ep_ht_dispatch_v1* job, hipStream_t stream,
+                   const LaunchShape& shape);
+int ep_ll_dispatch(const courier_gpu_ep_ll_dispatch_v1* job, hipStream_t stream,
+                   const LaunchShape& shape);
+int ep_ll_receive(const courier_gpu_ep_ll_receive_v1* job, hipStream_t stream,
+                  const LaunchShape& shape);
+int ep_combine_send(const courier_gpu_ep_combine_send_v1* job, hipStream_t stream,
+                    const LaunchShape& shape);
+int ep_reduce(const courier_gpu_ep_reduce_v1* job, hipStream_t stream, const LaunchShape& shape);
 // ep_hold (GPU ABI minor 14): a one-thread kernel that spins for
 // `microseconds`, so benchmarks' stamps behind it time the GPU alone.
 int ep_hold(uint32_t microseconds, hipStream_t stream);

@@ -38,6 +38,8 @@ struct HipBackend {
   // Per device, the EP kernels' stream: the backend's own or the caller's
   // (ep_set_stream). Made once the device count is known.
   std::unique_ptr<courier::device::EpStreams<hipStream_t>> ep_streams;
+  // Per device, the EP launches' shape, asked when its EP stream is made.
+  std::vector<courier::device::ep::LaunchShape> ep_shapes;
   // Per device, what the EP entries cost and ep_stamp's events (GPU ABI 1.12).
   std::unique_ptr<courier::device::EpCounters<hipEvent_t>> ep_counters;
 };
@@ -96,6 +98,7 @@ int hip_init(const courier_host_services_v1* host, void** backend) {
     }
   }
   b->ep_streams = std::make_unique<courier::device::EpStreams<hipStream_t>>(b->device_count);
+  b->ep_shapes.resize(static_cast<size_t>(b->device_count));
   b->ep_counters = std::make_unique<courier::device::EpCounters<hipEvent_t>>(b->device_count);
   *backend = b;
   return 0;
@@ -337,12 +340,15 @@ int hip_run_command_lists(void*, courier_gpu_command_lists_v1* job) {
 
 // The EP stream of `device` (the caller's where one was chosen: NULL is
 // HIP's default stream), the device current on this thread; *ok false
-// after fail().
+// after fail(). Making the backend's own stream also asks the device's
+// launch shape (ep_shapes, written under the streams' lock: read after).
 hipStream_t ep_stream(void* backend, int device, bool* ok) {
   HipBackend* b = as_backend(backend);
   hipStream_t stream = nullptr;
-  *ok = select_device(b, device) == 0 &&
-        b->ep_streams->get(device, courier::hip_gpu::make_ep_stream, &stream);
+  auto make = [b](int d, hipStream_t* made) {
+    return courier::hip_gpu::make_ep_stream(d, made, &b->ep_shapes[static_cast<size_t>(d)]);
+  };
+  *ok = select_device(b, device) == 0 && b->ep_streams->get(device, make, &stream);
   return stream;
 }
 
@@ -358,13 +364,15 @@ int hip_ep_set_stream(void* backend, int device, int caller, void* stream) {
 }
 
 // One entry point per direct-path kernel: the job's device's EP stream.
-template <class Job, int (*Enqueue)(const Job*, hipStream_t)>
+template <class Job,
+          int (*Enqueue)(const Job*, hipStream_t, const courier::device::ep::LaunchShape&)>
 int enqueue_ep(void* backend, const Job* job) {
   if (job == nullptr) return fail(-EINVAL, "EP kernel: job is NULL");
   bool ok = false;
   hipStream_t stream = ep_stream(backend, job->device, &ok);
   if (!ok) return -EIO;
-  const int rc = Enqueue(job, stream);
+  const int rc =
+      Enqueue(job, stream, as_backend(backend)->ep_shapes[static_cast<size_t>(job->device)]);
   if (rc == 0) as_backend(backend)->ep_counters->launched(job->device, 1);  // one kernel each
   return rc;
 }

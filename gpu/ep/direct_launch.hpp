@@ -136,8 +136,9 @@ inline uint32_t combine_send_blocks(const courier_gpu_ep_combine_send_v1& job, u
 // tokens (low-latency): wide blocks, one per SM; many (high-throughput):
 // narrower ones, several resident per SM (a thread keeps 32 values in
 // registers).
+inline constexpr uint32_t kNarrowReduceThreads = 256;
 inline uint32_t reduce_threads(const courier_gpu_ep_reduce_v1& job, uint32_t sms) {
-  return job.tokens <= 2 * std::max(sms, 1u) ? kLlThreads : 256u;
+  return job.tokens <= 2 * std::max(sms, 1u) ? kLlThreads : kNarrowReduceThreads;
 }
 
 // The reduce's blocks: a block per token (few tokens), or, with many, as
