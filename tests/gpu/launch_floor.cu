@@ -3,7 +3,10 @@
 // dispatch's), then a stream synchronization, on an idle stream, by kind of
 // stream. Prints per kind the host time of the launch, the wall time until
 // the synchronization returned and what the wall time adds to the kernel's
-// own. Run by `FLOOR=1 tests/gpu/ep_steps.sh` (docs/performance.md).
+// own. Then the launch's host time by the bytes of kernel parameters it
+// copies (an EP launch passes its jobs by value: the low-latency dispatch
+// about 1.5 KiB, two tables of peer windows among them).
+// Run by `FLOOR=1 tests/gpu/ep_steps.sh` (docs/performance.md).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -13,11 +16,14 @@
 
 namespace {
 
-struct Params {  // about an EP job's size (the launch copies it)
-  unsigned char bytes[1024];
+template <int kBytes>
+struct Bytes {  // kernel parameters of this size (the launch copies them)
+  unsigned char bytes[kBytes];
 };
+using Params = Bytes<1024>;  // about an EP job's size
 
-__global__ void wait_kernel(Params p, unsigned long long ns) {
+template <int kBytes>
+__global__ void wait_kernel(Bytes<kBytes> p, unsigned long long ns) {
   if (threadIdx.x != 0 || blockIdx.x != 0) return;
   unsigned long long start = 0, now = 0;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
@@ -56,6 +62,22 @@ void measure(const char* kind, cudaStream_t stream, unsigned long long ns) {
               kernel_us, median(launch), median(wall), median(wall) - kernel_us);
 }
 
+// The launch's host time alone (median of 4000, the stream idle before
+// each) with kBytes of parameters.
+template <int kBytes>
+void measure_bytes(cudaStream_t stream) {
+  Bytes<kBytes> p{};
+  std::vector<double> launch;
+  for (int i = 0; i < 4000; ++i) {
+    cudaStreamSynchronize(stream);
+    const double t0 = now_us();
+    wait_kernel<kBytes><<<132, 512, 0, stream>>>(p, 0);
+    launch.push_back(now_us() - t0);
+  }
+  cudaStreamSynchronize(stream);
+  std::printf("parameters %5d bytes: launch %.2f us\n", kBytes, median(launch));
+}
+
 }  // namespace
 
 int main() {
@@ -69,6 +91,14 @@ int main() {
     measure("default (legacy) stream", nullptr, ns);
     measure("created non-blocking stream", created, ns);
   }
+  measure_bytes<16>(created);
+  measure_bytes<256>(created);
+  measure_bytes<512>(created);
+  measure_bytes<1024>(created);
+  measure_bytes<1536>(created);
+  measure_bytes<2048>(created);
+  measure_bytes<4000>(created);
+  measure_bytes<16>(created);  // again: the first may pay for warming up
   cudaStreamDestroy(created);
   return cudaGetLastError() == cudaSuccess ? 0 : 1;
 }
