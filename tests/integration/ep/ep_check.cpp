@@ -241,7 +241,10 @@ Outcome check_layout_errors(courier::Context& ctx, courier::ep::Buffer& buffer) 
 // high-throughput mode, 128 in low-latency mode, hidden 7168, top-8).
 struct Shape {
   int max_tokens = 64;
-  int tokens = 20;     // rank r's call c dispatches tokens + 7r + 3c (small) or tokens - 7r - 3c
+  // Rank r's call c dispatches tokens + 7 (r mod 6) + 3c (small) or
+  // tokens - 7 (r mod 4) - 3c: within max_tokens and at least 0 at any
+  // number of ranks.
+  int tokens = 20;
   bool fewer = false;  // the second form, to stay within max_tokens
   int hidden = 0;
   int topk = 4;
@@ -251,7 +254,7 @@ struct Shape {
   // (Buffer::set_stream(nullptr)) instead of its own.
   bool default_stream = false;
   int tokens_of(int rank, int call) const {
-    return fewer ? tokens - 7 * rank - 3 * call : tokens + 7 * rank + 3 * call;
+    return fewer ? tokens - 7 * (rank % 4) - 3 * call : tokens + 7 * (rank % 6) + 3 * call;
   }
   int experts_of(int ranks) const { return experts > 0 ? experts : experts_per_rank * ranks; }
 };
