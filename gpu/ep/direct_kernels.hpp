@@ -1704,6 +1704,20 @@ __device__ __forceinline__ void reduce_token_bf16(uint32_t hidden, uint32_t runt
   }
 }
 
+// A by-rank term's row: this rank's own rows are read where they are
+// (local_rows), a peer's where they arrived (rows, a block of rows_per_term
+// slots per term). NULL for a token the term does not hold.
+__device__ __forceinline__ const std::byte* by_rank_row(const courier_gpu_ep_reduce_v1& job,
+                                                        uint32_t term, int32_t slot,
+                                                        uint64_t row_bytes, uint64_t slot_bytes) {
+  if (slot < 0) return nullptr;
+  if (job.local_rows != nullptr && term == job.local_term) {
+    return static_cast<const std::byte*>(job.local_rows) + uint64_t(slot) * row_bytes;
+  }
+  return static_cast<const std::byte*>(job.rows) +
+         (uint64_t{term} * job.rows_per_term + static_cast<uint32_t>(slot)) * slot_bytes;
+}
+
 // By rank with many tokens (high-throughput: narrow blocks, a term per
 // rank, kTerms of them): every thread reads the token's slots itself (the
 // block's threads read the same words: one load a warp) rather than from
@@ -1716,8 +1730,6 @@ template <uint32_t kAhead, uint32_t kTerms>
 __device__ __forceinline__ void reduce_by_rank(const courier_gpu_ep_reduce_v1& job) {
   static_assert(kTerms <= kAhead, "a step holds every term of a piece");
   const uint64_t row_bytes = uint64_t{job.hidden} * 2;
-  const auto* rows = static_cast<const std::byte*>(job.rows);
-  const auto* local = static_cast<const std::byte*>(job.local_rows);
   auto slots_of = [&](uint32_t t, int32_t(&slot)[kTerms]) {
 #pragma unroll
     for (uint32_t j = 0; j < kTerms; ++j) {
@@ -1732,14 +1744,8 @@ __device__ __forceinline__ void reduce_by_rank(const courier_gpu_ep_reduce_v1& j
   for (uint32_t t = blockIdx.x; t < job.tokens; t += gridDim.x) {
     const std::byte* row[kTerms];
 #pragma unroll
-    for (uint32_t j = 0; j < kTerms; ++j) {
-      const int32_t s = next[j];
-      row[j] =
-          s < 0 ? nullptr
-          : local != nullptr && j == job.local_term
-              ? local + uint64_t(s) * row_bytes
-              : rows + (uint64_t{j} * job.rows_per_term + static_cast<uint32_t>(s)) * row_bytes;
-    }
+    for (uint32_t j = 0; j < kTerms; ++j)
+      row[j] = by_rank_row(job, j, next[j], row_bytes, row_bytes);
     slots_of(t + gridDim.x, next);
     reduce_token_bf16<kAhead, kTerms>(job.hidden, kTerms, row, ones,
                                       static_cast<std::byte*>(job.out) + uint64_t{t} * row_bytes);
@@ -1791,12 +1797,8 @@ __device__ __forceinline__ void reduce_rows(const courier_gpu_ep_reduce_v1& job)
     if (term < job.terms) {
       const std::byte* row = nullptr;
       float w = 0.0f;
-      if (slot >= 0 && by_rank && job.local_rows != nullptr && term == job.local_term) {
-        row = static_cast<const std::byte*>(job.local_rows) + uint64_t(slot) * row_bytes;
-        w = 1.0f;
-      } else if (slot >= 0 && by_rank) {
-        row =
-            rows + (uint64_t{term} * job.rows_per_term + static_cast<uint32_t>(slot)) * slot_bytes;
+      if (slot >= 0 && by_rank) {
+        row = by_rank_row(job, term, slot, row_bytes, slot_bytes);
         w = 1.0f;
       } else if (slot >= 0) {
         const int32_t local = job.local_rows != nullptr && job.local_index != nullptr && !logfmt
