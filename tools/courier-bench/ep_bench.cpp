@@ -50,6 +50,25 @@ class Tensor {
   DLTensor view_{};
 };
 
+// Fills a bfloat16 tensor of `elements` values with what an expert's
+// outputs look like to a combine: random values of magnitude below 1 (the
+// ones LogFMT codes; a block of zeros would stay bfloat16).
+// One MiB of values, repeated.
+void fill_expert_outputs(Context& ctx, void* data, uint64_t elements, std::mt19937_64& rng) {
+  std::uniform_real_distribution<float> value(-0.9f, 0.9f);
+  std::vector<uint16_t> chunk(std::min<uint64_t>(elements, uint64_t{1} << 19));
+  for (uint16_t& v : chunk) {
+    const float f = value(rng);
+    uint32_t bits = 0;
+    std::memcpy(&bits, &f, sizeof bits);
+    v = static_cast<uint16_t>(bits >> 16);
+  }
+  auto* out = static_cast<uint16_t*>(data);
+  for (uint64_t done = 0; done < elements; done += chunk.size()) {
+    ctx.copy(out + done, chunk.data(), std::min<uint64_t>(chunk.size(), elements - done) * 2);
+  }
+}
+
 template <class T>
 std::vector<T> read(const Context& ctx, const void* data, size_t count) {
   std::vector<T> out(count);
@@ -209,7 +228,7 @@ void add(Series& s, const GpuCost& cost, bool counted, bool held) {
 EpRow summarize(const EpOptions& o, uint32_t tokens, Series s) {
   std::sort(s.us.begin(), s.us.end());
   EpRow row;
-  row.mode = o.fp8 ? o.mode + "-fp8" : o.mode;
+  row.mode = o.mode + (o.fp8 ? "-fp8" : "") + (o.logfmt ? "-logfmt" : "");
   row.phase = s.phase;
   row.path = s.path;
   row.tokens = tokens;
@@ -470,6 +489,10 @@ void bench_ll(Context& ctx, const EpOptions& o, const Setup& s, RawWrites& raw,
   const int64_t T = s.max_tokens, R = s.ranks, per = s.per;
   Tensor x(ctx, dev, kBf16, {T, o.hidden}), idx(ctx, dev, kI64, {T, o.topk}),
       weights(ctx, dev, kF32, {T, o.topk}), y(ctx, dev, kBf16, {per, R * T, o.hidden});
+  std::mt19937_64 outputs_rng(104729ull * s.me + 1);
+  fill_expert_outputs(ctx, y.data(), uint64_t(per) * uint64_t(R * T) * o.hidden, outputs_rng);
+  ep::LowLatencyCombineOptions combine_options;
+  combine_options.use_logfmt = o.logfmt;
   for (uint32_t tokens : o.tokens) {
     std::mt19937_64 rng(7919ull * s.me + tokens);
     const std::vector<int64_t> routing = random_topk(rng, tokens, o.topk, o.experts, !o.unmasked);
@@ -509,7 +532,10 @@ void bench_ll(Context& ctx, const EpOptions& o, const Setup& s, RawWrites& raw,
       }
       const double tc = timed_courier(
           ctx, buffer, o.caller_stream, held,
-          [&] { buffer.low_latency_combine(*y.view(), *idx.view(), *weights.view(), got.handle); },
+          [&] {
+            buffer.low_latency_combine(*y.view(), *idx.view(), *weights.view(), got.handle,
+                                       combine_options);
+          },
           &cc, &cg);
       const double tcr = timed(ctx, [&] { raw.run(combine_to); });
       if (i < o.warmup) continue;
@@ -533,7 +559,10 @@ void bench_ll(Context& ctx, const EpOptions& o, const Setup& s, RawWrites& raw,
           ctx, buffer, o.caller_stream, [&] { got = buffer.low_latency_dispatch(args); }, &dg);
       held_courier(
           ctx, buffer, o.caller_stream,
-          [&] { buffer.low_latency_combine(*y.view(), *idx.view(), *weights.view(), got.handle); },
+          [&] {
+            buffer.low_latency_combine(*y.view(), *idx.view(), *weights.view(), got.handle,
+                                       combine_options);
+          },
           &cg);
       add_gpu_time(d, dg);
       add_gpu_time(c, cg);

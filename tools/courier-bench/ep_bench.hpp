@@ -28,6 +28,10 @@ struct EpOptions {
   uint32_t iters = 20;
   uint32_t warmup = 2;
   bool fp8 = false;  // ll: dispatch FP8 (use_fp8), combine bfloat16
+  // ll: combine sends LogFMT (LowLatencyCombineOptions::use_logfmt). The
+  // raw-write baseline still moves the bfloat16 rows: what LogFMT saves on
+  // the wire shows as the combine's time against it.
+  bool logfmt = false;
   // Routing: top-k distinct random experts per token, one choice in eight
   // masked (-1) unless unmasked (the reference benchmarks' routing).
   bool unmasked = false;

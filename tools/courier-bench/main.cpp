@@ -58,7 +58,8 @@ constexpr const char* kUsage =
     "       courier-run -n N courier-bench barrier [--provider shm|tcp] [--iters N]\n"
     "                          [--scope world|rail] [--check] [--json]\n"
     "       courier-run -n N courier-bench ep --mode ll|ht [--tokens A,B,...] [--hidden H]\n"
-    "                          [--topk K] [--experts E] [--iters N] [--fp8] [--unmasked]\n"
+    "                          [--topk K] [--experts E] [--iters N] [--fp8] [--logfmt]\n"
+    "                          [--unmasked]\n"
     "                          [--stream own|caller] [--provider shm|tcp] [--json]\n"
     "       courier-run -n N courier-bench idle [--provider shm|tcp] [--windows N]\n"
     "                          [--window-s S] [--grace-s S] [--json]\n"
@@ -117,6 +118,9 @@ constexpr const char* kUsage =
     "           'host us': the median time until the call returned (its queueing).\n"
     "           --fp8: low-latency dispatch quantizes to FP8; high-throughput dispatch\n"
     "           takes x as FP8 with a float scale per 128 channels; combine is bfloat16.\n"
+    "           --logfmt (ll): combine sends LogFMT (use_logfmt); its raw-write baseline\n"
+    "           still moves bfloat16 rows. The expert outputs combined are random\n"
+    "           values of magnitude below 1.\n"
     "idle       the CPU an idle rank uses (all its threads, getrusage), in % of one\n"
     "           core: the median of N windows of S seconds (default 3 x 10 s) on each\n"
     "           rank, with a Context that carries no traffic (path 'courier', measured\n"
@@ -623,6 +627,8 @@ int run_ep(int argc, char** argv) {
       o.iters = static_cast<uint32_t>(parse_number(flag, value(), 1, 1000000));
     } else if (flag == "--fp8") {
       o.fp8 = true;
+    } else if (flag == "--logfmt") {
+      o.logfmt = true;
     } else if (flag == "--unmasked") {
       o.unmasked = true;
     } else if (flag == "--stream") {
@@ -641,6 +647,12 @@ int run_ep(int argc, char** argv) {
   if (!mode_given) usage_error("ep needs --mode ll or --mode ht");
   if (o.fp8 && o.hidden % 128 != 0) {
     usage_error(fmt::format("--fp8 needs --hidden a multiple of 128, not {}", o.hidden));
+  }
+  if (o.logfmt && (o.mode != "ll" || o.hidden % 128 != 0)) {
+    usage_error(
+        fmt::format("--logfmt needs --mode ll and --hidden a multiple of 128 (got --mode {} "
+                    "--hidden {})",
+                    o.mode, o.hidden));
   }
   if (o.topk > o.experts) {
     usage_error(fmt::format("--topk {} exceeds --experts {}", o.topk, o.experts));
@@ -666,13 +678,15 @@ int run_ep(int argc, char** argv) {
     courier::Context ctx(options);
     const std::vector<courier::bench::EpRow> rows = courier::bench::run_ep_bench(ctx, o);
     if (bootstrap->rank() != 0) return 0;
+    size_t mode_width = 6;  // "ll-fp8"; "ll-fp8-logfmt" widens the column
+    for (const auto& r : rows) mode_width = std::max(mode_width, r.mode.size());
     if (!json) {
       fmt::print(
-          "{:<5} {:<6} {:<9} {:<14} {:>7} {:>7} {:>5} {:>8} {:>6} {:>6} {:>11} {:>11} {:>9} "
+          "{:<5} {:<{}} {:<9} {:<14} {:>7} {:>7} {:>5} {:>8} {:>6} {:>6} {:>11} {:>11} {:>9} "
           "{:>11} {:>10} {:>9} {:>9} {:>8} {:>8} {:>6}\n",
-          "bench", "mode", "phase", "path", "tokens", "hidden", "topk", "experts", "ranks", "iters",
-          "median us", "p99 us", "GB/s", "host copies", "host bytes", "gpu us", "gpu floor",
-          "host us", "launches", "waits");
+          "bench", "mode", mode_width, "phase", "path", "tokens", "hidden", "topk", "experts",
+          "ranks", "iters", "median us", "p99 us", "GB/s", "host copies", "host bytes", "gpu us",
+          "gpu floor", "host us", "launches", "waits");
     }
     for (const auto& r : rows) {
       if (json) {
@@ -696,10 +710,11 @@ int run_ep(int argc, char** argv) {
       } else {
         const bool raw = r.path == "raw-write";  // its copies are not counted
         fmt::print(
-            "{:<5} {:<6} {:<9} {:<14} {:>7} {:>7} {:>5} {:>8} {:>6} {:>6} {:>11.1f} {:>11.1f} "
+            "{:<5} {:<{}} {:<9} {:<14} {:>7} {:>7} {:>5} {:>8} {:>6} {:>6} {:>11.1f} {:>11.1f} "
             "{:>9.3f} {:>11} {:>10} {:>9} {:>9} {:>8} {:>8} {:>6}\n",
-            "ep", r.mode, r.phase, r.path, r.tokens, o.hidden, o.topk, o.experts, ranks, r.iters,
-            r.median_us, r.p99_us, r.gbytes_per_s, raw ? "-" : fmt::format("{:.1f}", r.host_copies),
+            "ep", r.mode, mode_width, r.phase, r.path, r.tokens, o.hidden, o.topk, o.experts, ranks,
+            r.iters, r.median_us, r.p99_us, r.gbytes_per_s,
+            raw ? "-" : fmt::format("{:.1f}", r.host_copies),
             raw ? "-" : fmt::format("{:.0f}", r.host_bytes),
             r.gpu_timed ? fmt::format("{:.1f}", r.gpu_median_us) : "-",
             r.floor_timed ? fmt::format("{:.1f}", r.gpu_floor_us) : "-",
