@@ -153,3 +153,67 @@ TEST_CASE("the slot: meta words, then a 256-byte room per block; coded rooms use
   CHECK(r.out[1] == doctest::Approx(0.125f).epsilon(1e-4));
   CHECK(r.out[0] == doctest::Approx(0.25f).epsilon(1e-4));
 }
+
+TEST_CASE("eight channels decode as two groups of four (logfmt_load8 and logfmt_load4)") {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal;
+  std::vector<float> values(kHidden);
+  for (float& v : values) v = normal(rng) * 0.1f;
+  for (uint32_t i = 128; i < 256; ++i) values[i] = normal(rng) * 4;  // block 1 stays bfloat16
+  const RoundTrip r = round_trip(values);
+  REQUIRE(meta_of(r, 0) != 0);
+  REQUIRE(meta_of(r, 1) == 0);
+  for (uint32_t c = 0; c < kHidden; c += 8) {
+    float eight[8];
+    courier::device::logfmt_load8(r.slot.data(), kHidden, c, eight);
+    for (uint32_t i = 0; i < 8; ++i) CHECK(eight[i] == r.out[c + i]);
+  }
+}
+
+// The GPU encodes a block with 32 lanes of four channels each
+// (logfmt_encode_row_lanes): each lane's range4, the range combined across
+// lanes as shuffles do (pairs at distance 16, 8, .. 1), then each lane's
+// group word. Built here from the same pieces, the bytes must be the
+// one-thread encoder's.
+TEST_CASE(
+    "a block encoded by 32 lanes of four channels is the one-thread encoding, byte for byte") {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal;
+  for (const float scale : {0.3f, 1e-3f, 4.0f}) {  // coded, coded, bfloat16
+    std::vector<uint16_t> block(128);
+    for (uint16_t& v : block) v = float_to_bf16(normal(rng) * scale);
+    block[17] = 0;
+    float amax[32], amin[32];
+    for (uint32_t lane = 0; lane < 32; ++lane) {
+      amax[lane] = 0.0f;
+      amin[lane] = 3.0e38f;
+      courier::device::logfmt_range4(block.data() + 4 * lane, &amax[lane], &amin[lane]);
+    }
+    for (uint32_t mask = 16; mask > 0; mask /= 2) {  // __shfl_xor rounds
+      float next_max[32], next_min[32];
+      for (uint32_t lane = 0; lane < 32; ++lane) {
+        next_max[lane] = std::fmax(amax[lane], amax[lane ^ mask]);
+        next_min[lane] = std::fmin(amin[lane], amin[lane ^ mask]);
+      }
+      std::memcpy(amax, next_max, sizeof amax);
+      std::memcpy(amin, next_min, sizeof amin);
+    }
+    std::vector<std::byte> one(256, std::byte{0}), lanes(256, std::byte{0});
+    const uint32_t meta = courier::device::logfmt_encode_block(block.data(), one.data());
+    float inv = 0.0f, bias = 0.0f;
+    const bool coded = courier::device::logfmt_levels(amax[0], amin[0], &inv, &bias);
+    CHECK(coded == (meta != 0));
+    CHECK(coded == (scale < 1.0f));
+    for (uint32_t lane = 0; lane < 32; ++lane) {
+      if (coded) {
+        const uint64_t word =
+            courier::device::logfmt_group_word(block.data() + 4 * lane, inv, bias);
+        for (uint32_t k = 0; k < 5; ++k) lanes[5 * lane + k] = std::byte(word >> (8 * k));
+      } else {
+        std::memcpy(lanes.data() + 8 * lane, block.data() + 4 * lane, 8);
+      }
+    }
+    if (coded) CHECK(courier::device::logfmt_meta(amax[0], amin[0]) == meta);
+    CHECK(std::memcmp(one.data(), lanes.data(), 256) == 0);
+  }
+}
