@@ -1839,34 +1839,25 @@ __device__ __forceinline__ void reduce_rows(const courier_gpu_ep_reduce_v1& job)
       float sum[8] = {0, 0, 0, 0, 0, 0, 0, 0};
       for (uint32_t first = 0; first < job.terms; first += kBatch) {
         float v[kBatch][8];
-        if (logfmt) {  // every term's loads, then their decoding
-          LogfmtFetched8 fetched[kBatch];
 #pragma unroll
-          for (uint32_t b = 0; b < kBatch; ++b) {
-            const std::byte* row = first + b < job.terms ? term_row[first + b] : nullptr;
-            if (row != nullptr) fetched[b] = logfmt_fetch8(row, job.hidden, c);
-          }
-#pragma unroll
-          for (uint32_t b = 0; b < kBatch; ++b) logfmt_decode8(fetched[b], v[b]);
-        } else {
-#pragma unroll
-          for (uint32_t b = 0; b < kBatch; ++b) {
-            const uint32_t j = first + b;
-            const std::byte* row = j < job.terms ? term_row[j] : nullptr;
-            for (int i = 0; i < 8; ++i) v[b][i] = 0.0f;
-            if (row == nullptr) continue;
-            if (job.dtype_bits == 16) {
-              const uint4 w =
-                  *reinterpret_cast<const uint4*>(reinterpret_cast<const uint16_t*>(row) + c);
-              const uint32_t words[4] = {w.x, w.y, w.z, w.w};
-              for (int i = 0; i < 4; ++i) {
-                v[b][2 * i] = bf16_to_float(static_cast<uint16_t>(words[i] & 0xFFFFu));
-                v[b][2 * i + 1] = bf16_to_float(static_cast<uint16_t>(words[i] >> 16));
-              }
-            } else {
-              load4(row, 32, c, v[b]);
-              load4(row, 32, c + 4, v[b] + 4);
+        for (uint32_t b = 0; b < kBatch; ++b) {
+          const uint32_t j = first + b;
+          const std::byte* row = j < job.terms ? term_row[j] : nullptr;
+          for (int i = 0; i < 8; ++i) v[b][i] = 0.0f;
+          if (row == nullptr) continue;
+          if (logfmt) {
+            logfmt_load8(row, job.hidden, c, v[b]);
+          } else if (job.dtype_bits == 16) {
+            const uint4 w =
+                *reinterpret_cast<const uint4*>(reinterpret_cast<const uint16_t*>(row) + c);
+            const uint32_t words[4] = {w.x, w.y, w.z, w.w};
+            for (int i = 0; i < 4; ++i) {
+              v[b][2 * i] = bf16_to_float(static_cast<uint16_t>(words[i] & 0xFFFFu));
+              v[b][2 * i + 1] = bf16_to_float(static_cast<uint16_t>(words[i] >> 16));
             }
+          } else {
+            load4(row, 32, c, v[b]);
+            load4(row, 32, c + 4, v[b] + 4);
           }
         }
 #pragma unroll

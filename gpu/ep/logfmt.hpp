@@ -43,17 +43,19 @@ COURIER_DEVICE_INLINE uint64_t logfmt_meta_bytes(uint32_t hidden) {
 }
 
 // Whether a block whose magnitudes span [amin, amax] (amin may be 0) is
-// coded; if so its lowest level's log2 and the step between levels (written
-// either way, meaningless when not coded: no branch, so that a GPU thread
-// can overlap several blocks' levels).
+// coded; if so its lowest level's log2 and the step between levels.
 COURIER_DEVICE_INLINE bool logfmt_params(float amax, float amin, float* lmin, float* step) {
+  if (!(amax > 0.0f) || !(amax < 1.0f)) return false;
   const float lmax = log2f(amax);
-  const float clip = lmax - kLogfmtClip;
-  const float l = amin > 0.0f ? log2f(amin) : clip;
-  const float low = l > clip ? l : clip;
+  float low = lmax - kLogfmtClip;
+  if (amin > 0.0f) {
+    const float l = log2f(amin);
+    if (l > low) low = l;
+  }
+  if (!(low < lmax)) return false;
   *lmin = low;
   *step = (lmax - low) / static_cast<float>(kLogfmtTopCode - 1);
-  return amax > 0.0f && amax < 1.0f && low < lmax;
+  return true;
 }
 
 // A group of four channels' share of its block's range: the largest and
@@ -75,10 +77,10 @@ COURIER_DEVICE_INLINE void logfmt_range4(const uint16_t* v, float* amax, float* 
 // log2((1 + 2^step) / 2) above level m.
 COURIER_DEVICE_INLINE bool logfmt_levels(float amax, float amin, float* inv, float* bias) {
   float lmin = 0.0f, step = 0.0f;
-  const bool coded = logfmt_params(amax, amin, &lmin, &step);
+  if (!logfmt_params(amax, amin, &lmin, &step)) return false;
   *inv = 1.0f / step;
   *bias = 2.0f - log2f((1.0f + exp2f(step)) * 0.5f) * *inv - lmin * *inv;
-  return coded;
+  return true;
 }
 
 // Channels 4g..4g+3 (`v`) of a coded block as the 40-bit word group g's
@@ -91,7 +93,7 @@ COURIER_DEVICE_INLINE uint64_t logfmt_group_word(const uint16_t* v, float inv, f
     uint32_t m = 0;
     if (a > 0.0f) {
       const float q = log2f(a) * inv + bias;
-      m = !(q > 0.0f)                               ? 0u  // NaN: not coded
+      m = q <= 0.0f                                 ? 0u
           : q >= static_cast<float>(kLogfmtTopCode) ? kLogfmtTopCode
                                                     : static_cast<uint32_t>(q);
     }
@@ -136,70 +138,51 @@ COURIER_DEVICE_INLINE uint32_t logfmt_encode_block(const uint16_t* src, std::byt
 // flight per lane before they are encoded. Every lane of the group calls it.
 inline constexpr uint32_t kLogfmtLanes = 32;
 
+__device__ __forceinline__ float logfmt_lanes_reduce(float v, bool largest) {
+  for (int mask = kLogfmtLanes / 2; mask > 0; mask /= 2) {
+#if defined(__CUDA_ARCH__)
+    const float other = __shfl_xor_sync(0xffffffffu, v, mask);
+#else
+    const float other = __shfl_xor(v, mask, kLogfmtLanes);
+#endif
+    v = largest ? fmaxf(v, other) : fminf(v, other);
+  }
+  return v;
+}
+
 __device__ __forceinline__ void logfmt_encode_row_lanes(std::byte* slot, const uint2* src,
                                                         uint32_t blocks, uint32_t lane) {
-  constexpr uint32_t kAhead = 4;  // 8 gave the kernels a stack frame (kernel_stack_check)
+  constexpr uint32_t kAhead = 8;
   auto* meta = reinterpret_cast<uint32_t*>(slot);
   std::byte* body = slot + logfmt_meta_bytes(blocks * kLogfmtChannels);
-  auto channels = [](uint2 in, uint16_t* v) {
-    v[0] = static_cast<uint16_t>(in.x);
-    v[1] = static_cast<uint16_t>(in.x >> 16);
-    v[2] = static_cast<uint16_t>(in.y);
-    v[3] = static_cast<uint16_t>(in.y >> 16);
-  };
-  // Each phase for kAhead blocks before the next, so their latencies
-  // (loads, shuffles, the levels' logarithms) overlap.
   for (uint32_t b0 = 0; b0 < blocks; b0 += kAhead) {
     uint2 in[kAhead];
-    float amax[kAhead], amin[kAhead];
 #pragma unroll
     for (uint32_t j = 0; j < kAhead; ++j) {
-      in[j] = b0 + j < blocks ? src[uint64_t{b0 + j} * kLogfmtLanes + lane] : make_uint2(0, 0);
+      if (b0 + j < blocks) in[j] = src[uint64_t{b0 + j} * kLogfmtLanes + lane];
     }
 #pragma unroll
     for (uint32_t j = 0; j < kAhead; ++j) {
-      uint16_t v[4];
-      channels(in[j], v);
-      amax[j] = 0.0f;
-      amin[j] = 3.0e38f;
-      logfmt_range4(v, &amax[j], &amin[j]);
-    }
-#pragma unroll
-    for (int mask = kLogfmtLanes / 2; mask > 0; mask /= 2) {
-#pragma unroll
-      for (uint32_t j = 0; j < kAhead; ++j) {
-#if defined(__CUDA_ARCH__)
-        amax[j] = fmaxf(amax[j], __shfl_xor_sync(0xffffffffu, amax[j], mask));
-        amin[j] = fminf(amin[j], __shfl_xor_sync(0xffffffffu, amin[j], mask));
-#else
-        amax[j] = fmaxf(amax[j], __shfl_xor(amax[j], mask, kLogfmtLanes));
-        amin[j] = fminf(amin[j], __shfl_xor(amin[j], mask, kLogfmtLanes));
-#endif
-      }
-    }
-    uint64_t word[kAhead];
-    bool coded[kAhead];
-#pragma unroll
-    for (uint32_t j = 0; j < kAhead; ++j) {
-      float inv = 0.0f, bias = 0.0f;
-      coded[j] = logfmt_levels(amax[j], amin[j], &inv, &bias);
-      uint16_t v[4];
-      channels(in[j], v);
-      word[j] = logfmt_group_word(v, inv, bias);
-    }
-#pragma unroll
-    for (uint32_t j = 0; j < kAhead; ++j) {
-      if (b0 + j >= blocks) continue;
+      if (b0 + j >= blocks) break;
+      const uint16_t v[4] = {static_cast<uint16_t>(in[j].x), static_cast<uint16_t>(in[j].x >> 16),
+                             static_cast<uint16_t>(in[j].y), static_cast<uint16_t>(in[j].y >> 16)};
+      float amax = 0.0f, amin = 3.0e38f;
+      logfmt_range4(v, &amax, &amin);
+      amax = logfmt_lanes_reduce(amax, true);
+      amin = logfmt_lanes_reduce(amin, false);
       std::byte* block = body + uint64_t{b0 + j} * kLogfmtBlockBytes;
-      if (coded[j]) {
-        auto* out = reinterpret_cast<uint8_t*>(block) + 5 * lane;
-        for (uint32_t k = 0; k < 5; ++k) out[k] = static_cast<uint8_t>(word[j] >> (8 * k));
-      } else {
+      float inv = 0.0f, bias = 0.0f;
+      if (!logfmt_levels(amax, amin, &inv, &bias)) {
         auto* out = reinterpret_cast<uint32_t*>(block) + 2 * lane;  // slots are 4-aligned
         out[0] = in[j].x;
         out[1] = in[j].y;
+        if (lane == 0) meta[b0 + j] = 0;
+        continue;
       }
-      if (lane == 0) meta[b0 + j] = coded[j] ? logfmt_meta(amax[j], amin[j]) : 0u;
+      const uint64_t word = logfmt_group_word(v, inv, bias);
+      auto* out = reinterpret_cast<uint8_t*>(block) + 5 * lane;
+      for (uint32_t k = 0; k < 5; ++k) out[k] = static_cast<uint8_t>(word >> (8 * k));
+      if (lane == 0) meta[b0 + j] = logfmt_meta(amax, amin);
     }
   }
 }
@@ -244,7 +227,8 @@ COURIER_DEVICE_INLINE uint64_t logfmt_used_bytes(const std::byte* slot, uint32_t
 }
 
 // Decodes channels [c, c + 4 * groups) (c a multiple of 4, within one
-// block) of the slot into v.
+// block; groups 1 or 2) of the slot into v: the block's levels computed
+// once.
 COURIER_DEVICE_INLINE void logfmt_load_groups(const std::byte* slot, uint32_t hidden, uint32_t c,
                                               uint32_t groups, float* v) {
   const uint32_t b = c / kLogfmtChannels, at = c % kLogfmtChannels;
@@ -271,51 +255,6 @@ COURIER_DEVICE_INLINE void logfmt_load_groups(const std::byte* slot, uint32_t hi
   }
 }
 
-// Channels [c, c + 8) of a slot (c a multiple of 8) as loaded, before they
-// are decoded: the block's meta word and both readings of the channels'
-// bytes (bfloat16, 16 bytes; coded, 10 bytes), loaded at once so that a
-// thread's loads of several slots are in flight together (logfmt_fetch8,
-// then logfmt_decode8 once they arrived). A zero-filled one decodes to 0.
-struct LogfmtFetched8 {
-  uint32_t meta = 0;
-  uint32_t plain[4] = {0, 0, 0, 0};
-  uint16_t coded[5] = {0, 0, 0, 0, 0};
-};
-
-COURIER_DEVICE_INLINE LogfmtFetched8 logfmt_fetch8(const std::byte* slot, uint32_t hidden,
-                                                   uint32_t c) {
-  const uint32_t b = c / kLogfmtChannels, at = c % kLogfmtChannels;
-  const std::byte* block = slot + logfmt_meta_bytes(hidden) + uint64_t{b} * kLogfmtBlockBytes;
-  LogfmtFetched8 f;
-  f.meta = reinterpret_cast<const uint32_t*>(slot)[b];
-  const auto* plain = reinterpret_cast<const uint32_t*>(block + 2 * at);        // 4-aligned
-  const auto* coded = reinterpret_cast<const uint16_t*>(block + 5 * (at / 4));  // 2-aligned
-  for (uint32_t i = 0; i < 4; ++i) f.plain[i] = plain[i];
-  for (uint32_t i = 0; i < 5; ++i) f.coded[i] = coded[i];
-  return f;
-}
-
-COURIER_DEVICE_INLINE void logfmt_decode8(const LogfmtFetched8& f, float* v) {
-  float lmin = 0.0f, step = 0.0f;
-  const bool coded =
-      f.meta != 0 &&
-      logfmt_params(bf16_to_float(static_cast<uint16_t>(f.meta >> 16)),
-                    bf16_to_float(static_cast<uint16_t>(f.meta & 0xFFFFu)), &lmin, &step);
-  // The 10 bytes little-endian: bits 0-63 and 64-79; channels 0-3 are bits
-  // 0-39, channels 4-7 bits 40-79.
-  const uint64_t low = uint64_t{f.coded[0]} | uint64_t{f.coded[1]} << 16 |
-                       uint64_t{f.coded[2]} << 32 | uint64_t{f.coded[3]} << 48;
-  const uint64_t words[2] = {low & 0xFFFFFFFFFFull, low >> 40 | uint64_t{f.coded[4]} << 24};
-  for (uint32_t i = 0; i < 8; ++i) {
-    const uint32_t code = static_cast<uint32_t>(words[i / 4] >> (10 * (i % 4))) & 0x3FFu;
-    const uint32_t m = code & 0x1FFu;
-    const float a = m == 0 ? 0.0f : exp2f(lmin + static_cast<float>(m - 1) * step);
-    const float decoded = (code & 0x200u) != 0 ? -a : a;
-    const uint32_t bits = i % 2 == 0 ? f.plain[i / 2] & 0xFFFFu : f.plain[i / 2] >> 16;
-    v[i] = coded ? decoded : f.meta == 0 ? bf16_to_float(static_cast<uint16_t>(bits)) : 0.0f;
-  }
-}
-
 // Decodes channels [c, c + 4) (c a multiple of 4) of the slot into v.
 COURIER_DEVICE_INLINE void logfmt_load4(const std::byte* slot, uint32_t hidden, uint32_t c,
                                         float* v) {
@@ -325,7 +264,7 @@ COURIER_DEVICE_INLINE void logfmt_load4(const std::byte* slot, uint32_t hidden, 
 // Decodes channels [c, c + 8) (c a multiple of 8) of the slot into v.
 COURIER_DEVICE_INLINE void logfmt_load8(const std::byte* slot, uint32_t hidden, uint32_t c,
                                         float* v) {
-  logfmt_decode8(logfmt_fetch8(slot, hidden, c), v);
+  logfmt_load_groups(slot, hidden, c, 2, v);
 }
 
 }  // namespace courier::device
