@@ -1489,11 +1489,6 @@ __device__ __forceinline__ void ll_receive_half(const courier_gpu_ep_ll_receive_
 
 // ---- ep_combine_send: a group per row, back to the rank it came from.
 // Returns whether the status was set (then nothing is sent).
-// kLanesLogfmt: a LogFMT row is encoded by the group's 32 lanes together
-// (logfmt_encode_row); without, a block per lane (logfmt_encode_row_by_block,
-// fewer registers: the narrow fused instance, which the launchers do not
-// choose for LogFMT, reduce_threads).
-template <bool kLanesLogfmt = true>
 __device__ __forceinline__ bool combine_send_half(const courier_gpu_ep_combine_send_v1& job) {
   __shared__ uint32_t failed;
   if (threadIdx.x == 0) failed = status_of(job.status);
@@ -1608,10 +1603,8 @@ __device__ __forceinline__ bool combine_send_half(const courier_gpu_ep_combine_s
         } else {
           for (uint32_t r = threadIdx.x / kGroup; r < m; r += blockDim.x / kGroup) {
             if (to_row[r] == nullptr) continue;
-            if (logfmt && kLanesLogfmt) {
+            if (logfmt) {
               logfmt_encode_row(to_row[r], from_row[r], hidden, lane, kGroup);
-            } else if (logfmt) {
-              logfmt_encode_row_by_block(to_row[r], from_row[r], hidden, lane, kGroup);
             } else {
               group_copy(to_row[r], from_row[r], job.row_bytes, lane, kGroup);
             }
@@ -1627,11 +1620,10 @@ __device__ __forceinline__ bool combine_send_half(const courier_gpu_ep_combine_s
 
 // ep_combine_send: the rows, then (with `done`) the last block raises this
 // rank's flags; without, an ep_signal follows.
-template <bool kLanesLogfmt = true>
 __device__ __forceinline__ void combine_send_signal(const courier_gpu_ep_combine_send_v1& job,
                                                     uint64_t* stamps) {
   stamp(stamps, kStampStart);
-  const bool failed = combine_send_half<kLanesLogfmt>(job);
+  const bool failed = combine_send_half(job);
   stamp(stamps, kStampSent);
   if (job.done == nullptr) {
     __threadfence_system();
@@ -1846,7 +1838,8 @@ __device__ __forceinline__ void reduce_rows(const courier_gpu_ep_reduce_v1& job)
           for (int i = 0; i < 8; ++i) v[b][i] = 0.0f;
           if (row == nullptr) continue;
           if (logfmt) {
-            logfmt_load8(row, job.hidden, c, v[b]);
+            logfmt_load4(row, job.hidden, c, v[b]);
+            logfmt_load4(row, job.hidden, c + 4, v[b] + 4);
           } else if (job.dtype_bits == 16) {
             const uint4 w =
                 *reinterpret_cast<const uint4*>(reinterpret_cast<const uint16_t*>(row) + c);
@@ -1973,9 +1966,7 @@ __global__ void __launch_bounds__((kNarrowFused<kReduceAhead, kFused> ? 256 : kM
   if constexpr (kReduceAhead == 0) {
     combine_send_signal(send, stamps);
   } else {
-    if constexpr (kFused) {
-      combine_send_signal<!kNarrowFused<kReduceAhead, kFused>>(send, stamps);
-    }
+    if constexpr (kFused) combine_send_signal(send, stamps);
     const bool alone = kFused && send.skip_self != 0 && send.num_ranks == 1;
     reduce_half<kReduceAhead>(reduce, stamps, kFused, send.rank, alone);
   }

@@ -136,11 +136,8 @@ inline uint32_t combine_send_blocks(const courier_gpu_ep_combine_send_v1& job, u
 // tokens (low-latency): wide blocks, one per SM; many (high-throughput):
 // narrower ones, several resident per SM (a thread keeps 32 values in
 // registers).
-// A LogFMT combine always takes wide blocks: its send half encodes with
-// 32 lanes per block, for which the narrow fused instance has no registers.
 inline constexpr uint32_t kNarrowReduceThreads = 256;
 inline uint32_t reduce_threads(const courier_gpu_ep_reduce_v1& job, uint32_t sms) {
-  if ((job.mode & COURIER_GPU_EP_COMBINE_LOGFMT) != 0) return kLlThreads;
   return job.tokens <= 2 * std::max(sms, 1u) ? kLlThreads : kNarrowReduceThreads;
 }
 
