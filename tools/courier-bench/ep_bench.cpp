@@ -51,8 +51,8 @@ class Tensor {
 };
 
 // Fills a bfloat16 tensor of `elements` values with what an expert's
-// outputs look like to a combine: random values of magnitude below 1 (the
-// ones LogFMT codes; a block of zeros would stay bfloat16).
+// outputs look like to a combine (both modes): random values of magnitude
+// below 1 (the ones LogFMT codes; a block of zeros would stay bfloat16).
 // One MiB of values, repeated.
 void fill_expert_outputs(Context& ctx, void* data, uint64_t elements, std::mt19937_64& rng) {
   std::uniform_real_distribution<float> value(-0.9f, 0.9f);
@@ -400,6 +400,8 @@ void bench_ht(Context& ctx, const EpOptions& o, const Setup& s, RawWrites& raw,
       scales(ctx, dev, kF32, {T, o.fp8 ? o.hidden / 128 : 1}), weights(ctx, dev, kF32, {T, o.topk}),
       per_rank(ctx, dev, kI32, {R}), per_expert(ctx, dev, kI32, {o.experts}),
       in_rank(ctx, dev, kBool, {T, R}), y(ctx, dev, kBf16, {R * T, o.hidden});
+  std::mt19937_64 outputs_rng(104729ull * s.me + 2);
+  fill_expert_outputs(ctx, y.data(), uint64_t(R * T) * o.hidden, outputs_rng);
   for (uint32_t tokens : o.tokens) {
     std::mt19937_64 rng(7919ull * s.me + tokens);
     const std::vector<int64_t> routing = random_topk(rng, tokens, o.topk, o.experts, !o.unmasked);
