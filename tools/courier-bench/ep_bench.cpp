@@ -53,8 +53,9 @@ class Tensor {
 // Fills a bfloat16 tensor of `elements` values with what an expert's
 // outputs look like to a combine (both modes): random values of magnitude
 // below 1 (the ones LogFMT codes; a block of zeros would stay bfloat16).
-// One MiB of values, repeated.
-void fill_expert_outputs(Context& ctx, void* data, uint64_t elements, std::mt19937_64& rng) {
+// One MiB of values, repeated; each rank's its own.
+void fill_expert_outputs(Context& ctx, void* data, uint64_t elements, uint32_t rank) {
+  std::mt19937_64 rng(104729ull * rank + 1);
   std::uniform_real_distribution<float> value(-0.9f, 0.9f);
   std::vector<uint16_t> chunk(std::min<uint64_t>(elements, uint64_t{1} << 19));
   for (uint16_t& v : chunk) {
@@ -400,8 +401,7 @@ void bench_ht(Context& ctx, const EpOptions& o, const Setup& s, RawWrites& raw,
       scales(ctx, dev, kF32, {T, o.fp8 ? o.hidden / 128 : 1}), weights(ctx, dev, kF32, {T, o.topk}),
       per_rank(ctx, dev, kI32, {R}), per_expert(ctx, dev, kI32, {o.experts}),
       in_rank(ctx, dev, kBool, {T, R}), y(ctx, dev, kBf16, {R * T, o.hidden});
-  std::mt19937_64 outputs_rng(104729ull * s.me + 2);
-  fill_expert_outputs(ctx, y.data(), uint64_t(R * T) * o.hidden, outputs_rng);
+  fill_expert_outputs(ctx, y.data(), uint64_t(R * T) * o.hidden, s.me);
   for (uint32_t tokens : o.tokens) {
     std::mt19937_64 rng(7919ull * s.me + tokens);
     const std::vector<int64_t> routing = random_topk(rng, tokens, o.topk, o.experts, !o.unmasked);
@@ -491,8 +491,7 @@ void bench_ll(Context& ctx, const EpOptions& o, const Setup& s, RawWrites& raw,
   const int64_t T = s.max_tokens, R = s.ranks, per = s.per;
   Tensor x(ctx, dev, kBf16, {T, o.hidden}), idx(ctx, dev, kI64, {T, o.topk}),
       weights(ctx, dev, kF32, {T, o.topk}), y(ctx, dev, kBf16, {per, R * T, o.hidden});
-  std::mt19937_64 outputs_rng(104729ull * s.me + 1);
-  fill_expert_outputs(ctx, y.data(), uint64_t(per) * uint64_t(R * T) * o.hidden, outputs_rng);
+  fill_expert_outputs(ctx, y.data(), uint64_t(per) * uint64_t(R * T) * o.hidden, s.me);
   ep::LowLatencyCombineOptions combine_options;
   combine_options.use_logfmt = o.logfmt;
   for (uint32_t tokens : o.tokens) {
