@@ -1878,7 +1878,7 @@ __device__ __forceinline__ void reduce_rows(const courier_gpu_ep_reduce_v1& job)
 
 // The flag an EP1 combine raises to itself (reduce_half's `own_flag`).
 struct OwnFlag {
-  uint64_t* flag = nullptr;  // this rank's flag in its own window
+  uint64_t* flag = nullptr;  // NULL: not alone, the send half raises it
   const uint64_t* epoch_word = nullptr;
   uint64_t epoch = 0;
 };
@@ -1892,20 +1892,20 @@ struct OwnFlag {
 // raise its flags; since the senders' arrivals carry the refusal instead,
 // last_block's kFailedArrival, it no longer matters for refusals, and is
 // kept until a two-GPU run can time dropping it.)
-// `alone`: one rank whose send half would skip its own rows, so has
-// nothing to send (and does not run): the reduce reads only x and this
-// rank's rows, which the stream ordered before the launch, and its blocks do not
+// `alone`: one rank whose send half (before it in this launch) skipped its
+// own rows, so sent nothing: the reduce reads only x and this rank's
+// rows, which the stream ordered before the launch, and its blocks do not
 // wait for the flag the last sender still raises (the epochs stay as they
 // are; a refusal at one rank is in the status before the launch).
-// Alone, the send half did not run (nothing to send; the blocks' meeting
-// after it cost the reduce's start 1-2 us): block 0 raises its flag,
-// `own_flag`, once it has read the status.
+// `own_flag`: alone, the send half's flag, which block 0 raises once it has
+// read the status (the send half did not run: nothing to send, and the
+// blocks' meeting after it cost the reduce's start 1-2 us).
 template <uint32_t kAhead>
 __device__ __forceinline__ void reduce_half(const courier_gpu_ep_reduce_v1& job, uint64_t* stamps,
                                             bool after_send = false, uint32_t rank = 0,
                                             bool alone = false, OwnFlag own_flag = {}) {
   __shared__ uint32_t failed;
-  if (!after_send || alone) stamp(stamps, kStampStart);
+  if (!after_send || own_flag.flag != nullptr) stamp(stamps, kStampStart);
   if (after_send && job.wait.flags != nullptr && job.wait.num_ranks > 1) {
     if (threadIdx.x == 0) wait_for(job.wait, rank);
     __syncthreads();
@@ -1920,7 +1920,7 @@ __device__ __forceinline__ void reduce_half(const courier_gpu_ep_reduce_v1& job,
   // rows are then summed in vain, and the last block tells the failure.)
   if (threadIdx.x == 0) failed = status_of(job.status);
   __syncthreads();
-  if (alone && blockIdx.x == 0) {
+  if (own_flag.flag != nullptr && blockIdx.x == 0) {
     if (threadIdx.x == 0) {
       device::store_release(own_flag.flag, epoch_of(own_flag.epoch_word, own_flag.epoch) |
                                                (failed != 0 ? COURIER_GPU_EP_REFUSED_FLAG : 0));
