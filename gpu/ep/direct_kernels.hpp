@@ -1876,13 +1876,6 @@ __device__ __forceinline__ void reduce_rows(const courier_gpu_ep_reduce_v1& job)
   }
 }
 
-// The flag an EP1 combine raises to itself (reduce_half's `own_flag`).
-struct OwnFlag {
-  uint64_t* flag = nullptr;  // NULL: not alone, the send half raises it
-  const uint64_t* epoch_word = nullptr;
-  uint64_t epoch = 0;
-};
-
 // With wait.flags, every block first waits for the ranks' combine flags and
 // the last one finishes the call.
 // `after_send`: the send half ran first in this launch (and stamped the
@@ -1897,15 +1890,15 @@ struct OwnFlag {
 // rows, which the stream ordered before the launch, and its blocks do not
 // wait for the flag the last sender still raises (the epochs stay as they
 // are; a refusal at one rank is in the status before the launch).
-// `own_flag`: alone, the send half's flag, which block 0 raises once it has
-// read the status (the send half did not run: nothing to send, and the
-// blocks' meeting after it cost the reduce's start 1-2 us).
+// `signal`: alone, the send job whose flag block 0 raises once it has read
+// the status (the send half did not run: nothing to send, and the blocks'
+// meeting after it cost the reduce's start 1-2 us).
 template <uint32_t kAhead>
-__device__ __forceinline__ void reduce_half(const courier_gpu_ep_reduce_v1& job, uint64_t* stamps,
-                                            bool after_send = false, uint32_t rank = 0,
-                                            bool alone = false, OwnFlag own_flag = {}) {
+__device__ __forceinline__ void reduce_half(
+    const courier_gpu_ep_reduce_v1& job, uint64_t* stamps, bool after_send = false,
+    uint32_t rank = 0, bool alone = false, const courier_gpu_ep_combine_send_v1* signal = nullptr) {
   __shared__ uint32_t failed;
-  if (!after_send || own_flag.flag != nullptr) stamp(stamps, kStampStart);
+  if (!after_send || signal != nullptr) stamp(stamps, kStampStart);
   if (after_send && job.wait.flags != nullptr && job.wait.num_ranks > 1) {
     if (threadIdx.x == 0) wait_for(job.wait, rank);
     __syncthreads();
@@ -1920,11 +1913,9 @@ __device__ __forceinline__ void reduce_half(const courier_gpu_ep_reduce_v1& job,
   // rows are then summed in vain, and the last block tells the failure.)
   if (threadIdx.x == 0) failed = status_of(job.status);
   __syncthreads();
-  if (own_flag.flag != nullptr && blockIdx.x == 0) {
-    if (threadIdx.x == 0) {
-      device::store_release(own_flag.flag, epoch_of(own_flag.epoch_word, own_flag.epoch) |
-                                               (failed != 0 ? COURIER_GPU_EP_REFUSED_FLAG : 0));
-    }
+  if (signal != nullptr && blockIdx.x == 0) {
+    raise_flags(signal->peers, signal->num_ranks, signal->flag_off,
+                epoch_of(signal->epoch_word, signal->epoch), failed != 0);
     stamp(stamps, kStampSignalled);
   }
   stamp(stamps, kStampFlagsSeen);
@@ -1986,15 +1977,8 @@ __global__ void __launch_bounds__((kNarrowFused<kReduceAhead, kFused> ? 256 : kM
     const bool alone = kFused && send.skip_self != 0 && send.num_ranks == 1;
     // Alone, the send half has nothing to send: no block runs it or meets
     // the others after it; the reduce's block 0 raises the flag instead.
-    // (Its fields by value: a kernel parameter's address passed on puts the
-    // whole parameter in every thread's stack on HIP.)
     if (kFused && !alone) combine_send_signal(send, stamps);
-    OwnFlag own_flag{};
-    if (alone) {
-      own_flag = {reinterpret_cast<uint64_t*>(window(send.peers, 0, send.flag_off)),
-                  send.epoch_word, send.epoch};
-    }
-    reduce_half<kReduceAhead>(reduce, stamps, kFused, send.rank, alone, own_flag);
+    reduce_half<kReduceAhead>(reduce, stamps, kFused, send.rank, alone, alone ? &send : nullptr);
   }
 }
 }  // namespace direct
