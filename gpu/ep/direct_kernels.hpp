@@ -1890,15 +1890,12 @@ __device__ __forceinline__ void reduce_rows(const courier_gpu_ep_reduce_v1& job)
 // rows, which the stream ordered before the launch, and its blocks do not
 // wait for the flag the last sender still raises (the epochs stay as they
 // are; a refusal at one rank is in the status before the launch).
-// `signal`: alone, the send job whose flag block 0 raises once it has read
-// the status (the send half did not run: nothing to send, and the blocks'
-// meeting after it cost the reduce's start 1-2 us).
 template <uint32_t kAhead>
-__device__ __forceinline__ void reduce_half(
-    const courier_gpu_ep_reduce_v1& job, uint64_t* stamps, bool after_send = false,
-    uint32_t rank = 0, bool alone = false, const courier_gpu_ep_combine_send_v1* signal = nullptr) {
+__device__ __forceinline__ void reduce_half(const courier_gpu_ep_reduce_v1& job, uint64_t* stamps,
+                                            bool after_send = false, uint32_t rank = 0,
+                                            bool alone = false) {
   __shared__ uint32_t failed;
-  if (!after_send || signal != nullptr) stamp(stamps, kStampStart);
+  if (!after_send) stamp(stamps, kStampStart);
   if (after_send && job.wait.flags != nullptr && job.wait.num_ranks > 1) {
     if (threadIdx.x == 0) wait_for(job.wait, rank);
     __syncthreads();
@@ -1913,11 +1910,6 @@ __device__ __forceinline__ void reduce_half(
   // rows are then summed in vain, and the last block tells the failure.)
   if (threadIdx.x == 0) failed = status_of(job.status);
   __syncthreads();
-  if (signal != nullptr && blockIdx.x == 0) {
-    raise_flags(signal->peers, signal->num_ranks, signal->flag_off,
-                epoch_of(signal->epoch_word, signal->epoch), failed != 0);
-    stamp(stamps, kStampSignalled);
-  }
   stamp(stamps, kStampFlagsSeen);
   if (failed == 0) reduce_rows<kAhead>(job);
   stamp(stamps, kStampMoved);
@@ -1974,11 +1966,9 @@ __global__ void __launch_bounds__((kNarrowFused<kReduceAhead, kFused> ? 256 : kM
   if constexpr (kReduceAhead == 0) {
     combine_send_signal(send, stamps);
   } else {
+    if constexpr (kFused) combine_send_signal(send, stamps);
     const bool alone = kFused && send.skip_self != 0 && send.num_ranks == 1;
-    // Alone, the send half has nothing to send: no block runs it or meets
-    // the others after it; the reduce's block 0 raises the flag instead.
-    if (kFused && !alone) combine_send_signal(send, stamps);
-    reduce_half<kReduceAhead>(reduce, stamps, kFused, send.rank, alone, alone ? &send : nullptr);
+    reduce_half<kReduceAhead>(reduce, stamps, kFused, send.rank, alone);
   }
 }
 }  // namespace direct
