@@ -1876,6 +1876,13 @@ __device__ __forceinline__ void reduce_rows(const courier_gpu_ep_reduce_v1& job)
   }
 }
 
+// The flag an EP1 combine raises to itself (reduce_half's `own_flag`).
+struct OwnFlag {
+  uint64_t* flag = nullptr;  // this rank's flag in its own window
+  const uint64_t* epoch_word = nullptr;
+  uint64_t epoch = 0;
+};
+
 // With wait.flags, every block first waits for the ranks' combine flags and
 // the last one finishes the call.
 // `after_send`: the send half ran first in this launch (and stamped the
@@ -1885,17 +1892,20 @@ __device__ __forceinline__ void reduce_rows(const courier_gpu_ep_reduce_v1& job)
 // raise its flags; since the senders' arrivals carry the refusal instead,
 // last_block's kFailedArrival, it no longer matters for refusals, and is
 // kept until a two-GPU run can time dropping it.)
-// `alone`: one rank whose send half (before it in this launch) skipped its
-// own rows, so sent nothing: the reduce reads only x and this rank's
-// rows, which the stream ordered before the launch, and its blocks do not
+// `alone`: one rank whose send half would skip its own rows, so has
+// nothing to send (and does not run): the reduce reads only x and this
+// rank's rows, which the stream ordered before the launch, and its blocks do not
 // wait for the flag the last sender still raises (the epochs stay as they
 // are; a refusal at one rank is in the status before the launch).
+// Alone, the send half did not run (nothing to send; the blocks' meeting
+// after it cost the reduce's start 1-2 us): block 0 raises its flag,
+// `own_flag`, once it has read the status.
 template <uint32_t kAhead>
 __device__ __forceinline__ void reduce_half(const courier_gpu_ep_reduce_v1& job, uint64_t* stamps,
                                             bool after_send = false, uint32_t rank = 0,
-                                            bool alone = false) {
+                                            bool alone = false, OwnFlag own_flag = {}) {
   __shared__ uint32_t failed;
-  if (!after_send) stamp(stamps, kStampStart);
+  if (!after_send || alone) stamp(stamps, kStampStart);
   if (after_send && job.wait.flags != nullptr && job.wait.num_ranks > 1) {
     if (threadIdx.x == 0) wait_for(job.wait, rank);
     __syncthreads();
@@ -1910,6 +1920,13 @@ __device__ __forceinline__ void reduce_half(const courier_gpu_ep_reduce_v1& job,
   // rows are then summed in vain, and the last block tells the failure.)
   if (threadIdx.x == 0) failed = status_of(job.status);
   __syncthreads();
+  if (alone && blockIdx.x == 0) {
+    if (threadIdx.x == 0) {
+      device::store_release(own_flag.flag, epoch_of(own_flag.epoch_word, own_flag.epoch) |
+                                               (failed != 0 ? COURIER_GPU_EP_REFUSED_FLAG : 0));
+    }
+    stamp(stamps, kStampSignalled);
+  }
   stamp(stamps, kStampFlagsSeen);
   if (failed == 0) reduce_rows<kAhead>(job);
   stamp(stamps, kStampMoved);
@@ -1966,9 +1983,18 @@ __global__ void __launch_bounds__((kNarrowFused<kReduceAhead, kFused> ? 256 : kM
   if constexpr (kReduceAhead == 0) {
     combine_send_signal(send, stamps);
   } else {
-    if constexpr (kFused) combine_send_signal(send, stamps);
     const bool alone = kFused && send.skip_self != 0 && send.num_ranks == 1;
-    reduce_half<kReduceAhead>(reduce, stamps, kFused, send.rank, alone);
+    // Alone, the send half has nothing to send: no block runs it or meets
+    // the others after it; the reduce's block 0 raises the flag instead.
+    // (Its fields by value: a kernel parameter's address passed on puts the
+    // whole parameter in every thread's stack on HIP.)
+    if (kFused && !alone) combine_send_signal(send, stamps);
+    OwnFlag own_flag{};
+    if (alone) {
+      own_flag = {reinterpret_cast<uint64_t*>(window(send.peers, 0, send.flag_off)),
+                  send.epoch_word, send.epoch};
+    }
+    reduce_half<kReduceAhead>(reduce, stamps, kFused, send.rank, alone, own_flag);
   }
 }
 }  // namespace direct
