@@ -88,7 +88,8 @@ void ResultTreeLinks::connect_parent(net::Deadline deadline, const Aside& aside)
                                             options_.rank, parent));
   }
   // The parent listens since before it said hello; a refusal means it is
-  // gone, which rank 0 announces (aside) while this retries.
+  // gone, which rank 0 announces (aside) while this retries, or which rank
+  // 0's own end makes certain (rank0_gone): no more tries then.
   std::chrono::milliseconds pause{10};
   for (;;) {
     aside.check();
@@ -98,7 +99,8 @@ void ResultTreeLinks::connect_parent(net::Deadline deadline, const Aside& aside)
       parent_fd_ = std::move(attempt.fd);
       break;
     }
-    if (!attempt.retryable || net::Clock::now() + pause >= deadline) {
+    if (!attempt.retryable || net::Clock::now() + pause >= deadline ||
+        (aside.rank0_gone && aside.rank0_gone())) {
       throw TreeLinkError(
           parent,
           fmt::format("bootstrap: rank {} cannot reach its result-tree parent, rank {} at {}: {}",

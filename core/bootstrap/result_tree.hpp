@@ -67,6 +67,9 @@ class ResultTreeLinks {
   struct Aside {
     std::function<int()> fd;
     std::function<void()> check;
+    // Rank 0's connection ended (check saw it): a parent that refuses
+    // connections is gone for good, not starting.
+    std::function<bool()> rank0_gone;
   };
 
   ResultTreeLinks(const BootstrapOptions& options, Logger& log);

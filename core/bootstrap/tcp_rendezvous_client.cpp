@@ -178,6 +178,11 @@ class TcpRendezvousClient final : public Bootstrap {
   // orders the two), read by collectives.
   std::optional<std::string> failure_;
   bool rank0_left_ = false;
+  // Rank 0's connection ended without a goodbye while this rank waited on
+  // the result tree (check_rank0): the result comes from the parent or not
+  // at all, so the end is reported after the collective (the monitor, the
+  // next collective) or by tree_failed, which it then explains.
+  std::optional<std::string> rank0_closed_;
   std::shared_ptr<PeerFailureNotifier> notifier_ = std::make_shared<PeerFailureNotifier>();
   // Last: stopped first, before the members it reads go away.
   std::unique_ptr<ConnectionMonitor> monitor_;
@@ -421,6 +426,13 @@ std::vector<std::byte> TcpRendezvousClient::allgather(std::span<const std::byte>
         "left the job (it said goodbye)",
         options_.rank, address_, sequence_ + 1));
   }
+  if (rank0_closed_) {
+    const std::string message = fmt::format(
+        "bootstrap: rank {} lost its connection to rank 0 at {} before allgather #{}: rank 0 {}",
+        options_.rank, address_, sequence_ + 1, *rank0_closed_);
+    peer_gone(0, message);
+    throw Error(message);
+  }
   const uint64_t sequence = ++sequence_;
   const net::Deadline deadline = net::deadline_after(std::chrono::seconds(options_.timeout_s));
   const std::string what = fmt::format("allgather #{}", sequence);
@@ -446,8 +458,9 @@ std::vector<std::byte> TcpRendezvousClient::allgather(std::span<const std::byte>
 }
 
 ResultTreeLinks::Aside TcpRendezvousClient::tree_aside(const std::string& what) {
-  return {[this] { return failure_ || rank0_left_ ? -1 : fd_.get(); },
-          [this, what] { check_rank0("the result of " + what); }};
+  return {[this] { return failure_ || rank0_left_ || rank0_closed_ ? -1 : fd_.get(); },
+          [this, what] { check_rank0("the result of " + what); },
+          [this] { return rank0_closed_.has_value(); }};
 }
 
 void TcpRendezvousClient::fail_if_reported(std::string_view waiting_for) {
@@ -496,8 +509,17 @@ void TcpRendezvousClient::throw_on_notice(wire::FrameReader::State state,
 void TcpRendezvousClient::check_rank0(std::string_view waiting_for) {
   fail_if_reported(waiting_for);
   if (failure_) throw Error(*failure_);
-  if (rank0_left_) return;
+  if (rank0_left_ || rank0_closed_) return;
   const wire::FrameReader::State state = reader_.read_available(fd_.get());
+  if (state == wire::FrameReader::State::closed || state == wire::FrameReader::State::failed) {
+    // Rank 0 sent this result to ranks 1 and 2 before its connections
+    // ended, or they fail and close their links: either way the tree
+    // answers. (Rank 0 leaves without a goodbye when it fails right after
+    // a collective; failing the collective here would fail ranks whose
+    // result is on its way.)
+    rank0_closed_ = reader_.problem();
+    return;
+  }
   throw_on_notice(state, waiting_for);
   if (state != wire::FrameReader::State::complete) return;
   const wire::FrameHeader& header = reader_.header();
@@ -515,6 +537,15 @@ void TcpRendezvousClient::check_rank0(std::string_view waiting_for) {
 }
 
 void TcpRendezvousClient::tree_failed(const TreeLinkError& error) {
+  if (rank0_closed_ && !failure_) {
+    // The link failed because rank 0 did: its parent never got the result.
+    const std::string message = fmt::format(
+        "bootstrap: rank {} lost its connection to rank 0 at {} while waiting for the result of "
+        "allgather #{}: rank 0 {}",
+        options_.rank, address_, sequence_, *rank0_closed_);
+    peer_gone(0, message);
+    throw Error(message);
+  }
   if (!failure_ && !rank0_left_) {
     if (std::optional<std::string> reason = read_error_frame(net::deadline_after(kLastWordsTime))) {
       fail_here(std::move(*reason));

@@ -1,11 +1,14 @@
 // Allgather results travel down the result tree (result_tree.hpp):
 // rank 0 sends two copies, not one per rank; every rank receives one; a
 // parent that dies fails its children naming it; a stranger on a tree link
-// is refused without holding up the job.
+// is refused without holding up the job; rank 0 failing right after it sent
+// a result does not fail the ranks that result is still travelling to.
 #include <doctest/doctest.h>
 
 #include <cstring>
 #include <functional>
+#include <future>
+#include <thread>
 
 #include "core/bootstrap/result_tree.hpp"
 #include "tests/unit/bootstrap/test_support.hpp"
@@ -185,6 +188,61 @@ void rank3_by_hand(LogCapture& log,
     CHECK(outcome.ok);
   }
   CHECK(received == concatenation(4, 0, 16));
+}
+
+TEST_CASE("tcp bootstrap: rank 0 failing right after a collective does not fail its result's way") {
+  // World 4: rank 0 sends allgather #1's result to ranks 1 and 2 and fails
+  // at once (its bootstrap goes while an exception unwinds: no goodbye).
+  // Rank 3 (hand-driven) opens its link to rank 1 only after that: rank 1
+  // holds the result and passes it on; rank 0's end is not this
+  // collective's failure.
+  LogCapture log;
+  const uint16_t port = net::pick_free_tcp_port();
+  std::promise<void> rank0_gone;
+  std::future<void> rank0_gone_seen = rank0_gone.get_future();
+  auto ranks = start_ranks({0, 1, 2}, [&](int rank) {
+    if (rank != 0) {
+      std::unique_ptr<Bootstrap> bootstrap =
+          make_tcp_bootstrap(options_for(rank, 4, port, 10), log.logger());
+      return std::vector<std::vector<std::byte>>{bootstrap->allgather(pattern(rank, 0, 16))};
+    }
+    std::vector<std::byte> result;
+    try {
+      std::unique_ptr<Bootstrap> bootstrap =
+          make_tcp_bootstrap(options_for(0, 4, port, 10), log.logger());
+      result = bootstrap->allgather(pattern(0, 0, 16));
+      throw Error("rank 0 fails right after allgather #1");
+    } catch (const Error&) {
+      // The bootstrap went while the error unwound.
+    }
+    rank0_gone.set_value();
+    return std::vector<std::vector<std::byte>>{result};
+  });
+  std::vector<std::byte> received;
+  {
+    RawClient rank3(port);
+    const wire::TreeParent parent = join_raw(rank3, 3, 4);
+    REQUIRE(parent.port != 0);
+    rank3.send(wire::encode_frame(wire::FrameType::block, 1, pattern(3, 0, 16)));
+    rank0_gone_seen.wait();
+    // Rank 1, waiting for this link, looks at rank 0's connection every
+    // 100 ms: let it see the end first.
+    std::this_thread::sleep_for(std::chrono::milliseconds(400));
+    RawClient link(parent.port);
+    link.send(hello_frame(3, 4, kToken));
+    wire::FrameReader result = link.read_frame(1 << 20);
+    CHECK(result.header().type == static_cast<uint16_t>(wire::FrameType::result));
+    received = result.payload();
+  }
+  std::vector<RankOutcome> outcomes = join_all(ranks);
+  const std::vector<std::byte> expected = concatenation(4, 0, 16);
+  for (const RankOutcome& outcome : outcomes) {
+    INFO(outcome.error);
+    REQUIRE(outcome.ok);
+    REQUIRE(outcome.results.size() == 1);
+    CHECK(outcome.results[0] == expected);
+  }
+  CHECK(received == expected);
 }
 
 TEST_CASE("tcp bootstrap: a stranger on a tree link is refused and the job goes on") {
