@@ -26,7 +26,9 @@ struct TcpBootstrapTuning {
   std::chrono::milliseconds hello_timeout{10'000};
   // Ranks other than 0 wait this much longer than options.timeout_s for rank
   // 0's reply, so that rank 0's own timeout report, which names the missing
-  // ranks, normally reaches them before they give up on their own.
+  // ranks, normally reaches them before they give up on their own. Also how
+  // long a wait on the result tree goes on after rank 0's connection ended
+  // without a goodbye (the result it sent needs milliseconds to arrive).
   std::chrono::milliseconds reply_grace{3'000};
 };
 

@@ -137,6 +137,8 @@ class TcpRendezvousClient final : public Bootstrap {
   // While waiting on the result tree: what rank 0 sent meanwhile (an error,
   // a death), thrown as the job's failure; never blocks.
   void check_rank0(std::string_view waiting_for);
+  // Fails the tree wait of collective sequence_ with rank 0's end.
+  [[noreturn]] void lost_rank0();
   // The result of collective `sequence` from this rank's result-tree
   // parent, passed on to its children (docs/bootstrap.md, "The result tree").
   std::vector<std::byte> receive_by_tree(uint64_t sequence, uint64_t expected,
@@ -181,8 +183,10 @@ class TcpRendezvousClient final : public Bootstrap {
   // Rank 0's connection ended without a goodbye while this rank waited on
   // the result tree (check_rank0): the result comes from the parent or not
   // at all, so the end is reported after the collective (the monitor, the
-  // next collective) or by tree_failed, which it then explains.
+  // next collective) or by tree_failed, which it then explains; a wait
+  // still going reply_grace after it fails naming rank 0 (lost_rank0).
   std::optional<std::string> rank0_closed_;
+  net::Clock::time_point rank0_closed_at_{};
   std::shared_ptr<PeerFailureNotifier> notifier_ = std::make_shared<PeerFailureNotifier>();
   // Last: stopped first, before the members it reads go away.
   std::unique_ptr<ConnectionMonitor> monitor_;
@@ -509,7 +513,14 @@ void TcpRendezvousClient::throw_on_notice(wire::FrameReader::State state,
 void TcpRendezvousClient::check_rank0(std::string_view waiting_for) {
   fail_if_reported(waiting_for);
   if (failure_) throw Error(*failure_);
-  if (rank0_left_ || rank0_closed_) return;
+  if (rank0_left_) return;
+  if (rank0_closed_) {
+    // A result rank 0 sent travels a hop per level, in milliseconds; a
+    // wait this long after its end is for a result it never sent (or a
+    // child that died with it): fail, not wait out the deadline.
+    if (net::Clock::now() >= rank0_closed_at_ + tuning_.reply_grace) lost_rank0();
+    return;
+  }
   const wire::FrameReader::State state = reader_.read_available(fd_.get());
   if (state == wire::FrameReader::State::closed || state == wire::FrameReader::State::failed) {
     // Rank 0 sent this result to ranks 1 and 2 before its connections
@@ -518,6 +529,7 @@ void TcpRendezvousClient::check_rank0(std::string_view waiting_for) {
     // a collective; failing the collective here would fail ranks whose
     // result is on its way.)
     rank0_closed_ = reader_.problem();
+    rank0_closed_at_ = net::Clock::now();
     return;
   }
   throw_on_notice(state, waiting_for);
@@ -536,16 +548,18 @@ void TcpRendezvousClient::check_rank0(std::string_view waiting_for) {
       address_, waiting_for));
 }
 
+void TcpRendezvousClient::lost_rank0() {
+  const std::string message = fmt::format(
+      "bootstrap: rank {} lost its connection to rank 0 at {} while waiting for the result of "
+      "allgather #{}: rank 0 {}",
+      options_.rank, address_, sequence_, rank0_closed_.value_or("closed the connection"));
+  peer_gone(0, message);
+  throw Error(message);
+}
+
 void TcpRendezvousClient::tree_failed(const TreeLinkError& error) {
-  if (rank0_closed_ && !failure_) {
-    // The link failed because rank 0 did: its parent never got the result.
-    const std::string message = fmt::format(
-        "bootstrap: rank {} lost its connection to rank 0 at {} while waiting for the result of "
-        "allgather #{}: rank 0 {}",
-        options_.rank, address_, sequence_, *rank0_closed_);
-    peer_gone(0, message);
-    throw Error(message);
-  }
+  // The link failed because rank 0 did: its parent never got the result.
+  if (rank0_closed_ && !failure_) lost_rank0();
   if (!failure_ && !rank0_left_) {
     if (std::optional<std::string> reason = read_error_frame(net::deadline_after(kLastWordsTime))) {
       fail_here(std::move(*reason));

@@ -245,6 +245,38 @@ TEST_CASE("tcp bootstrap: rank 0 failing right after a collective does not fail 
   CHECK(received == expected);
 }
 
+TEST_CASE("tcp bootstrap: a tree wait ends soon after rank 0's end when the result is not coming") {
+  // World 4: rank 1 (hand-driven) takes the result from rank 0 and holds
+  // it back; rank 0 then fails (no goodbye). Rank 3 waits on its link to
+  // rank 1 with 30 s of patience, but fails once the grace after rank 0's
+  // end has passed, naming rank 0.
+  LogCapture log;
+  const uint16_t port = net::pick_free_tcp_port();
+  bool fell_back = false;
+  net::Fd tree_listener = net::listen_tcp("127.0.0.1", 0, 4, &fell_back);
+  auto ranks = start_ranks({0, 2, 3}, [&](int rank) {
+    std::unique_ptr<Bootstrap> bootstrap =
+        make_tcp_bootstrap(options_for(rank, 4, port, 30), log.logger(), short_grace());
+    std::vector<std::vector<std::byte>> results;
+    results.push_back(bootstrap->allgather(pattern(rank, 0, 16)));
+    if (rank == 0) throw Error("rank 0 fails right after allgather #1");
+    return results;
+  });
+  RawClient rank1(port);
+  (void)join_raw(rank1, 1, 4, net::local_port(tree_listener));
+  rank1.send(wire::encode_frame(wire::FrameType::block, 1, pattern(1, 0, 16)));
+  CHECK(rank1.read_frame(1 << 20).header().type == static_cast<uint16_t>(wire::FrameType::result));
+  std::vector<RankOutcome> outcomes = join_all(ranks);
+  INFO("rank 0: ", outcomes[0].error, "\nrank 2: ", outcomes[1].error,
+       "\nrank 3: ", outcomes[2].error);
+  CHECK(outcomes[0].error == "rank 0 fails right after allgather #1");
+  CHECK(outcomes[1].ok);  // rank 2 had its result from rank 0
+  CHECK_FALSE(outcomes[2].ok);
+  CHECK(outcomes[2].error.find("rank 3 lost its connection to rank 0 at") != std::string::npos);
+  CHECK(outcomes[2].error.find("while waiting for the result of allgather #1: rank 0 closed") !=
+        std::string::npos);
+}
+
 TEST_CASE("tcp bootstrap: a stranger on a tree link is refused and the job goes on") {
   // Rank 3 knocks with the wrong token first.
   LogCapture log;
