@@ -432,7 +432,7 @@ std::vector<std::byte> TcpRendezvousClient::allgather(std::span<const std::byte>
   }
   if (rank0_closed_) {
     const std::string message = fmt::format(
-        "bootstrap: rank {} lost its connection to rank 0 at {} before allgather #{}: rank 0 {}",
+        "bootstrap: rank {} lost its connection to rank 0 at {} before allgather #{}: {}",
         options_.rank, address_, sequence_ + 1, *rank0_closed_);
     peer_gone(0, message);
     throw Error(message);
@@ -528,7 +528,8 @@ void TcpRendezvousClient::check_rank0(std::string_view waiting_for) {
     // answers. (Rank 0 leaves without a goodbye when it fails right after
     // a collective; failing the collective here would fail ranks whose
     // result is on its way.)
-    rank0_closed_ = reader_.problem();
+    rank0_closed_ =
+        (state == wire::FrameReader::State::closed ? "rank 0 " : "") + reader_.problem();
     rank0_closed_at_ = net::Clock::now();
     return;
   }
@@ -551,8 +552,8 @@ void TcpRendezvousClient::check_rank0(std::string_view waiting_for) {
 void TcpRendezvousClient::lost_rank0() {
   const std::string message = fmt::format(
       "bootstrap: rank {} lost its connection to rank 0 at {} while waiting for the result of "
-      "allgather #{}: rank 0 {}",
-      options_.rank, address_, sequence_, rank0_closed_.value_or("closed the connection"));
+      "allgather #{}: {}",
+      options_.rank, address_, sequence_, rank0_closed_.value_or("rank 0 closed the connection"));
   peer_gone(0, message);
   throw Error(message);
 }

@@ -54,6 +54,15 @@ wire::TreeParent join_raw(RawClient& client, int rank, int world, uint16_t tree_
   return *parent;
 }
 
+// Rank 1 of 4 by hand: joins with `tree_listener` as its result-tree port,
+// contributes its block to allgather #1 and takes the result, passing it
+// on to nobody.
+void rank1_takes_result(RawClient& rank1, const net::Fd& tree_listener) {
+  (void)join_raw(rank1, 1, 4, net::local_port(tree_listener));
+  rank1.send(wire::encode_frame(wire::FrameType::block, 1, pattern(1, 0, 16)));
+  CHECK(rank1.read_frame(1 << 20).header().type == static_cast<uint16_t>(wire::FrameType::result));
+}
+
 TEST_CASE("result tree: the heap order over ranks and when it is used") {
   CHECK(result_tree::parent_of(1) == 0);
   CHECK(result_tree::parent_of(2) == 0);
@@ -263,9 +272,7 @@ TEST_CASE("tcp bootstrap: a tree wait ends soon after rank 0's end when the resu
     return results;
   });
   RawClient rank1(port);
-  (void)join_raw(rank1, 1, 4, net::local_port(tree_listener));
-  rank1.send(wire::encode_frame(wire::FrameType::block, 1, pattern(1, 0, 16)));
-  CHECK(rank1.read_frame(1 << 20).header().type == static_cast<uint16_t>(wire::FrameType::result));
+  rank1_takes_result(rank1, tree_listener);
   std::vector<RankOutcome> outcomes = join_all(ranks);
   INFO("rank 0: ", outcomes[0].error, "\nrank 2: ", outcomes[1].error,
        "\nrank 3: ", outcomes[2].error);
@@ -352,9 +359,7 @@ TEST_CASE("tcp bootstrap: a parent that holds a result back is named to every ra
     return results;
   });
   RawClient rank1(port);
-  (void)join_raw(rank1, 1, 4, net::local_port(tree_listener));
-  rank1.send(wire::encode_frame(wire::FrameType::block, 1, pattern(1, 0, 16)));
-  CHECK(rank1.read_frame(1 << 20).header().type == static_cast<uint16_t>(wire::FrameType::result));
+  rank1_takes_result(rank1, tree_listener);
   std::vector<RankOutcome> outcomes = join_all(ranks);
   INFO("rank 0: ", outcomes[0].error, "\nrank 2: ", outcomes[1].error,
        "\nrank 3: ", outcomes[2].error);
