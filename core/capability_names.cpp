@@ -57,6 +57,7 @@ constexpr BitName kGpuCaps[] = {
     {COURIER_GPU_CAP_EP_LOCAL_ROWS, "ep_local_rows"},
     {COURIER_GPU_CAP_EP_HT_FUSED, "ep_ht_fused"},
     {COURIER_GPU_CAP_EP_COMBINE_FUSED, "ep_combine_fused"},
+    {COURIER_GPU_CAP_EP_DONE_MARK, "ep_done_mark"},
 };
 
 constexpr BitName kMemoryKinds[] = {

@@ -23,7 +23,7 @@ constexpr std::array<FeatureInfo, kGpuFeatureCount> kFeatures = {{
     {"ep_copy", 11},          {"ep_counters", 12},
     {"ep_fused", 13},         {"ep_local_rows", 14},
     {"ep_hold", 14},          {"ep_ht_fused", 16},
-    {"ep_combine_fused", 17},
+    {"ep_combine_fused", 17}, {"ep_done_mark", 18},
 }};
 
 }  // namespace

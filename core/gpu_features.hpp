@@ -32,9 +32,10 @@ enum class GpuFeature : uint8_t {
   ep_hold,           // ep_hold: a spin on the EP stream
   ep_ht_fused,       // a high-throughput dispatch in two launches (COURIER_GPU_CAP_EP_HT_FUSED)
   ep_combine_fused,  // a combine in one launch (COURIER_GPU_CAP_EP_COMBINE_FUSED)
+  ep_done_mark,      // a call's end told in mapped host memory (COURIER_GPU_CAP_EP_DONE_MARK)
 };
 
-inline constexpr size_t kGpuFeatureCount = static_cast<size_t>(GpuFeature::ep_combine_fused) + 1;
+inline constexpr size_t kGpuFeatureCount = static_cast<size_t>(GpuFeature::ep_done_mark) + 1;
 
 // "ep_set_stream": the feature's name, as in the list above.
 std::string_view to_string(GpuFeature feature);

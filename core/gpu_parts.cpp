@@ -91,6 +91,7 @@ GpuParts from_flat_fields(const courier_gpu_plugin_v1& ops, uint16_t minor, uint
   if (minor < 14) caps &= ~COURIER_GPU_CAP_EP_LOCAL_ROWS;
   if (minor < 16) caps &= ~COURIER_GPU_CAP_EP_HT_FUSED;
   if (minor < 17) caps &= ~COURIER_GPU_CAP_EP_COMBINE_FUSED;
+  if (minor < 18) caps &= ~COURIER_GPU_CAP_EP_DONE_MARK;
 
   const bool minor9 = minor3 && minor >= 9 && COURIER_TABLE_COVERS(ops, ep_set_stream) &&
                       ops.ep_set_stream != nullptr;
@@ -191,12 +192,14 @@ GpuParts from_plugin_parts(const courier_gpu_plugin_v1& ops, uint16_t minor, uin
     caps &= ~(COURIER_GPU_CAP_EP_FP8_POW2 | COURIER_GPU_CAP_EP_LOGFMT);
   }
   if ((caps & COURIER_GPU_CAP_EP_DIRECT) == 0) {
-    caps &= ~(COURIER_GPU_CAP_EP_FUSED | COURIER_GPU_CAP_EP_LOCAL_ROWS |
-              COURIER_GPU_CAP_EP_HT_FUSED | COURIER_GPU_CAP_EP_COMBINE_FUSED);
+    caps &=
+        ~(COURIER_GPU_CAP_EP_FUSED | COURIER_GPU_CAP_EP_LOCAL_ROWS | COURIER_GPU_CAP_EP_HT_FUSED |
+          COURIER_GPU_CAP_EP_COMBINE_FUSED | COURIER_GPU_CAP_EP_DONE_MARK);
   }
   // Flags and fields of the jobs of minors after the parts: the minor says.
   if (minor < 16) caps &= ~COURIER_GPU_CAP_EP_HT_FUSED;
   if (minor < 17) caps &= ~COURIER_GPU_CAP_EP_COMBINE_FUSED;
+  if (minor < 18) caps &= ~COURIER_GPU_CAP_EP_DONE_MARK;
   p.caps = caps;
   return p;
 }
@@ -233,6 +236,7 @@ std::bitset<kGpuFeatureCount> features_of(const GpuParts& p, uint16_t minor) {
   set(GpuFeature::ep_hold, p.ep.ep_hold != nullptr);
   set(GpuFeature::ep_ht_fused, claims(COURIER_GPU_CAP_EP_HT_FUSED));
   set(GpuFeature::ep_combine_fused, claims(COURIER_GPU_CAP_EP_COMBINE_FUSED));
+  set(GpuFeature::ep_done_mark, claims(COURIER_GPU_CAP_EP_DONE_MARK));
   return features;
 }
 

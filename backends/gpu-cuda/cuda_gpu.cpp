@@ -231,7 +231,7 @@ int cuda_query(void* backend, courier_gpu_props_v1* props) {
                   COURIER_GPU_CAP_EP_PROXY | COURIER_GPU_CAP_EP_FP8_POW2 |
                   COURIER_GPU_CAP_EP_LOGFMT | COURIER_GPU_CAP_EP_FUSED |
                   COURIER_GPU_CAP_EP_LOCAL_ROWS | COURIER_GPU_CAP_EP_HT_FUSED |
-                  COURIER_GPU_CAP_EP_COMBINE_FUSED;
+                  COURIER_GPU_CAP_EP_COMBINE_FUSED | COURIER_GPU_CAP_EP_DONE_MARK;
     if (b->dmabuf[static_cast<size_t>(device)]) props->caps |= COURIER_GPU_CAP_DMABUF;
     cudaDeviceProp device_props{};
     if (cudaGetDeviceProperties(&device_props, device) == cudaSuccess) {

@@ -130,7 +130,7 @@ int hip_query(void* backend, courier_gpu_props_v1* props) {
                   COURIER_GPU_CAP_EP_PROXY | COURIER_GPU_CAP_EP_FP8_POW2 |
                   COURIER_GPU_CAP_EP_LOGFMT | COURIER_GPU_CAP_EP_FUSED |
                   COURIER_GPU_CAP_EP_LOCAL_ROWS | COURIER_GPU_CAP_EP_HT_FUSED |
-                  COURIER_GPU_CAP_EP_COMBINE_FUSED;
+                  COURIER_GPU_CAP_EP_COMBINE_FUSED | COURIER_GPU_CAP_EP_DONE_MARK;
     // dmabuf only where HIP can export (see hip_dmabuf_export); the runtime
     // has no device attribute to ask, so an export refused by the driver
     // fails at the call.

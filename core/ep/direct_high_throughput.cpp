@@ -185,6 +185,10 @@ DispatchResult DirectHighThroughput::dispatch(const HtInputs& in, const Dispatch
   // checks the counts before any row goes.
   const bool rows_first = (fused || (windows_.fuses() && marks_)) &&
                           args.cached_handle == nullptr && args.num_worst_tokens == 0;
+  // Whether the call waits at its end (below), and for the rows' launch's
+  // mark where it can.
+  const bool waits_at_end = !(rows_first && fused) || windows_.host_waits();
+  DoneMark done_rows;
 
   // Round 2: the rows, straight into every destination's outputs.
   auto send_rows = [&](uint64_t pad_rows) {
@@ -217,6 +221,8 @@ DispatchResult DirectHighThroughput::dispatch(const HtInputs& in, const Dispatch
       job.flag_off = layout_.flag(kData, parity, rank_);
       job.epoch = epoch;
       job.wait = windows_.wait_job(layout_.flag(kData, parity, 0), epoch, nullptr);
+      done_rows = windows_.arm_done(waits_at_end);
+      job.done_mark = done_rows.device;
     }
     windows_.check(windows_.ep().ep_ht_dispatch(windows_.backend(), &job), "sending the rows");
     if (!fused) {
@@ -290,9 +296,9 @@ DispatchResult DirectHighThroughput::dispatch(const HtInputs& in, const Dispatch
   // Without fused launches (GPU ABI 1.16) nothing tells an earlier call's
   // failure from the next call's at its mark: every call waits.
   if (rows_first && fused) {
-    windows_.sync("dispatch");
+    windows_.sync("dispatch", done_rows);
   } else {
-    windows_.sync_now("dispatch");
+    windows_.sync_now("dispatch", done_rows);
   }
 
   const auto n = static_cast<int64_t>(rows_out);
@@ -397,9 +403,12 @@ CombineResult DirectHighThroughput::combine(const std::byte* x, const DLDataType
   reduce.rows = windows_.at(layout_.combine[parity]);
   reduce.out = combined_x_[call & 1].data();
   reduce.status = windows_.status_device();
+  DoneMark done_reduce;
   if (windows_.fuses()) {
     reduce.wait = windows_.wait_job(layout_.flag(kCombine, parity, 0), epoch, nullptr);
     reduce.done = done + 1;
+    done_reduce = windows_.arm_done(!windows_.ht_fused() || windows_.host_waits());
+    reduce.done_mark = done_reduce.device;
     if (keep_own) {
       reduce.local_rows = own_rows;
       reduce.local_term = rank_;
@@ -408,9 +417,9 @@ CombineResult DirectHighThroughput::combine(const std::byte* x, const DLDataType
   windows_.combine(send, reduce, layout_.flag(kCombine, parity, rank_),
                    layout_.flag(kCombine, parity, 0), epoch);
   if (windows_.ht_fused()) {
-    windows_.sync("combine");
+    windows_.sync("combine", done_reduce);
   } else {
-    windows_.sync_now("combine");
+    windows_.sync_now("combine", done_reduce);
   }
   CombineResult result;
   result.combined_x = TensorView(combined_x_[call & 1].data(), device_, dtype,

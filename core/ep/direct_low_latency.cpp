@@ -184,6 +184,7 @@ LowLatencyDispatchResult DirectLowLatency::dispatch(const LlInputs& in, bool ret
   }
   const uint64_t record_off = layout_.records[parity] + rank_ * layout_.record_bytes;
   courier_gpu_ep_ll_receive_v1 fused_receive{};
+  DoneMark done;  // the fused receive's, when the call waits for it
   if (windows_.fuses()) {
     // One launch routes, stores, counts and signals, and (without a hook)
     // receives.
@@ -196,6 +197,8 @@ LowLatencyDispatchResult DirectLowLatency::dispatch(const LlInputs& in, bool ret
     job.done = reinterpret_cast<uint32_t*>(windows_.at(layout_.done_send));
     if (!return_recv_hook) {
       fused_receive = receive_job(call, true);
+      done = windows_.arm_done(windows_.host_waits());
+      fused_receive.done_mark = done.device;
       job.fuse |= COURIER_GPU_EP_FUSE_RECEIVE;
       job.receive = &fused_receive;
     }
@@ -224,7 +227,7 @@ LowLatencyDispatchResult DirectLowLatency::dispatch(const LlInputs& in, bool ret
   if (return_recv_hook) {  // run once (LowLatency::dispatch sees to it)
     result.recv_hook = [this, call] { receive(call, false); };
   } else if (windows_.fuses()) {
-    windows_.sync("low_latency_dispatch");
+    windows_.sync("low_latency_dispatch", done);
   } else {
     receive(call, true);
   }
@@ -277,9 +280,12 @@ void DirectLowLatency::receive(uint64_t call, bool waited) {
   // Fused launches: the receive kernel waits for the flags itself.
   if (!waited && !windows_.fuses())
     windows_.wait(layout_.flag(kData, parity, 0), epoch, epoch_word(kData, call));
-  const courier_gpu_ep_ll_receive_v1 job = receive_job(call, !waited && windows_.fuses());
+  courier_gpu_ep_ll_receive_v1 job = receive_job(call, !waited && windows_.fuses());
+  // (arm_done gives none without fused launches: the job has no wait then.)
+  const DoneMark done = windows_.arm_done(windows_.host_waits() && !waited);
+  job.done_mark = done.device;
   windows_.check(windows_.ep().ep_ll_receive(windows_.backend(), &job), "packing the rows");
-  windows_.sync("low_latency_dispatch");
+  windows_.sync("low_latency_dispatch", done);
 }
 
 CombineResult DirectLowLatency::combine(const std::byte* x, const float* topk_weights,
@@ -338,13 +344,16 @@ CombineResult DirectLowLatency::combine(const std::byte* x, const float* topk_we
     reduce.local_rows = x;
     reduce.local_index = reinterpret_cast<const int32_t*>(windows_.at(layout_.self_rows[from]));
   }
+  DoneMark done;
   if (windows_.fuses()) {
     reduce.wait = windows_.wait_job(layout_.flag(kCombine, parity, 0), epoch, reduce.epoch_word);
     reduce.done = reinterpret_cast<uint32_t*>(windows_.at(layout_.done));
+    done = windows_.arm_done(windows_.host_waits());
+    reduce.done_mark = done.device;
   }
   windows_.combine(send, reduce, layout_.flag(kCombine, parity, rank_),
                    layout_.flag(kCombine, parity, 0), epoch, epoch_word(kCombine, call));
-  windows_.sync("low_latency_combine");
+  windows_.sync("low_latency_combine", done);
   CombineResult result;
   result.combined_x = TensorView(reduce.out, device_,
                                  DLDataType{static_cast<uint8_t>(handle.dtype_code),

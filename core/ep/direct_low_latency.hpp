@@ -80,6 +80,8 @@ class DirectLowLatency {
   // Whether calls wait on the host for their kernels (PeerWindows::sync).
   void set_host_waits(bool waits) { windows_.set_host_waits(waits); }
   void synchronize() { windows_.synchronize(); }
+  // The host's waits on marks (PeerWindows::marked_waits: a call's done mark).
+  uint64_t marked_waits() const { return windows_.marked_waits(); }
 
  private:
   // The receive half of dispatch `call`; `waited`: its data flags were

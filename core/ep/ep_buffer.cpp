@@ -321,8 +321,10 @@ Buffer::GpuCounters Buffer::gpu_counters() const {
     fail("ep::Buffer::gpu_counters: GPU backend '{}': {}", s.gpu.plugin().name, s.gpu.last_error());
   }
   // The host's waits: the backend's stream syncs and the core's own waits
-  // on marks of the stream (a high-throughput dispatch's counts).
-  const uint64_t marked = s.high_throughput ? s.high_throughput->marked_waits() : 0;
+  // on marks of the stream (a high-throughput dispatch's counts, a call's
+  // done mark).
+  const uint64_t marked = (s.high_throughput ? s.high_throughput->marked_waits() : 0) +
+                          (s.low_latency ? s.low_latency->marked_waits() : 0);
   return {counters.kernel_launches, counters.host_waits + marked};
 }
 

@@ -31,6 +31,13 @@ class EpStatus {
   uint32_t* device() const { return static_cast<uint32_t*>(status_.data()); }
   uint64_t* bad_index_device() const { return static_cast<uint64_t*>(status_.data()) + 1; }
   uint32_t* mirror_device() const { return static_cast<uint32_t*>(mirror_device_); }
+  // A word of the same mapped area where a call's last kernel tells the
+  // host that the call is done (GPU ABI 1.18 "Done marks"; PeerWindows::
+  // arm_done), as the host and as the kernels see it.
+  uint32_t* done_mark_host() const { return static_cast<uint32_t*>(mirror_host_) + kDoneMarkWord; }
+  uint32_t* done_mark_device() const {
+    return static_cast<uint32_t*>(mirror_device_) + kDoneMarkWord;
+  }
 
   // Whether a call waits on the host for its kernels and raises what they
   // found (the default), or returns once they are queued and leaves their
@@ -87,6 +94,9 @@ class EpStatus {
   void raise_if_failed(const char* what, const EpIndices& indices = {});
 
  private:
+  // The done mark's own 32-byte line of the mirror's 64 bytes.
+  static constexpr uint32_t kDoneMarkWord = 8;
+
   void zero();
   uint64_t bad_index() const;
   uint32_t mirror() const { return *static_cast<const volatile uint32_t*>(mirror_host_); }

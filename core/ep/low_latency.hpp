@@ -36,6 +36,9 @@ class LowLatency {
     if (direct_) direct_->synchronize();
     if (proxy_) proxy_->synchronize();
   }
+  // The host's waits on marks of the EP stream so far (PeerWindows::mark),
+  // which the GPU backend's counters do not see.
+  uint64_t marked_waits() const { return direct_ ? direct_->marked_waits() : 0; }
 
  private:
   using Inputs = LlInputs;

@@ -268,16 +268,29 @@ void PeerWindows::check(int rc, const char* what) const {
   if (rc != 0) fail("ep::Buffer: {}: {}", what, gpu_.last_error());
 }
 
-void PeerWindows::sync(const char* what) {
+DoneMark PeerWindows::arm_done(bool waits) const {
+  if (!waits || !fuses() || !gpu_.supports(GpuFeature::ep_done_mark)) return {};
+  arm_mark(status_.done_mark_host());
+  return {status_.done_mark_host(), status_.done_mark_device()};
+}
+
+void PeerWindows::sync(const char* what, DoneMark done) {
   if (!status_.host_waits()) {
     status_.defer(what);
     return;
   }
-  sync_now(what);
+  sync_now(what, done);
 }
 
-void PeerWindows::sync_now(const char* what) {
-  wait_stream(what);
+void PeerWindows::sync_now(const char* what, DoneMark done) {
+  // The mark lands once the call's last kernel did its work: the stream's
+  // own completion would tell the host microseconds later. (A failed call
+  // is waited for on the stream too, by wait_marked.)
+  if (done.host != nullptr) {
+    wait_marked(done.host, what);
+  } else {
+    wait_stream(what);
+  }
   status_.raise_if_failed(what);
 }
 

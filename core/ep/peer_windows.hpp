@@ -24,6 +24,14 @@ namespace courier::ep {
 // token (a lane each).
 std::string direct_misfit(const BufferOptions& options);
 
+// Where a call's last kernel tells the host the call is done (GPU ABI 1.18
+// "Done marks"): the word in mapped host memory as each side sees it, or
+// both NULL (the host waits for the stream instead).
+struct DoneMark {
+  uint32_t* host = nullptr;
+  uint32_t* device = nullptr;
+};
+
 class PeerWindows {
  public:
   // Whether this job can take the direct path: the GPU backend has the
@@ -59,6 +67,13 @@ class PeerWindows {
   // Whether a combine's send and reduce are one launch
   // (COURIER_GPU_CAP_EP_COMBINE_FUSED, GPU ABI 1.17).
   bool combine_fused() const;
+
+  // Before a call's last launch, one of the jobs of "Done marks" with its
+  // wait: when the call will wait for it (`waits`) and the backend has
+  // COURIER_GPU_CAP_EP_DONE_MARK with fused launches, arms the word (the
+  // job takes `device`, sync() and sync_now() then spin on `host`);
+  // otherwise none.
+  DoneMark arm_done(bool waits) const;
 
   // The status word and the first bad topk index, as the kernels see them.
   uint32_t* status_device() const { return status_.device(); }
@@ -124,14 +139,15 @@ class PeerWindows {
 
   // Throws "<what>: <backend's reason>" when rc is not 0.
   void check(int rc, const char* what) const;
-  // The end of a call: waits for the EP stream and throws naming the rank
-  // when a kernel reported a refusal, a timeout or a bad index (seen by the
-  // last ep_wait); or, where calls do not wait (set_host_waits(false)),
-  // leaves that to the next call or synchronize().
-  void sync(const char* what);
+  // The end of a call: waits for the EP stream (with `done`, armed for the
+  // call's last launch: for its mark) and throws naming the rank when a
+  // kernel reported a refusal, a timeout or a bad index (seen by the last
+  // ep_wait); or, where calls do not wait (set_host_waits(false)), leaves
+  // that to the next call or synchronize().
+  void sync(const char* what, DoneMark done = {});
   // The same, waiting also where calls do not wait (the host needs what the
   // kernels left: a dispatch's counts).
-  void sync_now(const char* what);
+  void sync_now(const char* what, DoneMark done = {});
   // Waits for the calls queued so far; throws what those that did not wait
   // found.
   void synchronize();

@@ -494,6 +494,16 @@ __device__ __forceinline__ void tell_failure(const courier_gpu_ep_wait_v1& job, 
   }
 }
 
+// The end of a call (GPU ABI 1.18, "Done marks"): the last block's thread
+// 0, after every store of the call, tells the host waiting at `done_mark`
+// (mapped host memory; NULL: no host waits there) the call's status.
+__device__ __forceinline__ void tell_done(uint32_t* done_mark, const uint32_t* status) {
+  if (threadIdx.x == 0 && done_mark != nullptr) {
+    device::release_fence_system();
+    *const_cast<volatile uint32_t*>(done_mark) = status_of(status);
+  }
+}
+
 // The wait of one block (its first num_ranks threads), then the mirror.
 __device__ __forceinline__ void wait_block(const courier_gpu_ep_wait_v1& job) {
   if (threadIdx.x < job.num_ranks) wait_for(job, threadIdx.x);
@@ -706,6 +716,7 @@ __global__ void __launch_bounds__(512, 2)
   raise_flags(job.peers, job.num_ranks, job.flag_off, job.epoch, refused);
   stamp(stamps, kStampSignalled);
   wait_block(job.wait);
+  tell_done(job.done_mark, job.status);
   stamp(stamps, kStampFinished);
 }
 
@@ -1484,6 +1495,7 @@ __device__ __forceinline__ void ll_receive_half(const courier_gpu_ep_ll_receive_
         reinterpret_cast<uint64_t*>(window(job.peers, threadIdx.x, job.release_off)), epoch);
   }
   if (threadIdx.x == 0 && job.epoch_word != nullptr) *job.epoch_word = epoch;  // call finished
+  if (job.wait.flags != nullptr) tell_done(job.done_mark, job.status);
   stamp(stamps, kStampFinished);
 }
 
@@ -1937,6 +1949,7 @@ __device__ __forceinline__ void reduce_half(const courier_gpu_ep_reduce_v1& job,
       *const_cast<volatile uint32_t*>(job.wait.status_host) = status_of(job.status);
     }
   }
+  tell_done(job.done_mark, job.status);
   stamp(stamps, kStampFinished);
 }
 

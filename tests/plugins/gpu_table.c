@@ -18,6 +18,7 @@
  *   16  the same parts, as a plugin of 1.16 (whose jobs' new fields the
  *       core may set: COURIER_GPU_CAP_EP_HT_FUSED stays).
  *   17  the same, as 1.17 (COURIER_GPU_CAP_EP_COMBINE_FUSED stays too).
+ *   18  the same, as 1.18 (COURIER_GPU_CAP_EP_DONE_MARK stays too).
  * TABLE_NO_SET_STREAM leaves ep_set_stream NULL (1.14: the core then takes
  * none of the entries of minors 9 to 14, as it always did). TABLE_NO_RUNTIME
  * (with 15) leaves the runtime part NULL, which the registry rejects.
@@ -65,7 +66,7 @@ static int table_query(void* backend, courier_gpu_props_v1* props) {
                 COURIER_GPU_CAP_EP_DIRECT | COURIER_GPU_CAP_EP_PROXY | COURIER_GPU_CAP_EP_FP8_POW2 |
                 COURIER_GPU_CAP_EP_LOGFMT | COURIER_GPU_CAP_EP_FUSED |
                 COURIER_GPU_CAP_EP_LOCAL_ROWS | COURIER_GPU_CAP_EP_HT_FUSED |
-                COURIER_GPU_CAP_EP_COMBINE_FUSED;
+                COURIER_GPU_CAP_EP_COMBINE_FUSED | COURIER_GPU_CAP_EP_DONE_MARK;
   props->device_count = 1;
   props->warp_size = 1;
   props->mem_kind = COURIER_MEM_HOST;

@@ -16,7 +16,7 @@ extern "C" {
 #endif
 
 #define COURIER_GPU_ABI_MAJOR 1
-#define COURIER_GPU_ABI_MINOR 17
+#define COURIER_GPU_ABI_MINOR 18
 #define COURIER_GPU_SYMBOL_V1 "courier_gpu_backend_v1"
 
 /* Capability bits (courier_gpu_props_v1.caps). */
@@ -49,6 +49,10 @@ extern "C" {
 /* Minor 17: a combine's send and reduce in one launch (ep_combine_send's
  * `reduce`). */
 #define COURIER_GPU_CAP_EP_COMBINE_FUSED (1u << 14)
+/* Minor 18: the jobs that end a direct-path call (ep_ll_receive, ep_reduce
+ * and ep_ht_dispatch, each with its wait) take `done_mark` ("Done marks",
+ * below). */
+#define COURIER_GPU_CAP_EP_DONE_MARK (1u << 15)
 
 /* Bits of the low-latency dispatches' `fp8` field. QUANTIZE: send e4m3 with
  * one float scale per 128 channels, scale = amax / 448 (1 for an all-zero
@@ -374,7 +378,23 @@ typedef struct courier_gpu_ep_ht_dispatch_v1 {
   uint32_t* done;
   uint64_t flag_off, epoch;
   courier_gpu_ep_wait_v1 wait;
+  /* ---- minor 18 (COURIER_GPU_CAP_EP_DONE_MARK), with done ---- */
+  uint32_t* done_mark; /* mapped host memory, or NULL ("Done marks") */
 } courier_gpu_ep_ht_dispatch_v1;
+
+/* Done marks (minor 18, COURIER_GPU_CAP_EP_DONE_MARK): a host that waits
+ * for a call's end spins on a word in mapped host memory rather than on
+ * the stream, as it does for a high-throughput dispatch's counts (ep_route's
+ * host_mark): the stream's own completion reaches the host microseconds
+ * after the kernel's last store does. A job that ends a call, with its wait set
+ * (ep_ll_receive's and ep_reduce's wait.flags, ep_ht_dispatch's done) and
+ * done_mark not NULL: once every block finished the call's work (the epoch
+ * word's update included), the last block stores
+ * *status into *done_mark, after a system-scope release fence; nothing of
+ * the launch stores there after it. The host arms the word (0xFFFFFFFF)
+ * before it queues the launch; a word it read as stored tells that the
+ * call's work is done and whether the call failed (*status: 0 or the
+ * code). Without the wait the field is not read. */
 
 /* Fused high-throughput dispatch (minor 16, COURIER_GPU_CAP_EP_HT_FUSED):
  * two launches, as DeepEP's (notify, then dispatch), and no copy between
@@ -512,6 +532,8 @@ typedef struct courier_gpu_ep_ll_receive_v1 {
   int32_t* self_rows;
   uint32_t topk;
   uint32_t reserved14;
+  /* ---- minor 18 (COURIER_GPU_CAP_EP_DONE_MARK), with wait.flags ---- */
+  uint32_t* done_mark; /* mapped host memory, or NULL ("Done marks") */
 } courier_gpu_ep_ll_receive_v1;
 
 /* Combine's send half: rows of x go back to the ranks they came from.
@@ -607,6 +629,8 @@ typedef struct courier_gpu_ep_reduce_v1 {
    * of in rows: this rank's own rows, left in the combine's x by
    * skip_self (the dispatch's self_rows). */
   const int32_t* local_index;
+  /* ---- minor 18 (COURIER_GPU_CAP_EP_DONE_MARK), with wait.flags ---- */
+  uint32_t* done_mark; /* mapped host memory, or NULL ("Done marks") */
 } courier_gpu_ep_reduce_v1;
 
 /* ---- Minor 3: expert parallelism through the proxies (docs/ep.md, "Proxy

@@ -165,20 +165,23 @@ TEST_CASE("a 1.8 plugin: nothing past its struct_size is read, later minors' bit
 
 TEST_CASE(
     "the fused features: a plugin of their minor keeps them, older ones that claim them do not") {
-  // Every table claims COURIER_GPU_CAP_EP_HT_FUSED (minor 16) and
-  // COURIER_GPU_CAP_EP_COMBINE_FUSED (minor 17); only a plugin of that minor
-  // or later knows the job fields that the core would set with them.
+  // Every table claims COURIER_GPU_CAP_EP_HT_FUSED (minor 16),
+  // COURIER_GPU_CAP_EP_COMBINE_FUSED (minor 17) and
+  // COURIER_GPU_CAP_EP_DONE_MARK (minor 18); only a plugin of that minor or
+  // later knows the job fields that the core would set with them.
   struct Fused {
     GpuFeature feature;
     const char* name;
     uint16_t minor;
   };
   for (const Fused f : {Fused{GpuFeature::ep_ht_fused, "ep_ht_fused", 16},
-                        Fused{GpuFeature::ep_combine_fused, "ep_combine_fused", 17}}) {
+                        Fused{GpuFeature::ep_combine_fused, "ep_combine_fused", 17},
+                        Fused{GpuFeature::ep_done_mark, "ep_done_mark", 18}}) {
     CAPTURE(f.name);
     CHECK(gpu_feature_minor(f.feature) == f.minor);
-    for (const auto& [table, minor] : {std::pair{"parts17", 17}, std::pair{"parts16", 16},
-                                       std::pair{"parts", 15}, std::pair{"flat14", 14}}) {
+    for (const auto& [table, minor] :
+         {std::pair{"parts18", 18}, std::pair{"parts17", 17}, std::pair{"parts16", 16},
+          std::pair{"parts", 15}, std::pair{"flat14", 14}}) {
       CAPTURE(table);
       Opened opened(kTableDir, table);
       REQUIRE(opened.gpu);
