@@ -43,7 +43,7 @@ set(rejections
 
 # --- human output -----------------------------------------------------------
 run_courier_info(text)
-expect("${text}" "^Courier [0-9]+\\.[0-9]+\\.[0-9]+\nPlugin ABI: gpu 1\\.17, nic 1\\.3\n" "version and ABI header")
+expect("${text}" "^Courier [0-9]+\\.[0-9]+\\.[0-9]+\nPlugin ABI: gpu 1\\.18, nic 1\\.3\n" "version and ABI header")
 expect("${text}" "\n  1 +[^\n]*/tests/plugins +COURIER_BACKEND_PATH\n" "test directory searched first")
 expect("${text}" "\n  2 +[^\n]+ +default" "default plugin directory searched second")
 list(LENGTH rejections count)
