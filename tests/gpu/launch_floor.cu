@@ -27,27 +27,28 @@ struct Bytes {  // kernel parameters of this size (the launch copies them)
 };
 using Params = Bytes<1024>;  // about an EP job's size
 
+// Thread 0 of block 0 waits `ns` by the GPU's clock; true for that thread.
 template <int kBytes>
-__global__ void wait_kernel(Bytes<kBytes> p, unsigned long long ns) {
-  if (threadIdx.x != 0 || blockIdx.x != 0) return;
+__device__ bool wait_ns(const Bytes<kBytes>& p, unsigned long long ns) {
+  if (threadIdx.x != 0 || blockIdx.x != 0) return false;
   unsigned long long start = 0, now = 0;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
   do {
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
   } while (now - start < ns);
   if (p.bytes[5] == 77) printf("unreachable\n");
+  return true;
+}
+
+template <int kBytes>
+__global__ void wait_kernel(Bytes<kBytes> p, unsigned long long ns) {
+  wait_ns(p, ns);
 }
 
 // wait_kernel, then a store of `seq` to host-pinned `done` (system scope).
 __global__ void wait_then_flag(Params p, unsigned long long ns, volatile unsigned* done,
                                unsigned seq) {
-  if (threadIdx.x != 0 || blockIdx.x != 0) return;
-  unsigned long long start = 0, now = 0;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
-  do {
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
-  } while (now - start < ns);
-  if (p.bytes[5] == 77) printf("unreachable\n");
+  if (!wait_ns(p, ns)) return;
   __threadfence_system();
   *done = seq;
 }
