@@ -63,6 +63,23 @@ void rank1_takes_result(RawClient& rank1, const net::Fd& tree_listener) {
   CHECK(rank1.read_frame(1 << 20).header().type == static_cast<uint16_t>(wire::FrameType::result));
 }
 
+// Ranks 0, 2 and 3 of a 4-rank job whose rank 1 is hand-driven (its
+// result-tree port is `tree_listener`), each on its thread: a bootstrap
+// with `timeout_s(rank)` seconds of patience and `tuning`, allgather #1,
+// then `after(rank, bootstrap)`. Each rank's results are allgather #1's.
+std::vector<std::unique_ptr<RankThread>> start_all_but_rank1(
+    uint16_t port, LogCapture& log, const std::function<int(int)>& timeout_s,
+    const TcpBootstrapTuning& tuning, const std::function<void(int, Bootstrap&)>& after) {
+  return start_ranks({0, 2, 3}, [&log, port, timeout_s, tuning, after](int rank) {
+    std::unique_ptr<Bootstrap> bootstrap =
+        make_tcp_bootstrap(options_for(rank, 4, port, timeout_s(rank)), log.logger(), tuning);
+    std::vector<std::vector<std::byte>> results;
+    results.push_back(bootstrap->allgather(pattern(rank, 0, 16)));
+    after(rank, *bootstrap);
+    return results;
+  });
+}
+
 TEST_CASE("result tree: the heap order over ranks and when it is used") {
   CHECK(result_tree::parent_of(1) == 0);
   CHECK(result_tree::parent_of(2) == 0);
@@ -134,21 +151,13 @@ TEST_CASE("tcp bootstrap: a tree parent that dies before passing a result on fai
   const uint16_t port = net::pick_free_tcp_port();
   bool fell_back = false;
   net::Fd tree_listener = net::listen_tcp("127.0.0.1", 0, 4, &fell_back);
-  auto ranks = start_ranks({0, 2, 3}, [&](int rank) {
-    std::unique_ptr<Bootstrap> bootstrap =
-        make_tcp_bootstrap(options_for(rank, 4, port, 10), log.logger());
-    std::vector<std::vector<std::byte>> results;
-    results.push_back(bootstrap->allgather(pattern(rank, 0, 16)));
-    bootstrap->barrier();  // rank 1 is gone by now: this fails on 0 and 2
-    return results;
-  });
+  auto ranks = start_all_but_rank1(
+      port, log, [](int) { return 10; }, TcpBootstrapTuning{},
+      // Rank 1 is gone by now: the barrier fails on 0 and 2.
+      [](int, Bootstrap& bootstrap) { bootstrap.barrier(); });
   {
     RawClient rank1(port);
-    rank1.send(hello_frame(1, 4, kToken, net::local_port(tree_listener)));
-    CHECK(rank1.read_frame_type() == wire::FrameType::welcome);
-    rank1.send(wire::encode_frame(wire::FrameType::block, 1, pattern(1, 0, 16)));
-    wire::FrameReader result = rank1.read_frame(1 << 20);
-    CHECK(result.header().type == static_cast<uint16_t>(wire::FrameType::result));
+    rank1_takes_result(rank1, tree_listener);
     tree_listener.reset();
     rank1.close();  // no goodbye: a death
   }
@@ -263,14 +272,11 @@ TEST_CASE("tcp bootstrap: a tree wait ends soon after rank 0's end when the resu
   const uint16_t port = net::pick_free_tcp_port();
   bool fell_back = false;
   net::Fd tree_listener = net::listen_tcp("127.0.0.1", 0, 4, &fell_back);
-  auto ranks = start_ranks({0, 2, 3}, [&](int rank) {
-    std::unique_ptr<Bootstrap> bootstrap =
-        make_tcp_bootstrap(options_for(rank, 4, port, 30), log.logger(), short_grace());
-    std::vector<std::vector<std::byte>> results;
-    results.push_back(bootstrap->allgather(pattern(rank, 0, 16)));
-    if (rank == 0) throw Error("rank 0 fails right after allgather #1");
-    return results;
-  });
+  auto ranks = start_all_but_rank1(
+      port, log, [](int) { return 30; }, short_grace(),
+      [](int rank, Bootstrap&) {
+        if (rank == 0) throw Error("rank 0 fails right after allgather #1");
+      });
   RawClient rank1(port);
   rank1_takes_result(rank1, tree_listener);
   std::vector<RankOutcome> outcomes = join_all(ranks);
@@ -350,14 +356,9 @@ TEST_CASE("tcp bootstrap: a parent that holds a result back is named to every ra
   const uint16_t port = net::pick_free_tcp_port();
   bool fell_back = false;
   net::Fd tree_listener = net::listen_tcp("127.0.0.1", 0, 4, &fell_back);
-  auto ranks = start_ranks({0, 2, 3}, [&](int rank) {
-    std::unique_ptr<Bootstrap> bootstrap = make_tcp_bootstrap(
-        options_for(rank, 4, port, rank == 3 ? 2 : 30), log.logger(), short_grace());
-    std::vector<std::vector<std::byte>> results;
-    results.push_back(bootstrap->allgather(pattern(rank, 0, 16)));
-    bootstrap->barrier();
-    return results;
-  });
+  auto ranks = start_all_but_rank1(
+      port, log, [](int rank) { return rank == 3 ? 2 : 30; }, short_grace(),
+      [](int, Bootstrap& bootstrap) { bootstrap.barrier(); });
   RawClient rank1(port);
   rank1_takes_result(rank1, tree_listener);
   std::vector<RankOutcome> outcomes = join_all(ranks);
