@@ -496,7 +496,8 @@ __device__ __forceinline__ void tell_failure(const courier_gpu_ep_wait_v1& job, 
 
 // The end of a call (GPU ABI 1.18, "Done marks"): the last block's thread
 // 0, after every store of the call, tells the host waiting at `done_mark`
-// (mapped host memory; NULL: no host waits there) the call's status.
+// (mapped host memory; NULL: no host waits there) the call's status. The
+// routing launch's mark (minor 16, host_mark) is stored the same way.
 __device__ __forceinline__ void tell_done(uint32_t* done_mark, const uint32_t* status) {
   if (threadIdx.x == 0 && done_mark != nullptr) {
     device::release_fence_system();
@@ -594,10 +595,7 @@ __device__ __forceinline__ void route_notify(const courier_gpu_ep_route_v1& job,
   }
   device::fence_before_block_release();
   __syncthreads();
-  if (threadIdx.x == 0) {  // the mark after the block's counts and slots
-    device::release_fence_system();
-    *const_cast<volatile uint32_t*>(job.host_mark) = status_of(job.status);
-  }
+  tell_done(job.host_mark, job.status);  // the mark after the block's counts and slots
   stamp(stamps, kStampFinished);
 }
 
