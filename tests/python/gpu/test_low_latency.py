@@ -454,6 +454,48 @@ def run_overlap_case(env, buffer, shape: Shape, seed: int) -> None:
     env.barrier()
 
 
+def run_two_streams_case(env, buffers, shape: Shape, seed: int, rounds: int = 20) -> None:
+    """Two Buffers, each called on a stream of its own with no order between the
+    streams, so their dispatches and combines may run on the GPU at the same time:
+    each Buffer's results stay its own, round after round, with no host
+    synchronization between the calls. Identity experts: every round's
+    combined_x is x times the sum of the token's weights."""
+    L = shape.num_experts // env.num_ranks
+    slots = env.num_ranks * shape.max_tokens
+    inputs = [Inputs(env, shape, seed, salt=40 + i) for i in range(len(buffers))]
+    streams = [torch.cuda.Stream() for _ in buffers]
+    for stream in streams:  # the inputs were made on the current stream
+        stream.wait_stream(torch.cuda.current_stream())
+    slot = torch.arange(slots, device=env.device).view(1, slots, 1)
+    results = [[] for _ in buffers]
+    for _ in range(rounds):
+        handles = []
+        for buffer, stream, given in zip(buffers, streams, inputs):
+            with torch.cuda.stream(stream):
+                recv, count, handle, _, _ = buffer.low_latency_dispatch(
+                    given.x, given.topk_idx, shape.max_tokens, shape.num_experts, use_fp8=False)
+                # No boolean indexing: it would wait for the stream on the host.
+                valid = slot < count.view(L, 1, 1).to(torch.int64)
+                handles.append((torch.where(valid, recv, torch.zeros_like(recv)), handle))
+        for buffer, stream, given, (expert_out, handle), out in zip(
+                buffers, streams, inputs, handles, results):
+            with torch.cuda.stream(stream):
+                combined, _, _ = buffer.low_latency_combine(
+                    expert_out, given.topk_idx, given.topk_weights, handle)
+                out.append(combined)
+    for stream in streams:
+        torch.cuda.current_stream().wait_stream(stream)
+    torch.cuda.synchronize()
+    for i, (given, out) in enumerate(zip(inputs, results)):
+        weights = torch.where(given.topk_idx >= 0, given.topk_weights,
+                              torch.zeros_like(given.topk_weights)).sum(dim=1, keepdim=True)
+        want = given.x.float() * weights
+        for r, combined in enumerate(out):
+            expect_within(f"Buffer {i}, round {r}: combined_x", combined.float(), want,
+                          want.abs() * 2.0**-6 + 1e-3)
+    env.barrier()
+
+
 def run_shape(env, suite, shape: Shape, args) -> None:
     experts = common.ensure_ranks_divide(shape.num_experts, env.num_ranks)
     shape = Shape(shape.num_tokens, shape.max_tokens, shape.hidden, shape.num_topk, experts)
@@ -498,7 +540,15 @@ def run_shape(env, suite, shape: Shape, args) -> None:
                   f"replayed with new inputs ({'FP8' if fp8 else 'BF16'}, "
                   f"return_recv_hook={hook}, {buffer.transport} path)",
                   lambda: run_graph_case(env, buffer, shape, fp8, hook, args.seed + 3))
-    del buffer
+    # A second Buffer beside the first, both called at once on two streams.
+    second = deep_ep.Buffer(
+        env.group, 0, num_rdma_bytes, low_latency_mode=True,
+        num_qps_per_rank=shape.num_experts // env.num_ranks,
+    )
+    suite.run(f"{shape}: two Buffers called at once on two streams, 20 rounds "
+              f"({buffer.transport} path)",
+              lambda: run_two_streams_case(env, [buffer, second], shape, args.seed + 5))
+    del buffer, second
     gc.collect()
     env.barrier()
 
