@@ -408,6 +408,15 @@ def run_graph_case(env, buffer, shape: Shape, fp8: bool, hook: bool, seed: int) 
     env.barrier()
 
 
+def expect_identity_combined(name: str, combined: torch.Tensor, inputs: Inputs) -> None:
+    """With identity experts each token comes back as its own row times the sum of its
+    routed weights (within bfloat16's rounding of the sum)."""
+    weights = torch.where(inputs.topk_idx >= 0, inputs.topk_weights,
+                          torch.zeros_like(inputs.topk_weights)).sum(dim=1, keepdim=True)
+    want = inputs.x.float() * weights
+    expect_within(name, combined.float(), want, want.abs() * 2.0**-6 + 1e-3)
+
+
 def run_overlap_case(env, buffer, shape: Shape, seed: int) -> None:
     """async_finish=True: the dispatch goes to the Buffer's comm stream
     (get_comm_stream) behind the caller's stream, and returns while its
@@ -444,31 +453,30 @@ def run_overlap_case(env, buffer, shape: Shape, seed: int) -> None:
           "low_latency_combine(async_finish=True) returned with its event complete while the "
           "caller's stream was still held")
     event.current_stream_wait()
-    # Identity experts: each token gets its own row times the sum of its weights.
-    weights = torch.where(inputs.topk_idx >= 0, inputs.topk_weights,
-                          torch.zeros_like(inputs.topk_weights)).sum(dim=1, keepdim=True)
-    want = inputs.x.float() * weights
-    expect_within("combined_x (after the event)", combined.float(), want,
-                  want.abs() * 2.0**-6 + 1e-3)
+    expect_identity_combined("combined_x (after the event)", combined, inputs)
     torch.cuda.synchronize()
     env.barrier()
 
 
-def run_two_streams_case(env, buffers, shape: Shape, seed: int, rounds: int = 20) -> None:
+TWO_STREAMS_ROUNDS = 20
+
+
+def run_two_streams_case(env, buffers, shape: Shape, seed: int) -> None:
     """Two Buffers, each called on a stream of its own with no order between the
-    streams, so their dispatches and combines may run on the GPU at the same time:
-    each Buffer's results stay its own, round after round, with no host
-    synchronization between the calls. Identity experts: every round's
-    combined_x is x times the sum of the token's weights."""
+    streams, so their dispatches and combines may run on the GPU at the same time,
+    with no host synchronization between the calls. Every call has inputs of its
+    own, so a result that took another Buffer's or an earlier round's data shows.
+    Identity experts (expect_identity_combined)."""
     L = shape.num_experts // env.num_ranks
     slots = env.num_ranks * shape.max_tokens
-    inputs = [Inputs(env, shape, seed, salt=40 + i) for i in range(len(buffers))]
+    rounds = [[Inputs(env, shape, seed, salt=40 + len(buffers) * r + i)
+               for i in range(len(buffers))] for r in range(TWO_STREAMS_ROUNDS)]
     streams = [torch.cuda.Stream() for _ in buffers]
     for stream in streams:  # the inputs were made on the current stream
         stream.wait_stream(torch.cuda.current_stream())
     slot = torch.arange(slots, device=env.device).view(1, slots, 1)
-    results = [[] for _ in buffers]
-    for _ in range(rounds):
+    results = []
+    for inputs in rounds:
         handles = []
         for buffer, stream, given in zip(buffers, streams, inputs):
             with torch.cuda.stream(stream):
@@ -477,22 +485,18 @@ def run_two_streams_case(env, buffers, shape: Shape, seed: int, rounds: int = 20
                 # No boolean indexing: it would wait for the stream on the host.
                 valid = slot < count.view(L, 1, 1).to(torch.int64)
                 handles.append((torch.where(valid, recv, torch.zeros_like(recv)), handle))
-        for buffer, stream, given, (expert_out, handle), out in zip(
-                buffers, streams, inputs, handles, results):
+        combined = []
+        for buffer, stream, given, (expert_out, handle) in zip(buffers, streams, inputs, handles):
             with torch.cuda.stream(stream):
-                combined, _, _ = buffer.low_latency_combine(
-                    expert_out, given.topk_idx, given.topk_weights, handle)
-                out.append(combined)
+                combined.append(buffer.low_latency_combine(
+                    expert_out, given.topk_idx, given.topk_weights, handle)[0])
+        results.append(combined)
     for stream in streams:
         torch.cuda.current_stream().wait_stream(stream)
     torch.cuda.synchronize()
-    for i, (given, out) in enumerate(zip(inputs, results)):
-        weights = torch.where(given.topk_idx >= 0, given.topk_weights,
-                              torch.zeros_like(given.topk_weights)).sum(dim=1, keepdim=True)
-        want = given.x.float() * weights
-        for r, combined in enumerate(out):
-            expect_within(f"Buffer {i}, round {r}: combined_x", combined.float(), want,
-                          want.abs() * 2.0**-6 + 1e-3)
+    for r, (inputs, combined) in enumerate(zip(rounds, results)):
+        for i, (given, got) in enumerate(zip(inputs, combined)):
+            expect_identity_combined(f"Buffer {i}, round {r}: combined_x", got, given)
     env.barrier()
 
 
@@ -509,10 +513,14 @@ def run_shape(env, suite, shape: Shape, args) -> None:
         shape.max_tokens, shape.hidden, env.num_ranks, shape.num_experts
     )
     suite.say(f"[low_latency] num_rdma_bytes from the size hint: {num_rdma_bytes / 1e6:.1f} MB")
-    buffer = deep_ep.Buffer(
-        env.group, 0, num_rdma_bytes, low_latency_mode=True,
-        num_qps_per_rank=shape.num_experts // env.num_ranks,
-    )
+
+    def make_buffer():
+        return deep_ep.Buffer(
+            env.group, 0, num_rdma_bytes, low_latency_mode=True,
+            num_qps_per_rank=shape.num_experts // env.num_ranks,
+        )
+
+    buffer = make_buffer()
     if not hasattr(buffer, "get_next_low_latency_combine_buffer"):
         suite.note("no get_next_low_latency_combine_buffer: zero_copy combines pass x itself")
     for fp8 in (False, True):
@@ -541,11 +549,8 @@ def run_shape(env, suite, shape: Shape, args) -> None:
                   f"return_recv_hook={hook}, {buffer.transport} path)",
                   lambda: run_graph_case(env, buffer, shape, fp8, hook, args.seed + 3))
     # A second Buffer beside the first, both called at once on two streams.
-    second = deep_ep.Buffer(
-        env.group, 0, num_rdma_bytes, low_latency_mode=True,
-        num_qps_per_rank=shape.num_experts // env.num_ranks,
-    )
-    suite.run(f"{shape}: two Buffers called at once on two streams, 20 rounds "
+    second = make_buffer()
+    suite.run(f"{shape}: two Buffers called at once on two streams, {TWO_STREAMS_ROUNDS} rounds "
               f"({buffer.transport} path)",
               lambda: run_two_streams_case(env, [buffer, second], shape, args.seed + 5))
     del buffer, second
